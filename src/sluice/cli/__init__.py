@@ -1,0 +1,72 @@
+"""The ``sluice`` command line (also ``git sluice``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from . import common
+
+app = typer.Typer(
+    name="sluice",
+    help="A git-native scheduler for multi-agent coding workspaces.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(
+    town: Annotated[
+        str | None, typer.Option("--town", help="Town directory (default: SLUICE_TOWN, then the cwd upwards).")
+    ] = None,
+) -> None:
+    common.set_town_arg(town)
+
+
+def _register() -> None:
+    from . import items_cmd, schedule_cmd, scheduler_cmd, surfaces_cmd, town_cmd
+
+    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, surfaces_cmd):
+        module.register(app)
+
+
+_register()
+
+
+class _StderrFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def main() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_StderrFormatter())
+    logger = logging.getLogger("sluice")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
+    logger.propagate = False
+
+    from ..errors import SluiceError
+
+    try:
+        app()
+    except SluiceError as err:
+        sys.stderr.write(f"error: {err}\n")
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as err:  # a bug: say so plainly, keep the traceback for SLUICE_DEBUG
+        if os.environ.get("SLUICE_DEBUG"):
+            raise
+        sys.stderr.write(f"error: internal error: {type(err).__name__}: {err} (set SLUICE_DEBUG=1 for details)\n")
+        sys.exit(1)

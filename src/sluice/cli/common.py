@@ -1,0 +1,69 @@
+"""What every command shares: the town option, one output helper, error exits.
+
+Commands stay thin: parse, call one library function, hand the result to
+:func:`emit`.  Library imports happen inside commands so that ``--help`` and
+simple commands do not pay for pydantic, pygit2 or the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+_town_arg: dict[str, str | None] = {"path": None}
+
+
+def set_town_arg(path: str | None) -> None:
+    _town_arg["path"] = path
+
+
+def town():
+    """The town from --town, SLUICE_TOWN or the cwd (raises TownNotFound)."""
+    from ..town import find_town
+
+    return find_town(_town_arg["path"])
+
+
+class RawJSON(list):
+    """A list of already-serialised JSON values, printed as one array without re-parsing."""
+
+
+def to_json(data: Any) -> str:
+    if isinstance(data, RawJSON):
+        return "[" + ",\n".join(data) + "]"
+    return json.dumps(data, indent=2, ensure_ascii=False, default=_default)
+
+
+def _default(value: Any):
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def emit(data: Any, as_json: bool, human: Callable[[Any], str | None] | None = None) -> None:
+    """The one place a command's result becomes output: JSON, or text for a person."""
+    if as_json:
+        sys.stdout.write(to_json(data) + "\n")
+        return
+    text = human(data) if human is not None else to_json(data)
+    if text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def say(message: str) -> None:
+    """A progress or status line for a person, on stderr so stdout stays data."""
+    sys.stderr.write(message + "\n")
+
+
+def fail(message: str, code: int = 1) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(code)

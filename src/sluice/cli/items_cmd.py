@@ -1,0 +1,170 @@
+"""`sluice item …`: the small tracker for rigs without beads, and ready/blocked for all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import JsonOption, RawJSON, emit, town
+
+item_app = typer.Typer(help="Create, inspect and query work items.", no_args_is_help=True)
+dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
+item_app.add_typer(dep_app, name="dep")
+
+
+def _line(item: dict) -> str:
+    return f"{item['id']:<18} P{item.get('priority', 0)} {item.get('status', 'open'):<11} {item.get('title', '')}"
+
+
+def _lines(items) -> str:
+    return "\n".join(_line(i) for i in items) or "no items"
+
+
+@item_app.command("create")
+def create(
+    rig: Annotated[str, typer.Argument(help="Rig to create the item in.")],
+    title: Annotated[str, typer.Option("--title", help="Item title.")],
+    priority: Annotated[int, typer.Option(help="0 (most urgent) … 4.")] = 2,
+    issue_type: Annotated[str, typer.Option("--type", help="task, bug, feature, epic, convoy, …")] = "task",
+    label: Annotated[list[str] | None, typer.Option("--label", help="Label (repeatable).")] = None,
+    dep: Annotated[
+        list[str] | None,
+        typer.Option("--dep", help="ID: the new item is blocked by ID; TYPE:ID for another edge type."),
+    ] = None,
+    parent: Annotated[str | None, typer.Option(help="Parent item (parent-child edge).")] = None,
+    description: Annotated[str, typer.Option(help="Item description.")] = "",
+    tokens: Annotated[int | None, typer.Option(help="Estimated tokens (metadata.estimated_tokens).")] = None,
+    assignee: Annotated[str, typer.Option(help="Assignee.")] = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Create an item in RIG's own store."""
+    from ..tracker import NewItem, create_item
+
+    spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(label or ()),
+                   deps=tuple(dep or ()), parent=parent, description=description, tokens=tokens,
+                   assignee=assignee)
+    emit(create_item(town(), rig, spec), as_json, lambda i: f"created {i['id']}: {i['title']}")
+
+
+@item_app.command("show")
+def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: JsonOption = False) -> None:
+    """Show one item (any rig; ids route by prefix)."""
+    from ..tracker import show_item
+
+    emit(show_item(town(), item_id), as_json, _show_text)
+
+
+def _show_text(item: dict) -> str:
+    rows = [_line(item)]
+    for key in ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason"):
+        if item.get(key):
+            rows.append(f"  {key}: {item[key]}")
+    for dep in item.get("dependencies") or ():
+        rows.append(f"  depends on {dep.get('depends_on_id')} ({dep.get('type')})")
+    if item.get("description"):
+        rows.append("")
+        rows.append(item["description"])
+    return "\n".join(rows)
+
+
+@item_app.command("list")
+def list_(
+    rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
+    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="Must carry this label (repeatable).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List items (ephemeral sluice records are not items and are not listed)."""
+    from ..tracker import list_items
+
+    emit(list_items(town(), rig, status, tuple(label or ())), as_json, _lines)
+
+
+@item_app.command("ready")
+def ready(
+    rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
+    limit: Annotated[int, typer.Option(help="At most N rows; 0 = all.")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """Items ready to work on, by beads' rules, most urgent first."""
+    import json
+
+    from ..tracker import ready as ready_items
+
+    rows = RawJSON(ready_items(town(), rig, limit))
+    emit(rows, as_json, lambda rs: _lines(json.loads(r) for r in rs))
+
+
+@item_app.command("blocked")
+def blocked(
+    rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Blocked items, each with what blocks it (`blocked_by`)."""
+    from ..tracker import blocked as blocked_items
+
+    emit(blocked_items(town(), rig), as_json,
+         lambda rs: "\n".join(f"{_line(r)}  ← {', '.join(r['blocked_by'])}" for r in rs) or "no blocked items")
+
+
+@item_app.command("update")
+def update(
+    item_id: Annotated[str, typer.Argument(help="Item id.")],
+    status: Annotated[str | None, typer.Option(help="New status.")] = None,
+    priority: Annotated[int | None, typer.Option(help="New priority 0–4.")] = None,
+    assignee: Annotated[str | None, typer.Option(help="New assignee.")] = None,
+    add_label: Annotated[list[str] | None, typer.Option("--add-label", help="Add a label (repeatable).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change an item's status, priority, assignee or labels."""
+    from ..tracker import update_item
+
+    emit(update_item(town(), item_id, status, priority, assignee, tuple(add_label or ())), as_json,
+         lambda i: f"updated {i['id']}")
+
+
+@item_app.command("close")
+def close(
+    item_id: Annotated[str, typer.Argument(help="Item id.")],
+    reason: Annotated[str, typer.Option(help="Close reason.")] = "Closed",
+    as_json: JsonOption = False,
+) -> None:
+    """Close an item."""
+    from ..tracker import close_item
+
+    emit(close_item(town(), item_id, reason), as_json, lambda i: f"closed {i['id']}")
+
+
+@dep_app.command("add")
+def dep_add(
+    source: Annotated[str, typer.Argument(help="The item that depends (A).")],
+    target: Annotated[str, typer.Argument(help="The item depended on (B).")],
+    dep_type: Annotated[str, typer.Option("--type", help="Edge type (blocks, parent-child, …).")] = "blocks",
+    as_json: JsonOption = False,
+) -> None:
+    """A depends on B (A is blocked by B for `blocks`); self edges and cycles are refused."""
+    from ..tracker import add_dependency
+
+    add_dependency(town(), source, target, dep_type)
+    row = {"issue_id": source, "depends_on_id": target, "type": dep_type, "status": "added"}
+    emit(row, as_json, lambda r: f"{source} now depends on {target} ({dep_type})")
+
+
+@item_app.command("import")
+def import_(
+    rig: Annotated[str, typer.Argument(help="Rig whose own store receives the items.")],
+    file: Annotated[Path, typer.Argument(help="A beads JSONL export.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy a beads export into RIG's own store (upsert by id, tombstones dropped)."""
+    from ..tracker import import_items
+
+    emit(import_items(town(), rig, file), as_json,
+         lambda r: f"imported into {r['rig']}: {r['added']} added, {r['updated']} updated,"
+         f" {r['skipped_tombstones']} tombstones dropped")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(item_app, name="item")

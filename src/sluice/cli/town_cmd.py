@@ -1,0 +1,89 @@
+"""`sluice init`, `sluice rig …`, `sluice config …`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import JsonOption, emit, town
+
+rig_app = typer.Typer(help="Register and list rigs (git repositories with work items).", no_args_is_help=True)
+config_app = typer.Typer(help="Read and change town configuration.", no_args_is_help=True)
+
+
+def init(
+    path: Annotated[Path, typer.Argument(help="Directory for the new town.")] = Path("."),
+    as_json: JsonOption = False,
+) -> None:
+    """Create a town (`.sluice/config.json`) in PATH; an existing town is left alone."""
+    from ..town import init_town
+
+    created = init_town(path)
+    emit({"town": str(created.root)}, as_json, lambda d: f"town ready at {d['town']}")
+
+
+@rig_app.command("add")
+def rig_add(
+    name: Annotated[str, typer.Argument(help="Rig name.")],
+    repo: Annotated[Path, typer.Argument(help="Path to the rig's git repository.")],
+    prefix: Annotated[str | None, typer.Option(help="Id prefix routed to this rig (default: NAME).")] = None,
+    items: Annotated[
+        Path | None, typer.Option(help="Read items from this beads export (read-only).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source."""
+    from ..tracker import add_rig
+
+    rig = add_rig(town(), name, repo, prefix, items)
+    row = {"name": rig.name, "prefix": rig.prefix, "repo": str(rig.repo), "items": str(rig.items or ""),
+           "read_only": rig.read_only}
+    emit(row, as_json, lambda r: f"rig {r['name']} (prefix {r['prefix']}) → {r['repo']}"
+         + (f", items from {r['items']} (read-only)" if r["read_only"] else ""))
+
+
+@rig_app.command("list")
+def rig_list(as_json: JsonOption = False) -> None:
+    """List the town's rigs."""
+    from ..tracker import rig_rows
+
+    rows = rig_rows(town())
+    emit(rows, as_json, lambda rs: "\n".join(
+        f"{r['name']:<16} {r['prefix']:<10} {r['repo']}" + ("  (read-only items)" if r["read_only"] else "")
+        for r in rs) or "no rigs registered")
+
+
+@config_app.command("get")
+def config_get(key: Annotated[str, typer.Argument(help="e.g. scheduler.max_polecats")]) -> None:
+    """Print one config value as a bare scalar (JSON for lists and objects)."""
+    import json
+
+    from ..models import format_duration, get_config_value, parse_duration
+
+    value = get_config_value(town().config, key)
+    if key.startswith("scheduler.") and isinstance(value, str):
+        value = format_duration(parse_duration(value))
+    typer.echo(json.dumps(value) if isinstance(value, (list, dict)) else value)
+
+
+@config_app.command(
+    "set", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+def config_set(
+    key: Annotated[str, typer.Argument(help="e.g. scheduler.max_polecats")],
+    value: Annotated[str, typer.Argument(help="The new value; `-1` works as typed.")],
+) -> None:
+    """Set one config value; a bad value is refused naming the key and what it accepts."""
+    from ..models import apply_config_value, parse_config_value
+
+    parsed = parse_config_value(key, value)
+    town().update_config(lambda config: apply_config_value(config, key, parsed))
+    typer.echo(f"Set {key} = {value}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init)
+    app.add_typer(rig_app, name="rig")
+    app.add_typer(config_app, name="config")

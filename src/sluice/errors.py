@@ -1,0 +1,72 @@
+"""Every error sluice raises on purpose.
+
+The library raises these; only the CLI (and the MCP server) turn them into
+messages and exit codes.  ``exit_code`` says which: 1 for a domain error (the
+request was understood but cannot be done), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+
+class SluiceError(Exception):
+    """Root of every sluice error; the message is meant for a person."""
+
+    exit_code = 1
+
+
+class UsageError(SluiceError):
+    """The request itself is malformed (bad flag value, bad argument)."""
+
+    exit_code = 2
+
+
+class ConfigError(SluiceError):
+    """A config, policy or state file is missing, corrupt or holds a bad value."""
+
+
+class TownNotFound(SluiceError):
+    """No town could be located from --town, SLUICE_TOWN or the cwd."""
+
+
+class UnknownRig(SluiceError):
+    """A rig name that is not registered in the town."""
+
+
+class UnknownItem(SluiceError):
+    """An item id that no rig store holds."""
+
+
+class StoreCorrupt(SluiceError):
+    """A store file has a malformed line that is not a torn last line."""
+
+    def __init__(self, path, line: int, detail: str):
+        self.path = path
+        self.line = line
+        super().__init__(f"{path}:{line}: {detail}")
+
+
+class ReadOnlyStore(SluiceError):
+    """A write to a rig whose items are an external, read-only beads export."""
+
+
+class NotARepository(SluiceError):
+    """A path given as a rig repository is not a git repository."""
+
+
+class InvalidOperation(SluiceError):
+    """The operation is understood but refused (cycle, closed item, guard)."""
+
+
+class DispatchBusy(SluiceError):
+    """Another dispatch cycle holds the dispatch lock."""
+
+
+class ExecutorError(SluiceError):
+    """An executor could not launch, count or stop polecats."""
+
+
+class ExecutorUnavailable(ExecutorError):
+    """The executor itself is unusable (not configured, cluster unreachable).
+
+    Unlike a launch failure this is not counted against any item.
+    """

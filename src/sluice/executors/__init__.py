@@ -1,0 +1,38 @@
+"""How polecats are launched, counted, stopped and read: one module per executor.
+
+Every caller (dispatcher, status, patrol, daemon, `sluice polecat`) goes
+through :func:`get_executor` and the :class:`~sluice.executors.base.Executor`
+protocol, never through a concrete executor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..town import Town
+    from .base import Executor
+
+
+def get_executor(town: Town, kind: str | None = None) -> Executor:
+    """The executor named by ``executor.kind`` (imported lazily: Ray is heavy)."""
+    kind = kind or town.config.executor.kind
+    if kind == "local":
+        from .local import LocalExecutor
+
+        return LocalExecutor(town)
+    if kind == "demo":
+        from .local import LocalExecutor
+
+        return LocalExecutor(town, demo=True)
+    if kind == "tmux":
+        from .tmux import TmuxExecutor
+
+        return TmuxExecutor(town)
+    if kind == "ray":
+        from .ray import RayExecutor
+
+        return RayExecutor(town)
+    raise ConfigError(f"executor.kind {kind!r} is not one of local, tmux, ray, demo")

@@ -1,0 +1,101 @@
+"""The executor protocol and what every executor shares.
+
+An executor knows four things: how to ``launch`` a polecat for one sling
+context, which of this town's polecats are ``active``, how to ``stop`` one and
+where its ``logs`` are.  ``find`` lets the dispatcher reconcile a context whose
+launch was interrupted (crash mid-cycle) instead of launching it twice.
+
+The polecat's command is an argv template from ``executor.command``; every
+element has its placeholders substituted independently and the result is
+never given to a shell, because titles are written by agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    item_id: str
+    rig: str
+    title: str
+    context_id: str
+    repo: str
+    town: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Polecat:
+    """One launched worker, as an executor reports it."""
+
+    id: str
+    executor: str
+    item_id: str
+    rig: str
+    context_id: str
+    started_at: str
+    state: str = "running"  # running | exited | stopped | lost | pending
+    pid: int | None = None
+    log_path: str | None = None
+    detail: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Executor(Protocol):
+    kind: str
+
+    def launch(self, request: LaunchRequest) -> Polecat:
+        """Start the polecat or raise ExecutorError (counted) / ExecutorUnavailable (not counted)."""
+        ...
+
+    def active(self) -> list[Polecat]:
+        """This town's polecats that are still running (they use capacity)."""
+        ...
+
+    def find(self, context_id: str) -> Polecat | None:
+        """The polecat launched for ``context_id``, running or not, if the executor knows it."""
+        ...
+
+    def stop(self, polecat_id: str) -> bool:
+        """Stop one polecat and its children; False if it was not running."""
+        ...
+
+    def logs(self, polecat_id: str, follow: bool = False) -> Iterator[str]:
+        """The polecat's output, line by line; with ``follow`` keep reading until it ends."""
+        ...
+
+    def listing(self) -> list[Polecat]:
+        """Every polecat the executor still has a record of, running or finished."""
+        ...
+
+    def reap(self) -> list[Polecat]:
+        """Forget finished polecats' records (logs stay); returns those reaped."""
+        ...
+
+
+def substitute(template: list[str] | tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:
+    """Fill ``{item_id}``-style placeholders element by element; no shell ever sees the result."""
+    out = []
+    for element in template:
+        for name in PLACEHOLDERS:
+            element = element.replace("{" + name + "}", str(values.get(name, "")))
+        out.append(element)
+    return tuple(out)
+
+
+def polecat_env(town: str, item_id: str, rig: str, context_id: str) -> dict[str, str]:
+    return {
+        "SLUICE_ITEM_ID": item_id,
+        "SLUICE_RIG": rig,
+        "SLUICE_CONTEXT_ID": context_id,
+        "SLUICE_TOWN": town,
+    }

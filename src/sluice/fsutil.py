@@ -1,0 +1,84 @@
+"""Crash-safe file primitives shared by every store in sluice.
+
+Durable files are replaced atomically (temp file in the same directory, fsync,
+rename, fsync of the directory) so a reader sees either the old or the new
+version.  Logs are appended one record per ``write()`` on an ``O_APPEND``
+descriptor, so concurrent appenders never interleave inside a line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
+    data = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    atomic_write_bytes(path, data.encode("utf-8"), mode)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one record; the caller holds the owning lock."""
+    if "\n" in line:
+        raise ValueError("a log record must be a single line")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        data = (line + "\n").encode("utf-8")
+        written = os.write(fd, data)
+        if written != len(data):  # pragma: no cover - only on a full disk
+            raise OSError(f"short write to {path}")
+    finally:
+        os.close(fd)
+
+
+def append_json(path: Path, obj: Any, lock: Path | None = None) -> None:
+    """Append one compact JSON record, under ``lock`` when given."""
+    line = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    if lock is None:
+        append_line(path, line)
+        return
+    with file_lock(lock):
+        append_line(path, line)
+
+
+def file_lock(path: Path, timeout: float = 30.0) -> FileLock:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path), timeout=timeout)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,155 @@
+"""Beads item records: reading them as beads does, making new ones.
+
+Items are plain dicts so that every key a beads export carries survives a
+rewrite untouched.  This module is the one place that knows how a raw record
+maps onto what sluice needs (:class:`~sluice.readiness.Node`, tokens,
+timestamps) and how beads' import normalises old exports (L1–L4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from .readiness import Node
+
+STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
+CONTEXT_LABEL = "sluice:sling-context"
+_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(ts: datetime | None = None) -> str:
+    """UTC RFC 3339 with microseconds, the timestamp format sluice writes."""
+    ts = ts or now_utc()
+    return ts.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_ts(value: Any) -> float | None:
+    """Epoch seconds of a beads timestamp in any era's format, None if absent or unreadable."""
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
+def normalise(record: dict) -> dict:
+    """Beads import defaults (L3, L4) applied in place: status, type, priority, ephemeral."""
+    if "wisp" in record and "ephemeral" not in record:
+        record["ephemeral"] = bool(record.pop("wisp"))
+    record.setdefault("status", "open")
+    if not record.get("status"):
+        record["status"] = "open"
+    if not record.get("issue_type"):
+        record["issue_type"] = "task"
+    if not isinstance(record.get("priority"), int) or isinstance(record.get("priority"), bool):
+        record["priority"] = 0
+    return record
+
+
+def skip_record(record: Mapping) -> bool:
+    """Lines beads' importer skips (L1): schema headers and memory records."""
+    return "_schema" in record or record.get("_type", "issue") != "issue" or "id" not in record
+
+
+def dep_gate(dep: Mapping) -> str | None:
+    meta = dep.get("metadata")
+    if isinstance(meta, str) and meta:
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return None
+    if isinstance(meta, dict):
+        gate = meta.get("gate")
+        return gate if isinstance(gate, str) else None
+    return None
+
+
+def to_node(record: Mapping) -> Node:
+    deps = tuple(
+        (str(d.get("type") or "blocks"), str(d.get("depends_on_id")), dep_gate(d))
+        for d in record.get("dependencies") or ()
+        if isinstance(d, Mapping) and d.get("depends_on_id")
+    )
+    return Node(
+        id=record["id"],
+        status=record.get("status") or "open",
+        issue_type=record.get("issue_type") or "task",
+        priority=record.get("priority") if isinstance(record.get("priority"), int) else 0,
+        created_ts=parse_ts(record.get("created_at")) or 0.0,
+        pinned=bool(record.get("pinned")),
+        ephemeral=bool(record.get("ephemeral")),
+        defer_ts=parse_ts(record.get("defer_until")),
+        deps=deps,
+    )
+
+
+def effective_tokens(record: Mapping) -> int:
+    """``metadata.estimated_tokens``, else ``metadata.context_budget``, else 1000; 0 counts."""
+    meta = record.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            meta = None
+    if isinstance(meta, Mapping):
+        for key in ("estimated_tokens", "context_budget"):
+            value = meta.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    return 1000
+
+
+def labels_of(record: Mapping) -> list[str]:
+    labels = record.get("labels") or []
+    return [label for label in labels if isinstance(label, str)]
+
+
+def is_context(record: Mapping) -> bool:
+    return CONTEXT_LABEL in labels_of(record)
+
+
+def tracked_ids(record: Mapping) -> list[str]:
+    """Targets of ``tracks`` edges, with any ``external:<rig>:`` wrapper removed."""
+    out = []
+    for dep in record.get("dependencies") or ():
+        if isinstance(dep, Mapping) and dep.get("type") == "tracks" and dep.get("depends_on_id"):
+            target = str(dep["depends_on_id"])
+            if target.startswith("external:"):
+                target = target.rsplit(":", 1)[-1]
+            out.append(target)
+    return out
+
+
+def new_id(prefix: str, seed: str, taken) -> str:
+    """A fresh ``<prefix>-<base36>`` id, adaptive length like beads' hash ids."""
+    nonce = 0
+    while True:
+        digest = hashlib.sha256(f"{seed}|{time.time_ns()}|{os.getpid()}|{nonce}".encode()).digest()
+        number = int.from_bytes(digest[:8], "big")
+        suffix = ""
+        while number:
+            number, rem = divmod(number, 36)
+            suffix += _B36[rem]
+        length = 4 + nonce // 10
+        candidate = f"{prefix}-{suffix[:length]}"
+        if candidate not in taken:
+            return candidate
+        nonce += 1
+
+
+def dependency(source: str, target: str, dep_type: str = "blocks", created_at: str | None = None) -> dict:
+    return {"issue_id": source, "depends_on_id": target, "type": dep_type, "created_at": created_at or iso()}

@@ -1,0 +1,247 @@
+"""The typed shapes of sluice's own files: town config, sling contexts, state.
+
+Work items are deliberately *not* modelled here: they are beads records that
+may carry any key, and a 100,000-item rig must load without validating every
+row.  Items stay dicts (see :mod:`sluice.items`); everything sluice itself
+writes is validated by these models on the way in and out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError, UsageError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration: ``500ms``, ``3s``, ``1m30s``, ``0``."""
+    text = str(text).strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 3s, 1m30s)")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest Go-style spelling of a duration (``1m30s``, ``500ms``, ``0s``)."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{round(seconds * 1000):d}ms"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    frac = seconds - whole
+    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    if secs or frac or not out:
+        out += f"{secs + frac:g}s"
+    return out
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _duration_field(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_duration(float(value))
+    parse_duration(value)
+    return str(value).strip()
+
+
+class SchedulerConfig(_Strict):
+    max_polecats: int = Field(-1, ge=-1)
+    batch_size: int = Field(1, ge=1)
+    spawn_delay: str = "0s"
+    max_dispatch_failures: int = Field(3, ge=1)
+    polecat_timeout: str = "0"
+    retry_base: str = "30s"
+    retry_max: str = "10m"
+
+    _check_durations = field_validator("spawn_delay", "polecat_timeout", "retry_base", "retry_max", mode="before")(
+        classmethod(lambda cls, v: _duration_field(v))
+    )
+
+    @property
+    def deferred(self) -> bool:
+        """Deferred mode ⇔ a positive cap; 0 and -1 both mean direct dispatch."""
+        return self.max_polecats > 0
+
+    def seconds(self, key: str) -> float:
+        return parse_duration(getattr(self, key))
+
+
+class RayConfig(_Strict):
+    address: str = "http://127.0.0.1:8265"
+    resources: dict[str, float] = Field(default_factory=dict)
+
+
+class ExecutorConfig(_Strict):
+    kind: Literal["local", "tmux", "ray", "demo"] = "local"
+    command: list[str] = Field(default_factory=list)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+
+class RigConfig(_Strict):
+    repo: str
+    prefix: str
+    items: str | None = None  # an external, read-only beads export
+
+
+class TownConfig(_Strict):
+    version: int = 1
+    rigs: dict[str, RigConfig] = Field(default_factory=dict)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+
+
+def validation_message(err: ValidationError) -> str:
+    """One readable line per pydantic problem: ``scheduler.batch_size: must be >= 1``."""
+    parts = []
+    for problem in err.errors():
+        where = ".".join(str(p) for p in problem["loc"]) or "value"
+        parts.append(f"{where}: {problem['msg']}")
+    return "; ".join(parts)
+
+
+# Settable keys, what they accept, and how to turn the typed text into a value.
+CONFIG_KEYS: dict[str, str] = {
+    "scheduler.max_polecats": "an integer >= -1 (-1 or 0 = direct dispatch, N > 0 = deferred with cap N)",
+    "scheduler.batch_size": "an integer >= 1",
+    "scheduler.spawn_delay": "a duration such as 500ms, 3s, 1m30s",
+    "scheduler.max_dispatch_failures": "an integer >= 1",
+    "scheduler.polecat_timeout": "a duration (0 = no timeout)",
+    "scheduler.retry_base": "a duration",
+    "scheduler.retry_max": "a duration",
+    "executor.kind": "one of local, tmux, ray, demo",
+    "executor.command": 'a JSON array of argv strings, e.g. ["my-agent", "{item_id}"]',
+    "executor.ray.address": "a Ray dashboard address, e.g. http://127.0.0.1:8265",
+    "executor.ray.resources": 'a JSON object of resource amounts, e.g. {"agent_slot": 1}',
+}
+
+
+def parse_config_value(key: str, raw: str) -> Any:
+    """Turn the text a person typed into the value for ``key``, or say why not."""
+    if key not in CONFIG_KEYS:
+        raise UsageError(f"unknown config key {key!r}; known keys: {', '.join(CONFIG_KEYS)}")
+    expect = CONFIG_KEYS[key]
+    try:
+        if key in ("executor.command", "executor.ray.resources"):
+            value = json.loads(raw)
+        elif key.endswith(("max_polecats", "batch_size", "max_dispatch_failures")):
+            value = int(raw.strip())
+        else:
+            value = raw.strip()
+        if key == "executor.command" and not (
+            isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+        ):
+            raise ValueError
+        if key == "executor.ray.resources" and not isinstance(value, dict):
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"invalid value for {key}: {raw!r} (expected {expect})") from None
+    return value
+
+
+def apply_config_value(config: TownConfig, key: str, value: Any) -> TownConfig:
+    """A copy of ``config`` with ``key`` set, validated as a whole."""
+    data = config.model_dump()
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+    try:
+        return TownConfig.model_validate(data)
+    except ValidationError as err:
+        expect = CONFIG_KEYS.get(key, "a valid value")
+        raise UsageError(f"invalid value for {key}: {value!r} (expected {expect})") from err
+
+
+def get_config_value(config: TownConfig, key: str) -> Any:
+    if key not in CONFIG_KEYS:
+        raise UsageError(f"unknown config key {key!r}; known keys: {', '.join(CONFIG_KEYS)}")
+    node: Any = config
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+class SlingContextFields(BaseModel):
+    """The JSON a sling context carries in its description (Gas Town shape).
+
+    Unknown keys are kept so a newer sluice's contexts survive an older one.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    version: int = 1
+    work_bead_id: str
+    target_rig: str
+    formula: str = ""
+    args: str = ""
+    vars: str = ""
+    enqueued_at: str
+    agent: str = ""
+    force: bool = False
+    dispatch_failures: int = Field(0, ge=0)
+    last_failure: str = ""
+    last_failure_at: str = ""
+    launch_started_at: str = ""
+
+    def to_description(self) -> str:
+        data = self.model_dump(exclude_defaults=False)
+        keep = {"version", "work_bead_id", "target_rig", "enqueued_at"}
+        compact = {k: v for k, v in data.items() if k in keep or v not in ("", False, 0, None)}
+        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_description(cls, text: str | None) -> SlingContextFields | None:
+        """The parsed fields, or None when the description is not a valid context."""
+        try:
+            data = json.loads(text or "")
+            if not isinstance(data, dict):
+                return None
+            return cls.model_validate(data)
+        except (ValueError, ValidationError):
+            return None
+
+
+class SchedulerState(BaseModel):
+    """``runtime/scheduler-state.json``: the pause flag and the last dispatch."""
+
+    model_config = ConfigDict(extra="allow")
+
+    paused: bool = False
+    paused_by: str | None = None
+    paused_at: str | None = None
+    last_dispatch_at: str | None = None
+    last_dispatch_count: int = 0
+
+
+def load_model(model: type[BaseModel], path, text: str) -> BaseModel:
+    """Parse ``text`` from ``path`` into ``model`` or raise a ConfigError naming the file."""
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{path}: {validation_message(err)}") from None

@@ -1,0 +1,201 @@
+"""The scoring policy file, ``.sluice/schedule/policy.json`` (metagit's shape).
+
+The file holds the four weights, the merge-pressure settings and per-graph
+weight overrides.  Two metagit failures shape this module:
+
+* metagit accepted ``merge_queue_threshold 0`` on ``policy set`` and then
+  failed on every later command until the file was fixed by hand.  Here the
+  threshold is validated on construction, on assignment, on set (before
+  anything is written) and on load, and a bad file is reported in one line
+  that names it: never a pydantic dump.
+* metagit read the policy outside its lock and wrote it in place, so two
+  concurrent sets could lose one update and a reader could see half a file.
+  Here a set re-reads under the lock and replaces the file atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from filelock import Timeout
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sluice import scoring
+from sluice.errors import ConfigError, SluiceError, UsageError
+from sluice.fsutil import atomic_write_json, file_lock
+
+WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness")
+
+
+class PolicyWeights(BaseModel):
+    """Base weights; with the defaults one priority point outweighs affinity plus cost."""
+
+    model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
+
+    priority: float = 1.0
+    affinity: float = 0.5
+    cost: float = 0.25
+    fairness: float = 0.0
+
+
+class GraphOverride(BaseModel):
+    """Per-graph weights; ``None`` means "use the base weight"."""
+
+    model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
+
+    priority: float | None = None
+    affinity: float | None = None
+    cost: float | None = None
+    fairness: float | None = None
+
+
+class Policy(BaseModel):
+    """The whole policy.  Unknown keys in the file are ignored (as metagit does)."""
+
+    model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
+
+    weights: PolicyWeights = Field(default_factory=PolicyWeights)
+    merge_queue_threshold: int = 3
+    merge_pressure_penalty: float = 2.0
+    skip_on_merge_pressure: bool = False
+    graph_overrides: dict[str, GraphOverride] = Field(default_factory=dict)
+
+    @field_validator("merge_queue_threshold")
+    @classmethod
+    def _threshold_at_least_one(cls, value: int) -> int:
+        # A threshold of 0 would put every rig under pressure, always.
+        if value < 1:
+            raise ValueError(f"merge_queue_threshold must be >= 1 (got {value})")
+        return value
+
+    def weights_for(self, graph_id: str | None) -> scoring.Weights:
+        """The weights scoring should use for items of ``graph_id``."""
+        return scoring.resolve_weights(self, graph_id)
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+
+def load_policy(path: Path) -> Policy:
+    """Read the policy; a missing file means the defaults.
+
+    Anything else that is wrong with the file is a :class:`ConfigError` whose
+    one-line message names the file, so ``sluice`` can print it as is.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Policy()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the policy file ({exc})") from None
+    return _parse_policy(path, text)
+
+
+def _parse_policy(path: Path, text: str) -> Policy:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(document, dict):
+        kind = type(document).__name__ if document is not None else "null"
+        raise ConfigError(f"{path}: invalid schedule policy document (expected a JSON object, got {kind})")
+    try:
+        return Policy.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {describe_validation_error(exc)}") from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """Pydantic's error list as one readable line: ``field: problem (got value)``."""
+    parts = []
+    for error in exc.errors():
+        if error["type"] == "value_error":
+            # Our own validators already wrote a complete sentence.
+            parts.append(str(error["ctx"]["error"]))
+            continue
+        where = ".".join(str(step) for step in error["loc"]) or "policy"
+        got = repr(error["input"])
+        if len(got) > 60:
+            got = got[:57] + "..."
+        parts.append(f"{where}: {error['msg']} (got {got})")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------
+# Writing
+
+
+def _weight_flag(name: str, value: Any) -> float:
+    flag = f"--{name.replace('_', '-')}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{flag} must be a number (got {value!r})")
+    number = float(value)
+    if not math.isfinite(number):
+        raise UsageError(f"{flag} must be a finite number (got {value!r})")
+    return number
+
+
+def set_policy(
+    path: Path,
+    lock_path: Path,
+    *,
+    priority: float | None = None,
+    affinity: float | None = None,
+    cost: float | None = None,
+    fairness: float | None = None,
+    merge_queue_threshold: int | None = None,
+    merge_pressure_penalty: float | None = None,
+    skip_on_merge_pressure: bool | None = None,
+    graph_id: str | None = None,
+) -> Policy:
+    """Change some policy fields and return the policy as saved.
+
+    Weights go to ``graph_overrides[graph_id]`` when a graph is named (only
+    the weights given are set there; the rest stay null), else to the base
+    weights.  Threshold, penalty and skip are always global.  Every argument
+    is checked before the lock is taken, so a refused set writes nothing.
+    The file is rewritten even when nothing changed (as metagit does), which
+    also normalises a hand-edited file.
+    """
+    given = {"priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness}
+    weight_updates = {name: _weight_flag(name, v) for name, v in given.items() if v is not None}
+    if merge_queue_threshold is not None:
+        if isinstance(merge_queue_threshold, bool) or not isinstance(merge_queue_threshold, int):
+            raise UsageError(f"--merge-queue-threshold must be an integer (got {merge_queue_threshold!r})")
+        if merge_queue_threshold < 1:
+            raise UsageError(f"--merge-queue-threshold must be >= 1 (got {merge_queue_threshold})")
+    if merge_pressure_penalty is not None:
+        merge_pressure_penalty = _weight_flag("merge_pressure_penalty", merge_pressure_penalty)
+    if skip_on_merge_pressure is not None and not isinstance(skip_on_merge_pressure, bool):
+        # metagit's bool("false") stored True; only a real boolean is accepted.
+        raise UsageError(f"--skip-on-merge-pressure must be true or false (got {skip_on_merge_pressure!r})")
+    if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
+        raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
+
+    path = Path(path)
+    try:
+        with file_lock(lock_path):
+            document = load_policy(path).model_dump()
+            if weight_updates:
+                if graph_id is not None:
+                    overrides = document["graph_overrides"]
+                    target = overrides.setdefault(graph_id, dict.fromkeys(WEIGHT_NAMES))
+                else:
+                    target = document["weights"]
+                target.update(weight_updates)
+            if merge_queue_threshold is not None:
+                document["merge_queue_threshold"] = merge_queue_threshold
+            if merge_pressure_penalty is not None:
+                document["merge_pressure_penalty"] = merge_pressure_penalty
+            if skip_on_merge_pressure is not None:
+                document["skip_on_merge_pressure"] = skip_on_merge_pressure
+            policy = Policy.model_validate(document)
+            atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
+    except Timeout:
+        raise SluiceError(f"timed out waiting for the policy lock {lock_path}") from None
+    return policy

@@ -1,0 +1,317 @@
+"""One rig's issue store: durable items plus an append-only ephemeral log.
+
+* ``issues.jsonl`` (or an external beads export, read-only) holds work items;
+  writers rewrite it atomically under the rig lock.
+* ``ephemeral.jsonl`` holds sluice's own records (sling contexts).  Every line
+  is the whole current version of one record; the last line for an id wins,
+  so an update is one appended line, written with one ``write()``.
+
+Readers take no lock.  A torn last line (a crash mid-append) is skipped with a
+warning; any other bad line is a :class:`StoreCorrupt` naming file and line,
+and nothing is rewritten.  Reads of the durable file go through the derived
+:class:`~sluice.index.DurableIndex`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from . import fsutil, readiness
+from .errors import InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
+from .index import DurableIndex
+from .items import is_context, normalise, skip_record, to_node
+from .town import Rig, Town
+
+log = logging.getLogger("sluice")
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict, str]]:
+    """(line number, normalised record, raw text) for every record line of ``path``."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return
+    lines = data.split(b"\n")
+    complete = data.endswith(b"\n")
+    last = len(lines) - (1 if complete else 0)  # number of the final line
+    for number, chunk in enumerate(lines[:last], start=1):
+        if not chunk.strip():
+            continue
+        try:
+            text = chunk.decode("utf-8")
+            record = json.loads(text)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            if number == last and not complete:
+                log.warning("%s:%d: ignoring a torn last line (an interrupted write)", path, number)
+                return
+            raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
+        if skip_record(record):
+            continue
+        if not isinstance(record.get("id"), str) or not record["id"]:
+            raise StoreCorrupt(path, number, "record has no string 'id'")
+        yield number, normalise(record), text
+
+
+def _short(err: Exception) -> str:
+    return str(err).split(": line")[0]
+
+
+class RigStore:
+    """Items and sling contexts of one rig."""
+
+    def __init__(self, town: Town, rig: Rig):
+        self.town = town
+        self.rig = rig
+        own = town.rig_dir(rig.name)
+        self.durable_path = rig.items if rig.items is not None else own / "issues.jsonl"
+        self.ephemeral_path = own / "ephemeral.jsonl"
+        self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
+        self.index = DurableIndex(town.runtime / "index" / f"{rig.name}.sqlite", self.durable_path, self._load)
+        self._ephemeral: dict[str, dict] | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.rig.read_only
+
+    def _load(self):
+        for _number, record, raw in read_jsonl(self.durable_path):
+            yield record, raw
+
+    def refresh(self) -> None:
+        """Forget cached reads, so the next read sees other writers' changes."""
+        self.index.close()
+        self._ephemeral = None
+
+    # -- reading -------------------------------------------------------------
+    def ephemeral(self) -> dict[str, dict]:
+        if self._ephemeral is None:
+            current: dict[str, dict] = {}
+            for _number, record, _raw in read_jsonl(self.ephemeral_path):
+                current[record["id"]] = record
+            self._ephemeral = current
+        return self._ephemeral
+
+    def get(self, item_id: str) -> dict | None:
+        record = self.ephemeral().get(item_id)
+        if record is not None:
+            return record
+        raw = self.index.get_raw(item_id)
+        return normalise(json.loads(raw)) if raw is not None else None
+
+    def require(self, item_id: str) -> dict:
+        record = self.get(item_id)
+        if record is None:
+            raise UnknownItem(f"no item {item_id!r} in rig {self.rig.name!r}")
+        return record
+
+    def durable(self, where: str = "", params=()) -> list[dict]:
+        return [normalise(json.loads(raw)) for _id, raw in self.index.rows(where, params)]
+
+    def contexts(self) -> list[dict]:
+        """Every sling context of this rig, open or closed, in creation order."""
+        return [r for r in self.ephemeral().values() if is_context(r)]
+
+    def _interplay(self) -> bool:
+        """True when ephemeral records could change durable rows' blocked state."""
+        eph = self.ephemeral()
+        if not eph:
+            return False
+        if self.index.outside_targets() & eph.keys():
+            return True
+        for record in eph.values():
+            for dep in record.get("dependencies") or ():
+                if dep.get("type") in ("parent-child", "waits-for") and not is_context(record):
+                    return True
+        return False
+
+    def ready_raw(self, now_ts: float, limit: int = 0) -> list[tuple]:
+        """(priority, created_ts, id, raw) of ready items in beads order."""
+        if not self._interplay():
+            return self.index.ready_rows(now_ts, limit)
+        nodes = self._all_nodes()
+        ready = readiness.ready_nodes(nodes, now_ts, limit=limit)
+        return [(n.priority, n.created_ts, n.id, self._raw(n.id)) for n in ready]
+
+    def blocked(self) -> list[tuple[dict, list[str]]]:
+        """Blocked rows (ephemeral ones included) with what blocks each (K1–K5)."""
+        eph = self.ephemeral()
+        if self._interplay():
+            nodes = self._all_nodes()
+            return [(self.get(n.id), causes) for n, causes in readiness.blocked_nodes(nodes)]
+        durable_ids = [row_id for row_id, _raw in self.index.blocked_rows()]
+        nodes = self.index.nodes() if durable_ids else {}
+        rows = []
+        for row_id in durable_ids:
+            node = nodes[row_id]
+            causes = readiness.blocked_by(node, nodes)
+            if causes:
+                rows.append((node, causes))
+        if eph:
+            rows.extend(self._ephemeral_blocked(eph))
+        rows.sort(key=lambda row: readiness.ready_order(row[0]))
+        return [(self.get(node.id), causes) for node, causes in rows]
+
+    def _ephemeral_blocked(self, eph: dict[str, dict]) -> list[tuple]:
+        nodes = {rid: to_node(r) for rid, r in eph.items() if r.get("status") != "tombstone"}
+        targets = {t for n in nodes.values() for _t, t, _g in n.deps if t not in nodes}
+        for tid, status in self.index.statuses(targets).items():
+            nodes[tid] = readiness.Node(tid, status=status)
+        eph_nodes = {rid: n for rid, n in nodes.items() if rid in eph}
+        return [(n, c) for n, c in readiness.blocked_nodes(nodes) if n.id in eph_nodes]
+
+    def _all_nodes(self) -> dict[str, readiness.Node]:
+        nodes = self.index.nodes()
+        for rid, record in self.ephemeral().items():
+            if record.get("status") != "tombstone":
+                nodes[rid] = to_node(record)
+        return nodes
+
+    def _raw(self, item_id: str) -> str:
+        record = self.ephemeral().get(item_id)
+        if record is not None:
+            return json.dumps(record, ensure_ascii=False)
+        return self.index.get_raw(item_id) or "{}"
+
+    def statuses(self, ids) -> dict[str, str]:
+        ids = set(ids)
+        out = self.index.statuses(ids)
+        for rid in ids & self.ephemeral().keys():
+            out[rid] = self.ephemeral()[rid].get("status", "open")
+        return out
+
+    def all_ids(self) -> set[str]:
+        return self.index.ids() | self.ephemeral().keys()
+
+    # -- writing durable items --------------------------------------------------
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyStore(
+                f"rig {self.rig.name!r} reads its items from {self.durable_path}, a read-only beads export;"
+                " change items with beads there, or `sluice item import` them into a rig of its own"
+            )
+
+    def mutate_durable(self, change: Callable[[list[dict]], object]):
+        """Run ``change(records)`` on the current durable records and rewrite them atomically."""
+        self._writable()
+        with fsutil.file_lock(self.lock_path):
+            records = [record for _n, record, _raw in read_jsonl(self.durable_path)]
+            result = change(records)
+            body = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+            fsutil.atomic_write_bytes(self.durable_path, body.encode("utf-8"))
+        self.refresh()
+        return result
+
+    # -- writing ephemeral records ---------------------------------------------
+    def put_ephemeral(self, record: dict) -> dict:
+        """Append ``record`` as the new whole version of its id (caller may hold the lock)."""
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        with fsutil.file_lock(self.lock_path):
+            self._mend_torn_tail()
+            fsutil.append_line(self.ephemeral_path, line)
+        self._ephemeral = None
+        return record
+
+    def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
+        """Apply ``change`` to the latest version under the lock; None from it means no write."""
+        with fsutil.file_lock(self.lock_path):
+            self._ephemeral = None
+            current = self.ephemeral().get(record_id)
+            if current is None:
+                raise UnknownItem(f"no record {record_id!r} in rig {self.rig.name!r}")
+            updated = change(dict(current))
+            if updated is None:
+                return current
+            self._mend_torn_tail()
+            fsutil.append_line(self.ephemeral_path, json.dumps(updated, ensure_ascii=False, separators=(",", ":")))
+            self._ephemeral = None
+            return updated
+
+    def _mend_torn_tail(self) -> None:
+        """Before appending: drop a torn final fragment so it cannot fuse with the new line."""
+        path = self.ephemeral_path
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        if not data or data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        try:
+            json.loads(tail)
+            with open(path, "ab") as fh:  # a complete record missing its newline
+                fh.write(b"\n")
+        except ValueError:
+            log.warning("%s: dropping a torn last line before appending", path)
+            with open(path, "r+b") as fh:
+                fh.truncate(cut)
+
+    def compact_ephemeral(self) -> int:
+        """Rewrite the log keeping one line per record; returns lines removed."""
+        with fsutil.file_lock(self.lock_path):
+            lines = list(read_jsonl(self.ephemeral_path))
+            latest: dict[str, dict] = {}
+            for _n, record, _raw in lines:
+                latest.pop(record["id"], None)
+                latest[record["id"]] = record
+            body = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in latest.values())
+            fsutil.atomic_write_bytes(self.ephemeral_path, body.encode("utf-8"))
+        self._ephemeral = None
+        return len(lines) - len(latest)
+
+
+class Stores:
+    """Every rig's store in a town, opened lazily and routed by id prefix."""
+
+    def __init__(self, town: Town):
+        self.town = town
+        self._open: dict[str, RigStore] = {}
+
+    def rig(self, name: str) -> RigStore:
+        if name not in self._open:
+            self._open[name] = RigStore(self.town, self.town.rig(name))
+        return self._open[name]
+
+    def all(self) -> list[RigStore]:
+        return [self.rig(r.name) for r in self.town.rigs()]
+
+    def for_id(self, item_id: str) -> RigStore:
+        """The store an id routes to, falling back to a search of every rig."""
+        rig = self.town.rig_for_id(item_id)
+        if rig is not None:
+            store = self.rig(rig.name)
+            if store.get(item_id) is not None:
+                return store
+        for store in self.all():
+            if store.get(item_id) is not None:
+                return store
+        raise UnknownItem(f"no item {item_id!r} in any rig of this town")
+
+    def find(self, item_id: str) -> tuple[RigStore, dict]:
+        store = self.for_id(item_id)
+        return store, store.require(item_id)
+
+    def refresh(self) -> None:
+        for store in self._open.values():
+            store.refresh()
+
+
+def ensure_no_cycle(records_by_id: dict[str, dict], source: str, target: str) -> None:
+    """Refuse a blocking edge source→target that would close a cycle."""
+    seen, stack = set(), [target]
+    while stack:
+        current = stack.pop()
+        if current == source:
+            raise InvalidOperation(f"{source} → {target} would create a dependency cycle")
+        if current in seen:
+            continue
+        seen.add(current)
+        for dep in (records_by_id.get(current) or {}).get("dependencies") or ():
+            if dep.get("type") in ("blocks", "conditional-blocks", "parent-child", "waits-for"):
+                stack.append(dep.get("depends_on_id"))

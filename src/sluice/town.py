@@ -1,0 +1,190 @@
+"""The town: where its files live, its config, its rigs and id routing.
+
+A town is any directory holding ``.sluice/config.json``.  Everything else
+sluice keeps is found from here, so a :class:`Town` is the one object the
+library's entry points take.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from . import fsutil
+from .errors import ConfigError, InvalidOperation, TownNotFound, UnknownItem, UnknownRig, UsageError
+from .models import TownConfig, load_model
+
+CONFIG_NAME = "config.json"
+
+
+@dataclass(frozen=True)
+class Rig:
+    name: str
+    repo: Path
+    prefix: str
+    items: Path | None  # external read-only export, or None for the rig's own store
+
+    @property
+    def read_only(self) -> bool:
+        return self.items is not None
+
+
+class Town:
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self.dir = self.root / ".sluice"
+
+    # -- paths -------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.dir / CONFIG_NAME
+
+    @property
+    def runtime(self) -> Path:
+        return self.dir / "runtime"
+
+    @property
+    def workers_dir(self) -> Path:
+        return self.runtime / "workers"
+
+    @property
+    def state_path(self) -> Path:
+        return self.runtime / "scheduler-state.json"
+
+    @property
+    def events_path(self) -> Path:
+        return self.dir / "events" / "scheduler.jsonl"
+
+    @property
+    def schedule_dir(self) -> Path:
+        return self.dir / "schedule"
+
+    @property
+    def policy_path(self) -> Path:
+        return self.schedule_dir / "policy.json"
+
+    @property
+    def decisions_path(self) -> Path:
+        return self.schedule_dir / "decisions.jsonl"
+
+    def lock_path(self, name: str) -> Path:
+        return self.runtime / f"{name}.lock"
+
+    def rig_dir(self, rig: str) -> Path:
+        return self.dir / "rigs" / rig
+
+    # -- config --------------------------------------------------------------
+    @cached_property
+    def config(self) -> TownConfig:
+        return self.load_config()
+
+    def load_config(self) -> TownConfig:
+        try:
+            text = self.config_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"{self.config_path}: missing (run `sluice init`)") from None
+        except OSError as err:
+            raise ConfigError(f"{self.config_path}: cannot read ({err.strerror})") from None
+        return load_model(TownConfig, self.config_path, text)  # type: ignore[return-value]
+
+    def save_config(self, config: TownConfig) -> None:
+        fsutil.atomic_write_json(self.config_path, config.model_dump(mode="json"))
+        self.__dict__["config"] = config
+
+    def update_config(self, change) -> TownConfig:
+        """Re-read, apply ``change(config) -> config`` and save, under the config lock."""
+        with fsutil.file_lock(self.lock_path("config")):
+            config = change(self.load_config())
+            self.save_config(config)
+            return config
+
+    # -- rigs ----------------------------------------------------------------
+    def rigs(self) -> list[Rig]:
+        return [self._rig(name, rc) for name, rc in sorted(self.config.rigs.items())]
+
+    def rig(self, name: str) -> Rig:
+        rc = self.config.rigs.get(name)
+        if rc is None:
+            known = ", ".join(sorted(self.config.rigs)) or "none registered"
+            raise UnknownRig(f"unknown rig {name!r} (known: {known})")
+        return self._rig(name, rc)
+
+    def _rig(self, name, rc) -> Rig:
+        return Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=Path(rc.items) if rc.items else None)
+
+    def rig_for_id(self, item_id: str) -> Rig | None:
+        """The rig an id's prefix routes to (longest matching prefix wins)."""
+        best = None
+        for rig in self.rigs():
+            if item_id.startswith(rig.prefix + "-") and (best is None or len(rig.prefix) > len(best.prefix)):
+                best = rig
+        return best
+
+    def require_rig_for_id(self, item_id: str) -> Rig:
+        rig = self.rig_for_id(item_id)
+        if rig is None:
+            raise UnknownItem(f"item {item_id!r}: its prefix routes to no rig in this town")
+        return rig
+
+
+def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Town:
+    """The town from ``--town``, else ``SLUICE_TOWN``, else the nearest parent of the cwd."""
+    given = explicit or os.environ.get("SLUICE_TOWN")
+    if given:
+        town = Town(Path(given).expanduser())
+        if not town.config_path.is_file():
+            raise TownNotFound(f"{town.root} is not a sluice town (no .sluice/{CONFIG_NAME}; run `sluice init`)")
+        return town
+    here = (cwd or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".sluice" / CONFIG_NAME).is_file():
+            return Town(candidate)
+    raise TownNotFound(
+        f"no sluice town found from {here} (run `sluice init`, pass --town, or set SLUICE_TOWN)"
+    )
+
+
+def init_town(path: Path) -> Town:
+    """Create a town at ``path``; an existing town is left as it is."""
+    town = Town(Path(path))
+    if town.config_path.exists():
+        town.load_config()  # a corrupt config is an error, not something to overwrite
+        return town
+    town.root.mkdir(parents=True, exist_ok=True)
+    for sub in ("rigs", "runtime/workers", "schedule", "events"):
+        (town.dir / sub).mkdir(parents=True, exist_ok=True)
+    fsutil.atomic_write_json(town.config_path, TownConfig().model_dump(mode="json"))
+    return town
+
+
+def validate_rig_name(name: str) -> None:
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise UsageError(f"invalid rig name {name!r} (letters, digits, '-', '_' and '.')")
+
+
+def validate_prefix(prefix: str) -> None:
+    if not prefix or not all(c.isalnum() or c in "_." for c in prefix.replace("-", "")) or prefix.endswith("-"):
+        raise UsageError(f"invalid prefix {prefix!r}: ids look like <prefix>-<base36>")
+
+
+def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None) -> Rig:
+    from .models import RigConfig
+
+    validate_rig_name(name)
+    validate_prefix(prefix)
+
+    def change(config: TownConfig) -> TownConfig:
+        if name in config.rigs:
+            raise InvalidOperation(f"rig {name!r} is already registered")
+        for other, rc in config.rigs.items():
+            if rc.prefix == prefix:
+                raise InvalidOperation(f"prefix {prefix!r} already routes to rig {other!r}")
+        rigs = dict(config.rigs)
+        rigs[name] = RigConfig(repo=str(repo), prefix=prefix, items=str(items) if items else None)
+        return config.model_copy(update={"rigs": rigs})
+
+    town.update_config(change)
+    town.rig_dir(name).mkdir(parents=True, exist_ok=True)
+    return town.rig(name)

@@ -1,0 +1,294 @@
+"""The small item tracker: what `sluice item …` and `sluice rig …` do.
+
+Scheduling never writes an item; only these functions do, and only in rigs
+that keep their own store.  Rigs whose items come from a beads export are
+read here and refused for writes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import gitview
+from .errors import InvalidOperation, UnknownItem, UsageError
+from .items import STATUSES, dependency, iso, labels_of, new_id
+from .readiness import id_prefix
+from .store import RigStore, Stores, ensure_no_cycle, read_jsonl
+from .town import Rig, Town, register_rig
+
+DEP_TYPES_KNOWN = (
+    "blocks", "conditional-blocks", "waits-for", "parent-child", "related", "discovered-from",
+    "tracks", "relates-to", "replies-to", "duplicates", "supersedes",
+)  # fmt: skip
+
+
+def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items: Path | None = None) -> Rig:
+    """Register a git repository; its beads export (if any) becomes its read-only item source."""
+    repo = Path(repo).expanduser().resolve()
+    gitview.open_repo(repo)  # not a repository ⇒ NotARepository, nothing registered
+    if items is None and (repo / ".beads" / "issues.jsonl").is_file():
+        items = repo / ".beads" / "issues.jsonl"
+    if items is not None:
+        items = Path(items).expanduser().resolve()
+        if not items.is_file():
+            raise UsageError(f"--items {items}: no such file")
+        for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
+            pass
+    return register_rig(town, name, repo, prefix or name, items)
+
+
+def rig_rows(town: Town) -> list[dict]:
+    rows = []
+    for rig in town.rigs():
+        rows.append(
+            {
+                "name": rig.name,
+                "prefix": rig.prefix,
+                "repo": str(rig.repo),
+                "items": str(rig.items) if rig.items else str(town.rig_dir(rig.name) / "issues.jsonl"),
+                "read_only": rig.read_only,
+            }
+        )
+    return rows
+
+
+@dataclass
+class NewItem:
+    title: str
+    priority: int = 2
+    issue_type: str = "task"
+    labels: tuple[str, ...] = ()
+    deps: tuple[str, ...] = ()  # "ID" (blocks) or "TYPE:ID"
+    parent: str | None = None
+    description: str = ""
+    tokens: int | None = None
+    assignee: str = ""
+
+
+def _parse_dep(spec: str) -> tuple[str, str]:
+    if ":" in spec and not spec.startswith("external:"):
+        dep_type, target = spec.split(":", 1)
+        if not dep_type or not target:
+            raise UsageError(f"--dep {spec!r}: expected ID or TYPE:ID")
+        return dep_type, target
+    return "blocks", spec
+
+
+def validate_title(title: str) -> str:
+    if not title or not title.strip():
+        raise UsageError("an item needs a non-empty --title")
+    if len(title) > 500:
+        raise UsageError(f"title is {len(title)} characters; beads allows at most 500")
+    return title
+
+
+def validate_priority(priority: int) -> int:
+    if not 0 <= priority <= 4:
+        raise UsageError(f"priority must be 0–4 (0 is most urgent), got {priority}")
+    return priority
+
+
+def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
+    stores = Stores(town)
+    store = stores.rig(rig_name)
+    validate_title(spec.title)
+    validate_priority(spec.priority)
+    if spec.tokens is not None and spec.tokens < 0:
+        raise UsageError("--tokens must be >= 0")
+    edges = [_parse_dep(d) for d in spec.deps]
+    if spec.parent:
+        edges.append(("parent-child", spec.parent))
+    for _dep_type, target in edges:
+        if not target.startswith("external:") and id_prefix(target) == id_prefix(store.rig.prefix + "-x"):
+            if store.get(target) is None:
+                raise UnknownItem(f"dependency target {target!r} does not exist in rig {rig_name!r}")
+
+    def change(records: list[dict]) -> dict:
+        taken = {r["id"] for r in records}
+        stamp = iso()
+        item_id = new_id(store.rig.prefix, spec.title, taken)
+        record: dict = {
+            "id": item_id,
+            "title": spec.title,
+            "status": "open",
+            "priority": spec.priority,
+            "issue_type": spec.issue_type or "task",
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+        if spec.description:
+            record["description"] = spec.description
+        if spec.assignee:
+            record["assignee"] = spec.assignee
+        if spec.labels:
+            record["labels"] = list(dict.fromkeys(spec.labels))
+        if spec.tokens is not None:
+            record["metadata"] = {"estimated_tokens": spec.tokens}
+        if edges:
+            by_id = {r["id"]: r for r in records}
+            by_id[item_id] = record
+            record["dependencies"] = []
+            for dep_type, target in edges:
+                record["dependencies"].append(dependency(item_id, target, dep_type, stamp))
+        records.append(record)
+        return record
+
+    return store.mutate_durable(change)
+
+
+def show_item(town: Town, item_id: str) -> dict:
+    return Stores(town).find(item_id)[1]
+
+
+def list_items(town: Town, rig: str | None, status: str | None, labels: tuple[str, ...] = ()) -> list[dict]:
+    stores = Stores(town)
+    chosen = [stores.rig(rig)] if rig else stores.all()
+    if status is not None and status not in STATUSES:
+        raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
+    out = []
+    for store in chosen:
+        where, params = ("status = ?", [status]) if status else ("", [])
+        for record in store.durable(where, params):
+            if all(label in labels_of(record) for label in labels):
+                out.append(record)
+    return out
+
+
+def ready(town: Town, rig: str | None = None, limit: int = 100, now: float | None = None) -> list[str]:
+    """Raw JSON of ready items over one or all rigs, in beads order (limit 0 = all)."""
+    if limit < 0:
+        raise UsageError("--limit must be >= 0 (0 = all)")
+    stores = Stores(town)
+    chosen = [stores.rig(rig)] if rig else stores.all()
+    now = time.time() if now is None else now
+    rows = []
+    for store in chosen:
+        rows.extend(store.ready_raw(now, limit))
+    if len(chosen) > 1:
+        rows.sort(key=lambda r: (r[0], -r[1], r[2]))
+    if limit:
+        rows = rows[:limit]
+    return [row[3] for row in rows]
+
+
+def blocked(town: Town, rig: str | None = None) -> list[dict]:
+    stores = Stores(town)
+    chosen = [stores.rig(rig)] if rig else stores.all()
+    rows = []
+    for store in chosen:
+        for record, causes in store.blocked():
+            rows.append({**record, "blocked_by_count": len(causes), "blocked_by": causes})
+    return rows
+
+
+def _update_record(town: Town, item_id: str, apply) -> dict:
+    stores = Stores(town)
+    store = stores.for_id(item_id)
+    if item_id in store.ephemeral():
+        raise InvalidOperation(f"{item_id} is a sluice record, not a work item; it cannot be edited here")
+
+    def change(records: list[dict]) -> dict:
+        for record in records:
+            if record["id"] == item_id:
+                apply(record, records)
+                record["updated_at"] = iso()
+                return record
+        raise UnknownItem(f"no item {item_id!r} in rig {store.rig.name!r}")
+
+    return store.mutate_durable(change)
+
+
+def update_item(
+    town: Town,
+    item_id: str,
+    status: str | None = None,
+    priority: int | None = None,
+    assignee: str | None = None,
+    add_labels: tuple[str, ...] = (),
+) -> dict:
+    if status is not None and status not in STATUSES:
+        raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
+    if priority is not None:
+        validate_priority(priority)
+
+    def apply(record: dict, _records) -> None:
+        if status is not None:
+            if status == "closed" and record.get("status") != "closed":
+                record["closed_at"] = iso()
+            elif status != "closed":
+                record.pop("closed_at", None)
+                record.pop("close_reason", None)
+            record["status"] = status
+        if priority is not None:
+            record["priority"] = priority
+        if assignee is not None:
+            record["assignee"] = assignee
+        if add_labels:
+            record["labels"] = list(dict.fromkeys([*labels_of(record), *add_labels]))
+
+    return _update_record(town, item_id, apply)
+
+
+def close_item(town: Town, item_id: str, reason: str = "Closed") -> dict:
+    def apply(record: dict, _records) -> None:
+        if record.get("status") == "closed":
+            return
+        record["status"] = "closed"
+        record["closed_at"] = iso()
+        record["close_reason"] = reason
+
+    return _update_record(town, item_id, apply)
+
+
+def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks") -> dict:
+    if source == target:
+        raise InvalidOperation(f"{source} cannot depend on itself")
+    if not dep_type or len(dep_type) > 50:
+        raise UsageError("dependency type must be 1–50 characters")
+
+    def apply(record: dict, records: list[dict]) -> None:
+        by_id = {r["id"]: r for r in records}
+        local = not target.startswith("external:") and id_prefix(target) == id_prefix(source)
+        if local and target not in by_id:
+            raise UnknownItem(f"dependency target {target!r} does not exist")
+        deps = record.setdefault("dependencies", [])
+        for dep in deps:
+            if dep.get("depends_on_id") == target:
+                if dep.get("type") != dep_type:
+                    raise InvalidOperation(
+                        f"{source} already depends on {target} with type {dep.get('type')!r}"
+                    )
+                return
+        if dep_type in ("blocks", "conditional-blocks", "parent-child", "waits-for") and local:
+            ensure_no_cycle(by_id, source, target)
+        deps.append(dependency(source, target, dep_type))
+
+    return _update_record(town, source, apply)
+
+
+def import_items(town: Town, rig_name: str, path: Path) -> dict:
+    """Copy a beads export into a rig's own store (upsert by id; tombstones dropped)."""
+    store: RigStore = Stores(town).rig(rig_name)
+    incoming, tombstones = [], 0
+    for _n, record, _raw in read_jsonl(Path(path)):
+        if record.get("status") == "tombstone":
+            tombstones += 1
+            continue
+        incoming.append(record)
+
+    def change(records: list[dict]) -> dict:
+        position = {r["id"]: i for i, r in enumerate(records)}
+        added = updated = 0
+        for record in incoming:
+            if record["id"] in position:
+                records[position[record["id"]]] = record
+                updated += 1
+            else:
+                position[record["id"]] = len(records)
+                records.append(record)
+                added += 1
+        return {"rig": rig_name, "added": added, "updated": updated, "skipped_tombstones": tombstones}
+
+    return store.mutate_durable(change)
