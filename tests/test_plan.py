@@ -126,9 +126,7 @@ def test_plan_properties(capacity, batch, ready):
 # Circuit breaker
 
 
-@pytest.mark.parametrize(
-    ("failures", "broken"), [(0, False), (1, False), (2, False), (3, True), (5, True)]
-)
+@pytest.mark.parametrize(("failures", "broken"), [(0, False), (1, False), (2, False), (3, True), (5, True)])
 def test_circuit_breaker_threshold_three(failures, broken):
     assert is_circuit_broken(failures, 3) is broken
 

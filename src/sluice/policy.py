@@ -100,7 +100,8 @@ def _parse_policy(path: Path, text: str) -> Policy:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise ConfigError(f"{path}: invalid JSON ({where}: {exc.msg})") from None
     if not isinstance(document, dict):
         kind = type(document).__name__ if document is not None else "null"
         raise ConfigError(f"{path}: invalid schedule policy document (expected a JSON object, got {kind})")
