@@ -24,16 +24,17 @@ app = typer.Typer(
 @app.callback()
 def _root(
     town: Annotated[
-        str | None, typer.Option("--town", help="Town directory (default: SLUICE_TOWN, then the cwd upwards).")
+        str | None,
+        typer.Option("--town", help="Town directory (default: SLUICE_TOWN, then the cwd upwards)."),
     ] = None,
 ) -> None:
     common.set_town_arg(town)
 
 
 def _register() -> None:
-    from . import items_cmd, schedule_cmd, scheduler_cmd, surfaces_cmd, town_cmd
+    from . import demo_cmd, items_cmd, polecat_cmd, schedule_cmd, scheduler_cmd, surfaces_cmd, town_cmd
 
-    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, surfaces_cmd):
+    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, polecat_cmd, surfaces_cmd, demo_cmd):
         module.register(app)
 
 
@@ -68,5 +69,6 @@ def main() -> None:
     except Exception as err:  # a bug: say so plainly, keep the traceback for SLUICE_DEBUG
         if os.environ.get("SLUICE_DEBUG"):
             raise
-        sys.stderr.write(f"error: internal error: {type(err).__name__}: {err} (set SLUICE_DEBUG=1 for details)\n")
+        detail = f"{type(err).__name__}: {err}"
+        sys.stderr.write(f"error: internal error: {detail} (set SLUICE_DEBUG=1 for details)\n")
         sys.exit(1)

@@ -23,6 +23,10 @@ def set_town_arg(path: str | None) -> None:
     _town_arg["path"] = path
 
 
+def town_arg() -> str | None:
+    return _town_arg["path"]
+
+
 def town():
     """The town from --town, SLUICE_TOWN or the cwd (raises TownNotFound)."""
     from ..town import find_town

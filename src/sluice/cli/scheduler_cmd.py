@@ -1,9 +1,217 @@
-"""Commands registered by this module (filled in as features land)."""
+"""`sluice sling`, `sluice scheduler …`, `sluice daemon`: the dispatcher's commands."""
 
 from __future__ import annotations
 
+import sys
+from typing import Annotated
+
 import typer
+
+from .common import JsonOption, emit, say, town
+
+scheduler_app = typer.Typer(help="Deferred dispatch: queue status, dispatch cycles, pause, clear.",
+                            no_args_is_help=True)
+
+
+def sling(
+    targets: Annotated[list[str], typer.Argument(help="ITEM... [RIG]: items, epics, convoys; rig last.")],
+    formula: Annotated[str, typer.Option(help="Formula the polecat should apply.")] = "",
+    args: Annotated[str, typer.Option("--args", help="Instructions passed to the polecat.")] = "",
+    var: Annotated[list[str] | None, typer.Option("--var", help="KEY=VALUE (repeatable).")] = None,
+    agent: Annotated[str, typer.Option(help="Agent to run as the polecat.")] = "",
+    force: Annotated[bool, typer.Option("--force", help="Override the cross-rig and status guards.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would happen.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Queue items for dispatch (deferred mode) or launch them now (direct mode)."""
+    from ..sling import SlingOptions
+    from ..sling import sling as do_sling
+
+    options = SlingOptions(formula=formula, args=args, vars=tuple(var or ()), agent=agent, force=force,
+                           dry_run=dry_run)
+    result = do_sling(town(), targets, options)
+    if not as_json:
+        for row in result.errors:
+            say(f"error: {row['error']}")
+    emit(result.to_json(), as_json, _sling_text)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _sling_text(data: dict) -> str:
+    verb = "Would schedule" if data["dry_run"] else "Scheduled"
+    lines = []
+    for row in data["scheduled"]:
+        where = f" (context {row['context_id']})" if row["context_id"] else ""
+        lines.append(f"{verb} {row['item_id']} → {row['rig']}{where}")
+    for row in data["already"]:
+        how = f"context {row['context_id']}" if row.get("context_id") else f"polecat {row.get('polecat_id')}"
+        lines.append(f"Already scheduled {row['item_id']} ({how}), nothing to do")
+    for row in data["dispatched"]:
+        if row["polecat_id"]:
+            lines.append(f"Dispatched {row['item_id']} → {row['rig']} (polecat {row['polecat_id']})")
+        else:
+            lines.append(f"Would dispatch {row['item_id']} → {row['rig']}")
+    for row in data["skipped"]:
+        lines.append(f"Skipped {row['item_id']}: {row['reason']}")
+    done = len(data["scheduled"]) + len(data["dispatched"])
+    if done + len(data["already"]) > 1 or data["errors"]:
+        verb = "would be handled" if data["dry_run"] else "handled"
+        lines.append(f"{done + len(data['already'])} item(s) {verb}, {len(data['errors'])} error(s)"
+                     f" ({data['mode']} mode)")
+    return "\n".join(lines)
+
+
+@scheduler_app.command("status")
+def status(as_json: JsonOption = False) -> None:
+    """Pause state, queue size, active polecats and capacity."""
+    from ..control import status as queue_status
+
+    emit(queue_status(town()), as_json, _status_text)
+
+
+def _status_text(data: dict) -> str:
+    state = f"PAUSED (by {data['paused_by'] or 'unknown'})" if data["paused"] else "active"
+    if data["mode"] == "deferred":
+        mode = f"deferred (scheduler.max_polecats={data['max_polecats']}; set it to -1 for direct dispatch)"
+    else:
+        mode = f"direct (scheduler.max_polecats={data['max_polecats']}): sling launches at once"
+    active = data["active_polecats"]
+    lines = [
+        "Scheduler status",
+        "",
+        f"  State:      {state}",
+        f"  Dispatch:   {mode}",
+        f"  Queued:     {data['queued_total']} total, {data['queued_ready']} ready",
+        f"  Polecats:   {'unknown' if active is None else active} active, {data['capacity']} free"
+        + (f" of {data['max_polecats']}" if data["mode"] == "deferred" else ""),
+    ]
+    if data.get("executor_error"):
+        lines.append(f"  Executor:   {data['executor_error']}")
+    if data["last_dispatch_at"]:
+        lines.append(f"  Last dispatch: {data['last_dispatch_at']} ({data['last_dispatch_count']} item(s))")
+    if data["stale"]:
+        lines.append(f"  Stale:      {data['stale']} context(s) the next cycle will close")
+    if data["items"]:
+        lines += ["", _list_text(data["items"])]
+    return "\n".join(lines)
+
+
+@scheduler_app.command("list")
+def list_(as_json: JsonOption = False) -> None:
+    """Queued items in dispatch order (ready first, then blocked)."""
+    from ..control import list_queue
+
+    emit(list_queue(town()), as_json, _list_text)
+
+
+def _list_text(rows: list[dict]) -> str:
+    if not rows:
+        return "Nothing scheduled.\n(Deferred dispatch is on when scheduler.max_polecats > 0.)"
+    lines = [f"Scheduled work ({len(rows)} item(s))", ""]
+    for row in rows:
+        mark = "blocked" if row["blocked"] else "ready  "
+        fails = f"  [{row['dispatch_failures']} failed]" if row["dispatch_failures"] else ""
+        lines.append(f"  {mark} {row['id']:<16} → {row['target_rig']:<12} {row['title']}{fails}")
+    return "\n".join(lines)
+
+
+@scheduler_app.command("run")
+def run(
+    batch: Annotated[int | None, typer.Option(help="At most N launches (default: batch_size).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Preview; change nothing.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Run one dispatch cycle now."""
+    from ..dispatch import run_cycle
+
+    report = run_cycle(town(), batch=batch, dry_run=dry_run)
+    if not as_json:
+        for message in report.messages:
+            say(message)
+    emit(report.to_json(), as_json, _run_text)
+
+
+def _run_text(data: dict) -> str | None:
+    if data["reason"] in ("busy", "direct") or (data["paused"] and not data["dry_run"]):
+        return None  # the messages said it
+    if data["dry_run"]:
+        if data["reason"] == "none":
+            return "No ready items scheduled for dispatch"
+        cap = f"{data['capacity']} free"
+        if not data["planned"]:
+            return f"No capacity: {cap}, {data['ready']} ready item(s) waiting"
+        lines = [f"Would dispatch {len(data['planned'])} item(s) (capacity: {cap}, batch: {data['batch']},"
+                 f" ready: {data['ready']}, reason: {data['reason']})"]
+        lines += [f"  Would dispatch: {p['item_id']} → {p['rig']}" for p in data["planned"]]
+        return "\n".join(lines)
+    lines = [f"  Dispatched {row['item_id']} → {row['rig']} (polecat {row['polecat_id']})"
+             for row in data["launched"]]
+    lines += [f"  Failed {row['item_id']}: {row['error']}" for row in data["failures"]]
+    if data["dispatched"] or data["failed"]:
+        lines.append(f"Dispatched {data['dispatched']}, failed {data['failed']} (reason: {data['reason']})")
+    elif data["skipped"]:
+        lines.append(f"Skipped {data['skipped']} item(s): no capacity (capacity {data['capacity']})")
+    else:
+        lines.append("Nothing to dispatch")
+    return "\n".join(lines)
+
+
+@scheduler_app.command("pause")
+def pause(as_json: JsonOption = False) -> None:
+    """Stop dispatch cycles from launching (slinging still queues)."""
+    from ..control import pause as do_pause
+
+    emit(do_pause(town()), as_json, lambda d: "Scheduler paused" if d["changed"]
+         else f"Scheduler is already paused (by {d['paused_by'] or 'unknown'})")
+
+
+@scheduler_app.command("resume")
+def resume(as_json: JsonOption = False) -> None:
+    """Let dispatch cycles launch again."""
+    from ..control import resume as do_resume
+
+    emit(do_resume(town()), as_json,
+         lambda d: "Scheduler resumed" if d["changed"] else "Scheduler is not paused")
+
+
+@scheduler_app.command("clear")
+def clear(
+    item: Annotated[str | None, typer.Option("--item", help="Only this item's contexts (every rig).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Close queued sling contexts (all, or one item's); work items are not touched."""
+    from ..control import clear as do_clear
+
+    emit(do_clear(town(), item), as_json, _clear_text)
+
+
+def _clear_text(data: dict) -> str:
+    lines = [f"warning: could not close {row['context_id']}: {row['error']}" for row in data["errors"]]
+    if data["item_id"]:
+        lines.append(f"Removed {data['item_id']} from the scheduler (closed {data['cleared']} context(s))"
+                     if data["cleared"] else f"No sling context found for {data['item_id']}")
+    else:
+        lines.append(f"Cleared {data['cleared']} context(s) from the scheduler" if data["cleared"]
+                     else "Scheduler is already empty.")
+    return "\n".join(lines)
+
+
+def daemon(
+    interval: Annotated[float, typer.Option(help="Seconds between dispatch cycles.")] = 180.0,
+    once: Annotated[bool, typer.Option("--once", help="Run one tick and exit.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds a cycle may take before it is killed.")] = 300.0,
+) -> None:
+    """Run dispatch cycles every INTERVAL seconds and reap finished polecats (one per town)."""
+    from ..daemon import run_daemon
+
+    code = run_daemon(town(), interval=interval, once=once, timeout=timeout)
+    sys.stdout.flush()
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("sling")(sling)
+    app.add_typer(scheduler_app, name="scheduler")
+    app.command("daemon")(daemon)

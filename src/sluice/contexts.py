@@ -1,0 +1,289 @@
+"""Sling contexts: the ephemeral records that say "dispatch item X to rig R".
+
+A context lives in the *target* rig's ``ephemeral.jsonl`` as a beads issue
+(type ``task``, ``ephemeral: true``, label ``sluice:sling-context``, a
+``tracks`` edge to the work item) whose description is the Gas Town
+``SlingContextFields`` JSON.  Open means scheduled; closing it (with a
+reason) ends its life.  The work item itself is never written.
+
+Everything that reads or changes contexts goes through this module, so the
+rules "last line wins", "close is idempotent" and "a failure is recorded on
+the context" live in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from . import events, fsutil
+from .errors import UnknownItem
+from .items import CONTEXT_LABEL, dependency, is_context, iso, new_id
+from .models import SlingContextFields
+from .store import read_jsonl
+
+if TYPE_CHECKING:
+    from .store import RigStore, Stores
+
+TITLE_PREFIX = "sling-context: "
+TITLE_LIMIT = 200  # characters, so a multi-byte title is never split inside a character
+DONE_STATUSES = frozenset({"closed", "tombstone"})
+PROTECTED_STATUSES = frozenset({"hooked", "in_progress", "pinned"})
+
+# Close reasons (Gas Town's, with "bead" spelled "item").
+DISPATCHED = "dispatched"
+CIRCUIT_BROKEN = "circuit-broken"
+CLEARED = "cleared"
+INVALID_CONTEXT = "invalid-context"
+STALE_WORK_ITEM = "stale-work-item"
+INVALID_WORK_ITEM = "invalid-work-item"
+DISPATCH_CLOSE_FAILED = "dispatch-close-failed"
+
+
+@dataclass
+class Context:
+    """One context record as read, with its parsed fields (None when unparseable)."""
+
+    id: str
+    rig: str  # the rig whose store holds the record
+    record: dict
+    fields: SlingContextFields | None
+
+    @property
+    def is_open(self) -> bool:
+        return self.record.get("status", "open") not in DONE_STATUSES
+
+    @property
+    def valid(self) -> bool:
+        return self.fields is not None and bool(self.fields.work_bead_id) and bool(self.fields.target_rig)
+
+    @property
+    def work_id(self) -> str | None:
+        return self.fields.work_bead_id if self.fields is not None else None
+
+    @property
+    def failures(self) -> int:
+        return self.fields.dispatch_failures if self.fields is not None else 0
+
+    @property
+    def order(self) -> str:
+        """``enqueued_at`` normalised to sluice's UTC format, so string order is time order."""
+        return order_key(self.fields.enqueued_at if self.fields is not None else "")
+
+
+def order_key(stamp: str) -> str:
+    """A timestamp as microsecond UTC ISO text; unreadable ones sort last, never first."""
+    try:
+        parsed = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return "~" + str(stamp)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return iso(parsed)
+
+
+def parse(rig: str, record: dict) -> Context:
+    return Context(record["id"], rig, record, SlingContextFields.from_description(record.get("description")))
+
+
+# -- building ----------------------------------------------------------------
+
+
+class _Taken:
+    """Ids already used in a store, plus the ones a batch is about to add."""
+
+    def __init__(self, store: RigStore, existing: Iterable[str]):
+        self.store = store
+        self.ids = set(existing)
+
+    def __contains__(self, candidate: object) -> bool:
+        return candidate in self.ids or self.store.index.get_raw(str(candidate)) is not None
+
+
+def id_allocator(store: RigStore, existing: Iterable[str]) -> Callable[[str], str]:
+    """A function giving fresh ``<prefix>-wisp-<base36>`` ids in ``store``."""
+    taken = _Taken(store, existing)
+
+    def allocate(seed: str) -> str:
+        context_id = new_id(f"{store.rig.prefix}-wisp", seed, taken)
+        taken.ids.add(context_id)
+        return context_id
+
+    return allocate
+
+
+def context_title(item_title: str) -> str:
+    return (TITLE_PREFIX + (item_title or ""))[:TITLE_LIMIT]
+
+
+def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp: str) -> dict:
+    """The beads record of a new, open context for ``item``."""
+    return {
+        "id": context_id,
+        "title": context_title(str(item.get("title") or "")),
+        "description": fields.to_description(),
+        "status": "open",
+        "priority": item.get("priority", 2) if isinstance(item.get("priority"), int) else 2,
+        "issue_type": "task",
+        "ephemeral": True,
+        "labels": [CONTEXT_LABEL],
+        "dependencies": [dependency(context_id, item["id"], "tracks", stamp)],
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+
+
+# -- reading -------------------------------------------------------------------
+
+
+def read_fresh(store: RigStore) -> dict[str, dict]:
+    """The store's ephemeral records read from disk now (no cache), last line winning."""
+    current: dict[str, dict] = {}
+    for _number, record, _raw in read_jsonl(store.ephemeral_path):
+        current[record["id"]] = record
+    return current
+
+
+def contexts_of(store: RigStore, fresh: bool = False) -> list[Context]:
+    """Every context in one rig, open or closed, in creation order."""
+    records = read_fresh(store).values() if fresh else store.ephemeral().values()
+    return [parse(store.rig.name, r) for r in records if is_context(r)]
+
+
+def open_contexts(stores: Stores, fresh: bool = False) -> list[Context]:
+    """Open contexts of every rig: valid ones oldest first (ties by id), unparseable ones last."""
+    found = [c for store in stores.all() for c in contexts_of(store, fresh) if c.is_open]
+    found.sort(key=lambda c: (not c.valid, c.order, c.id))
+    return found
+
+
+def open_by_item(stores: Stores, fresh: bool = True) -> dict[str, list[Context]]:
+    """Open, valid contexts grouped by work item, in every rig."""
+    out: dict[str, list[Context]] = {}
+    for context in open_contexts(stores, fresh):
+        if context.valid:
+            out.setdefault(context.work_id or "", []).append(context)
+    return out
+
+
+def find_open(stores: Stores, item_id: str, fresh: bool = True) -> list[Context]:
+    """Every open context for ``item_id`` in every rig (duplicates included), oldest first."""
+    return open_by_item(stores, fresh).get(item_id, [])
+
+
+# -- changing ------------------------------------------------------------------
+
+
+def close(town, store: RigStore, context_id: str, reason: str, extra: dict | None = None) -> bool:
+    """Close a context with ``reason``; False (and no write) if it was already closed.
+
+    Each close that happens is logged as a ``ContextClosed`` event.
+    """
+    closed: list[dict] = []
+
+    def change(record: dict) -> dict | None:
+        if record.get("status") in DONE_STATUSES:
+            return None
+        stamp = iso()
+        record.update(status="closed", closed_at=stamp, updated_at=stamp, close_reason=reason)
+        closed.append(record)
+        return record
+
+    try:
+        store.update_ephemeral(context_id, change)
+    except UnknownItem:
+        return False
+    if not closed:
+        return False
+    fields = SlingContextFields.from_description(closed[0].get("description"))
+    payload = {
+        "context_id": context_id,
+        "item_id": fields.work_bead_id if fields else None,
+        "rig": store.rig.name,
+        "reason": reason,
+        **(extra or {}),
+    }
+    events.emit_event(town, events.CONTEXT_CLOSED, payload)
+    return True
+
+
+def update_fields(
+    store: RigStore, context_id: str, change: Callable[[SlingContextFields], SlingContextFields | None]
+) -> Context | None:
+    """Rewrite an open context's fields; None when it is closed, gone or unparseable."""
+    result: list[Context] = []
+
+    def apply(record: dict) -> dict | None:
+        if record.get("status") in DONE_STATUSES:
+            return None
+        fields = SlingContextFields.from_description(record.get("description"))
+        if fields is None:
+            return None
+        updated = change(fields)
+        if updated is None:
+            return None
+        record["description"] = updated.to_description()
+        record["updated_at"] = iso()
+        result.append(parse(store.rig.name, record))
+        return record
+
+    try:
+        store.update_ephemeral(context_id, apply)
+    except UnknownItem:
+        return None
+    return result[0] if result else None
+
+
+def mark_launch(store: RigStore, context_id: str) -> Context | None:
+    """Record the launch intent before the executor is asked (crash safety)."""
+
+    def change(fields: SlingContextFields) -> SlingContextFields:
+        fields.launch_started_at = iso()
+        return fields
+
+    return update_fields(store, context_id, change)
+
+
+def clear_launch(store: RigStore, context_id: str) -> Context | None:
+    def change(fields: SlingContextFields) -> SlingContextFields | None:
+        if not fields.launch_started_at:
+            return None
+        fields.launch_started_at = ""
+        return fields
+
+    return update_fields(store, context_id, change)
+
+
+def record_failure(store: RigStore, context_id: str, error: str) -> Context | None:
+    """Count one failed dispatch: failures + 1, the error, when; the launch intent is cleared."""
+
+    def change(fields: SlingContextFields) -> SlingContextFields:
+        fields.dispatch_failures += 1
+        fields.last_failure = error
+        fields.last_failure_at = iso()
+        fields.launch_started_at = ""
+        return fields
+
+    return update_fields(store, context_id, change)
+
+
+def append_records(store: RigStore, records: list[dict]) -> None:
+    """Append new context records to a rig's log: one lock, one ``write()`` for them all."""
+    if not records:
+        return
+    data = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+    raw = data.encode("utf-8")
+    store.ephemeral_path.parent.mkdir(parents=True, exist_ok=True)
+    with fsutil.file_lock(store.lock_path):
+        store._mend_torn_tail()  # a torn tail must not fuse with the first new line
+        fd = os.open(store.ephemeral_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk
+                raise OSError(f"short write to {store.ephemeral_path}")
+        finally:
+            os.close(fd)
+    store._ephemeral = None

@@ -1,0 +1,140 @@
+"""Looking at and steering the queue: status, list, pause, resume, clear.
+
+``list`` and ``status`` read the same survey the dispatch cycle acts on
+(:mod:`sluice.pending`), so what they show as ready is exactly what the next
+cycle would consider, in the order it would launch it.  ``pause`` and
+``resume`` only flip the state file (Gas Town R-J); ``clear`` closes contexts
+and never touches a work item or the state (R-K).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import contexts as ctxs
+from . import events
+from .errors import ExecutorError
+from .state import load_state, set_paused, set_resumed
+from .store import Stores
+
+if TYPE_CHECKING:
+    from .executors.base import Executor, Polecat
+    from .ranking import Work
+    from .town import Town
+
+
+def _fresh_config(town: Town):
+    """Every control command reads the config first: a corrupt file is an error, never a default."""
+    config = town.load_config()
+    town.__dict__["config"] = config
+    return config
+
+
+def _active(
+    town: Town, executor: Executor | None
+) -> tuple[list[Polecat] | None, Executor | None, str | None]:
+    try:
+        if executor is None:
+            from .executors import get_executor
+
+            executor = get_executor(town)
+        return executor.active(), executor, None
+    except ExecutorError as err:
+        return None, executor, str(err)
+
+
+def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
+    from .polecats import retry_due_at
+
+    context = work.payload
+    fields = context.fields
+    return {
+        "id": work.item["id"],
+        "title": work.item.get("title", ""),
+        "status": work.item.get("status", "open"),
+        "target_rig": work.rig,
+        "blocked": blocked,
+        "context_id": context.id,
+        "enqueued_at": fields.enqueued_at,
+        "dispatch_failures": fields.dispatch_failures,
+        "last_failure": fields.last_failure or None,
+        "retry_at": retry_due_at(fields, *retry),  # when the daemon tries a failed launch again
+        "score": work.score,
+    }
+
+
+def _queue(town: Town, executor: Executor | None):
+    config = _fresh_config(town)
+    from .pending import survey
+
+    active, executor, problem = _active(town, executor)
+    stores = Stores(town)
+    find = executor.find if executor is not None and problem is None else (lambda _cid: None)
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], find)
+    retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    rows = [_row(w, False, retry) for w in view.ready] + [_row(w, True, retry) for w in view.blocked]
+    return config, view, rows, active, problem
+
+
+def list_queue(town: Town, executor: Executor | None = None) -> list[dict]:
+    """Queued items, one row per item: ready ones in dispatch order, then blocked ones."""
+    return _queue(town, executor)[2]
+
+
+def status(town: Town, executor: Executor | None = None) -> dict:
+    config, view, rows, active, problem = _queue(town, executor)
+    state = load_state(town)
+    sched = config.scheduler
+    count = len(active) if active is not None else None
+    out = {
+        "paused": state.paused,
+        "paused_by": state.paused_by,
+        "queued_total": len(rows),
+        "queued_ready": sum(1 for r in rows if not r["blocked"]),
+        "active_polecats": count,
+        "capacity": max(0, sched.max_polecats - (count or 0)),
+        "max_polecats": sched.max_polecats,
+        "mode": "deferred" if sched.deferred else "direct",
+        "batch_size": sched.batch_size,
+        "last_dispatch_at": state.last_dispatch_at,
+        "last_dispatch_count": state.last_dispatch_count,
+        "stale": len(view.stale),
+        "items": rows,
+    }
+    if problem:
+        out["executor_error"] = problem
+    return out
+
+
+def pause(town: Town, actor: str | None = None) -> dict:
+    _fresh_config(town)
+    state, changed = set_paused(town, actor)
+    if changed:
+        events.emit_event(town, events.PAUSED, {"by": state.paused_by})
+    return {"paused": True, "paused_by": state.paused_by, "paused_at": state.paused_at, "changed": changed}
+
+
+def resume(town: Town) -> dict:
+    _fresh_config(town)
+    _state, changed = set_resumed(town)
+    if changed:
+        events.emit_event(town, events.RESUMED, {})
+    return {"paused": False, "changed": changed}
+
+
+def clear(town: Town, item_id: str | None = None) -> dict:
+    """Close every open context (``cleared``), or every one for ``item_id`` in every rig."""
+    _fresh_config(town)
+    stores = Stores(town)
+    closed, failed = [], []
+    for context in ctxs.open_contexts(stores, fresh=True):
+        if item_id is not None and context.work_id != item_id:
+            continue
+        try:
+            if ctxs.close(town, stores.rig(context.rig), context.id, ctxs.CLEARED):
+                closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig})
+        except OSError as err:
+            failed.append({"context_id": context.id, "error": str(err)})
+    if closed:
+        events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed)})
+    return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}

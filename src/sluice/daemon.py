@@ -1,0 +1,192 @@
+"""``sluice daemon``: run a dispatch cycle every interval, reap finished polecats.
+
+* **Singleton**: ``runtime/daemon.lock`` is held for the daemon's life; a
+  second daemon for the same town fails at once naming the first one's pid.
+* **Ticks**: the first at start, then one per ``--interval``.  Each tick runs
+  ``sluice scheduler run --json`` as a *subprocess* with ``SLUICE_DAEMON=1``
+  and a timeout.  A subprocess (rather than a call) means a hung executor or
+  a runaway cycle can be killed outright without taking the daemon down, and
+  the cycle always sees the config and stores fresh; killing a cycle midway
+  is safe because launches are crash-safe (see :mod:`sluice.dispatch`).
+  Polecats live in sessions of their own, so they survive that kill.
+* After each cycle finished polecats are reaped (records moved to
+  ``finished.jsonl``, logs kept).
+* One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
+  ``runtime/daemon.json`` holds pid, started_at, last_tick_at, last_result.
+* SIGTERM / SIGINT stop the daemon cleanly: a tick in progress finishes, no
+  new one starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import filelock
+
+from . import fsutil
+from .errors import InvalidOperation, SluiceError, UsageError
+from .items import iso
+
+if TYPE_CHECKING:
+    from .town import Town
+
+DEFAULT_INTERVAL = 180.0
+DEFAULT_TIMEOUT = 300.0
+
+
+def heartbeat_path(town: Town):
+    return town.runtime / "daemon.json"
+
+
+def log_path(town: Town):
+    return town.runtime / "daemon.log"
+
+
+def read_heartbeat(town: Town) -> dict | None:
+    try:
+        return json.loads(heartbeat_path(town).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def run_cycle_subprocess(town: Town, timeout: float) -> dict:
+    """One dispatch cycle in a child process; its JSON report, or ``{"error": …}``."""
+    env = {**os.environ, "SLUICE_DAEMON": "1", "SLUICE_TOWN": str(town.root)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "scheduler", "run", "--json"],
+        cwd=town.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
+        return {"error": f"dispatch cycle timed out after {timeout:g}s and was killed"}
+    if process.returncode != 0:
+        lines = [line for line in err.strip().splitlines() if line.strip()]
+        message = lines[-1] if lines else f"exit status {process.returncode}"
+        return {"error": message.removeprefix("error: ")}
+    try:
+        return json.loads(out)
+    except ValueError:
+        return {"error": f"dispatch cycle printed no JSON report: {out[:200]!r}"}
+
+
+def describe(result: dict, reaped: int) -> str:
+    if "error" in result:
+        return f"error: {result['error']}"
+    if result.get("reason") == "busy":
+        text = "another dispatch cycle is running; skipped"
+    elif result.get("paused") and not result.get("dispatched"):
+        text = "paused; nothing dispatched"
+    elif result.get("mode") == "direct":
+        text = "direct mode (scheduler.max_polecats <= 0); nothing to dispatch"
+    else:
+        text = (f"dispatched {result.get('dispatched', 0)}, failed {result.get('failed', 0)},"
+                f" skipped {result.get('skipped', 0)} (reason: {result.get('reason')},"
+                f" capacity {result.get('capacity')}, ready {result.get('ready')})")
+    return text + (f"; reaped {reaped} finished polecat(s)" if reaped else "")
+
+
+class Daemon:
+    def __init__(self, town: Town, interval: float = DEFAULT_INTERVAL, timeout: float = DEFAULT_TIMEOUT,
+                 echo: Callable[[str], None] | None = None):
+        if interval <= 0:
+            raise UsageError(f"--interval must be > 0 seconds (got {interval:g})")
+        if timeout <= 0:
+            raise UsageError(f"--timeout must be > 0 seconds (got {timeout:g})")
+        self.town = town
+        self.interval = interval
+        self.timeout = timeout
+        self.echo = echo or (lambda line: sys.stderr.write(line + "\n"))
+        self.stop_requested = threading.Event()
+        self.started_at = iso()
+        self.ticks = 0
+        self.last_result: dict | None = None
+
+    def _log(self, line: str) -> None:
+        stamped = f"{iso()} {line}"
+        fsutil.append_line(log_path(self.town), stamped)
+        self.echo(stamped)
+
+    def _beat(self, **extra) -> None:
+        fsutil.atomic_write_json(heartbeat_path(self.town), {
+            "pid": os.getpid(), "started_at": self.started_at, "interval": self.interval,
+            "ticks": self.ticks, "last_tick_at": extra.pop("last_tick_at", None) or self._last_tick_at(),
+            "last_result": self.last_result, **extra,
+        })
+
+    def _last_tick_at(self) -> str | None:
+        beat = read_heartbeat(self.town) or {}
+        return beat.get("last_tick_at") if beat.get("pid") == os.getpid() else None
+
+    def tick(self) -> bool:
+        """One cycle plus reaping; True when the cycle ran without error."""
+        self.ticks += 1
+        at = iso()
+        result = run_cycle_subprocess(self.town, self.timeout)
+        reaped = 0
+        try:
+            from .executors import get_executor
+
+            reaped = len(get_executor(self.town).reap())
+        except SluiceError as err:
+            result.setdefault("reap_error", str(err))
+        keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
+        summary = {k: result[k] for k in keys if k in result}
+        if "error" in result:
+            summary["error"] = result["error"]
+        summary["reaped"] = reaped
+        self.last_result = summary
+        self._beat(last_tick_at=at)
+        self._log(f"tick {self.ticks}: {describe(result, reaped)}")
+        return "error" not in result
+
+    def run(self, once: bool = False) -> int:
+        lock = fsutil.file_lock(self.town.lock_path("daemon"), timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            other = (read_heartbeat(self.town) or {}).get("pid")
+            who = f" (pid {other})" if other else ""
+            raise InvalidOperation(f"a sluice daemon is already running for this town{who}") from None
+        previous = {}
+        try:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+            self._beat()
+            self._log(f"daemon started (pid {os.getpid()}, interval {self.interval:g}s)")
+            ok = True
+            while not self.stop_requested.is_set():
+                ok = self.tick()
+                if once:
+                    break
+                self.stop_requested.wait(self.interval)
+            self._beat(stopped_at=iso())
+            self._log("daemon stopped" if not once else "daemon finished one tick")
+            return 0 if ok or not once else 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            lock.release()
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stop_requested.set()
+
+
+def run_daemon(town: Town, interval: float = DEFAULT_INTERVAL, once: bool = False,
+               timeout: float = DEFAULT_TIMEOUT) -> int:
+    """Run the daemon until signalled (or one tick with ``once``); returns the exit status."""
+    town.load_config()  # a corrupt config stops the daemon before it starts
+    return Daemon(town, interval, timeout).run(once)

@@ -1,0 +1,369 @@
+"""The dispatch cycle: launch queued work within the polecat cap (Gas Town shape).
+
+One cycle, in order (DESIGN §4):
+
+1. try-lock ``runtime/dispatch.lock`` — busy: a manual run fails with
+   ``dispatch already in progress``, a daemon tick returns quietly;
+2. paused ⇒ skip (a dry run still previews, and says it is paused);
+3. direct mode (``max_polecats <= 0``) ⇒ nothing to do, with a warning when
+   contexts are still open from an earlier deferred mode;
+4. clean stale contexts and reconcile interrupted launches
+   (:mod:`sluice.pending` says which);
+5. capacity = ``max(0, max_polecats − active polecats)``; pending = ready
+   contexts, one per item, ranked by :func:`sluice.ranking.rank_work`;
+6. :func:`sluice.plan.plan_dispatch`, then for each planned context: record
+   the launch intent, launch, close it ``dispatched`` (3 tries) and log the
+   decision — or count the failure and trip the breaker at the threshold;
+   ``spawn_delay`` between successful launches; a pause issued meanwhile
+   stops further launches;
+7. record ``last_dispatch_at/count`` in the state, re-read fresh under its lock.
+
+Crash safety: because the intent is on the context before the executor is
+asked, a cycle killed at any point leaves either no intent (nothing was
+launched) or an intent the next cycle checks against the executor's records,
+so no item is ever launched twice by the scheduler.
+
+A dry run reads only: no lock, no cleanup, no events, no decisions.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+import filelock
+
+from . import contexts as ctxs
+from . import events, fsutil
+from .errors import ConfigError, DispatchBusy, ExecutorError, ExecutorUnavailable, SluiceError, UsageError
+from .executors.base import LaunchRequest, substitute
+from .items import iso
+from .plan import plan_dispatch
+from .state import load_state, record_dispatch
+from .store import Stores
+
+if TYPE_CHECKING:
+    from .executors.base import Executor
+    from .ranking import Work
+    from .town import Town
+
+CLOSE_RETRY_WAITS = (0.5, 1.0)  # three attempts to close a dispatched context
+
+
+@dataclass
+class CycleReport:
+    """What one cycle planned and did; ``to_json`` is the ``scheduler run --json`` document."""
+
+    planned: list[dict] = field(default_factory=list)
+    dispatched: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reason: str = "none"
+    capacity: int = 0
+    batch: int = 0
+    ready: int = 0
+    dry_run: bool = False
+    paused: bool = False
+    mode: str = "deferred"
+    launched: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    closed: list[dict] = field(default_factory=list)
+    backing_off: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def daemon_mode() -> bool:
+    return os.environ.get("SLUICE_DAEMON") == "1"
+
+
+def command_template(town: Town, executor: Executor) -> tuple[str, ...]:
+    """The polecat argv template: ``executor.command``, else the executor's own default."""
+    command = tuple(town.config.executor.command) or getattr(executor, "default_command", None) or ()
+    if not command and executor.kind == "local":
+        raise ConfigError(
+            "executor.command is not set, so no polecat can be launched; set it with"
+            ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
+            " (or use executor.kind demo)"
+        )
+    return tuple(command)
+
+
+def make_request(
+    town: Town, template: tuple[str, ...], item: dict, rig_name: str, context_id: str, fields=None
+) -> LaunchRequest:
+    """The launch of one polecat: argv substituted per element, context parameters in the env.
+
+    ``formula``, ``args``, ``vars`` and ``agent`` of the sling reach the polecat as
+    ``SLUICE_FORMULA`` … ``SLUICE_AGENT`` (only those that are set).
+    """
+    rig = town.rig(rig_name)
+    title = str(item.get("title") or "")
+    values = {"item_id": item["id"], "rig": rig.name, "title": title, "context_id": context_id,
+              "repo": str(rig.repo)}
+    env: dict[str, str] = {}
+    for key in ("formula", "args", "vars", "agent"):
+        value = getattr(fields, key, "") if fields is not None else ""
+        if value:
+            env[f"SLUICE_{key.upper()}"] = value
+    return LaunchRequest(
+        item_id=item["id"], rig=rig.name, title=title, context_id=context_id, repo=str(rig.repo),
+        town=str(town.root), argv=substitute(list(template), values), env=env,
+    )
+
+
+def run_cycle(
+    town: Town,
+    batch: int | None = None,
+    dry_run: bool = False,
+    executor: Executor | None = None,
+    daemon: bool | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CycleReport:
+    """Run (or, with ``dry_run``, preview) one dispatch cycle."""
+    config = town.load_config()
+    town.__dict__["config"] = config  # one consistent view for the whole cycle
+    daemon = daemon_mode() if daemon is None else daemon
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch must be >= 1 (got {batch})")
+    report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
+    if dry_run:
+        return _cycle(town, report, executor, daemon, sleep)
+    lock = fsutil.file_lock(town.lock_path("dispatch"), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        if daemon:
+            report.reason = "busy"
+            return report
+        raise DispatchBusy("dispatch already in progress") from None
+    try:
+        return _cycle(town, report, executor, daemon, sleep)
+    finally:
+        lock.release()
+
+
+def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> CycleReport:
+    config = town.config
+    sched = config.scheduler
+    report.mode = "deferred" if sched.deferred else "direct"
+    state = load_state(town)
+    if state.paused:
+        report.paused = True
+        report.reason = "paused"
+        if not report.dry_run:
+            by = state.paused_by or "unknown"
+            report.messages.append(f"scheduler is paused (by {by}), skipping dispatch")
+            return report
+        report.messages.append("scheduler is paused; this is what a cycle would do after resume")
+    stores = Stores(town)
+    if not sched.deferred:
+        report.reason = "direct"
+        if not report.dry_run and not daemon:
+            left = sum(1 for c in ctxs.open_contexts(stores) if c.valid)
+            if left:
+                report.messages.append(
+                    f"{left} sling context(s) still open from an earlier deferred mode;"
+                    " close them with `sluice scheduler clear`, or re-enable deferred dispatch with"
+                    " `sluice config set scheduler.max_polecats N`"
+                )
+        return report
+
+    from .executors import get_executor
+    from .pending import survey
+
+    executor = executor or get_executor(town)
+    try:
+        template = command_template(town, executor)
+    except ConfigError as err:
+        if not report.dry_run:
+            raise
+        template = ()
+        report.messages.append(f"warning: {err}")
+    if not report.dry_run and sched.seconds("polecat_timeout") > 0:
+        from .polecats import stop_overdue
+
+        for polecat in stop_overdue(town, executor, time.time()):
+            report.messages.append(
+                f"stopped polecat {polecat.id} ({polecat.item_id}): over scheduler.polecat_timeout"
+            )
+    active = executor.active()
+    # Only the daemon's automatic ticks back off after a failed launch; a person running a cycle
+    # by hand is asking to try now.
+    backoff = (sched.seconds("retry_base"), sched.seconds("retry_max")) if daemon else None
+    view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, backoff=backoff)
+    if not report.dry_run:
+        _clean(town, stores, view, report)
+    report.capacity = max(0, sched.max_polecats - len(active))
+    plan = plan_dispatch(report.capacity, report.batch, view.ready)
+    report.ready = len(view.ready)
+    report.backing_off = len(view.backing_off)
+    report.skipped = plan.skipped
+    if not report.paused:
+        report.reason = plan.reason
+    report.planned = [_planned_row(w) for w in plan.to_dispatch]
+    if report.dry_run:
+        return report
+
+    launcher = _Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
+    try:
+        for position, work in enumerate(plan.to_dispatch):
+            if position and load_state(town).paused:
+                left = len(plan.to_dispatch) - position
+                report.paused = True
+                report.skipped += left
+                report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
+                break
+            launched = launcher.launch(work)
+            if launched and sched.seconds("spawn_delay") > 0 and position < len(plan.to_dispatch) - 1:
+                sleep(sched.seconds("spawn_delay"))
+    finally:
+        if report.dispatched:
+            record_dispatch(town, report.dispatched)
+    return report
+
+
+def _planned_row(work: Work) -> dict:
+    return {"item_id": work.item["id"], "context_id": work.context_id, "rig": work.rig,
+            "title": work.item.get("title", ""), "score": work.score}
+
+
+def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
+    """Close stale contexts, settle interrupted launches, drop intents whose launch never happened."""
+    for stale in view.stale:
+        context = stale.context
+        if ctxs.close(town, stores.rig(context.rig), context.id, stale.reason, {"detail": stale.detail}):
+            report.closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+                                  "reason": stale.reason})
+    for context, polecat in view.launched:
+        if ctxs.close(town, stores.rig(context.rig), context.id, ctxs.DISPATCHED,
+                      {"polecat_id": polecat.id, "reconciled": True}):
+            report.closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+                                  "reason": ctxs.DISPATCHED, "polecat_id": polecat.id})
+            report.messages.append(
+                f"{context.work_id}: an interrupted launch had started polecat {polecat.id}; context closed"
+            )
+    for context in view.relaunch:
+        ctxs.clear_launch(stores.rig(context.rig), context.id)
+
+
+class _Launcher:
+    """Launches planned contexts one by one and books each outcome."""
+
+    def __init__(self, town, stores, executor, template, max_failures, report: CycleReport, sleep):
+        self.town = town
+        self.stores = stores
+        self.executor = executor
+        self.template = template
+        self.max_failures = max_failures
+        self.report = report
+        self.sleep = sleep
+
+    def launch(self, work: Work) -> bool:
+        context = work.payload
+        store = self.stores.rig(context.rig)
+        item = work.item
+        if ctxs.mark_launch(store, context.id) is None:  # cleared or closed since the survey
+            self.report.skipped += 1
+            return False
+        request = make_request(self.town, self.template, item, work.rig, context.id, context.fields)
+        try:
+            polecat = self.executor.launch(request)
+        except ExecutorUnavailable:
+            ctxs.clear_launch(store, context.id)
+            raise
+        except ExecutorError as err:
+            self._failed(work, store, f"launch failed: {err}")
+            return False
+        payload = {"context_id": context.id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id}
+        events.emit_event(self.town, events.DISPATCHED, payload)
+        append_decision(self.town, work, polecat.id)
+        self.report.launched.append(payload)
+        if self._close_dispatched(store, context, polecat.id):
+            self.report.dispatched += 1
+            return True
+        self.report.failed += 1
+        return False
+
+    def _close_dispatched(self, store, context, polecat_id: str) -> bool:
+        last_error: Exception | None = None
+        for attempt in range(len(CLOSE_RETRY_WAITS) + 1):
+            try:
+                ctxs.close(self.town, store, context.id, ctxs.DISPATCHED, {"polecat_id": polecat_id})
+                return True
+            except (OSError, filelock.Timeout, SluiceError) as err:
+                last_error = err
+                if attempt < len(CLOSE_RETRY_WAITS):
+                    self.sleep(CLOSE_RETRY_WAITS[attempt])
+        message = f"dispatch succeeded but closing its context failed: {last_error}"
+        self.report.messages.append(f"warning: {context.work_id}: {message}")
+        try:  # last resort; failing that, the intent on the context still prevents a relaunch
+            ctxs.close(self.town, store, context.id, ctxs.DISPATCH_CLOSE_FAILED, {"polecat_id": polecat_id})
+        except (OSError, filelock.Timeout, SluiceError):
+            self.report.messages.append(
+                f"warning: {context.id} is still open with a launch intent; the next cycle will settle it"
+            )
+        return False
+
+    def _failed(self, work: Work, store, error: str) -> None:
+        context = work.payload
+        self.report.failed += 1
+        updated = ctxs.record_failure(store, context.id, error)
+        failures = updated.failures if updated is not None else context.failures + 1
+        row = {"context_id": context.id, "item_id": work.item["id"], "rig": work.rig, "error": error,
+               "failures": failures, "circuit_broken": False}
+        payload = {k: v for k, v in row.items() if k != "circuit_broken"}
+        events.emit_event(self.town, events.DISPATCH_FAILED, payload)
+        if failures >= self.max_failures:
+            ctxs.close(self.town, store, context.id, ctxs.CIRCUIT_BROKEN, {"last_failure": error})
+            events.emit_event(self.town, events.CIRCUIT_BROKEN, {
+                "context_id": context.id, "item_id": work.item["id"], "rig": work.rig,
+                "failures": failures, "last_failure": error})
+            row["circuit_broken"] = True
+            self.report.messages.append(
+                f"{work.item['id']}: context {context.id} failed {failures} times, circuit-broken"
+            )
+        self.report.failures.append(row)
+
+
+# -- decisions -------------------------------------------------------------------
+
+
+def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
+    """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
+    from .decisions import append_decisions
+    from .signals import Graphs
+
+    item = work.item
+    rig = town.rig(work.rig)
+    context = work.payload
+    graph_id = work.graph_id if work.score is not None else Graphs(town, Stores(town)).of_record(item)
+    decision = {
+        "decision_id": uuid.uuid4().hex,
+        "at": iso(),
+        "graph_id": graph_id,
+        "node_id": item["id"],
+        "score": work.score,
+        "reasons": list(work.reasons),
+        "dispatch_hints": {
+            "title": item.get("title", ""),
+            "project": rig.name,
+            "repository": str(rig.repo),
+            "agent_id": item.get("assignee") or None,
+            "priority": item.get("priority", 2),
+        },
+        "sling_command": shlex.join(["sluice", "sling", item["id"], rig.name]),
+        "skipped": False,
+        "source": "dispatch",
+        "context_id": getattr(context, "id", None),
+        "polecat_id": polecat_id,
+    }
+    append_decisions(town, [decision])
+    return decision

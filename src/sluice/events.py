@@ -1,0 +1,95 @@
+"""The scheduler's lifecycle log: ``<town>/.sluice/events/scheduler.jsonl``.
+
+One JSON object per line, ``{event_id, type, at, payload}``.  Every event of a
+call is written with a single ``write()`` on an ``O_APPEND`` descriptor under
+the events lock, so concurrent writers (a sling, a dispatch cycle, a git hook)
+never interleave inside a line and a reader never needs a lock.
+
+The log is for people and tools watching the town (a feed, the demo, an
+audit); no scheduling decision is ever read back from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import fsutil
+from .errors import StoreCorrupt
+from .items import iso
+
+if TYPE_CHECKING:
+    from .town import Town
+
+# The lifecycle events the dispatcher writes; any other type may be emitted
+# through emit_event (ScheduleDecision, ScheduleSkipped, MergeQueueDepth, …).
+ENQUEUED = "Enqueued"
+DISPATCHED = "Dispatched"
+DISPATCH_FAILED = "DispatchFailed"
+CIRCUIT_BROKEN = "CircuitBroken"
+CONTEXT_CLOSED = "ContextClosed"
+PAUSED = "Paused"
+RESUMED = "Resumed"
+CLEARED = "Cleared"
+
+
+def _lock(town: Town):
+    return fsutil.file_lock(town.lock_path("events"))
+
+
+def make_event(event_type: str, payload: Mapping[str, Any] | None = None) -> dict:
+    if not event_type or not isinstance(event_type, str):
+        raise ValueError("an event needs a type")
+    return {"event_id": uuid.uuid4().hex, "type": event_type, "at": iso(), "payload": dict(payload or {})}
+
+
+def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = None) -> dict:
+    """Append one event and return it."""
+    return emit_events(town, [(event_type, payload)])[0]
+
+
+def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None]]) -> list[dict]:
+    """Append several events with one write (a sling of 1,000 items is one append)."""
+    made = [make_event(event_type, payload) for event_type, payload in events]
+    if not made:
+        return made
+    data = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in made)
+    path = town.events_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(town):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            raw = data.encode("utf-8")
+            if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk
+                raise OSError(f"short write to {path}")
+        finally:
+            os.close(fd)
+    return made
+
+
+def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
+    """Every event in the log (optionally only some types); a torn last line is skipped."""
+    wanted = set(types) if types is not None else None
+    try:
+        data = town.events_path.read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            if number == len(lines):  # an interrupted last write: not there yet
+                break
+            raise StoreCorrupt(town.events_path, number, f"malformed event ({err})") from None
+        if wanted is None or event.get("type") in wanted:
+            out.append(event)
+    return out

@@ -1,0 +1,356 @@
+"""The default executor: each polecat is a local process in its own session.
+
+The argv comes from ``executor.command`` with placeholders filled element by
+element (:func:`~sluice.executors.base.substitute`) and is executed directly,
+never through a shell.  The process runs in the rig repository, in a new
+session (so it and its children form one process group that ``stop`` can
+signal as a whole), with ``SLUICE_ITEM_ID``/``SLUICE_RIG``/
+``SLUICE_CONTEXT_ID``/``SLUICE_TOWN`` added to its environment and its output
+in ``runtime/workers/<id>.log``.
+
+A record ``runtime/workers/<id>.json`` is written *before* the process is
+started (state ``pending``) and completed with the pid and the process start
+time right after.  The start time (field 22 of ``/proc/<pid>/stat``) is what
+makes a record safe against pid reuse: a pid only counts as this polecat if
+the process under it started at the same clock tick.  The pending record is
+what lets a dispatcher that crashed mid-launch find the polecat instead of
+launching it again.  Finished polecats are moved by :meth:`reap` into
+``runtime/workers/finished.jsonl`` (logs stay), so :meth:`find` still knows
+them afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import fsutil
+from ..errors import ExecutorError, ExecutorUnavailable, StoreCorrupt
+from ..items import iso, new_id
+from .base import LaunchRequest, Polecat, polecat_env
+
+if TYPE_CHECKING:
+    from ..town import Town
+
+DEMO_COMMAND = (sys.executable, "-m", "sluice.demo_worker", "{item_id}")
+FINISHED_LOG = "finished.jsonl"
+# A pending record whose launcher is gone for this long is reported as lost.
+_PENDING_GRACE = 30.0
+
+# Popen objects of the polecats this process started: poll() reaps them and
+# gives their exit code (a process that is not our child is watched via /proc).
+_children: dict[int, subprocess.Popen] = {}
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks), None if there is no such process."""
+    info = _proc_stat(pid)
+    return info[1] if info else None
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    # comm (field 2) is in parentheses and may hold spaces or ')' itself.
+    rest = data[data.rfind(b")") + 2 :].split()
+    try:
+        return rest[0].decode(), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _has_proc() -> bool:
+    return os.path.isdir("/proc/self")
+
+
+def pid_alive(pid: int, start_time: int | None) -> bool:
+    """True when ``pid`` runs (not a zombie) and, where known, started at ``start_time``."""
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        return False
+    if not _has_proc():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    info = _proc_stat(pid)
+    if info is None:
+        return False
+    state, started = info
+    if state in ("Z", "X", "x"):
+        return False
+    return start_time is None or started == start_time
+
+
+class LocalExecutor:
+    kind = "local"
+
+    def __init__(self, town: Town, demo: bool = False, stop_grace: float = 5.0):
+        self.town = town
+        self.demo = demo
+        self.stop_grace = stop_grace
+        self.dir = town.workers_dir
+        #: The argv template used when ``executor.command`` is empty (only the demo has one).
+        self.default_command: tuple[str, ...] | None = DEMO_COMMAND if demo else None
+
+    # -- records -------------------------------------------------------------
+    def _record_path(self, polecat_id: str) -> Path:
+        return self.dir / f"{polecat_id}.json"
+
+    def log_path(self, polecat_id: str) -> Path:
+        return self.dir / f"{polecat_id}.log"
+
+    def _records(self) -> list[dict]:
+        out = []
+        if not self.dir.is_dir():
+            return out
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                continue  # reaped meanwhile
+            except ValueError as err:
+                raise StoreCorrupt(path, 1, f"malformed polecat record ({err})") from None
+            # other executors keep their records in the same directory
+            mine = isinstance(record, dict) and record.get("executor", self.kind) == self.kind
+            if mine and record.get("id"):
+                out.append(record)
+        out.sort(key=lambda r: (r.get("started_at", ""), r["id"]))
+        return out
+
+    def _write(self, record: dict) -> None:
+        fsutil.atomic_write_json(self._record_path(record["id"]), record)
+
+    def _state(self, record: dict) -> str:
+        if record.get("state") in ("exited", "stopped", "failed"):
+            return record["state"]
+        pid = record.get("pid")
+        if pid is None:
+            launcher = record.get("launcher_pid")
+            recent = time.time() - float(record.get("created_ts", 0)) < _PENDING_GRACE
+            if launcher and (launcher == os.getpid() or pid_alive(launcher, record.get("launcher_start"))):
+                return "pending"
+            return "pending" if recent else "lost"
+        return "running" if pid_alive(pid, record.get("start_time")) else "exited"
+
+    def _polecat(self, record: dict, state: str | None = None) -> Polecat:
+        return Polecat(
+            id=record["id"],
+            executor=self.kind,
+            item_id=record.get("item_id", ""),
+            rig=record.get("rig", ""),
+            context_id=record.get("context_id", ""),
+            started_at=record.get("started_at", ""),
+            state=state or self._state(record),
+            pid=record.get("pid"),
+            log_path=record.get("log_path"),
+            detail={
+                k: record[k]
+                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title")
+                if record.get(k) is not None
+            },
+        )
+
+    # -- protocol ------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Polecat:
+        if not request.argv:
+            raise ExecutorUnavailable(
+                "executor.command is not set; set it with"
+                ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
+            )
+        cwd = Path(request.repo)
+        if not cwd.is_dir():
+            raise ExecutorError(f"cannot launch a polecat in {cwd}: no such directory")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        taken = {p.stem for p in self.dir.glob("*.json")}
+        polecat_id = new_id("pc", f"{request.context_id}|{request.item_id}", taken)
+        log_path = self.log_path(polecat_id)
+        record = {
+            "id": polecat_id,
+            "executor": self.kind,
+            "state": "pending",
+            "item_id": request.item_id,
+            "rig": request.rig,
+            "context_id": request.context_id,
+            "title": request.title,
+            "argv": list(request.argv),
+            "cwd": str(cwd),
+            "log_path": str(log_path),
+            "launcher_pid": os.getpid(),
+            "launcher_start": proc_start_time(os.getpid()),
+            "created_ts": time.time(),
+            "started_at": iso(),
+        }
+        self._write(record)  # intent first: a crash from here on is found by find()
+        env = dict(os.environ)
+        env.update(polecat_env(str(self.town.root), request.item_id, request.rig, request.context_id))
+        env.update(request.env)
+        try:
+            with open(log_path, "ab") as log:
+                process = subprocess.Popen(
+                    list(request.argv),
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except OSError as err:
+            reason = _launch_error(request.argv[0], err)
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"sluice: {reason}\n")
+            self._record_path(polecat_id).unlink(missing_ok=True)
+            raise ExecutorError(reason) from None
+        _children[process.pid] = process
+        record.update(state="running", pid=process.pid, start_time=proc_start_time(process.pid))
+        self._write(record)
+        return self._polecat(record, "running")
+
+    def active(self) -> list[Polecat]:
+        out = []
+        for record in self._records():
+            state = self._state(record)
+            if state in ("running", "pending"):
+                out.append(self._polecat(record, state))
+        return out
+
+    def find(self, context_id: str) -> Polecat | None:
+        if not context_id:
+            return None
+        for record in reversed(self._records()):
+            if record.get("context_id") == context_id:
+                return self._polecat(record)
+        for record in reversed(self._finished()):
+            if record.get("context_id") == context_id:
+                return self._polecat(record, record.get("state", "exited"))
+        return None
+
+    def get(self, polecat_id: str) -> Polecat | None:
+        path = self._record_path(polecat_id)
+        if path.is_file():
+            return self._polecat(json.loads(path.read_text(encoding="utf-8")))
+        for record in reversed(self._finished()):
+            if record.get("id") == polecat_id:
+                return self._polecat(record, record.get("state", "exited"))
+        return None
+
+    def stop(self, polecat_id: str) -> bool:
+        """SIGTERM the polecat's process group, SIGKILL it after the grace period."""
+        path = self._record_path(polecat_id)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return False
+        pid = record.get("pid")
+        if pid is None or not pid_alive(pid, record.get("start_time")):
+            return False
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        while time.monotonic() < deadline and pid_alive(pid, record.get("start_time")):
+            time.sleep(0.05)
+        if pid_alive(pid, record.get("start_time")):
+            _signal_group(pid, signal.SIGKILL)
+            while pid_alive(pid, record.get("start_time")) and time.monotonic() < deadline + 5:
+                time.sleep(0.02)
+        record.update(state="stopped", finished_at=iso())
+        child = _children.get(pid)
+        if child is not None and child.poll() is not None:
+            record["exit_code"] = child.returncode
+        self._write(record)
+        return True
+
+    def logs(self, polecat_id: str, follow: bool = False) -> Iterator[str]:
+        path = self.log_path(polecat_id)
+        if not path.exists() and self.get(polecat_id) is None:
+            raise ExecutorError(f"no polecat {polecat_id!r}")
+        if not path.exists():
+            return
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            pending = ""
+            while True:
+                chunk = fh.readline()
+                if chunk:
+                    pending += chunk
+                    if pending.endswith("\n"):
+                        yield pending.rstrip("\n")
+                        pending = ""
+                    continue
+                polecat = self.get(polecat_id) if follow else None
+                if polecat is None or polecat.state not in ("running", "pending"):
+                    rest = fh.read()
+                    if pending or rest:
+                        yield from (pending + rest).rstrip("\n").split("\n")
+                    return
+                time.sleep(0.2)
+
+    def listing(self) -> list[Polecat]:
+        return [self._polecat(record) for record in self._records()]
+
+    def reap(self) -> list[Polecat]:
+        """Move finished polecats' records to ``finished.jsonl`` (with exit state); logs stay."""
+        reaped = []
+        for record in self._records():
+            state = self._state(record)
+            if state in ("running", "pending"):
+                continue
+            with fsutil.file_lock(self.town.lock_path("workers")):
+                path = self._record_path(record["id"])
+                if not path.exists():
+                    continue
+                pid = record.get("pid")
+                child = _children.pop(pid, None) if pid is not None else None
+                if child is not None and child.poll() is not None and record.get("exit_code") is None:
+                    record["exit_code"] = child.returncode
+                record["state"] = state
+                record.setdefault("finished_at", iso())
+                fsutil.append_json(self.dir / FINISHED_LOG, record)
+                path.unlink()
+            reaped.append(self._polecat(record, state))
+        return reaped
+
+    def _finished(self) -> list[dict]:
+        path = self.dir / FINISHED_LOG
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in data.split(b"\n"):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # an interrupted last append
+        return out
+
+
+def _launch_error(program: str, err: OSError) -> str:
+    if isinstance(err, FileNotFoundError):
+        return f"cannot launch {program!r}: no such file or command"
+    if isinstance(err, PermissionError):
+        return f"cannot launch {program!r}: permission denied"
+    return f"cannot launch {program!r}: {err.strerror or err}"
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # not ours any more (should not happen: start time was checked)
+        pass

@@ -1,0 +1,161 @@
+"""What the queue holds right now: pending, blocked, stale and mid-launch contexts.
+
+One survey of every rig's open sling contexts, shared by the dispatch cycle,
+its dry run, ``scheduler list`` and ``scheduler status``, so they can never
+disagree about what is queued or in which order (Gas Town's views drifted
+apart: its weak spots 4 and 14).  The survey only reads; the cycle acts on
+what it reports.
+
+* **stale** contexts are closed by the cycle's cleanup: unparseable
+  (``invalid-context``), breaker tripped (``circuit-broken``), item gone
+  (``invalid-work-item``), item closed, tombstoned or hooked
+  (``stale-work-item``; a forced context keeps a hooked item).
+* **mid-launch** contexts carry a launch intent from a cycle that did not
+  finish; the executor's records decide whether the polecat exists
+  (close as dispatched) or not (launch again).
+* the rest are **queued**, one per item (the oldest context wins), each
+  either **ready** (its item is in its store's ready set, or — for a forced
+  context — merely unblocked) or **blocked**; both lists are ordered by
+  :func:`sluice.ranking.rank_work`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import contexts as ctxs
+from .errors import UnknownItem
+from .items import is_context
+from .plan import is_circuit_broken, pick_oldest_per_item
+from .polecats import is_retry_due
+from .ranking import Work, rank_work
+
+if TYPE_CHECKING:
+    from .contexts import Context
+    from .executors.base import Polecat
+    from .store import RigStore, Stores
+    from .town import Town
+
+
+@dataclass
+class Stale:
+    context: Context
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class Survey:
+    ready: list[Work] = field(default_factory=list)  # ranked, one per item
+    blocked: list[Work] = field(default_factory=list)  # ranked, one per item
+    stale: list[Stale] = field(default_factory=list)
+    launched: list[tuple[Context, Polecat]] = field(default_factory=list)  # mid-launch, polecat exists
+    relaunch: list[Context] = field(default_factory=list)  # mid-launch, no polecat: intent to clear
+    duplicates: list[Context] = field(default_factory=list)  # younger contexts of a queued item
+    backing_off: list[Work] = field(default_factory=list)  # ready, but a failed launch's backoff runs
+    open_total: int = 0
+
+    @property
+    def queued(self) -> list[Work]:
+        return self.ready + self.blocked
+
+
+def item_store(stores: Stores, item_id: str) -> tuple[RigStore, dict] | None:
+    """The store holding a work item and its record, or None when no rig has it."""
+    try:
+        store = stores.for_id(item_id)
+    except UnknownItem:
+        return None
+    record = store.get(item_id)
+    if record is None or is_context(record):
+        return None  # a context is never work
+    return store, record
+
+
+def survey(
+    town: Town,
+    stores: Stores,
+    max_failures: int,
+    active: list[Polecat],
+    find: Callable[[str], Polecat | None],
+    now: float | None = None,
+    backoff: tuple[float, float] | None = None,
+) -> Survey:
+    """Classify every open context; see the module docstring.
+
+    With ``backoff`` (retry base and maximum, in seconds) a ready context
+    whose last failed launch is too recent is set aside in ``backing_off``
+    instead of ``ready``.
+    """
+    now = time.time() if now is None else now
+    out = Survey()
+    registered = {rig.name for rig in town.rigs()}
+    candidates: list[tuple[Context, RigStore, dict]] = []
+    for context in ctxs.open_contexts(stores, fresh=True):
+        out.open_total += 1
+        if not context.valid:
+            out.stale.append(Stale(context, ctxs.INVALID_CONTEXT, "description is not a valid sling context"))
+            continue
+        fields = context.fields
+        assert fields is not None
+        if is_circuit_broken(fields.dispatch_failures, max_failures):
+            detail = f"{fields.dispatch_failures} failed dispatches"
+            out.stale.append(Stale(context, ctxs.CIRCUIT_BROKEN, detail))
+            continue
+        if fields.target_rig not in registered:
+            detail = f"target rig {fields.target_rig!r} is unknown"
+            out.stale.append(Stale(context, ctxs.INVALID_CONTEXT, detail))
+            continue
+        found = item_store(stores, fields.work_bead_id)
+        if found is None:
+            out.stale.append(Stale(context, ctxs.INVALID_WORK_ITEM, f"item {fields.work_bead_id} not found"))
+            continue
+        store, item = found
+        status = item.get("status", "open")
+        if status in ctxs.DONE_STATUSES or (status == "hooked" and not fields.force):
+            out.stale.append(Stale(context, ctxs.STALE_WORK_ITEM, f"item is {status}"))
+            continue
+        if fields.launch_started_at:
+            polecat = find(context.id)
+            if polecat is not None:
+                out.launched.append((context, polecat))
+                continue
+            out.relaunch.append(context)
+        candidates.append((context, store, item))
+
+    survivors, duplicates = pick_oldest_per_item(
+        candidates, item_of=lambda c: c[0].work_id, order_key=lambda c: c[0].order, id_of=lambda c: c[0].id
+    )
+    out.duplicates = [c[0] for c in duplicates]
+
+    busy_items = {p.item_id for p in active}
+    ready_sets: dict[str, set[str]] = {}
+    unblocked_sets: dict[str, set[str]] = {}
+    ready: list[Work] = []
+    blocked: list[Work] = []
+    for context, store, item in survivors:
+        fields = context.fields
+        assert fields is not None
+        name = store.rig.name
+        if name not in ready_sets:
+            ready_sets[name] = {row[2] for row in store.ready_raw(now, 0)}
+        is_ready = item["id"] in ready_sets[name]
+        if not is_ready and fields.force and item.get("status") in ctxs.PROTECTED_STATUSES:
+            # A forced sling bypasses the status guard, not the dependencies.
+            if name not in unblocked_sets:
+                unblocked_sets[name] = {record["id"] for record, _causes in store.blocked()}
+            is_ready = item["id"] not in unblocked_sets[name]
+        if item["id"] in busy_items:
+            is_ready = False  # a polecat is already on it; the context waits for it to end
+        work = Work(item=item, rig=fields.target_rig, order=context.order, context_id=context.id,
+                    payload=context)
+        if is_ready and backoff is not None and not is_retry_due(fields, now, *backoff):
+            out.backing_off.append(work)
+            continue
+        (ready if is_ready else blocked).append(work)
+    out.ready = rank_work(town, stores, ready) if ready else []
+    out.blocked = rank_work(town, stores, blocked) if blocked else []
+    return out

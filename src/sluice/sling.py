@@ -1,0 +1,420 @@
+"""``sluice sling ITEM... [RIG]``: queue work items for dispatch, or launch them now.
+
+In deferred mode (``scheduler.max_polecats > 0``) each item gets a sling
+context in its target rig's store and waits for a dispatch cycle; in direct
+mode it is launched at once through the executor and no context is kept.
+
+Guards, in order, per item: it exists and is work (not a context, not a type
+that is never dispatched); the rig its prefix routes to is the target (else
+``--force``); it is not closed or tombstoned (``--force`` does not help); it
+is not hooked, in progress or pinned (else ``--force``, which the context
+remembers so the dispatcher honours it).  Then idempotency: an item with an
+open context in *any* rig, or with a running polecat, is "already" queued.
+
+Idempotency holds across processes: the check and the create happen under
+the item's lock ``runtime/locks/sling-<item>.lock``.  Large slings take their
+locks in chunks, in id order (so two slings never deadlock), read every
+rig's contexts once per chunk and append each rig's new records in one
+write — 1,000 items are one command, not 1,000.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from . import contexts as ctxs
+from . import events, fsutil
+from .errors import ExecutorError, ExecutorUnavailable, InvalidOperation, SluiceError, UnknownItem, UsageError
+from .items import is_context, iso, labels_of, now_utc, tracked_ids
+from .models import SlingContextFields
+from .readiness import NOT_WORK_TYPES, id_prefix
+from .store import Stores
+
+if TYPE_CHECKING:
+    from .executors.base import Executor
+    from .town import Town
+
+CHUNK = 256  # item locks held at once by one sling (well under the open-file limit)
+_LOCK_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass
+class SlingOptions:
+    formula: str = ""
+    args: str = ""
+    vars: tuple[str, ...] = ()
+    agent: str = ""
+    force: bool = False
+    dry_run: bool = False
+
+
+@dataclass
+class _Work:
+    item: dict
+    rig: str
+    stamp: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.item["id"]
+
+
+@dataclass
+class SlingResult:
+    scheduled: list[dict] = field(default_factory=list)
+    already: list[dict] = field(default_factory=list)
+    dispatched: list[dict] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    mode: str = "deferred"
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """False when nothing succeeded and something failed (the command then exits 1)."""
+        return bool(self.scheduled or self.already or self.dispatched) or not self.errors
+
+    def to_json(self) -> dict:
+        return {
+            "scheduled": self.scheduled,
+            "already": self.already,
+            "dispatched": self.dispatched,
+            "errors": self.errors,
+            "skipped": self.skipped,
+            "mode": self.mode,
+            "dry_run": self.dry_run,
+        }
+
+
+def sling_lock_path(town: Town, item_id: str):
+    return town.runtime / "locks" / f"sling-{_LOCK_UNSAFE.sub('_', item_id)}.lock"
+
+
+def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
+    """Item ids and the target rig: the last argument is the rig iff it names a registered one."""
+    args = [a.rstrip("/") for a in args if a.strip()]
+    if not args:
+        raise UsageError("sling needs at least one item id")
+    rigs = town.config.rigs
+    if args[-1] in rigs:
+        if len(args) == 1:
+            raise UsageError(
+                f"{args[0]!r} is a rig; name the item(s) to sling to it: sluice sling ITEM {args[0]}"
+            )
+        return args[:-1], args[-1]
+    return args, None
+
+
+def check_vars(values: tuple[str, ...]) -> None:
+    for value in values:
+        key, sep, _ = value.partition("=")
+        if not sep or not key.strip() or "\n" in value:
+            raise UsageError(f"--var {value!r}: expected KEY=VALUE on one line")
+
+
+def sling(town: Town, args: list[str], options: SlingOptions | None = None,
+          executor: Executor | None = None) -> SlingResult:
+    """Queue (deferred mode) or launch (direct mode) the named items; see the module docstring."""
+    options = options or SlingOptions()
+    config = town.load_config()
+    town.__dict__["config"] = config
+    check_vars(options.vars)
+    item_ids, rig = split_args(town, args)
+    result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)
+    stores = Stores(town)
+    works = _expand(town, stores, item_ids, rig, options, result)
+    if not works:
+        return result
+    if result.mode == "direct":
+        _launch_now(town, stores, works, options, result, executor)
+    else:
+        _schedule(town, stores, works, options, result, executor)
+    return result
+
+
+# -- expanding arguments into (item, rig) pairs -------------------------------------
+
+
+def _kind(item: dict) -> str:
+    issue_type = item.get("issue_type")
+    labels = labels_of(item)
+    if issue_type == "epic" or "gt:epic" in labels:
+        return "epic"
+    if issue_type == "convoy" or "gt:convoy" in labels:
+        return "convoy"
+    return "task"
+
+
+def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, options: SlingOptions,
+            result: SlingResult) -> list[_Work]:
+    works: list[_Work] = []
+    seen: set[str] = set()
+
+    def add(item: dict, target: str) -> None:
+        if item["id"] not in seen:
+            seen.add(item["id"])
+            works.append(_Work(item, target))
+
+    for item_id in item_ids:
+        try:
+            _store, item = stores.find(item_id)
+        except UnknownItem:
+            message = f"item {item_id} not found in any rig"
+            if rig is None and len(item_ids) > 1 and item_id == item_ids[-1]:
+                message += f" (nor is {item_id!r} a registered rig)"
+            result.errors.append({"item_id": item_id, "error": message})
+            continue
+        kind = _kind(item)
+        if kind == "task":
+            try:
+                target = rig or _routed_rig(town, item_id)
+                _guard(town, item, target, options.force)
+            except SluiceError as err:
+                result.errors.append({"item_id": item_id, "error": str(err)})
+                continue
+            add(item, target)
+            continue
+        if rig is not None:
+            result.errors.append({"item_id": item_id, "error": (
+                f"{kind} {item_id} cannot be slung to an explicit rig; each of its items goes to the rig"
+                f" its prefix routes to (run: sluice sling {item_id})")})
+            continue
+        members = _children(stores, item_id) if kind == "epic" else _tracked(stores, item, result)
+        if not members:
+            result.skipped.append({"item_id": item_id, "reason": f"{kind} has no open items to sling"})
+        for member in members:
+            _add_member(town, member, options, result, add)
+    return works
+
+
+def _add_member(town: Town, member: dict, options: SlingOptions, result: SlingResult, add) -> None:
+    member_id = member["id"]
+    status = member.get("status", "open")
+    if is_context(member) or member.get("ephemeral"):
+        result.skipped.append({"item_id": member_id, "reason": "ephemeral record, not work"})
+        return
+    if member.get("issue_type") in NOT_WORK_TYPES:
+        result.skipped.append({"item_id": member_id, "reason": f"a {member['issue_type']}, never dispatched"})
+        return
+    if status in ctxs.DONE_STATUSES:
+        result.skipped.append({"item_id": member_id, "reason": f"{status}"})
+        return
+    if status in ctxs.PROTECTED_STATUSES and not options.force:
+        result.skipped.append({"item_id": member_id, "reason": f"{status} (use --force to include it)"})
+        return
+    home = town.rig_for_id(member_id)
+    if home is None:
+        result.skipped.append({"item_id": member_id, "reason": (
+            f"cannot resolve a rig from its prefix {id_prefix(member_id).rstrip('-')!r} (no rig has it)")})
+        return
+    try:
+        _guard(town, member, home.name, options.force)
+    except SluiceError as err:
+        result.errors.append({"item_id": member_id, "error": str(err)})
+        return
+    add(member, home.name)
+
+
+def _routed_rig(town: Town, item_id: str) -> str:
+    home = town.rig_for_id(item_id)
+    if home is None:
+        raise UsageError(
+            f"item {item_id}: its prefix {id_prefix(item_id).rstrip('-')!r} routes to no rig;"
+            f" name the target rig: sluice sling {item_id} RIG --force"
+        )
+    return home.name
+
+
+def _guard(town: Town, item: dict, target: str, force: bool) -> None:
+    """The per-item checks of the module docstring; raises with a message naming the problem."""
+    item_id = item["id"]
+    if is_context(item) or item.get("ephemeral"):
+        raise InvalidOperation(f"{item_id} is an ephemeral record, not a work item")
+    if item.get("issue_type") in NOT_WORK_TYPES:
+        raise InvalidOperation(f"item {item_id} is a {item['issue_type']}, which is never dispatched as work")
+    home = town.rig_for_id(item_id)
+    prefix = id_prefix(item_id).rstrip("-")
+    if not force:
+        if home is None:
+            raise InvalidOperation(
+                f"item {item_id} (prefix {prefix!r}) routes to no registered rig, so sluice cannot check"
+                f" that it belongs in rig {target!r}; use --force to sling it there anyway"
+            )
+        if home.name != target:
+            raise InvalidOperation(
+                f"cross-rig mismatch: item {item_id} (prefix {prefix!r}) belongs to rig {home.name!r},"
+                f" but the target is rig {target!r}; use --force to override"
+            )
+    status = item.get("status", "open")
+    if status in ctxs.DONE_STATUSES:
+        raise InvalidOperation(f"item {item_id} is {status} (work already completed)")
+    if status in ctxs.PROTECTED_STATUSES and not force:
+        who = f" to {item['assignee']}" if item.get("assignee") else ""
+        raise InvalidOperation(f"item {item_id} is already {status}{who}; use --force to override")
+
+
+def _children(stores: Stores, epic_id: str) -> list[dict]:
+    """Items in any rig with a parent-child edge to ``epic_id``."""
+    out = []
+    pattern = f'%"parent-child","{epic_id}"%'
+    for store in stores.all():
+        for record in store.durable("deps LIKE ?", [pattern]):
+            if any(d.get("type") == "parent-child" and d.get("depends_on_id") == epic_id
+                   for d in record.get("dependencies") or ()):
+                out.append(record)
+    return out
+
+
+def _tracked(stores: Stores, convoy: dict, result: SlingResult) -> list[dict]:
+    out = []
+    for target in tracked_ids(convoy):
+        try:
+            out.append(stores.find(target)[1])
+        except UnknownItem:
+            message = f"item {target} (tracked by {convoy['id']}) not found"
+            result.errors.append({"item_id": target, "error": message})
+    return out
+
+
+# -- deferred: contexts ----------------------------------------------------------------
+
+
+def _fields(work: _Work, options: SlingOptions) -> SlingContextFields:
+    return SlingContextFields(
+        work_bead_id=work.id, target_rig=work.rig, formula=options.formula, args=options.args,
+        vars="\n".join(options.vars), enqueued_at=work.stamp, agent=options.agent, force=options.force,
+    )
+
+
+def _stamp_in_order(works: list[_Work]) -> None:
+    """Strictly increasing ``enqueued_at`` in the order given, so FIFO is the user's order."""
+    base = now_utc()
+    for offset, work in enumerate(works):
+        work.stamp = iso(base + timedelta(microseconds=offset))
+
+
+def _running_items(executor: Executor | None, town: Town) -> dict[str, str]:
+    """item id → polecat id of running polecats (the executor may be unreachable: then none)."""
+    try:
+        if executor is None:
+            from .executors import get_executor
+
+            executor = get_executor(town)
+        return {p.item_id: p.id for p in executor.active()}
+    except ExecutorError:
+        return {}
+
+
+def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOptions, result: SlingResult,
+              executor: Executor | None) -> None:
+    _stamp_in_order(works)
+    running = _running_items(executor, town)
+    if options.dry_run:
+        by_item = ctxs.open_by_item(stores, fresh=True)
+        for work in works:
+            row = _already(work, by_item, running)
+            if row is not None:
+                result.already.append(row)
+            else:
+                result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
+        return
+    enqueued: list[tuple[str, dict]] = []
+    for start in range(0, len(works), CHUNK):
+        chunk = sorted(works[start : start + CHUNK], key=lambda w: w.id)
+        with ExitStack() as held:
+            for work in chunk:
+                held.enter_context(fsutil.file_lock(sling_lock_path(town, work.id)))
+            # Under the item locks: what is queued now, in every rig, decides.
+            by_item = ctxs.open_by_item(stores, fresh=True)
+            new: dict[str, list[dict]] = {}
+            allocators: dict[str, Callable[[str], str]] = {}
+            for work in chunk:
+                row = _already(work, by_item, running)
+                if row is not None:
+                    result.already.append(row)
+                    continue
+                if work.rig not in allocators:
+                    store = stores.rig(work.rig)
+                    allocators[work.rig] = ctxs.id_allocator(store, ctxs.read_fresh(store).keys())
+                context_id = allocators[work.rig](work.id)
+                new.setdefault(work.rig, []).append(
+                    ctxs.build_record(context_id, work.item, _fields(work, options), work.stamp))
+                result.scheduled.append({"item_id": work.id, "context_id": context_id, "rig": work.rig})
+                enqueued.append((events.ENQUEUED, {"context_id": context_id, "item_id": work.id,
+                                                   "rig": work.rig}))
+            for rig_name, records in new.items():
+                ctxs.append_records(stores.rig(rig_name), records)
+    position = {w.id: n for n, w in enumerate(works)}  # report in the order the user gave
+    for rows in (result.scheduled, result.already):
+        rows.sort(key=lambda row: position.get(row["item_id"], 0))
+    events.emit_events(town, enqueued)
+
+
+def _already(work: _Work, by_item: dict, running: dict[str, str]) -> dict | None:
+    """The "already" row of an item that has an open context (the oldest) or a running polecat."""
+    existing = by_item.get(work.id)
+    if existing:
+        oldest = existing[0]
+        return {"item_id": work.id, "context_id": oldest.id, "rig": oldest.rig}
+    if work.id in running:
+        return {"item_id": work.id, "context_id": None, "rig": work.rig, "polecat_id": running[work.id]}
+    return None
+
+
+# -- direct: launch now ----------------------------------------------------------------
+
+
+def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOptions, result: SlingResult,
+                executor: Executor | None) -> None:
+    from .dispatch import append_decision, command_template, make_request
+    from .ranking import Work
+
+    if executor is None:
+        from .executors import get_executor
+
+        executor = get_executor(town)
+    if options.dry_run:
+        running = _running_items(executor, town)
+        for work in works:
+            row = _already(work, {}, running)
+            if row is not None:
+                result.already.append(row)
+            else:
+                result.dispatched.append({"item_id": work.id, "rig": work.rig, "polecat_id": None})
+        return
+    template = command_template(town, executor)
+    delay = town.config.scheduler.seconds("spawn_delay")
+    launched_any = False
+    for work in works:
+        with fsutil.file_lock(sling_lock_path(town, work.id)):
+            row = _already(work, {}, {p.item_id: p.id for p in executor.active()})
+            if row is not None:
+                result.already.append(row)
+                continue
+            if launched_any and delay > 0:
+                time.sleep(delay)
+            request = make_request(town, template, work.item, work.rig, "", _fields_now(work, options))
+            try:
+                polecat = executor.launch(request)
+            except ExecutorUnavailable:
+                raise  # not this item's fault: the whole command fails
+            except ExecutorError as err:
+                result.errors.append({"item_id": work.id, "error": f"launch failed: {err}"})
+                continue
+        launched_any = True
+        payload = {"item_id": work.id, "rig": work.rig, "polecat_id": polecat.id}
+        result.dispatched.append(payload)
+        events.emit_event(town, events.DISPATCHED, {**payload, "context_id": None, "direct": True})
+        append_decision(town, Work(item=work.item, rig=work.rig, order=str(work.item.get("created_at", ""))),
+                        polecat.id)
+
+
+def _fields_now(work: _Work, options: SlingOptions) -> SlingContextFields:
+    work.stamp = iso()
+    return _fields(work, options)

@@ -1,0 +1,151 @@
+"""Helpers for the dispatcher's tests: towns with rigs, items written as beads records, context reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from conftest import Cli, make_repo
+
+STAMP = "2026-01-01T00:00:00Z"
+
+
+def add_rig(cli: Cli, tmp_path: Path, name: str, prefix: str) -> Path:
+    """A real git repository registered as a rig (through the library: fixtures stay fast)."""
+    from sluice.town import Town
+    from sluice.tracker import add_rig as register
+
+    repo = make_repo(tmp_path / "repos" / name)
+    register(Town(cli.town), name, repo, prefix)
+    return repo
+
+
+def configure(town: Path, key: str, value: str) -> None:
+    """What `sluice config set KEY VALUE` does, without a process per setting."""
+    from sluice.models import apply_config_value, parse_config_value
+    from sluice.town import Town
+
+    parsed = parse_config_value(key, value)
+    Town(town).update_config(lambda config: apply_config_value(config, key, parsed))
+
+
+def town_with_rigs(cli: Cli, tmp_path: Path, *rigs: tuple[str, str]) -> dict[str, Path]:
+    return {name: add_rig(cli, tmp_path, name, prefix) for name, prefix in rigs}
+
+
+def item(item_id: str, title: str = "", status: str = "open", deps=(), **extra) -> dict:
+    record = {
+        "id": item_id,
+        "title": title or f"work {item_id}",
+        "status": status,
+        "priority": extra.pop("priority", 2),
+        "issue_type": extra.pop("issue_type", "task"),
+        "created_at": extra.pop("created_at", STAMP),
+        "updated_at": STAMP,
+    }
+    if deps:
+        record["dependencies"] = [
+            {"issue_id": item_id, "depends_on_id": target, "type": dep_type, "created_at": STAMP}
+            for dep_type, target in deps
+        ]
+    record.update(extra)
+    return record
+
+
+def issues_path(town: Path, rig: str) -> Path:
+    return town / ".sluice" / "rigs" / rig / "issues.jsonl"
+
+
+def ephemeral_path(town: Path, rig: str) -> Path:
+    return town / ".sluice" / "rigs" / rig / "ephemeral.jsonl"
+
+
+def write_items(town: Path, rig: str, records: list[dict]) -> None:
+    """Add durable items to a rig's own store (as `sluice item import` would leave them)."""
+    path = issues_path(town, rig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+
+
+def records(path: Path) -> dict[str, dict]:
+    """Last version of every record in a JSONL file."""
+    out: dict[str, dict] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            out[record["id"]] = record
+    return out
+
+
+def contexts(town: Path, rig: str) -> list[dict]:
+    found = records(ephemeral_path(town, rig)).values()
+    return [r for r in found if "sluice:sling-context" in r.get("labels", [])]
+
+
+def fields(context: dict) -> dict:
+    return json.loads(context["description"])
+
+
+def open_contexts(town: Path, rig: str, item_id: str | None = None) -> list[dict]:
+    return [c for c in contexts(town, rig) if c["status"] == "open"
+            and (item_id is None or fields(c).get("work_bead_id") == item_id)]
+
+
+def events(town: Path, event_type: str | None = None) -> list[dict]:
+    path = town / ".sluice" / "events" / "scheduler.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if event_type is None or r["type"] == event_type]
+
+
+def tree_hash(root: Path) -> str:
+    """Names and bytes of every file under ``root`` (not mtimes)."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def python_command(code: str, *args: str) -> str:
+    """``executor.command`` JSON running ``code`` with the interpreter of the tests."""
+    return json.dumps([sys.executable, "-c", code, *args])
+
+
+def sleeper(seconds: float) -> str:
+    return python_command(f"import time; time.sleep({seconds})")
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
+    """Poll until ``predicate()`` is truthy (returns it) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def worker_records(town: Path) -> list[dict]:
+    directory = town / ".sluice" / "runtime" / "workers"
+    out = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))] if directory.exists() else []
+    finished = directory / "finished.jsonl"
+    if finished.exists():
+        out += [json.loads(line) for line in finished.read_text().splitlines() if line.strip()]
+    return out
+
+
+def sluice_env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}

@@ -1,0 +1,139 @@
+"""`scheduler status|list|pause|resume|clear`: JSON shapes, order, clearing duplicates, corrupt config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scheduler_helpers import (
+    configure,
+    contexts,
+    ephemeral_path,
+    events,
+    fields,
+    issues_path,
+    item,
+    open_contexts,
+    town_with_rigs,
+    write_items,
+)
+
+LIST_KEYS = {"id", "title", "status", "target_rig", "blocked", "context_id", "enqueued_at",
+             "dispatch_failures"}
+STATUS_KEYS = {"paused", "paused_by", "queued_total", "queued_ready", "active_polecats", "capacity",
+               "max_polecats", "mode", "last_dispatch_at", "last_dispatch_count", "items"}
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
+    configure(cli.town, "scheduler.max_polecats", "3")
+    write_items(cli.town, "alpha", [
+        item("al-a", "blocker"),
+        item("al-b", "waits for a", deps=[("blocks", "al-a")]),
+        item("al-c", "urgent", priority=0),
+        item("al-d", "ordinary"),
+    ])
+    write_items(cli.town, "beta", [item("be-1", "beta work")])
+    return cli.town
+
+
+def test_list_rows_ready_in_rank_order_then_blocked(cli, town):
+    cli.run("sling", "al-d", "al-b", "al-c", "alpha")
+    cli.run("sling", "be-1")
+    rows = cli.json("scheduler", "list")
+    assert all(set(r) >= LIST_KEYS for r in rows)
+    assert [(r["id"], r["blocked"]) for r in rows] == [
+        ("al-c", False), ("al-d", False), ("be-1", False), ("al-b", True)]
+    first = rows[0]
+    assert (first["title"], first["status"], first["target_rig"], first["dispatch_failures"]) == (
+        "urgent", "open", "alpha", 0)
+    assert first["context_id"] == open_contexts(town, "alpha", "al-c")[0]["id"]
+    assert first["enqueued_at"] == fields(open_contexts(town, "alpha", "al-c")[0])["enqueued_at"]
+    assert cli.json("scheduler", "list") == rows  # deterministic
+    text = cli.run("scheduler", "list").stdout
+    assert "Scheduled work (4 item(s))" in text and "blocked al-b" in text
+
+
+def test_empty_list_and_status(cli, town):
+    assert cli.json("scheduler", "list") == []
+    assert "Nothing scheduled" in cli.run("scheduler", "list").stdout
+    status = cli.json("scheduler", "status")
+    assert set(status) >= STATUS_KEYS
+    assert status["paused"] is False and status["items"] == [] and status["queued_total"] == 0
+    assert (status["mode"], status["max_polecats"], status["capacity"], status["active_polecats"]) == (
+        "deferred", 3, 3, 0)
+
+
+def test_status_counts_and_text(cli, town):
+    cli.run("sling", "al-b", "al-d", "alpha")
+    status = cli.json("scheduler", "status")
+    assert (status["queued_total"], status["queued_ready"]) == (2, 1)
+    assert [r["id"] for r in status["items"]] == ["al-d", "al-b"]
+    assert status["last_dispatch_at"] is None and status["last_dispatch_count"] == 0
+    text = cli.run("scheduler", "status").stdout
+    assert "State:      active" in text and "Queued:     2 total, 1 ready" in text and "deferred" in text
+    configure(cli.town, "scheduler.max_polecats", "-1")
+    assert cli.json("scheduler", "status")["mode"] == "direct"
+    assert "direct" in cli.run("scheduler", "status").stdout
+
+
+def test_pause_and_resume(cli, town):
+    out = cli.run("scheduler", "pause", env={"SLUICE_ACTOR": "mayor"})
+    assert out.stdout.strip() == "Scheduler paused"
+    again = cli.run("scheduler", "pause")
+    assert again.stdout.strip() == "Scheduler is already paused (by mayor)"
+    status = cli.json("scheduler", "status")
+    assert status["paused"] is True and status["paused_by"] == "mayor"
+    assert "PAUSED (by mayor)" in cli.run("scheduler", "status").stdout
+    cli.run("sling", "al-d", "alpha")  # slinging still queues while paused
+    assert len(open_contexts(town, "alpha")) == 1
+    assert cli.json("scheduler", "resume") == {"paused": False, "changed": True}
+    assert cli.run("scheduler", "resume").stdout.strip() == "Scheduler is not paused"
+    assert [e["type"] for e in events(town) if e["type"] in ("Paused", "Resumed")] == ["Paused", "Resumed"]
+
+
+def test_clear_closes_every_open_context_and_nothing_else(cli, town):
+    cli.run("sling", "al-d", "al-c", "alpha")
+    cli.run("sling", "be-1")
+    cli.run("scheduler", "pause")
+    state = (town / ".sluice" / "runtime" / "scheduler-state.json").read_bytes()
+    items = issues_path(town, "alpha").read_bytes()
+    out = cli.json("scheduler", "clear")
+    assert out["cleared"] == 3 and out["item_id"] is None
+    assert open_contexts(town, "alpha") == [] and open_contexts(town, "beta") == []
+    assert {c["close_reason"] for c in contexts(town, "alpha") + contexts(town, "beta")} == {"cleared"}
+    assert issues_path(town, "alpha").read_bytes() == items
+    assert (town / ".sluice" / "runtime" / "scheduler-state.json").read_bytes() == state
+    assert cli.run("scheduler", "clear").stdout.strip() == "Scheduler is already empty."
+    assert events(town, "Cleared")[0]["payload"] == {"item_id": None, "count": 3}
+
+
+def test_clear_item_closes_its_duplicates_in_every_rig(cli, town):
+    cli.run("sling", "al-d", "al-c", "alpha")
+    original = open_contexts(town, "alpha", "al-d")[0]
+    # a duplicate, as racing writers of an older version could leave, in another rig
+    duplicate = {**original, "id": "be-wisp-dup1"}
+    with open(ephemeral_path(town, "beta"), "a") as fh:
+        fh.write(json.dumps(duplicate) + "\n")
+    assert [r["id"] for r in cli.json("scheduler", "list")].count("al-d") == 1  # one row per item
+    text = cli.run("scheduler", "clear", "--item", "al-d").stdout
+    assert text.strip() == "Removed al-d from the scheduler (closed 2 context(s))"
+    assert open_contexts(town, "alpha", "al-d") == [] and open_contexts(town, "beta") == []
+    assert len(open_contexts(town, "alpha", "al-c")) == 1
+    none = cli.run("scheduler", "clear", "--item", "al-d").stdout
+    assert none.strip() == "No sling context found for al-d"
+
+
+@pytest.mark.parametrize("command", [
+    ("sling", "al-d", "alpha"), ("scheduler", "status"), ("scheduler", "list"), ("scheduler", "run"),
+    ("scheduler", "run", "--dry-run"), ("scheduler", "pause"), ("scheduler", "resume"),
+    ("scheduler", "clear"), ("daemon", "--once"),
+])
+def test_a_corrupt_config_is_an_error_for_every_command(cli, town, command):
+    (town / ".sluice" / "config.json").write_text('{"version": 1, "rigs": ')
+    done = cli.run(*command, check=False)
+    assert done.returncode == 1, done.stdout
+    assert "config.json" in done.stderr and "Traceback" not in done.stderr
+    assert not (town / ".sluice" / "runtime" / "scheduler-state.json").exists()

@@ -1,0 +1,109 @@
+"""`sluice daemon`: one tick, the heartbeat and log, the singleton lock, SIGTERM, reaping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from scheduler_helpers import (
+    configure,
+    item,
+    open_contexts,
+    python_command,
+    town_with_rigs,
+    wait_for,
+    write_items,
+)
+from sluice.executors.local import LocalExecutor
+from sluice.town import Town
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    configure(cli.town, "scheduler.max_polecats", "2")
+    polecat = python_command("import time; time.sleep(0.5); print('working')")
+    configure(cli.town, "executor.command", polecat)
+    write_items(cli.town, "alpha", [item("al-1"), item("al-2")])
+    return cli.town
+
+
+def heartbeat(town):
+    path = town / ".sluice" / "runtime" / "daemon.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def start_daemon(town, *args):
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    return subprocess.Popen([sys.executable, "-m", "sluice", "daemon", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, town):
+    cli.run("sling", "al-1", "alpha")
+    done = cli.run("daemon", "--once")
+    assert "tick 1: dispatched 1" in done.stderr
+    assert open_contexts(town, "alpha") == []
+    beat = heartbeat(town)
+    assert beat["pid"] > 0 and beat["started_at"] and beat["last_tick_at"] and beat["stopped_at"]
+    assert beat["last_result"]["dispatched"] == 1 and beat["last_result"]["reason"] == "batch"
+    log = (town / ".sluice" / "runtime" / "daemon.log").read_text()
+    assert "tick 1: dispatched 1, failed 0" in log and "daemon started" in log
+    # once the polecat has finished, the next tick reaps it
+    workers = town / ".sluice" / "runtime" / "workers"
+    assert len(list(workers.glob("*.json"))) == 1
+    wait_for(lambda: "working" in "".join(p.read_text() for p in workers.glob("*.log")))
+    wait_for(lambda: not LocalExecutor(Town(town)).active())
+    again = cli.run("daemon", "--once")
+    assert "reaped 1 finished polecat(s)" in again.stderr
+    assert not list(workers.glob("*.json")) and (workers / "finished.jsonl").exists()
+
+
+def test_a_failing_cycle_is_logged_and_fails_once(cli, town):
+    configure(cli.town, "executor.command", '["x"]')
+    (town / ".sluice" / "runtime" / "scheduler-state.json").write_text("{broken")
+    done = cli.run("daemon", "--once", check=False)
+    assert done.returncode == 1 and "error: " in done.stderr and "scheduler-state.json" in done.stderr
+    assert "scheduler-state.json" in heartbeat(town)["last_result"]["error"]
+
+
+def test_the_daemon_is_a_singleton_and_stops_cleanly_on_sigterm(cli, town):
+    first = start_daemon(town, "--interval", "60")
+    try:
+        beat = wait_for(lambda: (heartbeat(town) or {}).get("last_tick_at") and heartbeat(town))
+        assert beat["pid"] == first.pid and beat["interval"] == 60
+        second = cli.run("daemon", "--once", check=False)
+        assert second.returncode == 1
+        assert f"a sluice daemon is already running for this town (pid {first.pid})" in second.stderr
+        first.send_signal(signal.SIGTERM)
+        _out, err = first.communicate(timeout=20)
+        assert first.returncode == 0 and "daemon stopped" in err
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert heartbeat(town)["stopped_at"]
+    assert cli.run("daemon", "--once").returncode == 0  # the lock went with it
+
+
+def test_sigint_stops_it_too_and_ticks_repeat(cli, town):
+    daemon = start_daemon(town, "--interval", "0.3")
+    try:
+        wait_for(lambda: (heartbeat(town) or {}).get("ticks", 0) >= 2)
+        daemon.send_signal(signal.SIGINT)
+        _out, err = daemon.communicate(timeout=20)
+        assert daemon.returncode == 0 and "tick 2:" in err
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+
+def test_bad_interval_is_a_usage_error(cli, town):
+    done = cli.run("daemon", "--interval", "0", check=False)
+    assert done.returncode == 2 and "--interval" in done.stderr

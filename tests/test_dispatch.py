@@ -1,0 +1,480 @@
+"""The dispatch cycle with real polecat processes: capacity, breaker, pause, blockers, crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from scheduler_helpers import (
+    configure,
+    contexts,
+    ephemeral_path,
+    events,
+    fields,
+    issues_path,
+    item,
+    open_contexts,
+    python_command,
+    records,
+    sleeper,
+    town_with_rigs,
+    tree_hash,
+    wait_for,
+    worker_records,
+    write_items,
+)
+from sluice import contexts as ctxs
+from sluice.executors.base import LaunchRequest
+from sluice.executors.local import LocalExecutor
+from sluice.store import Stores
+from sluice.town import Town
+
+SLUICE = (sys.executable, "-m", "sluice")
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    configure(cli.town, "scheduler.max_polecats", "2")
+    return cli.town
+
+
+@pytest.fixture
+def executor(town):
+    """The test's view of the town's polecats; every one still running at the end is stopped."""
+    ex = LocalExecutor(Town(town), stop_grace=1)
+    yield ex
+    for polecat in ex.active():
+        ex.stop(polecat.id)
+
+
+def context_of(town: Path, item_id: str, rig: str = "alpha") -> dict:
+    [context] = [c for c in contexts(town, rig) if fields(c)["work_bead_id"] == item_id]
+    return context
+
+
+def test_capacity_is_never_exceeded_and_everything_dispatches(cli, town, executor):
+    ids = [f"al-{n}" for n in range(5)]
+    write_items(town, "alpha", [item(i) for i in ids])
+    configure(cli.town, "executor.command", sleeper(1.0))
+    configure(cli.town, "scheduler.batch_size", "5")
+    cli.run("sling", *ids, "alpha")
+    samples = []
+    deadline = time.monotonic() + 60
+    while open_contexts(town, "alpha") and time.monotonic() < deadline:
+        report = cli.json("scheduler", "run")
+        assert report["dispatched"] <= report["capacity"] <= 2
+        for _ in range(5):
+            samples.append(len(executor.active()))
+            time.sleep(0.05)
+    assert open_contexts(town, "alpha") == []
+    assert max(samples) <= 2 and max(samples) == 2
+    launched = [r["item_id"] for r in worker_records(town)]
+    assert sorted(launched) == ids  # each exactly once
+    assert {fields(c)["work_bead_id"]: c["close_reason"] for c in contexts(town, "alpha")} == dict.fromkeys(
+        ids, "dispatched")
+    state = json.loads((town / ".sluice" / "runtime" / "scheduler-state.json").read_text())
+    assert state["last_dispatch_count"] >= 1 and state["last_dispatch_at"]
+
+
+def test_circuit_breaker_after_real_launch_failures(cli, town):
+    write_items(town, "alpha", [item("al-1")])
+    configure(cli.town, "executor.command", json.dumps(["/nonexistent/polecat-binary", "{item_id}"]))
+    cli.run("sling", "al-1", "alpha")
+    before = issues_path(town, "alpha").read_bytes()
+    first = cli.json("scheduler", "run")
+    assert (first["dispatched"], first["failed"]) == (0, 1)
+    f = fields(context_of(town, "al-1"))
+    assert f["dispatch_failures"] == 1 and "cannot launch" in f["last_failure"] and f["last_failure_at"]
+    assert not f.get("launch_started_at")
+    assert cli.json("scheduler", "list")[0]["dispatch_failures"] == 1
+    cli.json("scheduler", "run")
+    third = cli.json("scheduler", "run")
+    assert third["failures"][0]["circuit_broken"] is True
+    context = context_of(town, "al-1")
+    assert context["status"] == "closed" and context["close_reason"] == "circuit-broken"
+    assert fields(context)["dispatch_failures"] == 3
+    assert issues_path(town, "alpha").read_bytes() == before  # the work item is untouched
+    assert len(events(town, "DispatchFailed")) == 3 and len(events(town, "CircuitBroken")) == 1
+    assert cli.json("scheduler", "status")["queued_total"] == 0
+    assert cli.json("scheduler", "run")["failed"] == 0  # nothing left to fail
+    assert worker_records(town) == []
+
+
+def test_threshold_follows_the_config(cli, town):
+    write_items(town, "alpha", [item("al-1")])
+    configure(cli.town, "executor.command", json.dumps(["/nonexistent/polecat-binary"]))
+    configure(cli.town, "scheduler.max_dispatch_failures", "1")
+    cli.run("sling", "al-1", "alpha")
+    assert cli.json("scheduler", "run")["failures"][0]["circuit_broken"] is True
+    assert context_of(town, "al-1")["close_reason"] == "circuit-broken"
+
+
+def test_a_pause_issued_during_a_cycle_survives_it(cli, town, executor):
+    ids = ["al-1", "al-2", "al-3"]
+    write_items(town, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "3")
+    configure(cli.town, "scheduler.spawn_delay", "2s")
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run", "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: events(town, "Dispatched"))  # the first launch happened; the cycle is in its delay
+    cli.run("scheduler", "pause", env={"SLUICE_ACTOR": "operator"})
+    out, err = cycle.communicate(timeout=60)
+    report = json.loads(out)
+    assert report["dispatched"] == 1 and report["paused"] is True, err
+    state = cli.json("scheduler", "status")
+    assert state["paused"] is True and state["paused_by"] == "operator"
+    assert state["last_dispatch_count"] == 1 and state["queued_total"] == 2
+    assert len(open_contexts(town, "alpha")) == 2
+    skipped = cli.run("scheduler", "run")
+    assert "paused (by operator)" in skipped.stderr
+    assert len(worker_records(town)) == 1
+
+
+def test_a_blocked_item_waits_for_its_blocker(cli, town, executor):
+    write_items(town, "alpha", [item("al-a", "blocker"), item("al-b", "blocked", deps=[("blocks", "al-a")])])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-b", "alpha")
+    report = cli.json("scheduler", "run")
+    assert (report["dispatched"], report["reason"], report["ready"]) == (0, "none", 0)
+    [row] = cli.json("scheduler", "list")
+    assert (row["id"], row["blocked"]) == ("al-b", True)
+    cli.run("item", "close", "al-a")
+    report = cli.json("scheduler", "run")
+    assert report["dispatched"] == 1 and report["planned"][0]["item_id"] == "al-b"
+    assert context_of(town, "al-b")["close_reason"] == "dispatched"
+
+
+def test_untrusted_titles_reach_the_polecat_as_one_literal_argument(cli, town, tmp_path, executor):
+    titles = {"al-1": "$(touch pwned)", "al-2": "; rm -rf x; touch pwned2",
+              "al-3": "`touch pwned3` 'q' \"dq\""}
+    write_items(town, "alpha", [item(i, t) for i, t in titles.items()])
+    out_dir = tmp_path / "argv"
+    out_dir.mkdir()
+    code = ("import json, os, sys; "
+            f"path = os.path.join({str(out_dir)!r}, os.environ['SLUICE_ITEM_ID']); "
+            "open(path, 'w').write(json.dumps(sys.argv[1:]))")
+    configure(cli.town, "executor.command", python_command(code, "{title}", "{item_id}"))
+    configure(cli.town, "scheduler.batch_size", "3")
+    configure(cli.town, "scheduler.max_polecats", "3")
+    cli.run("sling", *titles, "alpha")
+    assert cli.json("scheduler", "run")["dispatched"] == 3
+    for item_id, title in titles.items():
+        got = wait_for(lambda i=item_id: (out_dir / i).exists() and (out_dir / i).read_text())
+        assert json.loads(got) == [title, item_id]
+    repo = tmp_path / "repos" / "alpha"
+    for place in (repo, town, tmp_path, Path.cwd()):
+        assert not list(place.glob("pwned*"))
+
+
+def test_dry_run_changes_nothing_on_disk(cli, town):
+    write_items(town, "alpha", [item("al-1"), item("al-2"), item("al-3", deps=[("blocks", "al-1")])])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "al-2", "al-3", "alpha")
+    # a stale context too, which a real cycle would close
+    cli.run("item", "close", "al-2")
+    cli.run("scheduler", "list")
+    before = tree_hash(town)
+    report = cli.json("scheduler", "run", "--dry-run", "--batch", "5")
+    assert report["dry_run"] is True and report["ready"] == 1
+    assert [p["item_id"] for p in report["planned"]] == ["al-1"] and report["dispatched"] == 0
+    assert "Would dispatch: al-1 → alpha" in cli.run("scheduler", "run", "--dry-run").stdout
+    assert tree_hash(town) == before
+    cli.run("scheduler", "pause")
+    paused_before = tree_hash(town)
+    paused = cli.json("scheduler", "run", "--dry-run")
+    assert paused["paused"] is True and [p["item_id"] for p in paused["planned"]] == ["al-1"]
+    assert "paused" in cli.run("scheduler", "run", "--dry-run").stderr
+    assert tree_hash(town) == paused_before
+    assert worker_records(town) == [] and len(open_contexts(town, "alpha")) == 3
+
+
+def test_dry_run_hash_is_exact(cli, town):
+    write_items(town, "alpha", [item("al-1")])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "alpha")
+    cli.run("scheduler", "list")
+    before = tree_hash(town)
+    cli.json("scheduler", "run", "--dry-run")
+    assert tree_hash(town) == before
+
+
+def _mark_intent(town: Path, item_id: str) -> tuple[str, object]:
+    t = Town(town)
+    stores = Stores(t)
+    [context] = ctxs.find_open(stores, item_id)
+    ctxs.mark_launch(stores.rig(context.rig), context.id)
+    return context.id, t
+
+
+def test_interrupted_launch_with_a_live_polecat_is_closed_not_relaunched(cli, town, executor):
+    write_items(town, "alpha", [item("al-1")])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "alpha")
+    context_id, t = _mark_intent(town, "al-1")
+    # the launch the crashed cycle managed to make
+    polecat = executor.launch(LaunchRequest(
+        item_id="al-1", rig="alpha", title="x", context_id=context_id, repo=str(t.rig("alpha").repo),
+        town=str(town), argv=(sys.executable, "-c", "import time; time.sleep(5)")))
+    report = cli.json("scheduler", "run")
+    assert report["dispatched"] == 0 and report["planned"] == []
+    assert {"context_id": context_id, "item_id": "al-1", "rig": "alpha", "reason": "dispatched",
+            "polecat_id": polecat.id} in report["closed"]
+    assert context_of(town, "al-1")["close_reason"] == "dispatched"
+    assert [r["id"] for r in worker_records(town)] == [polecat.id]
+
+
+def test_interrupted_launch_without_a_polecat_is_launched_once(cli, town, executor):
+    write_items(town, "alpha", [item("al-1")])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "alpha")
+    _mark_intent(town, "al-1")
+    assert cli.json("scheduler", "run")["dispatched"] == 1
+    assert cli.json("scheduler", "run")["dispatched"] == 0
+    assert [r["item_id"] for r in worker_records(town)] == ["al-1"]
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_moment_never_launches_an_item_twice(cli, town, executor):
+    ids = [f"al-{n}" for n in range(4)]
+    write_items(town, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "executor.command", sleeper(15))
+    cli.run("sling", *ids, "alpha")
+    rng = random.Random(7)
+    for _attempt in range(6):  # cycles killed at assorted points, before, during and after launches
+        cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.25, 0.7))
+        os.kill(cycle.pid, signal.SIGKILL)
+        cycle.wait()
+    while open_contexts(town, "alpha"):
+        cli.json("scheduler", "run")
+    launched = sorted(r["item_id"] for r in worker_records(town))
+    assert launched == ids
+
+
+def test_stale_contexts_are_closed_with_their_reasons(cli, town):
+    write_items(town, "alpha", [item("al-ok"), item("al-closed"), item("al-hooked"), item("al-fail")])
+    configure(cli.town, "executor.command", sleeper(5))
+    configure(cli.town, "scheduler.max_polecats", "1")
+    cli.run("scheduler", "pause")  # nothing launches while the stage is set
+    cli.run("sling", "al-ok", "al-closed", "al-hooked", "al-fail", "alpha")
+    t = Town(town)
+    stores = Stores(t)
+    fail_ctx = ctxs.find_open(stores, "al-fail")[0]
+
+    def tripped(f):
+        f.dispatch_failures = 3
+        return f
+
+    ctxs.update_fields(stores.rig("alpha"), fail_ctx.id, tripped)
+    cli.run("item", "close", "al-closed")
+    cli.run("item", "update", "al-hooked", "--status", "hooked")
+    with open(ephemeral_path(town, "alpha"), "a") as fh:
+        fh.write(json.dumps({"id": "al-wisp-bad", "title": "sling-context: ?", "status": "open",
+                             "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
+                             "description": "not valid json {{{"}) + "\n")
+        fh.write(json.dumps({"id": "al-wisp-lost", "title": "sling-context: ?", "status": "open",
+                             "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
+                             "description": json.dumps({"version": 1, "work_bead_id": "al-missing",
+                                                        "target_rig": "alpha",
+                                                        "enqueued_at": "2026-01-01T00:00:00Z"})}) + "\n")
+    assert cli.json("scheduler", "status")["stale"] == 5
+    cli.run("scheduler", "resume")
+    before = issues_path(town, "alpha").read_bytes()
+    report = cli.json("scheduler", "run")
+    reasons = {r["context_id"]: r["reason"] for r in report["closed"]}
+    by_item = {fields(c).get("work_bead_id") if c["id"] != "al-wisp-bad" else "bad": c
+               for c in contexts(town, "alpha")}
+    assert reasons[by_item["bad"]["id"]] == "invalid-context"
+    assert reasons[by_item["al-missing"]["id"]] == "invalid-work-item"
+    assert reasons[by_item["al-closed"]["id"]] == "stale-work-item"
+    assert reasons[by_item["al-hooked"]["id"]] == "stale-work-item"
+    assert reasons[by_item["al-fail"]["id"]] == "circuit-broken"
+    assert report["dispatched"] == 1 and by_item["al-ok"]["id"] not in reasons
+    assert {c["close_reason"] for c in contexts(town, "alpha")} == {
+        "invalid-context", "invalid-work-item", "stale-work-item", "circuit-broken", "dispatched"}
+    assert issues_path(town, "alpha").read_bytes() == before
+    closed_events = {e["payload"]["context_id"]: e["payload"]["reason"]
+                     for e in events(town, "ContextClosed")}
+    assert closed_events[by_item["bad"]["id"]] == "invalid-context"
+    LocalExecutor(t, stop_grace=1).stop(worker_records(town)[0]["id"])
+
+
+def test_a_forced_context_dispatches_an_in_progress_item(cli, town, executor):
+    write_items(town, "alpha", [item("al-1", status="in_progress", assignee="ghost")])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "alpha", "--force")
+    assert cli.json("scheduler", "list")[0]["blocked"] is False
+    assert cli.json("scheduler", "run")["dispatched"] == 1
+
+
+def test_no_executor_command_is_a_config_error_and_counts_nothing(cli, town):
+    write_items(town, "alpha", [item("al-1")])
+    cli.run("sling", "al-1", "alpha")
+    done = cli.run("scheduler", "run", check=False)
+    assert done.returncode == 1 and "executor.command is not set" in done.stderr
+    f = fields(context_of(town, "al-1"))
+    assert not f.get("dispatch_failures") and not f.get("launch_started_at")
+    assert "warning: executor.command is not set" in cli.run("scheduler", "run", "--dry-run").stderr
+
+
+def test_a_busy_dispatch_lock(cli, town):
+    lock = FileLock(str(town / ".sluice" / "runtime" / "dispatch.lock"))
+    with lock:
+        done = cli.run("scheduler", "run", check=False)
+        assert done.returncode == 1 and "dispatch already in progress" in done.stderr
+        quiet = cli.run("scheduler", "run", "--json", env={"SLUICE_DAEMON": "1"})
+        assert json.loads(quiet.stdout)["reason"] == "busy" and quiet.stderr == ""
+
+
+def test_direct_mode_cycle_does_nothing_but_warns_about_leftovers(cli, town):
+    write_items(town, "alpha", [item("al-1")])
+    cli.run("sling", "al-1", "alpha")
+    configure(cli.town, "scheduler.max_polecats", "-1")
+    done = cli.run("scheduler", "run", "--json")
+    assert json.loads(done.stdout)["mode"] == "direct" and json.loads(done.stdout)["dispatched"] == 0
+    text = cli.run("scheduler", "run")
+    assert "1 sling context(s) still open" in text.stderr and "sluice scheduler clear" in text.stderr
+    assert cli.run("scheduler", "run", env={"SLUICE_DAEMON": "1"}).stderr == ""
+
+
+def test_bad_batch_values(cli, town):
+    assert cli.run("scheduler", "run", "--batch", "0", check=False).returncode == 2
+    config = town / ".sluice" / "config.json"
+    data = json.loads(config.read_text())
+    data["scheduler"]["batch_size"] = 0
+    config.write_text(json.dumps(data))
+    done = cli.run("scheduler", "run", check=False)
+    assert done.returncode == 1 and "batch_size" in done.stderr
+
+
+def test_each_dispatch_is_logged_as_a_decision(cli, town, executor):
+    write_items(town, "alpha", [item("al-epic", "epic", issue_type="epic"),
+                                item("al-1", "child", priority=1, assignee="ann",
+                                     deps=[("parent-child", "al-epic")])])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "alpha")
+    report = cli.json("scheduler", "run")
+    [line] = (town / ".sluice" / "schedule" / "decisions.jsonl").read_text().splitlines()
+    decision = json.loads(line)
+    assert (decision["node_id"], decision["graph_id"], decision["skipped"]) == ("al-1", "al-epic", False)
+    assert decision["dispatch_hints"] == {"title": "child", "project": "alpha",
+                                          "repository": str(Town(town).rig("alpha").repo),
+                                          "agent_id": "ann", "priority": 1}
+    assert decision["sling_command"] == "sluice sling al-1 alpha"
+    assert {"decision_id", "at", "score", "reasons"} <= set(decision)
+    assert decision["polecat_id"] == report["launched"][0]["polecat_id"]
+    [dispatched] = events(town, "Dispatched")
+    assert dispatched["payload"]["polecat_id"] == decision["polecat_id"]
+
+
+def test_sling_parameters_reach_the_polecat_environment(cli, town, tmp_path, executor):
+    write_items(town, "alpha", [item("al-1")])
+    out = tmp_path / "env.json"
+    code = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    configure(cli.town, "executor.command", python_command(code))
+    cli.run("sling", "al-1", "alpha", "--formula", "mol-x", "--var", "a=1", "--var", "b=2", "--agent", "cc")
+    report = cli.json("scheduler", "run")
+    env = json.loads(wait_for(lambda: out.exists() and out.read_text()))
+    assert env["SLUICE_ITEM_ID"] == "al-1" and env["SLUICE_RIG"] == "alpha"
+    assert env["SLUICE_CONTEXT_ID"] == report["planned"][0]["context_id"] and env["SLUICE_TOWN"] == str(town)
+    assert (env["SLUICE_FORMULA"], env["SLUICE_VARS"], env["SLUICE_AGENT"]) == ("mol-x", "a=1\nb=2", "cc")
+    assert "SLUICE_ARGS" not in env
+    assert records(ephemeral_path(town, "alpha"))
+
+
+# -- the cycle's bookkeeping, with an in-memory executor ------------------------------------------
+
+
+class FakeExecutor:
+    """Launches nothing; fails the items it is told to, with a counted or an uncounted error."""
+
+    kind = "fake"
+    default_command = ("agent", "{item_id}")
+
+    def __init__(self, fail: dict[str, Exception] | None = None):
+        self.fail = fail or {}
+        self.launched: list[str] = []
+
+    def launch(self, request):
+        from sluice.executors.base import Polecat
+
+        if request.item_id in self.fail:
+            raise self.fail[request.item_id]
+        self.launched.append(request.item_id)
+        return Polecat(id=f"pc-{request.item_id}", executor=self.kind, item_id=request.item_id,
+                       rig=request.rig, context_id=request.context_id, started_at="2026-01-01T00:00:00Z")
+
+    def active(self):
+        return []
+
+    def find(self, context_id):
+        return None
+
+
+def test_spawn_delay_only_follows_successful_launches(cli, town):
+    from sluice.dispatch import run_cycle
+    from sluice.errors import ExecutorError
+
+    write_items(town, "alpha", [item("al-1"), item("al-2"), item("al-3"), item("al-4")])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "4")
+    configure(cli.town, "scheduler.spawn_delay", "250ms")
+    cli.run("sling", "al-1", "al-2", "al-3", "al-4", "alpha")
+    sleeps: list[float] = []
+    executor = FakeExecutor({"al-1": ExecutorError("no slot"), "al-3": ExecutorError("no slot")})
+    report = run_cycle(Town(town), executor=executor, sleep=sleeps.append)
+    assert (report.dispatched, report.failed) == (2, 2)
+    assert executor.launched == ["al-2", "al-4"]
+    assert sleeps == [0.25]  # after al-2 only: not after failures, not after the last launch
+
+
+def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, town):
+    from sluice.dispatch import run_cycle
+    from sluice.errors import ExecutorUnavailable
+
+    write_items(town, "alpha", [item("al-1")])
+    cli.run("sling", "al-1", "alpha")
+    with pytest.raises(ExecutorUnavailable, match="cluster unreachable"):
+        run_cycle(Town(town), executor=FakeExecutor({"al-1": ExecutorUnavailable("cluster unreachable")}))
+    f = fields(context_of(town, "al-1"))
+    assert not f.get("dispatch_failures") and not f.get("launch_started_at")
+    assert context_of(town, "al-1")["status"] == "open" and events(town, "DispatchFailed") == []
+
+
+def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli, town, executor, monkeypatch):
+    from sluice import dispatch
+
+    write_items(town, "alpha", [item("al-1")])
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", "al-1", "alpha")
+    real_close = ctxs.close
+
+    def broken_close(town_, store, context_id, reason, extra=None):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(dispatch.ctxs, "close", broken_close)
+    waits: list[float] = []
+    report = dispatch.run_cycle(Town(town), sleep=waits.append)
+    assert (report.dispatched, report.failed) == (0, 1) and waits == [0.5, 1.0]
+    assert any("closing its context failed" in m for m in report.messages)
+    context = context_of(town, "al-1")
+    assert context["status"] == "open" and fields(context)["launch_started_at"]  # the intent remains
+    monkeypatch.setattr(dispatch.ctxs, "close", real_close)
+    again = dispatch.run_cycle(Town(town))
+    assert again.dispatched == 0 and again.closed[0]["reason"] == "dispatched"
+    assert len(worker_records(town)) == 1  # launched once, never twice

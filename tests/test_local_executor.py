@@ -1,0 +1,168 @@
+"""The local executor with real processes: records, pid reuse, sessions, stop, logs, reap, demo worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler_helpers import item, town_with_rigs, wait_for, write_items
+from sluice.errors import ExecutorError, ExecutorUnavailable
+from sluice.executors.base import LaunchRequest
+from sluice.executors.local import LocalExecutor, pid_alive, proc_start_time
+from sluice.town import Town
+
+
+@pytest.fixture
+def setup(cli, tmp_path):
+    repos = town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    town = Town(cli.town)
+    executor = LocalExecutor(town, stop_grace=1)
+    yield town, executor, repos["alpha"]
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def request(town: Town, repo: Path, code: str, *args: str, context_id: str = "al-wisp-1", item_id="al-1"):
+    return LaunchRequest(item_id=item_id, rig="alpha", title="t", context_id=context_id, repo=str(repo),
+                         town=str(town.root), argv=(sys.executable, "-c", code, *args))
+
+
+def test_launch_records_the_process_and_runs_it_in_its_own_session(setup):
+    town, executor, repo = setup
+    code = ("import json, os, sys, time; print(json.dumps({'cwd': os.getcwd(), 'sid': os.getsid(0),"
+            " 'pgid': os.getpgid(0), 'pid': os.getpid(), 'argv': sys.argv[1:],"
+            " 'env': {k: v for k, v in os.environ.items() if k.startswith('SLUICE_')}}), flush=True);"
+            " time.sleep(5)")
+    polecat = executor.launch(request(town, repo, code, "a b", "$(x)"))
+    assert polecat.state == "running" and polecat.pid and polecat.id.startswith("pc-")
+    record = json.loads((town.workers_dir / f"{polecat.id}.json").read_text())
+    assert record["pid"] == polecat.pid and record["start_time"] == proc_start_time(polecat.pid)
+    assert (record["item_id"], record["rig"], record["context_id"]) == ("al-1", "alpha", "al-wisp-1")
+    assert record["argv"][-2:] == ["a b", "$(x)"] and record["started_at"]
+    line = wait_for(lambda: next(iter(executor.logs(polecat.id)), None))
+    report = json.loads(line)
+    assert report["cwd"] == str(repo) and report["argv"] == ["a b", "$(x)"]
+    assert report["sid"] == report["pid"] == report["pgid"] == polecat.pid
+    assert report["env"] == {"SLUICE_ITEM_ID": "al-1", "SLUICE_RIG": "alpha",
+                             "SLUICE_CONTEXT_ID": "al-wisp-1", "SLUICE_TOWN": str(town.root)}
+    assert [p.id for p in executor.active()] == [polecat.id]
+    assert executor.find("al-wisp-1").id == polecat.id and executor.find("al-wisp-2") is None
+
+
+def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(setup):
+    town, executor, repo = setup
+    polecat = executor.launch(request(town, repo, "print('done'); raise SystemExit(3)"))
+    wait_for(lambda: not executor.active())
+    assert executor.listing()[0].state == "exited"
+    [reaped] = executor.reap()
+    assert reaped.id == polecat.id and reaped.detail["exit_code"] == 3
+    assert executor.listing() == [] and not (town.workers_dir / f"{polecat.id}.json").exists()
+    assert list(executor.logs(polecat.id)) == ["done"]  # the log stays
+    assert executor.find("al-wisp-1").state == "exited"  # and find() still knows it
+    assert executor.reap() == []
+
+
+def test_a_reused_pid_is_not_our_polecat(setup):
+    town, executor, repo = setup
+    polecat = executor.launch(request(town, repo, "import time; time.sleep(5)"))
+    path = town.workers_dir / f"{polecat.id}.json"
+    record = json.loads(path.read_text())
+    record["start_time"] = record["start_time"] - 1  # as if another process had this pid before
+    path.write_text(json.dumps(record))
+    assert executor.active() == []
+    assert pid_alive(polecat.pid, None)
+    assert not executor.stop(polecat.id)  # never signals a process that is not the polecat
+    assert pid_alive(polecat.pid, None)
+    os.kill(polecat.pid, signal.SIGKILL)
+
+
+def test_a_zombie_is_not_active(setup, tmp_path):
+    """A polecat that exited but was not waited for (its launcher is gone) does not hold a slot."""
+    town, _executor, repo = setup
+    code = ("import sys; from sluice.town import Town; from sluice.executors.local import LocalExecutor;"
+            "from sluice.executors.base import LaunchRequest;"
+            f"p = LocalExecutor(Town({str(town.root)!r})).launch(LaunchRequest('al-1', 'alpha', 't', 'c1',"
+            f" {str(repo)!r}, {str(town.root)!r}, (sys.executable, '-c', 'pass')));"
+            "import time; time.sleep(1.5)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    fresh = LocalExecutor(town)
+    assert fresh.active() == []
+    assert [p.state for p in fresh.listing()] == ["exited"]
+
+
+def test_launch_failures_raise_with_the_reason_and_leave_no_record(setup):
+    town, executor, repo = setup
+    missing = LaunchRequest("al-1", "alpha", "t", "c1", str(repo), str(town.root), ("/no/such/binary", "x"))
+    with pytest.raises(ExecutorError, match="cannot launch '/no/such/binary'"):
+        executor.launch(missing)
+    bad_cwd = LaunchRequest("al-1", "alpha", "t", "c1", str(repo / "nope"), str(town.root), (sys.executable,))
+    with pytest.raises(ExecutorError, match="no such directory"):
+        executor.launch(bad_cwd)
+    with pytest.raises(ExecutorUnavailable, match=r"executor\.command is not set"):
+        executor.launch(LaunchRequest("al-1", "alpha", "t", "c1", str(repo), str(town.root), ()))
+    assert executor.listing() == [] and executor.active() == []
+
+
+def test_stop_terminates_the_whole_process_group(setup, tmp_path):
+    town, executor, repo = setup
+    pids = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time, pathlib;"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            f"pathlib.Path({str(pids)!r}).write_text(str(c.pid)); time.sleep(60)")
+    polecat = executor.launch(request(town, repo, code))
+    child = int(wait_for(lambda: pids.exists() and pids.read_text()))
+    child_start = proc_start_time(child)
+    assert executor.stop(polecat.id)
+    assert not pid_alive(polecat.pid, None)
+    wait_for(lambda: not pid_alive(child, child_start), timeout=5)
+    assert executor.listing()[0].state == "stopped"
+    assert not executor.stop(polecat.id)
+
+
+def test_stop_kills_a_polecat_that_ignores_sigterm(setup):
+    town, executor, repo = setup
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);" \
+           " time.sleep(60)"
+    polecat = executor.launch(request(town, repo, code))
+    wait_for(lambda: list(executor.logs(polecat.id)) == ["ready"])
+    assert executor.stop(polecat.id)
+    assert not pid_alive(polecat.pid, None)
+
+
+def test_logs_follow_until_the_polecat_ends(setup):
+    town, executor, repo = setup
+    code = "import time\nfor n in range(3):\n    print(n, flush=True); time.sleep(0.2)"
+    polecat = executor.launch(request(town, repo, code))
+    assert list(executor.logs(polecat.id, follow=True)) == ["0", "1", "2"]
+    with pytest.raises(ExecutorError):
+        list(executor.logs("pc-none"))
+
+
+def test_a_pending_record_of_a_dead_launcher_is_found_but_holds_no_slot(setup):
+    town, executor, _repo = setup
+    town.workers_dir.mkdir(parents=True, exist_ok=True)
+    (town.workers_dir / "pc-lost.json").write_text(json.dumps({
+        "id": "pc-lost", "state": "pending", "item_id": "al-1", "rig": "alpha", "context_id": "al-wisp-9",
+        "launcher_pid": 999_999_999, "created_ts": time.time() - 3600, "started_at": "2026-01-01T00:00:00Z"}))
+    assert executor.active() == []
+    assert executor.find("al-wisp-9").state == "lost"
+
+
+def test_the_demo_worker_closes_its_own_item(cli, setup):
+    town, _executor, repo = setup
+    write_items(town.root, "alpha", [item("al-demo", "demo work")])
+    demo = LocalExecutor(town, demo=True)
+    argv = tuple(a.replace("{item_id}", "al-demo") for a in demo.default_command)
+    polecat = demo.launch(LaunchRequest("al-demo", "alpha", "demo work", "c1", str(repo), str(town.root),
+                                        argv, env={"SLUICE_DEMO_WORK_SECONDS": "0.1"}))
+    wait_for(lambda: not demo.active(), timeout=30)
+    shown = cli.json("item", "show", "al-demo")
+    assert shown["status"] == "closed" and shown["close_reason"] == "done"
+    assert "closed al-demo" in "\n".join(demo.logs(polecat.id))

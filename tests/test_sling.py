@@ -1,0 +1,283 @@
+"""`sluice sling`: context records, guards, idempotency (also across processes), epics, convoys."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from scheduler_helpers import (
+    configure,
+    contexts,
+    ephemeral_path,
+    events,
+    fields,
+    issues_path,
+    item,
+    open_contexts,
+    records,
+    sleeper,
+    town_with_rigs,
+    tree_hash,
+    wait_for,
+    worker_records,
+    write_items,
+)
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    """Two rigs, alpha (al) and beta (be), in deferred mode with a few items."""
+    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
+    configure(cli.town, "scheduler.max_polecats", "2")
+    write_items(cli.town, "alpha", [
+        item("al-1", "first task", priority=1),
+        item("al-2", "second task"),
+        item("al-done", "finished", status="closed"),
+        item("al-gone", "tombstoned", status="tombstone"),
+        item("al-busy", "being worked", status="in_progress", assignee="bob"),
+        item("al-hook", "hooked", status="hooked"),
+        item("al-pin", "pinned", status="pinned"),
+    ])
+    write_items(cli.town, "beta", [item("be-1", "beta task")])
+    return cli.town
+
+
+def test_deferred_sling_writes_one_context_in_the_target_rig(cli, town):
+    before = issues_path(town, "alpha").read_bytes()
+    out = cli.json("sling", "al-1", "alpha", "--formula", "mol-work", "--args", "do it well",
+                   "--var", "a=1", "--var", "b=2", "--agent", "codex")
+    assert out["errors"] == [] and out["already"] == [] and out["dispatched"] == []
+    [row] = out["scheduled"]
+    assert row["item_id"] == "al-1" and row["rig"] == "alpha"
+    assert re.fullmatch(r"al-wisp-[0-9a-z]{4,}", row["context_id"])
+    [context] = contexts(town, "alpha")
+    assert context["id"] == row["context_id"]
+    assert context["issue_type"] == "task" and context["ephemeral"] is True and context["status"] == "open"
+    assert context["labels"] == ["sluice:sling-context"]
+    assert context["title"] == "sling-context: first task"
+    assert [(d["type"], d["depends_on_id"]) for d in context["dependencies"]] == [("tracks", "al-1")]
+    f = fields(context)
+    assert f["version"] == 1 and f["work_bead_id"] == "al-1" and f["target_rig"] == "alpha"
+    assert (f["formula"], f["args"], f["vars"], f["agent"]) == ("mol-work", "do it well", "a=1\nb=2", "codex")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", f["enqueued_at"])
+    assert f.get("dispatch_failures", 0) == 0 and "force" not in f
+    assert contexts(town, "beta") == []
+    assert issues_path(town, "alpha").read_bytes() == before  # the work item is never written
+    [event] = events(town, "Enqueued")
+    assert event["payload"] == {"context_id": row["context_id"], "item_id": "al-1", "rig": "alpha"}
+    assert set(event) == {"event_id", "type", "at", "payload"}
+
+
+def test_sling_again_is_a_no_op(cli, town):
+    first = cli.json("sling", "al-1", "alpha")["scheduled"][0]
+    again = cli.json("sling", "al-1", "alpha")
+    assert again["scheduled"] == [] and again["already"] == [first]
+    assert len(open_contexts(town, "alpha")) == 1
+    text = cli.run("sling", "al-1").stdout
+    assert "Already scheduled al-1" in text and first["context_id"] in text
+
+
+def test_without_a_rig_each_item_goes_where_its_prefix_routes(cli, town):
+    out = cli.json("sling", "al-1", "be-1")
+    assert {(r["item_id"], r["rig"]) for r in out["scheduled"]} == {("al-1", "alpha"), ("be-1", "beta")}
+    assert len(open_contexts(town, "alpha")) == 1 and len(open_contexts(town, "beta")) == 1
+
+
+def test_many_items_keep_the_given_order_as_fifo(cli, town):
+    write_items(town, "alpha", [item("al-x"), item("al-y")])  # equal in everything the score sees
+    out = cli.json("sling", "al-y", "al-x", "alpha")
+    assert [r["item_id"] for r in out["scheduled"]] == ["al-y", "al-x"]
+    stamps = {fields(c)["work_bead_id"]: fields(c)["enqueued_at"] for c in contexts(town, "alpha")}
+    assert stamps["al-y"] < stamps["al-x"]
+    listed = cli.json("scheduler", "list")
+    assert [r["id"] for r in listed] == ["al-y", "al-x"]
+
+
+def test_dry_run_writes_nothing(cli, town):
+    cli.run("item", "list")  # the derived index exists before the snapshot
+    before = tree_hash(town)
+    out = cli.json("sling", "al-1", "al-2", "alpha", "--dry-run")
+    assert out["dry_run"] is True
+    assert [(r["item_id"], r["context_id"]) for r in out["scheduled"]] == [("al-1", None), ("al-2", None)]
+    assert "Would schedule al-1 → alpha" in cli.run("sling", "al-1", "alpha", "--dry-run").stdout
+    assert tree_hash(town) == before
+
+
+def test_concurrent_slings_of_one_item_create_exactly_one_context(cli, town):
+    cli.run("item", "list")  # build the index first so the racers start together
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "sluice", "--town", str(town), "sling", "al-1", "alpha",
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    assert sum(len(r["scheduled"]) for r in results) == 1
+    assert sum(len(r["already"]) for r in results) == 7
+    assert len(open_contexts(town, "alpha", "al-1")) == 1
+    assert len(events(town, "Enqueued")) == 1
+
+
+def test_closed_and_tombstoned_items_are_refused_even_with_force(cli, town):
+    for item_id, status in (("al-done", "closed"), ("al-gone", "tombstone")):
+        done = cli.run("sling", item_id, "alpha", "--force", check=False)
+        assert done.returncode == 1
+        assert f"item {item_id} is {status} (work already completed)" in done.stderr
+    assert contexts(town, "alpha") == []
+
+
+@pytest.mark.parametrize(("item_id", "status"), [("al-busy", "in_progress"), ("al-hook", "hooked"),
+                                                  ("al-pin", "pinned")])
+def test_protected_statuses_need_force_which_is_remembered(cli, town, item_id, status):
+    done = cli.run("sling", item_id, "alpha", check=False)
+    assert done.returncode == 1 and f"item {item_id} is already {status}" in done.stderr
+    assert "--force" in done.stderr
+    out = cli.json("sling", item_id, "alpha", "--force")
+    assert out["scheduled"][0]["item_id"] == item_id
+    [context] = open_contexts(town, "alpha", item_id)
+    assert fields(context)["force"] is True
+
+
+def test_cross_rig_guard(cli, town):
+    done = cli.run("sling", "al-1", "beta", check=False)
+    assert done.returncode == 1
+    assert 'cross-rig mismatch: item al-1 (prefix \'al\') belongs to rig \'alpha\'' in done.stderr
+    assert "--force" in done.stderr
+    out = cli.json("sling", "al-1", "beta", "--force")
+    assert out["scheduled"][0]["rig"] == "beta"
+    assert len(open_contexts(town, "beta", "al-1")) == 1 and open_contexts(town, "alpha") == []
+    # idempotency looks in every rig, not only the target
+    assert cli.json("sling", "al-1", "alpha")["already"][0]["rig"] == "beta"
+
+
+def test_an_unknown_prefix_is_refused_honestly(cli, town, tmp_path):
+    export = tmp_path / "odd.jsonl"
+    export.write_text(json.dumps(item("zz-1", "odd prefix")) + "\n")
+    cli.run("item", "import", "alpha", str(export))
+    done = cli.run("sling", "zz-1", "alpha", check=False)
+    assert done.returncode == 1 and "routes to no registered rig" in done.stderr and "--force" in done.stderr
+    no_rig = cli.run("sling", "zz-1", check=False)
+    assert no_rig.returncode == 1 and "routes to no rig" in no_rig.stderr
+    assert cli.json("sling", "zz-1", "alpha", "--force")["scheduled"][0]["rig"] == "alpha"
+
+
+def test_missing_items_and_json_exit_codes(cli, town):
+    done = cli.run("sling", "al-nope", "alpha", "--json", check=False)
+    assert done.returncode == 1
+    out = json.loads(done.stdout)
+    assert out["errors"] == [{"item_id": "al-nope", "error": "item al-nope not found in any rig"}]
+    mixed = cli.run("sling", "al-nope", "al-1", "alpha", "--json", check=False)
+    assert mixed.returncode == 0  # something succeeded
+    assert [r["item_id"] for r in json.loads(mixed.stdout)["scheduled"]] == ["al-1"]
+    alone = cli.run("sling", "alpha", check=False)
+    assert alone.returncode == 2 and "is a rig" in alone.stderr
+    bad_var = cli.run("sling", "al-2", "alpha", "--var", "novalue", check=False)
+    assert bad_var.returncode == 2 and "KEY=VALUE" in bad_var.stderr
+
+
+def test_title_is_truncated_at_200_characters_not_bytes(cli, town):
+    title = "é" * 300
+    write_items(town, "alpha", [item("al-long", title)])
+    cli.run("sling", "al-long", "alpha")
+    [context] = open_contexts(town, "alpha", "al-long")
+    assert context["title"] == ("sling-context: " + title)[:200]
+    assert len(context["title"]) == 200
+
+
+def test_epic_slings_its_open_children_in_every_rig(cli, town):
+    write_items(town, "alpha", [
+        item("al-epic", "the epic", issue_type="epic"),
+        item("al-c1", "child one", deps=[("parent-child", "al-epic")]),
+        item("al-c2", "closed child", status="closed", deps=[("parent-child", "al-epic")]),
+        item("al-c3", "unrelated", deps=[("parent-child", "al-epicx")]),
+        item("al-wisp-c4", "a wisp step", ephemeral=True, deps=[("parent-child", "al-epic")]),
+        item("al-c5", "a gate", issue_type="gate", deps=[("parent-child", "al-epic")]),
+    ])
+    write_items(town, "beta", [item("be-c1", "beta child", deps=[("parent-child", "al-epic")])])
+    preview = cli.run("sling", "al-epic", "--dry-run").stdout
+    assert "Would schedule al-c1 → alpha" in preview and "Would schedule be-c1 → beta" in preview
+    out = cli.json("sling", "al-epic")
+    assert {(r["item_id"], r["rig"]) for r in out["scheduled"]} == {("al-c1", "alpha"), ("be-c1", "beta")}
+    assert {"item_id": "al-c2", "reason": "closed"} in out["skipped"]
+    assert {"item_id": "al-wisp-c4", "reason": "ephemeral record, not work"} in out["skipped"]
+    assert {"item_id": "al-c5", "reason": "a gate, never dispatched"} in out["skipped"]
+    assert len(open_contexts(town, "beta", "be-c1")) == 1
+    assert open_contexts(town, "alpha", "al-epic") == []
+    refused = cli.run("sling", "al-epic", "alpha", check=False)
+    assert refused.returncode == 1 and "cannot be slung to an explicit rig" in refused.stderr
+
+
+def test_convoy_slings_its_tracked_items_across_rigs(cli, town):
+    write_items(town, "alpha", [item("al-cv", "convoy", issue_type="convoy",
+                                     deps=[("tracks", "al-2"), ("tracks", "external:beta:be-1"),
+                                           ("tracks", "al-done")])])
+    out = cli.json("sling", "al-cv")
+    assert {(r["item_id"], r["rig"]) for r in out["scheduled"]} == {("al-2", "alpha"), ("be-1", "beta")}
+    assert [s["item_id"] for s in out["skipped"]] == ["al-done"]
+    assert len(open_contexts(town, "beta", "be-1")) == 1
+
+
+def test_members_whose_prefix_routes_nowhere_are_skipped_with_a_message(cli, town, tmp_path):
+    export = tmp_path / "odd.jsonl"
+    export.write_text(json.dumps(item("zz-9", "stray", deps=[("parent-child", "al-ep")])) + "\n"
+                      + json.dumps(item("al-ep", "epic", issue_type="epic")) + "\n")
+    cli.run("item", "import", "alpha", str(export))
+    out = cli.json("sling", "al-ep")
+    assert out["skipped"][0]["item_id"] == "zz-9" and "cannot resolve a rig" in out["skipped"][0]["reason"]
+    assert "Skipped zz-9" in cli.run("sling", "al-ep").stdout
+
+
+def test_direct_mode_launches_at_once_and_keeps_no_context(cli, town, tmp_path):
+    marker = tmp_path / "ran"
+    code = f"import sys, pathlib; pathlib.Path({str(marker)!r}).write_text(sys.argv[1])"
+    configure(cli.town, "scheduler.max_polecats", "-1")
+    configure(cli.town, "executor.command", json.dumps([sys.executable, "-c", code, "{item_id}"]))
+    out = cli.json("sling", "al-1", "alpha")
+    assert out["mode"] == "direct" and out["scheduled"] == []
+    [row] = out["dispatched"]
+    assert row["item_id"] == "al-1" and row["polecat_id"].startswith("pc-")
+    assert wait_for(lambda: marker.exists() and marker.read_text()) == "al-1"
+    assert not ephemeral_path(town, "alpha").exists()
+    assert [r["item_id"] for r in worker_records(town)] == ["al-1"]
+    assert events(town, "Dispatched")[0]["payload"]["polecat_id"] == row["polecat_id"]
+
+
+def test_direct_mode_without_a_command_is_a_config_error(cli, town):
+    configure(cli.town, "scheduler.max_polecats", "0")
+    done = cli.run("sling", "al-1", "alpha", check=False)
+    assert done.returncode == 1 and "executor.command is not set" in done.stderr
+
+
+def test_an_item_with_a_running_polecat_is_already_handled(cli, town):
+    configure(cli.town, "executor.command", sleeper(30))
+    cli.run("sling", "al-1", "alpha")
+    cli.run("scheduler", "run")
+    out = cli.json("sling", "al-1", "alpha")
+    assert out["scheduled"] == [] and out["already"][0]["polecat_id"].startswith("pc-")
+    from sluice.executors.local import LocalExecutor
+    from sluice.town import Town
+
+    executor = LocalExecutor(Town(town), stop_grace=1)
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def test_many_items_in_chunks(cli, town):
+    """More items than one chunk of locks: every one gets exactly one context, in order."""
+    ids = [f"al-m{n:03d}" for n in range(300)]
+    write_items(town, "alpha", [item(i) for i in ids])
+    out = cli.json("sling", *ids, "alpha")
+    assert [r["item_id"] for r in out["scheduled"]] == ids
+    made = {fields(c)["work_bead_id"]: c for c in open_contexts(town, "alpha")}
+    assert set(made) == set(ids) and len({c["id"] for c in made.values()}) == 300
+    stamps = [fields(made[i])["enqueued_at"] for i in ids]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 300
+    assert len(events(town, "Enqueued")) == 300
+    assert len(records(ephemeral_path(town, "alpha"))) == 300
