@@ -1,0 +1,64 @@
+"""`sluice polecat list|stop|logs`: watch and control the town's polecats through its executor."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from .common import JsonOption, emit, town
+
+polecat_app = typer.Typer(help="List, stop and read the polecats (worker agents) of the town.",
+                          no_args_is_help=True)
+
+RefArgument = Annotated[str, typer.Argument(help="A polecat id, or the id of the item it works on.")]
+
+
+@polecat_app.command("list")
+def polecat_list(as_json: JsonOption = False) -> None:
+    """Every polecat the executor has a record of: running, pending or finished (until reaped)."""
+    from ..polecats import list_polecats
+
+    emit(list_polecats(town()), as_json, _list_text)
+
+
+def _list_text(rows: list[dict]) -> str:
+    if not rows:
+        return "No polecats."
+    lines = [f"{'ID':<28} {'ITEM':<14} {'RIG':<12} {'STATE':<8} {'PID':>7}  STARTED"]
+    for row in rows:
+        pid = str(row["pid"]) if row["pid"] is not None else "-"
+        lines.append(f"{row['id']:<28} {row['item_id'] or '-':<14} {row['rig'] or '-':<12} {row['state']:<8}"
+                     f" {pid:>7}  {row['started_at'] or '-'}")
+        if row["attach"] and row["state"] in ("running", "pending"):
+            lines.append(f"    attach: {row['attach']}")
+    return "\n".join(lines)
+
+
+@polecat_app.command("stop")
+def polecat_stop(ref: RefArgument, as_json: JsonOption = False) -> None:
+    """Stop a polecat (by id) or every running polecat of an item, with its child processes."""
+    from ..polecats import stop_polecats
+
+    emit(stop_polecats(town(), ref), as_json, lambda rows: "\n".join(
+        f"Stopped {r['id']} ({r['item_id'] or 'no item'})" if r["stopped"]
+        else f"{r['id']} ({r['item_id'] or 'no item'}) was not running ({r['state']})" for r in rows))
+
+
+@polecat_app.command("logs")
+def polecat_logs(
+    ref: RefArgument,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until it ends.")] = False,
+) -> None:
+    """Print a polecat's output (the newest polecat of an item, when given an item id)."""
+    from ..polecats import polecat_logs as read_logs
+
+    for line in read_logs(town(), ref, follow=follow):
+        sys.stdout.write(line + "\n")
+        if follow:
+            sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(polecat_app, name="polecat")

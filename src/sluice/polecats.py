@@ -1,0 +1,200 @@
+"""Polecat control, and the two clocks the dispatcher keeps on polecats.
+
+* **Control** (``sluice polecat list|stop|logs``): every call goes through
+  :func:`sluice.executors.get_executor`, so the same commands work for local
+  processes, tmux sessions and Ray jobs.  A polecat is named by its id or by
+  the item it works on.
+* **Stall timeout** (``scheduler.polecat_timeout``, ``0`` = none): a polecat
+  that has held a slot longer than the timeout is stopped and a
+  ``PolecatTimedOut`` event is logged.  Only the polecat is touched: the item
+  keeps whatever state the agent left it in (scheduling never writes an
+  item), so a person decides whether to re-sling it.
+* **Retry backoff** (``scheduler.retry_base``/``retry_max``): after a failed
+  launch a context waits ``min(retry_base·2^(failures−1), retry_max)`` from
+  its ``last_failure_at`` before it is tried again (:func:`sluice.plan.retry_delay`),
+  so a short outage does not burn the whole failure budget in a few cycles.
+
+Times are epoch seconds (``time.time()``) or aware datetimes; both are accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from itertools import chain
+from typing import TYPE_CHECKING
+
+from .errors import ExecutorError
+from .items import iso, parse_ts
+from .plan import next_attempt_at
+
+if TYPE_CHECKING:
+    from .executors.base import Executor, Polecat
+    from .models import SlingContextFields
+    from .town import Town
+
+POLECAT_TIMED_OUT = "PolecatTimedOut"
+RUNNING_STATES = ("running", "pending")
+
+
+class UnknownPolecat(ExecutorError):
+    """Neither a polecat id nor the item id of any polecat the executor knows."""
+
+
+def _epoch(now: float | datetime) -> float:
+    return now.timestamp() if isinstance(now, datetime) else float(now)
+
+
+# -- control -----------------------------------------------------------------------
+
+
+def polecat_row(polecat: Polecat) -> dict:
+    """The row of ``sluice polecat list --json``."""
+    return {
+        "id": polecat.id,
+        "item_id": polecat.item_id,
+        "rig": polecat.rig,
+        "context_id": polecat.context_id,
+        "executor": polecat.executor,
+        "started_at": polecat.started_at,
+        "state": polecat.state,
+        "pid": polecat.pid,
+        "log_path": polecat.log_path,
+        "attach": polecat.detail.get("attach"),
+    }
+
+
+def list_polecats(town: Town) -> list[dict]:
+    """Every polecat the town's executor has a record of, oldest first."""
+    from .executors import get_executor
+
+    polecats = get_executor(town).listing()
+    return [polecat_row(p) for p in sorted(polecats, key=lambda p: (p.started_at, p.id))]
+
+
+def resolve(executor: Executor, ref: str) -> list[Polecat]:
+    """The polecat with id ``ref``, else item ``ref``'s polecats (running first, then newest first)."""
+    known = executor.listing()
+    exact = [p for p in known if p.id == ref]
+    if exact:
+        return exact
+    by_item = [p for p in known if p.item_id == ref]
+    if not by_item:
+        raise UnknownPolecat(f"no polecat with id or item id {ref!r} (see `sluice polecat list`)")
+    by_item.sort(key=lambda p: (p.state in RUNNING_STATES, p.started_at, p.id), reverse=True)
+    return by_item
+
+
+def stop_polecats(town: Town, ref: str) -> list[dict]:
+    """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped."""
+    from .executors import get_executor
+
+    executor = get_executor(town)
+    found = resolve(executor, ref)
+    running = [p for p in found if p.state in RUNNING_STATES] or found[:1]
+    rows = []
+    for polecat in running:
+        stopped = executor.stop(polecat.id)
+        row = polecat_row(polecat)
+        row["stopped"] = stopped
+        if stopped:
+            row["state"] = "stopped"
+        rows.append(row)
+    return rows
+
+
+def polecat_logs(town: Town, ref: str, follow: bool = False) -> Iterator[str]:
+    """The output of polecat ``ref`` (or of the newest polecat of item ``ref``), line by line.
+
+    An id missing from the listing is still tried: a reaped polecat's log stays.
+    """
+    from .executors import get_executor
+
+    executor = get_executor(town)
+    unknown: UnknownPolecat | None = None
+    try:
+        polecat_id = resolve(executor, ref)[0].id
+    except UnknownPolecat as err:
+        polecat_id, unknown = ref, err
+    try:  # an executor may be lazy: its "no such polecat" may come only with the first line
+        lines = iter(executor.logs(polecat_id, follow=follow))
+        first = next(lines)
+    except StopIteration:
+        return iter(())
+    except ExecutorError:
+        if unknown is not None:
+            raise unknown from None
+        raise
+    return chain([first], lines)
+
+
+# -- stall timeout ------------------------------------------------------------------
+
+
+def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | datetime) -> list[Polecat]:
+    """Active polecats that started ``timeout_seconds`` or more before ``now`` (none when the timeout is 0).
+
+    A polecat whose start time is unknown (e.g. a tmux session without a
+    record) is never judged overdue: there is nothing to measure from.
+    """
+    if timeout_seconds <= 0:
+        return []
+    limit = _epoch(now) - timeout_seconds
+    out = []
+    for polecat in executor.active():
+        started = parse_ts(polecat.started_at)
+        if started is not None and started <= limit:
+            out.append(polecat)
+    return out
+
+
+def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[Polecat]:
+    """Stop every polecat past ``scheduler.polecat_timeout`` and log ``PolecatTimedOut`` for each."""
+    from .events import emit_event
+
+    scheduler = town.load_config().scheduler  # fresh: a long-lived daemon sees `config set` at once
+    timeout = scheduler.seconds("polecat_timeout")
+    stopped = []
+    for polecat in overdue_polecats(executor, timeout, now):
+        if not executor.stop(polecat.id):
+            continue  # it ended on its own meanwhile
+        emit_event(
+            town,
+            POLECAT_TIMED_OUT,
+            {
+                "polecat_id": polecat.id,
+                "item_id": polecat.item_id,
+                "rig": polecat.rig,
+                "context_id": polecat.context_id,
+                "executor": polecat.executor,
+                "started_at": polecat.started_at,
+                "timeout": scheduler.polecat_timeout,
+            },
+        )
+        polecat.state = "stopped"
+        stopped.append(polecat)
+    return stopped
+
+
+# -- retry backoff --------------------------------------------------------------------
+
+
+def _retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> float | None:
+    if fields.dispatch_failures <= 0:
+        return None
+    last = parse_ts(fields.last_failure_at)
+    if last is None:
+        return None  # a failure without a time (older contexts): nothing to wait from
+    return next_attempt_at(last, fields.dispatch_failures, base, maximum)
+
+
+def retry_due_at(fields: SlingContextFields, base: float, maximum: float) -> str | None:
+    """When a failed context may be tried again (UTC ISO), or None if it need not wait."""
+    at = _retry_epoch(fields, base, maximum)
+    return None if at is None else iso(datetime.fromtimestamp(at, UTC))
+
+
+def is_retry_due(fields: SlingContextFields, now: float | datetime, base: float, maximum: float) -> bool:
+    """True unless the context failed and its backoff has not yet passed at ``now``."""
+    at = _retry_epoch(fields, base, maximum)
+    return at is None or _epoch(now) >= at

@@ -1,0 +1,101 @@
+"""`sluice polecat list|stop|logs` through the real CLI, on the local and the tmux executor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from polecat_fixtures import configure, gone, install_polecat, polecat_command, report
+from scheduler_helpers import item, write_items
+from sluice.executors import get_executor
+from sluice.town import Town
+
+ROW_KEYS = {
+    "id", "item_id", "rig", "context_id", "executor", "started_at", "state", "pid", "log_path", "attach",
+}
+
+
+@pytest.fixture(params=["local", "tmux"])
+def town(request, cli, rig, tmp_path):
+    """Direct mode: `sling` launches the sleeping polecat at once through the chosen executor."""
+    script, reports = install_polecat(tmp_path / "polecat")
+    configure(cli.town, {
+        "executor.kind": request.param,
+        "executor.command": json.dumps(polecat_command(script, reports, 30)),
+    })
+    write_items(cli.town, "alpha", [item("al-1", "first"), item("al-2", "second"), item("al-3", "third")])
+    yield request.param, reports, script
+    executor = get_executor(Town(cli.town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+    if request.param == "tmux":
+        subprocess.run(["tmux", "-L", executor.socket, "kill-server"], capture_output=True)
+
+
+def test_list_shows_every_polecat_with_its_row(cli, town):
+    kind, reports, _ = town
+    assert cli.json("polecat", "list") == []
+    assert cli.run("polecat", "list").stdout.strip() == "No polecats."
+    cli.run("sling", "al-1", "al-2", "alpha")
+    first, second = report(reports, "al-1"), report(reports, "al-2")
+    rows = cli.json("polecat", "list")
+    assert [set(r) for r in rows] == [ROW_KEYS, ROW_KEYS]
+    assert sorted((r["item_id"], r["rig"], r["executor"], r["state"]) for r in rows) == [
+        ("al-1", "alpha", kind, "running"),
+        ("al-2", "alpha", kind, "running"),
+    ]
+    assert {r["item_id"]: r["pid"] for r in rows} == {"al-1": first["pid"], "al-2": second["pid"]}
+    text = cli.run("polecat", "list").stdout
+    assert "al-1" in text and "al-2" in text and "running" in text
+    if kind == "tmux":
+        socket = get_executor(Town(cli.town)).socket
+        for row in rows:
+            assert row["attach"] == f"tmux -L {socket} attach -t {row['id']}"
+            assert f"attach: tmux -L {socket} attach -t {row['id']}" in text
+    else:
+        assert all(r["attach"] is None for r in rows) and "attach:" not in text
+
+
+def test_stop_by_item_or_id_ends_the_polecat_and_its_children(cli, town):
+    _, reports, _ = town
+    cli.run("sling", "al-1", "al-2", "alpha")
+    first, second = report(reports, "al-1"), report(reports, "al-2")
+    ids = {r["item_id"]: r["id"] for r in cli.json("polecat", "list")}
+
+    [row] = cli.json("polecat", "stop", "al-1")  # by item id
+    assert (row["id"], row["stopped"], row["state"]) == (ids["al-1"], True, "stopped")
+    assert gone(first["pid"]) and gone(first["child"])
+    assert not gone(second["pid"])
+
+    out = cli.run("polecat", "stop", ids["al-2"]).stdout  # by polecat id
+    assert out.strip() == f"Stopped {ids['al-2']} (al-2)"
+    assert gone(second["pid"]) and gone(second["child"])
+    states = {r["item_id"]: r["state"] for r in cli.json("polecat", "list")}
+    assert states == {"al-1": "stopped", "al-2": "stopped"}
+    again = cli.run("polecat", "stop", "al-2").stdout
+    assert "was not running" in again
+
+
+def test_unknown_polecat_is_exit_1_with_a_clear_message(cli, town):
+    for command in (("polecat", "stop", "al-404"), ("polecat", "logs", "pc-nope")):
+        done = cli.run(*command, check=False)
+        assert done.returncode == 1
+        ref = command[-1]
+        assert done.stderr.strip() == (
+            f"error: no polecat with id or item id {ref!r} (see `sluice polecat list`)"
+        )
+        assert "Traceback" not in done.stderr
+
+
+def test_logs_by_item_and_follow_until_the_polecat_ends(cli, town, rig):
+    _, reports, script = town
+    configure(cli.town, {"executor.command": json.dumps(polecat_command(script, reports, 1))})
+    cli.run("sling", "al-3", "alpha")
+    followed = cli.run("polecat", "logs", "al-3", "--follow", timeout=60).stdout.splitlines()
+    assert followed[:2] == ["polecat up for al-3", "second line"]
+    assert followed[-1] == "polecat done"
+    [row] = cli.json("polecat", "list")
+    assert row["state"] == "exited"
+    assert cli.run("polecat", "logs", row["id"]).stdout.splitlines() == followed
