@@ -1,9 +1,93 @@
-"""Commands registered by this module (filled in as features land)."""
+"""`sluice hooks …`, `sluice patrol`, `sluice mcp`: the ways in for repositories and agents."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from .common import JsonOption, emit, say, town
+
+hooks_app = typer.Typer(help="Git hooks that report a rig's merge-queue depth.", no_args_is_help=True)
+
+
+@hooks_app.command("install")
+def hooks_install(
+    rig: Annotated[str, typer.Argument(help="Rig whose repository gets the hooks.")],
+    force: Annotated[bool, typer.Option(help="Move foreign hooks aside (<name>.sluice-orig).")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Link post-commit, post-merge and pre-push into RIG's repository (its only write by sluice)."""
+    from ..githooks import install
+
+    result = install(town(), rig, force)
+    emit(result.to_json(), as_json, lambda r: "\n".join(
+        [f"hooks in {r['hooks_dir']}:"]
+        + [f"  installed {n}" for n in r["installed"] if n not in r["replaced"]]
+        + [f"  replaced {n} (the old hook is {n}.sluice-orig)" for n in r["replaced"]]
+        + [f"  {n} already installed" for n in r["unchanged"]]))
+
+
+@hooks_app.command("report")
+def hooks_report(
+    rig: Annotated[str | None, typer.Option(help="Rig to report on.")] = None,
+    repo: Annotated[Path | None, typer.Option(help="Or: the rig's repository path.")] = None,
+    hook: Annotated[str, typer.Option(help="Which hook is calling (logged in the event).")] = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Print the rig's merge-queue depth on stderr and log a MergeQueueDepth event."""
+    from ..githooks import report
+
+    queue = report(town(), rig, repo, hook)
+    say(queue.line())
+    if as_json:
+        emit({"rig": queue.rig, "queued": queue.queued, "running": queue.running,
+              "threshold": queue.threshold}, True)
+
+
+
+
+def patrol(
+    rig: Annotated[str, typer.Argument(help="Rig to patrol.")],
+    fix: Annotated[bool, typer.Option(help="Close stale and duplicate contexts (never an item).")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Witness patrol: one rig's queued, failing, stale, duplicate and orphaned contexts and polecats."""
+    from ..patrol import patrol as run_patrol
+
+    emit(run_patrol(town(), rig, fix), as_json, _patrol_text)
+
+
+def _patrol_text(r: dict) -> str:
+    mq = r["merge_queue"]
+    lines = [
+        f"patrol {r['rig']}: {r['ready']} ready, {r['blocked']} blocked, {len(r['polecats'])} polecat(s),"
+        f" merge queue {mq['queued']} queued / {mq['running']} running",
+    ]
+    for row in r["queued"]:
+        mark = "⏸" if row["blocked"] else "○"
+        lines.append(f"  {mark} {row['item_id']}: {row['title']}")
+    for key in ("failing", "stale", "duplicates", "orphaned"):
+        for row in r[key]:
+            extra = row.get("last_failure") or row.get("detail") or ""
+            lines.append(f"  {key}: {row['context_id']} (item {row['item_id']}) {extra}".rstrip())
+    for row in r.get("fixed", []):
+        lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
+    if r.get("executor_error"):
+        lines.append(f"  executor: {r['executor_error']}")
+    return "\n".join(lines)
+
+
+def mcp() -> None:
+    """Serve the sluice tools over MCP on stdio (for agent clients)."""
+    from ..mcp_server import serve
+    from .common import town_arg
+
+    serve(town_arg())
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.add_typer(hooks_app, name="hooks")
+    app.command("patrol")(patrol)
+    app.command("mcp")(mcp)

@@ -1,0 +1,159 @@
+"""Git hooks that tell a rig's committers how deep its merge queue is.
+
+``install`` is the one write sluice ever makes to a repository, and only on
+explicit request: it links ``post-commit``, ``post-merge`` and ``pre-push``
+into the rig repo's hooks directory.  The links point at copies kept in
+``<town>/.sluice/hooks/``, which is how an installed hook finds its town.
+``report`` is what the hooks run: one line on stderr and one
+``MergeQueueDepth`` event.  The shell side guarantees a hook never fails or
+slows git; this side only has to be quick.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .errors import InvalidOperation, UnknownRig
+from .town import Rig, Town
+
+HOOK_NAMES = ("post-commit", "post-merge", "pre-push")
+_SUPPORT = ("sluice-hook-report",)
+BACKUP_SUFFIX = ".sluice-orig"
+
+
+@dataclass(frozen=True)
+class MergeQueue:
+    rig: str
+    queued: int
+    running: int
+    threshold: int
+
+    @property
+    def depth(self) -> int:
+        return self.queued + self.running
+
+    def line(self) -> str:
+        return (
+            f"sluice: merge queue {self.rig}: {self.queued} queued, {self.running} running"
+            f" (threshold {self.threshold})"
+        )
+
+
+def town_hooks_dir(town: Town) -> Path:
+    return town.dir / "hooks"
+
+
+def _package_hooks() -> Path:
+    return Path(str(resources.files("sluice") / "hooks"))
+
+
+def refresh_town_copies(town: Town) -> Path:
+    """Copy the hook scripts into the town and record which Python runs sluice."""
+    target = town_hooks_dir(town)
+    target.mkdir(parents=True, exist_ok=True)
+    source = _package_hooks()
+    for name in (*HOOK_NAMES, *_SUPPORT):
+        dest = target / name
+        shutil.copyfile(source / name, dest)
+        os.chmod(dest, 0o755)
+    (target / "sluice-python").write_text(sys.executable + "\n")
+    return target
+
+
+def repo_hooks_dir(rig: Rig) -> Path:
+    """Where git looks for this repository's hooks (``core.hooksPath`` honoured)."""
+    from .gitview import open_repo
+
+    repo = open_repo(rig.repo)
+    try:
+        configured = repo.config["core.hooksPath"]
+    except KeyError:
+        configured = None
+    if configured:
+        path = Path(os.path.expanduser(configured))
+        return path if path.is_absolute() else Path(rig.repo) / path
+    return Path(repo.path) / "hooks"
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    rig: str
+    hooks_dir: str
+    installed: list[str]
+    unchanged: list[str]
+    replaced: list[str]  # foreign hooks moved aside with --force
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def install(town: Town, rig_name: str, force: bool = False) -> InstallResult:
+    rig = town.rig(rig_name)
+    hooks_dir = repo_hooks_dir(rig)
+    copies = refresh_town_copies(town)
+    foreign = []
+    for name in HOOK_NAMES:
+        path = hooks_dir / name
+        if (path.exists() or path.is_symlink()) and not _is_ours(path, copies / name):
+            foreign.append(name)
+    if foreign and not force:
+        raise InvalidOperation(
+            f"{hooks_dir} already has hook(s) not installed by sluice: {', '.join(foreign)};"
+            " nothing was changed (use --force to move them aside as <name>" + BACKUP_SUFFIX + ")"
+        )
+    hooks_dir.mkdir(parents=True, exist_ok=True)
+    installed, unchanged, replaced = [], [], []
+    for name in HOOK_NAMES:
+        path = hooks_dir / name
+        if name in foreign:
+            os.replace(path, path.with_name(name + BACKUP_SUFFIX))
+            replaced.append(name)
+        elif path.is_symlink() and _is_ours(path, copies / name):
+            unchanged.append(name)
+            continue
+        path.symlink_to(copies / name)
+        installed.append(name)
+    return InstallResult(rig.name, str(hooks_dir), installed, unchanged, replaced)
+
+
+def _is_ours(path: Path, copy: Path) -> bool:
+    return path.is_symlink() and Path(os.path.realpath(path)) == Path(os.path.realpath(copy))
+
+
+def rig_for_repo(town: Town, repo: Path) -> Rig:
+    wanted = Path(os.path.realpath(repo))
+    for rig in town.rigs():
+        if Path(os.path.realpath(rig.repo)) == wanted:
+            return rig
+    raise UnknownRig(f"no rig of this town uses the repository {repo}")
+
+
+def merge_queue(town: Town, rig_name: str) -> MergeQueue:
+    """Queued (open) and running (in_progress) ``merge-request`` items of a rig."""
+    from .policy import load_policy
+    from .store import Stores
+
+    store = Stores(town).rig(rig_name)
+    counts = store.merge_queue_counts()
+    threshold = load_policy(town.policy_path).merge_queue_threshold
+    return MergeQueue(rig_name, counts.get("open", 0), counts.get("in_progress", 0), threshold)
+
+
+def report(town: Town, rig_name: str | None = None, repo: Path | None = None, hook: str = "") -> MergeQueue:
+    """What a hook runs: work out the depth and log a ``MergeQueueDepth`` event."""
+    from .events import emit_event
+
+    if rig_name is None:
+        if repo is None:
+            raise UnknownRig("name the rig (--rig) or its repository (--repo)")
+        rig_name = rig_for_repo(town, repo).name
+    queue = merge_queue(town, rig_name)
+    payload = {"rig": queue.rig, "queued": queue.queued, "running": queue.running,
+               "threshold": queue.threshold, "hook": hook or None}
+    emit_event(town, "MergeQueueDepth", payload)
+    return queue

@@ -1,0 +1,189 @@
+"""``sluice mcp``: the CLI's answers as MCP tools over stdio.
+
+Each tool calls the same library function as its CLI command and returns the
+same JSON document as that command's ``--json``.  Inputs are typed strictly
+(a string ``"false"`` is not a boolean, ``"3"`` is not an integer), and every
+failure — bad arguments, no town, a refused operation — comes back as a tool
+error with a readable message while the server keeps serving.
+
+The town is looked up on every call (``--town``, ``SLUICE_TOWN``, then the
+server's working directory), so a server started before ``sluice init`` works
+once the town exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
+
+from .errors import SluiceError
+
+
+class SlingFailed(SluiceError):
+    """Nothing was slung: the message is the sling's JSON document with its errors."""
+
+Limit = Annotated[StrictInt, Field(ge=1, description="How many decisions, at least 1.")]
+Weight = Annotated[StrictFloat | None, Field(description="New weight; omit to keep the current one.")]
+
+
+def build_server(town_arg: str | None = None):
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from . import __version__
+
+    server = MCPServer(
+        name="sluice",
+        version=__version__,
+        log_level="WARNING",
+        instructions=(
+            "sluice schedules coding agents over git repositories. Use sluice_schedule_next to pick work, "
+            "sluice_sling to queue it, sluice_scheduler_status to see the queue."
+        ),
+    )
+
+    def town():
+        from .town import find_town
+
+        return find_town(town_arg)
+
+    def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> str:
+            try:
+                result = fn(*args, **kwargs)
+            except SluiceError as err:
+                raise ToolError(str(err)) from None
+            # The very text `--json` prints: one JSON document, lists included.
+            return json.dumps(result, indent=2, ensure_ascii=False)
+
+        wrapper.__annotations__["return"] = str
+        server.tool(name=fn.__name__, description=(fn.__doc__ or "").strip(), structured_output=False)(wrapper)
+        return fn
+
+    @tool
+    def sluice_schedule_next(
+        graph_id: Annotated[str | None, Field(description="Only items under this top-level epic.")] = None,
+        limit: Limit = 1,
+        preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
+    ) -> list[dict]:
+        """Score ready work and return the next decision(s), as `sluice schedule next --json`."""
+        from .advisor import next_decisions
+
+        return next_decisions(town(), graph_id=graph_id, limit=limit, preview=preview)
+
+    @tool
+    def sluice_schedule_status(
+        recent: Annotated[StrictInt, Field(ge=0, description="How many recent decisions.")] = 10,
+    ) -> dict:
+        """Policy, ready count, recent decisions and merge pressure, as `sluice schedule status --json`."""
+        from .advisor import status
+
+        return status(town(), recent=recent)
+
+    @tool
+    def sluice_schedule_policy(
+        action: Annotated[Literal["show", "set"], Field(description="show or set")] = "show",
+        priority: Weight = None,
+        affinity: Weight = None,
+        cost: Weight = None,
+        fairness: Weight = None,
+        merge_queue_threshold: Annotated[StrictInt | None, Field(ge=1)] = None,
+        merge_pressure_penalty: Weight = None,
+        skip_on_merge_pressure: StrictBool | None = None,
+        graph_id: Annotated[str | None, Field(description="Set the weights for this graph only.")] = None,
+    ) -> dict:
+        """Show or change the scoring policy, as `sluice schedule policy show|set --json`."""
+        from .advisor import policy_set, policy_show
+
+        if action == "show":
+            return policy_show(town())
+        fields = {
+            "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
+            "merge_queue_threshold": merge_queue_threshold, "merge_pressure_penalty": merge_pressure_penalty,
+            "skip_on_merge_pressure": skip_on_merge_pressure, "graph_id": graph_id,
+        }
+        return policy_set(town(), **{k: v for k, v in fields.items() if v is not None})
+
+    @tool
+    def sluice_sling(
+        item_ids: Annotated[list[str], Field(min_length=1, description="Items, epics or convoys to sling.")],
+        rig: Annotated[str | None, Field(description="Target rig (default: each item's own rig).")] = None,
+        dry_run: StrictBool = False,
+        force: StrictBool = False,
+    ) -> dict:
+        """Queue (or, in direct mode, launch) work, as `sluice sling ... --json`."""
+        from .sling import SlingOptions, sling
+
+        args = [*item_ids, rig] if rig else list(item_ids)
+        result = sling(town(), args, SlingOptions(dry_run=dry_run, force=force))
+        if not result.ok:  # the CLI exits 1 here; the caller still gets the whole document
+            raise SlingFailed(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        return result.to_json()
+
+    @tool
+    def sluice_scheduler_status() -> dict:
+        """The dispatcher's state and queue, as `sluice scheduler status --json`."""
+        from .control import status
+
+        return status(town())
+
+    @tool
+    def sluice_scheduler_list() -> list[dict]:
+        """Queued items in dispatch order, as `sluice scheduler list --json`."""
+        from .control import list_queue
+
+        return list_queue(town())
+
+    @tool
+    def sluice_scheduler_run(
+        dry_run: StrictBool = False,
+        batch: Annotated[StrictInt | None, Field(ge=1, description="Override scheduler.batch_size.")] = None,
+    ) -> dict:
+        """Run (or preview) one dispatch cycle, as `sluice scheduler run --json`."""
+        from .dispatch import run_cycle
+
+        return run_cycle(town(), batch=batch, dry_run=dry_run).to_json()
+
+    @tool
+    def sluice_scheduler_pause() -> dict:
+        """Pause dispatching town-wide, as `sluice scheduler pause --json`."""
+        from .control import pause
+
+        return pause(town(), actor="mcp")
+
+    @tool
+    def sluice_scheduler_resume() -> dict:
+        """Resume dispatching, as `sluice scheduler resume --json`."""
+        from .control import resume
+
+        return resume(town())
+
+    @tool
+    def sluice_scheduler_clear(
+        item_id: Annotated[str | None, Field(description="Only this item's contexts.")] = None,
+    ) -> dict:
+        """Close queued sling contexts, as `sluice scheduler clear [--item ID] --json`."""
+        from .control import clear
+
+        return clear(town(), item_id)
+
+    @tool
+    def sluice_patrol(
+        rig: Annotated[str, Field(description="Rig to patrol.")],
+        fix: Annotated[StrictBool, Field(description="Close stale and duplicate contexts.")] = False,
+    ) -> dict:
+        """One rig's queue health, as `sluice patrol RIG --json`."""
+        from .patrol import patrol
+
+        return patrol(town(), rig, fix)
+
+    return server
+
+
+def serve(town_arg: str | None = None) -> None:
+    build_server(town_arg).run("stdio")

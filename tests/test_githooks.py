@@ -1,0 +1,156 @@
+"""Git hooks fire on real commits, merges and pushes, and never fail git."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import GIT_ENV, Cli, git, make_repo
+
+
+def _events(town: Path) -> list[dict]:
+    path = town / ".sluice" / "events" / "scheduler.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _git_run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, **GIT_ENV, "HOME": str(cwd), **(env or {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def hooked(cli: Cli, rig: str, tmp_path: Path) -> Path:
+    """The ``alpha`` rig with two queued and one running merge request, hooks installed."""
+    for status in ("open", "open", "in_progress"):
+        made = cli.json("item", "create", rig, "--title", f"merge {status}", "--type", "merge-request")
+        if status != "open":
+            cli.run("item", "update", made["id"], "--status", status)
+    cli.run("hooks", "install", rig)
+    return tmp_path / "repos" / "alpha"
+
+
+def test_install_links_all_three_hooks(cli: Cli, hooked: Path):
+    for name in ("post-commit", "post-merge", "pre-push"):
+        link = hooked / ".git" / "hooks" / name
+        assert link.is_symlink()
+        assert Path(os.path.realpath(link)).parent == cli.town / ".sluice" / "hooks"
+
+
+def test_commit_reports_depth_and_logs_event(cli: Cli, hooked: Path):
+    (hooked / "change.txt").write_text("x\n")
+    git("add", "change.txt", cwd=hooked)
+    done = _git_run("commit", "-m", "change", cwd=hooked)
+    assert done.returncode == 0
+    assert "sluice: merge queue alpha: 2 queued, 1 running (threshold 3)" in done.stderr
+    events = [e for e in _events(cli.town) if e["type"] == "MergeQueueDepth"]
+    assert events[-1]["payload"] == {
+        "rig": "alpha", "queued": 2, "running": 1, "threshold": 3, "hook": "post-commit"
+    }
+
+
+def test_merge_reports(cli: Cli, hooked: Path):
+    git("checkout", "-q", "-b", "feature", cwd=hooked)
+    (hooked / "feature.txt").write_text("f\n")
+    git("add", "feature.txt", cwd=hooked)
+    git("commit", "-q", "-m", "feature", cwd=hooked)
+    git("checkout", "-q", "main", cwd=hooked)
+    (hooked / "main.txt").write_text("m\n")
+    git("add", "main.txt", cwd=hooked)
+    git("commit", "-q", "-m", "main", cwd=hooked)
+    done = _git_run("merge", "--no-edit", "feature", cwd=hooked)
+    assert done.returncode == 0, done.stderr
+    assert "sluice: merge queue alpha: 2 queued, 1 running" in done.stderr
+    hooks = [e["payload"]["hook"] for e in _events(cli.town) if e["type"] == "MergeQueueDepth"]
+    assert "post-merge" in hooks
+
+
+def test_push_to_local_bare_remote_reports(cli: Cli, hooked: Path, tmp_path: Path):
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("remote", "add", "origin", str(remote), cwd=hooked)
+    done = _git_run("push", "-q", "origin", "main", cwd=hooked)
+    assert done.returncode == 0, done.stderr
+    assert "sluice: merge queue alpha: 2 queued, 1 running" in done.stderr
+    assert git("rev-parse", "main", cwd=remote).strip() == git("rev-parse", "main", cwd=hooked).strip()
+    assert any(e["payload"].get("hook") == "pre-push" for e in _events(cli.town) if e["type"] == "MergeQueueDepth")
+
+
+def test_broken_sluice_never_fails_git(cli: Cli, hooked: Path, tmp_path: Path):
+    (cli.town / ".sluice" / "config.json").write_text("{ not json")
+    (hooked / "a.txt").write_text("a\n")
+    git("add", "a.txt", cwd=hooked)
+    assert _git_run("commit", "-m", "while broken", cwd=hooked).returncode == 0
+
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("remote", "add", "origin", str(remote), cwd=hooked)
+    assert _git_run("push", "-q", "origin", "main", cwd=hooked).returncode == 0
+
+
+def test_missing_sluice_never_fails_or_slows_git(cli: Cli, hooked: Path):
+    (cli.town / ".sluice" / "hooks" / "sluice-python").write_text("/nonexistent/python\n")
+    (hooked / "b.txt").write_text("b\n")
+    git("add", "b.txt", cwd=hooked)
+    started = time.monotonic()
+    done = _git_run("commit", "-m", "no sluice", cwd=hooked)
+    assert done.returncode == 0
+    assert "merge queue" not in done.stderr
+    assert time.monotonic() - started < 5  # generous bound: the hook returns at once
+
+
+def test_hung_sluice_is_cut_off(cli: Cli, hooked: Path, tmp_path: Path):
+    """A sluice that hangs is stopped by the hook's one-second limit; git goes on."""
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    (cli.town / ".sluice" / "hooks" / "sluice-python").write_text(f"{slow}\n")
+    (hooked / "c.txt").write_text("c\n")
+    git("add", "c.txt", cwd=hooked)
+    started = time.monotonic()
+    assert _git_run("commit", "-m", "hung", cwd=hooked).returncode == 0
+    assert time.monotonic() - started < 10
+
+
+def test_foreign_hook_refused_without_force(cli: Cli, rig: str, tmp_path: Path):
+    repo = tmp_path / "repos" / "alpha"
+    foreign = repo / ".git" / "hooks" / "pre-push"
+    foreign.write_text("#!/bin/sh\necho mine\n")
+    foreign.chmod(0o755)
+    done = cli.run("hooks", "install", rig, check=False)
+    assert done.returncode == 1
+    assert "pre-push" in done.stderr and "--force" in done.stderr
+    assert foreign.read_text() == "#!/bin/sh\necho mine\n"
+    assert not (repo / ".git" / "hooks" / "post-commit").exists()  # nothing half-installed
+
+    result = cli.json("hooks", "install", rig, "--force")
+    assert result["replaced"] == ["pre-push"]
+    assert (repo / ".git" / "hooks" / "pre-push.sluice-orig").read_text() == "#!/bin/sh\necho mine\n"
+    assert (repo / ".git" / "hooks" / "pre-push").is_symlink()
+
+
+def test_reinstall_is_idempotent(cli: Cli, hooked: Path):
+    again = cli.json("hooks", "install", "alpha")
+    assert again["installed"] == [] and sorted(again["unchanged"]) == ["post-commit", "post-merge", "pre-push"]
+
+
+def test_report_for_unknown_repo_is_a_clear_error(cli: Cli, rig: str, tmp_path: Path):
+    other = make_repo(tmp_path / "elsewhere")
+    done = cli.run("hooks", "report", "--repo", str(other), check=False)
+    assert done.returncode == 1
+    assert "no rig" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_report_json_and_threshold_from_policy(cli: Cli, hooked: Path):
+    policy = cli.town / ".sluice" / "schedule" / "policy.json"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(json.dumps({"merge_queue_threshold": 5}))
+    done = cli.run("hooks", "report", "--rig", "alpha", "--json")
+    assert json.loads(done.stdout) == {"rig": "alpha", "queued": 2, "running": 1, "threshold": 5}
+    assert "(threshold 5)" in done.stderr

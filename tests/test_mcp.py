@@ -1,0 +1,151 @@
+"""The MCP server, driven through the SDK's real stdio client against a spawned `sluice mcp`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from conftest import Cli
+
+TOOLS = {
+    "sluice_schedule_next", "sluice_schedule_status", "sluice_schedule_policy", "sluice_sling",
+    "sluice_scheduler_status", "sluice_scheduler_list", "sluice_scheduler_run", "sluice_scheduler_pause",
+    "sluice_scheduler_resume", "sluice_scheduler_clear", "sluice_patrol",
+}  # fmt: skip
+
+
+def session_calls(env: dict, calls: list[tuple[str, dict]], cwd: Path | None = None):
+    """Start `sluice mcp`, list its tools, make each call; returns (tool names, results)."""
+
+    async def go():
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "sluice", "mcp"], env={**os.environ, **env},
+            cwd=str(cwd) if cwd else None,
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            names = {tool.name for tool in (await session.list_tools()).tools}
+            results = []
+            for name, args in calls:
+                result = await session.call_tool(name, args)
+                text = result.content[0].text if result.content else ""
+                results.append((result.is_error, text))
+            return names, results
+
+    return asyncio.run(asyncio.wait_for(go(), timeout=120))
+
+
+def payload(result: tuple[bool, str]):
+    is_error, text = result
+    assert not is_error, text
+    return json.loads(text)
+
+
+@pytest.fixture
+def queued(cli: Cli, rig: str) -> dict:
+    """A deferred town with two items, one slung."""
+    cli.run("config", "set", "scheduler.max_polecats", "2")
+    cli.run("config", "set", "executor.command", json.dumps([sys.executable, "-c", "import time; time.sleep(1)"]))
+    first = cli.json("item", "create", rig, "--title", "first", "--priority", "1")
+    second = cli.json("item", "create", rig, "--title", "second", "--priority", "2")
+    cli.run("sling", first["id"], rig)
+    return {"first": first["id"], "second": second["id"]}
+
+
+def test_lists_every_tool_and_answers_as_the_cli(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    names, results = session_calls(env, [
+        ("sluice_scheduler_list", {}),
+        ("sluice_schedule_next", {"limit": 2, "preview": True}),
+        ("sluice_schedule_policy", {"action": "show"}),
+        ("sluice_patrol", {"rig": "alpha"}),
+    ])
+    assert TOOLS <= names
+    assert payload(results[0]) == cli.json("scheduler", "list")
+    decisions = payload(results[1])
+    preview = cli.json("schedule", "next", "--limit", "2", "--preview")
+    strip = lambda ds: [{k: v for k, v in d.items() if k not in ("decision_id", "at")} for d in ds]  # noqa: E731
+    assert strip(decisions) == strip(preview)
+    assert payload(results[2]) == cli.json("schedule", "policy", "show")
+    assert payload(results[3]) == cli.json("patrol", "alpha")
+
+
+def test_each_tool_call_works(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [
+        ("sluice_sling", {"item_ids": [queued["second"]], "rig": "alpha", "dry_run": True}),
+        ("sluice_sling", {"item_ids": [queued["second"]], "rig": "alpha"}),
+        ("sluice_scheduler_status", {}),
+        ("sluice_scheduler_run", {"dry_run": True}),
+        ("sluice_scheduler_pause", {}),
+        ("sluice_scheduler_run", {}),
+        ("sluice_scheduler_resume", {}),
+        ("sluice_schedule_policy", {"action": "set", "priority": 2, "graph_id": "g1"}),
+        ("sluice_schedule_next", {"limit": 1}),
+        ("sluice_schedule_status", {"recent": 5}),
+        ("sluice_scheduler_clear", {"item_id": queued["second"]}),
+        ("sluice_scheduler_clear", {}),
+        ("sluice_patrol", {"rig": "alpha", "fix": True}),
+    ])
+    dry = payload(results[0])
+    assert dry["dry_run"] is True and dry["scheduled"][0]["item_id"] == queued["second"]
+    assert payload(results[1])["scheduled"][0]["item_id"] == queued["second"]
+    status = payload(results[2])
+    assert status["queued_total"] == 2 and status["mode"] == "deferred"
+    assert payload(results[3])["dry_run"] is True
+    assert payload(results[4])["paused"] is True
+    assert payload(results[5])["dispatched"] == 0  # paused: nothing launched
+    assert payload(results[6])["paused"] is False
+    assert payload(results[7])["graph_overrides"]["g1"]["priority"] == 2.0
+    [decision] = payload(results[8])
+    assert decision["node_id"] == queued["first"]
+    assert payload(results[9])["recent_decisions"][0]["decision_id"] == decision["decision_id"]
+    assert payload(results[10])["cleared"] == 1
+    assert payload(results[11])["cleared"] == 1
+    assert payload(results[12])["rig"] == "alpha"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        ("sluice_scheduler_run", {"dry_run": "false"}),  # a string is not a boolean
+        ("sluice_schedule_next", {"limit": "2"}),
+        ("sluice_schedule_next", {"limit": 0}),
+        ("sluice_schedule_policy", {"action": "set", "merge_queue_threshold": 0}),
+        ("sluice_schedule_policy", {"action": "explode"}),
+        ("sluice_sling", {"item_ids": ["al-nope"], "rig": "alpha"}),
+        ("sluice_patrol", {"rig": "no-such-rig"}),
+    ],
+)
+def test_bad_arguments_are_tool_errors_and_the_server_survives(cli: Cli, queued: dict, call):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [call, ("sluice_scheduler_status", {})])
+    is_error, text = results[0]
+    assert is_error and text
+    assert "Traceback" not in text
+    assert payload(results[1])["queued_total"] == 1  # still serving, nothing changed
+
+
+def test_string_false_never_runs_a_real_cycle(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [("sluice_scheduler_run", {"dry_run": "false"})])
+    assert results[0][0]
+    assert cli.json("scheduler", "status")["queued_total"] == 1
+
+
+def test_missing_town_is_a_tool_error(tmp_path: Path):
+    lonely = tmp_path / "nowhere"
+    lonely.mkdir()
+    env = {"SLUICE_TOWN": ""}
+    names, results = session_calls(env, [("sluice_scheduler_status", {}), ("sluice_schedule_status", {})],
+                                   cwd=lonely)
+    assert TOOLS <= names
+    for is_error, text in results:
+        assert is_error and "no sluice town found" in text
