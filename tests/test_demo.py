@@ -1,0 +1,46 @@
+"""`sluice demo` drains its throwaway town under the cap and cleans up after itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_demo_finishes_under_the_cap(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice", "demo", "--work-seconds", "0.2-0.6", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["ok"] is True
+    assert summary["done"] == summary["items"] >= 24
+    assert 1 <= summary["max_active"] <= summary["cap"] == 3
+    assert summary["dispatched"] == summary["items"] and summary["failed"] == 0
+    assert not Path(summary["town"]).exists()  # the throwaway town is gone
+
+
+@pytest.mark.slow
+def test_demo_keep_leaves_a_usable_town(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice", "demo", "--work-seconds", "0.1", "--keep", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    town = Path(json.loads(done.stdout)["town"])
+    try:
+        listing = subprocess.run(
+            [sys.executable, "-m", "sluice", "--town", str(town), "item", "list", "--status", "closed",
+             "--json"],
+            capture_output=True, text=True, check=True,
+        )
+        assert len(json.loads(listing.stdout)) >= 24
+    finally:
+        import shutil
+
+        shutil.rmtree(town.parent, ignore_errors=True)
