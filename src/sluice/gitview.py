@@ -46,17 +46,32 @@ def open_repo(path: Path):
     return repo
 
 
+def _head_state(repo, path: Path) -> tuple[bool, bool]:
+    """(unborn, detached) of HEAD, or NotARepository when HEAD itself is unreadable."""
+    pygit2 = _pygit2()
+    try:
+        if repo.head_is_unborn:
+            return True, False
+        repo.head  # resolving HEAD is what fails on a corrupt ref  # noqa: B018
+        return False, repo.head_is_detached
+    except (pygit2.GitError, KeyError, ValueError) as err:
+        raise NotARepository(f"{path}: broken repository, cannot read HEAD ({err})") from None
+
+
 def head_branch(path: Path) -> str | None:
     """The checked-out branch name, None when HEAD is detached or unborn."""
     repo = open_repo(path)
-    if repo.head_is_unborn or repo.head_is_detached:
+    unborn, detached = _head_state(repo, path)
+    if unborn or detached:
         return None
     return repo.head.shorthand
 
 
 def head_commit(path: Path) -> str | None:
+    """The commit HEAD points at, None on an unborn branch."""
     repo = open_repo(path)
-    if repo.head_is_unborn:
+    unborn, _detached = _head_state(repo, path)
+    if unborn:
         return None
     return str(repo.head.target)
 
@@ -64,26 +79,42 @@ def head_commit(path: Path) -> str | None:
 def linked_worktrees(path: Path) -> list[Worktree]:
     """Live linked worktrees (prunable ones, whose directory is gone, are skipped)."""
     repo = open_repo(path)
+    try:
+        names = repo.list_worktrees()
+    except _pygit2().GitError as err:
+        raise NotARepository(f"{path}: broken repository, cannot list worktrees ({err})") from None
     out = []
-    for name in repo.list_worktrees():
+    for name in names:
         try:
             wt = repo.lookup_worktree(name)
+            if wt.is_prunable or not Path(wt.path).exists():
+                continue
+            wt_path = wt.path
         except Exception:  # pygit2 raises several types for a half-removed worktree
             continue
-        if wt.is_prunable or not Path(wt.path).exists():
-            continue
-        branch = None
-        try:
-            branch = _pygit2().Repository(wt.path).head.shorthand
-        except Exception:
-            branch = None
-        out.append(Worktree(name=name, path=wt.path, branch=branch))
+        out.append(Worktree(name=name, path=wt_path, branch=_branch_of(wt_path)))
     return out
 
 
-def is_warm(path: Path) -> bool:
-    """Affinity: a rig is warm when it has at least one live linked worktree."""
+def _branch_of(worktree_path: str) -> str | None:
+    """The branch a worktree has checked out; None when detached, unborn or unreadable."""
     try:
+        repo = _pygit2().Repository(worktree_path)
+        if repo.head_is_unborn or repo.head_is_detached:
+            return None
+        return repo.head.shorthand
+    except Exception:
+        return None
+
+
+def is_warm(path: Path) -> bool:
+    """Affinity: a rig is warm when it has at least one live linked worktree.
+
+    A missing or broken repository (unreadable HEAD included) is cold, with a
+    warning, so one bad rig never stops a scheduling decision.
+    """
+    try:
+        _head_state(open_repo(path), path)
         return bool(linked_worktrees(path))
     except NotARepository as err:
         log.warning("affinity 0 for %s: %s", path, err)

@@ -23,7 +23,7 @@ from . import readiness
 from .items import effective_tokens, labels_of, to_node
 from .readiness import Node
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "7"
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE items (
@@ -32,11 +32,37 @@ CREATE TABLE items (
     status TEXT, issue_type TEXT, priority INTEGER, created_ts REAL,
     ephemeral INTEGER, pinned INTEGER, defer_ts REAL, parent_defer_ts REAL,
     blocked INTEGER, candidate INTEGER, assignee TEXT, labels TEXT, tokens INTEGER,
-    deps TEXT, raw TEXT
+    deps TEXT, blocked_by TEXT, raw TEXT
 );
 CREATE TABLE outside (id TEXT PRIMARY KEY);
-CREATE INDEX items_ready ON items (candidate, priority, created_ts);
+CREATE TABLE ready_order (
+    seq INTEGER PRIMARY KEY,
+    priority INTEGER, created_ts REAL, id TEXT, defer_ts REAL, parent_defer_ts REAL, raw TEXT
+);
 """
+# Filled once the blocked state is settled.  Being a candidate does not depend on the
+# clock, so candidates are stored already in beads order (R10): a ready query is one
+# sequential scan that only re-checks deferral against the current time.
+_READY_ORDER = """
+INSERT INTO ready_order (priority, created_ts, id, defer_ts, parent_defer_ts, raw)
+SELECT priority, created_ts, id, defer_ts, parent_defer_ts, raw FROM items
+WHERE candidate = 1 ORDER BY priority, created_ts DESC, id
+"""
+# Built after the rows are in: one sorted pass instead of maintaining the index per insert.
+_INDEXES = """
+CREATE INDEX items_blocked ON items (blocked, priority, created_ts DESC, id);
+CREATE INDEX items_kind ON items (issue_type, status);
+CREATE INDEX items_rank ON items (
+    candidate, priority, tokens, created_ts, id, defer_ts, parent_defer_ts, issue_type, deps
+);
+"""
+_COLUMNS = 18
+# The ready filter of ready_rows, for the scoring queries (two parameters: now, now).
+_READY = (
+    "candidate = 1 AND (defer_ts IS NULL OR defer_ts <= ?)"
+    " AND (parent_defer_ts IS NULL OR parent_defer_ts <= ?)"
+)
+_BATCH = 2000
 
 
 def signature(path: Path) -> str:
@@ -73,10 +99,13 @@ class DurableIndex:
     def _open_existing(self, want: str) -> sqlite3.Connection | None:
         if not self.db_path.exists():
             return None
+        conn = None
         try:
             conn = sqlite3.connect(self.db_path)
             meta = dict(conn.execute("SELECT key, value FROM meta"))
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError:  # an old or damaged index is simply rebuilt
+            if conn is not None:
+                conn.close()
             return None
         if meta.get("signature") == want and meta.get("schema") == SCHEMA_VERSION:
             return conn
@@ -84,21 +113,12 @@ class DurableIndex:
         return None
 
     def _rebuild(self, sig: str) -> None:
-        records = list(self._load())
-        nodes: dict[str, Node] = {}
-        for record, _raw in records:
-            if record.get("status") == "tombstone":
-                continue  # beads drops tombstones on import (L2)
-            nodes[record["id"]] = to_node(record)
-        blocked = readiness.blocked_state(nodes)
-        outside = set()
-        for node in nodes.values():
-            for dep_type, target, _gate in node.deps:
-                if dep_type == "tracks" or target in nodes or target.startswith("external:"):
-                    continue
-                if readiness.id_prefix(target) == readiness.id_prefix(node.id):
-                    outside.add(target)
+        """Stream the file into a fresh database, then settle the clock-free blocked state.
 
+        Rows go to SQLite as they are read, so memory holds only the compact
+        readiness nodes, never the records or their text.  The last line for
+        an id wins; a tombstone as that last line removes the id from the graph.
+        """
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=self.db_path.name + ".", suffix=".tmp", dir=self.db_path.parent)
         os.close(fd)
@@ -107,11 +127,10 @@ class DurableIndex:
             conn.execute("PRAGMA journal_mode=OFF")
             conn.execute("PRAGMA synchronous=OFF")
             conn.executescript(_SCHEMA)
-            rows = []
-            for line, (record, raw) in enumerate(records, start=1):
-                rows.append(self._row(record, raw, line, nodes, blocked))
-            conn.executemany("INSERT OR REPLACE INTO items VALUES (" + ",".join("?" * 17) + ")", rows)
-            conn.executemany("INSERT INTO outside VALUES (?)", [(t,) for t in outside])
+            nodes = self._insert_rows(conn)
+            self._settle(conn, nodes)
+            conn.execute(_READY_ORDER)
+            conn.executescript(_INDEXES)
             conn.executemany(
                 "INSERT INTO meta VALUES (?, ?)", [("signature", sig), ("schema", SCHEMA_VERSION)]
             )
@@ -125,36 +144,75 @@ class DurableIndex:
                 pass
             raise
 
+    def _insert_rows(self, conn: sqlite3.Connection) -> dict[str, Node]:
+        insert = "INSERT OR REPLACE INTO items VALUES (" + ",".join("?" * _COLUMNS) + ")"
+        nodes: dict[str, Node] = {}
+        batch: list[tuple] = []
+        for line, (record, raw) in enumerate(self._load(), start=1):
+            node = to_node(record)
+            live = record.get("status") != "tombstone"
+            if live:
+                nodes[node.id] = node
+            else:
+                nodes.pop(node.id, None)  # beads drops tombstones on import (L2)
+            batch.append(
+                (
+                    node.id,
+                    line,
+                    node.status,
+                    node.issue_type,
+                    node.priority,
+                    node.created_ts,
+                    int(node.ephemeral),
+                    int(node.pinned),
+                    node.defer_ts,
+                    None,  # parent_defer_ts, settled below
+                    0,  # blocked, settled below
+                    int(live and readiness.is_ready_candidate(node, False)),
+                    record.get("assignee") or "",
+                    json.dumps(labels_of(record)),
+                    effective_tokens(record),
+                    json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
+                    "",
+                    raw,
+                )
+            )
+            if len(batch) >= _BATCH:
+                conn.executemany(insert, batch)
+                batch.clear()
+        conn.executemany(insert, batch)
+        return nodes
+
     @staticmethod
-    def _row(record, raw, line, nodes, blocked) -> tuple:
-        node = nodes.get(record["id"]) or to_node(record)
-        is_blocked = blocked.get(node.id, False)
-        parent_defer = None
-        for dep_type, target, _gate in node.deps:
-            if dep_type == "parent-child":
-                parent = nodes.get(target)
-                if parent is not None and parent.defer_ts is not None:
-                    parent_defer = max(parent_defer or parent.defer_ts, parent.defer_ts)
-        live = record.get("status") != "tombstone"
-        return (
-            node.id,
-            line,
-            node.status,
-            node.issue_type,
-            node.priority,
-            node.created_ts,
-            int(node.ephemeral),
-            int(node.pinned),
-            node.defer_ts,
-            parent_defer,
-            int(is_blocked and live),
-            int(live and readiness.is_ready_candidate(node, is_blocked)),
-            record.get("assignee") or "",
-            json.dumps(labels_of(record)),
-            effective_tokens(record),
-            json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
-            raw,
+    def _settle(conn: sqlite3.Connection, nodes: dict[str, Node]) -> None:
+        """Write blocked state, blocked_by (K2–K4) and parent deferral for the rows that have them."""
+        blocked = readiness.blocked_state(nodes)
+        conn.executemany(
+            "UPDATE items SET blocked = 1, candidate = 0, blocked_by = ? WHERE id = ?",
+            (
+                (json.dumps(readiness.blocked_by(node, nodes), separators=(",", ":")), node.id)
+                for node in nodes.values()
+                if blocked[node.id]
+            ),
         )
+        deferred = []
+        outside = set()
+        for node in nodes.values():
+            parent_defer = None
+            for dep_type, target, _gate in node.deps:
+                local = readiness.local_target(node.id, target, nodes)
+                if local is None:
+                    if dep_type != "tracks" and not target.startswith("external:") and (
+                        readiness.id_prefix(target) == readiness.id_prefix(node.id)
+                    ):
+                        outside.add(target)  # an ephemeral record with this id could block
+                    continue
+                if dep_type == "parent-child" and local.defer_ts is not None:
+                    parent_defer = max(parent_defer or local.defer_ts, local.defer_ts)
+            if parent_defer is not None:
+                deferred.append((parent_defer, node.id))
+        conn.executemany("UPDATE items SET parent_defer_ts = ? WHERE id = ?", deferred)
+        conn.executemany("INSERT INTO outside VALUES (?)", [(t,) for t in outside])
 
     # -- queries -------------------------------------------------------------
     def get_raw(self, item_id: str) -> str | None:
@@ -179,9 +237,9 @@ class DurableIndex:
     def ready_rows(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready rows in beads order."""
         sql = (
-            "SELECT priority, created_ts, id, raw FROM items WHERE candidate = 1"
-            " AND (defer_ts IS NULL OR defer_ts <= ?) AND (parent_defer_ts IS NULL OR parent_defer_ts <= ?)"
-            " ORDER BY priority, created_ts DESC, id"
+            "SELECT priority, created_ts, id, raw FROM ready_order"
+            " WHERE (defer_ts IS NULL OR defer_ts <= ?) AND (parent_defer_ts IS NULL OR parent_defer_ts <= ?)"
+            " ORDER BY seq"
         )
         params: list = [now_ts, now_ts]
         if limit > 0:
@@ -190,8 +248,20 @@ class DurableIndex:
         return self.conn().execute(sql, params).fetchall()
 
     def blocked_rows(self) -> list[tuple[str, str]]:
-        """(id, raw) of every blocked row."""
+        """(id, raw) of every blocked row, named or not."""
         return self.conn().execute("SELECT id, raw FROM items WHERE blocked = 1").fetchall()
+
+    def blocked_listing(self) -> list[tuple[int, float, str, str, list[str]]]:
+        """(priority, created_ts, id, raw, blocked_by) of blocked rows with a cause to name (K2–K5).
+
+        Both the blocked state and ``blocked_by`` depend only on statuses and
+        edges, so they were settled when the index was built.
+        """
+        rows = self.conn().execute(
+            "SELECT priority, created_ts, id, raw, blocked_by FROM items"
+            " WHERE blocked = 1 AND blocked_by != '[]' ORDER BY priority, created_ts DESC, id"
+        )
+        return [(p, c, i, raw, json.loads(causes)) for p, c, i, raw, causes in rows]
 
     def rows(self, where: str = "", params: Iterable = ()) -> list[tuple[str, str]]:
         sql = "SELECT id, raw FROM items WHERE status != 'tombstone'"
@@ -207,7 +277,57 @@ class DurableIndex:
             " FROM items WHERE status != 'tombstone'"
         ):
             deps = tuple(tuple(d) for d in json.loads(row[8])) if row[8] else ()
-            out[row[0]] = Node(row[0], row[1], row[2], row[3], row[4], bool(row[5]), bool(row[6]), row[7], deps)
+            out[row[0]] = Node(
+                row[0], row[1], row[2], row[3], row[4], bool(row[5]), bool(row[6]), row[7], deps
+            )
+        return out
+
+    def status_counts(self, issue_type: str) -> dict[str, int]:
+        """How many live rows of one type are in each status (e.g. a rig's merge queue)."""
+        sql = (
+            "SELECT status, count(*) FROM items"
+            " WHERE issue_type = ? AND status != 'tombstone' GROUP BY status"
+        )
+        return dict(self.conn().execute(sql, (issue_type,)))
+
+    # -- scoring queries: whole ready sets without reading their JSON ------------
+    # Within one rig a ready row's score depends only on (priority, tokens) and
+    # its graph, so the advisor ranks groups and reads rows only from the best.
+    # items_rank covers every column these touch.
+
+    def ready_count(self, now_ts: float) -> int:
+        sql = f"SELECT count(*) FROM items WHERE {_READY}"
+        return self.conn().execute(sql, (now_ts, now_ts)).fetchone()[0]
+
+    def ready_groups(self, now_ts: float) -> list[tuple[int, int, int]]:
+        """(priority, tokens, count) of the ready rows."""
+        sql = f"SELECT priority, tokens, count(*) FROM items WHERE {_READY} GROUP BY priority, tokens"
+        return self.conn().execute(sql, (now_ts, now_ts)).fetchall()
+
+    def ready_in_group(self, now_ts: float, priority: int, tokens: int, limit: int) -> list[tuple]:
+        """(id, created_ts) of the first ``limit`` ready rows of one (priority, tokens) group.
+
+        Oldest first, undated (created_ts 0) last, then by id.
+        """
+        sql = (
+            f"SELECT id, created_ts FROM items WHERE {_READY} AND priority = ? AND tokens = ?"
+            " ORDER BY created_ts = 0, created_ts, id LIMIT ?"
+        )
+        return self.conn().execute(sql, (now_ts, now_ts, priority, tokens, limit)).fetchall()
+
+    def ready_facts(self, now_ts: float) -> list[tuple[str, str, int, float, int, str]]:
+        """(id, issue_type, priority, created_ts, tokens, deps) of every ready row (deps: JSON or '')."""
+        sql = f"SELECT id, issue_type, priority, created_ts, tokens, deps FROM items WHERE {_READY}"
+        return self.conn().execute(sql, (now_ts, now_ts)).fetchall()
+
+    def types_and_deps(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """id → (issue_type, deps) for the given ids that exist (parent walks)."""
+        ids = list(ids)
+        out: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            sql = f"SELECT id, issue_type, deps FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            out.update((row[0], (row[1], row[2])) for row in self.conn().execute(sql, chunk))
         return out
 
     def close(self) -> None:

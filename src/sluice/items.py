@@ -13,7 +13,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .readiness import Node
@@ -24,13 +24,13 @@ _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso(ts: datetime | None = None) -> str:
     """UTC RFC 3339 with microseconds, the timestamp format sluice writes."""
     ts = ts or now_utc()
-    return ts.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_ts(value: Any) -> float | None:
@@ -42,7 +42,7 @@ def parse_ts(value: Any) -> float | None:
     except ValueError:
         return None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
 
 
@@ -61,8 +61,12 @@ def normalise(record: dict) -> dict:
 
 
 def skip_record(record: Mapping) -> bool:
-    """Lines beads' importer skips (L1): schema headers and memory records."""
-    return "_schema" in record or record.get("_type", "issue") != "issue" or "id" not in record
+    """Lines beads' importer skips (L1): schema headers and memory records.
+
+    An issue line without an id is *not* skipped: it is damage, and the reader
+    reports it with its line number rather than dropping it silently.
+    """
+    return "_schema" in record or record.get("_type", "issue") != "issue"
 
 
 def dep_gate(dep: Mapping) -> str | None:

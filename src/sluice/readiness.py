@@ -62,11 +62,7 @@ def blocked_state(nodes: Mapping[str, Node]) -> dict[str, bool]:
     then spreads blockage down the tree to any depth, stopping at closed or
     pinned rows (B0).
     """
-    children: dict[str, list[str]] = {}
-    for node in nodes.values():
-        for dep_type, target, _gate in node.deps:
-            if dep_type == "parent-child":
-                children.setdefault(target, []).append(node.id)
+    children = children_of(nodes)
 
     blocked: dict[str, bool] = {}
     for node in nodes.values():
@@ -80,11 +76,23 @@ def blocked_state(nodes: Mapping[str, Node]) -> dict[str, bool]:
             child = nodes[child_id]
             if blocked[child_id] or child.status in INACTIVE:
                 continue
-            if local_target(child_id, parent, nodes) is None:
-                continue
             blocked[child_id] = True
             frontier.append(child_id)
     return blocked
+
+
+def children_of(nodes: Mapping[str, Node]) -> dict[str, list[str]]:
+    """Parent id → ids with a ``parent-child`` edge to it.
+
+    Only edges to an existing parent with the child's own prefix count: beads
+    stores a cross-prefix edge as external, so it makes no one a child (B5).
+    """
+    children: dict[str, list[str]] = {}
+    for node in nodes.values():
+        for dep_type, target, _gate in node.deps:
+            if dep_type == "parent-child" and local_target(node.id, target, nodes) is not None:
+                children.setdefault(target, []).append(node.id)
+    return children
 
 
 def _directly_blocked(node: Node, nodes: Mapping[str, Node], children: Mapping[str, list[str]]) -> bool:
@@ -118,7 +126,7 @@ def deferred_parents(nodes: Mapping[str, Node], now_ts: float) -> set[str]:
         for dep_type, target, _gate in node.deps:
             if dep_type != "parent-child":
                 continue
-            parent = nodes.get(target)
+            parent = local_target(node.id, target, nodes)
             if parent is not None and parent.defer_ts is not None and parent.defer_ts > now_ts:
                 hidden.add(node.id)
                 break

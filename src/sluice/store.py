@@ -29,32 +29,42 @@ log = logging.getLogger("sluice")
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict, str]]:
-    """(line number, normalised record, raw text) for every record line of ``path``."""
+    """(line number, normalised record, raw text) for every record line of ``path``.
+
+    Streams the file, so a 100,000-line export never sits in memory whole.  Only
+    the final line can lack its newline; if it is also unparseable it is a torn
+    write and is skipped with a warning.
+    """
     try:
-        data = Path(path).read_bytes()
+        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, the generator may pause
     except FileNotFoundError:
         return
-    lines = data.split(b"\n")
-    complete = data.endswith(b"\n")
-    last = len(lines) - (1 if complete else 0)  # number of the final line
-    for number, chunk in enumerate(lines[:last], start=1):
-        if not chunk.strip():
-            continue
-        try:
-            text = chunk.decode("utf-8")
-            record = json.loads(text)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as err:
-            if number == last and not complete:
-                log.warning("%s:%d: ignoring a torn last line (an interrupted write)", path, number)
-                return
-            raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
-        if skip_record(record):
-            continue
-        if not isinstance(record.get("id"), str) or not record["id"]:
-            raise StoreCorrupt(path, number, "record has no string 'id'")
-        yield number, normalise(record), text
+    try:
+        for number, chunk in enumerate(fh, start=1):
+            if not chunk.strip():
+                continue
+            try:
+                text = chunk.decode("utf-8").rstrip("\r\n")
+                record = json.loads(text)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
+                if not chunk.endswith(b"\n"):
+                    log.warning("%s:%d: ignoring a torn last line (an interrupted write)", path, number)
+                    return
+                raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
+            if skip_record(record):
+                continue
+            if not isinstance(record.get("id"), str) or not record["id"]:
+                raise StoreCorrupt(path, number, "record has no string 'id'")
+            yield number, normalise(record), text
+    finally:
+        fh.close()
+
+
+def _line(record: dict) -> str:
+    """One record as one compact JSON line (no newline)."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 def _short(err: Exception) -> str:
@@ -71,7 +81,8 @@ class RigStore:
         self.durable_path = rig.items if rig.items is not None else own / "issues.jsonl"
         self.ephemeral_path = own / "ephemeral.jsonl"
         self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
-        self.index = DurableIndex(town.runtime / "index" / f"{rig.name}.sqlite", self.durable_path, self._load)
+        index_path = town.runtime / "index" / f"{rig.name}.sqlite"
+        self.index = DurableIndex(index_path, self.durable_path, self._load)
         self._ephemeral: dict[str, dict] | None = None
 
     @property
@@ -139,22 +150,26 @@ class RigStore:
 
     def blocked(self) -> list[tuple[dict, list[str]]]:
         """Blocked rows (ephemeral ones included) with what blocks each (K1–K5)."""
+        return [(self.get(row[2]) if row[3] is None else normalise(json.loads(row[3])), row[4])
+                for row in self.blocked_raw()]
+
+    def blocked_raw(self) -> list[tuple]:
+        """(priority, created_ts, id, raw or None, blocked_by) of blocked rows in beads order.
+
+        ``raw`` is the durable line's text; it is None for ephemeral rows.
+        """
         eph = self.ephemeral()
         if self._interplay():
             nodes = self._all_nodes()
-            return [(self.get(n.id), causes) for n, causes in readiness.blocked_nodes(nodes)]
-        durable_ids = [row_id for row_id, _raw in self.index.blocked_rows()]
-        nodes = self.index.nodes() if durable_ids else {}
-        rows = []
-        for row_id in durable_ids:
-            node = nodes[row_id]
-            causes = readiness.blocked_by(node, nodes)
-            if causes:
-                rows.append((node, causes))
+            return [
+                (n.priority, n.created_ts, n.id, None if n.id in eph else self.index.get_raw(n.id), causes)
+                for n, causes in readiness.blocked_nodes(nodes)
+            ]
+        rows = self.index.blocked_listing()
         if eph:
-            rows.extend(self._ephemeral_blocked(eph))
-        rows.sort(key=lambda row: readiness.ready_order(row[0]))
-        return [(self.get(node.id), causes) for node, causes in rows]
+            rows.extend((n.priority, n.created_ts, n.id, None, c) for n, c in self._ephemeral_blocked(eph))
+            rows.sort(key=lambda row: (row[0], -row[1], row[2]))
+        return rows
 
     def _ephemeral_blocked(self, eph: dict[str, dict]) -> list[tuple]:
         nodes = {rid: to_node(r) for rid, r in eph.items() if r.get("status") != "tombstone"}
@@ -184,11 +199,16 @@ class RigStore:
             out[rid] = self.ephemeral()[rid].get("status", "open")
         return out
 
+    def merge_queue_counts(self) -> dict[str, int]:
+        """``merge-request`` items per status: open ones are queued, in_progress ones running."""
+        return self.index.status_counts("merge-request")
+
     def all_ids(self) -> set[str]:
         return self.index.ids() | self.ephemeral().keys()
 
     # -- writing durable items --------------------------------------------------
-    def _writable(self) -> None:
+    def require_writable(self) -> None:
+        """Raise ReadOnlyStore when this rig reads its items from an external export."""
         if self.read_only:
             raise ReadOnlyStore(
                 f"rig {self.rig.name!r} reads its items from {self.durable_path}, a read-only beads export;"
@@ -197,7 +217,7 @@ class RigStore:
 
     def mutate_durable(self, change: Callable[[list[dict]], object]):
         """Run ``change(records)`` on the current durable records and rewrite them atomically."""
-        self._writable()
+        self.require_writable()
         with fsutil.file_lock(self.lock_path):
             records = [record for _n, record, _raw in read_jsonl(self.durable_path)]
             result = change(records)
@@ -208,7 +228,11 @@ class RigStore:
 
     # -- writing ephemeral records ---------------------------------------------
     def put_ephemeral(self, record: dict) -> dict:
-        """Append ``record`` as the new whole version of its id (caller may hold the lock)."""
+        """Append ``record`` as the new whole version of its id.
+
+        Takes the rig lock itself; the lock is not re-entrant, so never call
+        this while holding it (use one locked append as contexts.append_records does).
+        """
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         with fsutil.file_lock(self.lock_path):
             self._mend_torn_tail()
@@ -227,7 +251,7 @@ class RigStore:
             if updated is None:
                 return current
             self._mend_torn_tail()
-            fsutil.append_line(self.ephemeral_path, json.dumps(updated, ensure_ascii=False, separators=(",", ":")))
+            fsutil.append_line(self.ephemeral_path, _line(updated))
             self._ephemeral = None
             return updated
 
@@ -260,7 +284,7 @@ class RigStore:
             for _n, record, _raw in lines:
                 latest.pop(record["id"], None)
                 latest[record["id"]] = record
-            body = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in latest.values())
+            body = "".join(_line(r) + "\n" for r in latest.values())
             fsutil.atomic_write_bytes(self.ephemeral_path, body.encode("utf-8"))
         self._ephemeral = None
         return len(lines) - len(latest)

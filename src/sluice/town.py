@@ -81,12 +81,13 @@ class Town:
         return self.load_config()
 
     def load_config(self) -> TownConfig:
+        """The config file, fully validated (a bad file is a ConfigError naming it)."""
         try:
             text = self.config_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"{self.config_path}: missing (run `sluice init`)") from None
-        except OSError as err:
-            raise ConfigError(f"{self.config_path}: cannot read ({err.strerror})") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{self.config_path}: cannot read ({err})") from None
         return load_model(TownConfig, self.config_path, text)  # type: ignore[return-value]
 
     def save_config(self, config: TownConfig) -> None:
@@ -112,7 +113,8 @@ class Town:
         return self._rig(name, rc)
 
     def _rig(self, name, rc) -> Rig:
-        return Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=Path(rc.items) if rc.items else None)
+        items = Path(rc.items) if rc.items else None
+        return Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=items)
 
     def rig_for_id(self, item_id: str) -> Rig | None:
         """The rig an id's prefix routes to (longest matching prefix wins)."""
@@ -135,7 +137,9 @@ def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None
     if given:
         town = Town(Path(given).expanduser())
         if not town.config_path.is_file():
-            raise TownNotFound(f"{town.root} is not a sluice town (no .sluice/{CONFIG_NAME}; run `sluice init`)")
+            raise TownNotFound(
+                f"{town.root} is not a sluice town (no .sluice/{CONFIG_NAME}; run `sluice init`)"
+            )
         return town
     here = (cwd or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
@@ -165,7 +169,8 @@ def validate_rig_name(name: str) -> None:
 
 
 def validate_prefix(prefix: str) -> None:
-    if not prefix or not all(c.isalnum() or c in "_." for c in prefix.replace("-", "")) or prefix.endswith("-"):
+    body = prefix.replace("-", "")
+    if not prefix or not all(c.isalnum() or c in "_." for c in body) or prefix.endswith("-"):
         raise UsageError(f"invalid prefix {prefix!r}: ids look like <prefix>-<base36>")
 
 

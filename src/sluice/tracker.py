@@ -7,13 +7,14 @@ read here and refused for writes.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import gitview
 from .errors import InvalidOperation, UnknownItem, UsageError
-from .items import STATUSES, dependency, iso, labels_of, new_id
+from .items import STATUSES, dependency, iso, labels_of, new_id, normalise
 from .readiness import id_prefix
 from .store import RigStore, Stores, ensure_no_cycle, read_jsonl
 from .town import Rig, Town, register_rig
@@ -39,19 +40,19 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
     return register_rig(town, name, repo, prefix or name, items)
 
 
+def rig_row(town: Town, rig: Rig) -> dict:
+    """One rig as `rig add` / `rig list` print it: ``items`` is the file its items come from."""
+    return {
+        "name": rig.name,
+        "prefix": rig.prefix,
+        "repo": str(rig.repo),
+        "items": str(rig.items) if rig.items else str(town.rig_dir(rig.name) / "issues.jsonl"),
+        "read_only": rig.read_only,
+    }
+
+
 def rig_rows(town: Town) -> list[dict]:
-    rows = []
-    for rig in town.rigs():
-        rows.append(
-            {
-                "name": rig.name,
-                "prefix": rig.prefix,
-                "repo": str(rig.repo),
-                "items": str(rig.items) if rig.items else str(town.rig_dir(rig.name) / "issues.jsonl"),
-                "read_only": rig.read_only,
-            }
-        )
-    return rows
+    return [rig_row(town, rig) for rig in town.rigs()]
 
 
 @dataclass
@@ -100,10 +101,17 @@ def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
     edges = [_parse_dep(d) for d in spec.deps]
     if spec.parent:
         edges.append(("parent-child", spec.parent))
+    edges = list(dict.fromkeys(edges))
+    types_by_target: dict[str, str] = {}
+    for dep_type, target in edges:
+        if types_by_target.setdefault(target, dep_type) != dep_type:
+            raise UsageError(
+                f"one edge per pair: {target} given as both {types_by_target[target]!r} and {dep_type!r}"
+            )
     for _dep_type, target in edges:
-        if not target.startswith("external:") and id_prefix(target) == id_prefix(store.rig.prefix + "-x"):
-            if store.get(target) is None:
-                raise UnknownItem(f"dependency target {target!r} does not exist in rig {rig_name!r}")
+        local = not target.startswith("external:") and id_prefix(target) == id_prefix(store.rig.prefix + "-x")
+        if local and store.get(target) is None:
+            raise UnknownItem(f"dependency target {target!r} does not exist in rig {rig_name!r}")
 
     def change(records: list[dict]) -> dict:
         taken = {r["id"] for r in records}
@@ -174,13 +182,36 @@ def ready(town: Town, rig: str | None = None, limit: int = 100, now: float | Non
 
 
 def blocked(town: Town, rig: str | None = None) -> list[dict]:
+    """Blocked items of one or all rigs, each with ``blocked_by_count`` and ``blocked_by``."""
+    return [normalise(json.loads(text)) for text in blocked_json(town, rig)]
+
+
+def blocked_json(town: Town, rig: str | None = None) -> list[str]:
+    """:func:`blocked` as one JSON text per row, in beads order, without re-encoding each record.
+
+    A durable row is its stored line with the two keys appended, so a large rig
+    costs no parse/serialise round trip per row.
+    """
     stores = Stores(town)
     chosen = [stores.rig(rig)] if rig else stores.all()
     rows = []
     for store in chosen:
-        for record, causes in store.blocked():
-            rows.append({**record, "blocked_by_count": len(causes), "blocked_by": causes})
-    return rows
+        for priority, created_ts, item_id, raw, causes in store.blocked_raw():
+            rows.append((priority, created_ts, item_id, _with_causes(store, item_id, raw, causes)))
+    if len(chosen) > 1:
+        rows.sort(key=lambda r: (r[0], -r[1], r[2]))
+    return [row[3] for row in rows]
+
+
+def _with_causes(store: RigStore, item_id: str, raw: str | None, causes: list[str]) -> str:
+    extra = f'"blocked_by_count": {len(causes)}, "blocked_by": {json.dumps(causes)}'
+    if raw is not None and '"blocked_by' not in raw:
+        body = raw.rstrip()
+        if body.endswith("}"):
+            inner = body[:-1].rstrip()
+            return f"{inner}, {extra}}}" if not inner.endswith("{") else f"{{{extra}}}"
+    record = store.get(item_id) or {"id": item_id}
+    return json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes}, ensure_ascii=False)
 
 
 def _update_record(town: Town, item_id: str, apply) -> dict:
@@ -192,8 +223,9 @@ def _update_record(town: Town, item_id: str, apply) -> dict:
     def change(records: list[dict]) -> dict:
         for record in records:
             if record["id"] == item_id:
-                apply(record, records)
-                record["updated_at"] = iso()
+                stamp = iso()
+                if apply(record, records, stamp) is not False:  # False: nothing changed
+                    record["updated_at"] = stamp
                 return record
         raise UnknownItem(f"no item {item_id!r} in rig {store.rig.name!r}")
 
@@ -212,11 +244,13 @@ def update_item(
         raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
     if priority is not None:
         validate_priority(priority)
+    if status is None and priority is None and assignee is None and not add_labels:
+        raise UsageError("nothing to update (give --status, --priority, --assignee or --add-label)")
 
-    def apply(record: dict, _records) -> None:
+    def apply(record: dict, _records, stamp: str) -> None:
         if status is not None:
             if status == "closed" and record.get("status") != "closed":
-                record["closed_at"] = iso()
+                record["closed_at"] = stamp
             elif status != "closed":
                 record.pop("closed_at", None)
                 record.pop("close_reason", None)
@@ -232,12 +266,18 @@ def update_item(
 
 
 def close_item(town: Town, item_id: str, reason: str = "Closed") -> dict:
-    def apply(record: dict, _records) -> None:
+    """Close an item; closing a closed item changes nothing and succeeds (as beads)."""
+    store, current = Stores(town).find(item_id)
+    if current.get("status") == "closed" and item_id not in store.ephemeral():
+        return current
+
+    def apply(record: dict, _records, stamp: str) -> bool:
         if record.get("status") == "closed":
-            return
+            return False
         record["status"] = "closed"
-        record["closed_at"] = iso()
+        record["closed_at"] = stamp
         record["close_reason"] = reason
+        return True
 
     return _update_record(town, item_id, apply)
 
@@ -248,7 +288,7 @@ def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks
     if not dep_type or len(dep_type) > 50:
         raise UsageError("dependency type must be 1–50 characters")
 
-    def apply(record: dict, records: list[dict]) -> None:
+    def apply(record: dict, records: list[dict], stamp: str) -> bool:
         by_id = {r["id"]: r for r in records}
         local = not target.startswith("external:") and id_prefix(target) == id_prefix(source)
         if local and target not in by_id:
@@ -260,10 +300,11 @@ def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks
                     raise InvalidOperation(
                         f"{source} already depends on {target} with type {dep.get('type')!r}"
                     )
-                return
+                return False  # one edge per pair: adding it again changes nothing
         if dep_type in ("blocks", "conditional-blocks", "parent-child", "waits-for") and local:
             ensure_no_cycle(by_id, source, target)
-        deps.append(dependency(source, target, dep_type))
+        deps.append(dependency(source, target, dep_type, stamp))
+        return True
 
     return _update_record(town, source, apply)
 
@@ -271,6 +312,9 @@ def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks
 def import_items(town: Town, rig_name: str, path: Path) -> dict:
     """Copy a beads export into a rig's own store (upsert by id; tombstones dropped)."""
     store: RigStore = Stores(town).rig(rig_name)
+    store.require_writable()  # refuse a read-only rig before reading the file
+    if not Path(path).is_file():
+        raise UsageError(f"{path}: no such file")
     incoming, tombstones = [], 0
     for _n, record, _raw in read_jsonl(Path(path)):
         if record.get("status") == "tombstone":

@@ -15,7 +15,8 @@ item_app.add_typer(dep_app, name="dep")
 
 
 def _line(item: dict) -> str:
-    return f"{item['id']:<18} P{item.get('priority', 0)} {item.get('status', 'open'):<11} {item.get('title', '')}"
+    status = item.get("status", "open")
+    return f"{item['id']:<18} P{item.get('priority', 0)} {status:<11} {item.get('title', '')}"
 
 
 def _lines(items) -> str:
@@ -73,7 +74,9 @@ def _show_text(item: dict) -> str:
 def list_(
     rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
     status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
-    label: Annotated[list[str] | None, typer.Option("--label", help="Must carry this label (repeatable).")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Must carry this label (repeatable).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
@@ -103,10 +106,13 @@ def blocked(
     as_json: JsonOption = False,
 ) -> None:
     """Blocked items, each with what blocks it (`blocked_by`)."""
-    from ..tracker import blocked as blocked_items
+    import json
 
-    emit(blocked_items(town(), rig), as_json,
-         lambda rs: "\n".join(f"{_line(r)}  ← {', '.join(r['blocked_by'])}" for r in rs) or "no blocked items")
+    from ..tracker import blocked_json
+
+    rows = RawJSON(blocked_json(town(), rig))
+    emit(rows, as_json, lambda rs: "\n".join(
+        f"{_line(r)}  ← {', '.join(r['blocked_by'])}" for r in map(json.loads, rs)) or "no blocked items")
 
 
 @item_app.command("update")
@@ -115,7 +121,9 @@ def update(
     status: Annotated[str | None, typer.Option(help="New status.")] = None,
     priority: Annotated[int | None, typer.Option(help="New priority 0–4.")] = None,
     assignee: Annotated[str | None, typer.Option(help="New assignee.")] = None,
-    add_label: Annotated[list[str] | None, typer.Option("--add-label", help="Add a label (repeatable).")] = None,
+    add_label: Annotated[
+        list[str] | None, typer.Option("--add-label", help="Add a label (repeatable).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change an item's status, priority, assignee or labels."""

@@ -35,11 +35,10 @@ def rig_add(
     as_json: JsonOption = False,
 ) -> None:
     """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source."""
-    from ..tracker import add_rig
+    from ..tracker import add_rig, rig_row
 
-    rig = add_rig(town(), name, repo, prefix, items)
-    row = {"name": rig.name, "prefix": rig.prefix, "repo": str(rig.repo), "items": str(rig.items or ""),
-           "read_only": rig.read_only}
+    the_town = town()
+    row = rig_row(the_town, add_rig(the_town, name, repo, prefix, items))
     emit(row, as_json, lambda r: f"rig {r['name']} (prefix {r['prefix']}) → {r['repo']}"
          + (f", items from {r['items']} (read-only)" if r["read_only"] else ""))
 

@@ -1,0 +1,27 @@
+"""Fast in-process town and rig set-up for the foundation tests.
+
+Modules that define their own ``town_dir`` / ``rig`` fixtures with these
+replace the conftest versions (which run `sluice init` / `rig add` as
+processes) for that module only.  The commands under test still run as real
+`sluice` processes; `init` and `rig add` themselves are exercised through the
+CLI in test_town.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import make_repo
+from sluice.town import Town, init_town
+
+
+def quick_town(tmp_path: Path) -> Path:
+    return init_town(tmp_path / "town").root
+
+
+def quick_rig(town_dir: Path, tmp_path: Path, name: str = "alpha", prefix: str = "al") -> str:
+    """A rig over a real git repository with its own store (``alpha``/``al`` by default)."""
+    from sluice.tracker import add_rig
+
+    add_rig(Town(town_dir), name, make_repo(tmp_path / "repos" / name), prefix)
+    return name

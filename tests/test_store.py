@@ -1,0 +1,415 @@
+"""The per-rig store under real processes and real damage.
+
+Concurrent writers (CLI processes and library processes), strict reading
+(malformed line ⇒ error naming file:line, nothing rewritten), torn last lines,
+unknown keys, read-only rigs and the derived index.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Cli, make_repo
+from foundation_helpers import quick_rig, quick_town
+from sluice.errors import StoreCorrupt
+from sluice.store import RigStore, Stores, read_jsonl
+from sluice.town import Town
+
+
+@pytest.fixture
+def town_dir(tmp_path: Path) -> Path:
+    return quick_town(tmp_path)
+
+
+@pytest.fixture
+def rig(town_dir: Path, tmp_path: Path) -> str:
+    return quick_rig(town_dir, tmp_path)
+
+WORKERS = 8
+
+
+def issues_path(town: Path, rig: str = "alpha") -> Path:
+    return town / ".sluice" / "rigs" / rig / "issues.jsonl"
+
+
+def ephemeral_path(town: Path, rig: str = "alpha") -> Path:
+    return town / ".sluice" / "rigs" / rig / "ephemeral.jsonl"
+
+
+def store_of(town: Path, rig: str = "alpha") -> RigStore:
+    return Stores(Town(town)).rig(rig)
+
+
+def record(item_id: str, title: str = "t", **extra) -> dict:
+    return {"id": item_id, "title": title, "status": "open", "priority": 2, "issue_type": "task",
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z", **extra}
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def valid_jsonl(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    assert data.endswith(b"\n")
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+# -- concurrency -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_concurrent_cli_creates_all_land(cli, rig, town_dir):
+    env = {**os.environ, "SLUICE_TOWN": str(town_dir)}
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "sluice", "item", "create", rig, "--title", f"parallel {n}",
+                          "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for n in range(WORKERS)
+    ]
+    created = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        created.append(json.loads(out)["id"])
+    assert len(set(created)) == WORKERS
+    lines = valid_jsonl(issues_path(town_dir))
+    assert sorted(r["id"] for r in lines) == sorted(created)
+    assert {r["title"] for r in lines} == {f"parallel {n}" for n in range(WORKERS)}
+
+
+def _create_many(town: str, worker: int, count: int) -> list[str]:
+    from sluice.tracker import NewItem, create_item
+
+    the_town = Town(Path(town))
+    return [create_item(the_town, "alpha", NewItem(title=f"w{worker}-{n}"))["id"] for n in range(count)]
+
+
+def _append_many(town: str, worker: int, count: int) -> None:
+    store = Stores(Town(Path(town))).rig("alpha")
+    for n in range(count):
+        store.put_ephemeral(record(f"al-wisp-{worker}x{n}", f"w{worker}-{n}", ephemeral=True,
+                                   description="x" * (50 + 37 * n)))
+
+
+def _pool():
+    return multiprocessing.get_context("fork").Pool(WORKERS)
+
+
+def test_concurrent_library_creates_all_land(rig, town_dir):
+    with _pool() as pool:
+        results = pool.starmap(_create_many, [(str(town_dir), w, 6) for w in range(WORKERS)])
+    ids = [i for chunk in results for i in chunk]
+    assert len(set(ids)) == WORKERS * 6
+    on_disk = valid_jsonl(issues_path(town_dir))
+    assert sorted(r["id"] for r in on_disk) == sorted(ids)
+    assert len(store_of(town_dir).durable()) == WORKERS * 6
+
+
+def test_concurrent_ephemeral_appends_all_land(rig, town_dir):
+    with _pool() as pool:
+        pool.starmap(_append_many, [(str(town_dir), w, 40) for w in range(WORKERS)])
+    lines = valid_jsonl(ephemeral_path(town_dir))
+    assert len(lines) == WORKERS * 40
+    expected = {f"al-wisp-{w}x{n}" for w in range(WORKERS) for n in range(40)}
+    assert {r["id"] for r in lines} == expected
+    assert set(store_of(town_dir).ephemeral()) == expected
+
+
+def _read_repeatedly(town: str, rounds: int) -> int:
+    seen = 0
+    for _ in range(rounds):
+        store = Stores(Town(Path(town))).rig("alpha")
+        seen = max(seen, len(store.durable()))
+    return seen
+
+
+def test_readers_never_see_a_half_written_durable_file(rig, town_dir):
+    with _pool() as pool:
+        readers = [pool.apply_async(_read_repeatedly, (str(town_dir), 40)) for _ in range(3)]
+        writers = [pool.apply_async(_create_many, (str(town_dir), w, 8)) for w in range(4)]
+        for job in writers:
+            job.get(timeout=120)
+        for job in readers:
+            assert job.get(timeout=120) <= 32  # and no StoreCorrupt was raised on the way
+    assert len(store_of(town_dir).durable()) == 32
+
+
+# -- strict reading ------------------------------------------------------------------------
+
+CORRUPTING_COMMANDS = [
+    ("item", "list"),
+    ("item", "list", "alpha"),
+    ("item", "ready"),
+    ("item", "blocked"),
+    ("item", "show", "al-one"),
+    ("item", "create", "alpha", "--title", "new"),
+    ("item", "update", "al-one", "--priority", "1"),
+    ("item", "close", "al-one"),
+    ("item", "dep", "add", "al-one", "al-three"),
+]
+
+
+@pytest.fixture
+def corrupt_durable(rig, town_dir):
+    path = issues_path(town_dir)
+    good = [json.dumps(record("al-one")), json.dumps(record("al-two")), json.dumps(record("al-three"))]
+    write_lines(path, [good[0], '{"id": "al-two", "title": "cut', good[2]])
+    return path, good
+
+
+@pytest.mark.parametrize("argv", CORRUPTING_COMMANDS, ids=lambda a: " ".join(a[:3]))
+def test_malformed_middle_line_fails_naming_file_and_line_and_rewrites_nothing(cli, corrupt_durable, argv):
+    path, _good = corrupt_durable
+    before = path.read_bytes()
+    stat = path.stat()
+    done = cli.run(*argv, check=False)
+    assert done.returncode == 1
+    assert f"{path}:2:" in done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert path.read_bytes() == before
+    assert path.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+def test_repairing_the_line_brings_every_record_back(cli, corrupt_durable):
+    path, good = corrupt_durable
+    assert cli.run("item", "list", check=False).returncode == 1
+    write_lines(path, good)
+    assert [r["id"] for r in cli.json("item", "list")] == ["al-one", "al-two", "al-three"]
+
+
+def test_malformed_middle_line_of_the_ephemeral_log_is_an_error(cli, rig, town_dir):
+    path = ephemeral_path(town_dir)
+    write_lines(path, [json.dumps(record("al-wisp-1", ephemeral=True)), "not json",
+                       json.dumps(record("al-wisp-2", ephemeral=True))])
+    done = cli.run("item", "ready", check=False)
+    assert done.returncode == 1 and f"{path}:2:" in done.stderr
+    before = path.read_bytes()
+    with pytest.raises(StoreCorrupt, match=f"{path}:2"):
+        store_of(town_dir).compact_ephemeral()  # a rewrite would drop the line: refused
+    assert path.read_bytes() == before
+    store_of(town_dir).put_ephemeral(record("al-wisp-3"))  # an append hides nothing ...
+    with pytest.raises(StoreCorrupt, match=f"{path}:2"):
+        store_of(town_dir).ephemeral()  # ... the damage is still reported
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"title": "no id"}', "no string 'id'"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"id": 7}', "no string 'id'"),
+    ],
+)
+def test_records_that_are_not_items_are_errors(cli, rig, town_dir, line, problem):
+    path = issues_path(town_dir)
+    write_lines(path, [json.dumps(record("al-one")), line])
+    done = cli.run("item", "list", check=False)
+    assert done.returncode == 1
+    assert f"{path}:2:" in done.stderr and problem in done.stderr
+
+
+def test_blank_schema_and_memory_lines_are_skipped(cli, rig, town_dir):
+    write_lines(issues_path(town_dir), [
+        '{"_schema": "beads-jsonl/1"}', "", json.dumps({**record("al-one"), "_type": "issue"}),
+        '{"_type": "memory", "key": "k", "value": "v"}', "   ",
+    ])  # fmt: skip
+    assert [r["id"] for r in cli.json("item", "list")] == ["al-one"]
+
+
+def test_torn_last_line_of_the_ephemeral_log_is_ignored_then_mended(cli, rig, town_dir):
+    path = ephemeral_path(town_dir)
+    whole = json.dumps(record("al-wisp-1", ephemeral=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((whole + "\n" + '{"id": "al-wisp-2", "title": "interr').encode())
+
+    done = cli.run("item", "ready", "--json")  # reads the ephemeral log (wisps can block items)
+    assert "warning:" in done.stderr and f"{path}:2" in done.stderr and "torn" in done.stderr
+    assert set(store_of(town_dir).ephemeral()) == {"al-wisp-1"}
+
+    store_of(town_dir).put_ephemeral(record("al-wisp-3", ephemeral=True))
+    lines = valid_jsonl(path)
+    assert [r["id"] for r in lines] == ["al-wisp-1", "al-wisp-3"]
+    assert "warning" not in cli.run("item", "ready").stderr
+
+
+def test_complete_last_record_missing_its_newline_is_kept(rig, town_dir):
+    path = ephemeral_path(town_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(json.dumps(record("al-wisp-1")).encode())  # whole record, no newline
+    assert set(store_of(town_dir).ephemeral()) == {"al-wisp-1"}
+    store_of(town_dir).put_ephemeral(record("al-wisp-2"))
+    assert [r["id"] for r in valid_jsonl(path)] == ["al-wisp-1", "al-wisp-2"]
+
+
+def test_torn_last_line_of_the_durable_file_is_ignored_with_a_warning(cli, rig, town_dir):
+    path = issues_path(town_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((json.dumps(record("al-one")) + "\n" + '{"id": "al-two", "ti').encode())
+    done = cli.run("item", "list", "--json")
+    assert [r["id"] for r in json.loads(done.stdout)] == ["al-one"]
+    assert f"{path}:2" in done.stderr and "torn" in done.stderr
+
+
+def test_last_line_wins_in_the_ephemeral_log_and_compaction_keeps_it(rig, town_dir):
+    store = store_of(town_dir)
+    store.put_ephemeral(record("al-wisp-1", "v1"))
+    store.put_ephemeral(record("al-wisp-2", "other"))
+    store.update_ephemeral("al-wisp-1", lambda r: {**r, "title": "v2"})
+    store.put_ephemeral({**record("al-wisp-1", "v3"), "status": "closed"})
+    assert store_of(town_dir).ephemeral()["al-wisp-1"]["title"] == "v3"
+    assert store.compact_ephemeral() == 2
+    lines = valid_jsonl(ephemeral_path(town_dir))
+    assert [(r["id"], r["title"]) for r in lines] == [("al-wisp-2", "other"), ("al-wisp-1", "v3")]
+
+
+# -- rewrites ---------------------------------------------------------------------------------
+
+
+def test_unknown_keys_survive_a_rewrite(cli, rig, town_dir, tmp_path):
+    export = tmp_path / "export.jsonl"
+    odd = {**record("al-odd"), "_type": "issue", "content_hash": "abc123", "x_custom": {"nested": [1, 2]},
+           "metadata": "{\"estimated_tokens\": 5}", "comments": [{"id": 1, "text": "hi"}], "source_repo": "."}
+    other = {**record("al-other"), "design": "keep me", "compaction_level": 2}
+    write_lines(export, [json.dumps(odd), json.dumps(other)])
+    cli.run("item", "import", rig, str(export))
+
+    cli.run("item", "update", "al-odd", "--status", "in_progress", "--assignee", "me")
+    cli.run("item", "close", "al-other", "--reason", "done")
+    on_disk = {r["id"]: r for r in valid_jsonl(issues_path(town_dir))}
+    for key in ("_type", "content_hash", "x_custom", "metadata", "comments", "source_repo"):
+        assert on_disk["al-odd"][key] == odd[key], key
+    assert on_disk["al-odd"]["status"] == "in_progress" and on_disk["al-odd"]["assignee"] == "me"
+    assert on_disk["al-other"]["design"] == "keep me" and on_disk["al-other"]["compaction_level"] == 2
+    assert on_disk["al-other"]["close_reason"] == "done"
+    assert cli.json("item", "show", "al-odd")["x_custom"] == {"nested": [1, 2]}
+
+
+def test_a_rewrite_leaves_no_temporary_files(cli, rig, town_dir):
+    cli.run("item", "create", rig, "--title", "one")
+    assert sorted(p.name for p in issues_path(town_dir).parent.iterdir()) == ["issues.jsonl"]
+
+
+@pytest.fixture(params=["--items", "auto-detected"])
+def read_only_rig(request, cli, tmp_path, beads_data):
+    """A rig whose items are a beads export, given with --items or found at .beads/issues.jsonl."""
+    export_text = (beads_data / "artifact-keeper__artifact-keeper.issues.jsonl").read_text()
+    repo = tmp_path / "repos" / "ak"
+    if request.param == "--items":
+        make_repo(repo)
+        export = tmp_path / "export.jsonl"
+        export.write_text(export_text)
+        row = cli.json("rig", "add", "ak", str(repo), "--prefix", "artifact-keeper", "--items", str(export))
+    else:
+        (repo / ".beads").mkdir(parents=True)
+        make_repo(repo, {".beads/issues.jsonl": export_text})
+        export = repo / ".beads" / "issues.jsonl"
+        row = cli.json("rig", "add", "ak", str(repo), "--prefix", "artifact-keeper")
+    assert row["read_only"] is True and Path(row["items"]) == export.resolve()
+    return export
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("item", "create", "ak", "--title", "x"),
+        ("item", "update", "artifact-keeper-01d", "--priority", "0"),
+        ("item", "close", "artifact-keeper-01d"),
+        ("item", "dep", "add", "artifact-keeper-01d", "artifact-keeper-3k9", "--type", "related"),
+        ("item", "import", "ak", "{export}"),
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_writes_to_a_read_only_rig_are_refused(cli, read_only_rig, argv):
+    export = read_only_rig
+    before = export.read_bytes()
+    done = cli.run(*[a.format(export=export) for a in argv], check=False)
+    assert done.returncode == 1
+    assert "read-only" in done.stderr and str(export.resolve()) in done.stderr
+    assert "Traceback" not in done.stderr
+    assert export.read_bytes() == before
+    assert cli.json("item", "show", "artifact-keeper-01d")["priority"] == 4
+
+
+# -- the derived index --------------------------------------------------------------------------
+
+
+def test_index_follows_hand_edits_of_the_file(cli, rig, town_dir):
+    path = issues_path(town_dir)
+    write_lines(path, [json.dumps(record("al-one", "before")), json.dumps(record("al-two"))])
+    assert [r["id"] for r in cli.json("item", "ready")] == ["al-one", "al-two"]
+    assert cli.json("item", "show", "al-one")["title"] == "before"
+
+    write_lines(path, [json.dumps(record("al-one", "after", status="closed")), json.dumps(record("al-two")),
+                       json.dumps(record("al-three", priority=0))])
+    assert cli.json("item", "show", "al-one")["title"] == "after"
+    assert [r["id"] for r in cli.json("item", "ready")] == ["al-three", "al-two"]
+    # same size, new content: the mtime alone gives it away
+    text = path.read_text().replace('"al-two", "title": "t"', '"al-two", "title": "u"')
+    path.write_text(text)
+    assert cli.json("item", "show", "al-two")["title"] == "u"
+
+
+def test_deleting_or_damaging_the_index_loses_nothing(cli, rig, town_dir):
+    for n in range(3):
+        cli.run("item", "create", rig, "--title", f"item {n}", "--priority", str(n))
+    index = town_dir / ".sluice" / "runtime" / "index" / "alpha.sqlite"
+    listed, ready = cli.json("item", "list"), cli.json("item", "ready")
+    assert index.is_file()
+    index.unlink()
+    assert cli.json("item", "list") == listed and cli.json("item", "ready") == ready
+    index.write_bytes(b"this is not a database")
+    assert cli.json("item", "list") == listed and cli.json("item", "blocked") == []
+    assert index.read_bytes().startswith(b"SQLite format 3")
+
+
+def test_ephemeral_wisp_blocking_a_durable_item_is_seen(cli, rig, town_dir):
+    """The index holds durable rows only; an ephemeral blocker must still count (wisps block work)."""
+    write_lines(issues_path(town_dir), [
+        json.dumps({**record("al-work"), "dependencies": [
+            {"issue_id": "al-work", "depends_on_id": "al-wisp-mol", "type": "blocks"}]}),
+        json.dumps(record("al-free")),
+    ])  # fmt: skip
+    assert {r["id"] for r in cli.json("item", "ready")} == {"al-work", "al-free"}  # target missing: no block
+    store_of(town_dir).put_ephemeral(record("al-wisp-mol", ephemeral=True))
+    assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]
+    assert {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")} == {"al-work": ["al-wisp-mol"]}
+    store_of(town_dir).update_ephemeral("al-wisp-mol", lambda r: {**r, "status": "closed"})
+    assert {r["id"] for r in cli.json("item", "ready")} == {"al-work", "al-free"}
+
+
+def test_read_jsonl_reports_line_numbers_of_records(tmp_path):
+    path = tmp_path / "f.jsonl"
+    header = '{"_schema": "beads-jsonl/1"}'
+    write_lines(path, ["", json.dumps(record("x-1")), header, json.dumps(record("x-2"))])
+    assert [(n, r["id"]) for n, r, _raw in read_jsonl(path)] == [(2, "x-1"), (4, "x-2")]
+    assert list(read_jsonl(tmp_path / "missing.jsonl")) == []
+
+
+def test_a_second_town_process_sees_writes_of_the_first(rig, town_dir):
+    first, second = store_of(town_dir), store_of(town_dir)
+    assert second.durable() == []
+    first.put_ephemeral(record("al-wisp-1"))
+    Cli(town_dir).run("item", "create", rig, "--title", "from the cli")
+    second.refresh()
+    assert len(second.durable()) == 1 and "al-wisp-1" in second.ephemeral()
+
+
+def test_ephemeral_child_of_a_blocked_durable_epic_inherits_its_blockage(cli, rig, town_dir):
+    write_lines(issues_path(town_dir), [
+        json.dumps({**record("al-epic", issue_type="epic"), "dependencies": [
+            {"issue_id": "al-epic", "depends_on_id": "al-gate", "type": "blocks"}]}),
+        json.dumps(record("al-gate", priority=0)),
+    ])  # fmt: skip
+    store_of(town_dir).put_ephemeral({**record("al-wisp-step", ephemeral=True), "dependencies": [
+        {"issue_id": "al-wisp-step", "depends_on_id": "al-epic", "type": "parent-child"}]})  # fmt: skip
+    rows = {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")}
+    assert rows == {"al-epic": ["al-gate"], "al-wisp-step": ["al-epic"]}
+    assert [r["id"] for r in cli.json("item", "ready")] == ["al-gate"]
