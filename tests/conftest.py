@@ -57,7 +57,8 @@ class Cli:
         )
         if check and done.returncode != 0:
             raise AssertionError(
-                f"sluice {' '.join(args)} exited {done.returncode}\nstdout:{done.stdout}\nstderr:{done.stderr}"
+                f"sluice {' '.join(args)} exited {done.returncode}\n"
+                f"stdout:{done.stdout}\nstderr:{done.stderr}"
             )
         return done
 

@@ -79,7 +79,8 @@ def test_push_to_local_bare_remote_reports(cli: Cli, hooked: Path, tmp_path: Pat
     assert done.returncode == 0, done.stderr
     assert "sluice: merge queue alpha: 2 queued, 1 running" in done.stderr
     assert git("rev-parse", "main", cwd=remote).strip() == git("rev-parse", "main", cwd=hooked).strip()
-    assert any(e["payload"].get("hook") == "pre-push" for e in _events(cli.town) if e["type"] == "MergeQueueDepth")
+    depths = [e for e in _events(cli.town) if e["type"] == "MergeQueueDepth"]
+    assert any(e["payload"].get("hook") == "pre-push" for e in depths)
 
 
 def test_broken_sluice_never_fails_git(cli: Cli, hooked: Path, tmp_path: Path):
@@ -137,7 +138,8 @@ def test_foreign_hook_refused_without_force(cli: Cli, rig: str, tmp_path: Path):
 
 def test_reinstall_is_idempotent(cli: Cli, hooked: Path):
     again = cli.json("hooks", "install", "alpha")
-    assert again["installed"] == [] and sorted(again["unchanged"]) == ["post-commit", "post-merge", "pre-push"]
+    assert again["installed"] == []
+    assert sorted(again["unchanged"]) == ["post-commit", "post-merge", "pre-push"]
 
 
 def test_report_for_unknown_repo_is_a_clear_error(cli: Cli, rig: str, tmp_path: Path):

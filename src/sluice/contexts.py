@@ -13,14 +13,12 @@ the context" live in one place.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from . import events, fsutil
+from . import events
 from .errors import UnknownItem
 from .items import CONTEXT_LABEL, dependency, is_context, iso, new_id
 from .models import SlingContextFields
@@ -273,17 +271,4 @@ def record_failure(store: RigStore, context_id: str, error: str) -> Context | No
 
 def append_records(store: RigStore, records: list[dict]) -> None:
     """Append new context records to a rig's log: one lock, one ``write()`` for them all."""
-    if not records:
-        return
-    data = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
-    raw = data.encode("utf-8")
-    store.ephemeral_path.parent.mkdir(parents=True, exist_ok=True)
-    with fsutil.file_lock(store.lock_path):
-        store._mend_torn_tail()  # a torn tail must not fuse with the first new line
-        fd = os.open(store.ephemeral_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk
-                raise OSError(f"short write to {store.ephemeral_path}")
-        finally:
-            os.close(fd)
-    store._ephemeral = None
+    store.put_ephemeral_many(records)

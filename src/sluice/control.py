@@ -25,9 +25,7 @@ if TYPE_CHECKING:
 
 def _fresh_config(town: Town):
     """Every control command reads the config first: a corrupt file is an error, never a default."""
-    config = town.load_config()
-    town.__dict__["config"] = config
-    return config
+    return town.reload_config()
 
 
 def _active(

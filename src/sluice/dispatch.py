@@ -128,8 +128,7 @@ def run_cycle(
     sleep: Callable[[float], None] = time.sleep,
 ) -> CycleReport:
     """Run (or, with ``dry_run``, preview) one dispatch cycle."""
-    config = town.load_config()
-    town.__dict__["config"] = config  # one consistent view for the whole cycle
+    config = town.reload_config()
     daemon = daemon_mode() if daemon is None else daemon
     if batch is not None and batch < 1:
         raise UsageError(f"--batch must be >= 1 (got {batch})")

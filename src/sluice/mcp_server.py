@@ -58,11 +58,16 @@ def build_server(town_arg: str | None = None):
                 result = fn(*args, **kwargs)
             except SluiceError as err:
                 raise ToolError(str(err)) from None
+            except TimeoutError as err:  # a lock stayed busy past its timeout
+                lock = getattr(err, "lock_file", "a lock")
+                message = f"timed out waiting for {lock}; another sluice command is holding it"
+                raise ToolError(message) from None
             # The very text `--json` prints: one JSON document, lists included.
             return json.dumps(result, indent=2, ensure_ascii=False)
 
         wrapper.__annotations__["return"] = str
-        server.tool(name=fn.__name__, description=(fn.__doc__ or "").strip(), structured_output=False)(wrapper)
+        description = (fn.__doc__ or "").strip()
+        server.tool(name=fn.__name__, description=description, structured_output=False)(wrapper)
         return fn
 
     @tool

@@ -72,9 +72,10 @@ class SchedulerConfig(_Strict):
     retry_base: str = "30s"
     retry_max: str = "10m"
 
-    _check_durations = field_validator("spawn_delay", "polecat_timeout", "retry_base", "retry_max", mode="before")(
-        classmethod(lambda cls, v: _duration_field(v))
-    )
+    @field_validator("spawn_delay", "polecat_timeout", "retry_base", "retry_max", mode="before")
+    @classmethod
+    def _check_durations(cls, value: Any) -> str:
+        return _duration_field(value)
 
     @property
     def deferred(self) -> bool:

@@ -67,7 +67,7 @@ def patrol(town: Town, rig_name: str, fix: bool = False) -> dict:
     from .pending import survey
     from .store import Stores
 
-    town.__dict__["config"] = town.load_config()
+    town.reload_config()
     town.rig(rig_name)  # an unknown rig is an error, not an empty report
     sched = town.config.scheduler
     stores = Stores(town)

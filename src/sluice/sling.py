@@ -122,8 +122,7 @@ def sling(town: Town, args: list[str], options: SlingOptions | None = None,
           executor: Executor | None = None) -> SlingResult:
     """Queue (deferred mode) or launch (direct mode) the named items; see the module docstring."""
     options = options or SlingOptions()
-    config = town.load_config()
-    town.__dict__["config"] = config
+    config = town.reload_config()
     check_vars(options.vars)
     item_ids, rig = split_args(town, args)
     result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -228,17 +229,32 @@ class RigStore:
 
     # -- writing ephemeral records ---------------------------------------------
     def put_ephemeral(self, record: dict) -> dict:
-        """Append ``record`` as the new whole version of its id.
+        """Append ``record`` as the new whole version of its id."""
+        self.put_ephemeral_many([record])
+        return record
+
+    def put_ephemeral_many(self, records: list[dict]) -> None:
+        """Append several records under one lock with one ``write()`` (a big sling is one append).
 
         Takes the rig lock itself; the lock is not re-entrant, so never call
-        this while holding it (use one locked append as contexts.append_records does).
+        this while holding it.
         """
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        if not records:
+            return
+        data = "".join(_line(r) + "\n" for r in records).encode("utf-8")
         with fsutil.file_lock(self.lock_path):
-            self._mend_torn_tail()
-            fsutil.append_line(self.ephemeral_path, line)
+            self._append_locked(data)
         self._ephemeral = None
-        return record
+
+    def _append_locked(self, data: bytes) -> None:
+        self._mend_torn_tail()
+        self.ephemeral_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.ephemeral_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if os.write(fd, data) != len(data):  # pragma: no cover - only on a full disk
+                raise OSError(f"short write to {self.ephemeral_path}")
+        finally:
+            os.close(fd)
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
@@ -250,31 +266,46 @@ class RigStore:
             updated = change(dict(current))
             if updated is None:
                 return current
-            self._mend_torn_tail()
-            fsutil.append_line(self.ephemeral_path, _line(updated))
+            self._append_locked((_line(updated) + "\n").encode("utf-8"))
             self._ephemeral = None
             return updated
 
     def _mend_torn_tail(self) -> None:
-        """Before appending: drop a torn final fragment so it cannot fuse with the new line."""
+        """Before appending: drop a torn final fragment so it cannot fuse with the new line.
+
+        Only the end of the file is read: appends must not cost more as the log grows.
+        """
         path = self.ephemeral_path
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            return
-        if not data or data.endswith(b"\n"):
-            return
-        cut = data.rfind(b"\n") + 1
-        tail = data[cut:]
-        try:
-            json.loads(tail)
-            with open(path, "ab") as fh:  # a complete record missing its newline
-                fh.write(b"\n")
-        except ValueError:
-            log.warning("%s: dropping a torn last line before appending", path)
-            with open(path, "r+b") as fh:
+        if not path.exists():
+            return  # appends happen under the rig lock, so nothing can create it meanwhile
+        with open(path, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return
+            # Walk back to the last newline; a torn line is at most one record long.
+            cut, chunk = size, 1 << 16
+            while cut > 0:
+                start = max(0, cut - chunk)
+                fh.seek(start)
+                block = fh.read(cut - start)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    cut = start + newline + 1
+                    break
+                cut = start
+            fh.seek(cut)
+            tail = fh.read()
+            try:
+                json.loads(tail)
+            except ValueError:
+                log.warning("%s: dropping a torn last line before appending", path)
                 fh.truncate(cut)
+            else:  # a complete record that only lacks its newline
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
 
     def compact_ephemeral(self) -> int:
         """Rewrite the log keeping one line per record; returns lines removed."""

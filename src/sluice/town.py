@@ -80,6 +80,12 @@ class Town:
     def config(self) -> TownConfig:
         return self.load_config()
 
+    def reload_config(self) -> TownConfig:
+        """Read the config afresh and use it for the rest of this call (one consistent view)."""
+        config = self.load_config()
+        self.__dict__["config"] = config
+        return config
+
     def load_config(self) -> TownConfig:
         """The config file, fully validated (a bad file is a ConfigError naming it)."""
         try:
