@@ -1,20 +1,46 @@
 """One ranking for everything that orders work: run, dry-run, list, status, next.
 
-The dispatcher and the advisor both hand their candidates here, so a queued
-context and a ready item are ordered by the same scoring (DESIGN §7).  For a
-queued context the tie-break timestamp is its ``enqueued_at``; for a bare item
-it is the item's ``created_at``.
+The dispatcher hands its queued contexts to :func:`rank_work`; the advisor
+(``schedule next``) asks :func:`rank_ready` for the best of every ready item
+in the town.  Both score with :mod:`sluice.scoring` under the town's policy
+and the same :class:`~sluice.signals.Signals`, and both order by the same key
+(score desc, effective tokens asc, timestamp asc, id asc), so a queued
+context and a ready item are never ordered by two different rules.  The
+tie-break timestamp is a context's ``enqueued_at`` and a bare item's
+``created_at``, both as microsecond UTC ISO text so that strings compare as
+times.
+
+Pressured work (a rig whose merge queue is at the threshold) stays in the
+ranking with its penalty: skipping it is advice that ``schedule next`` gives
+in skip mode, not something the dispatcher does.
+
+**Why ready items are ranked by groups.**  Inside one rig every ready item
+with the same priority, token estimate and graph gets exactly the same score
+and reasons (affinity, fairness and merge pressure are properties of the
+rig).  So :func:`rank_ready` scores one representative per group — a few
+hundred instead of 100,000 — orders the groups by (score, tokens), and reads
+item ids only from the groups that reach the requested top, oldest first.
+:func:`best_of_groups` is exactly ``score_all`` followed by a cut at
+``limit``; the tests check that equivalence property-based.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from .scoring import Candidate, PolicyLike, Scored, score_all
+
 if TYPE_CHECKING:
-    from .store import Stores
+    from .signals import Signals
+    from .store import RigStore, Stores
     from .town import Town
+
+#: The tie-break text of an item with no readable timestamp: after every real time.
+UNDATED = "~"
 
 
 @dataclass
@@ -29,8 +55,309 @@ class Work:
     score: float | None = None
     reasons: tuple[str, ...] = field(default_factory=tuple)
     pressured: bool = False
+    graph_id: str | None = None  # the item's top-level epic, filled in by rank_work
+    tokens: int | None = None  # the effective token estimate, filled in by rank_work
 
 
-def rank_work(town: Town, stores: Stores, work: Sequence[Work]) -> list[Work]:
-    """``work`` in dispatch order, each with its score and reasons filled in."""
-    return sorted(work, key=lambda w: (w.order, w.item.get("id", "")))
+def item_priority(item: Mapping) -> int:
+    """Beads priority as scoring reads it: a non-integer counts as 0, as beads' import makes it."""
+    value = item.get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def order_of_ts(created_ts: float) -> str:
+    """The tie-break text of an item from its index timestamp (0.0 means none was readable).
+
+    Timestamps are read to the microsecond, so this text orders exactly as
+    the float does.
+    """
+    if not created_ts:
+        return UNDATED
+    stamp = datetime.fromtimestamp(created_ts, UTC)
+    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def order_text(stamp: object) -> str:
+    """Any ISO timestamp as microsecond UTC text, so that string order is time order.
+
+    Already-normalised text comes back unchanged; an unreadable one sorts
+    after every real time (and among its kind by its own text).
+    """
+    if isinstance(stamp, str) and len(stamp) == 27 and stamp.endswith("Z") and stamp[19] == ".":
+        return stamp  # the form sluice writes: nothing to do
+    try:
+        parsed = datetime.fromisoformat(stamp)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return UNDATED + str(stamp)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def load_town_policy(town: Town):
+    from .policy import load_policy
+
+    return load_policy(town.policy_path)
+
+
+def rank_work(
+    town: Town,
+    stores: Stores,
+    work: Sequence[Work],
+    *,
+    policy: PolicyLike | None = None,
+    signals: Signals | None = None,
+) -> list[Work]:
+    """``work`` in dispatch order, each with its score, reasons, graph and tokens filled in.
+
+    ``Work.order`` may be any ISO timestamp; it is compared as UTC time.
+    """
+    if not work:
+        return []
+    from .items import effective_tokens
+    from .signals import Signals
+
+    policy = policy if policy is not None else load_town_policy(town)
+    signals = signals if signals is not None else Signals(town, stores)
+    candidates = []
+    for position, w in enumerate(work):
+        w.graph_id = signals.graphs.of_record(w.item)
+        w.tokens = effective_tokens(w.item)
+        priority, order = item_priority(w.item), order_text(w.order)
+        candidates.append(Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, position))
+    rigs = {w.rig for w in work}
+    ranked = score_all(
+        candidates,
+        policy,
+        warm_rigs=signals.warm_rigs(rigs),
+        merge_depths=signals.merge_depths(rigs),
+        decision_counts=signals.decision_counts,
+    )
+    out = []
+    for s in ranked:
+        w = work[s.candidate.payload]  # type: ignore[index]
+        w.score, w.reasons, w.pressured = s.score, s.reasons, s.pressured
+        out.append(w)
+    return out
+
+
+# -- the best of a whole ready set ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadyGroup:
+    """Ready items of one rig that share graph, priority and tokens, hence score.
+
+    ``rows(n)`` gives the first ``n`` of them as (order, item id), ordered by
+    (order, id).
+    """
+
+    rig: str
+    graph_id: str | None
+    priority: int
+    tokens: int
+    count: int
+    rows: Callable[[int], list[tuple[str, str]]] = field(compare=False)
+
+
+def best_of_groups(
+    groups: Sequence[ReadyGroup],
+    policy: PolicyLike,
+    *,
+    warm_rigs: Collection[str],
+    merge_depths: Mapping[str, int],
+    decision_counts: Mapping[str, int] | Callable[[], Mapping[str, int]],
+    limit: int,
+) -> list[Scored]:
+    """The first ``limit`` entries of the ranking of every item in ``groups``.
+
+    Equal to ``score_all(<one candidate per item>, ...)[:limit]``: groups are
+    scored as representatives (the ready rigs, which fairness compares, are
+    the same), then walked in tiers of equal (score, tokens), inside which
+    items interleave by (order, id).
+    """
+    representatives = [
+        Candidate(str(n), g.priority, g.tokens, g.rig, "", g.graph_id, g) for n, g in enumerate(groups)
+    ]
+    if callable(decision_counts):  # read the log at most once, however many passes below
+        decision_counts = _once(decision_counts)
+    top = max(limit, 256)
+    while True:
+        # Explaining every group costs more than ranking them; explain only a prefix of the
+        # ranking, long enough to hold ``limit`` items and the whole tier the last one is in.
+        ranked = score_all(
+            representatives,
+            policy,
+            warm_rigs=warm_rigs,
+            merge_depths=merge_depths,
+            decision_counts=decision_counts,
+            top=top,
+        )
+        if len(ranked) == len(representatives) or _prefix_suffices(ranked, limit):
+            break
+        top *= 4
+    out: list[Scored] = []
+    start = 0
+    while start < len(ranked) and len(out) < limit:
+        key = (ranked[start].score, ranked[start].candidate.tokens)
+        end = start
+        while end < len(ranked) and (ranked[end].score, ranked[end].candidate.tokens) == key:
+            end += 1
+        need = limit - len(out)
+        rows = []
+        for s in ranked[start:end]:
+            group: ReadyGroup = s.candidate.payload  # type: ignore[assignment]
+            rows.extend((order, item_id, s) for order, item_id in group.rows(min(need, group.count)))
+        rows.sort(key=lambda row: (row[0], row[1]))
+        for order, item_id, s in rows[:need]:
+            candidate = replace(s.candidate, item_id=item_id, order=order, payload=None)
+            out.append(replace(s, candidate=candidate))
+        start = end
+    return out
+
+
+def _prefix_suffices(ranked: list[Scored], limit: int) -> bool:
+    """Whether a ranked prefix of groups holds ``limit`` items and every group tied with the last one needed.
+
+    Groups tied on (score, tokens) are ranked next to each other, so the tier
+    is complete once the prefix reaches a group with a different key.
+    """
+    total = 0
+    for position, s in enumerate(ranked):
+        total += s.candidate.payload.count  # type: ignore[union-attr]
+        if total >= limit:
+            key = (s.score, s.candidate.tokens)
+            return any((t.score, t.candidate.tokens) != key for t in ranked[position + 1 :])
+    return False
+
+
+def _once(read: Callable[[], Mapping[str, int]]) -> Callable[[], Mapping[str, int]]:
+    kept: list[Mapping[str, int]] = []
+
+    def cached() -> Mapping[str, int]:
+        if not kept:
+            kept.append(read())
+        return kept[0]
+
+    return cached
+
+
+def has_graph_weights(policy) -> bool:
+    """True when some graph override sets a weight, so scores depend on each item's graph."""
+    return any(
+        any(getattr(o, name) is not None for name in ("priority", "affinity", "cost", "fairness"))
+        for o in policy.graph_overrides.values()
+    )
+
+
+def rank_ready(
+    town: Town,
+    stores: Stores,
+    signals: Signals,
+    policy,
+    limit: int,
+    graph_id: str | None = None,
+    now: float | None = None,
+) -> list[Scored]:
+    """The top ``limit`` of every ready item in the town (of one graph, when given), best first.
+
+    Each returned candidate carries its real graph id.
+    """
+    now = time.time() if now is None else now
+    by_graph = graph_id is not None or has_graph_weights(policy)
+    groups: list[ReadyGroup] = []
+    for store in stores.all():
+        groups.extend(_rig_groups(store, signals, now, by_graph, graph_id))
+    if not groups:
+        return []
+    rigs = {g.rig for g in groups}
+    top = best_of_groups(
+        groups,
+        policy,
+        warm_rigs=signals.warm_rigs(rigs),
+        merge_depths=signals.merge_depths(rigs),
+        decision_counts=signals.decision_counts,
+        limit=limit,
+    )
+    if by_graph:
+        return top
+    out = []
+    for s in top:
+        store = stores.rig(s.candidate.rig)
+        record = store.get(s.candidate.item_id) or {"id": s.candidate.item_id}
+        out.append(replace(s, candidate=replace(s.candidate, graph_id=signals.graphs.of_record(record))))
+    return out
+
+
+def ready_count(store: RigStore, now: float) -> int:
+    """How many items of one rig are ready right now."""
+    if store._interplay():
+        return len(store.ready_raw(now, 0))
+    return store.index.ready_count(now)
+
+
+def _rig_groups(
+    store: RigStore, signals: Signals, now: float, by_graph: bool, graph_id: str | None
+) -> list[ReadyGroup]:
+    rig = store.rig.name
+    if not by_graph and not store._interplay():
+        index = store.index
+
+        def from_index(priority: int, tokens: int) -> Callable[[int], list[tuple[str, str]]]:
+            def rows(n: int) -> list[tuple[str, str]]:
+                found = index.ready_in_group(now, priority, tokens, n)
+                return [(order_of_ts(ts), item_id) for item_id, ts in found]
+
+            return rows
+
+        return [ReadyGroup(rig, None, p, t, n, from_index(p, t)) for p, t, n in index.ready_groups(now)]
+
+    rows = _exact_rows(store, now)
+    if by_graph:
+        signals.graphs.prefetch({row[5] for row in rows if row[5] is not None})
+    buckets: dict[tuple, list[tuple[bool, float, str]]] = {}
+    for item_id, issue_type, priority, created_ts, tokens, parent in rows:
+        graph = signals.graphs.of(item_id, issue_type, parent) if by_graph else None
+        if graph_id is not None and graph != graph_id:
+            continue
+        # (undated, timestamp, id) orders exactly as (order text, id); the text is made for the chosen only.
+        buckets.setdefault((graph, priority, tokens), []).append((not created_ts, created_ts, item_id))
+    return [
+        ReadyGroup(rig, graph, priority, tokens, len(members), _sorted_rows(members))
+        for (graph, priority, tokens), members in buckets.items()
+    ]
+
+
+def _sorted_rows(members: list[tuple[bool, float, str]]) -> Callable[[int], list[tuple[str, str]]]:
+    done = []
+
+    def first(n: int) -> list[tuple[str, str]]:
+        if not done:
+            members.sort()
+            done.append(True)
+        return [(order_of_ts(ts), item_id) for _undated, ts, item_id in members[:n]]
+
+    return first
+
+
+def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float, int, str | None]]:
+    """(id, issue_type, priority, created_ts, tokens, parent) of every ready item of one rig."""
+    from .signals import parent_of_deps
+
+    if not store._interplay():
+        return [
+            (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps))
+            for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)
+        ]
+    import json
+
+    from .items import effective_tokens, normalise
+    from .signals import parent_of_record
+
+    out = []
+    for priority, created_ts, item_id, raw in store.ready_raw(now, 0):
+        record = normalise(json.loads(raw))
+        issue_type = record.get("issue_type") or "task"
+        tokens = effective_tokens(record)
+        out.append((item_id, issue_type, priority, created_ts, tokens, parent_of_record(record)))
+    return out

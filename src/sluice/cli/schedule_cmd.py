@@ -1,9 +1,115 @@
-"""Commands registered by this module (filled in as features land)."""
+"""`sluice schedule …`: advisory scoring — next, status, policy show|set."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+
+from .common import JsonOption, emit, town
+
+schedule_app = typer.Typer(help="Advisory scoring: which ready item should go next.", no_args_is_help=True)
+policy_app = typer.Typer(help="Show or change the scoring policy.", no_args_is_help=True)
+schedule_app.add_typer(policy_app, name="policy")
+
+
+@schedule_app.command("next")
+def next_(
+    graph_id: Annotated[
+        str | None, typer.Option("--graph-id", help="Only items under this top-level epic.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="How many decisions (skipped ones count).")] = 1,
+    preview: Annotated[bool, typer.Option("--preview", help="Decide, but record nothing.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Score the ready items of every rig and say which should go next."""
+    from ..advisor import next_decisions
+
+    emit(next_decisions(town(), graph_id=graph_id, limit=limit, preview=preview), as_json, _next_text)
+
+
+def _next_text(decisions: list[dict]) -> str:
+    if not decisions:
+        return "No ready items."
+    return "\n".join(
+        f"{'skipped' if d['skipped'] else 'next'}\t{d['node_id']}\t{d['score']}\t{d['graph_id'] or '-'}"
+        f"\t{d['dispatch_hints']['project']}\t{d['dispatch_hints']['title'] or ''}"
+        for d in decisions
+    )
+
+
+@schedule_app.command("status")
+def status(
+    recent: Annotated[int, typer.Option(help="How many recent decisions to show.")] = 10,
+    as_json: JsonOption = False,
+) -> None:
+    """Policy, ready count, recent decisions (newest first) and merge pressure."""
+    from ..advisor import status as advisor_status
+
+    emit(advisor_status(town(), recent=recent), as_json, _status_text)
+
+
+def _status_text(data: dict) -> str:
+    lines = [f"ready={data['ready_count']} recent={len(data['recent_decisions'])}"]
+    if data["merge_pressure"]:
+        lines.append("merge_pressure=" + ",".join(f"{rig}:{n}" for rig, n in data["merge_pressure"].items()))
+    for d in data["recent_decisions"]:
+        lines.append(f"  {d.get('at', '')}  {'skipped' if d.get('skipped') else 'next':<7} {d.get('node_id')}"
+                     f"  {d.get('score')}")
+    return "\n".join(lines)
+
+
+@policy_app.command("show")
+def policy_show(as_json: JsonOption = False) -> None:
+    """The scoring policy in force (defaults when there is no policy file)."""
+    from ..advisor import policy_show as show
+
+    emit(show(town()), as_json, _policy_text)
+
+
+@policy_app.command("set")
+def policy_set(
+    priority: Annotated[float | None, typer.Option(help="Weight of urgency (4 - priority).")] = None,
+    affinity: Annotated[float | None, typer.Option(help="Weight of a warm rig (live worktree).")] = None,
+    cost: Annotated[float | None, typer.Option(help="Weight of cheapness, 1/(1 + tokens/1000).")] = None,
+    fairness: Annotated[float | None, typer.Option(help="Weight of the least-scheduled rigs.")] = None,
+    merge_queue_threshold: Annotated[
+        int | None, typer.Option(help="Merge-queue depth (>= 1) at which a rig is pressured.")
+    ] = None,
+    merge_pressure_penalty: Annotated[
+        float | None, typer.Option(help="Points a pressured rig loses.")
+    ] = None,
+    skip_on_merge_pressure: Annotated[
+        bool | None,
+        typer.Option("--skip-on-merge-pressure/--no-skip-on-merge-pressure",
+                     help="Report pressured items as skipped instead of choosing them."),
+    ] = None,
+    graph_id: Annotated[
+        str | None, typer.Option("--graph-id", help="Set the weights for this graph only (an override).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change the scoring policy; prints the whole policy."""
+    from ..advisor import policy_set as set_
+
+    policy = set_(town(), priority=priority, affinity=affinity, cost=cost, fairness=fairness,
+                  merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
+                  skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id)
+    emit(policy, as_json, lambda p: "policy updated\n" + _policy_text(p))
+
+
+def _policy_text(p: dict) -> str:
+    w = p["weights"]
+    lines = [
+        f"priority={w['priority']} affinity={w['affinity']} cost={w['cost']} fairness={w['fairness']}"
+        f" merge_threshold={p['merge_queue_threshold']} penalty={p['merge_pressure_penalty']}"
+        f" skip_on_pressure={p['skip_on_merge_pressure']}"
+    ]
+    for graph, o in p["graph_overrides"].items():
+        set_weights = " ".join(f"{k}={v}" for k, v in o.items() if v is not None) or "(no weights)"
+        lines.append(f"  graph {graph}: {set_weights}")
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.add_typer(schedule_app, name="schedule")

@@ -1,0 +1,234 @@
+"""`sluice schedule next` against metagit 0.36.0 `schedule next` on the same work.
+
+Usage:  python benchmarks/bench_next.py [--sizes 10000,100000] [--runs 5] [--work DIR]
+                                        [--dispatch-contexts 1000]
+
+For each size this
+
+1. generates a metagit workspace with the peer's ``gen_graph.py`` (10,000
+   nodes in one graph; 100,000 nodes in 10 graphs, as its ``time_scaled.sh``
+   does: 30 repositories, 200 merge documents, 10 active worktrees);
+2. turns it into a sluice town with the peer's ``to_sluice.py`` (one real git
+   rig per repository, items as a read-only beads export, merges as
+   ``merge-request`` items, active worktrees as real linked worktrees);
+3. installs the real metagit-cli 0.36.0 once through the peer's
+   ``run_peer.sh`` (a venv under ``~/.cache/metagit-peer``; about a minute);
+4. times ``sluice schedule next --limit 5 --json`` once cold (no derived
+   index yet: the first run builds it), then runs
+   ``metagit schedule next --limit 5 --json`` and the sluice command
+   alternately, ``--runs`` times each, each in its own copy of the work, and
+   prints both medians and their ratio, with sluice's peak memory;
+5. at the largest size, slings ``--dispatch-contexts`` ready items
+   (``scheduler.max_polecats`` 10) and times ``sluice scheduler run
+   --dry-run --json``, which ranks every queued context with the same scoring.
+
+Both sides see the same work, but not identical ready sets: metagit only
+counts a dependency inside its own graph as satisfied when completed, and
+beads never lets a dependency on another rig's item block, so sluice has
+more ready items to score (reported).  Only the standard library, ``git``,
+the ``sluice`` CLI and the peer scripts are used; figures include interpreter
+start-up, as a user sees them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PEER = Path(
+    os.environ.get("METAGIT_PEER_DIR", Path(__file__).resolve().parents[2] / "shared" / "peers" / "metagit")
+)
+PEER_VENV = Path(os.environ.get("PEER_VENV", Path.home() / ".cache" / "metagit-peer" / "venv"))
+
+
+def sluice_bin() -> str:
+    here = Path(sys.executable).parent / "sluice"
+    found = str(here) if here.exists() else shutil.which("sluice")
+    if not found:
+        raise SystemExit("the sluice CLI is not installed (pip install -e .)")
+    return found
+
+
+def measure(argv: list[str], cwd: Path, env: dict) -> tuple[float, int, bytes]:
+    """(wall seconds, peak RSS MiB, stdout) of one command run to completion."""
+    with tempfile.TemporaryFile() as out:
+        began = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - began
+        err = proc.stderr.read() if proc.stderr else b""
+        if proc.stderr:
+            proc.stderr.close()
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        data = out.read()
+    if code != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.decode(errors='replace')[-2000:]}")
+    return elapsed, usage.ru_maxrss // 1024, data
+
+
+def ensure_metagit() -> Path:
+    metagit = PEER_VENV / "bin" / "metagit"
+    if not metagit.exists():
+        print("installing metagit-cli 0.36.0 (about a minute) ...", flush=True)
+        subprocess.run([str(PEER / "run_peer.sh")], check=True, stdout=subprocess.DEVNULL)
+    return metagit
+
+
+def build(work: Path, nodes: int, graphs: int, env: dict) -> tuple[Path, Path]:
+    ws, town = work / f"ws-{nodes}", work / f"town-{nodes}"
+    for path in (ws, town):
+        shutil.rmtree(path, ignore_errors=True)
+    began = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable,
+            str(PEER / "gen_graph.py"),
+            "--out",
+            str(ws),
+            "--nodes",
+            str(nodes),
+            "--graphs",
+            str(graphs),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [sys.executable, str(PEER / "to_sluice.py"), str(ws), str(town)],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    print(
+        f"built {nodes:,} nodes in {graphs} graph(s): metagit workspace and sluice town"
+        f" in {time.perf_counter() - began:.1f} s",
+        flush=True,
+    )
+    return ws, town
+
+
+def compare(work: Path, nodes: int, graphs: int, runs: int, metagit: Path, env: dict) -> tuple[Path, dict]:
+    ws, town = build(work, nodes, graphs, env)
+    mg_copy = work / f"metagit-{nodes}"
+    shutil.rmtree(mg_copy, ignore_errors=True)
+    shutil.copytree(ws, mg_copy, symlinks=True)
+    sl_env = {**env, "SLUICE_TOWN": str(town)}
+    sluice = [sluice_bin(), "schedule", "next", "--limit", "5", "--json"]
+    peer = [str(metagit), "schedule", "next", "--limit", "5", "--json"]
+
+    shutil.rmtree(town / ".sluice" / "runtime" / "index", ignore_errors=True)
+    cold, cold_rss, _ = measure(sluice, town, sl_env)
+    status = json.loads(
+        measure([sluice_bin(), "schedule", "status", "--recent", "0", "--json"], town, sl_env)[2]
+    )
+
+    mg_times, sl_times, sl_rss, mg_rss = [], [], [], []
+    for _ in range(runs):
+        seconds, rss, out = measure(peer, mg_copy, env)
+        mg_times.append(seconds)
+        mg_rss.append(rss)
+        mg_first = json.loads(out)[0]
+        seconds, rss, out = measure(sluice, town, sl_env)
+        sl_times.append(seconds)
+        sl_rss.append(rss)
+        sl_first = json.loads(out)[0]
+    result = {
+        "nodes": nodes,
+        "sluice_ready": status["ready_count"],
+        "metagit_median": statistics.median(mg_times),
+        "sluice_median": statistics.median(sl_times),
+        "sluice_cold": cold,
+        "sluice_rss": max([*sl_rss, cold_rss]),
+        "metagit_rss": max(mg_rss),
+        "metagit_top": (mg_first["node_id"], mg_first["score"]),
+        "sluice_top": (sl_first["node_id"], sl_first["score"]),
+    }
+    result["ratio"] = result["metagit_median"] / result["sluice_median"]
+    return town, result
+
+
+def dispatch_dry_run(town: Path, contexts: int, runs: int, env: dict) -> dict:
+    sl_env = {**env, "SLUICE_TOWN": str(town)}
+    sluice = sluice_bin()
+    ready = json.loads(
+        measure([sluice, "item", "ready", "--limit", str(contexts), "--json"], town, sl_env)[2]
+    )
+    ids = [row["id"] for row in ready]
+    subprocess.run(
+        [sluice, "config", "set", "scheduler.max_polecats", "10"], check=True, env=sl_env, capture_output=True
+    )
+    began = time.perf_counter()
+    subprocess.run([sluice, "sling", *ids], check=True, env=sl_env, capture_output=True)
+    slung = time.perf_counter() - began
+    argv = [sluice, "scheduler", "run", "--dry-run", "--json"]
+    times = [measure(argv, town, sl_env)[0] for _ in range(runs)]
+    return {"contexts": len(ids), "sling_seconds": slung, "dry_run_median": statistics.median(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000", help="node counts (default 10000,100000)")
+    parser.add_argument("--runs", type=int, default=5, help="alternating runs per command (median reported)")
+    parser.add_argument("--work", type=Path, help="build everything here and keep it (default: temp dir)")
+    parser.add_argument(
+        "--dispatch-contexts",
+        type=int,
+        default=1000,
+        help="contexts to sling for the dispatch dry run at the largest size (0: skip)",
+    )
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-next-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sluice_bin()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    try:
+        metagit = ensure_metagit()
+        results = []
+        town = None
+        for nodes in sizes:
+            town, result = compare(work, nodes, 1 if nodes <= 10_000 else 10, args.runs, metagit, env)
+            results.append(result)
+            report(result, args.runs)
+        if args.dispatch_contexts and town is not None:
+            d = dispatch_dry_run(town, args.dispatch_contexts, args.runs, env)
+            print(
+                f"\nscheduler run --dry-run --json at {sizes[-1]:,} items,"
+                f" {d['contexts']:,} queued contexts: {d['dry_run_median']:.3f} s median of {args.runs}"
+                f" (the sling took {d['sling_seconds']:.2f} s)"
+            )
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(r: dict, runs: int) -> None:
+    print(
+        f"\n{r['nodes']:,} nodes ({r['sluice_ready']:,} ready in sluice), median of {runs} alternating runs:"
+    )
+    print(
+        f"  metagit 0.36.0 schedule next --limit 5 --json  {r['metagit_median']:7.3f} s"
+        f"  (peak {r['metagit_rss']} MiB; top {r['metagit_top'][0]} {r['metagit_top'][1]})"
+    )
+    print(
+        f"  sluice schedule next --limit 5 --json          {r['sluice_median']:7.3f} s"
+        f"  (peak {r['sluice_rss']} MiB; top {r['sluice_top'][0]} {r['sluice_top'][1]})"
+    )
+    print(f"  ratio metagit / sluice                         {r['ratio']:7.1f}x")
+    print(f"  sluice cold first run (builds the index)       {r['sluice_cold']:7.3f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

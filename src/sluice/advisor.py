@@ -1,0 +1,160 @@
+"""Advisory scheduling: which ready item should an agent take next (metagit RFC-0012 shape).
+
+``schedule next`` scores every ready item of every rig with the town's policy
+and answers with *decisions*: the item, its score, the reasons, and hints for
+dispatching it.  It never changes an item and claims nothing: asking twice
+gives the same answer until the work changes.  Unless previewing, each
+decision is appended to ``decisions.jsonl`` (which is what fairness counts)
+and announced as a ``ScheduleDecision`` or ``ScheduleSkipped`` event.
+
+Each function here is one surface's whole job, so the CLI and the MCP server
+return the same JSON.
+"""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .scoring import Selection
+    from .store import Stores
+    from .town import Town
+
+DECISION_EVENT = "ScheduleDecision"
+SKIPPED_EVENT = "ScheduleSkipped"
+POLICY_FIELDS = frozenset({
+    "priority", "affinity", "cost", "fairness", "merge_queue_threshold", "merge_pressure_penalty",
+    "skip_on_merge_pressure", "graph_id",
+})
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{name} must be an integer (got {value!r})")
+    if value < minimum:
+        raise UsageError(f"{name} must be >= {minimum} (got {value})")
+    return value
+
+
+def next_decisions(
+    town: Town, graph_id: str | None = None, limit: int = 1, preview: bool = False, now: float | None = None
+) -> list[dict]:
+    """Up to ``limit`` decisions over the ready items (of graph ``graph_id`` when given).
+
+    In skip mode a pressured item inside the top ``limit`` becomes a skipped
+    decision and still takes its slot (metagit §1.6).  ``preview`` writes
+    nothing: no decision, no event.
+    """
+    _check_count("--limit", limit, 1)
+    if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
+        raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
+    from .items import iso
+    from .ranking import load_town_policy, rank_ready
+    from .scoring import select
+    from .signals import Signals
+    from .store import Stores
+
+    policy = load_town_policy(town)
+    stores = Stores(town)
+    signals = Signals(town, stores)
+    if graph_id is not None:
+        graph_id = graph_id.strip()
+        signals.graphs.check_graph(graph_id)
+    top = rank_ready(town, stores, signals, policy, limit, graph_id=graph_id, now=now)
+    if not top:
+        return []
+    at = iso()
+    decisions = [_decision(town, stores, selection, at) for selection in select(top, limit,
+                                                                                 policy.skip_on_merge_pressure)]
+    if not preview:
+        record_decisions(town, decisions)
+    return decisions
+
+
+def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict:
+    candidate = selection.scored.candidate
+    rig = town.rig(candidate.rig)
+    item = stores.rig(rig.name).get(candidate.item_id) or {}
+    return {
+        "decision_id": uuid.uuid4().hex,
+        "at": at,
+        "graph_id": candidate.graph_id,
+        "node_id": candidate.item_id,
+        "score": selection.scored.score,
+        "reasons": list(selection.reasons),
+        "dispatch_hints": {
+            "title": item.get("title"),
+            "project": rig.name,
+            "repository": str(rig.repo),
+            "agent_id": item.get("assignee") or None,
+            "priority": item.get("priority"),
+        },
+        "sling_command": shlex.join(["sluice", "sling", candidate.item_id, rig.name]),
+        "skipped": selection.skipped,
+    }
+
+
+def record_decisions(town: Town, decisions: list[dict]) -> None:
+    """Append the decisions (one write) and then their events (one write)."""
+    from .decisions import append_decisions
+    from .events import emit_events
+
+    append_decisions(town, decisions)
+    emit_events(town, [(SKIPPED_EVENT if d["skipped"] else DECISION_EVENT, event_payload(d))
+                       for d in decisions])
+
+
+def event_payload(decision: dict) -> dict:
+    keys = ("decision_id", "graph_id", "node_id", "score", "skipped", "reasons")
+    return {key: decision[key] for key in keys}
+
+
+def status(town: Town, recent: int = 10, now: float | None = None) -> dict:
+    """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
+    import time
+
+    _check_count("--recent", recent, 0)
+    from .decisions import recent_decisions
+    from .ranking import load_town_policy, ready_count
+    from .signals import Signals
+    from .store import Stores
+
+    now = time.time() if now is None else now
+    policy = load_town_policy(town)
+    stores = Stores(town)
+    signals = Signals(town, stores)
+    ready = 0
+    pressure = {}
+    for store in stores.all():
+        ready += ready_count(store, now)
+        depth = sum(signals.merge_queue(store.rig.name))
+        if depth >= 1:
+            pressure[store.rig.name] = depth
+    return {
+        "policy": policy.model_dump(mode="json"),
+        "ready_count": ready,
+        "recent_decisions": recent_decisions(town, recent),
+        "merge_pressure": pressure,
+    }
+
+
+def policy_show(town: Town) -> dict:
+    """The policy in force (the defaults when there is no policy file)."""
+    from .ranking import load_town_policy
+
+    return load_town_policy(town).model_dump(mode="json")
+
+
+def policy_set(town: Town, **fields: Any) -> dict:
+    """Change policy fields (see :func:`sluice.policy.set_policy`) and return the whole policy."""
+    from .policy import set_policy
+
+    unknown = sorted(set(fields) - POLICY_FIELDS)
+    if unknown:
+        known = ", ".join(sorted(POLICY_FIELDS))
+        raise UsageError(f"unknown policy field(s): {', '.join(unknown)} (known: {known})")
+    return set_policy(town.policy_path, town.lock_path("policy"), **fields).model_dump(mode="json")

@@ -1,0 +1,185 @@
+"""The decision log, ``<town>/.sluice/schedule/decisions.jsonl``, and what is read back from it.
+
+Every scoring decision (``schedule next``) and every launch the dispatcher
+makes is one JSON line.  The log only grows, so nothing here reads it whole
+on a hot path:
+
+* :func:`recent_decisions` seeks from the end and parses only the last lines;
+* :func:`decision_counts` (fairness) keeps per-rig counts in
+  ``runtime/decision-counts.json`` together with the byte offset, inode and
+  last bytes of the log it has counted, and on each call counts only the lines
+  appended since.  A log that was replaced, truncated or rewritten is counted
+  again from the start.  The cache is derived: deleting it loses nothing.
+
+Writers append all lines of one call with a single ``write()`` under the
+decisions lock, the lock the dispatcher also takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import fsutil
+from .errors import StoreCorrupt
+
+if TYPE_CHECKING:
+    from .town import Town
+
+COUNTS_VERSION = 1
+#: Bytes before the counted offset kept in the cache to notice a rewritten log.
+_GUARD = 64
+_BLOCK = 64 * 1024
+
+
+def counts_cache_path(town: Town) -> Path:
+    return town.runtime / "decision-counts.json"
+
+
+def append_decisions(town: Town, decisions: list[dict]) -> None:
+    """Append decisions as compact JSON lines: one ``write()`` under the decisions lock."""
+    if not decisions:
+        return
+    data = "".join(json.dumps(d, ensure_ascii=False, separators=(",", ":")) + "\n" for d in decisions)
+    raw = data.encode("utf-8")
+    path = town.decisions_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with fsutil.file_lock(town.lock_path("decisions")):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk
+                raise OSError(f"short write to {path}")
+        finally:
+            os.close(fd)
+
+
+# -- reading the newest lines ------------------------------------------------------
+
+
+def recent_decisions(town: Town, count: int) -> list[dict]:
+    """The last ``count`` decisions, newest first, reading only the end of the log.
+
+    A torn last line (an append in progress or interrupted) is not there yet.
+    """
+    if count <= 0:
+        return []
+    path = town.decisions_path
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return []
+    with fh:
+        start = fh.seek(0, os.SEEK_END)
+        data = b""
+        lines: list[tuple[int, bytes]] = []
+        while start > 0 and len(lines) < count:
+            step = min(_BLOCK, start)
+            start -= step
+            fh.seek(start)
+            data = fh.read(step) + data
+            lines = _complete_lines(data, start)
+    return [_parse_line(path, line, position) for position, line in reversed(lines[-count:])]
+
+
+def _complete_lines(data: bytes, start: int) -> list[tuple[int, bytes]]:
+    """(offset, text) of the whole, non-blank lines in ``data``, the log's tail from byte ``start``.
+
+    The first line is cut off unless ``data`` starts the file; bytes after the
+    last newline are a torn append.
+    """
+    body = data[: data.rfind(b"\n") + 1]
+    first = 0 if start == 0 else body.find(b"\n") + 1
+    out = []
+    position = start + first
+    for line in body[first:].split(b"\n")[:-1]:
+        if line.strip():
+            out.append((position, line))
+        position += len(line) + 1
+    return out
+
+
+def _parse_line(path: Path, line: bytes, position: int) -> dict:
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as err:
+        raise StoreCorrupt(path, _line_number(path, position), f"malformed decision ({err})") from None
+    return record
+
+
+def _line_number(path: Path, position: int) -> int:
+    """1-based number of the line starting at byte ``position`` (error path only: reads the prefix)."""
+    with open(path, "rb") as fh:
+        return fh.read(position).count(b"\n") + 1
+
+
+# -- per-rig counts for fairness --------------------------------------------------
+
+
+def decision_counts(town: Town) -> dict[str, int]:
+    """Decisions per rig (``dispatch_hints.project``) over the whole log, skipped ones included.
+
+    Reads only what was appended since the cached offset; see the module docstring.
+    """
+    path = town.decisions_path
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return {}
+    cache = _load_cache(town)
+    counts: dict[str, int] = {}
+    offset = 0
+    same_log = cache is not None and cache["inode"] == st.st_ino and cache["offset"] <= st.st_size
+    if same_log and _guard(path, cache["offset"]) == cache["guard"]:
+        counts, offset = dict(cache["counts"]), cache["offset"]
+    if offset == st.st_size:
+        return counts
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read(st.st_size - offset)
+    complete = data.rfind(b"\n") + 1
+    position = offset
+    for line in data[:complete].split(b"\n")[:-1]:
+        if line.strip():
+            record = _parse_line(path, line, position)
+            hints = record.get("dispatch_hints")
+            rig = hints.get("project") if isinstance(hints, dict) else None
+            if isinstance(rig, str) and rig.strip():
+                counts[rig.strip()] = counts.get(rig.strip(), 0) + 1
+        position += len(line) + 1
+    new_offset = offset + complete
+    if new_offset != offset:
+        _save_cache(town, {"version": COUNTS_VERSION, "inode": st.st_ino, "offset": new_offset,
+                           "guard": _guard(path, new_offset), "counts": counts})
+    return counts
+
+
+def _guard(path: Path, offset: int) -> str:
+    """Hex of the bytes just before ``offset``: if they change, the counted part was rewritten."""
+    with open(path, "rb") as fh:
+        start = max(0, offset - _GUARD)
+        fh.seek(start)
+        return fh.read(offset - start).hex()
+
+
+def _load_cache(town: Town) -> dict | None:
+    try:
+        cache = json.loads(counts_cache_path(town).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # missing or unreadable: a derived cache is simply rebuilt
+    keys = {"version", "inode", "offset", "guard", "counts"}
+    if not isinstance(cache, dict) or not keys <= cache.keys() or cache["version"] != COUNTS_VERSION:
+        return None
+    if not isinstance(cache["counts"], dict) or not isinstance(cache["offset"], int):
+        return None
+    return cache
+
+
+def _save_cache(town: Town, cache: dict) -> None:
+    try:
+        fsutil.atomic_write_json(counts_cache_path(town), cache)
+    except OSError:  # pragma: no cover - a read-only runtime dir only costs a recount next time
+        pass

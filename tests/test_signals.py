@@ -1,0 +1,277 @@
+"""Scoring inputs read from a real town: warm rigs, merge queues, graphs, the decision log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from advisor_helpers import add_rig, add_worktree, item, merge_request, write_items
+from conftest import git, make_repo
+from sluice.decisions import (
+    append_decisions,
+    counts_cache_path,
+    decision_counts,
+    recent_decisions,
+)
+from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
+from sluice.signals import Graphs, Signals, is_warm_rig, parent_of_deps
+from sluice.store import Stores
+from sluice.town import Rig, Town
+
+
+@pytest.fixture
+def town(cli, tmp_path) -> Town:
+    add_rig(cli, tmp_path, "alpha", "al")
+    add_rig(cli, tmp_path, "beta", "be")
+    return Town(cli.town)
+
+
+def signals(town: Town) -> Signals:
+    return Signals(town, Stores(town))
+
+
+# -- affinity -------------------------------------------------------------------------
+
+
+def test_a_rig_is_warm_exactly_while_it_has_a_live_linked_worktree(town, tmp_path):
+    repo = tmp_path / "repos" / "alpha"
+    rig = town.rig("alpha")
+    assert is_warm_rig(rig) is False
+    worktree = add_worktree(repo, tmp_path / "wt-alpha")
+    assert is_warm_rig(rig) is True
+    assert signals(town).warm_rigs(["alpha", "beta"]) == {"alpha"}
+    shutil.rmtree(worktree)  # the worktree is now prunable: gone, so not warm
+    assert is_warm_rig(rig) is False
+
+
+def test_a_removed_worktree_cools_the_rig(town, tmp_path):
+    repo = tmp_path / "repos" / "beta"
+    add_worktree(repo, tmp_path / "wt-beta")
+    assert is_warm_rig(town.rig("beta")) is True
+    git("worktree", "remove", str(tmp_path / "wt-beta"), cwd=repo)
+    assert is_warm_rig(town.rig("beta")) is False
+
+
+def test_a_missing_or_broken_repository_is_cold_with_a_warning(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="sluice")
+    assert is_warm_rig(Rig("gone", tmp_path / "nowhere", "go", None)) is False
+    broken = tmp_path / "broken"
+    (broken / ".git" / "worktrees").mkdir(parents=True)  # looks like git, is not
+    assert is_warm_rig(Rig("broken", broken, "br", None)) is False
+    assert "affinity 0" in caplog.text
+
+
+def test_a_bare_repository_with_a_worktree_is_warm(tmp_path):
+    source = make_repo(tmp_path / "source")
+    bare = tmp_path / "bare.git"
+    git("clone", "-q", "--bare", str(source), str(bare), cwd=tmp_path)
+    rig = Rig("bare", bare, "ba", None)
+    assert is_warm_rig(rig) is False
+    git("worktree", "add", "-q", str(tmp_path / "wt"), "-b", "agent", cwd=bare)
+    assert is_warm_rig(rig) is True
+
+
+def test_warmth_is_read_once_per_call(town, tmp_path):
+    s = signals(town)
+    assert s.warm_rigs(["alpha"]) == set()
+    add_worktree(tmp_path / "repos" / "alpha", tmp_path / "wt")
+    assert s.warm_rigs(["alpha"]) == set()  # the same call keeps its answer
+    assert signals(town).warm_rigs(["alpha"]) == {"alpha"}
+
+
+# -- merge queues ---------------------------------------------------------------------
+
+
+def test_merge_queue_counts_open_as_queued_and_in_progress_as_running(town):
+    write_items(town.root, "alpha", [
+        merge_request("al-m1", "open"), merge_request("al-m2", "open"), merge_request("al-m3", "in_progress"),
+        merge_request("al-m4", "closed"), item("al-t1", status="in_progress"),
+    ])
+    s = signals(town)
+    assert s.merge_queue("alpha") == (2, 1)
+    assert s.merge_queue("beta") == (0, 0)
+    assert s.merge_depths(["alpha", "beta"]) == {"alpha": 3, "beta": 0}
+
+
+# -- graphs ---------------------------------------------------------------------------
+
+
+def test_the_graph_is_the_highest_epic_above_an_item(town):
+    write_items(town.root, "alpha", [
+        item("al-top", issue_type="epic"),
+        item("al-mid", issue_type="epic", parent="al-top"),
+        item("al-feat", issue_type="feature", parent="al-mid"),
+        item("al-leaf", parent="al-feat"),
+        item("al-loose"),
+        item("al-lone-epic", issue_type="epic"),
+        item("al-under-task", parent="al-loose"),
+        item("al-orphan", parent="al-missing"),
+        item("al-ext", parent="external:other:thing"),
+    ])
+    graphs = Graphs(town, Stores(town))
+    stores = Stores(town)
+
+    def graph(item_id):
+        return graphs.of_record(stores.rig("alpha").require(item_id))
+
+    assert graph("al-leaf") == "al-top"
+    assert graph("al-feat") == "al-top"
+    assert graph("al-mid") == "al-top"
+    assert graph("al-top") == "al-top"
+    assert graph("al-lone-epic") == "al-lone-epic"
+    assert graph("al-loose") is None
+    assert graph("al-under-task") is None
+    assert graph("al-orphan") is None
+    assert graph("al-ext") is None
+
+
+def test_a_graph_can_span_rigs(town):
+    write_items(town.root, "alpha", [item("al-epic", issue_type="epic")])
+    write_items(town.root, "beta", [item("be-child", parent="al-epic")])
+    stores = Stores(town)
+    assert Graphs(town, stores).of_record(stores.rig("beta").require("be-child")) == "al-epic"
+
+
+def test_a_parent_cycle_ends_the_walk(town):
+    write_items(town.root, "alpha", [
+        item("al-a", issue_type="epic", parent="al-b"),
+        item("al-b", issue_type="epic", parent="al-a"),
+    ])
+    stores = Stores(town)
+    assert Graphs(town, stores).of_record(stores.rig("alpha").require("al-a")) in ("al-a", "al-b")
+
+
+def test_check_graph_names_what_is_wrong(town):
+    write_items(town.root, "alpha", [
+        item("al-top", issue_type="epic"),
+        item("al-sub", issue_type="epic", parent="al-top"),
+        item("al-task"),
+    ])
+    graphs = Graphs(town, Stores(town))
+    graphs.check_graph("al-top")
+    with pytest.raises(UnknownItem, match="unknown graph 'al-nope'"):
+        graphs.check_graph("al-nope")
+    with pytest.raises(InvalidOperation, match="al-task is a task, not an epic"):
+        graphs.check_graph("al-task")
+    with pytest.raises(InvalidOperation, match="al-sub is inside graph al-top"):
+        graphs.check_graph("al-sub")
+
+
+def test_parent_of_deps_reads_the_index_column():
+    assert parent_of_deps("") is None
+    assert parent_of_deps(json.dumps([["blocks", "x-1", None], ["parent-child", "x-2", None]])) == "x-2"
+    assert parent_of_deps(json.dumps([["blocks", "x-1", None]])) is None
+
+
+# -- the decision log -------------------------------------------------------------------
+
+
+def decision(rig: str, n: int = 0, **extra) -> dict:
+    hints = {"title": "t", "project": rig, "repository": "/r", "agent_id": None, "priority": 2}
+    row = {"decision_id": f"d{n}", "node_id": f"x-{n}", "skipped": False, "dispatch_hints": hints}
+    row.update(extra)
+    return row
+
+
+def test_counts_are_per_rig_and_include_skipped_decisions(town):
+    append_decisions(town, [decision("alpha", 1), decision("alpha", 2, skipped=True), decision("beta", 3)])
+    assert decision_counts(town) == {"alpha": 2, "beta": 1}
+
+
+def test_counts_read_only_what_was_appended_since_the_last_call(town):
+    append_decisions(town, [decision("alpha", n) for n in range(3)])
+    assert decision_counts(town) == {"alpha": 3}
+    cache = json.loads(counts_cache_path(town).read_text())
+    assert cache["offset"] == town.decisions_path.stat().st_size
+    # Rewrite the already-counted lines with garbage of the same length (keeping the guard bytes):
+    # an incremental reader never looks at them again.
+    data = town.decisions_path.read_bytes()
+    first_line = data.index(b"\n")
+    with open(town.decisions_path, "r+b") as fh:
+        fh.write(b"#" * first_line)
+    append_decisions(town, [decision("beta", 9)])
+    assert decision_counts(town) == {"alpha": 3, "beta": 1}
+
+
+def test_a_replaced_or_rewritten_log_is_counted_again(town):
+    append_decisions(town, [decision("alpha", n) for n in range(3)])
+    assert decision_counts(town) == {"alpha": 3}
+    replacement = town.decisions_path.with_suffix(".new")
+    replacement.write_text(json.dumps(decision("beta")) + "\n")
+    os.replace(replacement, town.decisions_path)
+    assert decision_counts(town) == {"beta": 1}
+    # Same inode, same size, different bytes: the guard notices.
+    text = town.decisions_path.read_text().replace('"beta"', '"gama"')
+    with open(town.decisions_path, "r+", encoding="utf-8") as fh:
+        fh.write(text)
+    assert decision_counts(town) == {"gama": 1}
+
+
+def test_a_torn_last_line_is_counted_once_it_is_complete(town):
+    append_decisions(town, [decision("alpha", 1)])
+    line = json.dumps(decision("beta", 2))
+    with open(town.decisions_path, "a") as fh:
+        fh.write(line[:20])
+    assert decision_counts(town) == {"alpha": 1}
+    with open(town.decisions_path, "a") as fh:
+        fh.write(line[20:] + "\n")
+    assert decision_counts(town) == {"alpha": 1, "beta": 1}
+
+
+def test_a_malformed_line_is_an_error_naming_file_and_line(town):
+    append_decisions(town, [decision("alpha", 1)])
+    with open(town.decisions_path, "a") as fh:
+        fh.write("{not json\n")
+    append_decisions(town, [decision("alpha", 2)])
+    with pytest.raises(StoreCorrupt) as err:
+        decision_counts(town)
+    assert str(err.value).startswith(f"{town.decisions_path}:2: malformed decision")
+
+
+def test_a_corrupt_cache_is_rebuilt(town):
+    append_decisions(town, [decision("alpha", 1)])
+    counts_cache_path(town).parent.mkdir(parents=True, exist_ok=True)
+    counts_cache_path(town).write_text("{broken")
+    assert decision_counts(town) == {"alpha": 1}
+    assert json.loads(counts_cache_path(town).read_text())["counts"] == {"alpha": 1}
+
+
+def test_no_log_means_no_counts(town):
+    assert decision_counts(town) == {}
+    assert recent_decisions(town, 5) == []
+
+
+def test_recent_decisions_are_newest_first_and_read_from_the_end(town):
+    town.decisions_path.parent.mkdir(parents=True, exist_ok=True)
+    # A corrupt line far from the end is never parsed by a tail read.
+    town.decisions_path.write_text("{corrupt\n" + "x" * 200_000 + "\n")
+    append_decisions(town, [decision("alpha", n) for n in range(5)])
+    assert [d["decision_id"] for d in recent_decisions(town, 3)] == ["d4", "d3", "d2"]
+    assert recent_decisions(town, 0) == []
+    with pytest.raises(StoreCorrupt, match=r"decisions\.jsonl:2: malformed decision"):
+        recent_decisions(town, 10)
+
+
+def test_recent_decisions_ignore_a_torn_append(town):
+    append_decisions(town, [decision("alpha", 1), decision("alpha", 2)])
+    with open(town.decisions_path, "a") as fh:
+        fh.write('{"decision_id": "d3"')
+    assert [d["decision_id"] for d in recent_decisions(town, 5)] == ["d2", "d1"]
+
+
+def test_recent_decisions_across_many_blocks(town):
+    append_decisions(town, [decision("alpha", n, pad="p" * 3000) for n in range(100)])
+    got = recent_decisions(town, 60)
+    assert [d["decision_id"] for d in got] == [f"d{n}" for n in range(99, 39, -1)]
+
+
+def test_one_call_is_one_append(town, tmp_path: Path):
+    append_decisions(town, [decision("alpha", 1), decision("beta", 2)])
+    lines = town.decisions_path.read_text().splitlines()
+    assert [json.loads(x)["decision_id"] for x in lines] == ["d1", "d2"]
+    assert oct(town.decisions_path.stat().st_mode & 0o777) == "0o600"
