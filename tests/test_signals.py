@@ -238,7 +238,15 @@ def test_a_corrupt_cache_is_rebuilt(town):
     counts_cache_path(town).parent.mkdir(parents=True, exist_ok=True)
     counts_cache_path(town).write_text("{broken")
     assert decision_counts(town) == {"alpha": 1}
-    assert json.loads(counts_cache_path(town).read_text())["counts"] == {"alpha": 1}
+    append_decisions(town, [decision("beta", 2)])  # the next append writes a sound cache again
+    assert json.loads(counts_cache_path(town).read_text())["counts"] == {"alpha": 1, "beta": 1}
+
+
+def test_reading_counts_never_writes(town):
+    append_decisions(town, [decision("alpha", 1)])
+    counts_cache_path(town).unlink()
+    assert decision_counts(town) == {"alpha": 1}
+    assert not counts_cache_path(town).exists()  # a dry run or a preview leaves the town as it was
 
 
 def test_no_log_means_no_counts(town):

@@ -8,8 +8,9 @@ on a hot path:
 * :func:`decision_counts` (fairness) keeps per-rig counts in
   ``runtime/decision-counts.json`` together with the byte offset, inode and
   last bytes of the log it has counted, and on each call counts only the lines
-  appended since.  A log that was replaced, truncated or rewritten is counted
-  again from the start.  The cache is derived: deleting it loses nothing.
+  appended since.  Appenders bring the cache up to date; readers only use
+  it.  A log that was replaced, truncated or rewritten is counted again from
+  the start.  The cache is derived: deleting it loses nothing.
 
 Writers append all lines of one call with a single ``write()`` under the
 decisions lock, the lock the dispatcher also takes.
@@ -53,6 +54,10 @@ def append_decisions(town: Town, decisions: list[dict]) -> None:
                 raise OSError(f"short write to {path}")
         finally:
             os.close(fd)
+        try:
+            decision_counts(town, persist=True)  # writers keep the counts current; readers never write
+        except StoreCorrupt:
+            pass  # the decisions are written; whoever needs the counts reports the bad line
 
 
 # -- reading the newest lines ------------------------------------------------------
@@ -119,10 +124,12 @@ def _line_number(path: Path, position: int) -> int:
 # -- per-rig counts for fairness --------------------------------------------------
 
 
-def decision_counts(town: Town) -> dict[str, int]:
+def decision_counts(town: Town, persist: bool = False) -> dict[str, int]:
     """Decisions per rig (``dispatch_hints.project``) over the whole log, skipped ones included.
 
     Reads only what was appended since the cached offset; see the module docstring.
+    Only ``persist`` (the appender, under the decisions lock) writes the cache,
+    so read-only commands such as a dry run leave the town untouched.
     """
     path = town.decisions_path
     try:
@@ -151,7 +158,7 @@ def decision_counts(town: Town) -> dict[str, int]:
                 counts[rig.strip()] = counts.get(rig.strip(), 0) + 1
         position += len(line) + 1
     new_offset = offset + complete
-    if new_offset != offset:
+    if persist and new_offset != offset:
         _save_cache(town, {"version": COUNTS_VERSION, "inode": st.st_ino, "offset": new_offset,
                            "guard": _guard(path, new_offset), "counts": counts})
     return counts

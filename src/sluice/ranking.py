@@ -291,7 +291,7 @@ def rank_ready(
 
 def ready_count(store: RigStore, now: float) -> int:
     """How many items of one rig are ready right now."""
-    if store._interplay():
+    if not store.index_is_exact():
         return len(store.ready_raw(now, 0))
     return store.index.ready_count(now)
 
@@ -300,7 +300,7 @@ def _rig_groups(
     store: RigStore, signals: Signals, now: float, by_graph: bool, graph_id: str | None
 ) -> list[ReadyGroup]:
     rig = store.rig.name
-    if not by_graph and not store._interplay():
+    if not by_graph and store.index_is_exact():
         index = store.index
 
         def from_index(priority: int, tokens: int) -> Callable[[int], list[tuple[str, str]]]:
@@ -344,7 +344,7 @@ def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float,
     """(id, issue_type, priority, created_ts, tokens, parent) of every ready item of one rig."""
     from .signals import parent_of_deps
 
-    if not store._interplay():
+    if store.index_is_exact():
         return [
             (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps))
             for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)

@@ -128,6 +128,10 @@ class RigStore:
         """Every sling context of this rig, open or closed, in creation order."""
         return [r for r in self.ephemeral().values() if is_context(r)]
 
+    def index_is_exact(self) -> bool:
+        """True when the index's ready/blocked answers need no correction from ephemeral records."""
+        return not self._interplay()
+
     def _interplay(self) -> bool:
         """True when ephemeral records could change durable rows' blocked state."""
         eph = self.ephemeral()

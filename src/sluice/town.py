@@ -108,27 +108,39 @@ class Town:
             return config
 
     # -- rigs ----------------------------------------------------------------
+    def _routing(self) -> tuple[dict[str, Rig], dict[str, Rig]]:
+        """Rigs by name and by prefix, built once per loaded config (routing is on hot paths)."""
+        config = self.config
+        cached = self.__dict__.get("_routing_cache")
+        if cached is None or cached[0] is not config:
+            by_name = {}
+            for name, rc in sorted(config.rigs.items()):
+                items = Path(rc.items) if rc.items else None
+                by_name[name] = Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=items)
+            cached = (config, by_name, {rig.prefix: rig for rig in by_name.values()})
+            self.__dict__["_routing_cache"] = cached
+        return cached[1], cached[2]
+
     def rigs(self) -> list[Rig]:
-        return [self._rig(name, rc) for name, rc in sorted(self.config.rigs.items())]
+        return list(self._routing()[0].values())
 
     def rig(self, name: str) -> Rig:
-        rc = self.config.rigs.get(name)
-        if rc is None:
-            known = ", ".join(sorted(self.config.rigs)) or "none registered"
+        rig = self._routing()[0].get(name)
+        if rig is None:
+            known = ", ".join(self._routing()[0]) or "none registered"
             raise UnknownRig(f"unknown rig {name!r} (known: {known})")
-        return self._rig(name, rc)
-
-    def _rig(self, name, rc) -> Rig:
-        items = Path(rc.items) if rc.items else None
-        return Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=items)
+        return rig
 
     def rig_for_id(self, item_id: str) -> Rig | None:
         """The rig an id's prefix routes to (longest matching prefix wins)."""
-        best = None
-        for rig in self.rigs():
-            if item_id.startswith(rig.prefix + "-") and (best is None or len(rig.prefix) > len(best.prefix)):
-                best = rig
-        return best
+        by_prefix = self._routing()[1]
+        cut = item_id.rfind("-")
+        while cut > 0:  # try the longest candidate prefix first
+            rig = by_prefix.get(item_id[:cut])
+            if rig is not None:
+                return rig
+            cut = item_id.rfind("-", 0, cut)
+        return None
 
     def require_rig_for_id(self, item_id: str) -> Rig:
         rig = self.rig_for_id(item_id)
