@@ -12,8 +12,10 @@ never given to a shell, because titles are written by agents.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo")
@@ -99,3 +101,26 @@ def polecat_env(town: str, item_id: str, rig: str, context_id: str) -> dict[str,
         "SLUICE_CONTEXT_ID": context_id,
         "SLUICE_TOWN": town,
     }
+
+
+def read_finished(path: Path) -> list[dict]:
+    """Records of reaped polecats, oldest first, from an executor's ``*finished.jsonl``.
+
+    The log is append-only and only informative, so a line cut short by a
+    crash is skipped rather than treated as corruption.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # an interrupted last append
+        if isinstance(record, dict) and record.get("id"):
+            out.append(record)
+    return out

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable, StoreCorrupt
 from ..items import iso, new_id
-from .base import LaunchRequest, Polecat, polecat_env
+from .base import LaunchRequest, Polecat, polecat_env, read_finished
 
 if TYPE_CHECKING:
     from ..town import Town
@@ -324,19 +324,7 @@ class LocalExecutor:
         return reaped
 
     def _finished(self) -> list[dict]:
-        path = self.dir / FINISHED_LOG
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in data.split(b"\n"):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue  # an interrupted last append
-        return out
+        return read_finished(self.dir / FINISHED_LOG)
 
 
 def _launch_error(program: str, err: OSError) -> str:

@@ -25,7 +25,6 @@ Each polecat is one job submitted to the cluster's Jobs API at
 from __future__ import annotations
 
 import asyncio
-import json
 import shlex
 import socket
 import time
@@ -39,7 +38,7 @@ from urllib.parse import urlsplit
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable
 from ..items import iso
-from .base import LaunchRequest, Polecat, polecat_env
+from .base import LaunchRequest, Polecat, polecat_env, read_finished
 from .naming import launch_name, town_key
 
 if TYPE_CHECKING:
@@ -298,19 +297,7 @@ class RayExecutor:
         return self.town.workers_dir / f"{polecat_id}.log"
 
     def _finished(self) -> list[dict]:
-        try:
-            data = (self.town.workers_dir / FINISHED_LOG).read_bytes()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in data.split(b"\n"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # blank, or an interrupted last append
-            if isinstance(record, dict) and record.get("id"):
-                out.append(record)
-        return out
+        return read_finished(self.town.workers_dir / FINISHED_LOG)
 
 
 def _first_line(err: Exception) -> str:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable
 from ..items import iso
-from .base import LaunchRequest, Polecat, polecat_env
+from .base import LaunchRequest, Polecat, polecat_env, read_finished
 from .local import pid_alive, proc_start_time
 from .naming import launch_name, town_key
 
@@ -306,19 +306,7 @@ class TmuxExecutor:
         return reaped
 
     def _finished(self) -> list[dict]:
-        try:
-            data = (self.town.workers_dir / FINISHED_LOG).read_bytes()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in data.split(b"\n"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # blank, or an interrupted last append
-            if isinstance(record, dict):
-                out.append(record)
-        return out
+        return read_finished(self.town.workers_dir / FINISHED_LOG)
 
 
 def _no_server(stderr: str) -> bool:
