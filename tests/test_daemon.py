@@ -7,14 +7,20 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from conftest import Cli
 from scheduler_helpers import (
     configure,
+    events,
+    issues_path,
     item,
     open_contexts,
     python_command,
+    sleeper,
     town_with_rigs,
     wait_for,
     write_items,
@@ -107,3 +113,29 @@ def test_sigint_stops_it_too_and_ticks_repeat(cli, town):
 def test_bad_interval_is_a_usage_error(cli, town):
     done = cli.run("daemon", "--interval", "0", check=False)
     assert done.returncode == 2 and "--interval" in done.stderr
+
+
+def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, tmp_path: Path):
+    """Stall timeout: the daemon stops the overdue polecat, then fills its slot in the same tick."""
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    write_items(cli.town, "alpha", [item("al-slow", "stalls", priority=0), item("al-next", "waits its turn")])
+    issues_before = issues_path(cli.town, "alpha").read_bytes()
+    configure(cli.town, "scheduler.max_polecats", "1")
+    configure(cli.town, "executor.command", sleeper(60))
+    cli.run("sling", "al-slow", "al-next", "alpha")
+    cli.run("scheduler", "run")
+    [first] = cli.json("polecat", "list")
+    assert first["item_id"] == "al-slow" and first["state"] == "running"
+    configure(cli.town, "scheduler.polecat_timeout", "1s")
+    time.sleep(1.2)
+    try:
+        cli.run("daemon", "--once")
+        [timed_out] = events(cli.town, "PolecatTimedOut")
+        assert timed_out["payload"]["item_id"] == "al-slow"
+        assert timed_out["payload"]["timeout"] == "1s"
+        running = [p for p in cli.json("polecat", "list") if p["state"] == "running"]
+        assert [p["item_id"] for p in running] == ["al-next"]  # the freed slot was used at once
+        assert issues_path(cli.town, "alpha").read_bytes() == issues_before  # items untouched
+    finally:
+        for polecat in cli.json("polecat", "list"):
+            cli.run("polecat", "stop", polecat["id"], check=False)

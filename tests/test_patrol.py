@@ -78,6 +78,9 @@ def test_patrol_reports_every_kind(cli: Cli, troubled: dict):
     [failing] = report["failing"]
     assert failing["item_id"] == "api-fail" and failing["dispatch_failures"] == 1
     assert "/nonexistent/agent" in failing["last_failure"]
+    # next try: retry_base (30s default) after the failure, as `scheduler list` shows it too
+    [listed] = [row for row in cli.json("scheduler", "list") if row["id"] == "api-fail"]
+    assert failing["retry_at"] == listed["retry_at"] and failing["retry_at"] > failing["last_failure_at"]
 
     assert [(r["item_id"], r["reason"]) for r in report["stale"]] == [("api-done", "stale-work-item")]
     assert [r["context_id"] for r in report["duplicates"]] == ["api-wisp-dupe"]

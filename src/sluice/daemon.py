@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -132,10 +133,19 @@ class Daemon:
         return beat.get("last_tick_at") if beat.get("pid") == os.getpid() else None
 
     def tick(self) -> bool:
-        """One cycle plus reaping; True when the cycle ran without error."""
+        """Stall check, one cycle, reaping; True when the cycle ran without error.
+
+        Overdue polecats are stopped *before* the cycle, so the slots they held
+        are used in the same tick — and here rather than inside the cycle,
+        because a cycle does nothing while paused or in direct mode, and
+        polecats can stall in either.
+        """
         self.ticks += 1
         at = iso()
+        timed_out = self._stop_overdue()
         result = run_cycle_subprocess(self.town, self.timeout)
+        if timed_out:
+            result["timed_out"] = [p.id for p in timed_out]
         reaped = 0
         try:
             from .executors import get_executor
@@ -152,6 +162,19 @@ class Daemon:
         self._beat(last_tick_at=at)
         self._log(f"tick {self.ticks}: {describe(result, reaped)}")
         return "error" not in result
+
+    def _stop_overdue(self) -> list:
+        from .executors import get_executor
+        from .polecats import stop_overdue
+
+        try:
+            stopped = stop_overdue(self.town, get_executor(self.town), time.time())
+        except SluiceError as err:
+            self._log(f"stall check skipped: {err}")
+            return []
+        for polecat in stopped:
+            self._log(f"stopped polecat {polecat.id} ({polecat.item_id}): over scheduler.polecat_timeout")
+        return stopped
 
     def run(self, once: bool = False) -> int:
         lock = fsutil.file_lock(self.town.lock_path("daemon"), timeout=0)

@@ -186,13 +186,6 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
             raise
         template = ()
         report.messages.append(f"warning: {err}")
-    if not report.dry_run and sched.seconds("polecat_timeout") > 0:
-        from .polecats import stop_overdue
-
-        for polecat in stop_overdue(town, executor, time.time()):
-            report.messages.append(
-                f"stopped polecat {polecat.id} ({polecat.item_id}): over scheduler.polecat_timeout"
-            )
     active = executor.active()
     # Only the daemon's automatic ticks back off after a failed launch; a person running a cycle
     # by hand is asking to try now.

@@ -80,7 +80,8 @@ def patrol(town: Town, rig_name: str, fix: bool = False) -> dict:
         active, find, executor_error = [], (lambda _cid: None), str(err)
     view = survey(town, stores, sched.max_dispatch_failures, active, find)
     rigs = {rig.name for rig in town.rigs()}
-    report = _report(rig_name, view, active, stores, rigs)
+    retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
+    report = _report(rig_name, view, active, stores, rigs, retry)
     if executor_error:
         report["executor_error"] = executor_error
     if fix:
@@ -99,7 +100,9 @@ def _orphaned(stale: Stale, rigs: set[str]) -> bool:
     return stale.reason == ctxs.INVALID_CONTEXT and fields is not None and fields.target_rig not in rigs
 
 
-def _report(rig_name: str, view: Survey, active, stores, rigs: set[str]) -> dict:
+def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: tuple[float, float]) -> dict:
+    from .polecats import retry_due_at
+
     queued = [_queued_row(w, False) for w in view.ready if w.payload.rig == rig_name]
     queued += [_queued_row(w, False) for w in view.backing_off if w.payload.rig == rig_name]
     queued += [_queued_row(w, True) for w in view.blocked if w.payload.rig == rig_name]
@@ -113,6 +116,7 @@ def _report(rig_name: str, view: Survey, active, stores, rigs: set[str]) -> dict
                 "dispatch_failures": context.failures,
                 "last_failure": context.fields.last_failure or None,
                 "last_failure_at": context.fields.last_failure_at or None,
+                "retry_at": retry_due_at(context.fields, *retry),  # when the daemon tries it again
             })
     mine = [s for s in view.stale if _mine(s.context, rig_name)]
     stale = [_stale_row(s) for s in mine if not _orphaned(s, rigs)]
