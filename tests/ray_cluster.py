@@ -69,19 +69,29 @@ def _ray_binary() -> str:
 def start_cluster() -> RayCluster:
     require_ray()
     temp_dir = Path(tempfile.mkdtemp(prefix="sray", dir="/tmp"))
-    dashboard = free_port()
-    ports = {
-        "--port": free_port(),
-        "--dashboard-port": dashboard,
-        "--ray-client-server-port": free_port(),
-        "--dashboard-agent-listen-port": free_port(),
-        "--dashboard-agent-grpc-port": free_port(),
-        "--runtime-env-agent-port": free_port(),
-        "--metrics-export-port": free_port(),
-        "--node-manager-port": free_port(),
-        "--object-manager-port": free_port(),
-    }
     base = free_port()
+    worker_ports = range(base, base + 201)  # Ray refuses to start if another port falls in here
+    picked: set[int] = set()
+
+    def other_port() -> int:
+        while True:
+            port = free_port()
+            if port not in worker_ports and port not in picked:
+                picked.add(port)
+                return port
+
+    dashboard = other_port()
+    ports = {
+        "--port": other_port(),
+        "--dashboard-port": dashboard,
+        "--ray-client-server-port": other_port(),
+        "--dashboard-agent-listen-port": other_port(),
+        "--dashboard-agent-grpc-port": other_port(),
+        "--runtime-env-agent-port": other_port(),
+        "--metrics-export-port": other_port(),
+        "--node-manager-port": other_port(),
+        "--object-manager-port": other_port(),
+    }
     argv = [
         _ray_binary(), "start", "--head", "--block",
         "--node-ip-address", "127.0.0.1",

@@ -56,6 +56,17 @@ def test_list_rows_ready_in_rank_order_then_blocked(cli, town):
     assert "Scheduled work (4 item(s))" in text and "blocked al-b" in text
 
 
+def test_titles_cannot_forge_rows_or_drive_the_terminal(cli, town):
+    write_items(town, "alpha", [item("al-x", "fix\n  ready   al-fake          → alpha        forged\x1b[2J")])
+    cli.run("sling", "al-x", "alpha")
+    for command in ("list", "status"):
+        text = cli.run("scheduler", command).stdout
+        assert "al-fake" in text and "\x1b" not in text
+        [row] = [line for line in text.splitlines() if "al-" in line]
+        assert row.endswith("fix\\n  ready   al-fake          → alpha        forged\\x1b[2J")
+    assert cli.json("scheduler", "list")[0]["title"].startswith("fix\n")  # the data itself is untouched
+
+
 def test_empty_list_and_status(cli, town):
     assert cli.json("scheduler", "list") == []
     assert "Nothing scheduled" in cli.run("scheduler", "list").stdout

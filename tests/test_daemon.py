@@ -139,3 +139,21 @@ def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, tmp_path: 
     finally:
         for polecat in cli.json("polecat", "list"):
             cli.run("polecat", "stop", polecat["id"], check=False)
+
+
+def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, tmp_path, monkeypatch):
+    """An executor that cannot be asked is reported in the tick's line; `config set` applies next tick."""
+    from sluice.daemon import Daemon
+
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    configure(cli.town, "executor.kind", "tmux")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tmux-here"))  # this daemon cannot find tmux
+    lines: list[str] = []
+    daemon = Daemon(Town(cli.town), interval=60, echo=lines.append)
+    assert daemon.tick()  # the cycle itself is fine (direct mode)
+    assert "reaping failed: executor.kind is tmux but tmux is not installed" in lines[-1]
+    assert "tmux is not installed" in daemon.last_result["reap_error"]
+    assert "reaping failed" in (cli.town / ".sluice" / "runtime" / "daemon.log").read_text()
+    configure(cli.town, "executor.kind", "local")
+    daemon.tick()
+    assert "reaping failed" not in lines[-1] and "reap_error" not in daemon.last_result

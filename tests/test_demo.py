@@ -44,3 +44,15 @@ def test_demo_keep_leaves_a_usable_town(tmp_path: Path):
         import shutil
 
         shutil.rmtree(town.parent, ignore_errors=True)
+
+
+@pytest.mark.parametrize("spec", ["abc", "-1", "2-x", "nan"])
+def test_a_bad_work_span_is_refused_before_anything_starts(tmp_path: Path, spec: str):
+    """Otherwise every demo polecat would fail on it and the demo would only give up at its timeout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice", "demo", f"--work-seconds={spec}", "--timeout", "600"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: --work-seconds:") and "not N or LOW-HIGH" in done.stderr
+    assert done.stdout == ""

@@ -127,13 +127,15 @@ def test_a_pause_issued_during_a_cycle_survives_it(cli, town, executor):
     configure(cli.town, "scheduler.spawn_delay", "2s")
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", *ids, "alpha")
-    cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run", "--json"],
+    cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: events(town, "Dispatched"))  # the first launch happened; the cycle is in its delay
     cli.run("scheduler", "pause", env={"SLUICE_ACTOR": "operator"})
     out, err = cycle.communicate(timeout=60)
-    report = json.loads(out)
-    assert report["dispatched"] == 1 and report["paused"] is True, err
+    assert cycle.returncode == 0 and "paused during the cycle; 2 planned item(s) left queued" in err
+    [launched] = events(town, "Dispatched")
+    assert f"Dispatched {launched['payload']['item_id']} → alpha" in out  # what did launch is reported
+    assert "Dispatched 1, failed 0" in out
     state = cli.json("scheduler", "status")
     assert state["paused"] is True and state["paused_by"] == "operator"
     assert state["last_dispatch_count"] == 1 and state["queued_total"] == 2
@@ -159,7 +161,7 @@ def test_a_blocked_item_waits_for_its_blocker(cli, town, executor):
 
 def test_untrusted_titles_reach_the_polecat_as_one_literal_argument(cli, town, tmp_path, executor):
     titles = {"al-1": "$(touch pwned)", "al-2": "; rm -rf x; touch pwned2",
-              "al-3": "`touch pwned3` 'q' \"dq\""}
+              "al-3": "`touch pwned3` 'q' \"dq\"", "al-4": "see {repo}, {context_id} and {item_id}"}
     write_items(town, "alpha", [item(i, t) for i, t in titles.items()])
     out_dir = tmp_path / "argv"
     out_dir.mkdir()
@@ -167,10 +169,10 @@ def test_untrusted_titles_reach_the_polecat_as_one_literal_argument(cli, town, t
             f"path = os.path.join({str(out_dir)!r}, os.environ['SLUICE_ITEM_ID']); "
             "open(path, 'w').write(json.dumps(sys.argv[1:]))")
     configure(cli.town, "executor.command", python_command(code, "{title}", "{item_id}"))
-    configure(cli.town, "scheduler.batch_size", "3")
-    configure(cli.town, "scheduler.max_polecats", "3")
+    configure(cli.town, "scheduler.batch_size", "4")
+    configure(cli.town, "scheduler.max_polecats", "4")
     cli.run("sling", *titles, "alpha")
-    assert cli.json("scheduler", "run")["dispatched"] == 3
+    assert cli.json("scheduler", "run")["dispatched"] == 4
     for item_id, title in titles.items():
         got = wait_for(lambda i=item_id: (out_dir / i).exists() and (out_dir / i).read_text())
         assert json.loads(got) == [title, item_id]
@@ -246,6 +248,23 @@ def test_interrupted_launch_without_a_polecat_is_launched_once(cli, town, execut
     assert [r["item_id"] for r in worker_records(town)] == ["al-1"]
 
 
+def test_a_cycle_killed_in_its_spawn_delay_keeps_what_it_launched(cli, town, executor):
+    write_items(town, "alpha", [item("al-1", priority=0), item("al-2")])
+    configure(cli.town, "scheduler.batch_size", "2")
+    configure(cli.town, "scheduler.spawn_delay", "30s")
+    configure(cli.town, "executor.command", sleeper(10))
+    cli.run("sling", "al-1", "al-2", "alpha")
+    cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: context_of(town, "al-1")["status"] == "closed")  # launched; now in the delay
+    os.kill(cycle.pid, signal.SIGKILL)
+    cycle.wait()
+    state = cli.json("scheduler", "status")
+    assert state["last_dispatch_count"] == 1 and state["last_dispatch_at"]
+    assert cli.json("scheduler", "run")["launched"][0]["item_id"] == "al-2"
+    assert sorted(r["item_id"] for r in worker_records(town)) == ["al-1", "al-2"]
+
+
 @pytest.mark.slow
 def test_kill_9_at_any_moment_never_launches_an_item_twice(cli, town, executor):
     ids = [f"al-{n}" for n in range(4)]
@@ -312,6 +331,24 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, town):
                      for e in events(town, "ContextClosed")}
     assert closed_events[by_item["bad"]["id"]] == "invalid-context"
     LocalExecutor(t, stop_grace=1).stop(worker_records(town)[0]["id"])
+
+
+def test_a_title_no_program_can_receive_is_a_counted_failure_not_a_crash(cli, town):
+    """A NUL byte in a title (valid JSON) cannot be passed in argv: the item fails, the cycle goes on."""
+    write_items(town, "alpha", [item("al-nul", "evil\u0000title", priority=0), item("al-2", "fine")])
+    configure(cli.town, "scheduler.batch_size", "2")
+    configure(cli.town, "executor.command", python_command("pass", "{title}"))
+    cli.run("sling", "al-nul", "al-2", "alpha")
+    report = cli.json("scheduler", "run")
+    assert (report["dispatched"], report["failed"]) == (1, 1)
+    [failure] = report["failures"]
+    assert failure["item_id"] == "al-nul" and "NUL byte" in failure["error"]
+    f = fields(context_of(town, "al-nul"))
+    assert context_of(town, "al-nul")["status"] == "open" and f["dispatch_failures"] == 1
+    assert not f.get("launch_started_at")  # nothing for the next cycle to take for a launch
+    assert [r["item_id"] for r in worker_records(town)] == ["al-2"]
+    again = cli.json("scheduler", "run")  # the next cycle tries again, it does not drop the item
+    assert again["failures"][0]["failures"] == 2 and context_of(town, "al-nul")["status"] == "open"
 
 
 def test_a_forced_context_dispatches_an_in_progress_item(cli, town, executor):

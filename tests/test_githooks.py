@@ -55,6 +55,20 @@ def test_commit_reports_depth_and_logs_event(cli: Cli, hooked: Path):
     }
 
 
+def test_commit_in_a_linked_worktree_reports_for_its_rig(cli: Cli, hooked: Path, tmp_path: Path):
+    """Polecats commit in linked worktrees; the shared hooks run there too and belong to the rig."""
+    worktree = tmp_path / "alpha-wt"
+    git("worktree", "add", "-q", str(worktree), "-b", "agent", cwd=hooked)
+    (worktree / "agent.txt").write_text("a\n")
+    git("add", "agent.txt", cwd=worktree)
+    done = _git_run("commit", "-m", "agent work", cwd=worktree)
+    assert done.returncode == 0
+    assert "error" not in done.stderr
+    assert "sluice: merge queue alpha: 2 queued, 1 running (threshold 3)" in done.stderr
+    assert [e for e in _events(cli.town) if e["type"] == "MergeQueueDepth"][-1]["payload"]["rig"] == "alpha"
+    assert cli.json("hooks", "report", "--repo", str(worktree))["rig"] == "alpha"
+
+
 def test_merge_reports(cli: Cli, hooked: Path):
     git("checkout", "-q", "-b", "feature", cwd=hooked)
     (hooked / "feature.txt").write_text("f\n")

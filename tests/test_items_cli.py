@@ -248,6 +248,18 @@ def test_dep_add_refuses_self_edges_and_blocking_cycles(cli, rig):
     assert not any(d["type"] != "related" for d in cli.json("item", "show", c).get("dependencies", []))
 
 
+@pytest.mark.parametrize("target", ["", "   "])
+def test_an_empty_dependency_target_is_refused(cli, rig, town_dir, target):
+    a = create(cli, "--title", "a")["id"]
+    before = issues_file(town_dir).read_bytes()
+    assert "non-empty" in fails(cli, "item", "dep", "add", a, target, code=2)
+    assert "expected ID or TYPE:ID" in fails(cli, "item", "create", "alpha", "--title", "b", "--dep", target,
+                                             code=2)
+    assert "expected ID or TYPE:ID" in fails(cli, "item", "create", "alpha", "--title", "b", "--dep",
+                                             f"related:{target}", code=2)
+    assert issues_file(town_dir).read_bytes() == before
+
+
 def test_dep_add_unknown_items(cli, rig):
     a = create(cli, "--title", "a")["id"]
     assert "al-missing" in fails(cli, "item", "dep", "add", a, "al-missing")
@@ -281,6 +293,28 @@ def test_ready_limit(cli, rig):
     assert len(cli.json("item", "ready", "--limit", "2")) == 2
     assert len(cli.json("item", "ready", "--limit", "0")) == 4
     assert "limit" in fails(cli, "item", "ready", "--limit", "-1", code=2)
+    assert len(cli.json("item", "ready", "--limit", str(10**30))) == 4  # more than SQLite counts: all
+
+
+def test_ready_text_copes_with_null_fields_of_a_record_as_stored(cli, rig, town_dir):
+    issues_file(town_dir).write_text(
+        '{"id": "al-raw", "title": null, "status": null, "priority": null, "issue_type": null}\n'
+    )
+    done = cli.run("item", "ready")
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.split() == ["al-raw", "P0", "open"]
+
+
+def test_update_and_close_change_the_version_readers_see(cli, rig, town_dir):
+    """A hand-edited store may hold an id twice; the last line is the record, so it is the one to change."""
+    old = {"id": "al-twice", "title": "old", "status": "open", "priority": 2}
+    new = {**old, "title": "new"}
+    issues_file(town_dir).write_text(json.dumps(old) + "\n" + json.dumps(new) + "\n")
+    assert cli.json("item", "update", "al-twice", "--priority", "0")["title"] == "new"
+    assert cli.json("item", "show", "al-twice")["priority"] == 0
+    cli.run("item", "close", "al-twice")
+    assert cli.json("item", "show", "al-twice")["status"] == "closed"
+    assert cli.json("item", "ready") == []
 
 
 # -- import ----------------------------------------------------------------------------------------

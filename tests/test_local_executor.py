@@ -110,6 +110,46 @@ def test_launch_failures_raise_with_the_reason_and_leave_no_record(setup):
     assert executor.listing() == [] and executor.active() == []
 
 
+def test_a_new_polecat_never_takes_the_id_of_an_earlier_or_concurrent_one(setup, monkeypatch):
+    """Reaped polecats keep their logs, and another launcher may pick an id at the same moment."""
+    from sluice.executors import local
+
+    town, executor, repo = setup
+    old = executor.launch(request(town, repo, "print('old polecat')"))
+    wait_for(lambda: not executor.active())
+    executor.reap()
+    picks = iter([old.id, "pc-race", "pc-mine"])
+
+    def next_pick(prefix, _seed, taken):
+        for candidate in picks:
+            if candidate == "pc-race":  # another launcher claims this one between glob and claim
+                (town.workers_dir / "pc-race.log").write_text("other polecat\n")
+            if candidate not in taken:
+                return candidate
+        raise AssertionError("ran out of ids")
+
+    monkeypatch.setattr(local, "new_id", next_pick)
+    new = executor.launch(request(town, repo, "print('new polecat')", context_id="al-wisp-2"))
+    assert new.id == "pc-mine"
+    wait_for(lambda: not executor.active())
+    assert list(executor.logs(old.id)) == ["old polecat"]
+    assert list(executor.logs("pc-race")) == ["other polecat"]
+    assert list(executor.logs(new.id)) == ["new polecat"]
+
+
+def test_text_no_program_can_receive_is_a_launch_failure(setup):
+    town, executor, repo = setup
+    with pytest.raises(ExecutorError, match="argument 3 of the polecat command contains a NUL byte"):
+        executor.launch(request(town, repo, "pass", "a\x00b"))
+    with pytest.raises(ExecutorError, match="argument 3 of the polecat command is 200000 bytes long"):
+        executor.launch(request(town, repo, "pass", "x" * 200_000))
+    env_nul = LaunchRequest("al-1", "alpha", "t", "c1", str(repo), str(town.root), (sys.executable,),
+                            env={"SLUICE_ARGS": "x\x00y"})
+    with pytest.raises(ExecutorError, match="environment variable SLUICE_ARGS contains a NUL byte"):
+        executor.launch(env_nul)
+    assert executor.listing() == []
+
+
 def test_stop_terminates_the_whole_process_group(setup, tmp_path):
     town, executor, repo = setup
     pids = tmp_path / "child.pid"

@@ -134,6 +134,43 @@ def test_bad_arguments_are_tool_errors_and_the_server_survives(cli: Cli, queued:
     assert payload(results[1])["queued_total"] == 1  # still serving, nothing changed
 
 
+def test_unknown_arguments_are_refused_never_ignored(cli: Cli, queued: dict):
+    """A misspelt `preview` must not turn an advisory call into one that records decisions."""
+    env = {"SLUICE_TOWN": str(cli.town)}
+    policy_file = cli.town / ".sluice" / "schedule" / "policy.json"
+    _names, results = session_calls(env, [
+        ("sluice_schedule_next", {"preveiw": True}),
+        ("sluice_schedule_policy", {"action": "set", "weight": 3}),
+        ("sluice_schedule_policy", {"action": "show", "priority": 3}),  # show changes nothing: not silently
+        ("sluice_scheduler_clear", {"item": queued["first"]}),  # would clear every context if ignored
+    ])
+    for (is_error, text), word in zip(results, ["preveiw", "weight", "show", "item"], strict=True):
+        assert is_error and word in text, text
+    decisions_file = cli.town / ".sluice" / "schedule" / "decisions.jsonl"
+    assert not decisions_file.exists() and not policy_file.exists()
+    assert cli.json("scheduler", "status")["queued_total"] == 1
+
+
+def test_a_file_the_system_cannot_read_is_a_readable_tool_error(cli: Cli, queued: dict):
+    log = cli.town / ".sluice" / "schedule" / "decisions.jsonl"
+    log.mkdir(parents=True)  # a directory where the file belongs
+    _names, results = session_calls({"SLUICE_TOWN": str(cli.town)}, [("sluice_schedule_status", {})])
+    is_error, text = results[0]
+    assert is_error and f"{log}: Is a directory" in text
+
+
+def test_the_published_schemas_refuse_extra_arguments(cli: Cli):
+    from sluice.mcp_server import build_server
+
+    async def schemas():
+        return {tool.name: tool.input_schema for tool in await build_server(str(cli.town)).list_tools()}
+
+    published = asyncio.run(schemas())
+    assert set(published) >= TOOLS
+    for name, schema in published.items():
+        assert schema.get("additionalProperties") is False, name
+
+
 def test_string_false_never_runs_a_real_cycle(cli: Cli, queued: dict):
     env = {"SLUICE_TOWN": str(cli.town)}
     _names, results = session_calls(env, [("sluice_scheduler_run", {"dry_run": "false"})])
@@ -150,3 +187,11 @@ def test_missing_town_is_a_tool_error(tmp_path: Path):
     assert names >= TOOLS
     for is_error, text in results:
         assert is_error and "no sluice town found" in text
+
+
+def test_the_text_null_is_an_id_not_a_missing_argument(cli: Cli, queued: dict):
+    """The SDK turns "null" into None for optional strings; clear must not read it as "everything"."""
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [("sluice_scheduler_clear", {"item_id": "null"})])
+    assert payload(results[0])["cleared"] == 0
+    assert cli.json("scheduler", "status")["queued_total"] == 1

@@ -104,6 +104,25 @@ def test_an_undated_item_sorts_after_every_dated_one():
     assert order_of_ts(1767225600.0) == "2026-01-01T00:00:00.000000Z"
 
 
+def test_times_at_the_edge_of_utc_are_clamped_not_a_crash():
+    """Year 1 or 9999 in a far time zone has no UTC spelling; it still orders, earliest or latest."""
+    first, last = "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"
+    assert order_text(first) == "0001-01-01T00:00:00.000000Z" == order_of_ts(-62135647200.0)
+    assert order_text(last) == "9999-12-31T23:59:59.999999Z" == order_of_ts(253402351199.0)
+    assert order_text(first) < order_text("2026-01-01T00:00:00Z") < order_text(last) < order_of_ts(0.0)
+
+
+def test_schedule_next_ranks_items_created_at_the_edge_of_utc(cli, tmp_path):
+    add_rig(cli, tmp_path, "alpha", "al")
+    write_items(cli.town, "alpha", [
+        {**item("al-late"), "created_at": "9999-12-31T23:59:59-14:00"},
+        {**item("al-early"), "created_at": "0001-01-01T00:00:00+14:00"},
+        item("al-now"),
+    ])  # fmt: skip
+    decided = cli.json("schedule", "next", "--preview", "--limit", "3")
+    assert [d["node_id"] for d in decided] == ["al-early", "al-now", "al-late"]
+
+
 # -- rank_work: the dispatcher's entry point ---------------------------------------------
 
 

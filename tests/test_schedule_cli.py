@@ -443,6 +443,27 @@ def test_status_reads_only_the_end_of_a_long_log(two_rigs):
     assert f"{path}:50003: malformed decision" in done.stderr
 
 
+def test_a_torn_last_line_never_fuses_with_the_next_decision_or_event(two_rigs):
+    """A crash mid-append leaves a fragment; the next append must not glue itself onto it."""
+    cli = two_rigs
+    write_items(cli.town, "alpha", [item("al-1")])
+    first = next_json(cli)
+    town = cli.town / ".sluice"
+    for path in (town / "schedule" / "decisions.jsonl", town / "events" / "scheduler.jsonl"):
+        with open(path, "ab") as fh:
+            fh.write(b'{"decision_id": "interrup')
+    done = cli.run("schedule", "next", "--json")
+    assert "dropping a torn last line" in done.stderr
+    second = json.loads(done.stdout)
+    assert decisions(cli.town) == [*first, *second]
+    assert [e["payload"]["decision_id"] for e in events(cli.town, "ScheduleDecision")] == [
+        first[0]["decision_id"], second[0]["decision_id"],
+    ]  # fmt: skip
+    status = cli.json("schedule", "status")
+    assert [d["decision_id"] for d in status["recent_decisions"]] == [second[0]["decision_id"],
+                                                                      first[0]["decision_id"]]
+
+
 # -- policy -----------------------------------------------------------------------------------
 
 

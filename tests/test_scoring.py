@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.errors import UsageError
+from sluice.errors import ConfigError, UsageError
 from sluice.scoring import (
     Candidate,
     Scored,
@@ -499,6 +499,22 @@ def test_invalid_values_are_refused():
         score(cand("x"), threshold=0)
     with pytest.raises(ValueError):
         score(cand("x"), penalty=math.inf)
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        Weights(priority=1e308),  # 2 * 1e308 overflows to inf
+        Weights(priority=1e308, affinity=1e308, cost=-1e308),  # inf - inf: nan
+    ],
+)
+def test_a_score_that_overflows_is_an_error_naming_the_policy_not_infinity(weights):
+    """An infinite score would be invalid JSON and would rank arbitrarily."""
+    with pytest.raises(ConfigError, match=r"priority 2 scores (inf|nan) under this policy"):
+        score(cand("x"), weights, warm=True)
+    with pytest.raises(ConfigError, match="choose smaller weights"):
+        score_all([cand("x"), cand("y")], StubPolicy(weights), warm_rigs={"rig-a"}, merge_depths={},
+                  decision_counts={}, top=1)
 
 
 # --------------------------------------------------------------------------

@@ -125,6 +125,60 @@ def test_concurrent_slings_of_one_item_create_exactly_one_context(cli, town):
     assert len(events(town, "Enqueued")) == 1
 
 
+def test_slings_of_different_items_into_one_rig_never_share_a_context_id(cli, town, monkeypatch):
+    """Two slings picking a context id at the same moment must still get two ids (no context is lost)."""
+    import threading
+
+    from sluice import contexts as context_module
+    from sluice.sling import sling
+    from sluice.town import Town
+
+    cli.run("item", "list")  # build the index first so the racers start together
+    both_picking = threading.Barrier(2, timeout=2)
+
+    def predictable_id(prefix, _seed, taken):
+        try:
+            both_picking.wait()  # both slings choose an id now, each from what it has read
+        except threading.BrokenBarrierError:
+            pass  # the other sling is waiting for this one to finish writing
+        number = 0
+        while f"{prefix}-{number:04d}" in taken:
+            number += 1
+        return f"{prefix}-{number:04d}"
+
+    monkeypatch.setattr(context_module, "new_id", predictable_id)
+    results = {}
+    racers = [threading.Thread(target=lambda i=i: results.update({i: sling(Town(town), [i, "alpha"])}))
+              for i in ("al-1", "al-2")]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(timeout=60)
+    picked = {results[i].scheduled[0]["context_id"] for i in ("al-1", "al-2")}
+    assert picked == {"al-wisp-0000", "al-wisp-0001"}
+    assert sorted(fields(c)["work_bead_id"] for c in open_contexts(town, "alpha")) == ["al-1", "al-2"]
+
+
+def test_a_last_argument_that_is_neither_rig_nor_item_is_a_misspelt_rig(cli, town, tmp_path):
+    cli.run("item", "list")  # the derived index exists before the snapshot
+    before = tree_hash(town)
+    done = cli.run("sling", "al-1", "al-2", "alpah", "--json", check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "'alpah' is neither a registered rig (known: alpha, beta) nor an item" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert tree_hash(town) == before  # nothing queued
+    configure(town, "scheduler.max_polecats", "-1")  # direct mode: nothing launched either
+    marker = tmp_path / "launched"
+    touch = [sys.executable, "-c", "import sys; open(sys.argv[1], 'w')", str(marker)]
+    configure(town, "executor.command", json.dumps(touch))
+    assert cli.run("sling", "al-1", "alpah", check=False).returncode == 2
+    assert not marker.exists() and worker_records(town) == []
+    # a last argument that looks like an item of a rig is an item (which may be missing)
+    missing = cli.run("sling", "al-1", "al-nope", "--dry-run", "--json", check=False)
+    assert missing.returncode == 0
+    assert json.loads(missing.stdout)["errors"][0]["error"].startswith("item al-nope not found")
+
+
 def test_closed_and_tombstoned_items_are_refused_even_with_force(cli, town):
     for item_id, status in (("al-done", "closed"), ("al-gone", "tombstone")):
         done = cli.run("sling", item_id, "alpha", "--force", check=False)
@@ -247,6 +301,21 @@ def test_direct_mode_launches_at_once_and_keeps_no_context(cli, town, tmp_path):
     assert not ephemeral_path(town, "alpha").exists()
     assert [r["item_id"] for r in worker_records(town)] == ["al-1"]
     assert events(town, "Dispatched")[0]["payload"]["polecat_id"] == row["polecat_id"]
+
+
+def test_direct_mode_leaves_an_item_still_queued_from_deferred_mode_alone(cli, town, tmp_path):
+    """Launching it now would let its context launch it a second time once deferred mode is back."""
+    cli.run("sling", "al-1", "alpha")
+    [context] = open_contexts(town, "alpha", "al-1")
+    configure(cli.town, "scheduler.max_polecats", "-1")
+    configure(cli.town, "executor.command", sleeper(0))
+    out = cli.json("sling", "al-1", "al-2", "alpha")
+    assert out["already"] == [{"item_id": "al-1", "context_id": context["id"], "rig": "alpha"}]
+    assert [r["item_id"] for r in out["dispatched"]] == ["al-2"]
+    assert [r["item_id"] for r in worker_records(town)] == ["al-2"]
+    assert "sluice scheduler clear --item al-1" in cli.run("sling", "al-1", "--dry-run").stdout
+    cli.run("scheduler", "clear", "--item", "al-1")
+    assert cli.json("sling", "al-1")["dispatched"][0]["item_id"] == "al-1"
 
 
 def test_direct_mode_without_a_command_is_a_config_error(cli, town):

@@ -19,6 +19,7 @@ import pytest
 from conftest import Cli, make_repo
 from foundation_helpers import quick_rig, quick_town
 from sluice.errors import StoreCorrupt
+from sluice.index import DurableIndex
 from sluice.store import RigStore, Stores, read_jsonl
 from sluice.town import Town
 
@@ -206,14 +207,44 @@ def test_malformed_middle_line_of_the_ephemeral_log_is_an_error(cli, rig, town_d
         ('{"title": "no id"}', "no string 'id'"),
         ("[1, 2]", "not a JSON object"),
         ('{"id": 7}', "no string 'id'"),
+        ('{"id": "al-x", "labels": 5}', "labels is not a list"),
+        ('{"id": "al-x", "dependencies": {"al-one": "blocks"}}', "dependencies is not a list"),
+        ('{"id": "al-x", "dependencies": ["al-one"]}', "dependencies[0] is not an object"),
+        ('{"id": "al-x", "status": ["open"]}', "status is not a string"),
+        ('{"id": "al-x", "issue_type": {"t": 1}}', "issue_type is not a string"),
+        ('{"id": "al-x", "assignee": 3}', "assignee is not a string"),
+        ('{"id": "al-x", "priority": 100000000000000000000000}', "priority is out of range"),
     ],
 )
 def test_records_that_are_not_items_are_errors(cli, rig, town_dir, line, problem):
     path = issues_path(town_dir)
     write_lines(path, [json.dumps(record("al-one")), line])
-    done = cli.run("item", "list", check=False)
+    for argv in (("item", "list"), ("item", "ready"), ("item", "blocked"), ("schedule", "next", "--preview")):
+        done = cli.run(*argv, check=False)
+        assert done.returncode == 1, argv
+        assert f"{path}:2:" in done.stderr and problem in done.stderr
+        assert "internal error" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["issues.jsonl", "ephemeral.jsonl"])
+def test_a_store_file_the_system_cannot_read_is_named_not_an_internal_error(cli, rig, town_dir, name):
+    blocker = town_dir / ".sluice" / "rigs" / "alpha" / name
+    blocker.mkdir(parents=True)  # a directory where the file belongs
+    done = cli.run("item", "ready", check=False)
     assert done.returncode == 1
-    assert f"{path}:2:" in done.stderr and problem in done.stderr
+    assert done.stderr == f"error: {blocker}: Is a directory\n"
+
+
+def test_a_token_estimate_too_big_for_the_index_is_the_most_expensive_not_a_crash(cli, rig, town_dir):
+    huge = 10**30
+    write_lines(issues_path(town_dir), [
+        json.dumps({**record("al-huge"), "metadata": {"estimated_tokens": huge}}),
+        json.dumps(record("al-plain")),
+    ])  # fmt: skip
+    assert {r["id"] for r in cli.json("item", "ready")} == {"al-huge", "al-plain"}
+    decisions = cli.json("schedule", "next", "--preview", "--limit", "2")
+    assert [d["node_id"] for d in decisions] == ["al-plain", "al-huge"]
+    assert decisions[1]["reasons"][2] == f"cost=0.0000(tokens={2**63 - 1})"
 
 
 def test_blank_schema_and_memory_lines_are_skipped(cli, rig, town_dir):
@@ -322,6 +353,7 @@ def read_only_rig(request, cli, tmp_path, beads_data):
         ("item", "create", "ak", "--title", "x"),
         ("item", "update", "artifact-keeper-01d", "--priority", "0"),
         ("item", "close", "artifact-keeper-01d"),
+        ("item", "close", "artifact-keeper-07f"),  # already closed: still refused, not a silent success
         ("item", "dep", "add", "artifact-keeper-01d", "artifact-keeper-3k9", "--type", "related"),
         ("item", "import", "ak", "{export}"),
     ],
@@ -335,6 +367,20 @@ def test_writes_to_a_read_only_rig_are_refused(cli, read_only_rig, argv):
     assert "read-only" in done.stderr and str(export.resolve()) in done.stderr
     assert "Traceback" not in done.stderr
     assert export.read_bytes() == before
+    assert cli.json("item", "show", "artifact-keeper-01d")["priority"] == 4
+
+
+def test_a_vanished_export_is_an_error_not_an_empty_rig(cli, read_only_rig):
+    """Read as empty, every queued context for its items would look orphaned and be closed."""
+    export = read_only_rig
+    assert cli.json("item", "show", "artifact-keeper-01d")["priority"] == 4  # indexed while it was there
+    text = export.read_bytes()
+    export.unlink()
+    for argv in (("item", "list", "ak"), ("item", "ready"), ("schedule", "next", "--preview")):
+        done = cli.run(*argv, check=False)
+        assert done.returncode == 1, argv
+        assert str(export.resolve()) in done.stderr and "does not exist" in done.stderr
+    export.write_bytes(text)
     assert cli.json("item", "show", "artifact-keeper-01d")["priority"] == 4
 
 
@@ -413,3 +459,76 @@ def test_ephemeral_child_of_a_blocked_durable_epic_inherits_its_blockage(cli, ri
     rows = {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")}
     assert rows == {"al-epic": ["al-gate"], "al-wisp-step": ["al-epic"]}
     assert [r["id"] for r in cli.json("item", "ready")] == ["al-gate"]
+
+
+def test_records_of_the_ephemeral_log_are_never_ready_work_flag_or_no_flag(cli, rig, town_dir):
+    """The answer must not depend on whether some other record sends readiness down the exact path."""
+    write_lines(issues_path(town_dir), [json.dumps(record("al-free"))])
+    write_lines(ephemeral_path(town_dir), [json.dumps(record("al-wisp-noflag", priority=0))])
+    assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]  # the index answers alone
+    write_lines(issues_path(town_dir), [
+        json.dumps(record("al-free")),
+        json.dumps({**record("al-work"), "dependencies": [
+            {"issue_id": "al-work", "depends_on_id": "al-wisp-mol", "type": "blocks"}]}),
+    ])  # fmt: skip
+    store_of(town_dir).put_ephemeral(record("al-wisp-mol", ephemeral=True))  # now ephemeral records matter
+    assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]
+    assert [d["node_id"] for d in cli.json("schedule", "next", "--preview", "--limit", "5")] == ["al-free"]
+    assert cli.json("schedule", "status")["ready_count"] == 1
+
+
+def _index_over(tmp_path: Path, reads) -> DurableIndex:
+    """An index of ``tmp_path/items.jsonl`` whose loader runs ``reads`` one per rebuild."""
+    source = tmp_path / "items.jsonl"
+    calls = iter(reads)
+
+    def load():
+        yield from next(calls)(source)
+
+    return DurableIndex(tmp_path / "index.sqlite", source, load)
+
+
+def test_a_file_rewritten_while_it_is_read_is_read_again(tmp_path):
+    """An export rewritten in place can be caught half-way; the index must not keep that half."""
+    whole = [json.dumps(record(f"x-{n}")) for n in range(3)]
+    write_lines(tmp_path / "items.jsonl", whole[:1])
+
+    def caught_half_way(source):
+        yield record("x-0"), whole[0]
+        write_lines(source, whole)  # the writer finishes while we read: the signature moves
+
+    def settled(source):
+        for _n, rec, raw in read_jsonl(source):
+            yield rec, raw
+
+    index = _index_over(tmp_path, [caught_half_way, settled])
+    assert index.ids() == {"x-0", "x-1", "x-2"}
+
+
+def test_a_spliced_line_from_a_rewrite_is_read_again_not_reported(tmp_path):
+    whole = [json.dumps(record(f"x-{n}")) for n in range(2)]
+    write_lines(tmp_path / "items.jsonl", whole)
+
+    def spliced(source):
+        write_lines(source, [*whole, json.dumps(record("x-2"))])
+        raise StoreCorrupt(source, 2, "malformed record (a line from two versions)")
+        yield  # pragma: no cover - a generator
+
+    def settled(source):
+        for _n, rec, raw in read_jsonl(source):
+            yield rec, raw
+
+    assert _index_over(tmp_path, [spliced, settled]).ids() == {"x-0", "x-1", "x-2"}
+
+
+def test_damage_that_stays_put_is_reported_at_once(tmp_path):
+    write_lines(tmp_path / "items.jsonl", ['{"id": broken'])
+    reads = []
+
+    def damaged(source):
+        reads.append(source)
+        yield from ((rec, raw) for _n, rec, raw in read_jsonl(source))
+
+    with pytest.raises(StoreCorrupt, match=r"items\.jsonl:1"):
+        _index_over(tmp_path, [damaged, damaged, damaged]).ids()
+    assert len(reads) == 1

@@ -211,3 +211,23 @@ def test_a_missing_program_is_a_counted_launch_failure(setup, cli):
         executor.launch(request(town, "alpha", "al-8", "al-wisp-h8"))
     assert type(err.value) is ExecutorError  # not ExecutorUnavailable: it counts against the item
     assert executor.listing() == []
+
+
+def test_a_title_no_program_can_receive_is_a_counted_launch_failure_not_a_dead_pane(setup):
+    town, executor, _ = setup
+    with pytest.raises(ExecutorError, match="contains a NUL byte") as err:
+        executor.launch(request(town, "alpha", "al-9", "al-wisp-i9", title="evil\x00title"))
+    assert type(err.value) is ExecutorError
+    assert executor.listing() == [] and session_names(executor) == []
+
+
+def test_an_empty_reference_names_no_polecat(setup, cli):
+    """Sessions of the town without a record have no item id; an empty one must not select them."""
+    _town, executor, _ = setup
+    stray = f"{executor.namespace}-stray"
+    subprocess.run(["tmux", "-f", "/dev/null", "-L", executor.socket, "new-session", "-d", "-s", stray,
+                    "sleep", "30"], check=True)
+    for command in ("stop", "logs"):
+        done = cli.run("polecat", command, "", check=False)
+        assert done.returncode == 2 and "name a polecat by its id" in done.stderr
+    assert stray in session_names(executor)

@@ -44,6 +44,16 @@ def test_init_creates_the_layout(tmp_path):
         assert (town / ".sluice" / sub).is_dir()
 
 
+@pytest.mark.parametrize("where", ["a file", "below a file"])
+def test_init_where_no_directory_can_be_made_is_a_clear_error(tmp_path, where):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory\n")
+    target = blocker if where == "a file" else blocker / "town"
+    err = fails(Cli(tmp_path), "init", str(target))
+    assert "cannot create a town" in err and str(target) in err and "internal error" not in err
+    assert blocker.read_text() == "not a directory\n"
+
+
 def test_init_leaves_an_existing_town_alone(cli, town_dir, repo):
     cli.run("rig", "add", "alpha", str(repo))
     config = (town_dir / ".sluice" / "config.json").read_bytes()
@@ -89,13 +99,14 @@ def test_rig_add_with_items_file(cli, repo, tmp_path):
     assert [r["id"] for r in cli.json("item", "ready")] == ["al-1"]
 
 
-@pytest.mark.parametrize("kind", ["plain directory", "missing", "inside a repo", "a file"])
+@pytest.mark.parametrize("kind", ["plain directory", "missing", "inside a repo", "a file", "its .git"])
 def test_rig_add_refuses_what_is_not_a_repository(cli, town_dir, repo, tmp_path, kind):
     target = {
         "plain directory": tmp_path / "plain",
         "missing": tmp_path / "missing",
         "inside a repo": repo / "sub",
         "a file": repo / "README.md",
+        "its .git": repo / ".git",  # polecats would run inside .git; the work tree is the rig
     }[kind]
     if kind in ("plain directory", "inside a repo"):
         target.mkdir()

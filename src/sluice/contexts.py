@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import events
+from . import events, fsutil
 from .errors import UnknownItem
 from .items import CONTEXT_LABEL, dependency, is_context, iso, new_id
 from .models import SlingContextFields
@@ -269,6 +270,22 @@ def record_failure(store: RigStore, context_id: str, error: str) -> Context | No
     return update_fields(store, context_id, change)
 
 
-def append_records(store: RigStore, records: list[dict]) -> None:
-    """Append new context records to a rig's log: one lock, one ``write()`` for them all."""
-    store.put_ephemeral_many(records)
+def creation_lock_path(store: RigStore) -> Path:
+    return store.town.runtime / "locks" / f"contexts-{store.rig.name}.lock"
+
+
+def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -> list[dict]:
+    """Write new open contexts, one per ``(item, fields, stamp)``, in one append; returns the records.
+
+    Ids are picked and written under the rig's creation lock, from a fresh read
+    of its log.  Two slings of different items into one rig hold different item
+    locks, so without it both could pick the same id from the same snapshot, and
+    the later line would silently replace the other's context.
+    """
+    if not specs:
+        return []
+    with fsutil.file_lock(creation_lock_path(store)):
+        allocate = id_allocator(store, read_fresh(store).keys())
+        records = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
+        store.put_ephemeral_many(records)
+    return records

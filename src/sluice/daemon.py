@@ -10,7 +10,9 @@
   is safe because launches are crash-safe (see :mod:`sluice.dispatch`).
   Polecats live in sessions of their own, so they survive that kill.
 * After each cycle finished polecats are reaped (records moved to
-  ``finished.jsonl``, logs kept).
+  ``finished.jsonl``, logs kept); a reaping failure is part of the tick's
+  log line and heartbeat.  The config is re-read every tick, so the stall
+  check and reaping use the executor configured now, not at start.
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
   ``runtime/daemon.json`` holds pid, started_at, last_tick_at, last_result.
 * SIGTERM / SIGINT stop the daemon cleanly: a tick in progress finishes, no
@@ -86,7 +88,7 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
 
 def describe(result: dict, reaped: int) -> str:
     if "error" in result:
-        return f"error: {result['error']}"
+        return f"error: {result['error']}" + _reaping(result, reaped)
     if result.get("reason") == "busy":
         text = "another dispatch cycle is running; skipped"
     elif result.get("paused") and not result.get("dispatched"):
@@ -97,7 +99,13 @@ def describe(result: dict, reaped: int) -> str:
         text = (f"dispatched {result.get('dispatched', 0)}, failed {result.get('failed', 0)},"
                 f" skipped {result.get('skipped', 0)} (reason: {result.get('reason')},"
                 f" capacity {result.get('capacity')}, ready {result.get('ready')})")
-    return text + (f"; reaped {reaped} finished polecat(s)" if reaped else "")
+    return text + _reaping(result, reaped)
+
+
+def _reaping(result: dict, reaped: int) -> str:
+    if result.get("reap_error"):
+        return f"; reaping failed: {result['reap_error']}"
+    return f"; reaped {reaped} finished polecat(s)" if reaped else ""
 
 
 class Daemon:
@@ -142,6 +150,10 @@ class Daemon:
         """
         self.ticks += 1
         at = iso()
+        try:  # a long-lived daemon follows `config set` (executor kind, address, timeout)
+            self.town.reload_config()
+        except SluiceError:
+            pass  # the cycle below reports the broken file; until it is fixed the last good one is used
         timed_out = self._stop_overdue()
         result = run_cycle_subprocess(self.town, self.timeout)
         if timed_out:
@@ -155,8 +167,9 @@ class Daemon:
             result.setdefault("reap_error", str(err))
         keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
         summary = {k: result[k] for k in keys if k in result}
-        if "error" in result:
-            summary["error"] = result["error"]
+        for key in ("error", "reap_error"):
+            if key in result:
+                summary[key] = result[key]
         summary["reaped"] = reaped
         self.last_result = summary
         self._beat(last_tick_at=at)

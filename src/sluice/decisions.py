@@ -48,6 +48,7 @@ def append_decisions(town: Town, decisions: list[dict]) -> None:
     path = town.decisions_path
     path.parent.mkdir(parents=True, exist_ok=True)
     with fsutil.file_lock(town.lock_path("decisions")):
+        fsutil.mend_torn_tail(path)  # a crash's fragment must not fuse with these lines
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk

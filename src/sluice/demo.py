@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SluiceError
+from .errors import SluiceError, UsageError
 
 CAP = 3
 RIGS = (
@@ -169,8 +169,15 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
         echo=print) -> DemoSummary:
     """Build the demo town, sling everything, tick until done; returns the summary."""
     from .daemon import Daemon
+    from .demo_worker import work_span
     from .sling import sling
 
+    try:  # checked here: a bad value would only surface in every polecat, after the timeout
+        work_span(work_seconds)
+    except ValueError as err:
+        raise UsageError(f"--work-seconds: {err}") from None
+    if timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds (got {timeout:g})")
     root = Path(tempfile.mkdtemp(prefix="sluice-demo-"))
     old_env = {k: os.environ.get(k) for k in ("SLUICE_DEMO_WORK_SECONDS", "SLUICE_TOWN")}
     os.environ["SLUICE_DEMO_WORK_SECONDS"] = work_seconds

@@ -15,16 +15,26 @@ import sys
 import time
 
 
-def work_seconds(spec: str | None) -> float:
-    """Seconds to work: ``"1.5"`` exactly, ``"2-5"`` uniformly at random, default 2–5."""
+def work_span(spec: str | None) -> tuple[float, float]:
+    """The (low, high) seconds of ``"1.5"`` or ``"2-5"`` (default 2–5); ValueError if it is neither."""
     spec = (spec or "2-5").strip()
     low, sep, high = spec.partition("-")
     try:
-        if sep:
-            return random.uniform(float(low), float(high))
-        return float(low)
+        span = (float(low), float(high) if sep else float(low))
     except ValueError:
-        raise SystemExit(f"demo worker: SLUICE_DEMO_WORK_SECONDS={spec!r} is not N or LOW-HIGH") from None
+        raise ValueError(f"{spec!r} is not N or LOW-HIGH seconds") from None
+    if not all(0 <= value < float("inf") for value in span):
+        raise ValueError(f"{spec!r} is not N or LOW-HIGH seconds")
+    return span
+
+
+def work_seconds(spec: str | None) -> float:
+    """Seconds to work: ``"1.5"`` exactly, ``"2-5"`` uniformly at random, default 2–5."""
+    try:
+        low, high = work_span(spec)
+    except ValueError as err:
+        raise SystemExit(f"demo worker: SLUICE_DEMO_WORK_SECONDS: {err}") from None
+    return random.uniform(low, high)
 
 
 def main(argv: list[str] | None = None) -> int:

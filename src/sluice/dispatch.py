@@ -16,7 +16,8 @@ One cycle, in order (DESIGN §4):
    decision — or count the failure and trip the breaker at the threshold;
    ``spawn_delay`` between successful launches; a pause issued meanwhile
    stops further launches;
-7. record ``last_dispatch_at/count`` in the state, re-read fresh under its lock.
+7. after each launch, record ``last_dispatch_at/count`` (this cycle's launches
+   so far) in the state, re-read fresh under its lock.
 
 Crash safety: because the intent is on the context before the executor is
 asked, a cycle killed at any point leaves either no intent (nothing was
@@ -205,20 +206,18 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
         return report
 
     launcher = _Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
-    try:
-        for position, work in enumerate(plan.to_dispatch):
-            if position and load_state(town).paused:
-                left = len(plan.to_dispatch) - position
-                report.paused = True
-                report.skipped += left
-                report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
-                break
-            launched = launcher.launch(work)
-            if launched and sched.seconds("spawn_delay") > 0 and position < len(plan.to_dispatch) - 1:
-                sleep(sched.seconds("spawn_delay"))
-    finally:
-        if report.dispatched:
-            record_dispatch(town, report.dispatched)
+    for position, work in enumerate(plan.to_dispatch):
+        if position and load_state(town).paused:
+            left = len(plan.to_dispatch) - position
+            report.paused = True
+            report.skipped += left
+            report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
+            break
+        if not launcher.launch(work):
+            continue
+        record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
+        if sched.seconds("spawn_delay") > 0 and position < len(plan.to_dispatch) - 1:
+            sleep(sched.seconds("spawn_delay"))
     return report
 
 
@@ -345,11 +344,11 @@ def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
         "score": work.score,
         "reasons": list(work.reasons),
         "dispatch_hints": {
-            "title": item.get("title", ""),
+            "title": item.get("title"),
             "project": rig.name,
             "repository": str(rig.repo),
             "agent_id": item.get("assignee") or None,
-            "priority": item.get("priority", 2),
+            "priority": item.get("priority"),
         },
         "sling_command": shlex.join(["sluice", "sling", item["id"], rig.name]),
         "skipped": False,

@@ -70,3 +70,9 @@ class ExecutorUnavailable(ExecutorError):
 
     Unlike a launch failure this is not counted against any item.
     """
+
+
+def os_error_text(err: OSError) -> str:
+    """``path: reason`` for an error from the operating system, in one line (no traceback)."""
+    reason = err.strerror or str(err)
+    return f"{err.filename}: {reason}" if err.filename else reason

@@ -60,6 +60,7 @@ def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None
     path = town.events_path
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock(town):
+        fsutil.mend_torn_tail(path)  # a crash's fragment must not fuse with these lines
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             raw = data.encode("utf-8")

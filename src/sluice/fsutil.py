@@ -9,12 +9,15 @@ descriptor, so concurrent appenders never interleave inside a line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+log = logging.getLogger("sluice")
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -66,6 +69,51 @@ def append_json(path: Path, obj: Any, lock: Path | None = None) -> None:
         return
     with file_lock(lock):
         append_line(path, line)
+
+
+def mend_torn_tail(path: Path) -> None:
+    """Before appending to a log: cut off a torn final fragment so it cannot fuse with the new line.
+
+    A crash in the middle of an append leaves a last line without its newline.
+    Appending after it would glue the new record onto the fragment and turn a
+    harmless torn tail into a corrupt line in the middle of the log.  A
+    fragment that does not parse is dropped (with a warning); a complete
+    record that only lacks its newline gets one.  Only the end of the file is
+    read, so appends do not cost more as the log grows.  The caller holds the
+    log's lock.
+    """
+    try:
+        fh = open(path, "r+b")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        return
+    with fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        # Walk back to the last newline; a torn line is at most one record long.
+        cut, chunk = size, 1 << 16
+        while cut > 0:
+            start = max(0, cut - chunk)
+            fh.seek(start)
+            block = fh.read(cut - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                cut = start + newline + 1
+                break
+            cut = start
+        fh.seek(cut)
+        tail = fh.read()
+        try:
+            json.loads(tail)
+        except ValueError:
+            log.warning("%s: dropping a torn last line before appending", path)
+            fh.truncate(cut)
+        else:  # a complete record that only lacks its newline
+            fh.seek(0, os.SEEK_END)
+            fh.write(b"\n")
 
 
 def file_lock(path: Path, timeout: float = 30.0) -> FileLock:

@@ -126,10 +126,29 @@ def _is_ours(path: Path, copy: Path) -> bool:
 
 
 def rig_for_repo(town: Town, repo: Path) -> Rig:
+    """The rig whose repository is ``repo``, or of which ``repo`` is a linked worktree.
+
+    Hooks live in the shared git directory, so they also run for commits in
+    linked worktrees (where polecats usually work); those belong to the rig too.
+    """
     wanted = Path(os.path.realpath(repo))
-    for rig in town.rigs():
+    rigs = town.rigs()
+    for rig in rigs:
         if Path(os.path.realpath(rig.repo)) == wanted:
             return rig
+    from .errors import NotARepository
+    from .gitview import common_dir
+
+    try:
+        shared = common_dir(wanted)
+    except NotARepository:
+        shared = None
+    for rig in rigs if shared is not None else ():
+        try:
+            if common_dir(rig.repo) == shared:
+                return rig
+        except NotARepository:
+            continue
     raise UnknownRig(f"no rig of this town uses the repository {repo}")
 
 

@@ -46,6 +46,21 @@ def open_repo(path: Path):
     return repo
 
 
+def common_dir(path: Path) -> Path:
+    """The git directory a repository shares with all its linked worktrees.
+
+    For a linked worktree that is the main repository's git directory (git
+    records it in ``<worktree git dir>/commondir``); for anything else it is
+    the repository's own git directory.
+    """
+    git_dir = Path(open_repo(path).path)
+    try:
+        pointer = (git_dir / "commondir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        pointer = ""
+    return (git_dir / pointer).resolve() if pointer else git_dir.resolve()
+
+
 def _head_state(repo, path: Path) -> tuple[bool, bool]:
     """(unborn, detached) of HEAD, or NotARepository when HEAD itself is unreadable."""
     pygit2 = _pygit2()

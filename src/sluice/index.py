@@ -13,17 +13,22 @@ so concurrent readers and rebuilders never see a half-built index.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import readiness
+from .errors import StoreCorrupt
 from .items import effective_tokens, labels_of, to_node
 from .readiness import Node
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"  # raised whenever a rebuild would store, or refuse, something different
+log = logging.getLogger("sluice")
+
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE items (
@@ -63,6 +68,10 @@ _READY = (
     " AND (parent_defer_ts IS NULL OR parent_defer_ts <= ?)"
 )
 _BATCH = 2000
+#: How often a file that changes while it is being read is read again.
+_REREADS = 3
+#: The largest integer SQLite stores.
+_SQL_INT_MAX = 2**63 - 1
 
 
 def signature(path: Path) -> str:
@@ -89,7 +98,7 @@ class DurableIndex:
         want = signature(self.source)
         conn = self._open_existing(want)
         if conn is None:
-            self._rebuild(want)
+            want = self._rebuild_settled(want)
             conn = self._open_existing(want)
             if conn is None:  # the source changed again while we built; use what we built
                 conn = sqlite3.connect(self.db_path)
@@ -111,6 +120,36 @@ class DurableIndex:
             return conn
         conn.close()
         return None
+
+    def _rebuild_settled(self, want: str) -> str:
+        """Rebuild, and read the file again if it changed while it was being read.
+
+        A writer that rewrites an export in place (not by rename) can be caught
+        half-way: the read then ends early at a torn line, or meets a line
+        spliced from two versions.  Either way the file's signature moved, so
+        the read is repeated (a few times at most) instead of answering from a
+        half-written file.  The index always records the signature taken
+        *before* its read, so a rebuild that raced a writer is redone next time.
+        Returns the signature the index was built under.
+        """
+        for attempt in range(1, _REREADS + 1):
+            try:
+                self._rebuild(want)
+            except StoreCorrupt:
+                now = signature(self.source)
+                if now == want or attempt == _REREADS:
+                    raise  # damage that stays put is damage, not a writer at work
+                want = now
+                continue
+            now = signature(self.source)
+            if now == want:
+                return want
+            if attempt == _REREADS:
+                log.warning("%s kept changing while it was read; answering from the last read", self.source)
+                return want
+            want = now
+            time.sleep(0.05 * attempt)  # let the writer finish
+        return want  # pragma: no cover - the loop always returns or raises
 
     def _rebuild(self, sig: str) -> None:
         """Stream the file into a fresh database, then settle the clock-free blocked state.
@@ -244,7 +283,7 @@ class DurableIndex:
         params: list = [now_ts, now_ts]
         if limit > 0:
             sql += " LIMIT ?"
-            params.append(limit)
+            params.append(min(limit, _SQL_INT_MAX))  # a larger limit than SQLite can hold means "all"
         return self.conn().execute(sql, params).fetchall()
 
     def blocked_rows(self) -> list[tuple[str, str]]:

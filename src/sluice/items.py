@@ -69,6 +69,37 @@ def skip_record(record: Mapping) -> bool:
     return "_schema" in record or record.get("_type", "issue") != "issue"
 
 
+#: Keys beads stores as strings; anything else there is damage, not an item.
+_TEXT_KEYS = ("status", "issue_type", "assignee")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def shape_problem(record: Mapping) -> str | None:
+    """What makes a parsed line unusable as an item, or None when it is usable.
+
+    beads itself could not have written such a line (its fields are typed), so
+    the reader reports it naming file and line instead of crashing later or
+    guessing: a status, type or assignee that is not a string, labels or
+    dependencies that are not lists, a dependency that is not an object, a
+    priority beyond 64 bits.
+    """
+    for key in _TEXT_KEYS:
+        value = record.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"{key} is not a string"
+    priority = record.get("priority")
+    if isinstance(priority, int) and not _INT64_MIN <= priority <= _INT64_MAX:
+        return "priority is out of range"
+    for key in ("labels", "dependencies"):
+        value = record.get(key)
+        if value is not None and not isinstance(value, list):
+            return f"{key} is not a list"
+    for position, dep in enumerate(record.get("dependencies") or ()):
+        if not isinstance(dep, Mapping):
+            return f"dependencies[{position}] is not an object"
+    return None
+
+
 def dep_gate(dep: Mapping) -> str | None:
     meta = dep.get("metadata")
     if isinstance(meta, str) and meta:
@@ -102,19 +133,20 @@ def to_node(record: Mapping) -> Node:
 
 
 def effective_tokens(record: Mapping) -> int:
-    """``metadata.estimated_tokens``, else ``metadata.context_budget``, else 1000; 0 counts."""
+    """An item's token estimate by :func:`sluice.scoring.effective_tokens` (the one rule).
+
+    Older exports store ``metadata`` as a JSON string; it is decoded first.
+    Beyond 64 bits an estimate is simply the most expensive item there is.
+    """
+    from .scoring import effective_tokens as tokens_from
+
     meta = record.get("metadata")
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
         except ValueError:
             meta = None
-    if isinstance(meta, Mapping):
-        for key in ("estimated_tokens", "context_budget"):
-            value = meta.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                return value
-    return 1000
+    return min(tokens_from(meta if isinstance(meta, Mapping) else None), _INT64_MAX)
 
 
 def labels_of(record: Mapping) -> list[str]:

@@ -20,31 +20,47 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from .errors import SluiceError
+from .errors import SluiceError, UsageError, os_error_text
 
 
 class SlingFailed(SluiceError):
     """Nothing was slung: the message is the sling's JSON document with its errors."""
 
 Limit = Annotated[StrictInt, Field(ge=1, description="How many decisions, at least 1.")]
+# Optional strings are typed plain ``str`` with "" for "not given": the SDK turns the
+# text "null" into None for ``str | None`` arguments, and "null" must stay a (bad) id,
+# never mean "no filter" (for clear, that would close every context).
+
+
+def _given(text: str) -> str | None:
+    return text or None
 Weight = Annotated[StrictFloat | None, Field(description="New weight; omit to keep the current one.")]
+
+
+def _refuse_unknown_arguments(tool) -> None:
+    """Make a tool refuse arguments it does not declare (the SDK ignores them by default).
+
+    A misspelt ``preveiw`` must be an error, not a call that records decisions.
+    """
+    from pydantic import ConfigDict
+
+    base = tool.fn_metadata.arg_model
+    strict = type(base.__name__, (base,), {
+        "model_config": ConfigDict(**{**base.model_config, "extra": "forbid"}),
+        "__module__": base.__module__,
+    })
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
 
 
 def build_server(town_arg: str | None = None):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
 
     from . import __version__
 
-    server = MCPServer(
-        name="sluice",
-        version=__version__,
-        log_level="WARNING",
-        instructions=(
-            "sluice schedules coding agents over git repositories. Use sluice_schedule_next to pick work, "
-            "sluice_sling to queue it, sluice_scheduler_status to see the queue."
-        ),
-    )
+    tools: list[Tool] = []
 
     def town():
         from .town import find_town
@@ -62,24 +78,28 @@ def build_server(town_arg: str | None = None):
                 lock = getattr(err, "lock_file", "a lock")
                 message = f"timed out waiting for {lock}; another sluice command is holding it"
                 raise ToolError(message) from None
+            except OSError as err:  # a directory where a file belongs, no permission, a full disk
+                raise ToolError(os_error_text(err)) from None
             # The very text `--json` prints: one JSON document, lists included.
             return json.dumps(result, indent=2, ensure_ascii=False)
 
         wrapper.__annotations__["return"] = str
         description = (fn.__doc__ or "").strip()
-        server.tool(name=fn.__name__, description=description, structured_output=False)(wrapper)
+        made = Tool.from_function(wrapper, name=fn.__name__, description=description, structured_output=False)
+        _refuse_unknown_arguments(made)
+        tools.append(made)
         return fn
 
     @tool
     def sluice_schedule_next(
-        graph_id: Annotated[str | None, Field(description="Only items under this top-level epic.")] = None,
+        graph_id: Annotated[str, Field(description="Only items under this top-level epic.")] = "",
         limit: Limit = 1,
         preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
     ) -> list[dict]:
         """Score ready work and return the next decision(s), as `sluice schedule next --json`."""
         from .advisor import next_decisions
 
-        return next_decisions(town(), graph_id=graph_id, limit=limit, preview=preview)
+        return next_decisions(town(), graph_id=_given(graph_id), limit=limit, preview=preview)
 
     @tool
     def sluice_schedule_status(
@@ -100,24 +120,27 @@ def build_server(town_arg: str | None = None):
         merge_queue_threshold: Annotated[StrictInt | None, Field(ge=1)] = None,
         merge_pressure_penalty: Weight = None,
         skip_on_merge_pressure: StrictBool | None = None,
-        graph_id: Annotated[str | None, Field(description="Set the weights for this graph only.")] = None,
+        graph_id: Annotated[str, Field(description="Set the weights for this graph only.")] = "",
     ) -> dict:
         """Show or change the scoring policy, as `sluice schedule policy show|set --json`."""
         from .advisor import policy_set, policy_show
 
-        if action == "show":
-            return policy_show(town())
         fields = {
             "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
             "merge_queue_threshold": merge_queue_threshold, "merge_pressure_penalty": merge_pressure_penalty,
-            "skip_on_merge_pressure": skip_on_merge_pressure, "graph_id": graph_id,
+            "skip_on_merge_pressure": skip_on_merge_pressure, "graph_id": _given(graph_id),
         }
-        return policy_set(town(), **{k: v for k, v in fields.items() if v is not None})
+        given = {k: v for k, v in fields.items() if v is not None}
+        if action == "show":
+            if given:  # `show` changes nothing: a caller passing values meant `set`
+                raise UsageError(f"action 'show' takes no other arguments (got {', '.join(sorted(given))})")
+            return policy_show(town())
+        return policy_set(town(), **given)
 
     @tool
     def sluice_sling(
         item_ids: Annotated[list[str], Field(min_length=1, description="Items, epics or convoys to sling.")],
-        rig: Annotated[str | None, Field(description="Target rig (default: each item's own rig).")] = None,
+        rig: Annotated[str, Field(description="Target rig (default: each item's own rig).")] = "",
         dry_run: StrictBool = False,
         force: StrictBool = False,
     ) -> dict:
@@ -170,12 +193,12 @@ def build_server(town_arg: str | None = None):
 
     @tool
     def sluice_scheduler_clear(
-        item_id: Annotated[str | None, Field(description="Only this item's contexts.")] = None,
+        item_id: Annotated[str, Field(description="Only this item's contexts (default: all).")] = "",
     ) -> dict:
         """Close queued sling contexts, as `sluice scheduler clear [--item ID] --json`."""
         from .control import clear
 
-        return clear(town(), item_id)
+        return clear(town(), _given(item_id))
 
     @tool
     def sluice_patrol(
@@ -187,7 +210,16 @@ def build_server(town_arg: str | None = None):
 
         return patrol(town(), rig, fix)
 
-    return server
+    return MCPServer(
+        name="sluice",
+        version=__version__,
+        log_level="WARNING",
+        instructions=(
+            "sluice schedules coding agents over git repositories. Use sluice_schedule_next to pick work, "
+            "sluice_sling to queue it, sluice_scheduler_status to see the queue."
+        ),
+        tools=tools,
+    )
 
 
 def serve(town_arg: str | None = None) -> None:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from .errors import ExecutorError
+from .errors import ExecutorError, UsageError
 from .items import iso, parse_ts
 from .plan import next_attempt_at
 
@@ -74,6 +74,8 @@ def list_polecats(town: Town) -> list[dict]:
 
 def resolve(executor: Executor, ref: str) -> list[Polecat]:
     """The polecat with id ``ref``, else item ``ref``'s polecats (running first, then newest first)."""
+    if not ref.strip():  # would match the polecats that have no item (unrecorded tmux sessions)
+        raise UsageError("name a polecat by its id or by the id of its item (see `sluice polecat list`)")
     known = executor.listing()
     exact = [p for p in known if p.id == ref]
     if exact:

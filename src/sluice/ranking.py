@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 #: The tie-break text of an item with no readable timestamp: after every real time.
 UNDATED = "~"
+#: Where times that UTC cannot spell (a year-1 or year-9999 stamp in a far time zone) are clamped.
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -73,7 +76,10 @@ def order_of_ts(created_ts: float) -> str:
     """
     if not created_ts:
         return UNDATED
-    stamp = datetime.fromtimestamp(created_ts, UTC)
+    try:
+        stamp = datetime.fromtimestamp(created_ts, UTC)
+    except (ValueError, OverflowError, OSError):  # beyond UTC years 1-9999 (an edge time zone)
+        stamp = _LATEST if created_ts > 0 else _EARLIEST
     return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
@@ -91,7 +97,11 @@ def order_text(stamp: object) -> str:
         return UNDATED + str(stamp)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError:  # within hours of year 1 or 9999, where UTC has no year to spell it
+        parsed = _EARLIEST if parsed.year < 5000 else _LATEST
+    return parsed.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def load_town_policy(town: Town):

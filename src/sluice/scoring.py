@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sluice.errors import UsageError
+from sluice.errors import ConfigError, UsageError
 
 #: Beads priorities run 0 (most urgent) .. 4 (backlog); P = 4 - priority.
 LOWEST_URGENCY_PRIORITY = 4
@@ -220,6 +220,14 @@ def _score_value(
     )
     if pressured:
         raw -= penalty
+    if not math.isfinite(raw):
+        # Finite weights can still overflow (1e308 * 4); an infinite or NaN score would rank
+        # arbitrarily and is not valid JSON, so the policy is what must change.
+        raise ConfigError(
+            f"an item of priority {c.priority} scores {raw} under this policy (weights {weights.priority!r},"
+            f" {weights.affinity!r}, {weights.cost!r}, {weights.fairness!r}, penalty {penalty!r});"
+            " choose smaller weights"
+        )
     # "+ 0.0" turns a rounded -0.0 into 0.0, so JSON never shows "-0.0".
     return round(raw, 6) + 0.0
 

@@ -15,14 +15,15 @@ Idempotency holds across processes: the check and the create happen under
 the item's lock ``runtime/locks/sling-<item>.lock``.  Large slings take their
 locks in chunks, in id order (so two slings never deadlock), read every
 rig's contexts once per chunk and append each rig's new records in one
-write — 1,000 items are one command, not 1,000.
+write — 1,000 items are one command, not 1,000.  New context ids are picked
+under the rig's creation lock (:func:`sluice.contexts.create`), so slings of
+different items into one rig never pick the same id.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -111,6 +112,22 @@ def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
     return args, None
 
 
+def _refuse_misspelt_rig(town: Town, stores: Stores, last: str) -> None:
+    """A last argument that no rig routes and no rig holds is a misspelt rig, not an item.
+
+    Taking it for an item would sling (or, in direct mode, launch) the other
+    items where their prefixes route, which is not what was asked.
+    """
+    if town.rig_for_id(last) is not None:
+        return
+    try:
+        stores.find(last)
+    except UnknownItem:
+        known = ", ".join(sorted(town.config.rigs)) or "none registered"
+        raise UsageError(f"{last!r} is neither a registered rig (known: {known}) nor an item;"
+                         " nothing was slung") from None
+
+
 def check_vars(values: tuple[str, ...]) -> None:
     for value in values:
         key, sep, _ = value.partition("=")
@@ -127,6 +144,8 @@ def sling(town: Town, args: list[str], options: SlingOptions | None = None,
     item_ids, rig = split_args(town, args)
     result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)
     stores = Stores(town)
+    if rig is None and len(item_ids) > 1:
+        _refuse_misspelt_rig(town, stores, item_ids[-1])
     works = _expand(town, stores, item_ids, rig, options, result)
     if not works:
         return result
@@ -331,24 +350,21 @@ def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOpti
                 held.enter_context(fsutil.file_lock(sling_lock_path(town, work.id)))
             # Under the item locks: what is queued now, in every rig, decides.
             by_item = ctxs.open_by_item(stores, fresh=True)
-            new: dict[str, list[dict]] = {}
-            allocators: dict[str, Callable[[str], str]] = {}
+            new: dict[str, list[_Work]] = {}
             for work in chunk:
                 row = _already(work, by_item, running)
                 if row is not None:
                     result.already.append(row)
                     continue
-                if work.rig not in allocators:
-                    store = stores.rig(work.rig)
-                    allocators[work.rig] = ctxs.id_allocator(store, ctxs.read_fresh(store).keys())
-                context_id = allocators[work.rig](work.id)
-                new.setdefault(work.rig, []).append(
-                    ctxs.build_record(context_id, work.item, _fields(work, options), work.stamp))
-                result.scheduled.append({"item_id": work.id, "context_id": context_id, "rig": work.rig})
-                enqueued.append((events.ENQUEUED, {"context_id": context_id, "item_id": work.id,
-                                                   "rig": work.rig}))
-            for rig_name, records in new.items():
-                ctxs.append_records(stores.rig(rig_name), records)
+                new.setdefault(work.rig, []).append(work)
+            for rig_name in sorted(new):
+                works_here = new[rig_name]
+                specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
+                for work, record in zip(works_here, ctxs.create(stores.rig(rig_name), specs), strict=True):
+                    row = {"item_id": work.id, "context_id": record["id"], "rig": work.rig}
+                    result.scheduled.append(row)
+                    enqueued.append((events.ENQUEUED, {"context_id": record["id"], "item_id": work.id,
+                                                       "rig": work.rig}))
     position = {w.id: n for n, w in enumerate(works)}  # report in the order the user gave
     for rows in (result.scheduled, result.already):
         rows.sort(key=lambda row: position.get(row["item_id"], 0))
@@ -378,10 +394,13 @@ def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOp
         from .executors import get_executor
 
         executor = get_executor(town)
+    # An item still queued from deferred mode is "already" handled here too: launching it now
+    # would leave that context to launch it a second time once deferred mode is back.
+    queued = ctxs.open_by_item(stores, fresh=True)
     if options.dry_run:
         running = _running_items(executor, town)
         for work in works:
-            row = _already(work, {}, running)
+            row = _already(work, queued, running)
             if row is not None:
                 result.already.append(row)
             else:
@@ -392,7 +411,7 @@ def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOp
     launched_any = False
     for work in works:
         with fsutil.file_lock(sling_lock_path(town, work.id)):
-            row = _already(work, {}, {p.item_id: p.id for p in executor.active()})
+            row = _already(work, queued, {p.item_id: p.id for p in executor.active()})
             if row is not None:
                 result.already.append(row)
                 continue

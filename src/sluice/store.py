@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import fsutil, readiness
-from .errors import InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
+from .errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
 from .index import DurableIndex
-from .items import is_context, normalise, skip_record, to_node
+from .items import is_context, normalise, shape_problem, skip_record, to_node
 from .town import Rig, Town
 
 log = logging.getLogger("sluice")
@@ -58,6 +58,9 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict, str]]:
                 continue
             if not isinstance(record.get("id"), str) or not record["id"]:
                 raise StoreCorrupt(path, number, "record has no string 'id'")
+            problem = shape_problem(record)
+            if problem is not None:
+                raise StoreCorrupt(path, number, f"record {record['id']!r}: {problem}")
             yield number, normalise(record), text
     finally:
         fh.close()
@@ -91,6 +94,13 @@ class RigStore:
         return self.rig.read_only
 
     def _load(self):
+        if self.read_only and not self.durable_path.exists():
+            # An own store that does not exist yet is simply empty; a vanished export is not: read as
+            # empty, every queued context for its items would look orphaned and be closed.
+            raise ConfigError(
+                f"rig {self.rig.name!r} reads its items from {self.durable_path}, which does not exist"
+                " (restore the beads export there)"
+            )
         for _number, record, raw in read_jsonl(self.durable_path):
             yield record, raw
 
@@ -188,7 +198,11 @@ class RigStore:
         nodes = self.index.nodes()
         for rid, record in self.ephemeral().items():
             if record.get("status") != "tombstone":
-                nodes[rid] = to_node(record)
+                node = to_node(record)
+                # A record of the ephemeral log is ephemeral (never ready work), flag or no flag,
+                # just as it is when the index answers alone.
+                node.ephemeral = True
+                nodes[rid] = node
         return nodes
 
     def _raw(self, item_id: str) -> str:
@@ -275,41 +289,8 @@ class RigStore:
             return updated
 
     def _mend_torn_tail(self) -> None:
-        """Before appending: drop a torn final fragment so it cannot fuse with the new line.
-
-        Only the end of the file is read: appends must not cost more as the log grows.
-        """
-        path = self.ephemeral_path
-        if not path.exists():
-            return  # appends happen under the rig lock, so nothing can create it meanwhile
-        with open(path, "r+b") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            fh.seek(size - 1)
-            if fh.read(1) == b"\n":
-                return
-            # Walk back to the last newline; a torn line is at most one record long.
-            cut, chunk = size, 1 << 16
-            while cut > 0:
-                start = max(0, cut - chunk)
-                fh.seek(start)
-                block = fh.read(cut - start)
-                newline = block.rfind(b"\n")
-                if newline >= 0:
-                    cut = start + newline + 1
-                    break
-                cut = start
-            fh.seek(cut)
-            tail = fh.read()
-            try:
-                json.loads(tail)
-            except ValueError:
-                log.warning("%s: dropping a torn last line before appending", path)
-                fh.truncate(cut)
-            else:  # a complete record that only lacks its newline
-                fh.seek(0, os.SEEK_END)
-                fh.write(b"\n")
+        """Before appending: drop a torn final fragment so it cannot fuse with the new line."""
+        fsutil.mend_torn_tail(self.ephemeral_path)
 
     def compact_ephemeral(self) -> int:
         """Rewrite the log keeping one line per record; returns lines removed."""

@@ -171,13 +171,16 @@ def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None
 def init_town(path: Path) -> Town:
     """Create a town at ``path``; an existing town is left as it is."""
     town = Town(Path(path))
-    if town.config_path.exists():
-        town.load_config()  # a corrupt config is an error, not something to overwrite
-        return town
-    town.root.mkdir(parents=True, exist_ok=True)
-    for sub in ("rigs", "runtime/workers", "schedule", "events"):
-        (town.dir / sub).mkdir(parents=True, exist_ok=True)
-    fsutil.atomic_write_json(town.config_path, TownConfig().model_dump(mode="json"))
+    try:
+        if town.config_path.exists():
+            town.load_config()  # a corrupt config is an error, not something to overwrite
+            return town
+        town.root.mkdir(parents=True, exist_ok=True)
+        for sub in ("rigs", "runtime/workers", "schedule", "events"):
+            (town.dir / sub).mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write_json(town.config_path, TownConfig().model_dump(mode="json"))
+    except OSError as err:  # a file in the way, no permission, a read-only disk
+        raise ConfigError(f"cannot create a town at {town.root}: {err.strerror or err}") from None
     return town
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import gitview
-from .errors import InvalidOperation, UnknownItem, UsageError
+from .errors import InvalidOperation, NotARepository, UnknownItem, UsageError
 from .items import STATUSES, dependency, iso, labels_of, new_id, normalise
 from .readiness import id_prefix
 from .store import RigStore, Stores, ensure_no_cycle, read_jsonl
@@ -28,7 +28,10 @@ DEP_TYPES_KNOWN = (
 def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items: Path | None = None) -> Rig:
     """Register a git repository; its beads export (if any) becomes its read-only item source."""
     repo = Path(repo).expanduser().resolve()
-    gitview.open_repo(repo)  # not a repository ⇒ NotARepository, nothing registered
+    opened = gitview.open_repo(repo)  # not a repository ⇒ NotARepository, nothing registered
+    if opened.workdir and Path(opened.workdir).resolve() != repo:
+        # The .git directory of a work tree: polecats would run inside .git.
+        raise NotARepository(f"{repo}: this is the git directory of {opened.workdir}; register the work tree")
     if items is None and (repo / ".beads" / "issues.jsonl").is_file():
         items = repo / ".beads" / "issues.jsonl"
     if items is not None:
@@ -71,9 +74,11 @@ class NewItem:
 def _parse_dep(spec: str) -> tuple[str, str]:
     if ":" in spec and not spec.startswith("external:"):
         dep_type, target = spec.split(":", 1)
-        if not dep_type or not target:
+        if not dep_type or not target.strip():
             raise UsageError(f"--dep {spec!r}: expected ID or TYPE:ID")
         return dep_type, target
+    if not spec.strip():
+        raise UsageError(f"--dep {spec!r}: expected ID or TYPE:ID")
     return "blocks", spec
 
 
@@ -221,7 +226,7 @@ def _update_record(town: Town, item_id: str, apply) -> dict:
         raise InvalidOperation(f"{item_id} is a sluice record, not a work item; it cannot be edited here")
 
     def change(records: list[dict]) -> dict:
-        for record in records:
+        for record in reversed(records):  # the last line for an id is the record readers see
             if record["id"] == item_id:
                 stamp = iso()
                 if apply(record, records, stamp) is not False:  # False: nothing changed
@@ -268,6 +273,7 @@ def update_item(
 def close_item(town: Town, item_id: str, reason: str = "Closed") -> dict:
     """Close an item; closing a closed item changes nothing and succeeds (as beads)."""
     store, current = Stores(town).find(item_id)
+    store.require_writable()  # a read-only rig is refused even when there is nothing to change
     if current.get("status") == "closed" and item_id not in store.ephemeral():
         return current
 
@@ -283,6 +289,8 @@ def close_item(town: Town, item_id: str, reason: str = "Closed") -> dict:
 
 
 def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks") -> dict:
+    if not target.strip():
+        raise UsageError("dependency target must be a non-empty id")
     if source == target:
         raise InvalidOperation(f"{source} cannot depend on itself")
     if not dep_type or len(dep_type) > 50:

@@ -54,7 +54,7 @@ def main() -> None:
     logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
     logger.propagate = False
 
-    from ..errors import SluiceError
+    from ..errors import SluiceError, os_error_text
 
     try:
         app()
@@ -70,6 +70,9 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as err:  # the machine said no (a directory where a file belongs, no permission, full disk)
+        sys.stderr.write(f"error: {os_error_text(err)}\n")
+        sys.exit(1)
     except Exception as err:  # a bug: say so plainly, keep the traceback for SLUICE_DEBUG
         if os.environ.get("SLUICE_DEBUG"):
             raise

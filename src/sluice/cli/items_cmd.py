@@ -15,8 +15,10 @@ item_app.add_typer(dep_app, name="dep")
 
 
 def _line(item: dict) -> str:
-    status = item.get("status", "open")
-    return f"{item['id']:<18} P{item.get('priority', 0)} {status:<11} {item.get('title', '')}"
+    # `item ready` rows are records as stored: a key may be present but null.
+    status = item.get("status") or "open"
+    priority = item.get("priority")
+    return f"{item['id']:<18} P{0 if priority is None else priority} {status:<11} {item.get('title') or ''}"
 
 
 def _lines(items) -> str:

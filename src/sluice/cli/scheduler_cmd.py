@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Annotated
 
@@ -47,6 +48,9 @@ def _sling_text(data: dict) -> str:
     for row in data["already"]:
         how = f"context {row['context_id']}" if row.get("context_id") else f"polecat {row.get('polecat_id')}"
         lines.append(f"Already scheduled {row['item_id']} ({how}), nothing to do")
+        if data["mode"] == "direct" and row.get("context_id"):
+            lines.append(f"  (queued from deferred mode; `sluice scheduler clear --item {row['item_id']}`"
+                         " to launch it directly)")
     for row in data["dispatched"]:
         if row["polecat_id"]:
             lines.append(f"Dispatched {row['item_id']} → {row['rig']} (polecat {row['polecat_id']})")
@@ -112,8 +116,20 @@ def _list_text(rows: list[dict]) -> str:
     for row in rows:
         mark = "blocked" if row["blocked"] else "ready  "
         fails = f"  [{row['dispatch_failures']} failed]" if row["dispatch_failures"] else ""
-        lines.append(f"  {mark} {row['id']:<16} → {row['target_rig']:<12} {row['title']}{fails}")
+        lines.append(f"  {mark} {row['id']:<16} → {row['target_rig']:<12} {one_line(row['title'])}{fails}")
     return "\n".join(lines)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """A title as it may appear in a listing: control characters shown escaped.
+
+    Titles are written by agents; a newline would start a fake row and an
+    escape sequence would drive the terminal.
+    """
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 @scheduler_app.command("run")
@@ -133,8 +149,8 @@ def run(
 
 
 def _run_text(data: dict) -> str | None:
-    if data["reason"] in ("busy", "direct") or (data["paused"] and not data["dry_run"]):
-        return None  # the messages said it
+    if data["reason"] in ("busy", "direct") or (data["reason"] == "paused" and not data["dry_run"]):
+        return None  # the messages said it (a pause *during* the cycle still reports its launches)
     if data["dry_run"]:
         if data["reason"] == "none":
             return "No ready items scheduled for dispatch"

@@ -13,12 +13,16 @@ never given to a shell, because titles are written by agents.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..errors import ExecutorError
+
 PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo")
+MAX_ARG_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument or "KEY=value", NUL included
 
 
 @dataclass(frozen=True)
@@ -84,14 +88,38 @@ class Executor(Protocol):
         ...
 
 
+_PLACEHOLDER = re.compile("{(" + "|".join(PLACEHOLDERS) + ")}")
+
+
 def substitute(template: list[str] | tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:
-    """Fill ``{item_id}``-style placeholders element by element; no shell ever sees the result."""
-    out = []
-    for element in template:
-        for name in PLACEHOLDERS:
-            element = element.replace("{" + name + "}", str(values.get(name, "")))
-        out.append(element)
-    return tuple(out)
+    """Fill ``{item_id}``-style placeholders element by element; no shell ever sees the result.
+
+    One pass per element: text that came in through a value (a title saying
+    ``{repo}``) is never substituted again.
+    """
+    return tuple(_PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), "")), element) for element in template)
+
+
+def check_launchable(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> None:
+    """Refuse, as a launch failure, text that no program can receive.
+
+    A NUL byte (JSON allows ``\\u0000`` in a title) or an argument longer than
+    the kernel passes cannot reach the polecat; finding that out here makes it a
+    counted failure of the item instead of a crashed cycle or a pane that dies
+    unseen.
+    """
+    for position, element in enumerate(argv):
+        _check_text(f"argument {position} of the polecat command", element)
+    for key, value in env.items():
+        _check_text(f"environment variable {key}", f"{key}={value}")
+
+
+def _check_text(what: str, text: str) -> None:
+    if "\x00" in text:
+        raise ExecutorError(f"{what} contains a NUL byte, which no program can receive")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size >= MAX_ARG_BYTES:
+        raise ExecutorError(f"{what} is {size} bytes long; the system passes at most {MAX_ARG_BYTES - 1}")
 
 
 def polecat_env(town: str, item_id: str, rig: str, context_id: str) -> dict[str, str]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable, StoreCorrupt
 from ..items import iso, new_id
-from .base import LaunchRequest, Polecat, polecat_env, read_finished
+from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished
 
 if TYPE_CHECKING:
     from ..town import Town
@@ -174,10 +174,10 @@ class LocalExecutor:
         cwd = Path(request.repo)
         if not cwd.is_dir():
             raise ExecutorError(f"cannot launch a polecat in {cwd}: no such directory")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        taken = {p.stem for p in self.dir.glob("*.json")}
-        polecat_id = new_id("pc", f"{request.context_id}|{request.item_id}", taken)
-        log_path = self.log_path(polecat_id)
+        sluice_env = {**polecat_env(str(self.town.root), request.item_id, request.rig, request.context_id),
+                      **request.env}
+        check_launchable(request.argv, sluice_env)
+        polecat_id, log_path = self._claim_id(request)
         record = {
             "id": polecat_id,
             "executor": self.kind,
@@ -195,9 +195,7 @@ class LocalExecutor:
             "started_at": iso(),
         }
         self._write(record)  # intent first: a crash from here on is found by find()
-        env = dict(os.environ)
-        env.update(polecat_env(str(self.town.root), request.item_id, request.rig, request.context_id))
-        env.update(request.env)
+        env = {**os.environ, **sluice_env}
         try:
             with open(log_path, "ab") as log:
                 process = subprocess.Popen(
@@ -210,7 +208,7 @@ class LocalExecutor:
                     start_new_session=True,
                     close_fds=True,
                 )
-        except OSError as err:
+        except (OSError, ValueError) as err:
             reason = _launch_error(request.argv[0], err)
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"sluice: {reason}\n")
@@ -220,6 +218,26 @@ class LocalExecutor:
         record.update(state="running", pid=process.pid, start_time=proc_start_time(process.pid))
         self._write(record)
         return self._polecat(record, "running")
+
+    def _claim_id(self, request: LaunchRequest) -> tuple[str, Path]:
+        """A polecat id no polecat of this town has had, claimed by creating its log file.
+
+        Logs outlive their records (reaping keeps them) and two launchers may
+        pick an id at the same moment; creating the log exclusively settles
+        both, so a new polecat never writes into another one's log or record.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        taken = {p.stem for p in self.dir.glob("*.json")} | {p.stem for p in self.dir.glob("*.log")}
+        while True:
+            polecat_id = new_id("pc", f"{request.context_id}|{request.item_id}", taken)
+            log_path = self.log_path(polecat_id)
+            try:
+                with open(log_path, "xb"):
+                    pass
+            except FileExistsError:
+                taken.add(polecat_id)
+                continue
+            return polecat_id, log_path
 
     def active(self) -> list[Polecat]:
         out = []
@@ -327,12 +345,12 @@ class LocalExecutor:
         return read_finished(self.dir / FINISHED_LOG)
 
 
-def _launch_error(program: str, err: OSError) -> str:
+def _launch_error(program: str, err: Exception) -> str:
     if isinstance(err, FileNotFoundError):
         return f"cannot launch {program!r}: no such file or command"
     if isinstance(err, PermissionError):
         return f"cannot launch {program!r}: permission denied"
-    return f"cannot launch {program!r}: {err.strerror or err}"
+    return f"cannot launch {program!r}: {getattr(err, 'strerror', None) or err}"
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable
 from ..items import iso
-from .base import LaunchRequest, Polecat, polecat_env, read_finished
+from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished
 from .naming import launch_name, town_key
 
 if TYPE_CHECKING:
@@ -181,6 +181,7 @@ class RayExecutor:
         submission_id = launch_name(self.namespace, rig.prefix, request.context_id, request.item_id)
         repo = request.repo or str(rig.repo)
         env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
+        check_launchable(request.argv, env)
         metadata = {
             "sluice_town": self.key,
             "town": request.town,

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable
 from ..items import iso
-from .base import LaunchRequest, Polecat, polecat_env, read_finished
+from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished
 from .local import pid_alive, proc_start_time
 from .naming import launch_name, town_key
 
@@ -199,6 +199,7 @@ class TmuxExecutor:
             return self._unrecorded({name: live[name]}, set())[0]
         repo = Path(request.repo or rig.repo)
         env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
+        check_launchable(request.argv, env)
         _check_runnable(request.argv[0], repo, env)
         record = {
             "id": name,
