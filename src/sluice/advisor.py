@@ -13,8 +13,6 @@ return the same JSON.
 
 from __future__ import annotations
 
-import shlex
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
@@ -76,26 +74,13 @@ def next_decisions(
 
 
 def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict:
+    from .decisions import make_decision
+
     candidate = selection.scored.candidate
     rig = town.rig(candidate.rig)
-    item = stores.rig(rig.name).get(candidate.item_id) or {}
-    return {
-        "decision_id": uuid.uuid4().hex,
-        "at": at,
-        "graph_id": candidate.graph_id,
-        "node_id": candidate.item_id,
-        "score": selection.scored.score,
-        "reasons": list(selection.reasons),
-        "dispatch_hints": {
-            "title": item.get("title"),
-            "project": rig.name,
-            "repository": str(rig.repo),
-            "agent_id": item.get("assignee") or None,
-            "priority": item.get("priority"),
-        },
-        "sling_command": shlex.join(["sluice", "sling", candidate.item_id, rig.name]),
-        "skipped": selection.skipped,
-    }
+    item = stores.rig(rig.name).get(candidate.item_id) or {"id": candidate.item_id}
+    return make_decision(item, rig, graph_id=candidate.graph_id, score=selection.scored.score,
+                         reasons=selection.reasons, at=at, skipped=selection.skipped)
 
 
 def record_decisions(town: Town, decisions: list[dict]) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +29,7 @@ from . import fsutil
 from .errors import StoreCorrupt
 
 if TYPE_CHECKING:
-    from .town import Town
+    from .town import Rig, Town
 
 COUNTS_VERSION = 1
 #: Bytes before the counted offset kept in the cache to notice a rewritten log.
@@ -37,6 +39,31 @@ _BLOCK = 64 * 1024
 
 def counts_cache_path(town: Town) -> Path:
     return town.runtime / "decision-counts.json"
+
+
+def make_decision(
+    item: dict, rig: Rig, *, graph_id: str | None, score: float | None, reasons, at: str,
+    skipped: bool = False, **extra,
+) -> dict:
+    """One decision in the shape ``schedule next`` prints and the dispatcher logs (DESIGN §7)."""
+    return {
+        "decision_id": uuid.uuid4().hex,
+        "at": at,
+        "graph_id": graph_id,
+        "node_id": item["id"],
+        "score": score,
+        "reasons": list(reasons),
+        "dispatch_hints": {
+            "title": item.get("title"),
+            "project": rig.name,
+            "repository": str(rig.repo),
+            "agent_id": item.get("assignee") or None,
+            "priority": item.get("priority"),
+        },
+        "sling_command": shlex.join(["sluice", "sling", item["id"], rig.name]),
+        "skipped": skipped,
+        **extra,
+    }
 
 
 def append_decisions(town: Town, decisions: list[dict]) -> None:

@@ -30,9 +30,7 @@ A dry run reads only: no lock, no cleanup, no events, no decisions.
 from __future__ import annotations
 
 import os
-import shlex
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -329,32 +327,14 @@ class _Launcher:
 
 def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
     """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
-    from .decisions import append_decisions
+    from .decisions import append_decisions, make_decision
     from .signals import Graphs
 
     item = work.item
-    rig = town.rig(work.rig)
-    context = work.payload
     graph_id = work.graph_id if work.score is not None else Graphs(town, Stores(town)).of_record(item)
-    decision = {
-        "decision_id": uuid.uuid4().hex,
-        "at": iso(),
-        "graph_id": graph_id,
-        "node_id": item["id"],
-        "score": work.score,
-        "reasons": list(work.reasons),
-        "dispatch_hints": {
-            "title": item.get("title"),
-            "project": rig.name,
-            "repository": str(rig.repo),
-            "agent_id": item.get("assignee") or None,
-            "priority": item.get("priority"),
-        },
-        "sling_command": shlex.join(["sluice", "sling", item["id"], rig.name]),
-        "skipped": False,
-        "source": "dispatch",
-        "context_id": getattr(context, "id", None),
-        "polecat_id": polecat_id,
-    }
+    decision = make_decision(
+        item, town.rig(work.rig), graph_id=graph_id, score=work.score, reasons=work.reasons, at=iso(),
+        source="dispatch", context_id=getattr(work.payload, "id", None), polecat_id=polecat_id,
+    )
     append_decisions(town, [decision])
     return decision
