@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -150,10 +151,10 @@ class Daemon:
         """
         self.ticks += 1
         at = iso()
-        try:  # a long-lived daemon follows `config set` (executor kind, address, timeout)
+        # A long-lived daemon follows `config set` (executor kind, address, timeout).  A broken
+        # file is reported by the cycle below; until it is fixed the last good config is used.
+        with contextlib.suppress(SluiceError):
             self.town.reload_config()
-        except SluiceError:
-            pass  # the cycle below reports the broken file; until it is fixed the last good one is used
         timed_out = self._stop_overdue()
         result = run_cycle_subprocess(self.town, self.timeout)
         if timed_out:

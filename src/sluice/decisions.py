@@ -18,6 +18,7 @@ decisions lock, the lock the dispatcher also takes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -82,10 +83,10 @@ def append_decisions(town: Town, decisions: list[dict]) -> None:
                 raise OSError(f"short write to {path}")
         finally:
             os.close(fd)
-        try:
-            decision_counts(town, persist=True)  # writers keep the counts current; readers never write
-        except StoreCorrupt:
-            pass  # the decisions are written; whoever needs the counts reports the bad line
+        # Writers keep the counts current; readers never write.  A bad line does not undo the
+        # append that just happened: whoever needs the counts reports it.
+        with contextlib.suppress(StoreCorrupt):
+            decision_counts(town, persist=True)
 
 
 # -- reading the newest lines ------------------------------------------------------

@@ -152,3 +152,14 @@ def read_finished(path: Path) -> list[dict]:
         if isinstance(record, dict) and record.get("id"):
             out.append(record)
     return out
+
+
+def require_command(request: LaunchRequest) -> None:
+    """No argv means no ``executor.command``: unusable, and never charged to the item."""
+    from ..errors import ExecutorUnavailable
+
+    if not request.argv:
+        raise ExecutorUnavailable(
+            "executor.command is not set; set it with"
+            ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
+        )

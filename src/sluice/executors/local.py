@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import fsutil
-from ..errors import ExecutorError, ExecutorUnavailable, StoreCorrupt
+from ..errors import ExecutorError, StoreCorrupt
 from ..items import iso, new_id
-from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished
+from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished, require_command
 
 if TYPE_CHECKING:
     from ..town import Town
@@ -166,11 +166,7 @@ class LocalExecutor:
 
     # -- protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
-        if not request.argv:
-            raise ExecutorUnavailable(
-                "executor.command is not set; set it with"
-                ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
-            )
+        require_command(request)
         cwd = Path(request.repo)
         if not cwd.is_dir():
             raise ExecutorError(f"cannot launch a polecat in {cwd}: no such directory")

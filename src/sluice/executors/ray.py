@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable
 from ..items import iso
-from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished
+from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished, require_command
 from .naming import launch_name, town_key
 
 if TYPE_CHECKING:
@@ -172,11 +172,7 @@ class RayExecutor:
 
     # -- the protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
-        if not request.argv:
-            raise ExecutorUnavailable(
-                "executor.command is not set; set it with"
-                ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
-            )
+        require_command(request)
         rig = self.town.rig(request.rig)
         submission_id = launch_name(self.namespace, rig.prefix, request.context_id, request.item_id)
         repo = request.repo or str(rig.repo)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from .. import fsutil
 from ..errors import ExecutorError, ExecutorUnavailable
 from ..items import iso
-from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished
+from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished, require_command
 from .local import pid_alive, proc_start_time
 from .naming import launch_name, town_key
 
@@ -185,11 +185,7 @@ class TmuxExecutor:
 
     # -- the protocol ----------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
-        if not request.argv:
-            raise ExecutorUnavailable(
-                "executor.command is not set; set it with"
-                ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
-            )
+        require_command(request)
         rig = self.town.rig(request.rig)
         name = launch_name(self.namespace, rig.prefix, request.context_id, request.item_id)
         live, earlier = self.sessions(), self._record(name)
