@@ -135,14 +135,7 @@ def rank_work(
         w.tokens = effective_tokens(w.item)
         priority, order = item_priority(w.item), order_text(w.order)
         candidates.append(Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, position))
-    rigs = {w.rig for w in work}
-    ranked = score_all(
-        candidates,
-        policy,
-        warm_rigs=signals.warm_rigs(rigs),
-        merge_depths=signals.merge_depths(rigs),
-        decision_counts=signals.decision_counts,
-    )
+    ranked = score_all(candidates, policy, **signals.scoring_inputs(w.rig for w in work))
     out = []
     for s in ranked:
         w = work[s.candidate.payload]  # type: ignore[index]
@@ -280,15 +273,7 @@ def rank_ready(
         groups.extend(_rig_groups(store, signals, now, by_graph, graph_id))
     if not groups:
         return []
-    rigs = {g.rig for g in groups}
-    top = best_of_groups(
-        groups,
-        policy,
-        warm_rigs=signals.warm_rigs(rigs),
-        merge_depths=signals.merge_depths(rigs),
-        decision_counts=signals.decision_counts,
-        limit=limit,
-    )
+    top = best_of_groups(groups, policy, limit=limit, **signals.scoring_inputs(g.rig for g in groups))
     if by_graph:
         return top
     out = []

@@ -218,6 +218,12 @@ class Signals:
             self._queues[rig] = (counts.get("open", 0), counts.get("in_progress", 0))
         return self._queues[rig]
 
+    def scoring_inputs(self, rigs: Iterable[str]) -> dict:
+        """The keyword arguments every scoring call takes for these rigs (``score_all`` and kin)."""
+        rigs = set(rigs)
+        return {"warm_rigs": self.warm_rigs(rigs), "merge_depths": self.merge_depths(rigs),
+                "decision_counts": self.decision_counts}
+
     def merge_depths(self, rigs: Iterable[str]) -> dict[str, int]:
         """Merge-queue depth (queued + running) per rig."""
         return {name: sum(self.merge_queue(name)) for name in rigs}
