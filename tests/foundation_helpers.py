@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import make_repo
-from sluice.town import Town, init_town
+from sluice.store.town import Town, init_town
 
 
 def quick_town(tmp_path: Path) -> Path:
@@ -21,7 +21,7 @@ def quick_town(tmp_path: Path) -> Path:
 
 def quick_rig(town_dir: Path, tmp_path: Path, name: str = "alpha", prefix: str = "al") -> str:
     """A rig over a real git repository with its own store (``alpha``/``al`` by default)."""
-    from sluice.tracker import add_rig
+    from sluice.store.tracker import add_rig
 
     add_rig(Town(town_dir), name, make_repo(tmp_path / "repos" / name), prefix)
     return name

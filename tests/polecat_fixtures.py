@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from sluice.dispatch import make_request
+from sluice.core.models import apply_config_value, parse_config_value
 from sluice.executors.base import LaunchRequest
-from sluice.models import apply_config_value, parse_config_value
-from sluice.town import Town
+from sluice.scheduler.dispatch import make_request
+from sluice.store.town import Town
 
 POLECAT = r'''
 import json, os, subprocess, sys, time

@@ -16,8 +16,8 @@ STAMP = "2026-01-01T00:00:00Z"
 
 def add_rig(cli: Cli, tmp_path: Path, name: str, prefix: str) -> Path:
     """A real git repository registered as a rig (through the library: fixtures stay fast)."""
-    from sluice.town import Town
-    from sluice.tracker import add_rig as register
+    from sluice.store.town import Town
+    from sluice.store.tracker import add_rig as register
 
     repo = make_repo(tmp_path / "repos" / name)
     register(Town(cli.town), name, repo, prefix)
@@ -26,8 +26,8 @@ def add_rig(cli: Cli, tmp_path: Path, name: str, prefix: str) -> Path:
 
 def configure(town: Path, key: str, value: str) -> None:
     """What `sluice config set KEY VALUE` does, without a process per setting."""
-    from sluice.models import apply_config_value, parse_config_value
-    from sluice.town import Town
+    from sluice.core.models import apply_config_value, parse_config_value
+    from sluice.store.town import Town
 
     parsed = parse_config_value(key, value)
     Town(town).update_config(lambda config: apply_config_value(config, key, parsed))

@@ -8,15 +8,15 @@ import pytest
 
 from advisor_helpers import add_rig, decisions, events, item, merge_request, write_items
 from conftest import make_repo
-from sluice import advisor
+from sluice.core.items import effective_tokens
+from sluice.core.scoring import Candidate, score_all
 from sluice.errors import UsageError
-from sluice.items import effective_tokens
-from sluice.policy import load_policy
-from sluice.ranking import order_of_ts, rank_ready
-from sluice.scoring import Candidate, score_all
-from sluice.signals import Signals
-from sluice.store import Stores
-from sluice.town import Town
+from sluice.scheduler import advisor
+from sluice.scheduler.ranking import order_of_ts, rank_ready
+from sluice.scheduler.signals import Signals
+from sluice.store.policy import load_policy
+from sluice.store.rigstore import Stores
+from sluice.store.town import Town
 
 
 @pytest.fixture

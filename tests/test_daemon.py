@@ -26,7 +26,7 @@ from scheduler_helpers import (
     write_items,
 )
 from sluice.executors.local import LocalExecutor
-from sluice.town import Town
+from sluice.store.town import Town
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, tmp_path: 
 
 def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, tmp_path, monkeypatch):
     """An executor that cannot be asked is reported in the tick's line; `config set` applies next tick."""
-    from sluice.daemon import Daemon
+    from sluice.scheduler.daemon import Daemon
 
     town_with_rigs(cli, tmp_path, ("alpha", "al"))
     configure(cli.town, "executor.kind", "tmux")

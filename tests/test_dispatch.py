@@ -32,11 +32,11 @@ from scheduler_helpers import (
     worker_records,
     write_items,
 )
-from sluice import contexts as ctxs
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor
-from sluice.store import Stores
-from sluice.town import Town
+from sluice.store import contexts as ctxs
+from sluice.store.rigstore import Stores
+from sluice.store.town import Town
 
 SLUICE = (sys.executable, "-m", "sluice")
 
@@ -464,8 +464,8 @@ class FakeExecutor:
 
 
 def test_spawn_delay_only_follows_successful_launches(cli, town):
-    from sluice.dispatch import run_cycle
     from sluice.errors import ExecutorError
+    from sluice.scheduler.dispatch import run_cycle
 
     write_items(town, "alpha", [item("al-1"), item("al-2"), item("al-3"), item("al-4")])
     configure(cli.town, "scheduler.max_polecats", "5")
@@ -481,8 +481,8 @@ def test_spawn_delay_only_follows_successful_launches(cli, town):
 
 
 def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, town):
-    from sluice.dispatch import run_cycle
     from sluice.errors import ExecutorUnavailable
+    from sluice.scheduler.dispatch import run_cycle
 
     write_items(town, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
@@ -494,7 +494,7 @@ def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, town):
 
 
 def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli, town, executor, monkeypatch):
-    from sluice import dispatch
+    from sluice.scheduler import dispatch
 
     write_items(town, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", sleeper(5))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from sluice.cli import app
+from sluice.surfaces.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_repo
-from sluice import gitview
 from sluice.errors import NotARepository
+from sluice.store import gitview
 
 
 @pytest.fixture

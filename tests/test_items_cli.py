@@ -10,7 +10,7 @@ import pytest
 
 from conftest import make_repo
 from foundation_helpers import quick_rig, quick_town
-from sluice.town import Town
+from sluice.store.town import Town
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def test_show_is_one_object_and_unknown_ids_fail(cli, rig):
 
 
 def test_list_filters_by_rig_status_and_labels(cli, rig, town_dir, tmp_path):
-    from sluice.tracker import add_rig
+    from sluice.store.tracker import add_rig
 
     add_rig(Town(town_dir), "beta", make_repo(tmp_path / "repos" / "beta"), "be")
     a = create(cli, "--title", "a", "--label", "x", "--label", "y")

@@ -16,7 +16,7 @@ from scheduler_helpers import item, town_with_rigs, wait_for, write_items
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor, pid_alive, proc_start_time
-from sluice.town import Town
+from sluice.store.town import Town
 
 
 @pytest.fixture
@@ -86,7 +86,8 @@ def test_a_reused_pid_is_not_our_polecat(setup):
 def test_a_zombie_is_not_active(setup, tmp_path):
     """A polecat that exited but was not waited for (its launcher is gone) does not hold a slot."""
     town, _executor, repo = setup
-    code = ("import sys; from sluice.town import Town; from sluice.executors.local import LocalExecutor;"
+    code = ("import sys; from sluice.store.town import Town;"
+            "from sluice.executors.local import LocalExecutor;"
             "from sluice.executors.base import LaunchRequest;"
             f"p = LocalExecutor(Town({str(town.root)!r})).launch(LaunchRequest('al-1', 'alpha', 't', 'c1',"
             f" {str(repo)!r}, {str(town.root)!r}, (sys.executable, '-c', 'pass')));"

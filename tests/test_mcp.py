@@ -160,7 +160,7 @@ def test_a_file_the_system_cannot_read_is_a_readable_tool_error(cli: Cli, queued
 
 
 def test_the_published_schemas_refuse_extra_arguments(cli: Cli):
-    from sluice.mcp_server import build_server
+    from sluice.surfaces.mcp_server import build_server
 
     async def schemas():
         return {tool.name: tool.input_schema for tool in await build_server(str(cli.town)).list_tools()}

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.errors import ConfigError
-from sluice.plan import (
+from sluice.core.plan import (
     DispatchPlan,
     DispatchReport,
     filter_circuit_broken,
@@ -21,6 +20,7 @@ from sluice.plan import (
     retry_delay,
     split_vars,
 )
+from sluice.errors import ConfigError
 
 # (name, capacity, batch, ready count) -> (dispatched, skipped, reason)
 PLAN_TABLE = [

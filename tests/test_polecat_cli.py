@@ -10,7 +10,7 @@ import pytest
 from polecat_fixtures import configure, gone, install_polecat, polecat_command, report
 from scheduler_helpers import item, write_items
 from sluice.executors import get_executor
-from sluice.town import Town
+from sluice.store.town import Town
 
 ROW_KEYS = {
     "id", "item_id", "rig", "context_id", "executor", "started_at", "state", "pid", "log_path", "attach",

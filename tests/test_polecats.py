@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from polecat_fixtures import configure, gone, install_polecat, polecat_command, report
 from polecat_fixtures import request as launch_request
 from scheduler_helpers import contexts, fields, issues_path, item, write_items
-from sluice import polecats
-from sluice.events import read_events
+from sluice.core.items import iso, parse_ts
+from sluice.core.models import SlingContextFields
+from sluice.core.plan import retry_delay
 from sluice.executors import get_executor
-from sluice.items import iso, parse_ts
-from sluice.models import SlingContextFields
-from sluice.plan import retry_delay
-from sluice.town import Town
+from sluice.scheduler import polecats
+from sluice.store.events import read_events
+from sluice.store.town import Town
 
 
 @pytest.fixture(params=["local", "tmux"])

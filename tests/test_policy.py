@@ -11,9 +11,9 @@ import stat
 import pytest
 from pydantic import ValidationError
 
+from sluice.core.scoring import Weights
 from sluice.errors import ConfigError, UsageError
-from sluice.policy import GraphOverride, Policy, PolicyWeights, load_policy, set_policy
-from sluice.scoring import Weights
+from sluice.store.policy import GraphOverride, Policy, PolicyWeights, load_policy, set_policy
 
 
 @pytest.fixture

@@ -10,14 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from advisor_helpers import add_rig, add_worktree, item, merge_request, stamp, write_items
-from sluice.decisions import append_decisions
-from sluice.items import effective_tokens
-from sluice.policy import GraphOverride, Policy, PolicyWeights, set_policy
-from sluice.ranking import ReadyGroup, Work, best_of_groups, order_of_ts, order_text, rank_ready, rank_work
-from sluice.scoring import Candidate, score_all
-from sluice.signals import Signals
-from sluice.store import Stores
-from sluice.town import Town
+from sluice.core.items import effective_tokens
+from sluice.core.scoring import Candidate, score_all
+from sluice.scheduler.ranking import (
+    ReadyGroup,
+    Work,
+    best_of_groups,
+    order_of_ts,
+    order_text,
+    rank_ready,
+    rank_work,
+)
+from sluice.scheduler.signals import Signals
+from sluice.store.decisions import append_decisions
+from sluice.store.policy import GraphOverride, Policy, PolicyWeights, set_policy
+from sluice.store.rigstore import Stores
+from sluice.store.town import Town
 
 # -- the pure core --------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from scheduler_helpers import contexts, fields, item, write_items
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import get_executor
 from sluice.executors.ray import NOT_INSTALLED, RayExecutor, entrypoint
-from sluice.town import Town
+from sluice.store.town import Town
 
 pytestmark = pytest.mark.slow
 _ = ray_cluster  # the session fixture, used by name below
@@ -158,7 +158,7 @@ def test_a_missing_ray_install_says_how_to_install_it(cli, rig):
         "import sys; sys.modules['ray'] = None\n"
         "from sluice.errors import ExecutorUnavailable\n"
         "from sluice.executors import get_executor\n"
-        "from sluice.town import Town\n"
+        "from sluice.store.town import Town\n"
         "try:\n"
         "    get_executor(Town(sys.argv[1])).active()\n"
         "except ExecutorUnavailable as err:\n"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.readiness import (
+from sluice.core.readiness import (
     NOT_WORK_TYPES,
     Node,
     blocked_nodes,

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.errors import ConfigError, UsageError
-from sluice.scoring import (
+from sluice.core.scoring import (
     Candidate,
     Scored,
     Selection,
@@ -26,6 +25,7 @@ from sluice.scoring import (
     select,
     underrepresented_rigs,
 )
+from sluice.errors import ConfigError, UsageError
 
 T0 = "2026-01-01T00:00:00Z"
 

@@ -12,16 +12,16 @@ import pytest
 
 from advisor_helpers import add_rig, add_worktree, item, merge_request, write_items
 from conftest import git, make_repo
-from sluice.decisions import (
+from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
+from sluice.scheduler.signals import Graphs, Signals, is_warm_rig, parent_of_deps
+from sluice.store.decisions import (
     append_decisions,
     counts_cache_path,
     decision_counts,
     recent_decisions,
 )
-from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
-from sluice.signals import Graphs, Signals, is_warm_rig, parent_of_deps
-from sluice.store import Stores
-from sluice.town import Rig, Town
+from sluice.store.rigstore import Stores
+from sluice.store.town import Rig, Town
 
 
 @pytest.fixture

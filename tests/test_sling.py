@@ -129,9 +129,9 @@ def test_slings_of_different_items_into_one_rig_never_share_a_context_id(cli, to
     """Two slings picking a context id at the same moment must still get two ids (no context is lost)."""
     import threading
 
-    from sluice import contexts as context_module
-    from sluice.sling import sling
-    from sluice.town import Town
+    from sluice.scheduler.sling import sling
+    from sluice.store import contexts as context_module
+    from sluice.store.town import Town
 
     cli.run("item", "list")  # build the index first so the racers start together
     both_picking = threading.Barrier(2, timeout=2)
@@ -331,7 +331,7 @@ def test_an_item_with_a_running_polecat_is_already_handled(cli, town):
     out = cli.json("sling", "al-1", "alpha")
     assert out["scheduled"] == [] and out["already"][0]["polecat_id"].startswith("pc-")
     from sluice.executors.local import LocalExecutor
-    from sluice.town import Town
+    from sluice.store.town import Town
 
     executor = LocalExecutor(Town(town), stop_grace=1)
     for polecat in executor.active():

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from sluice.core.models import SchedulerState
 from sluice.errors import ConfigError
-from sluice.models import SchedulerState
-from sluice.state import load_state, record_dispatch, save_state, set_paused, set_resumed
-from sluice.town import Town
+from sluice.store.state import load_state, record_dispatch, save_state, set_paused, set_resumed
+from sluice.store.town import Town
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_record_dispatch_rereads_so_a_pause_in_between_survives(town, town_dir):
 def test_concurrent_writers_never_lose_the_pause(town, town_dir):
     """Many processes recording dispatches while another pauses: the pause is never overwritten."""
     code = (
-        "import sys; from sluice.town import Town; from sluice.state import record_dispatch\n"
+        "import sys; from sluice.store.town import Town; from sluice.store.state import record_dispatch\n"
         "t = Town(sys.argv[1])\n"
         "for n in range(15): record_dispatch(t, n)\n"
     )

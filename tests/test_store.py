@@ -19,9 +19,9 @@ import pytest
 from conftest import Cli, make_repo
 from foundation_helpers import quick_rig, quick_town
 from sluice.errors import StoreCorrupt
-from sluice.index import DurableIndex
-from sluice.store import RigStore, Stores, read_jsonl
-from sluice.town import Town
+from sluice.store.index import DurableIndex
+from sluice.store.rigstore import RigStore, Stores, read_jsonl
+from sluice.store.town import Town
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_concurrent_cli_creates_all_land(cli, rig, town_dir):
 
 
 def _create_many(town: str, worker: int, count: int) -> list[str]:
-    from sluice.tracker import NewItem, create_item
+    from sluice.store.tracker import NewItem, create_item
 
     the_town = Town(Path(town))
     return [create_item(the_town, "alpha", NewItem(title=f"w{worker}-{n}"))["id"] for n in range(count)]

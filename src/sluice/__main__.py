@@ -1,3 +1,3 @@
-from sluice.cli import main
+from sluice.surfaces.cli import main
 
 main()

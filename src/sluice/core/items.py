@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .readiness import Node
+from sluice.core.readiness import Node
 
 STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
 CONTEXT_LABEL = "sluice:sling-context"
@@ -138,7 +138,7 @@ def effective_tokens(record: Mapping) -> int:
     Older exports store ``metadata`` as a JSON string; it is decoded first.
     Beyond 64 bits an estimate is simply the most expensive item there is.
     """
-    from .scoring import effective_tokens as tokens_from
+    from sluice.core.scoring import effective_tokens as tokens_from
 
     meta = record.get("metadata")
     if isinstance(meta, str):

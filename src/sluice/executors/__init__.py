@@ -9,30 +9,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
+from sluice.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..town import Town
-    from .base import Executor
+    from sluice.executors.base import Executor
+    from sluice.store.town import Town
 
 
 def get_executor(town: Town, kind: str | None = None) -> Executor:
     """The executor named by ``executor.kind`` (imported lazily: Ray is heavy)."""
     kind = kind or town.config.executor.kind
     if kind == "local":
-        from .local import LocalExecutor
+        from sluice.executors.local import LocalExecutor
 
         return LocalExecutor(town)
     if kind == "demo":
-        from .local import LocalExecutor
+        from sluice.executors.local import LocalExecutor
 
         return LocalExecutor(town, demo=True)
     if kind == "tmux":
-        from .tmux import TmuxExecutor
+        from sluice.executors.tmux import TmuxExecutor
 
         return TmuxExecutor(town)
     if kind == "ray":
-        from .ray import RayExecutor
+        from sluice.executors.ray import RayExecutor
 
         return RayExecutor(town)
     raise ConfigError(f"executor.kind {kind!r} is not one of local, tmux, ray, demo")

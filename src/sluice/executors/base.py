@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import ExecutorError
+from sluice.errors import ExecutorError
 
 PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo")
 MAX_ARG_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument or "KEY=value", NUL included
@@ -156,7 +156,7 @@ def read_finished(path: Path) -> list[dict]:
 
 def require_command(request: LaunchRequest) -> None:
     """No argv means no ``executor.command``: unusable, and never charged to the item."""
-    from ..errors import ExecutorUnavailable
+    from sluice.errors import ExecutorUnavailable
 
     if not request.argv:
         raise ExecutorUnavailable(

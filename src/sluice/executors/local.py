@@ -31,15 +31,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import fsutil
-from ..errors import ExecutorError, StoreCorrupt
-from ..items import iso, new_id
-from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished, require_command
+from sluice.core.items import iso, new_id
+from sluice.errors import ExecutorError, StoreCorrupt
+from sluice.executors.base import (
+    LaunchRequest,
+    Polecat,
+    check_launchable,
+    polecat_env,
+    read_finished,
+    require_command,
+)
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from ..town import Town
+    from sluice.store.town import Town
 
-DEMO_COMMAND = (sys.executable, "-m", "sluice.demo_worker", "{item_id}")
+DEMO_COMMAND = (sys.executable, "-m", "sluice.surfaces.demo_worker", "{item_id}")
 FINISHED_LOG = "finished.jsonl"
 # A pending record whose launcher is gone for this long is reported as lost.
 _PENDING_GRACE = 30.0

@@ -19,7 +19,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..town import Town
+    from sluice.store.town import Town
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _LONGEST_PART = 60

@@ -35,14 +35,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .. import fsutil
-from ..errors import ExecutorError, ExecutorUnavailable
-from ..items import iso
-from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished, require_command
-from .naming import launch_name, town_key
+from sluice.core.items import iso
+from sluice.errors import ExecutorError, ExecutorUnavailable
+from sluice.executors.base import (
+    LaunchRequest,
+    Polecat,
+    check_launchable,
+    polecat_env,
+    read_finished,
+    require_command,
+)
+from sluice.executors.naming import launch_name, town_key
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from ..town import Town
+    from sluice.store.town import Town
 
 KIND = "ray"
 FINISHED_LOG = "ray-finished.jsonl"

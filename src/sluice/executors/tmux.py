@@ -35,15 +35,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import fsutil
-from ..errors import ExecutorError, ExecutorUnavailable
-from ..items import iso
-from .base import LaunchRequest, Polecat, check_launchable, polecat_env, read_finished, require_command
-from .local import pid_alive, proc_start_time
-from .naming import launch_name, town_key
+from sluice.core.items import iso
+from sluice.errors import ExecutorError, ExecutorUnavailable
+from sluice.executors.base import (
+    LaunchRequest,
+    Polecat,
+    check_launchable,
+    polecat_env,
+    read_finished,
+    require_command,
+)
+from sluice.executors.local import pid_alive, proc_start_time
+from sluice.executors.naming import launch_name, town_key
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from ..town import Town
+    from sluice.store.town import Town
 
 KIND = "tmux"
 FINISHED_LOG = "tmux-finished.jsonl"

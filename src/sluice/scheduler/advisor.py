@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from sluice.errors import UsageError
 
 if TYPE_CHECKING:
-    from .scoring import Selection
-    from .store import Stores
-    from .town import Town
+    from sluice.core.scoring import Selection
+    from sluice.store.rigstore import Stores
+    from sluice.store.town import Town
 
 DECISION_EVENT = "ScheduleDecision"
 SKIPPED_EVENT = "ScheduleSkipped"
@@ -50,11 +50,11 @@ def next_decisions(
     _check_count("--limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
         raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
-    from .items import iso
-    from .ranking import load_town_policy, rank_ready
-    from .scoring import select
-    from .signals import Signals
-    from .store import Stores
+    from sluice.core.items import iso
+    from sluice.core.scoring import select
+    from sluice.scheduler.ranking import load_town_policy, rank_ready
+    from sluice.scheduler.signals import Signals
+    from sluice.store.rigstore import Stores
 
     policy = load_town_policy(town)
     stores = Stores(town)
@@ -74,7 +74,7 @@ def next_decisions(
 
 
 def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict:
-    from .decisions import make_decision
+    from sluice.store.decisions import make_decision
 
     candidate = selection.scored.candidate
     rig = town.rig(candidate.rig)
@@ -85,8 +85,8 @@ def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict
 
 def record_decisions(town: Town, decisions: list[dict]) -> None:
     """Append the decisions (one write) and then their events (one write)."""
-    from .decisions import append_decisions
-    from .events import emit_events
+    from sluice.store.decisions import append_decisions
+    from sluice.store.events import emit_events
 
     append_decisions(town, decisions)
     emit_events(town, [(SKIPPED_EVENT if d["skipped"] else DECISION_EVENT, event_payload(d))
@@ -103,10 +103,10 @@ def status(town: Town, recent: int = 10, now: float | None = None) -> dict:
     import time
 
     _check_count("--recent", recent, 0)
-    from .decisions import recent_decisions
-    from .ranking import load_town_policy, ready_count
-    from .signals import Signals
-    from .store import Stores
+    from sluice.scheduler.ranking import load_town_policy, ready_count
+    from sluice.scheduler.signals import Signals
+    from sluice.store.decisions import recent_decisions
+    from sluice.store.rigstore import Stores
 
     now = time.time() if now is None else now
     policy = load_town_policy(town)
@@ -129,14 +129,14 @@ def status(town: Town, recent: int = 10, now: float | None = None) -> dict:
 
 def policy_show(town: Town) -> dict:
     """The policy in force (the defaults when there is no policy file)."""
-    from .ranking import load_town_policy
+    from sluice.scheduler.ranking import load_town_policy
 
     return load_town_policy(town).model_dump(mode="json")
 
 
 def policy_set(town: Town, **fields: Any) -> dict:
     """Change policy fields (see :func:`sluice.policy.set_policy`) and return the whole policy."""
-    from .policy import set_policy
+    from sluice.store.policy import set_policy
 
     unknown = sorted(set(fields) - POLICY_FIELDS)
     if unknown:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import contexts as ctxs
-from . import events
-from .errors import ExecutorError
-from .state import load_state, set_paused, set_resumed
-from .store import Stores
+from sluice.errors import ExecutorError
+from sluice.store import contexts as ctxs
+from sluice.store import events
+from sluice.store.rigstore import Stores
+from sluice.store.state import load_state, set_paused, set_resumed
 
 if TYPE_CHECKING:
-    from .executors.base import Executor, Polecat
-    from .ranking import Work
-    from .town import Town
+    from sluice.executors.base import Executor, Polecat
+    from sluice.scheduler.ranking import Work
+    from sluice.store.town import Town
 
 
 def _fresh_config(town: Town):
@@ -33,7 +33,7 @@ def _active(
 ) -> tuple[list[Polecat] | None, Executor | None, str | None]:
     try:
         if executor is None:
-            from .executors import get_executor
+            from sluice.executors import get_executor
 
             executor = get_executor(town)
         return executor.active(), executor, None
@@ -42,7 +42,7 @@ def _active(
 
 
 def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
-    from .polecats import retry_due_at
+    from sluice.scheduler.polecats import retry_due_at
 
     context = work.payload
     fields = context.fields
@@ -63,7 +63,7 @@ def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
 
 def _queue(town: Town, executor: Executor | None):
     config = _fresh_config(town)
-    from .pending import survey
+    from sluice.scheduler.pending import survey
 
     active, executor, problem = _active(town, executor)
     stores = Stores(town)

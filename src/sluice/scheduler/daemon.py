@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING
 
 import filelock
 
-from . import fsutil
-from .errors import InvalidOperation, SluiceError, UsageError
-from .items import iso
+from sluice.core.items import iso
+from sluice.errors import InvalidOperation, SluiceError, UsageError
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from .town import Town
+    from sluice.store.town import Town
 
 DEFAULT_INTERVAL = 180.0
 DEFAULT_TIMEOUT = 300.0
@@ -161,7 +161,7 @@ class Daemon:
             result["timed_out"] = [p.id for p in timed_out]
         reaped = 0
         try:
-            from .executors import get_executor
+            from sluice.executors import get_executor
 
             reaped = len(get_executor(self.town).reap())
         except SluiceError as err:
@@ -178,8 +178,8 @@ class Daemon:
         return "error" not in result
 
     def _stop_overdue(self) -> list:
-        from .executors import get_executor
-        from .polecats import stop_overdue
+        from sluice.executors import get_executor
+        from sluice.scheduler.polecats import stop_overdue
 
         try:
             stopped = stop_overdue(self.town, get_executor(self.town), time.time())

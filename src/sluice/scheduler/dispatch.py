@@ -37,19 +37,26 @@ from typing import TYPE_CHECKING
 
 import filelock
 
-from . import contexts as ctxs
-from . import events, fsutil
-from .errors import ConfigError, DispatchBusy, ExecutorError, ExecutorUnavailable, SluiceError, UsageError
-from .executors.base import LaunchRequest, substitute
-from .items import iso
-from .plan import plan_dispatch
-from .state import load_state, record_dispatch
-from .store import Stores
+from sluice.core.items import iso
+from sluice.core.plan import plan_dispatch
+from sluice.errors import (
+    ConfigError,
+    DispatchBusy,
+    ExecutorError,
+    ExecutorUnavailable,
+    SluiceError,
+    UsageError,
+)
+from sluice.executors.base import LaunchRequest, substitute
+from sluice.store import contexts as ctxs
+from sluice.store import events, fsutil
+from sluice.store.rigstore import Stores
+from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
-    from .executors.base import Executor
-    from .ranking import Work
-    from .town import Town
+    from sluice.executors.base import Executor
+    from sluice.scheduler.ranking import Work
+    from sluice.store.town import Town
 
 CLOSE_RETRY_WAITS = (0.5, 1.0)  # three attempts to close a dispatched context
 
@@ -174,8 +181,8 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
                 )
         return report
 
-    from .executors import get_executor
-    from .pending import survey
+    from sluice.executors import get_executor
+    from sluice.scheduler.pending import survey
 
     executor = executor or get_executor(town)
     try:
@@ -327,8 +334,8 @@ class _Launcher:
 
 def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
     """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
-    from .decisions import append_decisions, make_decision
-    from .signals import Graphs
+    from sluice.scheduler.signals import Graphs
+    from sluice.store.decisions import append_decisions, make_decision
 
     item = work.item
     graph_id = work.graph_id if work.score is not None else Graphs(town, Stores(town)).of_record(item)

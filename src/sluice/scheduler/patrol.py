@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import contexts as ctxs
-from .errors import ExecutorUnavailable
+from sluice.errors import ExecutorUnavailable
+from sluice.store import contexts as ctxs
 
 if TYPE_CHECKING:
-    from .pending import Stale, Survey
-    from .ranking import Work
-    from .town import Town
+    from sluice.scheduler.pending import Stale, Survey
+    from sluice.scheduler.ranking import Work
+    from sluice.store.town import Town
 
 ORPHAN_REASONS = frozenset({ctxs.INVALID_WORK_ITEM})
 DUPLICATE = "duplicate"  # close reason for a younger context of an already queued item
@@ -63,9 +63,9 @@ def _stale_row(stale: Stale) -> dict:
 
 def patrol(town: Town, rig_name: str, fix: bool = False) -> dict:
     """The patrol report for ``rig_name``; with ``fix``, close its stale and duplicate contexts."""
-    from .executors import get_executor
-    from .pending import survey
-    from .store import Stores
+    from sluice.executors import get_executor
+    from sluice.scheduler.pending import survey
+    from sluice.store.rigstore import Stores
 
     town.reload_config()
     town.rig(rig_name)  # an unknown rig is an error, not an empty report
@@ -101,7 +101,7 @@ def _orphaned(stale: Stale, rigs: set[str]) -> bool:
 
 
 def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: tuple[float, float]) -> dict:
-    from .polecats import retry_due_at
+    from sluice.scheduler.polecats import retry_due_at
 
     queued = [_queued_row(w, False) for w in view.ready if w.payload.rig == rig_name]
     queued += [_queued_row(w, False) for w in view.backing_off if w.payload.rig == rig_name]

@@ -26,18 +26,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import contexts as ctxs
-from .errors import UnknownItem
-from .items import is_context
-from .plan import is_circuit_broken, pick_oldest_per_item
-from .polecats import is_retry_due
-from .ranking import Work, rank_work
+from sluice.core.items import is_context
+from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
+from sluice.errors import UnknownItem
+from sluice.scheduler.polecats import is_retry_due
+from sluice.scheduler.ranking import Work, rank_work
+from sluice.store import contexts as ctxs
 
 if TYPE_CHECKING:
-    from .contexts import Context
-    from .executors.base import Polecat
-    from .store import RigStore, Stores
-    from .town import Town
+    from sluice.executors.base import Polecat
+    from sluice.store.contexts import Context
+    from sluice.store.rigstore import RigStore, Stores
+    from sluice.store.town import Town
 
 
 @dataclass

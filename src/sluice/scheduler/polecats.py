@@ -24,14 +24,14 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from .errors import ExecutorError, UsageError
-from .items import iso, parse_ts
-from .plan import next_attempt_at
+from sluice.core.items import iso, parse_ts
+from sluice.core.plan import next_attempt_at
+from sluice.errors import ExecutorError, UsageError
 
 if TYPE_CHECKING:
-    from .executors.base import Executor, Polecat
-    from .models import SlingContextFields
-    from .town import Town
+    from sluice.core.models import SlingContextFields
+    from sluice.executors.base import Executor, Polecat
+    from sluice.store.town import Town
 
 POLECAT_TIMED_OUT = "PolecatTimedOut"
 RUNNING_STATES = ("running", "pending")
@@ -66,7 +66,7 @@ def polecat_row(polecat: Polecat) -> dict:
 
 def list_polecats(town: Town) -> list[dict]:
     """Every polecat the town's executor has a record of, oldest first."""
-    from .executors import get_executor
+    from sluice.executors import get_executor
 
     polecats = get_executor(town).listing()
     return [polecat_row(p) for p in sorted(polecats, key=lambda p: (p.started_at, p.id))]
@@ -89,7 +89,7 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
 
 def stop_polecats(town: Town, ref: str) -> list[dict]:
     """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped."""
-    from .executors import get_executor
+    from sluice.executors import get_executor
 
     executor = get_executor(town)
     found = resolve(executor, ref)
@@ -110,7 +110,7 @@ def polecat_logs(town: Town, ref: str, follow: bool = False) -> Iterator[str]:
 
     An id missing from the listing is still tried: a reaped polecat's log stays.
     """
-    from .executors import get_executor
+    from sluice.executors import get_executor
 
     executor = get_executor(town)
     unknown: UnknownPolecat | None = None
@@ -152,7 +152,7 @@ def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | da
 
 def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[Polecat]:
     """Stop every polecat past ``scheduler.polecat_timeout`` and log ``PolecatTimedOut`` for each."""
-    from .events import emit_event
+    from sluice.store.events import emit_event
 
     scheduler = town.load_config().scheduler  # fresh: a long-lived daemon sees `config set` at once
     timeout = scheduler.seconds("polecat_timeout")

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .scoring import Candidate, PolicyLike, Scored, score_all
+from sluice.core.scoring import Candidate, PolicyLike, Scored, score_all
 
 if TYPE_CHECKING:
-    from .signals import Signals
-    from .store import RigStore, Stores
-    from .town import Town
+    from sluice.scheduler.signals import Signals
+    from sluice.store.rigstore import RigStore, Stores
+    from sluice.store.town import Town
 
 #: The tie-break text of an item with no readable timestamp: after every real time.
 UNDATED = "~"
@@ -105,7 +105,7 @@ def order_text(stamp: object) -> str:
 
 
 def load_town_policy(town: Town):
-    from .policy import load_policy
+    from sluice.store.policy import load_policy
 
     return load_policy(town.policy_path)
 
@@ -124,8 +124,8 @@ def rank_work(
     """
     if not work:
         return []
-    from .items import effective_tokens
-    from .signals import Signals
+    from sluice.core.items import effective_tokens
+    from sluice.scheduler.signals import Signals
 
     policy = policy if policy is not None else load_town_policy(town)
     signals = signals if signals is not None else Signals(town, stores)
@@ -337,7 +337,7 @@ def _sorted_rows(members: list[tuple[bool, float, str]]) -> Callable[[int], list
 
 def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float, int, str | None]]:
     """(id, issue_type, priority, created_ts, tokens, parent) of every ready item of one rig."""
-    from .signals import parent_of_deps
+    from sluice.scheduler.signals import parent_of_deps
 
     if store.index_is_exact():
         return [
@@ -346,8 +346,8 @@ def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float,
         ]
     import json
 
-    from .items import effective_tokens, normalise
-    from .signals import parent_of_record
+    from sluice.core.items import effective_tokens, normalise
+    from sluice.scheduler.signals import parent_of_record
 
     out = []
     for priority, created_ts, item_id, raw in store.ready_raw(now, 0):

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .store import Stores
-    from .town import Rig, Town
+    from sluice.store.rigstore import Stores
+    from sluice.store.town import Rig, Town
 
 log = logging.getLogger("sluice")
 
@@ -49,7 +49,7 @@ def is_warm_rig(rig: Rig) -> bool:
     git_dir = Path(rig.repo) / ".git"
     if git_dir.is_dir() and not (git_dir / "worktrees").exists():
         return False
-    from .gitview import is_warm
+    from sluice.store.gitview import is_warm
 
     return is_warm(Path(rig.repo))
 
@@ -177,7 +177,7 @@ class Graphs:
 
     def check_graph(self, graph_id: str) -> None:
         """Refuse a ``--graph-id`` that names no top-level epic, saying what it is instead."""
-        from .errors import InvalidOperation, UnknownItem
+        from sluice.errors import InvalidOperation, UnknownItem
 
         facts = self.facts(graph_id)
         if facts is None:
@@ -231,7 +231,7 @@ class Signals:
     def decision_counts(self) -> dict[str, int]:
         """Past decisions per rig (skipped ones too), for fairness; read only when asked."""
         if self._counts is None:
-            from .decisions import decision_counts
+            from sluice.store.decisions import decision_counts
 
             self._counts = decision_counts(self.town)
         return self._counts

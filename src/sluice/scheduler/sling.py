@@ -29,17 +29,24 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from . import contexts as ctxs
-from . import events, fsutil
-from .errors import ExecutorError, ExecutorUnavailable, InvalidOperation, SluiceError, UnknownItem, UsageError
-from .items import is_context, iso, labels_of, now_utc, tracked_ids
-from .models import SlingContextFields
-from .readiness import NOT_WORK_TYPES, id_prefix
-from .store import Stores
+from sluice.core.items import is_context, iso, labels_of, now_utc, tracked_ids
+from sluice.core.models import SlingContextFields
+from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
+from sluice.errors import (
+    ExecutorError,
+    ExecutorUnavailable,
+    InvalidOperation,
+    SluiceError,
+    UnknownItem,
+    UsageError,
+)
+from sluice.store import contexts as ctxs
+from sluice.store import events, fsutil
+from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
-    from .executors.base import Executor
-    from .town import Town
+    from sluice.executors.base import Executor
+    from sluice.store.town import Town
 
 CHUNK = 256  # item locks held at once by one sling (well under the open-file limit)
 _LOCK_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -321,7 +328,7 @@ def _running_items(executor: Executor | None, town: Town) -> dict[str, str]:
     """item id → polecat id of running polecats (the executor may be unreachable: then none)."""
     try:
         if executor is None:
-            from .executors import get_executor
+            from sluice.executors import get_executor
 
             executor = get_executor(town)
         return {p.item_id: p.id for p in executor.active()}
@@ -387,11 +394,11 @@ def _already(work: _Work, by_item: dict, running: dict[str, str]) -> dict | None
 
 def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOptions, result: SlingResult,
                 executor: Executor | None) -> None:
-    from .dispatch import append_decision, command_template, make_request
-    from .ranking import Work
+    from sluice.scheduler.dispatch import append_decision, command_template, make_request
+    from sluice.scheduler.ranking import Work
 
     if executor is None:
-        from .executors import get_executor
+        from sluice.executors import get_executor
 
         executor = get_executor(town)
     # An item still queued from deferred mode is "already" handled here too: launching it now

@@ -19,14 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import events, fsutil
-from .errors import UnknownItem
-from .items import CONTEXT_LABEL, dependency, is_context, iso, new_id
-from .models import SlingContextFields
-from .store import read_jsonl
+from sluice.core.items import CONTEXT_LABEL, dependency, is_context, iso, new_id
+from sluice.core.models import SlingContextFields
+from sluice.errors import UnknownItem
+from sluice.store import events, fsutil
+from sluice.store.rigstore import read_jsonl
 
 if TYPE_CHECKING:
-    from .store import RigStore, Stores
+    from sluice.store.rigstore import RigStore, Stores
 
 TITLE_PREFIX = "sling-context: "
 TITLE_LIMIT = 200  # characters, so a multi-byte title is never split inside a character

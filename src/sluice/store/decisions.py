@@ -26,11 +26,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import fsutil
-from .errors import StoreCorrupt
+from sluice.errors import StoreCorrupt
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from .town import Rig, Town
+    from sluice.store.town import Rig, Town
 
 COUNTS_VERSION = 1
 #: Bytes before the counted offset kept in the cache to notice a rewritten log.

@@ -17,12 +17,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import fsutil
-from .errors import StoreCorrupt
-from .items import iso
+from sluice.core.items import iso
+from sluice.errors import StoreCorrupt
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from .town import Town
+    from sluice.store.town import Town
 
 # The lifecycle events the dispatcher writes; any other type may be emitted
 # through emit_event (ScheduleDecision, ScheduleSkipped, MergeQueueDepth, …).

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import NotARepository
+from sluice.errors import NotARepository
 
 log = logging.getLogger("sluice")
 

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import readiness
-from .errors import StoreCorrupt
-from .items import effective_tokens, labels_of, to_node
-from .readiness import Node
+from sluice.core import readiness
+from sluice.core.items import effective_tokens, labels_of, to_node
+from sluice.core.readiness import Node
+from sluice.errors import StoreCorrupt
 
 SCHEMA_VERSION = "8"  # raised whenever a rebuild would store, or refuse, something different
 log = logging.getLogger("sluice")

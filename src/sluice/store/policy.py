@@ -23,9 +23,9 @@ from typing import Any
 from filelock import Timeout
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sluice import scoring
+from sluice.core import scoring
 from sluice.errors import ConfigError, SluiceError, UsageError
-from sluice.fsutil import atomic_write_json, file_lock
+from sluice.store.fsutil import atomic_write_json, file_lock
 
 WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness")
 

@@ -20,11 +20,12 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import fsutil, readiness
-from .errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
-from .index import DurableIndex
-from .items import is_context, normalise, shape_problem, skip_record, to_node
-from .town import Rig, Town
+from sluice.core import readiness
+from sluice.core.items import is_context, normalise, shape_problem, skip_record, to_node
+from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
+from sluice.store import fsutil
+from sluice.store.index import DurableIndex
+from sluice.store.town import Rig, Town
 
 log = logging.getLogger("sluice")
 

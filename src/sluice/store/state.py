@@ -18,13 +18,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import fsutil
-from .errors import ConfigError
-from .items import iso
-from .models import SchedulerState, load_model
+from sluice.core.items import iso
+from sluice.core.models import SchedulerState, load_model
+from sluice.errors import ConfigError
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
-    from .town import Town
+    from sluice.store.town import Town
 
 
 def load_state(town: Town) -> SchedulerState:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from . import fsutil
-from .errors import ConfigError, InvalidOperation, TownNotFound, UnknownItem, UnknownRig, UsageError
-from .models import TownConfig, load_model
+from sluice.core.models import TownConfig, load_model
+from sluice.errors import ConfigError, InvalidOperation, TownNotFound, UnknownItem, UnknownRig, UsageError
+from sluice.store import fsutil
 
 CONFIG_NAME = "config.json"
 
@@ -196,7 +196,7 @@ def validate_prefix(prefix: str) -> None:
 
 
 def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None) -> Rig:
-    from .models import RigConfig
+    from sluice.core.models import RigConfig
 
     validate_rig_name(name)
     validate_prefix(prefix)

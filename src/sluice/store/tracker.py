@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gitview
-from .errors import InvalidOperation, NotARepository, UnknownItem, UsageError
-from .items import STATUSES, dependency, iso, labels_of, new_id, normalise
-from .readiness import id_prefix
-from .store import RigStore, Stores, ensure_no_cycle, read_jsonl
-from .town import Rig, Town, register_rig
+from sluice.core.items import STATUSES, dependency, iso, labels_of, new_id, normalise
+from sluice.core.readiness import id_prefix
+from sluice.errors import InvalidOperation, NotARepository, UnknownItem, UsageError
+from sluice.store import gitview
+from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
+from sluice.store.town import Rig, Town, register_rig
 
 DEP_TYPES_KNOWN = (
     "blocks", "conditional-blocks", "waits-for", "parent-child", "related", "discovered-from",

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SluiceError, UsageError
+from sluice.errors import SluiceError, UsageError
 
 CAP = 3
 RIGS = (
@@ -104,9 +104,9 @@ def _git(*args: str, cwd: Path) -> None:
 
 def build_town(root: Path):
     """A fresh town under ``root`` with three rigs, their epics and tasks; returns (town, epic ids)."""
-    from .models import apply_config_value
-    from .town import init_town
-    from .tracker import NewItem, add_dependency, add_rig, create_item
+    from sluice.core.models import apply_config_value
+    from sluice.store.town import init_town
+    from sluice.store.tracker import NewItem, add_dependency, add_rig, create_item
 
     town = init_town(root / "town")
     epics = []
@@ -138,8 +138,8 @@ def build_town(root: Path):
 
 def _snapshot(town) -> dict:
     """What the view shows: per-rig counts, running polecats, open work."""
-    from .control import status
-    from .store import Stores
+    from sluice.scheduler.control import status
+    from sluice.store.rigstore import Stores
 
     stores = Stores(town)
     state = status(town)
@@ -160,7 +160,7 @@ def _snapshot(town) -> dict:
 
 
 def _running(town) -> list:
-    from .executors import get_executor
+    from sluice.executors import get_executor
 
     return get_executor(town).active()
 
@@ -168,9 +168,9 @@ def _running(town) -> list:
 def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.0, live: bool | None = None,
         echo=print) -> DemoSummary:
     """Build the demo town, sling everything, tick until done; returns the summary."""
-    from .daemon import Daemon
-    from .demo_worker import work_span
-    from .sling import sling
+    from sluice.scheduler.daemon import Daemon
+    from sluice.scheduler.sling import sling
+    from sluice.surfaces.demo_worker import work_span
 
     try:  # checked here: a bad value would only surface in every polecat, after the timeout
         work_span(work_seconds)
@@ -230,8 +230,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
 def _stop_all(root: Path) -> None:
     """Stop any polecat still running (only after a timeout or an interrupt)."""
     try:
-        from .executors import get_executor
-        from .town import Town
+        from sluice.executors import get_executor
+        from sluice.store.town import Town
 
         executor = get_executor(Town(root / "town"))
         for polecat in executor.active():

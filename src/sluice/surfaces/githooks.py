@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import InvalidOperation, UnknownRig
-from .town import Rig, Town
+from sluice.errors import InvalidOperation, UnknownRig
+from sluice.store.town import Rig, Town
 
 HOOK_NAMES = ("post-commit", "post-merge", "pre-push")
 _SUPPORT = ("sluice-hook-report",)
@@ -67,7 +67,7 @@ def refresh_town_copies(town: Town) -> Path:
 
 def repo_hooks_dir(rig: Rig) -> Path:
     """Where git looks for this repository's hooks (``core.hooksPath`` honoured)."""
-    from .gitview import open_repo
+    from sluice.store.gitview import open_repo
 
     repo = open_repo(rig.repo)
     try:
@@ -136,8 +136,8 @@ def rig_for_repo(town: Town, repo: Path) -> Rig:
     for rig in rigs:
         if Path(os.path.realpath(rig.repo)) == wanted:
             return rig
-    from .errors import NotARepository
-    from .gitview import common_dir
+    from sluice.errors import NotARepository
+    from sluice.store.gitview import common_dir
 
     try:
         shared = common_dir(wanted)
@@ -154,8 +154,8 @@ def rig_for_repo(town: Town, repo: Path) -> Rig:
 
 def merge_queue(town: Town, rig_name: str) -> MergeQueue:
     """Queued (open) and running (in_progress) ``merge-request`` items of a rig."""
-    from .policy import load_policy
-    from .store import Stores
+    from sluice.store.policy import load_policy
+    from sluice.store.rigstore import Stores
 
     store = Stores(town).rig(rig_name)
     counts = store.merge_queue_counts()
@@ -165,7 +165,7 @@ def merge_queue(town: Town, rig_name: str) -> MergeQueue:
 
 def report(town: Town, rig_name: str | None = None, repo: Path | None = None, hook: str = "") -> MergeQueue:
     """What a hook runs: work out the depth and log a ``MergeQueueDepth`` event."""
-    from .events import emit_event
+    from sluice.store.events import emit_event
 
     if rig_name is None:
         if repo is None:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from .errors import SluiceError, UsageError, os_error_text
+from sluice.errors import SluiceError, UsageError, os_error_text
 
 
 class SlingFailed(SluiceError):
@@ -58,12 +58,12 @@ def build_server(town_arg: str | None = None):
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.mcpserver.tools import Tool
 
-    from . import __version__
+    from sluice import __version__
 
     tools: list[Tool] = []
 
     def town():
-        from .town import find_town
+        from sluice.store.town import find_town
 
         return find_town(town_arg)
 
@@ -97,7 +97,7 @@ def build_server(town_arg: str | None = None):
         preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
     ) -> list[dict]:
         """Score ready work and return the next decision(s), as `sluice schedule next --json`."""
-        from .advisor import next_decisions
+        from sluice.scheduler.advisor import next_decisions
 
         return next_decisions(town(), graph_id=_given(graph_id), limit=limit, preview=preview)
 
@@ -106,7 +106,7 @@ def build_server(town_arg: str | None = None):
         recent: Annotated[StrictInt, Field(ge=0, description="How many recent decisions.")] = 10,
     ) -> dict:
         """Policy, ready count, recent decisions and merge pressure, as `sluice schedule status --json`."""
-        from .advisor import status
+        from sluice.scheduler.advisor import status
 
         return status(town(), recent=recent)
 
@@ -123,7 +123,7 @@ def build_server(town_arg: str | None = None):
         graph_id: Annotated[str, Field(description="Set the weights for this graph only.")] = "",
     ) -> dict:
         """Show or change the scoring policy, as `sluice schedule policy show|set --json`."""
-        from .advisor import policy_set, policy_show
+        from sluice.scheduler.advisor import policy_set, policy_show
 
         fields = {
             "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
@@ -145,7 +145,7 @@ def build_server(town_arg: str | None = None):
         force: StrictBool = False,
     ) -> dict:
         """Queue (or, in direct mode, launch) work, as `sluice sling ... --json`."""
-        from .sling import SlingOptions, sling
+        from sluice.scheduler.sling import SlingOptions, sling
 
         args = [*item_ids, rig] if rig else list(item_ids)
         result = sling(town(), args, SlingOptions(dry_run=dry_run, force=force))
@@ -156,14 +156,14 @@ def build_server(town_arg: str | None = None):
     @tool
     def sluice_scheduler_status() -> dict:
         """The dispatcher's state and queue, as `sluice scheduler status --json`."""
-        from .control import status
+        from sluice.scheduler.control import status
 
         return status(town())
 
     @tool
     def sluice_scheduler_list() -> list[dict]:
         """Queued items in dispatch order, as `sluice scheduler list --json`."""
-        from .control import list_queue
+        from sluice.scheduler.control import list_queue
 
         return list_queue(town())
 
@@ -173,21 +173,21 @@ def build_server(town_arg: str | None = None):
         batch: Annotated[StrictInt | None, Field(ge=1, description="Override scheduler.batch_size.")] = None,
     ) -> dict:
         """Run (or preview) one dispatch cycle, as `sluice scheduler run --json`."""
-        from .dispatch import run_cycle
+        from sluice.scheduler.dispatch import run_cycle
 
         return run_cycle(town(), batch=batch, dry_run=dry_run).to_json()
 
     @tool
     def sluice_scheduler_pause() -> dict:
         """Pause dispatching town-wide, as `sluice scheduler pause --json`."""
-        from .control import pause
+        from sluice.scheduler.control import pause
 
         return pause(town(), actor="mcp")
 
     @tool
     def sluice_scheduler_resume() -> dict:
         """Resume dispatching, as `sluice scheduler resume --json`."""
-        from .control import resume
+        from sluice.scheduler.control import resume
 
         return resume(town())
 
@@ -196,7 +196,7 @@ def build_server(town_arg: str | None = None):
         item_id: Annotated[str, Field(description="Only this item's contexts (default: all).")] = "",
     ) -> dict:
         """Close queued sling contexts, as `sluice scheduler clear [--item ID] --json`."""
-        from .control import clear
+        from sluice.scheduler.control import clear
 
         return clear(town(), _given(item_id))
 
@@ -206,7 +206,7 @@ def build_server(town_arg: str | None = None):
         fix: Annotated[StrictBool, Field(description="Close stale and duplicate contexts.")] = False,
     ) -> dict:
         """One rig's queue health, as `sluice patrol RIG --json`."""
-        from .patrol import patrol
+        from sluice.scheduler.patrol import patrol
 
         return patrol(town(), rig, fix)
 

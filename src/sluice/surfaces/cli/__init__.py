@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from . import common
+from sluice.surfaces.cli import common
 
 app = typer.Typer(
     name="sluice",
@@ -32,7 +32,15 @@ def _root(
 
 
 def _register() -> None:
-    from . import demo_cmd, items_cmd, polecat_cmd, schedule_cmd, scheduler_cmd, surfaces_cmd, town_cmd
+    from sluice.surfaces.cli import (
+        demo_cmd,
+        items_cmd,
+        polecat_cmd,
+        schedule_cmd,
+        scheduler_cmd,
+        surfaces_cmd,
+        town_cmd,
+    )
 
     for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, polecat_cmd, surfaces_cmd, demo_cmd):
         module.register(app)
@@ -54,7 +62,7 @@ def main() -> None:
     logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
     logger.propagate = False
 
-    from ..errors import SluiceError, os_error_text
+    from sluice.errors import SluiceError, os_error_text
 
     try:
         app()

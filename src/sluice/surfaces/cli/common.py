@@ -29,7 +29,7 @@ def town_arg() -> str | None:
 
 def town():
     """The town from --town, SLUICE_TOWN or the cwd (raises TownNotFound)."""
-    from ..town import find_town
+    from sluice.store.town import find_town
 
     return find_town(_town_arg["path"])
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, emit
+from sluice.surfaces.cli.common import JsonOption, emit
 
 
 def demo(
@@ -18,7 +18,7 @@ def demo(
     as_json: JsonOption = False,
 ) -> None:
     """Build a throwaway town, sling everything under a cap of 3 polecats, and watch it drain."""
-    from ..demo import run
+    from sluice.surfaces.demo import run
 
     summary = run(work_seconds=work_seconds, keep=keep, timeout=timeout, live=False if as_json else None)
     emit(summary.to_json(), as_json, _summary_text)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, RawJSON, emit, town
+from sluice.surfaces.cli.common import JsonOption, RawJSON, emit, town
 
 item_app = typer.Typer(help="Create, inspect and query work items.", no_args_is_help=True)
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
@@ -43,7 +43,7 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create an item in RIG's own store."""
-    from ..tracker import NewItem, create_item
+    from sluice.store.tracker import NewItem, create_item
 
     spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(label or ()),
                    deps=tuple(dep or ()), parent=parent, description=description, tokens=tokens,
@@ -54,7 +54,7 @@ def create(
 @item_app.command("show")
 def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: JsonOption = False) -> None:
     """Show one item (any rig; ids route by prefix)."""
-    from ..tracker import show_item
+    from sluice.store.tracker import show_item
 
     emit(show_item(town(), item_id), as_json, _show_text)
 
@@ -82,7 +82,7 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
-    from ..tracker import list_items
+    from sluice.store.tracker import list_items
 
     emit(list_items(town(), rig, status, tuple(label or ())), as_json, _lines)
 
@@ -96,7 +96,7 @@ def ready(
     """Items ready to work on, by beads' rules, most urgent first."""
     import json
 
-    from ..tracker import ready as ready_items
+    from sluice.store.tracker import ready as ready_items
 
     rows = RawJSON(ready_items(town(), rig, limit))
     emit(rows, as_json, lambda rs: _lines(json.loads(r) for r in rs))
@@ -110,7 +110,7 @@ def blocked(
     """Blocked items, each with what blocks it (`blocked_by`)."""
     import json
 
-    from ..tracker import blocked_json
+    from sluice.store.tracker import blocked_json
 
     rows = RawJSON(blocked_json(town(), rig))
     emit(rows, as_json, lambda rs: "\n".join(
@@ -129,7 +129,7 @@ def update(
     as_json: JsonOption = False,
 ) -> None:
     """Change an item's status, priority, assignee or labels."""
-    from ..tracker import update_item
+    from sluice.store.tracker import update_item
 
     emit(update_item(town(), item_id, status, priority, assignee, tuple(add_label or ())), as_json,
          lambda i: f"updated {i['id']}")
@@ -142,7 +142,7 @@ def close(
     as_json: JsonOption = False,
 ) -> None:
     """Close an item."""
-    from ..tracker import close_item
+    from sluice.store.tracker import close_item
 
     emit(close_item(town(), item_id, reason), as_json, lambda i: f"closed {i['id']}")
 
@@ -155,7 +155,7 @@ def dep_add(
     as_json: JsonOption = False,
 ) -> None:
     """A depends on B (A is blocked by B for `blocks`); self edges and cycles are refused."""
-    from ..tracker import add_dependency
+    from sluice.store.tracker import add_dependency
 
     add_dependency(town(), source, target, dep_type)
     row = {"issue_id": source, "depends_on_id": target, "type": dep_type, "status": "added"}
@@ -169,7 +169,7 @@ def import_(
     as_json: JsonOption = False,
 ) -> None:
     """Copy a beads export into RIG's own store (upsert by id, tombstones dropped)."""
-    from ..tracker import import_items
+    from sluice.store.tracker import import_items
 
     emit(import_items(town(), rig, file), as_json,
          lambda r: f"imported into {r['rig']}: {r['added']} added, {r['updated']} updated,"

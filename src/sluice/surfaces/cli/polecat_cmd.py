@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, emit, town
+from sluice.surfaces.cli.common import JsonOption, emit, town
 
 polecat_app = typer.Typer(help="List, stop and read the polecats (worker agents) of the town.",
                           no_args_is_help=True)
@@ -18,7 +18,7 @@ RefArgument = Annotated[str, typer.Argument(help="A polecat id, or the id of the
 @polecat_app.command("list")
 def polecat_list(as_json: JsonOption = False) -> None:
     """Every polecat the executor has a record of: running, pending or finished (until reaped)."""
-    from ..polecats import list_polecats
+    from sluice.scheduler.polecats import list_polecats
 
     emit(list_polecats(town()), as_json, _list_text)
 
@@ -39,7 +39,7 @@ def _list_text(rows: list[dict]) -> str:
 @polecat_app.command("stop")
 def polecat_stop(ref: RefArgument, as_json: JsonOption = False) -> None:
     """Stop a polecat (by id) or every running polecat of an item, with its child processes."""
-    from ..polecats import stop_polecats
+    from sluice.scheduler.polecats import stop_polecats
 
     emit(stop_polecats(town(), ref), as_json, lambda rows: "\n".join(
         f"Stopped {r['id']} ({r['item_id'] or 'no item'})" if r["stopped"]
@@ -52,7 +52,7 @@ def polecat_logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until it ends.")] = False,
 ) -> None:
     """Print a polecat's output (the newest polecat of an item, when given an item id)."""
-    from ..polecats import polecat_logs as read_logs
+    from sluice.scheduler.polecats import polecat_logs as read_logs
 
     for line in read_logs(town(), ref, follow=follow):
         sys.stdout.write(line + "\n")

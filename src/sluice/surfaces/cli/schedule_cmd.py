@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, emit, town
+from sluice.surfaces.cli.common import JsonOption, emit, town
 
 schedule_app = typer.Typer(help="Advisory scoring: which ready item should go next.", no_args_is_help=True)
 policy_app = typer.Typer(help="Show or change the scoring policy.", no_args_is_help=True)
@@ -23,7 +23,7 @@ def next_(
     as_json: JsonOption = False,
 ) -> None:
     """Score the ready items of every rig and say which should go next."""
-    from ..advisor import next_decisions
+    from sluice.scheduler.advisor import next_decisions
 
     emit(next_decisions(town(), graph_id=graph_id, limit=limit, preview=preview), as_json, _next_text)
 
@@ -44,7 +44,7 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Policy, ready count, recent decisions (newest first) and merge pressure."""
-    from ..advisor import status as advisor_status
+    from sluice.scheduler.advisor import status as advisor_status
 
     emit(advisor_status(town(), recent=recent), as_json, _status_text)
 
@@ -62,7 +62,7 @@ def _status_text(data: dict) -> str:
 @policy_app.command("show")
 def policy_show(as_json: JsonOption = False) -> None:
     """The scoring policy in force (defaults when there is no policy file)."""
-    from ..advisor import policy_show as show
+    from sluice.scheduler.advisor import policy_show as show
 
     emit(show(town()), as_json, _policy_text)
 
@@ -90,7 +90,7 @@ def policy_set(
     as_json: JsonOption = False,
 ) -> None:
     """Change the scoring policy; prints the whole policy."""
-    from ..advisor import policy_set as set_
+    from sluice.scheduler.advisor import policy_set as set_
 
     policy = set_(town(), priority=priority, affinity=affinity, cost=cost, fairness=fairness,
                   merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, emit, say, town
+from sluice.surfaces.cli.common import JsonOption, emit, say, town
 
 scheduler_app = typer.Typer(help="Deferred dispatch: queue status, dispatch cycles, pause, clear.",
                             no_args_is_help=True)
@@ -25,8 +25,8 @@ def sling(
     as_json: JsonOption = False,
 ) -> None:
     """Queue items for dispatch (deferred mode) or launch them now (direct mode)."""
-    from ..sling import SlingOptions
-    from ..sling import sling as do_sling
+    from sluice.scheduler.sling import SlingOptions
+    from sluice.scheduler.sling import sling as do_sling
 
     options = SlingOptions(formula=formula, args=args, vars=tuple(var or ()), agent=agent, force=force,
                            dry_run=dry_run)
@@ -69,7 +69,7 @@ def _sling_text(data: dict) -> str:
 @scheduler_app.command("status")
 def status(as_json: JsonOption = False) -> None:
     """Pause state, queue size, active polecats and capacity."""
-    from ..control import status as queue_status
+    from sluice.scheduler.control import status as queue_status
 
     emit(queue_status(town()), as_json, _status_text)
 
@@ -104,7 +104,7 @@ def _status_text(data: dict) -> str:
 @scheduler_app.command("list")
 def list_(as_json: JsonOption = False) -> None:
     """Queued items in dispatch order (ready first, then blocked)."""
-    from ..control import list_queue
+    from sluice.scheduler.control import list_queue
 
     emit(list_queue(town()), as_json, _list_text)
 
@@ -139,7 +139,7 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Run one dispatch cycle now."""
-    from ..dispatch import run_cycle
+    from sluice.scheduler.dispatch import run_cycle
 
     report = run_cycle(town(), batch=batch, dry_run=dry_run)
     if not as_json:
@@ -176,7 +176,7 @@ def _run_text(data: dict) -> str | None:
 @scheduler_app.command("pause")
 def pause(as_json: JsonOption = False) -> None:
     """Stop dispatch cycles from launching (slinging still queues)."""
-    from ..control import pause as do_pause
+    from sluice.scheduler.control import pause as do_pause
 
     emit(do_pause(town()), as_json, lambda d: "Scheduler paused" if d["changed"]
          else f"Scheduler is already paused (by {d['paused_by'] or 'unknown'})")
@@ -185,7 +185,7 @@ def pause(as_json: JsonOption = False) -> None:
 @scheduler_app.command("resume")
 def resume(as_json: JsonOption = False) -> None:
     """Let dispatch cycles launch again."""
-    from ..control import resume as do_resume
+    from sluice.scheduler.control import resume as do_resume
 
     emit(do_resume(town()), as_json,
          lambda d: "Scheduler resumed" if d["changed"] else "Scheduler is not paused")
@@ -197,7 +197,7 @@ def clear(
     as_json: JsonOption = False,
 ) -> None:
     """Close queued sling contexts (all, or one item's); work items are not touched."""
-    from ..control import clear as do_clear
+    from sluice.scheduler.control import clear as do_clear
 
     emit(do_clear(town(), item), as_json, _clear_text)
 
@@ -219,7 +219,7 @@ def daemon(
     timeout: Annotated[float, typer.Option(help="Seconds a cycle may take before it is killed.")] = 300.0,
 ) -> None:
     """Run dispatch cycles every INTERVAL seconds and reap finished polecats (one per town)."""
-    from ..daemon import run_daemon
+    from sluice.scheduler.daemon import run_daemon
 
     code = run_daemon(town(), interval=interval, once=once, timeout=timeout)
     sys.stdout.flush()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, emit, say, town
+from sluice.surfaces.cli.common import JsonOption, emit, say, town
 
 hooks_app = typer.Typer(help="Git hooks that report a rig's merge-queue depth.", no_args_is_help=True)
 
@@ -19,7 +19,7 @@ def hooks_install(
     as_json: JsonOption = False,
 ) -> None:
     """Link post-commit, post-merge and pre-push into RIG's repository (its only write by sluice)."""
-    from ..githooks import install
+    from sluice.surfaces.githooks import install
 
     result = install(town(), rig, force)
     emit(result.to_json(), as_json, lambda r: "\n".join(
@@ -37,7 +37,7 @@ def hooks_report(
     as_json: JsonOption = False,
 ) -> None:
     """Print the rig's merge-queue depth on stderr and log a MergeQueueDepth event."""
-    from ..githooks import report
+    from sluice.surfaces.githooks import report
 
     queue = report(town(), rig, repo, hook)
     say(queue.line())
@@ -54,7 +54,7 @@ def patrol(
     as_json: JsonOption = False,
 ) -> None:
     """Witness patrol: one rig's queued, failing, stale, duplicate and orphaned contexts and polecats."""
-    from ..patrol import patrol as run_patrol
+    from sluice.scheduler.patrol import patrol as run_patrol
 
     emit(run_patrol(town(), rig, fix), as_json, _patrol_text)
 
@@ -81,8 +81,8 @@ def _patrol_text(r: dict) -> str:
 
 def mcp() -> None:
     """Serve the sluice tools over MCP on stdio (for agent clients)."""
-    from ..mcp_server import serve
-    from .common import town_arg
+    from sluice.surfaces.cli.common import town_arg
+    from sluice.surfaces.mcp_server import serve
 
     serve(town_arg())
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import JsonOption, emit, town
+from sluice.surfaces.cli.common import JsonOption, emit, town
 
 rig_app = typer.Typer(help="Register and list rigs (git repositories with work items).", no_args_is_help=True)
 config_app = typer.Typer(help="Read and change town configuration.", no_args_is_help=True)
@@ -18,7 +18,7 @@ def init(
     as_json: JsonOption = False,
 ) -> None:
     """Create a town (`.sluice/config.json`) in PATH; an existing town is left alone."""
-    from ..town import init_town
+    from sluice.store.town import init_town
 
     created = init_town(path)
     emit({"town": str(created.root)}, as_json, lambda d: f"town ready at {d['town']}")
@@ -35,7 +35,7 @@ def rig_add(
     as_json: JsonOption = False,
 ) -> None:
     """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source."""
-    from ..tracker import add_rig, rig_row
+    from sluice.store.tracker import add_rig, rig_row
 
     the_town = town()
     row = rig_row(the_town, add_rig(the_town, name, repo, prefix, items))
@@ -46,7 +46,7 @@ def rig_add(
 @rig_app.command("list")
 def rig_list(as_json: JsonOption = False) -> None:
     """List the town's rigs."""
-    from ..tracker import rig_rows
+    from sluice.store.tracker import rig_rows
 
     rows = rig_rows(town())
     emit(rows, as_json, lambda rs: "\n".join(
@@ -59,7 +59,7 @@ def config_get(key: Annotated[str, typer.Argument(help="e.g. scheduler.max_polec
     """Print one config value as a bare scalar (JSON for lists and objects)."""
     import json
 
-    from ..models import format_duration, get_config_value, parse_duration
+    from sluice.core.models import format_duration, get_config_value, parse_duration
 
     value = get_config_value(town().config, key)
     if key.startswith("scheduler.") and isinstance(value, str):
@@ -75,7 +75,7 @@ def config_set(
     value: Annotated[str, typer.Argument(help="The new value; `-1` works as typed.")],
 ) -> None:
     """Set one config value; a bad value is refused naming the key and what it accepts."""
-    from ..models import apply_config_value, parse_config_value
+    from sluice.core.models import apply_config_value, parse_config_value
 
     parsed = parse_config_value(key, value)
     town().update_config(lambda config: apply_config_value(config, key, parsed))
