@@ -94,3 +94,47 @@ def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
         if wanted is None or event.get("type") in wanted:
             out.append(event)
     return out
+
+
+
+_TAIL_BLOCK = 64 * 1024
+
+
+def recent_events(town: Town, count: int) -> list[dict]:
+    """The last ``count`` events, oldest first, reading only the end of the log.
+
+    Live views call this every second, so it never parses the whole log.  A
+    torn last line (an append in progress) is not there yet; any other bad
+    line is an error naming its line, as for :func:`read_events`.
+    """
+    if count <= 0:
+        return []
+    path = town.events_path
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return []
+    with fh:
+        start = fh.seek(0, os.SEEK_END)
+        data = b""
+        while start > 0 and data.count(b"\n") <= count:
+            step = min(_TAIL_BLOCK, start)
+            start -= step
+            fh.seek(start)
+            data = fh.read(step) + data
+    body = data[: data.rfind(b"\n") + 1]  # bytes after the last newline: an append not finished yet
+    first = 0 if start == 0 else body.find(b"\n") + 1  # the first line is cut off mid-way
+    lines = body[first:].split(b"\n")[:-1]
+    out = []
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            number = path.read_bytes()[: start + first].count(b"\n") + index + 1
+            raise StoreCorrupt(path, number, f"malformed event ({err})") from None
+        out.append(event)
+    return out[-count:]

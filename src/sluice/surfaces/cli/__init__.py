@@ -40,9 +40,11 @@ def _register() -> None:
         scheduler_cmd,
         surfaces_cmd,
         town_cmd,
+        views_cmd,
     )
 
-    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, polecat_cmd, surfaces_cmd, demo_cmd):
+    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, polecat_cmd, surfaces_cmd, demo_cmd,
+                   views_cmd):
         module.register(app)
 
 

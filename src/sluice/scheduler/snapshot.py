@@ -1,0 +1,141 @@
+"""One snapshot of the town: everything the live views show, as one JSON document.
+
+``sluice snapshot --json``, ``sluice top``, ``sluice web`` and its
+``/api/state`` all show this document and nothing else, so a view can never
+disagree with the CLI: the scheduler part *is* ``scheduler status`` (the same
+call, so whatever status reports — caps, throttles, budgets — the views
+report too), the queue *is* ``scheduler list`` and the polecats are rows of
+``polecat list``.  The snapshot is built once per refresh; the executor is
+asked once for its polecats and that one answer serves the status counts and
+the polecat rows.
+
+Shape (``version`` 1)::
+
+    {version, at, town,
+     scheduler: {…scheduler status without its items…},
+     queue: [… scheduler list rows, dispatch order …],
+     polecats: [… polecat list rows that still run, with runtime_seconds and logs_command …],
+     rigs: {name: {ready, blocked, queued, queued_ready, queued_blocked, running,
+                   merge_queue: {queued, running, depth}}},
+     decisions: [… newest first …], events: [… oldest first …]}
+
+``rigs.*.ready`` and ``blocked`` count the rig's items (beads rules), queued
+ones or not; ``queued`` counts the rig's queue rows.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from sluice.core.items import iso, parse_ts
+from sluice.errors import ExecutorError, SluiceError
+from sluice.scheduler import control
+from sluice.scheduler.polecats import RUNNING_STATES, polecat_row
+from sluice.store.decisions import recent_decisions
+from sluice.store.events import recent_events
+from sluice.store.rigstore import Stores
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Executor
+    from sluice.store.town import Town
+
+VERSION = 1
+RECENT_DECISIONS = 20
+RECENT_EVENTS = 30
+
+
+def _executor(town: Town) -> tuple[Executor | None, str | None]:
+    from sluice.executors import get_executor
+
+    try:
+        return get_executor(town), None
+    except ExecutorError as err:
+        return None, str(err)
+
+
+class _OneAnswer:
+    """The executor, answering ``active``/``listing`` once per snapshot (one look, one truth)."""
+
+    def __init__(self, executor: Executor):
+        self._executor = executor
+        self._listing = None
+
+    def __getattr__(self, name):
+        return getattr(self._executor, name)
+
+    def listing(self):
+        if self._listing is None:
+            self._listing = list(self._executor.listing())
+        return self._listing
+
+    def active(self):
+        return [p for p in self.listing() if p.state in RUNNING_STATES]
+
+
+def _polecat(row: dict, now: float) -> dict:
+    started = parse_ts(row["started_at"])
+    row["runtime_seconds"] = None if started is None else round(max(0.0, now - started), 1)
+    row["logs_command"] = shlex.join(["sluice", "polecat", "logs", row["id"]])
+    return row
+
+
+def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float) -> dict:
+    stores = Stores(town)
+    out = {}
+    for store in stores.all():
+        name = store.rig.name
+        try:
+            ready = len(store.ready_raw(now, 0))
+            blocked = len(store.blocked_raw())
+            merge = store.merge_queue_counts()
+        except (SluiceError, OSError) as err:  # one broken rig must not blank the whole view
+            out[name] = {"error": str(err)}
+            continue
+        rows = [r for r in queue if r["target_rig"] == name]
+        queued_merge, running_merge = merge.get("open", 0), merge.get("in_progress", 0)
+        out[name] = {
+            "ready": ready,
+            "blocked": blocked,
+            "queued": len(rows),
+            "queued_ready": sum(1 for r in rows if not r["blocked"]),
+            "queued_blocked": sum(1 for r in rows if r["blocked"]),
+            "running": sum(1 for p in polecats if p["rig"] == name),
+            "merge_queue": {"queued": queued_merge, "running": running_merge,
+                            "depth": queued_merge + running_merge},
+        }
+    return out
+
+
+def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = RECENT_DECISIONS,
+             events: int = RECENT_EVENTS) -> dict:
+    """The town's state as one JSON-ready dict; see the module docstring for its shape."""
+    now = time.time()
+    problem = None
+    if executor is None:
+        executor, problem = _executor(town)
+    once = _OneAnswer(executor) if executor is not None else None
+    status = control.status(town, once)
+    queue = status.pop("items")
+    polecats: list[dict] = []
+    if once is not None and "executor_error" not in status:
+        try:
+            listed = sorted(once.listing(), key=lambda p: (p.started_at, p.id))
+            polecats = [_polecat(polecat_row(p), now) for p in listed if p.state in RUNNING_STATES]
+        except ExecutorError as err:
+            status["executor_error"] = str(err)
+    if problem and "executor_error" not in status:
+        status["executor_error"] = problem
+    return {
+        "version": VERSION,
+        "at": iso(datetime.fromtimestamp(now, UTC)),
+        "town": str(town.root),
+        "scheduler": status,
+        "queue": queue,
+        "polecats": polecats,
+        "rigs": _rigs(town, queue, polecats, now),
+        "decisions": recent_decisions(town, decisions),
+        "events": recent_events(town, events),
+    }

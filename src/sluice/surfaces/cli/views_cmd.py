@@ -1,0 +1,34 @@
+"""`sluice snapshot`, `sluice top`, `sluice web`: watching the town, all from one snapshot."""
+
+from __future__ import annotations
+
+import typer
+
+from sluice.surfaces.cli.common import JsonOption, emit, town
+
+
+def snapshot(as_json: JsonOption = False) -> None:
+    """The town's state in one document: scheduler, queue, polecats, rigs, decisions, events."""
+    from sluice.scheduler.snapshot import snapshot as take
+
+    emit(take(town()), as_json, _snapshot_text)
+
+
+def _snapshot_text(snap: dict) -> str:
+    sched = snap["scheduler"]
+    state = "PAUSED" if sched["paused"] else "active"
+    lines = [f"sluice town {snap['town']} at {snap['at']}",
+             f"  scheduler {state}, {sched['mode']} mode, {sched['active_polecats'] or 0} polecat(s) running,"
+             f" {sched['queued_total']} queued ({sched['queued_ready']} ready)"]
+    for name, rig in snap["rigs"].items():
+        if "error" in rig:
+            lines.append(f"  {name}: {rig['error']}")
+            continue
+        lines.append(f"  {name}: {rig['ready']} ready, {rig['blocked']} blocked, {rig['queued']} queued,"
+                     f" {rig['running']} running, merge queue {rig['merge_queue']['depth']}")
+    lines.append("(`sluice snapshot --json` for everything; `sluice top` to watch it live)")
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("snapshot")(snapshot)
