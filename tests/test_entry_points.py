@@ -32,3 +32,62 @@ def test_usage_errors_exit_2_and_domain_errors_exit_1(tmp_path: Path):
                             env={**_env(), "SLUICE_TOWN": ""}, timeout=60)
     assert lonely.returncode == 1
     assert lonely.stderr.startswith("error: no sluice town found")
+
+
+def _sluice(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sluice", *args], capture_output=True, text=True,
+                          env={**_env(), **(env or {})}, cwd=cwd, timeout=60)
+
+
+def test_usage_errors_are_one_plain_line_and_a_hint(tmp_path: Path):
+    cases = [
+        (("sling", "--bogus"), "error: No such option: --bogus", "try 'sluice sling --help'"),
+        (("nosuch",), "error: No such command 'nosuch'.", "try 'sluice --help'"),
+        (("rig", "add"), "error: Missing argument 'name'.", "try 'sluice rig add --help'"),
+        (("item", "ready", "--limit", "many"), "error: Invalid value for '--limit'",
+         "try 'sluice item ready --help'"),
+    ]
+    for args, first, hint in cases:
+        done = _sluice(*args, cwd=tmp_path)
+        lines = done.stderr.splitlines()
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(lines) == 2 and lines[0].startswith(first) and lines[1] == hint, (args, done.stderr)
+        assert not any(ch in done.stderr for ch in "╭│╰"), done.stderr
+        assert done.stdout == ""
+
+
+def test_library_usage_errors_get_the_same_hint(tmp_path: Path):
+    town = tmp_path / "town"
+    assert _sluice("init", str(town), cwd=tmp_path).returncode == 0
+    done = _sluice("--town", str(town), "item", "ready", "--limit", "-1", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["error: --limit must be >= 0 (0 = all)",
+                                        "try 'sluice item ready --help'"]
+
+
+def test_every_json_document_is_compact_on_one_line(tmp_path: Path):
+    """One format for every --json: compact separators on one line, however the document is built."""
+    import json
+
+    from conftest import make_repo
+
+    town = tmp_path / "town"
+    make_repo(tmp_path / "repo")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return _sluice("--town", str(town), *args, cwd=tmp_path)
+
+    assert _sluice("init", str(town), cwd=tmp_path).returncode == 0
+    assert run("rig", "add", "alpha", str(tmp_path / "repo"), "--prefix", "al").returncode == 0
+    first = json.loads(run("item", "create", "alpha", "--title", "één", "--json").stdout)
+    run("item", "create", "alpha", "--title", "second", "--dep", first["id"], "--json")
+    reads = [("rig", "list"), ("item", "list"), ("item", "ready"), ("item", "blocked"),
+             ("item", "show", first["id"]), ("scheduler", "status"), ("scheduler", "list"),
+             ("schedule", "policy", "show"), ("schedule", "status"), ("schedule", "next", "--preview")]
+    for args in reads:
+        done = run(*args, "--json")
+        assert done.returncode == 0, (args, done.stderr)
+        text = done.stdout
+        assert text.endswith("\n") and text.count("\n") == 1, (args, text)
+        compact = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+        assert text[:-1] == compact, (args, text)

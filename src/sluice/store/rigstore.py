@@ -209,7 +209,7 @@ class RigStore:
     def _raw(self, item_id: str) -> str:
         record = self.ephemeral().get(item_id)
         if record is not None:
-            return json.dumps(record, ensure_ascii=False)
+            return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         return self.index.get_raw(item_id) or "{}"
 
     def statuses(self, ids) -> dict[str, str]:

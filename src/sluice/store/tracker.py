@@ -209,14 +209,15 @@ def blocked_json(town: Town, rig: str | None = None) -> list[str]:
 
 
 def _with_causes(store: RigStore, item_id: str, raw: str | None, causes: list[str]) -> str:
-    extra = f'"blocked_by_count": {len(causes)}, "blocked_by": {json.dumps(causes)}'
+    extra = f'"blocked_by_count":{len(causes)},"blocked_by":{json.dumps(causes, separators=(",", ":"))}'
     if raw is not None and '"blocked_by' not in raw:
         body = raw.rstrip()
         if body.endswith("}"):
             inner = body[:-1].rstrip()
-            return f"{inner}, {extra}}}" if not inner.endswith("{") else f"{{{extra}}}"
+            return f"{inner},{extra}}}" if not inner.endswith("{") else f"{{{extra}}}"
     record = store.get(item_id) or {"id": item_id}
-    return json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes}, ensure_ascii=False)
+    return json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes},
+                      ensure_ascii=False, separators=(",", ":"))
 
 
 def _update_record(town: Town, item_id: str, apply) -> dict:

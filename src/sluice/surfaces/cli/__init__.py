@@ -56,6 +56,38 @@ class _StderrFormatter(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
+def _try_help(command_path: str) -> None:
+    sys.stderr.write(f"try '{command_path} --help'\n")
+
+
+def _usage_error(err: typer.TyperException) -> None:
+    """One plain ``error: …`` line and where to look, exit 2; bare ``sluice`` still shows the help."""
+    ctx = getattr(err, "ctx", None)
+    if type(err).__name__ == "NoArgsIsHelpError":  # a group named without a command: its help is the answer
+        sys.stderr.write(err.format_message().rstrip("\n") + "\n")
+        sys.exit(2)
+    sys.stderr.write(f"error: {err.format_message()}\n")
+    if ctx is not None:
+        _try_help(ctx.command_path)
+    sys.exit(getattr(err, "exit_code", 2))
+
+
+def _command_path(argv: list[str]) -> str:
+    """``sluice schedule policy`` for an argv, so a usage error from a command can point at its help."""
+    command = typer.main.get_command(app)
+    words, skip = ["sluice"], False
+    for arg in argv:
+        if skip or arg.startswith("-"):
+            skip = arg == "--town"
+            continue
+        commands = getattr(command, "commands", None)
+        if not commands or arg not in commands:
+            break
+        words.append(arg)
+        command = commands[arg]
+    return " ".join(words)
+
+
 def main() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_StderrFormatter())
@@ -67,9 +99,18 @@ def main() -> None:
     from sluice.errors import SluiceError, os_error_text
 
     try:
-        app()
+        # Not standalone: typer's own usage errors reach us here instead of printing a boxed panel.
+        code = app(prog_name="sluice", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except typer.TyperException as err:  # a bad flag, value or command name, found while parsing
+        _usage_error(err)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(1)
     except SluiceError as err:
         sys.stderr.write(f"error: {err}\n")
+        if err.exit_code == 2:
+            _try_help(_command_path(sys.argv[1:]))
         sys.exit(err.exit_code)
     except TimeoutError as err:  # filelock.Timeout: a lock stayed busy past its timeout
         lock = getattr(err, "lock_file", "a lock")

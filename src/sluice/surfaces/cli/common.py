@@ -39,9 +39,14 @@ class RawJSON(list):
 
 
 def to_json(data: Any) -> str:
+    """Every ``--json`` document: compact, on one line (``jq`` makes it pretty when a person wants it).
+
+    Compact rather than indented because a large array of items (``item ready
+    --json`` of a big rig) is then the stored lines joined, never re-encoded.
+    """
     if isinstance(data, RawJSON):
-        return "[" + ",\n".join(data) + "]"
-    return json.dumps(data, indent=2, ensure_ascii=False, default=_default)
+        return "[" + ",".join(data) + "]"
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_default)
 
 
 def _default(value: Any):
