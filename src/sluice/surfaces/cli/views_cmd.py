@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, town
@@ -30,5 +32,20 @@ def _snapshot_text(snap: dict) -> str:
     return "\n".join(lines)
 
 
+def top(
+    once: Annotated[bool, typer.Option("--once", help="Print one frame and exit.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes (changes show at once).")] = 1.0,
+    rig: Annotated[str | None, typer.Option(help="Show only this rig (`/` changes it live).")] = None,
+) -> None:
+    """Watch the town live: queue in dispatch order, running polecats, events (q quits, p pauses)."""
+    from sluice.errors import UsageError
+    from sluice.surfaces.top import run_top
+
+    if interval <= 0:
+        raise UsageError(f"--interval must be > 0 seconds (got {interval:g})")
+    run_top(town(), once=once, interval=interval, rig=rig)
+
+
 def register(app: typer.Typer) -> None:
     app.command("snapshot")(snapshot)
+    app.command("top")(top)

@@ -1,0 +1,134 @@
+"""`sluice top` in a real terminal: tmux runs it, capture-pane reads the screen, send-keys types."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from polecat_fixtures import configure
+from scheduler_helpers import add_rig, item, sleeper, wait_for, write_items
+from sluice.executors import get_executor
+from sluice.store.town import Town
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    add_rig(cli, tmp_path, "alpha", "al")
+    add_rig(cli, tmp_path, "beta", "be")
+    write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", "second"),
+                                    item("al-3", "[bold]not markup[/bold]")])
+    write_items(cli.town, "beta", [item("be-1", "beta work"), item("be-2", "more beta\x1b[2J")])
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    cli.run("sling", "al-1", "al-2", "al-3", "alpha")
+    cli.run("sling", "be-1", "be-2", "beta")
+    cli.run("scheduler", "run")
+    yield Town(cli.town)
+    executor = get_executor(Town(cli.town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+class Tmux:
+    def __init__(self, socket: str):
+        self.socket = socket
+
+    def __call__(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=check)
+        return done.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "top")
+
+    def wait_screen(self, predicate, what: str, timeout: float = 20.0) -> str:
+        try:
+            return wait_for(lambda: (lambda s: s if predicate(s) else None)(self.screen()), timeout=timeout)
+        except AssertionError:
+            raise AssertionError(f"screen never showed {what}:\n{self.screen()}") from None
+
+
+@pytest.fixture
+def tmux(cli, town):
+    socket = f"sluice-top-test-{uuid.uuid4().hex[:8]}"
+    mux = Tmux(socket)
+    command = shlex.join(["env", f"SLUICE_TOWN={cli.town}", sys.executable, "-m", "sluice", "top"])
+    mux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "120", "-y", "40", command)
+    mux("set-option", "-t", "top", "remain-on-exit", "on")
+    mux("resize-window", "-t", "top", "-x", "120", "-y", "40")
+    yield mux
+    mux("kill-server", check=False)
+
+
+def test_top_shows_the_queue_polecats_and_pause_round_trips(cli, tmux):
+    screen = tmux.wait_screen(lambda s: "sluice top" in s and "al-2" in s and "be-1" in s, "the queue")
+    assert " active " in screen and "polecats 1/1" in screen
+    queue = screen[screen.index("queue ("):screen.index("running polecats")]
+    assert "be-1" in queue, screen
+    assert queue.index("al-2") < queue.index("be-1")  # dispatch order
+    assert "[bold]not markup[/bold]" in queue  # a title is text, never rich markup
+    polecats = screen[screen.index("running polecats"):screen.index("rigs")]
+    assert "al-1" in polecats and "sluice polecat logs" in polecats
+
+    tmux("send-keys", "-t", "top", "p")
+    tmux.wait_screen(lambda s: "PAUSED by sluice top" in s, "the pause")
+    assert cli.json("scheduler", "status")["paused"] is True
+    assert cli.json("scheduler", "status")["paused_by"] == "sluice top"
+    tmux("send-keys", "-t", "top", "p")
+    tmux.wait_screen(lambda s: " active " in s and "PAUSED" not in s, "the resume")
+    assert cli.json("scheduler", "status")["paused"] is False
+
+    cli.run("scheduler", "pause")  # a change made elsewhere shows without a key press
+    tmux.wait_screen(lambda s: "PAUSED" in s, "a pause made by the CLI")
+
+
+def test_slash_filters_by_rig(tmux):
+    tmux.wait_screen(lambda s: "be-1" in s and "al-2" in s, "both rigs")
+    tmux("send-keys", "-t", "top", "/", "beta", "Enter")
+    screen = tmux.wait_screen(lambda s: "rig filter: beta" in s, "the filter")
+    queue = screen[screen.index("queue ("):screen.index("running polecats")]
+    assert "be-1" in queue and "be-2" in queue and "al-2" not in queue
+    tmux("send-keys", "-t", "top", "/", "Enter")
+    tmux.wait_screen(lambda s: "rig filter" not in s and "al-2" in s, "the filter cleared")
+
+
+def test_a_new_polecat_appears_live(cli, tmux, town):
+    tmux.wait_screen(lambda s: "al-1" in s, "the first polecat")
+    configure(cli.town, {"scheduler.max_polecats": "2"})
+    cli.run("scheduler", "run")
+    screen = tmux.wait_screen(lambda s: "running polecats (2)" in s, "the second polecat")
+    polecats = screen[screen.index("running polecats"):screen.index("rigs")]
+    assert "al-2" in polecats
+
+
+def test_resize_redraws_and_q_quits_cleanly(tmux):
+    tmux.wait_screen(lambda s: "sluice top" in s, "the first frame")
+    for width, height in ((60, 15), (200, 50), (30, 8), (120, 40)):
+        tmux("resize-window", "-t", "top", "-x", str(width), "-y", str(height))
+        fits = lambda s, w=width: "sluice top" in s and max(len(line) for line in s.splitlines()) <= w  # noqa: E731
+        tmux.wait_screen(fits, f"a frame at {width}x{height}")
+    tmux("send-keys", "-t", "top", "q")
+    wait_for(lambda: tmux("display-message", "-p", "-t", "top", "#{pane_dead}").strip() == "1")
+    assert tmux("display-message", "-p", "-t", "top", "#{pane_dead_status}").strip() == "0"
+    screen = tmux.screen()
+    assert "Traceback" not in screen and "error" not in screen.lower()
+
+
+def test_once_prints_one_frame(cli, town):
+    done = cli.run("top", "--once")
+    assert "sluice top" in done.stdout and "al-2" in done.stdout and "be-1" in done.stdout
+    assert "[bold]not markup[/bold]" in done.stdout
+    assert "more beta\\x1b[2J" in done.stdout and "\x1b[2J" not in done.stdout  # escapes shown, not run
+    assert "\x1b[?1049h" not in done.stdout  # no alternate screen when printing one frame
+    only = cli.run("top", "--once", "--rig", "beta").stdout
+    assert "be-1" in only and "al-2" not in only
+
+
+def test_a_bad_interval_is_a_usage_error(cli):
+    done = cli.run("top", "--interval", "0", check=False)
+    assert done.returncode == 2 and done.stderr.startswith("error: --interval")
