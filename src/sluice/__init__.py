@@ -1,3 +1,65 @@
-"""sluice: a git-native scheduler for multi-agent coding workspaces."""
+"""sluice: a git-native scheduler for multi-agent coding workspaces.
+
+The Python API (see ``docs/api.md``)::
+
+    import sluice
+
+    town = sluice.open_town("/path/to/town")
+    town.sling(["api-1"], rig="api")
+    town.run_cycle()
+
+``import sluice`` stays cheap: the API is imported on first use of one of its
+names (``sluice --version`` and the hot read commands must not pay for
+pydantic, pygit2, typer or rich).
+"""
+
+from __future__ import annotations
+
+from sluice.errors import LockBusy, SluiceError
 
 __version__ = "0.1.0"
+
+_API_NAMES = frozenset({
+    "ClearResult", "CycleReport", "Decision", "Decisions", "PatrolReport", "PauseState", "PolicyInfo",
+    "Queue", "QueueEntry", "QueueStatus", "RigInfo", "ScheduleStatus", "SlingResult", "Town",
+    "init_town", "open_town",
+})
+
+__all__ = ["LockBusy", "MemoryExecutor", "SluiceError", "__version__", *sorted(_API_NAMES)]
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs milliseconds here
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sluice.api import (  # noqa: F401
+        ClearResult,
+        CycleReport,
+        Decision,
+        Decisions,
+        PatrolReport,
+        PauseState,
+        PolicyInfo,
+        Queue,
+        QueueEntry,
+        QueueStatus,
+        RigInfo,
+        ScheduleStatus,
+        SlingResult,
+        Town,
+        init_town,
+        open_town,
+    )
+    from sluice.executors.memory import MemoryExecutor
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy on purpose: the API pulls in pydantic and the scheduler (see the module docstring).
+    if name in _API_NAMES:
+        from sluice import api
+
+        return getattr(api, name)
+    if name == "MemoryExecutor":
+        from sluice.executors.memory import MemoryExecutor
+
+        return MemoryExecutor
+    raise AttributeError(f"module 'sluice' has no attribute {name!r}")

@@ -61,6 +61,18 @@ class DispatchBusy(SluiceError):
     """Another dispatch cycle holds the dispatch lock."""
 
 
+class LockBusy(SluiceError):
+    """A lock stayed busy past its timeout: another sluice call is holding it.
+
+    Raised instead of ``filelock.Timeout`` wherever the library takes a lock,
+    so a caller needs to catch only :class:`SluiceError`.
+    """
+
+    def __init__(self, lock_file: str):
+        self.lock_file = lock_file
+        super().__init__(f"timed out waiting for {lock_file}; another sluice command is holding it")
+
+
 class ExecutorError(SluiceError):
     """An executor could not launch, count or stop polecats."""
 

@@ -8,29 +8,16 @@ timestamps) and how beads' import normalises old exports (L1–L4).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from sluice.core.clock import iso, new_id, now_utc  # noqa: F401 - re-exported until callers move
 from sluice.core.readiness import Node
 
 STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
 CONTEXT_LABEL = "sluice:sling-context"
-_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
-
-
-def iso(ts: datetime | None = None) -> str:
-    """UTC RFC 3339 with microseconds, the timestamp format sluice writes."""
-    ts = ts or now_utc()
-    return ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_ts(value: Any) -> float | None:
@@ -168,23 +155,6 @@ def tracked_ids(record: Mapping) -> list[str]:
                 target = target.rsplit(":", 1)[-1]
             out.append(target)
     return out
-
-
-def new_id(prefix: str, seed: str, taken) -> str:
-    """A fresh ``<prefix>-<base36>`` id, adaptive length like beads' hash ids."""
-    nonce = 0
-    while True:
-        digest = hashlib.sha256(f"{seed}|{time.time_ns()}|{os.getpid()}|{nonce}".encode()).digest()
-        number = int.from_bytes(digest[:8], "big")
-        suffix = ""
-        while number:
-            number, rem = divmod(number, 36)
-            suffix += _B36[rem]
-        length = 4 + nonce // 10
-        candidate = f"{prefix}-{suffix[:length]}"
-        if candidate not in taken:
-            return candidate
-        nonce += 1
 
 
 def dependency(source: str, target: str, dep_type: str = "blocks", created_at: str | None = None) -> dict:

@@ -92,7 +92,7 @@ class RayConfig(_Strict):
 
 
 class ExecutorConfig(_Strict):
-    kind: Literal["local", "tmux", "ray", "demo"] = "local"
+    kind: Literal["local", "tmux", "ray", "demo", "memory"] = "local"
     command: list[str] = Field(default_factory=list)
     ray: RayConfig = Field(default_factory=RayConfig)
 
@@ -128,7 +128,7 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.polecat_timeout": "a duration (0 = no timeout)",
     "scheduler.retry_base": "a duration",
     "scheduler.retry_max": "a duration",
-    "executor.kind": "one of local, tmux, ray, demo",
+    "executor.kind": "one of local, tmux, ray, demo, memory",
     "executor.command": 'a JSON array of argv strings, e.g. ["my-agent", "{item_id}"]',
     "executor.ray.address": "a Ray dashboard address, e.g. http://127.0.0.1:8265",
     "executor.ray.resources": 'a JSON object of resource amounts, e.g. {"agent_slot": 1}',

@@ -31,8 +31,12 @@ def get_executor(town: Town, kind: str | None = None) -> Executor:
         from sluice.executors.tmux import TmuxExecutor
 
         return TmuxExecutor(town)
+    if kind == "memory":
+        from sluice.executors.memory import MemoryExecutor
+
+        return MemoryExecutor.for_town(town)
     if kind == "ray":
         from sluice.executors.ray import RayExecutor
 
         return RayExecutor(town)
-    raise ConfigError(f"executor.kind {kind!r} is not one of local, tmux, ray, demo")
+    raise ConfigError(f"executor.kind {kind!r} is not one of local, tmux, ray, demo, memory")

@@ -26,6 +26,7 @@ from sluice.errors import ExecutorUnavailable
 from sluice.store import contexts as ctxs
 
 if TYPE_CHECKING:
+    from sluice.executors.base import Executor
     from sluice.scheduler.pending import Stale, Survey
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
@@ -61,7 +62,7 @@ def _stale_row(stale: Stale) -> dict:
     return {**_context_row(stale.context), "reason": stale.reason, "detail": stale.detail}
 
 
-def patrol(town: Town, rig_name: str, fix: bool = False) -> dict:
+def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | None = None) -> dict:
     """The patrol report for ``rig_name``; with ``fix``, close its stale and duplicate contexts."""
     from sluice.executors import get_executor
     from sluice.scheduler.pending import survey
@@ -71,7 +72,7 @@ def patrol(town: Town, rig_name: str, fix: bool = False) -> dict:
     town.rig(rig_name)  # an unknown rig is an error, not an empty report
     sched = town.config.scheduler
     stores = Stores(town)
-    executor = get_executor(town)
+    executor = executor or get_executor(town)
     executor_error = None
     try:
         active = executor.active()

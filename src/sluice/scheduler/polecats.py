@@ -64,11 +64,11 @@ def polecat_row(polecat: Polecat) -> dict:
     }
 
 
-def list_polecats(town: Town) -> list[dict]:
+def list_polecats(town: Town, executor: Executor | None = None) -> list[dict]:
     """Every polecat the town's executor has a record of, oldest first."""
     from sluice.executors import get_executor
 
-    polecats = get_executor(town).listing()
+    polecats = (executor or get_executor(town)).listing()
     return [polecat_row(p) for p in sorted(polecats, key=lambda p: (p.started_at, p.id))]
 
 
@@ -87,11 +87,11 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
     return by_item
 
 
-def stop_polecats(town: Town, ref: str) -> list[dict]:
+def stop_polecats(town: Town, ref: str, executor: Executor | None = None) -> list[dict]:
     """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped."""
     from sluice.executors import get_executor
 
-    executor = get_executor(town)
+    executor = executor or get_executor(town)
     found = resolve(executor, ref)
     running = [p for p in found if p.state in RUNNING_STATES] or found[:1]
     rows = []
@@ -105,14 +105,16 @@ def stop_polecats(town: Town, ref: str) -> list[dict]:
     return rows
 
 
-def polecat_logs(town: Town, ref: str, follow: bool = False) -> Iterator[str]:
+def polecat_logs(
+    town: Town, ref: str, follow: bool = False, executor: Executor | None = None
+) -> Iterator[str]:
     """The output of polecat ``ref`` (or of the newest polecat of item ``ref``), line by line.
 
     An id missing from the listing is still tried: a reaped polecat's log stays.
     """
     from sluice.executors import get_executor
 
-    executor = get_executor(town)
+    executor = executor or get_executor(town)
     unknown: UnknownPolecat | None = None
     try:
         polecat_id = resolve(executor, ref)[0].id

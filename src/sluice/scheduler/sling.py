@@ -144,15 +144,30 @@ def check_vars(values: tuple[str, ...]) -> None:
 
 def sling(town: Town, args: list[str], options: SlingOptions | None = None,
           executor: Executor | None = None) -> SlingResult:
-    """Queue (deferred mode) or launch (direct mode) the named items; see the module docstring."""
+    """``sluice sling ITEM... [RIG]``: the command's arguments, the rig last when it names one."""
+    town.reload_config()
+    item_ids, rig = split_args(town, args)
+    if rig is None and len(item_ids) > 1:
+        _refuse_misspelt_rig(town, Stores(town), item_ids[-1])
+    return sling_items(town, item_ids, rig, options, executor)
+
+
+def sling_items(town: Town, item_ids: list[str], rig: str | None = None, options: SlingOptions | None = None,
+                executor: Executor | None = None) -> SlingResult:
+    """Queue (deferred mode) or launch (direct mode) the items, each to ``rig`` or to its own rig.
+
+    See the module docstring for the guards.
+    """
     options = options or SlingOptions()
     config = town.reload_config()
     check_vars(options.vars)
-    item_ids, rig = split_args(town, args)
+    item_ids = [i for i in item_ids if i.strip()]
+    if not item_ids:
+        raise UsageError("sling needs at least one item id")
+    if rig is not None:
+        town.rig(rig)  # an unknown rig is an error before anything is looked up
     result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)
     stores = Stores(town)
-    if rig is None and len(item_ids) > 1:
-        _refuse_misspelt_rig(town, stores, item_ids[-1])
     works = _expand(town, stores, item_ids, rig, options, result)
     if not works:
         return result

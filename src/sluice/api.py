@@ -1,0 +1,526 @@
+"""The Python API: open a town and drive it, as the CLI and the MCP server do.
+
+::
+
+    import sluice
+
+    town = sluice.open_town("/path/to/town")        # or sluice.init_town(path)
+    town.sling(["api-1"], rig="api", formula="fix")  # -> SlingResult
+    town.run_cycle(dry_run=True)                     # -> CycleReport
+    print(town.status().queued_ready)                # -> QueueStatus
+
+Every method is one command of the CLI, and every result is a dataclass
+whose ``to_json()`` is exactly the document that command prints with
+``--json`` (the CLI and the MCP tools print nothing else).  Errors are
+:class:`sluice.errors.SluiceError` subclasses; a lock that stays busy is
+:class:`~sluice.errors.LockBusy`.
+
+The executor is the town's configured one (``executor.kind``), looked up on
+each call, unless one is handed to :func:`open_town`: then every call of that
+town uses it.  :class:`sluice.executors.memory.MemoryExecutor` runs a whole
+town in memory, without processes, for tests.
+
+Items are returned as their beads records (plain dicts): every key an
+export carries is kept, so no class could describe them all.
+
+The facade imports the machinery of a command inside its method, so a call
+pays only for what it uses (``schedule next`` never loads the dispatcher or
+an executor): every CLI command starts here, and start-up time is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.scheduler.dispatch import CycleReport
+from sluice.scheduler.sling import SlingResult
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Executor
+    from sluice.store.town import Town as TownFiles
+
+__all__ = [
+    "ClearResult",
+    "CycleReport",
+    "Decision",
+    "Decisions",
+    "PatrolReport",
+    "PauseState",
+    "Queue",
+    "QueueEntry",
+    "QueueStatus",
+    "RigInfo",
+    "ScheduleStatus",
+    "SlingResult",
+    "Town",
+    "init_town",
+    "open_town",
+]
+
+
+# -- results ---------------------------------------------------------------------------------
+#
+# Each result keeps the document it was read from (``to_json`` returns it as is, so it is the
+# CLI's output byte for byte) and exposes its parts as typed attributes.  Lists of rows are
+# converted on first access only: a queue of 100,000 contexts printed as JSON never pays for
+# 100,000 objects.
+
+
+def _scalars(cls, doc: dict) -> dict:
+    return {f.name: doc.get(f.name) for f in fields(cls) if f.name != "document"}
+
+
+@dataclass(frozen=True)
+class _Document:
+    document: Any = field(repr=False, compare=False, kw_only=True)
+
+    def to_json(self) -> Any:
+        """The command's ``--json`` document (the result's own data: copy it before changing it)."""
+        return self.document
+
+    @classmethod
+    def from_json(cls, doc: dict):
+        return cls(**_scalars(cls, doc), document=doc)
+
+
+@dataclass(frozen=True)
+class QueueEntry(_Document):
+    """One queued item, as a row of ``scheduler list``."""
+
+    id: str
+    title: str
+    status: str
+    target_rig: str
+    blocked: bool
+    context_id: str
+    enqueued_at: str
+    dispatch_failures: int
+    last_failure: str | None
+    retry_at: str | None
+    score: float | None
+
+
+def _entries(rows: list[dict]) -> list[QueueEntry]:
+    return [QueueEntry.from_json(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Queue(_Document):
+    """``scheduler list``: queued items, ready ones in dispatch order, then blocked ones."""
+
+    @cached_property
+    def entries(self) -> list[QueueEntry]:
+        return _entries(self.document)
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    @classmethod
+    def from_json(cls, doc: list) -> Queue:  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class QueueStatus(_Document):
+    """``scheduler status``: pause state, queue size, polecats and capacity."""
+
+    paused: bool
+    paused_by: str | None
+    queued_total: int
+    queued_ready: int
+    active_polecats: int | None  # None when the executor could not be asked (see executor_error)
+    capacity: int
+    max_polecats: int
+    mode: str
+    last_dispatch_at: str | None
+    last_dispatch_count: int
+    executor_error: str | None = None
+
+    @cached_property
+    def items(self) -> list[QueueEntry]:
+        return _entries(self.document["items"])
+
+
+@dataclass(frozen=True)
+class PauseState(_Document):
+    """``scheduler pause`` / ``resume``: the flag now, and whether this call changed it."""
+
+    paused: bool
+    changed: bool
+    paused_by: str | None = None
+    paused_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ClearResult(_Document):
+    """``scheduler clear``: how many contexts were closed (``contexts`` lists them)."""
+
+    item_id: str | None
+    cleared: int
+
+    @property
+    def contexts(self) -> list[dict]:
+        return self.document["contexts"]
+
+    @property
+    def errors(self) -> list[dict]:
+        return self.document["errors"]
+
+
+@dataclass(frozen=True)
+class Decision(_Document):
+    """One scored choice of ``schedule next`` (or a launch logged by the dispatcher)."""
+
+    decision_id: str
+    at: str
+    graph_id: str | None
+    node_id: str
+    score: float | None
+    skipped: bool
+    sling_command: str
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.document["reasons"]
+
+    @property
+    def dispatch_hints(self) -> dict:
+        return self.document["dispatch_hints"]
+
+
+@dataclass(frozen=True)
+class Decisions(_Document):
+    """``schedule next``: the decisions, best first (iterate it, or index it)."""
+
+    @cached_property
+    def decisions(self) -> list[Decision]:
+        return [Decision.from_json(d) for d in self.document]
+
+    def __iter__(self) -> Iterator[Decision]:
+        return iter(self.decisions)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    def __getitem__(self, index: int) -> Decision:
+        return self.decisions[index]
+
+    @classmethod
+    def from_json(cls, doc: list) -> Decisions:  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class ScheduleStatus(_Document):
+    """``schedule status``: the policy, the ready count, recent decisions, merge pressure."""
+
+    ready_count: int
+
+    @property
+    def policy(self) -> dict:
+        return self.document["policy"]
+
+    @property
+    def merge_pressure(self) -> dict[str, int]:
+        return self.document["merge_pressure"]
+
+    @cached_property
+    def recent_decisions(self) -> list[Decision]:
+        return [Decision.from_json(d) for d in self.document["recent_decisions"]]
+
+
+@dataclass(frozen=True)
+class PolicyInfo(_Document):
+    """``schedule policy show|set``: the policy in force."""
+
+    merge_queue_threshold: int
+    merge_pressure_penalty: float
+    skip_on_merge_pressure: bool
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return self.document["weights"]
+
+    @property
+    def graph_overrides(self) -> dict[str, dict]:
+        return self.document["graph_overrides"]
+
+
+@dataclass(frozen=True)
+class PatrolReport(_Document):
+    """``patrol RIG``: one rig's queue health (rows as documented in docs/surfaces.md)."""
+
+    rig: str
+    ready: int
+    blocked: int
+    executor_error: str | None = None
+
+    def rows(self, kind: str) -> list[dict]:
+        """``queued``, ``failing``, ``stale``, ``duplicates``, ``orphaned``, ``polecats`` or ``fixed``."""
+        return self.document.get(kind, [])
+
+
+@dataclass(frozen=True)
+class RigInfo(_Document):
+    """A registered rig, as ``rig add`` / ``rig list`` print it."""
+
+    name: str
+    prefix: str
+    repo: str
+    items: str
+    read_only: bool
+
+
+# -- the facade -------------------------------------------------------------------------------
+
+
+class Town:
+    """One town, opened: every operation of the CLI as a method.  Make one with :func:`open_town`."""
+
+    def __init__(self, files: TownFiles, executor: Executor | None = None):
+        self.files = files  # where everything lives (paths, config, rigs): sluice.store.town.Town
+        self.executor = executor  # None: the configured executor, looked up on each call
+
+    def __repr__(self) -> str:
+        return f"sluice.Town({str(self.root)!r})"
+
+    @property
+    def root(self) -> Path:
+        return self.files.root
+
+    def _executor(self) -> Executor:
+        if self.executor is not None:
+            return self.executor
+        from sluice.executors import get_executor
+
+        return get_executor(self.files)
+
+    # -- rigs and configuration --------------------------------------------------------------
+    def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,
+                items: str | Path | None = None) -> RigInfo:
+        """Register git repository ``repo`` as rig ``name`` (ids ``<prefix>-…`` route to it).
+
+        ``items`` names a beads export to read items from (read-only); a
+        ``.beads/issues.jsonl`` in the repository is found without it.
+        """
+        from sluice.store.tracker import add_rig, rig_row
+
+        rig = add_rig(self.files, name, Path(repo), prefix, Path(items) if items is not None else None)
+        return RigInfo.from_json(rig_row(self.files, rig))
+
+    def rigs(self) -> list[RigInfo]:
+        from sluice.store.tracker import rig_rows
+
+        return [RigInfo.from_json(row) for row in rig_rows(self.files)]
+
+    def config_get(self, key: str) -> Any:
+        """One config value (``scheduler.max_polecats``, ``executor.command``, …)."""
+        from sluice.core.models import format_duration, get_config_value, parse_duration
+
+        value = get_config_value(self.files.reload_config(), key)
+        if key.startswith("scheduler.") and isinstance(value, str):
+            value = format_duration(parse_duration(value))
+        return value
+
+    def config_set(self, key: str, value: Any) -> None:
+        """Set one config value; text is parsed as ``sluice config set`` parses it."""
+        from sluice.core.models import apply_config_value, parse_config_value
+
+        parsed = parse_config_value(key, value) if isinstance(value, str) else value
+        self.files.update_config(lambda config: apply_config_value(config, key, parsed))
+
+    # -- items (the small tracker; scheduling itself never writes an item) -----------------
+    def create_item(self, rig: str, title: str, *, priority: int = 2, issue_type: str = "task",
+                    labels: Iterable[str] = (), deps: Iterable[str] = (), parent: str | None = None,
+                    description: str = "", tokens: int | None = None, assignee: str = "") -> dict:
+        """Create an item in ``rig``'s own store; ``deps`` are ``ID`` (blocks) or ``TYPE:ID``."""
+        from sluice.store.tracker import NewItem, create_item
+
+        spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(labels),
+                       deps=tuple(deps), parent=parent, description=description, tokens=tokens,
+                       assignee=assignee)
+        return create_item(self.files, rig, spec)
+
+    def item(self, item_id: str) -> dict:
+        from sluice.store.tracker import show_item
+
+        return show_item(self.files, item_id)
+
+    def items(self, rig: str | None = None, status: str | None = None,
+              labels: Iterable[str] = ()) -> list[dict]:
+        from sluice.store.tracker import list_items
+
+        return list_items(self.files, rig, status, tuple(labels))
+
+    def ready(self, rig: str | None = None, limit: int = 100) -> list[dict]:
+        """Ready items by beads' rules, most urgent first (``limit`` 0 = all)."""
+        import json
+
+        from sluice.store.tracker import ready
+
+        return [json.loads(text) for text in ready(self.files, rig, limit)]
+
+    def blocked(self, rig: str | None = None) -> list[dict]:
+        """Blocked items, each with ``blocked_by`` (what blocks it)."""
+        from sluice.store.tracker import blocked
+
+        return blocked(self.files, rig)
+
+    def update_item(self, item_id: str, *, status: str | None = None, priority: int | None = None,
+                    assignee: str | None = None, add_labels: Iterable[str] = ()) -> dict:
+        from sluice.store.tracker import update_item
+
+        return update_item(self.files, item_id, status, priority, assignee, tuple(add_labels))
+
+    def close_item(self, item_id: str, reason: str = "Closed") -> dict:
+        from sluice.store.tracker import close_item
+
+        return close_item(self.files, item_id, reason)
+
+    def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> dict:
+        """``source`` depends on ``target`` (for ``blocks``: is blocked by it); cycles are refused."""
+        from sluice.store.tracker import add_dependency
+
+        add_dependency(self.files, source, target, dep_type)
+        return {"issue_id": source, "depends_on_id": target, "type": dep_type, "status": "added"}
+
+    def import_items(self, rig: str, path: str | Path) -> dict:
+        from sluice.store.tracker import import_items
+
+        return import_items(self.files, rig, Path(path))
+
+    # -- the dispatcher ---------------------------------------------------------------------
+    def sling(self, items: Sequence[str], rig: str | None = None, *, formula: str = "", args: str = "",
+              vars: Iterable[str] = (), agent: str = "", force: bool = False,
+              dry_run: bool = False) -> SlingResult:
+        """Queue ``items`` (deferred mode) or launch them now (direct mode).
+
+        Each item goes to ``rig``, or to the rig its prefix routes to.  Epics
+        and convoys sling their open items.  ``force`` overrides the
+        cross-rig and status guards (never a closed item).  An item already
+        queued or running is reported under ``already``; per-item refusals
+        are in ``errors`` (``result.ok`` is False when nothing succeeded).
+        """
+        from sluice.scheduler.sling import SlingOptions, sling_items
+
+        if isinstance(items, str):
+            items = [items]
+        options = SlingOptions(formula=formula, args=args, vars=tuple(vars), agent=agent, force=force,
+                               dry_run=dry_run)
+        return sling_items(self.files, list(items), rig, options, executor=self.executor)
+
+    def run_cycle(self, *, dry_run: bool = False, batch: int | None = None) -> CycleReport:
+        """One dispatch cycle now (``dry_run``: what it would do, changing nothing)."""
+        from sluice.scheduler.dispatch import run_cycle
+
+        return run_cycle(self.files, batch=batch, dry_run=dry_run, executor=self.executor)
+
+    def status(self) -> QueueStatus:
+        from sluice.scheduler.control import status
+
+        return QueueStatus.from_json(status(self.files, self.executor))
+
+    def list(self) -> Queue:
+        """The queue: ready items in dispatch order, then blocked ones."""
+        from sluice.scheduler.control import list_queue
+
+        return Queue.from_json(list_queue(self.files, self.executor))
+
+    def pause(self, actor: str | None = None) -> PauseState:
+        """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
+        from sluice.scheduler.control import pause
+
+        return PauseState.from_json(pause(self.files, actor))
+
+    def resume(self) -> PauseState:
+        from sluice.scheduler.control import resume
+
+        return PauseState.from_json(resume(self.files))
+
+    def clear(self, item: str | None = None) -> ClearResult:
+        """Close every queued context, or only ``item``'s (in every rig); no item is touched."""
+        from sluice.scheduler.control import clear
+
+        return ClearResult.from_json(clear(self.files, item))
+
+    def patrol(self, rig: str, fix: bool = False) -> PatrolReport:
+        """One rig's queue health; ``fix`` closes its stale and duplicate contexts only."""
+        from sluice.scheduler.patrol import patrol
+
+        return PatrolReport.from_json(patrol(self.files, rig, fix, executor=self.executor))
+
+    # Admission control adds ``explain(item)`` here: why an item is (not) dispatched next.
+
+    def daemon(self, interval: float = 180.0, once: bool = False, timeout: float = 300.0) -> int:
+        """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``)."""
+        from sluice.scheduler.daemon import run_daemon
+
+        return run_daemon(self.files, interval=interval, once=once, timeout=timeout)
+
+    # -- polecats ---------------------------------------------------------------------------
+    def polecats(self) -> list[dict]:
+        """Every polecat the executor has a record of, running or finished (until reaped)."""
+        from sluice.scheduler.polecats import list_polecats
+
+        return list_polecats(self.files, self._executor())
+
+    def stop_polecat(self, ref: str) -> list[dict]:
+        """Stop polecat ``ref``, or every running polecat of item ``ref``."""
+        from sluice.scheduler.polecats import stop_polecats
+
+        return stop_polecats(self.files, ref, self._executor())
+
+    def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
+        from sluice.scheduler.polecats import polecat_logs
+
+        return polecat_logs(self.files, ref, follow=follow, executor=self._executor())
+
+    # -- advisory scoring -------------------------------------------------------------------
+    def next(self, limit: int = 1, graph_id: str | None = None, preview: bool = False) -> Decisions:
+        """Score the ready items and say which should go next; ``preview`` records nothing."""
+        from sluice.scheduler.advisor import next_decisions
+
+        decisions = next_decisions(self.files, graph_id=graph_id, limit=limit, preview=preview)
+        return Decisions.from_json(decisions)
+
+    def schedule_status(self, recent: int = 10) -> ScheduleStatus:
+        from sluice.scheduler.advisor import status
+
+        return ScheduleStatus.from_json(status(self.files, recent=recent))
+
+    def policy(self) -> PolicyInfo:
+        """The scoring policy in force (the defaults when there is no policy file)."""
+        from sluice.scheduler.advisor import policy_show
+
+        return PolicyInfo.from_json(policy_show(self.files))
+
+    def set_policy(self, **changes: Any) -> PolicyInfo:
+        """Change policy fields (``priority``, ``merge_queue_threshold``, … ``graph_id``); None keeps one."""
+        from sluice.scheduler.advisor import policy_set
+
+        return PolicyInfo.from_json(policy_set(self.files, **changes))
+
+
+def open_town(path: str | Path | None = None, executor: Executor | None = None) -> Town:
+    """The town at ``path`` (or from ``SLUICE_TOWN``, or the cwd upwards); TownNotFound if none.
+
+    ``executor`` replaces the configured executor for every call through
+    the returned town (e.g. an in-memory one in tests).
+    """
+    from sluice.store.town import find_town
+
+    return Town(find_town(path), executor)
+
+
+def init_town(path: str | Path, executor: Executor | None = None) -> Town:
+    """Create a town at ``path`` (an existing one is left as it is) and open it."""
+    from sluice.store.town import init_town as create
+
+    return Town(create(Path(path)), executor)

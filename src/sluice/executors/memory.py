@@ -1,0 +1,167 @@
+"""An executor that launches nothing: polecats are records in this process's memory.
+
+It exists so a whole town can be driven from a unit test, or from a notebook,
+without starting a single process (huey's "immediate mode"): a dispatch cycle
+"launches" a polecat by remembering the request, the polecat counts as
+running (it holds a slot) until :meth:`MemoryExecutor.finish` says it is
+done, and ``stop``, ``logs``, ``listing`` and ``reap`` behave as the other
+executors' do.
+
+Two ways to use it:
+
+* ``sluice.open_town(path, executor=MemoryExecutor())`` hands one instance to
+  every call made through that town;
+* ``executor.kind = "memory"`` in the town config makes
+  :func:`sluice.executors.get_executor` return one instance per town *per
+  process* (:meth:`MemoryExecutor.for_town`), so separate calls in one
+  process see the same polecats.  Polecats do not outlive the process, and
+  another process (the daemon's cycle, a second CLI call) sees none.
+
+Launch failures can be arranged in advance with :meth:`fail_next` (counted
+against the item, like a program that is not found) or by setting
+``unavailable`` (the executor as a whole is unusable, never counted).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar
+
+from sluice.core.clock import iso
+from sluice.errors import ExecutorError, ExecutorUnavailable
+from sluice.executors.base import LaunchRequest, Polecat, check_launchable, polecat_env
+
+if TYPE_CHECKING:
+    from sluice.store.town import Town
+
+RUNNING_STATES = ("running", "pending")
+
+
+class MemoryExecutor:
+    """Polecats as in-memory records; see the module docstring."""
+
+    kind = "memory"
+    #: Used when ``executor.command`` is empty: nothing runs, but the request still names the item.
+    default_command: tuple[str, ...] = ("memory-polecat", "{item_id}")
+
+    _shared: ClassVar[dict[str, MemoryExecutor]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._polecats: dict[str, Polecat] = {}
+        self._logs: dict[str, list[str]] = {}
+        self._failures: dict[str, list[str]] = {}
+        self._numbers = itertools.count(1)
+        #: Every launch request received, in order (successful or not).
+        self.requests: list[LaunchRequest] = []
+        #: When set, every call raises ExecutorUnavailable with this message.
+        self.unavailable: str | None = None
+
+    @classmethod
+    def for_town(cls, town: Town) -> MemoryExecutor:
+        """The one instance this process keeps for ``town`` (``executor.kind = "memory"``)."""
+        key = str(town.root)
+        with cls._shared_lock:
+            executor = cls._shared.get(key)
+            if executor is None:
+                executor = cls._shared[key] = cls()
+            return executor
+
+    @classmethod
+    def forget_town(cls, town: Town) -> None:
+        """Drop the shared instance of ``town`` (its polecats vanish)."""
+        with cls._shared_lock:
+            cls._shared.pop(str(town.root), None)
+
+    # -- arranging outcomes (tests) -------------------------------------------
+    def fail_next(self, item_id: str, error: str = "launch refused", times: int = 1) -> None:
+        """Make the next ``times`` launches for ``item_id`` fail with ``error`` (a counted failure)."""
+        with self._lock:
+            self._failures.setdefault(item_id, []).extend([error] * times)
+
+    def finish(self, ref: str, exit_code: int = 0, output: str = "") -> Polecat:
+        """End a running polecat (by polecat id or item id): it stops holding a slot."""
+        with self._lock:
+            polecat = self._resolve(ref)
+            if output:
+                self._logs[polecat.id].extend(output.splitlines())
+            done = replace(polecat, state="exited",
+                           detail={**polecat.detail, "exit_code": exit_code, "finished_at": iso()})
+            self._polecats[polecat.id] = done
+            return done
+
+    def _resolve(self, ref: str) -> Polecat:
+        polecat = self._polecats.get(ref)
+        if polecat is not None:
+            return polecat
+        running = [p for p in self._polecats.values() if p.item_id == ref and p.state in RUNNING_STATES]
+        if not running:
+            raise ExecutorError(f"no running in-memory polecat with id or item id {ref!r}")
+        return running[-1]
+
+    def _check_available(self) -> None:
+        if self.unavailable:
+            raise ExecutorUnavailable(self.unavailable)
+
+    # -- the executor protocol ---------------------------------------------------
+    def launch(self, request: LaunchRequest) -> Polecat:
+        self._check_available()
+        env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
+        with self._lock:
+            self.requests.append(request)
+            pending = self._failures.get(request.item_id)
+            if pending:
+                raise ExecutorError(pending.pop(0))
+            check_launchable(request.argv, env)
+            polecat_id = f"mem-{next(self._numbers)}"
+            polecat = Polecat(
+                id=polecat_id, executor=self.kind, item_id=request.item_id, rig=request.rig,
+                context_id=request.context_id, started_at=iso(), state="running",
+                detail={"argv": list(request.argv), "env": env, "title": request.title},
+            )
+            self._polecats[polecat_id] = polecat
+            self._logs[polecat_id] = []
+            return polecat
+
+    def active(self) -> list[Polecat]:
+        self._check_available()
+        with self._lock:
+            return [p for p in self._polecats.values() if p.state in RUNNING_STATES]
+
+    def find(self, context_id: str) -> Polecat | None:
+        if not context_id:
+            return None
+        with self._lock:
+            found = [p for p in self._polecats.values() if p.context_id == context_id]
+        return found[-1] if found else None
+
+    def stop(self, polecat_id: str) -> bool:
+        self._check_available()
+        with self._lock:
+            polecat = self._polecats.get(polecat_id)
+            if polecat is None or polecat.state not in RUNNING_STATES:
+                return False
+            self._polecats[polecat_id] = replace(polecat, state="stopped")
+            return True
+
+    def logs(self, polecat_id: str, follow: bool = False) -> Iterator[str]:
+        with self._lock:
+            if polecat_id not in self._logs:
+                raise ExecutorError(f"no in-memory polecat {polecat_id!r}")
+            return iter(list(self._logs[polecat_id]))
+
+    def listing(self) -> list[Polecat]:
+        self._check_available()
+        with self._lock:
+            return list(self._polecats.values())
+
+    def reap(self) -> list[Polecat]:
+        with self._lock:
+            done = [p for p in self._polecats.values() if p.state not in RUNNING_STATES]
+            for polecat in done:
+                del self._polecats[polecat.id]  # the log stays readable, as with the other executors
+            return done

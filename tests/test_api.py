@@ -1,0 +1,226 @@
+"""The Python API: a whole town driven through ``sluice.open_town`` alone, with no process started.
+
+The rigs are real git repositories (made with pygit2, not the git program),
+the stores are real files, and polecats are the in-memory executor's records.
+Starting any subprocess fails these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+
+import sluice
+from sluice.errors import InvalidOperation, SluiceError, UnknownRig, UsageError
+from sluice.executors.memory import MemoryExecutor
+
+
+def _repo(path: Path) -> Path:
+    """A git repository with one commit, made in-process."""
+    repo = pygit2.init_repository(str(path), initial_head="main")
+    (path / "README.md").write_text("rig\n")
+    repo.index.add("README.md")
+    repo.index.write()
+    who = pygit2.Signature("Test", "test@example.invalid")
+    repo.create_commit("HEAD", who, who, "initial", repo.index.write_tree(), [])
+    return path
+
+
+@pytest.fixture
+def no_processes(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(subprocess, "run", refuse)
+
+
+@pytest.fixture
+def town(tmp_path, no_processes):
+    memory = MemoryExecutor()
+    town = sluice.init_town(tmp_path / "town", executor=memory)
+    town.add_rig("api", _repo(tmp_path / "api"), prefix="api")
+    town.add_rig("web", _repo(tmp_path / "web"), prefix="web")
+    return town
+
+
+def test_import_sluice_is_cheap():
+    """``import sluice`` loads none of the heavy libraries; the API arrives on first use."""
+    code = ("import sys, sluice; heavy = ('typer', 'rich', 'pydantic', 'pygit2', 'sluice.api');"
+            " print([m for m in heavy if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_whole_town_through_the_facade(town):
+    memory = town.executor
+    assert [r.name for r in town.rigs()] == ["api", "web"]
+    town.config_set("scheduler.max_polecats", "2")
+    town.config_set("scheduler.batch_size", "5")
+    assert town.config_get("scheduler.max_polecats") == 2
+
+    urgent = town.create_item("api", "urgent fix", priority=0)
+    later = town.create_item("api", "later", priority=3)
+    blocker = town.create_item("web", "web blocker", priority=1)
+    waiting = town.create_item("web", "waits on the blocker", priority=0, deps=[blocker["id"]])
+    assert {i["id"] for i in town.ready()} == {urgent["id"], later["id"], blocker["id"]}
+    assert [row["id"] for row in town.blocked()] == [waiting["id"]]
+
+    slung = town.sling([urgent["id"], later["id"], blocker["id"], waiting["id"]], formula="fix")
+    assert slung.ok and slung.mode == "deferred"
+    assert [row["item_id"] for row in slung.scheduled] == [urgent["id"], later["id"], blocker["id"],
+                                                           waiting["id"]]
+    again = town.sling([urgent["id"]])
+    assert [row["item_id"] for row in again.already] == [urgent["id"]] and not again.scheduled
+
+    queue = town.list()
+    assert len(queue) == 4
+    assert [e.id for e in queue if e.blocked] == [waiting["id"]]
+    assert queue.entries[0].id == urgent["id"]  # P0 first
+
+    preview = town.run_cycle(dry_run=True)
+    assert [row["item_id"] for row in preview.planned] == [urgent["id"], blocker["id"]]
+    assert memory.requests == []  # a dry run launches nothing
+
+    report = town.run_cycle()
+    assert report.dispatched == 2 and report.reason == "capacity"
+    assert {r.item_id for r in memory.requests} == {urgent["id"], blocker["id"]}
+    assert memory.requests[0].env["SLUICE_FORMULA"] == "fix"
+    status = town.status()
+    assert (status.active_polecats, status.capacity, status.queued_total) == (2, 0, 2)
+    assert status.last_dispatch_count == 2
+
+    # The blocker's polecat finishes and its item is closed: the waiting item becomes ready.
+    memory.finish(blocker["id"])
+    town.close_item(blocker["id"], "done")
+    assert town.status().capacity == 1
+    assert town.pause().changed and town.status().paused
+    paused = town.run_cycle()
+    assert paused.paused and paused.dispatched == 0
+    assert town.resume().changed and not town.status().paused
+    report = town.run_cycle()
+    assert [row["item_id"] for row in report.launched] == [waiting["id"]]
+
+    cleared = town.clear(later["id"])
+    assert cleared.cleared == 1 and cleared.contexts[0]["item_id"] == later["id"]
+    assert len(town.list()) == 0
+    assert town.patrol("api").rows("queued") == []
+    rows = town.polecats()
+    assert {row["item_id"] for row in rows} == {urgent["id"], blocker["id"], waiting["id"]}
+    stopped = town.stop_polecat(urgent["id"])
+    assert stopped[0]["stopped"] is True
+    assert town.status().active_polecats == 1
+
+
+def test_to_json_is_the_documents_shape(town):
+    """Typed attributes read the same document ``to_json`` returns."""
+    town.config_set("scheduler.max_polecats", "1")
+    item = town.create_item("api", "one")
+    town.sling([item["id"]])
+    status = town.status()
+    doc = status.to_json()
+    assert doc["queued_total"] == status.queued_total == 1
+    assert status.items[0].to_json() is doc["items"][0]
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON values only
+    decisions = town.next(limit=1, preview=True)
+    assert decisions[0].node_id == item["id"] and decisions.to_json()[0]["node_id"] == item["id"]
+    assert town.policy().weights["priority"] == 1.0
+    assert town.set_policy(merge_queue_threshold=5).merge_queue_threshold == 5
+
+
+def test_errors_are_sluice_errors(town, tmp_path):
+    with pytest.raises(UnknownRig):
+        town.sling(["api-x"], rig="nope")
+    with pytest.raises(UsageError):
+        town.run_cycle(batch=0)
+    with pytest.raises(SluiceError):
+        sluice.open_town(tmp_path / "not-a-town")
+    closed = town.create_item("api", "done already")
+    town.close_item(closed["id"])
+    result = town.sling([closed["id"]], force=True)
+    assert not result.ok and "closed" in result.errors[0]["error"]
+    with pytest.raises(InvalidOperation):
+        town.add_rig("api", tmp_path / "api")
+
+
+def test_cross_rig_guard_and_force(town):
+    town.config_set("scheduler.max_polecats", "1")
+    item = town.create_item("api", "belongs to api")
+    refused = town.sling([item["id"]], rig="web")
+    assert not refused.ok and "cross-rig" in refused.errors[0]["error"]
+    forced = town.sling([item["id"]], rig="web", force=True)
+    assert forced.ok and forced.scheduled[0]["rig"] == "web"
+
+
+def test_direct_mode_launches_through_the_injected_executor(town):
+    item = town.create_item("web", "now")
+    result = town.sling([item["id"]])
+    assert result.mode == "direct"
+    assert [row["item_id"] for row in result.dispatched] == [item["id"]]
+    assert town.executor.requests[0].item_id == item["id"]
+    assert [row["item_id"] for row in town.sling([item["id"]]).already] == [item["id"]]
+
+
+def test_failed_launches_trip_the_breaker(town):
+    town.config_set("scheduler.max_polecats", "3")
+    town.config_set("scheduler.max_dispatch_failures", "2")
+    item = town.create_item("api", "flaky")
+    town.executor.fail_next(item["id"], "no such agent", times=2)
+    town.sling([item["id"]])
+    first = town.run_cycle()
+    assert first.failed == 1 and first.failures[0]["error"] == "launch failed: no such agent"
+    second = town.run_cycle()
+    assert second.failures[0]["circuit_broken"] is True
+    assert len(town.list()) == 0
+
+
+def test_memory_kind_is_one_executor_per_town_per_process(tmp_path, no_processes):
+    town = sluice.init_town(tmp_path / "town")
+    town.add_rig("api", _repo(tmp_path / "api"))
+    town.config_set("executor.kind", "memory")
+    town.config_set("scheduler.max_polecats", "1")
+    item = town.create_item("api", "shared")
+    town.sling([item["id"]])
+    assert town.run_cycle().dispatched == 1
+    again = sluice.open_town(tmp_path / "town")
+    assert again.status().active_polecats == 1  # the same in-memory polecat
+    MemoryExecutor.forget_town(again.files)
+    assert again.status().active_polecats == 0
+
+
+def test_results_are_the_cli_json_documents(tmp_path, no_processes):
+    """``to_json()`` equals what the command prints with ``--json`` (the CLI run in this process)."""
+    from typer.testing import CliRunner
+
+    from sluice.surfaces.cli import app
+
+    town = sluice.init_town(tmp_path / "town")
+    town.add_rig("api", _repo(tmp_path / "api"))
+    town.config_set("executor.kind", "memory")
+    town.config_set("scheduler.max_polecats", "1")
+    first, second = town.create_item("api", "first"), town.create_item("api", "second")
+    town.sling([first["id"], second["id"]])
+    town.run_cycle()
+
+    def cli(*args: str):
+        done = CliRunner().invoke(app, ["--town", str(town.root), *args, "--json"])
+        assert done.exit_code == 0, done.output
+        return json.loads(done.stdout)
+
+    try:
+        assert town.status().to_json() == cli("scheduler", "status")
+        assert town.list().to_json() == cli("scheduler", "list")
+        assert town.policy().to_json() == cli("schedule", "policy", "show")
+        assert [r.to_json() for r in town.rigs()] == cli("rig", "list")
+        assert town.patrol("api").to_json() == cli("patrol", "api")
+        assert town.run_cycle(dry_run=True).to_json() == cli("scheduler", "run", "--dry-run")
+        assert town.pause().to_json() == {**cli("scheduler", "pause"), "changed": True}
+        assert town.resume().to_json() == {**cli("scheduler", "resume"), "changed": True}
+        assert town.clear("api-none").to_json() == cli("scheduler", "clear", "--item", "api-none")
+    finally:
+        MemoryExecutor.forget_town(town.files)
