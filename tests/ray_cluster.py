@@ -8,7 +8,7 @@ answers, and at teardown ends exactly the process group it started — not
 ``ray stop``, which would stop every Ray process of the user on the machine.
 
 Ray is an optional extra; these tests FAIL (they do not skip) when it is
-missing, because CI installs ``sluice[ray]`` and a silent skip would hide a
+missing, because CI installs ``git-sluice[ray]`` and a silent skip would hide a
 broken executor.
 """
 

@@ -2,7 +2,7 @@
 
 Each polecat is one job submitted to the cluster's Jobs API at
 ``executor.ray.address``.  Ray is an optional extra (``pip install
-'sluice[ray]'``) and is imported only when this executor is used.
+'git-sluice[ray]'``) and is imported only when this executor is used.
 
 * **One job per context, ever.**  The submission id is derived from the town
   and the context id, so submitting the same context again (a dispatcher that
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 KIND = "ray"
 FINISHED_LOG = "ray-finished.jsonl"
-NOT_INSTALLED = "executor.kind is ray but Ray is not installed: pip install 'sluice[ray]'"
+NOT_INSTALLED = "executor.kind is ray but Ray is not installed: pip install 'git-sluice[ray]'"
 PROBE_TIMEOUT = 5.0  # seconds to reach the dashboard before calling the cluster unreachable
 STOP_TIMEOUT = 60.0  # Ray sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s)
 
