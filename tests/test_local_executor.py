@@ -69,6 +69,20 @@ def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(set
     assert executor.reap() == []
 
 
+def test_a_torn_finished_log_does_not_swallow_the_next_reaped_polecat(setup):
+    """A reap killed mid-append leaves a fragment; the next reap's record must not fuse with it."""
+    town, executor, repo = setup
+    polecat = executor.launch(request(town, repo, "pass", context_id="al-wisp-9"))
+    wait_for(lambda: not executor.active())
+    finished = town.workers_dir / "finished.jsonl"
+    finished.write_text('{"id":"pc-old","state":"exited"}\n{"id":"pc-torn","context_id":"al-wi')
+    [reaped] = executor.reap()
+    assert reaped.id == polecat.id
+    assert executor.find("al-wisp-9").id == polecat.id  # the context's polecat is still known
+    lines = finished.read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["pc-old", polecat.id]
+
+
 def test_a_reused_pid_is_not_our_polecat(setup):
     town, executor, repo = setup
     polecat = executor.launch(request(town, repo, "import time; time.sleep(5)"))

@@ -62,12 +62,17 @@ def append_line(path: Path, line: str) -> None:
 
 
 def append_json(path: Path, obj: Any, lock: Path | None = None) -> None:
-    """Append one compact JSON record, under ``lock`` when given."""
+    """Append one compact JSON record, under ``lock`` when given (else the caller holds the owning one).
+
+    A torn last line is mended first, so the record cannot fuse with it and vanish.
+    """
     line = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     if lock is None:
+        mend_torn_tail(path)
         append_line(path, line)
         return
     with file_lock(lock):
+        mend_torn_tail(path)
         append_line(path, line)
 
 
