@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from advisor_helpers import add_rig, decisions, events, item, merge_request, write_items
-from conftest import make_repo
+from helpers import make_repo
+from helpers.advisor import add_rig, decisions, events, item, merge_request, write_items
 from sluice.core.items import effective_tokens
 from sluice.core.scoring import Candidate, score_all
 from sluice.errors import UsageError

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli, make_repo
+from helpers import Cli, make_repo
 
 # file name → the id prefix its rig routes (text before the first '-' of its ids, as beads uses it)
 FILES = {
@@ -178,7 +178,7 @@ def priority(record: dict) -> int:
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory, beads_data_dir):
+def loaded(tmp_path_factory, beads_data):
     """One town per file (two files share a prefix), each rig registered through the CLI."""
     towns = {}
     for name, rig_prefix in FILES.items():
@@ -189,18 +189,9 @@ def loaded(tmp_path_factory, beads_data_dir):
         cli.run("init", str(town))
         repo = make_repo(base / "repo")
         added = cli.run("rig", "add", "r", str(repo), "--prefix", rig_prefix, "--items",
-                        str(beads_data_dir / name), "--json")
+                        str(beads_data / name), "--json")
         towns[name] = (cli, added)
     return towns
-
-
-@pytest.fixture(scope="module")
-def beads_data_dir():
-    from conftest import DATA
-
-    if not DATA.is_dir():
-        pytest.fail(f"real beads exports not found at {DATA}")
-    return DATA
 
 
 def run(loaded, name):
@@ -212,20 +203,20 @@ def run(loaded, name):
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_file_registers_without_errors_or_warnings(loaded, name, beads_data_dir):
+def test_file_registers_without_errors_or_warnings(loaded, name, beads_data):
     cli, added = loaded[name]
     assert added.returncode == 0
     assert added.stderr == ""
     row = json.loads(added.stdout)
     assert row["read_only"] is True and row["prefix"] == FILES[name]
     listed = cli.json("item", "list")
-    assert {r["id"] for r in listed} == set(load(beads_data_dir / name))
+    assert {r["id"] for r in listed} == set(load(beads_data / name))
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_ready_and_blocked_follow_the_rules(loaded, name, beads_data_dir):
+def test_ready_and_blocked_follow_the_rules(loaded, name, beads_data):
     cli = run(loaded, name)
-    rules = Rules(load(beads_data_dir / name))
+    rules = Rules(load(beads_data / name))
     before = time.time()
     ready = cli.run("item", "ready", "--limit", "0", "--json")
     after = time.time()
@@ -250,14 +241,14 @@ def test_default_limit_is_100_and_limits_cut_the_sorted_list(loaded, name):
     assert [r["id"] for r in cli.json("item", "ready", "--limit", "5")] == everything[:5]
 
 
-def test_the_data_exercises_both_eras_and_every_tricky_case(beads_data_dir):
+def test_the_data_exercises_both_eras_and_every_tricky_case(beads_data):
     """Guard against the fixture files silently losing what the other tests rely on."""
-    dolt = (beads_data_dir / "steveyegge__beads.issues.jsonl").read_text()
-    sqlite = (beads_data_dir / "steveyegge__beads@2026-01-14.issues.jsonl").read_text()
+    dolt = (beads_data / "steveyegge__beads.issues.jsonl").read_text()
+    sqlite = (beads_data / "steveyegge__beads@2026-01-14.issues.jsonl").read_text()
     assert '"metadata": "{}"' in dolt and '"ephemeral": true' in dolt
     assert '"status":"tombstone"' in sqlite.replace(" ", "")
     assert "-08:00" in sqlite
-    gastown = load(beads_data_dir / "steveyegge__gastown@2026-01-07.issues.jsonl")
+    gastown = load(beads_data / "steveyegge__gastown@2026-01-07.issues.jsonl")
     types = {r.get("issue_type") for r in gastown.values()}
     assert {"merge-request", "agent", "role", "molecule", "event"} <= types
 
@@ -276,9 +267,9 @@ def test_hooked_item_is_not_ready_and_is_blocked_by_its_open_molecule_wisp(loade
     assert cli.json("item", "show", "bd-wisp-uq6fx")["ephemeral"] is True
 
 
-def test_hooked_items_of_the_sqlite_era_are_never_ready(loaded, beads_data_dir):
+def test_hooked_items_of_the_sqlite_era_are_never_ready(loaded, beads_data):
     cli = run(loaded, "steveyegge__gastown@2026-01-07.issues.jsonl")
-    hooked = {r["id"] for r in load(beads_data_dir / "steveyegge__gastown@2026-01-07.issues.jsonl").values()
+    hooked = {r["id"] for r in load(beads_data / "steveyegge__gastown@2026-01-07.issues.jsonl").values()
               if r.get("status") == "hooked"}
     assert len(hooked) == 25 and "gt-0vu9e" in hooked
     assert not hooked & {r["id"] for r in cli.json("item", "ready", "--limit", "0")}
@@ -293,7 +284,7 @@ def test_tombstones_are_not_listed_ready_or_blocked(loaded):
     assert cli.json("item", "list", "--status", "tombstone") == []
 
 
-def test_open_blocker_blocks_and_a_closed_one_does_not(loaded, beads_data_dir):
+def test_open_blocker_blocks_and_a_closed_one_does_not(loaded, beads_data):
     # artifact-keeper-2to (open) blocks on artifact-keeper-ubj and -7s3, both open.
     cli = run(loaded, "artifact-keeper__artifact-keeper.issues.jsonl")
     rows = {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")}
@@ -304,9 +295,9 @@ def test_open_blocker_blocks_and_a_closed_one_does_not(loaded, beads_data_dir):
     assert "ralph-tui-41q.8" in ralph_rows["ralph-tui-41q.10"]
 
 
-def test_dangling_targets_do_not_block(loaded, beads_data_dir):
+def test_dangling_targets_do_not_block(loaded, beads_data):
     # gt-0ol blocks-depends on gt-h5n, which is not in the 2026-01-07 export at all.
-    records = load(beads_data_dir / "steveyegge__gastown@2026-01-07.issues.jsonl")
+    records = load(beads_data / "steveyegge__gastown@2026-01-07.issues.jsonl")
     assert "gt-h5n" not in records
     cli = run(loaded, "steveyegge__gastown@2026-01-07.issues.jsonl")
     rows = {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")}
@@ -320,17 +311,17 @@ def test_pinned_status_row_is_neither_ready_nor_blocked(loaded):
     assert "bd-pr-sheriff" not in {r["id"] for r in cli.json("item", "blocked")}
 
 
-def test_ready_output_keeps_every_key_of_the_export(loaded, beads_data_dir):
+def test_ready_output_keeps_every_key_of_the_export(loaded, beads_data):
     cli = run(loaded, "steveyegge__beads.issues.jsonl")
-    records = load(beads_data_dir / "steveyegge__beads.issues.jsonl")
+    records = load(beads_data / "steveyegge__beads.issues.jsonl")
     for row in cli.json("item", "ready", "--limit", "0"):
         assert set(records[row["id"]]) <= set(row)
         assert row["dependency_count"] == records[row["id"]]["dependency_count"]
 
 
-def test_imported_export_with_a_blocked_epic_blocks_its_whole_tree(tmp_path, beads_data_dir):
+def test_imported_export_with_a_blocked_epic_blocks_its_whole_tree(tmp_path, beads_data):
     """The exports hold no inherited blockage, so make some: import one, then block an epic."""
-    source = beads_data_dir / "asermax__ralph-tui.issues.jsonl"
+    source = beads_data / "asermax__ralph-tui.issues.jsonl"
     town = tmp_path / "town"
     town.mkdir()
     cli = Cli(town)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scheduler_helpers import (
+from helpers.scheduler import (
     configure,
     contexts,
     ephemeral_path,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli
-from scheduler_helpers import (
+from helpers import Cli
+from helpers.scheduler import (
     configure,
     events,
     issues_path,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from scheduler_helpers import (
+from helpers.scheduler import (
     configure,
     contexts,
     ephemeral_path,

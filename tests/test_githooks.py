@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GIT_ENV, Cli, git, make_repo
+from helpers import GIT_ENV, Cli, git, make_repo
 
 
 def _events(town: Path) -> list[dict]:

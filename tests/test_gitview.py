@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo
+from helpers import git, make_repo
 from sluice.errors import NotARepository
 from sluice.store import gitview
 

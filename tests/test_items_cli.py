@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_repo
-from foundation_helpers import quick_rig, quick_town
+from helpers import make_repo
+from helpers.foundation import quick_rig, quick_town
 from sluice.store.town import Town
 
 

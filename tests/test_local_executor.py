@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_helpers import item, town_with_rigs, wait_for, write_items
+from helpers.scheduler import item, town_with_rigs, wait_for, write_items
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor, pid_alive, proc_start_time

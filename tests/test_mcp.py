@@ -12,7 +12,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from conftest import Cli
+from helpers import Cli
 
 TOOLS = {
     "sluice_schedule_next", "sluice_schedule_status", "sluice_schedule_policy", "sluice_sling",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli
-from scheduler_helpers import (
+from helpers import Cli
+from helpers.scheduler import (
     configure,
     ephemeral_path,
     issues_path,

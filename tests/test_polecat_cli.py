@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from polecat_fixtures import configure, gone, install_polecat, polecat_command, report
-from scheduler_helpers import item, write_items
+from helpers.polecats import configure, gone, install_polecat, polecat_command, report
+from helpers.scheduler import item, write_items
 from sluice.executors import get_executor
 from sluice.store.town import Town
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polecat_fixtures import configure, gone, install_polecat, polecat_command, report
-from polecat_fixtures import request as launch_request
-from scheduler_helpers import contexts, fields, issues_path, item, write_items
+from helpers.polecats import configure, gone, install_polecat, polecat_command, report
+from helpers.polecats import request as launch_request
+from helpers.scheduler import contexts, fields, issues_path, item, write_items
 from sluice.core.items import iso, parse_ts
 from sluice.core.models import SlingContextFields
 from sluice.core.plan import retry_delay

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from advisor_helpers import add_rig, add_worktree, item, merge_request, stamp, write_items
+from helpers.advisor import add_rig, add_worktree, item, merge_request, stamp, write_items
 from sluice.core.items import effective_tokens
 from sluice.core.scoring import Candidate, score_all
 from sluice.scheduler.ranking import (

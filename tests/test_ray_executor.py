@@ -1,4 +1,4 @@
-"""The Ray Jobs executor against a real local Ray head (started by tests/ray_cluster.py)."""
+"""The Ray Jobs executor against a real local Ray head (started by tests/helpers/ray_cluster.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from polecat_fixtures import configure, gone, install_polecat, polecat_command, report, request, wait_for
-from ray_cluster import AGENT_SLOTS, free_port, ray_cluster
-from scheduler_helpers import contexts, fields, item, write_items
+from helpers.polecats import configure, gone, install_polecat, polecat_command, report, request, wait_for
+from helpers.ray_cluster import AGENT_SLOTS, free_port, ray_cluster
+from helpers.scheduler import contexts, fields, item, write_items
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import get_executor
 from sluice.executors.ray import NOT_INSTALLED, RayExecutor, entrypoint

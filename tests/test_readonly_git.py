@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli, git, make_repo
+from helpers import Cli, git, make_repo
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from advisor_helpers import add_rig, add_worktree, decisions, events, ids, item, merge_request, write_items
+from helpers.advisor import add_rig, add_worktree, decisions, events, ids, item, merge_request, write_items
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor_helpers import add_rig, add_worktree, item, merge_request, write_items
-from conftest import git, make_repo
+from helpers import git, make_repo
+from helpers.advisor import add_rig, add_worktree, item, merge_request, write_items
 from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
 from sluice.scheduler.signals import Graphs, Signals, is_warm_rig, parent_of_deps
 from sluice.store.decisions import (

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from scheduler_helpers import (
+from helpers.scheduler import (
     configure,
     contexts,
     ephemeral_path,

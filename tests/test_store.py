@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli, make_repo
-from foundation_helpers import quick_rig, quick_town
+from helpers import Cli, make_repo
+from helpers.foundation import quick_rig, quick_town
 from sluice.errors import StoreCorrupt
 from sluice.store.index import DurableIndex
 from sluice.store.rigstore import RigStore, Stores, read_jsonl

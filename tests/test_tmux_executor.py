@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from polecat_fixtures import configure, gone, install_polecat, polecat_command, report, request, wait_for
+from helpers.polecats import configure, gone, install_polecat, polecat_command, report, request, wait_for
 from sluice.errors import ExecutorError
 from sluice.executors import get_executor
 from sluice.executors.naming import launch_name, polecat_name

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cli, make_repo
-from foundation_helpers import quick_town
+from helpers import Cli, make_repo
+from helpers.foundation import quick_town
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import Cli, git, make_repo
+from helpers import Cli, git, make_repo
 
 T0 = "2026-01-01T00:00:00Z"
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Cli, make_repo
+from helpers import Cli, make_repo
 
 STAMP = "2026-01-01T00:00:00Z"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import make_repo
+from helpers import make_repo
 from sluice.store.town import Town, init_town
 
 
