@@ -69,7 +69,7 @@ def test_every_json_document_is_compact_on_one_line(tmp_path: Path):
     """One format for every --json: compact separators on one line, however the document is built."""
     import json
 
-    from conftest import make_repo
+    from helpers import make_repo
 
     town = tmp_path / "town"
     make_repo(tmp_path / "repo")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from polecat_fixtures import configure
-from scheduler_helpers import add_rig, item, sleeper, wait_for, write_items
+from helpers.polecats import configure
+from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
 from sluice.executors import get_executor
 from sluice.scheduler.snapshot import snapshot
 from sluice.store.events import emit_event, recent_events
