@@ -315,6 +315,13 @@ class Town:
         rig = add_rig(self.files, name, Path(repo), prefix, Path(items) if items is not None else None)
         return RigInfo.from_json(rig_row(self.files, rig))
 
+    def remove_rig(self, name: str, force: bool = False) -> dict:
+        """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
+        ``rig-removed``).  The rig's store moves to ``.sluice/removed/`` (``store`` in the result)."""
+        from sluice.scheduler.rigs import remove_rig
+
+        return remove_rig(self.files, name, force)
+
     def rigs(self) -> list[RigInfo]:
         from sluice.store.tracker import rig_rows
 

@@ -54,6 +54,28 @@ def rig_list(as_json: JsonOption = False) -> None:
         for r in rs) or "no rigs registered")
 
 
+@rig_app.command("remove")
+def rig_remove(
+    name: Annotated[str, typer.Argument(help="Rig name.")],
+    force: Annotated[
+        bool, typer.Option(help="Remove even with queued contexts; they are closed as rig-removed.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Unregister rig NAME; its store moves to .sluice/removed/, its repository is not touched."""
+    from sluice.scheduler.rigs import remove_rig
+
+    emit(remove_rig(town(), name, force), as_json, _removed_text)
+
+
+def _removed_text(r: dict) -> str:
+    lines = [f"rig {r['name']} (prefix {r['prefix']}) removed; {r['repo']} was not touched"]
+    lines += [f"  closed {c['context_id']} (item {c['item_id']}, rig-removed)" for c in r["closed"]]
+    if r["store"]:
+        lines.append(f"  its store was moved to {r['store']}")
+    return "\n".join(lines)
+
+
 @config_app.command("get")
 def config_get(key: Annotated[str, typer.Argument(help="e.g. scheduler.max_polecats")]) -> None:
     """Print one config value as a bare scalar (JSON for lists and objects)."""

@@ -1,0 +1,104 @@
+"""`sluice rig remove`: queued work refuses it, --force closes that work visibly, the store is kept aside,
+and the repository (or the beads export a rig reads) is never touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.scheduler import (
+    configure,
+    events,
+    issues_path,
+    item,
+    open_contexts,
+    records,
+    town_with_rigs,
+    tree_hash,
+    write_items,
+)
+
+
+@pytest.fixture
+def repos(cli, tmp_path):
+    repos = town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
+    configure(cli.town, "scheduler.max_polecats", "2")
+    write_items(cli.town, "alpha", [item("al-1", "first"), item("al-2", "second")])
+    write_items(cli.town, "beta", [item("be-1", "beta work")])
+    return repos
+
+
+def test_refuses_while_contexts_are_queued_and_changes_nothing(cli, repos):
+    cli.run("sling", "al-1")
+    before = (cli.town / ".sluice" / "config.json").read_bytes()
+    done = cli.run("rig", "remove", "alpha", check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: rig 'alpha' has 1 queued context(s): al-1")
+    assert "--force" in done.stderr and "nothing was changed" in done.stderr
+    assert (cli.town / ".sluice" / "config.json").read_bytes() == before
+    assert len(open_contexts(cli.town, "alpha", "al-1")) == 1
+
+
+def test_work_queued_in_another_rig_for_its_items_also_refuses(cli, repos):
+    cli.run("sling", "al-2", "beta", "--force")  # cross-rig: the context lives in beta's store
+    done = cli.run("rig", "remove", "alpha", check=False)
+    assert done.returncode == 1 and "al-2" in done.stderr and "in beta" in done.stderr
+
+
+def test_force_closes_queued_contexts_as_rig_removed_and_keeps_the_store(cli, repos):
+    cli.run("sling", "al-1", "al-2")
+    cli.run("sling", "be-1", "alpha", "--force")  # beta's item queued in alpha's store
+    repo_before = tree_hash(repos["alpha"])
+    own_items = issues_path(cli.town, "alpha").read_bytes()
+
+    result = cli.json("rig", "remove", "alpha", "--force")
+
+    assert {c["item_id"] for c in result["closed"]} == {"al-1", "al-2", "be-1"}
+    kept = Path(result["store"])
+    assert kept.parent == cli.town / ".sluice" / "removed" and kept.name.startswith("alpha-")
+    assert (kept / "issues.jsonl").read_bytes() == own_items  # the rig's own items, byte for byte
+    closed = records(kept / "ephemeral.jsonl")
+    assert {r["close_reason"] for r in closed.values()} == {"rig-removed"}
+    assert not (cli.town / ".sluice" / "rigs" / "alpha").exists()
+    assert not (cli.town / ".sluice" / "runtime" / "index" / "alpha.sqlite").exists()
+    assert tree_hash(repos["alpha"]) == repo_before
+    assert [r["name"] for r in cli.json("rig", "list")] == ["beta"]
+    assert len(events(cli.town, "RigRemoved")) == 1
+    assert len([e for e in events(cli.town, "ContextClosed") if e["payload"]["reason"] == "rig-removed"]) == 3
+    # The rest of the town carries on: nothing queued refers to the removed rig.
+    assert cli.json("scheduler", "list") == []
+    assert cli.run("item", "show", "al-1", check=False).returncode == 1
+
+
+def test_a_rig_reading_an_export_leaves_the_export_alone(cli, tmp_path):
+    from helpers import make_repo
+
+    repo = make_repo(tmp_path / "gamma")
+    export = repo / ".beads" / "issues.jsonl"
+    export.parent.mkdir()
+    export.write_text(json.dumps(item("ga-1", "from the export")) + "\n")
+    cli.run("rig", "add", "gamma", str(repo), "--prefix", "ga")
+    assert cli.json("item", "ready", "gamma")[0]["id"] == "ga-1"
+    before = tree_hash(repo)
+    result = cli.json("rig", "remove", "gamma")
+    assert result["items"] == str(export) and result["closed"] == []
+    assert tree_hash(repo) == before
+    # The same name can be registered again at once.
+    cli.run("rig", "add", "gamma", str(repo), "--prefix", "ga")
+    assert [r["id"] for r in cli.json("item", "ready", "gamma")] == ["ga-1"]
+
+
+def test_removed_twice_keeps_both_stores(cli, repos, tmp_path):
+    first = cli.json("rig", "remove", "beta")["store"]
+    cli.run("rig", "add", "beta", str(repos["beta"]), "--prefix", "be")
+    write_items(cli.town, "beta", [item("be-9", "again")])
+    second = cli.json("rig", "remove", "beta")["store"]
+    assert first != second and Path(first).is_dir() and Path(second).is_dir()
+    assert "be-9" in records(Path(second) / "issues.jsonl")
+
+
+def test_unknown_rig_is_a_domain_error(cli, repos):
+    done = cli.run("rig", "remove", "nope", check=False)
+    assert done.returncode == 1 and done.stderr.startswith("error: unknown rig 'nope'")
