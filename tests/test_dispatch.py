@@ -289,6 +289,7 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, town):
     write_items(town, "alpha", [item("al-ok"), item("al-closed"), item("al-hooked"), item("al-fail")])
     configure(cli.town, "executor.command", sleeper(5))
     configure(cli.town, "scheduler.max_polecats", "1")
+    configure(cli.town, "scheduler.missing_grace", "0")  # a missing item closes at once, not after 10m
     cli.run("scheduler", "pause")  # nothing launches while the stage is set
     cli.run("sling", "al-ok", "al-closed", "al-hooked", "al-fail", "alpha")
     t = Town(town)

@@ -20,7 +20,7 @@ from helpers.scheduler import (
     write_items,
 )
 
-KEYS = {"rig", "queued", "ready", "blocked", "failing", "stale", "duplicates", "orphaned", "polecats",
+KEYS = {"rig", "queued", "ready", "blocked", "failing", "stale", "duplicates", "orphaned", "held", "polecats",
         "merge_queue"}
 
 
@@ -39,6 +39,7 @@ def troubled(cli: Cli, tmp_path: Path) -> dict:
     """Rig ``api`` with one context of every kind, plus a healthy rig ``web``."""
     town_with_rigs(cli, tmp_path, ("api", "api"), ("web", "web"))
     configure(cli.town, "scheduler.max_polecats", "2")
+    configure(cli.town, "scheduler.missing_grace", "0")  # a vanished item is orphaned at once, not held
     write_items(cli.town, "api", [
         item("api-fail", "always fails", priority=0),
         item("api-done", "finished elsewhere"),

@@ -213,7 +213,6 @@ def test_malformed_middle_line_of_the_ephemeral_log_is_an_error(cli, rig, town_d
         ('{"id": "al-x", "status": ["open"]}', "status is not a string"),
         ('{"id": "al-x", "issue_type": {"t": 1}}', "issue_type is not a string"),
         ('{"id": "al-x", "assignee": 3}', "assignee is not a string"),
-        ('{"id": "al-x", "priority": 100000000000000000000000}', "priority is out of range"),
     ],
 )
 def test_records_that_are_not_items_are_errors(cli, rig, town_dir, line, problem):
@@ -532,3 +531,18 @@ def test_damage_that_stays_put_is_reported_at_once(tmp_path):
     with pytest.raises(StoreCorrupt, match=r"items\.jsonl:1"):
         _index_over(tmp_path, [damaged, damaged, damaged]).ids()
     assert len(reads) == 1
+
+
+@pytest.mark.parametrize("bad", ["high", 9, -1, 1.5, True, 100000000000000000000000])
+def test_a_priority_outside_0_to_4_is_warned_about_and_ranks_as_the_default(cli, rig, town_dir, bad):
+    path = issues_path(town_dir)
+    write_lines(path, [json.dumps(record("al-bad", priority=bad, created_at="2025-01-01T00:00:00Z")),
+                       json.dumps(record("al-p0", priority=0)), json.dumps(record("al-p3", priority=3))])
+    for argv in (("item", "ready", "--json"), ("schedule", "next", "--preview", "--limit", "3", "--json")):
+        done = cli.run(*argv)
+        assert f"{path}:1: record al-bad: priority" in done.stderr and "default 2" in done.stderr, argv
+    ready = [row["id"] for row in cli.json("item", "ready")]
+    assert ready == ["al-p0", "al-bad", "al-p3"]  # never above a real P0
+    ranked = [d["node_id"] for d in cli.json("schedule", "next", "--preview", "--limit", "3")]
+    assert ranked == ["al-p0", "al-bad", "al-p3"]
+    assert " P2 " in next(line for line in cli.run("item", "ready").stdout.splitlines() if "al-bad" in line)

@@ -42,9 +42,37 @@ def normalise(record: dict) -> dict:
         record["status"] = "open"
     if not record.get("issue_type"):
         record["issue_type"] = "task"
-    if not isinstance(record.get("priority"), int) or isinstance(record.get("priority"), bool):
-        record["priority"] = 0
+    record["priority"] = priority_of(record)
     return record
+
+
+#: What an unusable priority counts as: beads' own default for a new item.
+DEFAULT_PRIORITY = 2
+
+
+def priority_problem(value: Any) -> str | None:
+    """Why ``value`` is not a beads priority (an integer 0–4), or None when it is one or is absent.
+
+    An absent or null priority is beads' zero value, P0 (import rule L4); anything
+    else outside 0–4 — ``"high"``, ``9``, ``1.5``, ``true`` — cannot have come from beads.
+    """
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 4):
+        return None
+    shown = json.dumps(value)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    return f"priority {shown} is not an integer 0-4; treated as the default {DEFAULT_PRIORITY}"
+
+
+def priority_of(record: Mapping) -> int:
+    """The priority sluice ranks by: 0 when absent (beads L4), the default 2 when unusable.
+
+    An unusable value must never rank above a real P0, so it is not read as 0.
+    """
+    value = record.get("priority")
+    if value is None:
+        return 0
+    return DEFAULT_PRIORITY if priority_problem(value) is not None else value
 
 
 def skip_record(record: Mapping) -> bool:
@@ -58,7 +86,7 @@ def skip_record(record: Mapping) -> bool:
 
 #: Keys beads stores as strings; anything else there is damage, not an item.
 _TEXT_KEYS = ("status", "issue_type", "assignee")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT64_MAX = 2**63 - 1
 
 
 def shape_problem(record: Mapping) -> str | None:
@@ -67,16 +95,13 @@ def shape_problem(record: Mapping) -> str | None:
     beads itself could not have written such a line (its fields are typed), so
     the reader reports it naming file and line instead of crashing later or
     guessing: a status, type or assignee that is not a string, labels or
-    dependencies that are not lists, a dependency that is not an object, a
-    priority beyond 64 bits.
+    dependencies that are not lists, a dependency that is not an object.  (A
+    priority outside 0–4 is only a warning: see :func:`priority_problem`.)
     """
     for key in _TEXT_KEYS:
         value = record.get(key)
         if value is not None and not isinstance(value, str):
             return f"{key} is not a string"
-    priority = record.get("priority")
-    if isinstance(priority, int) and not _INT64_MIN <= priority <= _INT64_MAX:
-        return "priority is out of range"
     for key in ("labels", "dependencies"):
         value = record.get(key)
         if value is not None and not isinstance(value, list):
@@ -110,7 +135,7 @@ def to_node(record: Mapping) -> Node:
         id=record["id"],
         status=record.get("status") or "open",
         issue_type=record.get("issue_type") or "task",
-        priority=record.get("priority") if isinstance(record.get("priority"), int) else 0,
+        priority=priority_of(record),
         created_ts=parse_ts(record.get("created_at")) or 0.0,
         pinned=bool(record.get("pinned")),
         ephemeral=bool(record.get("ephemeral")),

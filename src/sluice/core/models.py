@@ -71,8 +71,11 @@ class SchedulerConfig(_Strict):
     polecat_timeout: str = "0"
     retry_base: str = "30s"
     retry_max: str = "10m"
+    missing_grace: str = "10m"
 
-    @field_validator("spawn_delay", "polecat_timeout", "retry_base", "retry_max", mode="before")
+    @field_validator(
+        "spawn_delay", "polecat_timeout", "retry_base", "retry_max", "missing_grace", mode="before"
+    )
     @classmethod
     def _check_durations(cls, value: Any) -> str:
         return _duration_field(value)
@@ -128,6 +131,7 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.polecat_timeout": "a duration (0 = no timeout)",
     "scheduler.retry_base": "a duration",
     "scheduler.retry_max": "a duration",
+    "scheduler.missing_grace": "a duration (how long a queued item may be missing before its context closes)",
     "executor.kind": "one of local, tmux, ray, demo, memory",
     "executor.command": 'a JSON array of argv strings, e.g. ["my-agent", "{item_id}"]',
     "executor.ray.address": "a Ray dashboard address, e.g. http://127.0.0.1:8265",
@@ -203,6 +207,7 @@ class SlingContextFields(BaseModel):
     last_failure: str = ""
     last_failure_at: str = ""
     launch_started_at: str = ""
+    missing_since: str = ""  # when a cycle first found the work item missing from every rig
 
     def to_description(self) -> str:
         data = self.model_dump(exclude_defaults=False)

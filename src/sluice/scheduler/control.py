@@ -58,6 +58,32 @@ def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
         "last_failure": fields.last_failure or None,
         "retry_at": retry_due_at(fields, *retry),  # when the daemon tries a failed launch again
         "score": work.score,
+        "held": None,  # or why the context waits although its item may be ready (e.g. missing-item)
+    }
+
+
+def _held_row(held) -> dict:
+    """A held context in the shape of a queue row: the item is missing, so only its id is known."""
+    from sluice.scheduler.dispatch import held_row
+
+    context = held.context
+    fields = context.fields
+    row = held_row(held)
+    return {
+        "id": context.work_id,
+        "title": None,
+        "status": None,
+        "target_rig": fields.target_rig,
+        "blocked": True,
+        "held": held.reason,
+        "missing_since": row["missing_since"],
+        "closes_at": row["closes_at"],
+        "context_id": context.id,
+        "enqueued_at": fields.enqueued_at,
+        "dispatch_failures": fields.dispatch_failures,
+        "last_failure": fields.last_failure or None,
+        "retry_at": None,
+        "score": None,
     }
 
 
@@ -71,11 +97,16 @@ def _queue(town: Town, executor: Executor | None):
     view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], find)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     rows = [_row(w, False, retry) for w in view.ready] + [_row(w, True, retry) for w in view.blocked]
+    rows += [_held_row(h) for h in view.held]
     return config, view, rows, active, problem
 
 
 def list_queue(town: Town, executor: Executor | None = None) -> list[dict]:
-    """Queued items, one row per item: ready ones in dispatch order, then blocked ones."""
+    """Queued items, one row per item: ready ones in dispatch order, then blocked ones, then held ones.
+
+    A held row (``held: "missing-item"``) is a context whose item no rig has
+    right now; it is closed only once ``closes_at`` has passed.
+    """
     return _queue(town, executor)[2]
 
 
@@ -90,13 +121,15 @@ def status(town: Town, executor: Executor | None = None) -> dict:
         "queued_total": len(rows),
         "queued_ready": sum(1 for r in rows if not r["blocked"]),
         "active_polecats": count,
-        "capacity": max(0, sched.max_polecats - (count or 0)),
+        # Unknown when the executor cannot say how many polecats run: never claim free slots.
+        "capacity": max(0, sched.max_polecats - count) if count is not None else None,
         "max_polecats": sched.max_polecats,
         "mode": "deferred" if sched.deferred else "direct",
         "batch_size": sched.batch_size,
         "last_dispatch_at": state.last_dispatch_at,
         "last_dispatch_count": state.last_dispatch_count,
         "stale": len(view.stale),
+        "held": len(view.held),
         "items": rows,
     }
     if problem:

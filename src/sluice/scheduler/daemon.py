@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from sluice.core.items import iso
+from sluice.core.text import printable
 from sluice.errors import InvalidOperation, SluiceError, UsageError
 from sluice.store import fsutil
 
@@ -100,7 +101,16 @@ def describe(result: dict, reaped: int) -> str:
         text = (f"dispatched {result.get('dispatched', 0)}, failed {result.get('failed', 0)},"
                 f" skipped {result.get('skipped', 0)} (reason: {result.get('reason')},"
                 f" capacity {result.get('capacity')}, ready {result.get('ready')})")
-    return text + _reaping(result, reaped)
+    return text + _held(result) + _reaping(result, reaped)
+
+
+def _held(result: dict) -> str:
+    """Held contexts, so a shrinking export shows on the tick line long before anything is closed."""
+    held = result.get("held") or []
+    if not held:
+        return ""
+    ids = ", ".join(printable(row.get("item_id")) for row in held[:5]) + (", …" if len(held) > 5 else "")
+    return f"; held {len(held)} (missing-item: {ids})"
 
 
 def _reaping(result: dict, reaped: int) -> str:
@@ -171,6 +181,7 @@ class Daemon:
         for key in ("error", "reap_error"):
             if key in result:
                 summary[key] = result[key]
+        summary["held"] = len(result.get("held") or [])
         summary["reaped"] = reaped
         self.last_result = summary
         self._beat(last_tick_at=at)

@@ -8,7 +8,9 @@ One cycle, in order (DESIGN §4):
 3. direct mode (``max_polecats <= 0``) ⇒ nothing to do, with a warning when
    contexts are still open from an earlier deferred mode;
 4. clean stale contexts and reconcile interrupted launches
-   (:mod:`sluice.pending` says which);
+   (:mod:`sluice.pending` says which); a context whose item is missing is
+   *held* (``missing-item``, with ``missing_since`` recorded once) and closed
+   only after ``scheduler.missing_grace``;
 5. capacity = ``max(0, max_polecats − active polecats)``; pending = ready
    contexts, one per item, ranked by :func:`sluice.ranking.rank_work`;
 6. :func:`sluice.plan.plan_dispatch`, then for each planned context: record
@@ -33,11 +35,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import filelock
 
-from sluice.core.items import iso
+from sluice.core.items import iso, parse_ts
 from sluice.core.plan import plan_dispatch
 from sluice.errors import (
     ConfigError,
@@ -80,6 +83,7 @@ class CycleReport:
     failures: list[dict] = field(default_factory=list)
     closed: list[dict] = field(default_factory=list)
     backing_off: int = 0
+    held: list[dict] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -199,6 +203,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
     view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, backoff=backoff)
     if not report.dry_run:
         _clean(town, stores, view, report)
+    report.held = [held_row(h) for h in view.held]
     report.capacity = max(0, sched.max_polecats - len(active))
     plan = plan_dispatch(report.capacity, report.batch, view.ready)
     report.ready = len(view.ready)
@@ -231,8 +236,31 @@ def _planned_row(work: Work) -> dict:
             "title": work.item.get("title", ""), "score": work.score}
 
 
+def held_row(held) -> dict:
+    """One held context as the cycle, ``scheduler list`` and patrol report it."""
+    context = held.context
+    closes_at = iso(datetime.fromtimestamp(held.closes_at, UTC)) if held.closes_at is not None else None
+    return {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+            "reason": held.reason, "missing_since": held.since, "closes_at": closes_at}
+
+
 def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
-    """Close stale contexts, settle interrupted launches, drop intents whose launch never happened."""
+    """Close stale contexts, settle interrupted launches, drop intents whose launch never happened.
+
+    Also keeps the missing-item clock: a held context gets ``missing_since``
+    (the first time only), a context whose item came back loses it.
+    """
+    stamp = iso()
+    for held in view.held:
+        if held.since is None:
+            updated = ctxs.mark_missing(stores.rig(held.context.rig), held.context.id, stamp)
+            if updated is not None and updated.fields is not None:
+                held.since = updated.fields.missing_since
+                grace = town.config.scheduler.seconds("missing_grace")
+                since = parse_ts(held.since)
+                held.closes_at = since + grace if since is not None else None
+    for context in view.reappeared:
+        ctxs.clear_missing(stores.rig(context.rig), context.id)
     for stale in view.stale:
         context = stale.context
         if ctxs.close(town, stores.rig(context.rig), context.id, stale.reason, {"detail": stale.detail}):

@@ -10,6 +10,8 @@ is safe to run as often as you like.
 * **stale**: the next dispatch cycle would close it (invalid JSON, circuit
   broken, item closed/tombstoned/hooked).
 * **duplicates**: a younger open context for an item that already has one.
+* **held**: an open context whose item no rig has right now (reason
+  ``missing-item``); the cycle closes it only after ``scheduler.missing_grace``.
 * **orphaned**: an open context that points at something the town no longer
   has: its item is in no registered rig, or its target rig is not
   registered.  The dispatch cycle closes these too, but a patrol only reports
@@ -102,6 +104,7 @@ def _orphaned(stale: Stale, rigs: set[str]) -> bool:
 
 
 def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: tuple[float, float]) -> dict:
+    from sluice.scheduler.dispatch import held_row
     from sluice.scheduler.polecats import retry_due_at
 
     queued = [_queued_row(w, False) for w in view.ready if w.payload.rig == rig_name]
@@ -123,6 +126,7 @@ def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: 
     stale = [_stale_row(s) for s in mine if not _orphaned(s, rigs)]
     orphaned = [_stale_row(s) for s in mine if _orphaned(s, rigs)]
     duplicates = [_context_row(c) for c in view.duplicates if _mine(c, rig_name)]
+    held = [{**_context_row(h.context), **held_row(h)} for h in view.held if _mine(h.context, rig_name)]
     polecats = [
         {"id": p.id, "item_id": p.item_id, "context_id": p.context_id, "executor": p.executor,
          "started_at": p.started_at, "state": p.state, "pid": p.pid}
@@ -139,6 +143,7 @@ def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: 
         "stale": stale,
         "duplicates": duplicates,
         "orphaned": orphaned,
+        "held": held,
         "polecats": polecats,
         "merge_queue": {"queued": counts.get("open", 0), "running": counts.get("in_progress", 0)},
     }

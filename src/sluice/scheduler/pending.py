@@ -8,8 +8,15 @@ what it reports.
 
 * **stale** contexts are closed by the cycle's cleanup: unparseable
   (``invalid-context``), breaker tripped (``circuit-broken``), item gone
-  (``invalid-work-item``), item closed, tombstoned or hooked
-  (``stale-work-item``; a forced context keeps a hooked item).
+  for longer than ``scheduler.missing_grace`` (``invalid-work-item``), item
+  closed, tombstoned or hooked (``stale-work-item``; a forced context keeps
+  a hooked item).
+* **held** contexts (reason ``missing-item``) point at an item no rig has
+  *right now*, but have not been missing for the grace period yet.  An
+  export being rewritten in place (truncated, then written again) loses its
+  items for a moment; closing their contexts at once would empty the queue
+  for good.  The cycle records ``missing_since`` on a held context the first
+  time it sees the item gone and clears it when the item is back.
 * **mid-launch** contexts carry a launch intent from a cycle that did not
   finish; the executor's records decide whether the polecat exists
   (close as dispatched) or not (launch again).
@@ -26,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sluice.core.items import is_context
+from sluice.core.items import is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
 from sluice.errors import UnknownItem
 from sluice.scheduler.polecats import is_retry_due
@@ -47,6 +54,20 @@ class Stale:
     detail: str = ""
 
 
+#: Why a queued context is held back although it is not stale (shown by list, patrol, the daemon).
+MISSING_ITEM = "missing-item"
+
+
+@dataclass
+class Held:
+    """A context whose work item is missing, kept open until ``scheduler.missing_grace`` runs out."""
+
+    context: Context
+    reason: str
+    since: str | None  # when a cycle first saw the item missing; None: not recorded yet
+    closes_at: float | None  # epoch seconds when the grace runs out (None until ``since`` is recorded)
+
+
 @dataclass
 class Survey:
     ready: list[Work] = field(default_factory=list)  # ranked, one per item
@@ -56,6 +77,8 @@ class Survey:
     relaunch: list[Context] = field(default_factory=list)  # mid-launch, no polecat: intent to clear
     duplicates: list[Context] = field(default_factory=list)  # younger contexts of a queued item
     backing_off: list[Work] = field(default_factory=list)  # ready, but a failed launch's backoff runs
+    held: list[Held] = field(default_factory=list)  # item missing, within the grace period
+    reappeared: list[Context] = field(default_factory=list)  # item back: ``missing_since`` to clear
     open_total: int = 0
 
     @property
@@ -75,6 +98,22 @@ def item_store(stores: Stores, item_id: str) -> tuple[RigStore, dict] | None:
     return store, record
 
 
+def _missing(out: Survey, context: Context, now: float, grace: float) -> None:
+    """Hold a context whose item is missing, or call it stale once the grace period is over."""
+    fields = context.fields
+    assert fields is not None
+    since = parse_ts(fields.missing_since)
+    if grace <= 0 or (since is not None and now - since >= grace):
+        detail = f"item {fields.work_bead_id} not found"
+        if since is not None and grace > 0:
+            detail += f" since {fields.missing_since}"
+        out.stale.append(Stale(context, ctxs.INVALID_WORK_ITEM, detail))
+        return
+    closes_at = since + grace if since is not None else None
+    recorded = fields.missing_since if since is not None else None
+    out.held.append(Held(context, MISSING_ITEM, recorded, closes_at))
+
+
 def survey(
     town: Town,
     stores: Stores,
@@ -83,14 +122,19 @@ def survey(
     find: Callable[[str], Polecat | None],
     now: float | None = None,
     backoff: tuple[float, float] | None = None,
+    missing_grace: float | None = None,
 ) -> Survey:
     """Classify every open context; see the module docstring.
 
     With ``backoff`` (retry base and maximum, in seconds) a ready context
     whose last failed launch is too recent is set aside in ``backing_off``
-    instead of ``ready``.
+    instead of ``ready``.  ``missing_grace`` (seconds, default the town's
+    ``scheduler.missing_grace``) is how long an item may stay missing before
+    its context is stale; 0 makes it stale at once.
     """
     now = time.time() if now is None else now
+    if missing_grace is None:
+        missing_grace = town.config.scheduler.seconds("missing_grace")
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict]] = []
@@ -111,8 +155,10 @@ def survey(
             continue
         found = item_store(stores, fields.work_bead_id)
         if found is None:
-            out.stale.append(Stale(context, ctxs.INVALID_WORK_ITEM, f"item {fields.work_bead_id} not found"))
+            _missing(out, context, now, missing_grace)
             continue
+        if fields.missing_since:
+            out.reappeared.append(context)
         store, item = found
         status = item.get("status", "open")
         if status in ctxs.DONE_STATUSES or (status == "hooked" and not fields.force):

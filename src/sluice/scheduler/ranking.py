@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sluice.core.items import priority_of
 from sluice.core.scoring import Candidate, PolicyLike, Scored, score_all
 
 if TYPE_CHECKING:
@@ -63,9 +64,8 @@ class Work:
 
 
 def item_priority(item: Mapping) -> int:
-    """Beads priority as scoring reads it: a non-integer counts as 0, as beads' import makes it."""
-    value = item.get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """Beads priority as scoring reads it (:func:`sluice.core.items.priority_of`)."""
+    return priority_of(item)
 
 
 def order_of_ts(created_ts: float) -> str:

@@ -19,7 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.core.items import CONTEXT_LABEL, dependency, is_context, iso, new_id
+from sluice.core.items import (
+    CONTEXT_LABEL,
+    DEFAULT_PRIORITY,
+    dependency,
+    is_context,
+    iso,
+    new_id,
+    priority_of,
+)
 from sluice.core.models import SlingContextFields
 from sluice.errors import UnknownItem
 from sluice.store import events, fsutil
@@ -126,7 +134,7 @@ def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp:
         "title": context_title(str(item.get("title") or "")),
         "description": fields.to_description(),
         "status": "open",
-        "priority": item.get("priority", 2) if isinstance(item.get("priority"), int) else 2,
+        "priority": priority_of(item) if "priority" in item else DEFAULT_PRIORITY,
         "issue_type": "task",
         "ephemeral": True,
         "labels": [CONTEXT_LABEL],
@@ -252,6 +260,30 @@ def clear_launch(store: RigStore, context_id: str) -> Context | None:
         if not fields.launch_started_at:
             return None
         fields.launch_started_at = ""
+        return fields
+
+    return update_fields(store, context_id, change)
+
+
+def mark_missing(store: RigStore, context_id: str, stamp: str) -> Context | None:
+    """Record when the context's item was first found missing; an earlier record is kept."""
+
+    def change(fields: SlingContextFields) -> SlingContextFields | None:
+        if fields.missing_since and order_key(fields.missing_since)[0] != "~":
+            return None  # written once: the grace period runs from the first sighting
+        fields.missing_since = stamp
+        return fields
+
+    return update_fields(store, context_id, change)
+
+
+def clear_missing(store: RigStore, context_id: str) -> Context | None:
+    """The item is back: forget when it went missing, so a later loss starts a fresh grace period."""
+
+    def change(fields: SlingContextFields) -> SlingContextFields | None:
+        if not fields.missing_since:
+            return None
+        fields.missing_since = ""
         return fields
 
     return update_fields(store, context_id, change)

@@ -6,6 +6,11 @@ priorities, the clock-free blocked state and each row's raw JSON) and is
 rebuilt only when the source file's size, mtime or inode changes.  The JSONL
 file stays the source of truth: deleting the index loses nothing.
 
+What the read of the source had to warn about (a torn last line, an
+unusable priority) is kept in the index and said again every time the index
+is opened, not only by the command that happened to rebuild it: a torn tail
+hides items for as long as it is there.
+
 A rebuild writes a new database beside the old one and renames it into place,
 so concurrent readers and rebuilders never see a half-built index.
 """
@@ -26,7 +31,7 @@ from sluice.core.items import effective_tokens, labels_of, to_node
 from sluice.core.readiness import Node
 from sluice.errors import StoreCorrupt
 
-SCHEMA_VERSION = "8"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "9"  # raised whenever a rebuild would store, or refuse, something different
 log = logging.getLogger("sluice")
 
 _SCHEMA = """
@@ -90,6 +95,13 @@ class DurableIndex:
         self.source = Path(source)
         self._load = load  # yields (normalised record, raw JSON text) in file order
         self._conn: sqlite3.Connection | None = None
+        self._warnings: list[str] = []  # said while the current rebuild reads the source
+        self._said: str | None = None  # the signature whose warnings this object has already said
+
+    def warn(self, message: str) -> None:
+        """A warning from reading the source: said now, and kept with the index to be said again."""
+        log.warning("%s", message)
+        self._warnings.append(message)
 
     # -- freshness -----------------------------------------------------------
     def conn(self) -> sqlite3.Connection:
@@ -117,6 +129,10 @@ class DurableIndex:
                 conn.close()
             return None
         if meta.get("signature") == want and meta.get("schema") == SCHEMA_VERSION:
+            if self._said != want:
+                self._said = want
+                for message in json.loads(meta.get("warnings") or "[]"):
+                    log.warning("%s", message)
             return conn
         conn.close()
         return None
@@ -134,6 +150,8 @@ class DurableIndex:
         """
         for attempt in range(1, _REREADS + 1):
             try:
+                self._warnings = []
+                self._said = want  # the read says them as it meets them
                 self._rebuild(want)
             except StoreCorrupt:
                 now = signature(self.source)
@@ -171,7 +189,8 @@ class DurableIndex:
             conn.execute(_READY_ORDER)
             conn.executescript(_INDEXES)
             conn.executemany(
-                "INSERT INTO meta VALUES (?, ?)", [("signature", sig), ("schema", SCHEMA_VERSION)]
+                "INSERT INTO meta VALUES (?, ?)",
+                [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", json.dumps(self._warnings))],
             )
             conn.commit()
             conn.close()

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sluice.core import readiness
-from sluice.core.items import is_context, normalise, shape_problem, skip_record, to_node
+from sluice.core.items import is_context, normalise, priority_problem, shape_problem, skip_record, to_node
+from sluice.core.text import printable
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
 from sluice.store import fsutil
 from sluice.store.index import DurableIndex
@@ -30,13 +31,16 @@ from sluice.store.town import Rig, Town
 log = logging.getLogger("sluice")
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict, str]]:
+def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[tuple[int, dict, str]]:
     """(line number, normalised record, raw text) for every record line of ``path``.
 
     Streams the file, so a 100,000-line export never sits in memory whole.  Only
     the final line can lack its newline; if it is also unparseable it is a torn
-    write and is skipped with a warning.
+    write and is skipped with a warning.  A priority that is not an integer 0–4
+    is read as the default and warned about, naming file and line.  Warnings
+    go to ``warn`` (default: the ``sluice`` logger).
     """
+    warn = warn or log.warning
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, the generator may pause
     except FileNotFoundError:
@@ -52,7 +56,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict, str]]:
                     raise ValueError("not a JSON object")
             except ValueError as err:
                 if not chunk.endswith(b"\n"):
-                    log.warning("%s:%d: ignoring a torn last line (an interrupted write)", path, number)
+                    warn(f"{path}:{number}: ignoring a torn last line (an interrupted write)")
                     return
                 raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
             if skip_record(record):
@@ -62,6 +66,9 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict, str]]:
             problem = shape_problem(record)
             if problem is not None:
                 raise StoreCorrupt(path, number, f"record {record['id']!r}: {problem}")
+            problem = priority_problem(record.get("priority"))
+            if problem is not None:
+                warn(f"{path}:{number}: record {printable(record['id'])}: {problem}")
             yield number, normalise(record), text
     finally:
         fh.close()
@@ -102,7 +109,7 @@ class RigStore:
                 f"rig {self.rig.name!r} reads its items from {self.durable_path}, which does not exist"
                 " (restore the beads export there)"
             )
-        for _number, record, raw in read_jsonl(self.durable_path):
+        for _number, record, raw in read_jsonl(self.durable_path, self.index.warn):
             yield record, raw
 
     def refresh(self) -> None:

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
+from sluice.core.text import printable as shown  # noqa: F401 - the one escaping helper of every text view
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 _town_arg: dict[str, str | None] = {"path": None}

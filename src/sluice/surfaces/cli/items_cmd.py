@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, RawJSON, emit, town
+from sluice.surfaces.cli.common import JsonOption, RawJSON, emit, shown, town
 
 item_app = typer.Typer(help="Create, inspect and query work items.", no_args_is_help=True)
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
@@ -15,10 +15,11 @@ item_app.add_typer(dep_app, name="dep")
 
 
 def _line(item: dict) -> str:
-    # `item ready` rows are records as stored: a key may be present but null.
-    status = item.get("status") or "open"
-    priority = item.get("priority")
-    return f"{item['id']:<18} P{0 if priority is None else priority} {status:<11} {item.get('title') or ''}"
+    # `item ready` rows are records as stored: a key may be present but null, or of any JSON type.
+    from sluice.core.items import priority_of
+
+    status = shown(item.get("status") or "open")
+    return f"{shown(item['id']):<18} P{priority_of(item)} {status:<11} {shown(item.get('title'))}"
 
 
 def _lines(items) -> str:
@@ -48,7 +49,7 @@ def create(
     spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(label or ()),
                    deps=tuple(dep or ()), parent=parent, description=description, tokens=tokens,
                    assignee=assignee)
-    emit(create_item(town(), rig, spec), as_json, lambda i: f"created {i['id']}: {i['title']}")
+    emit(create_item(town(), rig, spec), as_json, lambda i: f"created {shown(i['id'])}: {shown(i['title'])}")
 
 
 @item_app.command("show")
@@ -63,13 +64,20 @@ def _show_text(item: dict) -> str:
     rows = [_line(item)]
     for key in ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason"):
         if item.get(key):
-            rows.append(f"  {key}: {item[key]}")
+            rows.append(f"  {key}: {shown(item[key])}")
     for dep in item.get("dependencies") or ():
-        rows.append(f"  depends on {dep.get('depends_on_id')} ({dep.get('type')})")
+        rows.append(f"  depends on {shown(dep.get('depends_on_id'))} ({shown(dep.get('type'))})")
     if item.get("description"):
         rows.append("")
-        rows.append(item["description"])
+        rows.append(_description(item["description"]))
     return "\n".join(rows)
+
+
+def _description(text) -> str:
+    """A description keeps its line breaks (it is prose); no other control character reaches a terminal."""
+    if not isinstance(text, str):
+        return shown(text)
+    return "\n".join(shown(line) for line in text.replace("\r\n", "\n").split("\n"))
 
 
 @item_app.command("list")
@@ -114,7 +122,8 @@ def blocked(
 
     rows = RawJSON(blocked_json(town(), rig))
     emit(rows, as_json, lambda rs: "\n".join(
-        f"{_line(r)}  ← {', '.join(r['blocked_by'])}" for r in map(json.loads, rs)) or "no blocked items")
+        f"{_line(r)}  ← {', '.join(map(shown, r['blocked_by']))}" for r in map(json.loads, rs))
+        or "no blocked items")
 
 
 @item_app.command("update")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, say, town
+from sluice.surfaces.cli.common import JsonOption, emit, say, shown, town
 
 scheduler_app = typer.Typer(help="Deferred dispatch: queue status, dispatch cycles, pause, clear.",
                             no_args_is_help=True)
@@ -87,7 +86,8 @@ def _status_text(data: dict) -> str:
         f"  State:      {state}",
         f"  Dispatch:   {mode}",
         f"  Queued:     {data['queued_total']} total, {data['queued_ready']} ready",
-        f"  Polecats:   {'unknown' if active is None else active} active, {data['capacity']} free"
+        f"  Polecats:   {'unknown' if active is None else active} active,"
+        f" {'unknown' if data['capacity'] is None else data['capacity']} free"
         + (f" of {data['max_polecats']}" if data["mode"] == "deferred" else ""),
     ]
     if data.get("executor_error"):
@@ -96,6 +96,8 @@ def _status_text(data: dict) -> str:
         lines.append(f"  Last dispatch: {data['last_dispatch_at']} ({data['last_dispatch_count']} item(s))")
     if data["stale"]:
         lines.append(f"  Stale:      {data['stale']} context(s) the next cycle will close")
+    if data.get("held"):
+        lines.append(f"  Held:       {data['held']} context(s) whose item is missing (missing-item)")
     if data["items"]:
         lines += ["", _list_text(data["items"])]
     return "\n".join(lines)
@@ -114,22 +116,15 @@ def _list_text(rows: list[dict]) -> str:
         return "Nothing scheduled.\n(Deferred dispatch is on when scheduler.max_polecats > 0.)"
     lines = [f"Scheduled work ({len(rows)} item(s))", ""]
     for row in rows:
-        mark = "blocked" if row["blocked"] else "ready  "
+        mark = "held   " if row.get("held") else "blocked" if row["blocked"] else "ready  "
         fails = f"  [{row['dispatch_failures']} failed]" if row["dispatch_failures"] else ""
-        lines.append(f"  {mark} {row['id']:<16} → {row['target_rig']:<12} {one_line(row['title'])}{fails}")
+        text = shown(row["title"])
+        if row.get("held"):
+            since = f" since {row['missing_since']}" if row.get("missing_since") else ""
+            closes = f", closed at {row['closes_at']} if still missing" if row.get("closes_at") else ""
+            text = f"({row['held']}: item not found in any rig{since}{closes})"
+        lines.append(f"  {mark} {shown(row['id']):<16} → {shown(row['target_rig']):<12} {text}{fails}")
     return "\n".join(lines)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def one_line(text: str) -> str:
-    """A title as it may appear in a listing: control characters shown escaped.
-
-    Titles are written by agents; a newline would start a fake row and an
-    escape sequence would drive the terminal.
-    """
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 @scheduler_app.command("run")
@@ -149,6 +144,14 @@ def run(
 
 
 def _run_text(data: dict) -> str | None:
+    held = [f"  Held {shown(row['item_id'])}: {row['reason']} (not found in any rig"
+            + (f" since {row['missing_since']}" if row.get("missing_since") else "") + ")"
+            for row in data.get("held") or ()]
+    text = _run_summary(data)
+    return "\n".join([*held, text] if text else held) or None
+
+
+def _run_summary(data: dict) -> str | None:
     if data["reason"] in ("busy", "direct") or (data["reason"] == "paused" and not data["dry_run"]):
         return None  # the messages said it (a pause *during* the cycle still reports its launches)
     if data["dry_run"]:
@@ -161,7 +164,7 @@ def _run_text(data: dict) -> str | None:
                  f" ready: {data['ready']}, reason: {data['reason']})"]
         lines += [f"  Would dispatch: {p['item_id']} → {p['rig']}" for p in data["planned"]]
         return "\n".join(lines)
-    lines = [f"  Dispatched {row['item_id']} → {row['rig']} (polecat {row['polecat_id']})"
+    lines = [f"  Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})"
              for row in data["launched"]]
     lines += [f"  Failed {row['item_id']}: {row['error']}" for row in data["failures"]]
     if data["dispatched"] or data["failed"]:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, say, town
+from sluice.surfaces.cli.common import JsonOption, emit, say, shown, town
 
 hooks_app = typer.Typer(help="Git hooks that report a rig's merge-queue depth.", no_args_is_help=True)
 
@@ -67,11 +67,15 @@ def _patrol_text(r: dict) -> str:
     ]
     for row in r["queued"]:
         mark = "⏸" if row["blocked"] else "○"
-        lines.append(f"  {mark} {row['item_id']}: {row['title']}")
+        lines.append(f"  {mark} {shown(row['item_id'])}: {shown(row['title'])}")
+    for row in r.get("held", ()):
+        since = f" since {row['missing_since']}" if row.get("missing_since") else ""
+        lines.append(f"  held: {row['context_id']} (item {shown(row['item_id'])}) {row['reason']}:"
+                     f" not found in any rig{since}")
     for key in ("failing", "stale", "duplicates", "orphaned"):
         for row in r[key]:
-            extra = row.get("last_failure") or row.get("detail") or ""
-            lines.append(f"  {key}: {row['context_id']} (item {row['item_id']}) {extra}".rstrip())
+            extra = shown(row.get("last_failure") or row.get("detail") or "")
+            lines.append(f"  {key}: {row['context_id']} (item {shown(row['item_id'])}) {extra}".rstrip())
     for row in r.get("fixed", []):
         lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
     if r.get("executor_error"):
