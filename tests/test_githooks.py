@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -170,3 +171,53 @@ def test_report_json_and_threshold_from_policy(cli: Cli, hooked: Path):
     done = cli.run("hooks", "report", "--rig", "alpha", "--json")
     assert json.loads(done.stdout) == {"rig": "alpha", "queued": 2, "running": 1, "threshold": 5}
     assert "(threshold 5)" in done.stderr
+
+
+def test_uninstall_removes_our_links_and_nothing_else(cli: Cli, rig: str, tmp_path: Path):
+    repo = tmp_path / "repos" / "alpha"
+    hooks = repo / ".git" / "hooks"
+    samples = {p.name: p.read_bytes() for p in hooks.iterdir()}  # git's *.sample files
+    (hooks / "pre-push").write_text("#!/bin/sh\necho mine\n")
+    (hooks / "commit-msg").write_text("#!/bin/sh\necho also mine\n")
+    cli.run("hooks", "install", rig, "--force")  # pre-push moved aside as pre-push.sluice-orig
+    result = cli.json("hooks", "uninstall", rig)
+    assert result["removed"] == ["post-commit", "post-merge", "pre-push"]
+    assert result["restored"] == ["pre-push"] and result["kept"] == []
+    assert not (hooks / "pre-push").is_symlink()
+    assert (hooks / "pre-push").read_text() == "#!/bin/sh\necho mine\n"
+    assert (hooks / "commit-msg").read_text() == "#!/bin/sh\necho also mine\n"
+    assert not (hooks / "post-commit").exists() and not (hooks / "post-merge").exists()
+    assert not (hooks / "pre-push.sluice-orig").exists()
+    assert {p.name: p.read_bytes() for p in hooks.iterdir() if p.name.endswith(".sample")} == {
+        n: b for n, b in samples.items() if n.endswith(".sample")}
+    # Commits are quiet again: no hook of ours runs.
+    (repo / "after.txt").write_text("a\n")
+    git("add", "after.txt", cwd=repo)
+    done = _git_run("commit", "-m", "after", cwd=repo)
+    assert done.returncode == 0 and "sluice" not in done.stderr
+
+
+def test_uninstall_leaves_a_hook_that_is_not_ours(cli: Cli, hooked: Path):
+    hooks = hooked / ".git" / "hooks"
+    (hooks / "post-merge").unlink()
+    (hooks / "post-merge").write_text("#!/bin/sh\necho replaced by someone\n")
+    result = cli.json("hooks", "uninstall", "alpha")
+    assert result["removed"] == ["post-commit", "pre-push"] and result["kept"] == ["post-merge"]
+    assert (hooks / "post-merge").read_text() == "#!/bin/sh\necho replaced by someone\n"
+    again = cli.json("hooks", "uninstall", "alpha")  # nothing of ours left: a no-op
+    assert again["removed"] == [] and again["restored"] == [] and again["kept"] == ["post-merge"]
+    assert "post-merge is not sluice's; left alone" in cli.run("hooks", "uninstall", "alpha").stdout
+
+
+def test_uninstall_leaves_another_towns_links(cli: Cli, hooked: Path, tmp_path: Path):
+    other = tmp_path / "other-town"
+    subprocess.run([sys.executable, "-m", "sluice", "init", str(other)], check=True, capture_output=True)
+    other_cli = Cli(other)
+    other_cli.run("rig", "add", "alpha", str(hooked), "--prefix", "al")
+    hooks = hooked / ".git" / "hooks"
+    for name in ("post-commit", "post-merge", "pre-push"):
+        (hooks / name).unlink()
+    other_cli.run("hooks", "install", "alpha")
+    result = cli.json("hooks", "uninstall", "alpha")
+    assert result["removed"] == [] and result["kept"] == ["post-commit", "post-merge", "pre-push"]
+    assert all((hooks / n).is_symlink() for n in ("post-commit", "post-merge", "pre-push"))

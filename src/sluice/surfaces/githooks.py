@@ -2,7 +2,8 @@
 
 ``install`` is the one write sluice ever makes to a repository, and only on
 explicit request: it links ``post-commit``, ``post-merge`` and ``pre-push``
-into the rig repo's hooks directory.  The links point at copies kept in
+into the rig repo's hooks directory (``uninstall`` takes exactly those links
+back out).  The links point at copies kept in
 ``<town>/.sluice/hooks/``, which is how an installed hook finds its town.
 ``report`` is what the hooks run: one line on stderr and one
 ``MergeQueueDepth`` event.  The shell side guarantees a hook never fails or
@@ -119,6 +120,43 @@ def install(town: Town, rig_name: str, force: bool = False) -> InstallResult:
         path.symlink_to(copies / name)
         installed.append(name)
     return InstallResult(rig.name, str(hooks_dir), installed, unchanged, replaced)
+
+
+@dataclass(frozen=True)
+class UninstallResult:
+    rig: str
+    hooks_dir: str
+    removed: list[str]  # our links, gone
+    restored: list[str]  # foreign hooks that install --force had moved aside, back in place
+    kept: list[str]  # hooks that are not ours, left alone
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def uninstall(town: Town, rig_name: str) -> UninstallResult:
+    """Undo :func:`install`: remove only our links, and put back what ``install --force`` moved aside.
+
+    A hook that is not a link to this town's copy (someone else's, or replaced
+    since) stays where it is, and so does its ``.sluice-orig`` twin if any.
+    """
+    rig = town.rig(rig_name)
+    hooks_dir = repo_hooks_dir(rig)
+    copies = town_hooks_dir(town)
+    removed, restored, kept = [], [], []
+    for name in HOOK_NAMES:
+        path = hooks_dir / name
+        if _is_ours(path, copies / name):
+            path.unlink()
+            removed.append(name)
+        elif path.exists() or path.is_symlink():
+            kept.append(name)
+            continue
+        backup = path.with_name(name + BACKUP_SUFFIX)
+        if backup.exists() or backup.is_symlink():
+            os.replace(backup, path)
+            restored.append(name)
+    return UninstallResult(rig.name, str(hooks_dir), removed, restored, kept)
 
 
 def _is_ours(path: Path, copy: Path) -> bool:

@@ -29,6 +29,24 @@ def hooks_install(
         + [f"  {n} already installed" for n in r["unchanged"]]))
 
 
+@hooks_app.command("uninstall")
+def hooks_uninstall(
+    rig: Annotated[str, typer.Argument(help="Rig whose repository has the hooks.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Remove only the hooks `install` linked; put back hooks it moved aside; leave any other hook."""
+    from sluice.surfaces.githooks import uninstall
+
+    result = uninstall(town(), rig)
+    emit(result.to_json(), as_json, lambda r: "\n".join(
+        [f"hooks in {r['hooks_dir']}:"]
+        + [f"  removed {n}" for n in r["removed"] if n not in r["restored"]]
+        + [f"  removed {n}; the hook it replaced is back" for n in r["restored"] if n in r["removed"]]
+        + [f"  restored {n} from {n}.sluice-orig" for n in r["restored"] if n not in r["removed"]]
+        + [f"  {n} is not sluice's; left alone" for n in r["kept"]]
+        + ([] if r["removed"] or r["restored"] or r["kept"] else ["  no sluice hooks were installed"])))
+
+
 @hooks_app.command("report")
 def hooks_report(
     rig: Annotated[str | None, typer.Option(help="Rig to report on.")] = None,
