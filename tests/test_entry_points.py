@@ -91,3 +91,29 @@ def test_every_json_document_is_compact_on_one_line(tmp_path: Path):
         assert text.endswith("\n") and text.count("\n") == 1, (args, text)
         compact = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
         assert text[:-1] == compact, (args, text)
+
+
+def test_version_prints_the_package_version_from_every_entry_point(tmp_path: Path):
+    from importlib.metadata import version
+
+    import sluice
+
+    assert version("git-sluice") == sluice.__version__
+    want = f"sluice {sluice.__version__}\n"
+    bindir = Path(sys.executable).parent
+    for argv in ([str(bindir / "sluice"), "--version"], [str(bindir / "git-sluice"), "--version"],
+                 ["git", "sluice", "--version"], [sys.executable, "-m", "sluice", "--version"],
+                 [str(bindir / "sluice"), "--town", str(tmp_path), "--version"]):
+        done = subprocess.run(argv, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=60)
+        assert (done.returncode, done.stdout, done.stderr) == (0, want, ""), argv
+
+
+def test_version_imports_no_heavy_library():
+    """--version is answered before the command line loads: no typer, rich, pydantic or pygit2."""
+    done = subprocess.run([str(Path(sys.executable).parent / "sluice"), "--version"], capture_output=True,
+                          text=True, env={**_env(), "PYTHONPROFILEIMPORTTIME": "1"}, timeout=60)
+    assert done.returncode == 0
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "sluice.__main__" in imported
+    heavy = {name for name in imported if name.split(".")[0] in ("typer", "rich", "pydantic", "pygit2")}
+    assert not heavy, sorted(heavy)

@@ -1,3 +1,25 @@
-from sluice.surfaces.cli import main
+"""The entry point of ``sluice``, ``git sluice`` and ``python -m sluice``.
 
-main()
+``sluice --version`` is answered here, before the command line is imported:
+it must stay fast, so it never pays for typer, rich, pydantic or pygit2.
+Everything else goes to the typer app in :mod:`sluice.surfaces.cli`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--version"]:
+        from sluice import __version__
+
+        sys.stdout.write(f"sluice {__version__}\n")
+        return
+    from sluice.surfaces.cli import main as run_cli
+
+    run_cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,12 +21,25 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    # `sluice --version` alone is answered before typer loads (sluice.__main__); this serves the rest.
+    if value:
+        from sluice import __version__
+
+        sys.stdout.write(f"sluice {__version__}\n")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     town: Annotated[
         str | None,
         typer.Option("--town", help="Town directory (default: SLUICE_TOWN, then the cwd upwards)."),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version),
+    ] = False,
 ) -> None:
     common.set_town_arg(town)
 

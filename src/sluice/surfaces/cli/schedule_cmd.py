@@ -8,7 +8,11 @@ import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, town
 
-schedule_app = typer.Typer(help="Advisory scoring: which ready item should go next.", no_args_is_help=True)
+schedule_app = typer.Typer(
+    help="Advisory scoring: which ready item should go next. Advice only: it launches nothing"
+    " (launching queued work is `sluice scheduler`).",
+    no_args_is_help=True,
+)
 policy_app = typer.Typer(help="Show or change the scoring policy.", no_args_is_help=True)
 schedule_app.add_typer(policy_app, name="policy")
 

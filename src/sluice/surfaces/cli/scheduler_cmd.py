@@ -9,8 +9,11 @@ import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, say, shown, town
 
-scheduler_app = typer.Typer(help="Deferred dispatch: queue status, dispatch cycles, pause, clear.",
-                            no_args_is_help=True)
+scheduler_app = typer.Typer(
+    help="Deferred dispatch: queue status, dispatch cycles, pause, clear. This launches polecats"
+    " (advice on what to take next, launching nothing, is `sluice schedule`).",
+    no_args_is_help=True,
+)
 
 
 def sling(
