@@ -139,3 +139,54 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         "decisions": recent_decisions(town, decisions),
         "events": recent_events(town, events),
     }
+
+
+def item_detail(town: Town, item_id: str) -> dict:
+    """One item as the views explain it: its record, queue row, score with reasons, blockers, polecats.
+
+    A queued item's score and reasons are those of the queue (the ranking the
+    next cycle uses); an item that is not queued is scored alone, as if it
+    were slung now.  Raises :class:`~sluice.errors.UnknownItem` when no rig
+    has the item.
+    """
+    from sluice.scheduler.pending import survey
+    from sluice.scheduler.ranking import Work, rank_work
+
+    config = town.reload_config()
+    stores = Stores(town)
+    store, record = stores.find(item_id)
+    executor, problem = _executor(town)
+    once = _OneAnswer(executor) if executor is not None else None
+    try:
+        active = once.active() if once is not None else []
+        find = once.find if once is not None else (lambda _cid: None)
+    except ExecutorError as err:
+        active, find, problem = [], (lambda _cid: None), str(err)
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active, find)
+    queued = next((w for w in view.queued if w.item["id"] == item_id), None)
+    blocked = queued in view.blocked if queued is not None else None
+    if queued is None:
+        queued = rank_work(town, stores, [Work(item=record, rig=store.rig.name,
+                                               order=record.get("created_at") or "")])[0]
+    blockers = next((causes for row, causes in store.blocked() if row.get("id") == item_id), [])
+    rows = [r for r in control.list_queue(town, once) if r["id"] == item_id]
+    now = time.time()
+    polecats = [_polecat(polecat_row(p), now) for p in (once.listing() if once is not None else [])
+                if p.item_id == item_id]
+    out = {
+        "item": record,
+        "rig": store.rig.name,
+        "queued": bool(rows),
+        "queue_row": rows[0] if rows else None,
+        "blocked": blocked,
+        "blocked_by": list(blockers),
+        "score": queued.score,
+        "reasons": list(queued.reasons),
+        "graph_id": queued.graph_id,
+        "tokens": queued.tokens,
+        "polecats": polecats,
+        "decisions": [d for d in recent_decisions(town, 200) if d.get("node_id") == item_id][:10],
+    }
+    if problem:
+        out["executor_error"] = problem
+    return out

@@ -46,6 +46,20 @@ def top(
     run_top(town(), once=once, interval=interval, rig=rig)
 
 
+def web(
+    host: Annotated[str, typer.Option(help="Address to listen on (other than loopback: announced loudly).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8765,
+    token: Annotated[str | None, typer.Option(help="Token the actions need (default: a new random one).")]
+    = None,
+) -> None:
+    """Serve the dashboard: the same panels as top, live in a browser, with pause/resume/clear/stop."""
+    from sluice.surfaces.web.serve import run_web
+
+    run_web(town(), host=host, port=port, token=token)
+
+
 def register(app: typer.Typer) -> None:
     app.command("snapshot")(snapshot)
     app.command("top")(top)
+    app.command("web")(web)

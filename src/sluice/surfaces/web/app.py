@@ -1,0 +1,256 @@
+"""``sluice web``: the town's dashboard, served by Starlette over the one snapshot.
+
+* ``GET /api/state`` is :func:`sluice.scheduler.snapshot.snapshot`, exactly
+  what ``sluice snapshot --json`` prints; ``GET /api/events`` streams it as
+  server-sent events (``event: state``) whenever it changes — at once when
+  the state file, the event log or the polecat records change, else at most
+  once per interval (runtimes tick).  ``GET /api/explain/{item}`` explains one
+  item; ``GET /api/logs/{polecat}`` is the tail of a polecat's output.
+* Actions — ``POST /api/pause``, ``/api/resume``, ``/api/clear/{item}``,
+  ``/api/stop/{polecat}``, ``/api/throttle`` — need ``Authorization: Bearer
+  TOKEN``.  The token is compared in constant time; a missing or wrong one is
+  answered 403 before anything is read or changed.  A browser cannot send
+  that header to another origin without a CORS preflight, which this server
+  never grants, so a foreign page cannot drive the town.
+* Every other method on a known path is refused with 405; the ``Host``
+  header must name this server (DNS rebinding); responses carry a strict
+  Content-Security-Policy (scripts only from this server, no inline code).
+* The page is static HTML, CSS and JS shipped in the package (no build
+  step, no CDN); the JS builds the DOM with ``textContent`` only, so item
+  titles — agents' text — are shown as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+from collections import deque
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from sluice.errors import SluiceError, UnknownItem, UsageError
+from sluice.scheduler.polecats import UnknownPolecat
+
+if TYPE_CHECKING:
+    from sluice.store.town import Town
+
+STATIC = resources.files("sluice.surfaces.web") / "static"
+LOG_TAIL = 200
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
+       " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _watched(town: Town) -> tuple:
+    out = []
+    for path in (town.state_path, town.events_path, town.workers_dir, town.config_path):
+        try:
+            st = os.stat(path)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def _error(err: Exception, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": str(err)}, status_code=status)
+
+
+class Dashboard:
+    """The routes, bound to one town and one token."""
+
+    def __init__(self, town: Town, token: str, interval: float = 1.0):
+        if not token:
+            raise UsageError("the dashboard needs a token for its actions")
+        self.town = town
+        self.token = token.encode("utf-8")
+        self.interval = interval
+
+    # -- reading -----------------------------------------------------------------
+    def _snapshot(self) -> dict:
+        from sluice.scheduler.snapshot import snapshot
+
+        return snapshot(self.town)
+
+    async def state(self, request: Request) -> Response:
+        try:
+            return JSONResponse(await asyncio.to_thread(self._snapshot))
+        except SluiceError as err:
+            return _error(err, 500)
+
+    async def events(self, request: Request) -> Response:
+        async def stream():
+            last_sent = None
+            seen = None
+            next_at = 0.0
+            loop = asyncio.get_running_loop()
+            yield "retry: 2000\n\n"
+            while not await request.is_disconnected():
+                watched = await asyncio.to_thread(_watched, self.town)
+                if watched != seen or loop.time() >= next_at:
+                    seen, next_at = watched, loop.time() + self.interval
+                    try:
+                        data = json.dumps(await asyncio.to_thread(self._snapshot), ensure_ascii=False)
+                        kind = "state"
+                    except SluiceError as err:
+                        data, kind = json.dumps({"error": str(err)}), "problem"
+                    if data != last_sent:
+                        last_sent = data
+                        yield f"event: {kind}\ndata: {data}\n\n"
+                    else:
+                        yield ": unchanged\n\n"
+                await asyncio.sleep(0.25)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def explain(self, request: Request) -> Response:
+        item_id = request.path_params["item"]
+        try:
+            return JSONResponse(await asyncio.to_thread(self._explain, item_id))
+        except UnknownItem as err:
+            return _error(err, 404)
+        except SluiceError as err:
+            return _error(err)
+
+    def _explain(self, item_id: str) -> dict:
+        from sluice.scheduler.snapshot import item_detail
+
+        return item_detail(self.town, item_id)
+
+    async def logs(self, request: Request) -> Response:
+        ref = request.path_params["polecat"]
+
+        def tail() -> list[str]:
+            from sluice.scheduler.polecats import polecat_logs
+
+            return list(deque(polecat_logs(self.town, ref), maxlen=LOG_TAIL))
+
+        try:
+            return JSONResponse({"polecat": ref, "lines": await asyncio.to_thread(tail)})
+        except SluiceError as err:
+            return _error(err, 404)
+
+    # -- acting --------------------------------------------------------------------
+    def authorised(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer":
+            given = ""
+        return hmac.compare_digest(given.strip().encode("utf-8"), self.token)
+
+    async def act(self, request: Request) -> Response:
+        if not self.authorised(request):
+            return JSONResponse({"error": "a valid token is needed (Authorization: Bearer TOKEN)"},
+                                status_code=403)
+        action = request.url.path.removeprefix("/api/").split("/", 1)[0]
+        body = {}
+        if action == "throttle":
+            try:
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
+                return _error(UsageError(f'the body must be a JSON object {{"until": …, "rig": …}} ({err})'))
+        try:
+            result = await asyncio.to_thread(self._do, action, dict(request.path_params), body)
+        except (UnknownItem, UnknownPolecat) as err:
+            return _error(err, 404)
+        except SluiceError as err:
+            return _error(err)
+        return JSONResponse(result)
+
+    def _do(self, action: str, params: dict, body: dict):
+        from sluice.scheduler import control
+
+        if action == "pause":
+            return control.pause(self.town, actor="sluice web")
+        if action == "resume":
+            return control.resume(self.town)
+        if action == "clear":
+            return control.clear(self.town, params["item"])
+        if action == "stop":
+            from sluice.scheduler.polecats import stop_polecats
+
+            return stop_polecats(self.town, params["polecat"])
+        return self._throttle(body)
+
+    def _throttle(self, body: dict):
+        from sluice.scheduler import control
+
+        throttle = getattr(control, "throttle", None)
+        if throttle is None:
+            raise UsageError("throttles are not available in this version of sluice")
+        unknown = set(body) - {"until", "rig"}
+        if unknown:
+            raise UsageError(f"unknown throttle field(s): {', '.join(sorted(unknown))} (use until, rig)")
+        return throttle(self.town, until=body.get("until"), rig=body.get("rig"))
+
+    # -- the page ------------------------------------------------------------------
+    async def page(self, request: Request) -> Response:
+        return FileResponse(str(STATIC / "index.html"), media_type="text/html")
+
+    async def item_page(self, request: Request) -> Response:
+        return FileResponse(str(STATIC / "item.html"), media_type="text/html")
+
+
+class _Headers:
+    """Pure-ASGI middleware adding the security headers to every response (streams included)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(b"content-security-policy", CSP.encode()),
+                            (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
+                            (b"x-frame-options", b"DENY")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def allowed_hosts(host: str) -> list[str]:
+    if host in ("0.0.0.0", "::", ""):
+        return ["*"]  # bound everywhere on purpose: any name may reach it
+    return sorted({"127.0.0.1", "localhost", "[::1]", host})
+
+
+def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float = 1.0) -> Starlette:
+    board = Dashboard(town, token, interval)
+    action = ["POST"]
+    routes = [
+        Route("/", board.page, methods=["GET"]),
+        Route("/item/{item}", board.item_page, methods=["GET"]),
+        Route("/api/state", board.state, methods=["GET"]),
+        Route("/api/events", board.events, methods=["GET"]),
+        Route("/api/explain/{item}", board.explain, methods=["GET"]),
+        Route("/api/logs/{polecat}", board.logs, methods=["GET"]),
+        Route("/api/pause", board.act, methods=action),
+        Route("/api/resume", board.act, methods=action),
+        Route("/api/clear/{item}", board.act, methods=action),
+        Route("/api/stop/{polecat}", board.act, methods=action),
+        Route("/api/throttle", board.act, methods=action),
+        Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+    ]
+    middleware = [Middleware(_Headers), Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host))]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.dashboard = board
+    return app
+

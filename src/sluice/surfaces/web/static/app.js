@@ -1,0 +1,207 @@
+// The dashboard: one snapshot (GET /api/state, then every change over /api/events) drawn into tables.
+"use strict";
+
+let current = null;
+let rigFilter = "";
+let openLog = null;
+
+function whyOf(row) {
+  if (Array.isArray(row.why) && row.why.length) return row.why.join(" ");
+  if (typeof row.why === "string" && row.why) return row.why;
+  const parts = [row.blocked ? "blocked" : "ready"];
+  if (row.dispatch_failures) parts.push("failed×" + row.dispatch_failures);
+  if (row.retry_at) parts.push("retry " + clock(row.retry_at));
+  return parts.join(" ");
+}
+
+function compact(value) {
+  if (value === null || value === undefined) return "";
+  if (Array.isArray(value)) return value.map(compact).join("; ");
+  if (typeof value === "object") return Object.entries(value).map(([k, v]) => k + "=" + compact(v)).join(", ");
+  return String(value);
+}
+
+function itemLink(id) {
+  const a = el("a", id);
+  a.href = "/item/" + encodeURIComponent(id);
+  return a;
+}
+
+function button(label, onClick) {
+  const b = el("button", label);
+  b.type = "button";
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function cell(row, content, cls) {
+  const td = el("td", null, cls);
+  if (content instanceof Node) td.appendChild(content); else td.textContent = content === undefined || content === null ? "" : String(content);
+  row.appendChild(td);
+  return td;
+}
+
+function drawHeader(snap) {
+  const s = snap.scheduler;
+  document.getElementById("town").textContent = snap.town + " · " + clock(snap.at) + "Z";
+  const badge = document.getElementById("state");
+  badge.textContent = s.paused ? "PAUSED by " + (s.paused_by || "unknown") : "active";
+  badge.className = "badge" + (s.paused ? " paused" : "");
+  const cap = s.mode === "deferred" ? (s.active_polecats === null ? "?" : s.active_polecats) + "/" + s.max_polecats : "direct";
+  document.getElementById("summary").textContent =
+    "mode " + s.mode + " · polecats " + cap + " · queued " + s.queued_total + " (" + s.queued_ready + " ready)" +
+    (s.last_dispatch_at ? " · last dispatch " + clock(s.last_dispatch_at) : "");
+  const limits = [];
+  for (const key of ["caps", "throttles", "budgets"]) {
+    if (s[key] && Object.keys(s[key]).length) limits.push(key + ": " + compact(s[key]));
+  }
+  if (s.executor_error) limits.push("executor: " + s.executor_error);
+  document.getElementById("limits").textContent = limits.join(" · ");
+}
+
+function drawRigChoice(snap) {
+  const select = document.getElementById("rig");
+  const names = Object.keys(snap.rigs);
+  const have = Array.from(select.options).map((o) => o.value).slice(1);
+  if (have.join("\n") === names.join("\n")) return;
+  while (select.options.length > 1) select.remove(1);
+  for (const name of names) {
+    const option = el("option", name);
+    option.value = name;
+    select.appendChild(option);
+  }
+  select.value = names.includes(rigFilter) ? rigFilter : "";
+}
+
+function drawQueue(snap) {
+  const body = document.querySelector("#queue tbody");
+  clear(body);
+  const rows = snap.queue.filter((r) => !rigFilter || r.target_rig === rigFilter);
+  document.getElementById("queue-count").textContent = "(" + rows.length + ")";
+  rows.forEach((r, i) => {
+    const tr = el("tr", null, r.blocked ? "blocked" : "");
+    tr.dataset.item = r.id;
+    cell(tr, i + 1, "num");
+    cell(tr, itemLink(r.id));
+    cell(tr, r.target_rig);
+    cell(tr, r.score === null || r.score === undefined ? "-" : r.score, "num");
+    cell(tr, whyOf(r), "why");
+    cell(tr, r.title, "title");
+    cell(tr, button("clear", async () => {
+      const done = await act("/api/clear/" + encodeURIComponent(r.id));
+      if (done) say("cleared " + r.id + " (" + done.cleared + " context(s))");
+    }));
+    body.appendChild(tr);
+  });
+}
+
+async function showLog(id) {
+  const pre = document.getElementById("log");
+  if (openLog === id && !pre.hidden) { pre.hidden = true; openLog = null; return; }
+  openLog = id;
+  const response = await fetch("/api/logs/" + encodeURIComponent(id));
+  const data = await response.json();
+  pre.textContent = response.ok ? (data.lines.join("\n") || "(no output yet)") : data.error;
+  pre.hidden = false;
+}
+
+function drawPolecats(snap) {
+  const body = document.querySelector("#polecats tbody");
+  clear(body);
+  const rows = snap.polecats.filter((p) => !rigFilter || p.rig === rigFilter);
+  document.getElementById("polecat-count").textContent = "(" + rows.length + ")";
+  for (const p of rows) {
+    const tr = el("tr");
+    tr.dataset.polecat = p.id;
+    cell(tr, p.id, "mono");
+    cell(tr, itemLink(p.item_id));
+    cell(tr, p.rig);
+    cell(tr, p.executor);
+    cell(tr, clock(p.started_at));
+    cell(tr, runtime(p.runtime_seconds), "num");
+    cell(tr, p.attach || p.logs_command, "mono");
+    const actions = cell(tr, button("log", () => showLog(p.id)));
+    actions.appendChild(button("stop", async () => {
+      const done = await act("/api/stop/" + encodeURIComponent(p.id));
+      if (done) say("stopped " + p.id);
+    }));
+    body.appendChild(tr);
+  }
+}
+
+function drawRigs(snap) {
+  const body = document.querySelector("#rigs tbody");
+  clear(body);
+  for (const [name, r] of Object.entries(snap.rigs)) {
+    if (rigFilter && name !== rigFilter) continue;
+    const tr = el("tr");
+    cell(tr, name);
+    if (r.error) { cell(tr, r.error).colSpan = 5; body.appendChild(tr); continue; }
+    for (const n of [r.ready, r.blocked, r.queued, r.running, r.merge_queue.depth]) cell(tr, n, "num");
+    body.appendChild(tr);
+  }
+}
+
+function drawLog(id, entries, line) {
+  const list = document.getElementById(id);
+  clear(list);
+  for (const entry of entries) list.appendChild(line(entry));
+}
+
+function eventLine(e) {
+  const li = el("li");
+  li.appendChild(el("span", clock(e.at) + " ", "dim"));
+  li.appendChild(el("strong", e.type));
+  const payload = e.payload || {};
+  const parts = Object.entries(payload).filter(([, v]) => v !== null && typeof v !== "object").map(([k, v]) => k + "=" + v);
+  li.appendChild(el("span", " " + parts.join(" ")));
+  return li;
+}
+
+function decisionLine(d) {
+  const li = el("li");
+  li.appendChild(el("span", clock(d.at) + " ", "dim"));
+  li.appendChild(itemLink(d.node_id));
+  li.appendChild(el("span", " score " + d.score + (d.skipped ? " (skipped)" : "") + " · " + (d.reasons || []).join(", ")));
+  return li;
+}
+
+function draw(snap) {
+  current = snap;
+  drawHeader(snap);
+  drawRigChoice(snap);
+  drawQueue(snap);
+  drawPolecats(snap);
+  drawRigs(snap);
+  drawLog("events", snap.events.slice().reverse().filter((e) => !rigFilter || !e.payload || !e.payload.rig || e.payload.rig === rigFilter), eventLine);
+  drawLog("decisions", snap.decisions, decisionLine);
+}
+
+function connect() {
+  const source = new EventSource("/api/events");
+  source.addEventListener("state", (message) => draw(JSON.parse(message.data)));
+  source.addEventListener("problem", (message) => say(JSON.parse(message.data).error, true));
+  source.addEventListener("error", () => {
+    const badge = document.getElementById("state");
+    badge.textContent = "reconnecting…";
+    badge.className = "badge offline";
+  });
+}
+
+document.getElementById("pause").addEventListener("click", async () => {
+  const done = await act("/api/pause");
+  if (done) say(done.changed ? "paused" : "already paused");
+});
+document.getElementById("resume").addEventListener("click", async () => {
+  const done = await act("/api/resume");
+  if (done) say(done.changed ? "resumed" : "not paused");
+});
+document.getElementById("rig").addEventListener("change", (event) => {
+  rigFilter = event.target.value;
+  if (current) draw(current);
+});
+document.getElementById("token").value = sessionStorage.getItem(TOKEN_KEY) || "";
+document.getElementById("token").addEventListener("change", (event) => sessionStorage.setItem(TOKEN_KEY, event.target.value));
+
+fetch("/api/state").then((r) => r.json()).then((snap) => { if (!current) draw(snap); }).catch(() => {});
+connect();

@@ -1,0 +1,204 @@
+"""`sluice web` over real HTTP on 127.0.0.1: the API is the snapshot, actions need the token."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from polecat_fixtures import configure
+from scheduler_helpers import add_rig, item, sleeper, wait_for, write_items
+from sluice.executors import get_executor
+from sluice.store.town import Town
+from sluice.surfaces.web.serve import announce, is_loopback
+from web_helpers import TOKEN, WebServer
+
+SCRIPT_TITLE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    add_rig(cli, tmp_path, "alpha", "al")
+    write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", SCRIPT_TITLE),
+                                    item("al-3", "third", deps=[("blocks", "al-2")])])
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    cli.run("sling", "al-1", "al-2", "al-3", "alpha")
+    cli.run("scheduler", "run")
+    yield Town(cli.town)
+    executor = get_executor(Town(cli.town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+@pytest.fixture
+def web(town):
+    server = WebServer(town.root)
+    yield server
+    server.stop()
+
+
+def _observable(cli) -> dict:
+    """Everything an action could change: scheduler state and queue, polecats, the town's files."""
+    status = cli.json("scheduler", "status")
+    polecats = [(p["id"], p["state"]) for p in cli.json("polecat", "list")]
+    sluice = cli.town / ".sluice"
+    files = {str(p.relative_to(sluice)): p.read_bytes() for p in sorted(sluice.rglob("*"))
+             if p.is_file() and "runtime" not in p.parts[len(sluice.parts):][:1]}
+    state = (sluice / "runtime" / "scheduler-state.json")
+    files["state"] = state.read_bytes() if state.exists() else b""
+    return {"status": status, "polecats": polecats, "files": files}
+
+
+def test_state_is_the_snapshot(cli, web):
+    code, served = web.call("GET", "/api/state")
+    assert code == 200
+    printed = cli.json("snapshot")
+    for snap in (served, printed):
+        del snap["at"]
+        for row in snap["polecats"]:
+            del row["runtime_seconds"]
+    assert served == printed
+    assert [r["id"] for r in served["queue"]] == ["al-2", "al-3"]
+
+
+def test_the_start_up_lines_name_the_url_and_token(web):
+    assert web.startup[1].strip() == f"token for actions (pause, resume, clear, stop, throttle): {TOKEN}"
+    assert web.startup[2].strip() == f"open {web.url}#token={TOKEN} to act from the page"
+
+
+def test_actions_without_the_right_token_change_nothing(cli, web):
+    paths = ["/api/pause", "/api/resume", "/api/clear/al-2", "/api/stop/al-1", "/api/throttle"]
+    for paused in (False, True):  # resume is tried on a paused town: it would have something to do
+        if paused:
+            cli.run("scheduler", "pause")
+        before = _observable(cli)
+        for path in paths:
+            for token in (None, "", "wrong", TOKEN[:-1], TOKEN + "x", TOKEN.upper()):
+                code, body = web.call("POST", path, token=token, body={"until": "1h", "rig": "alpha"})
+                assert code == 403 and "token" in body["error"], (path, token)
+            code, _ = web.call("POST", path, headers={"Authorization": f"Basic {TOKEN}"})
+            assert code == 403
+            code, _ = web.call("POST", path, headers={"Authorization": TOKEN})
+            assert code == 403
+        assert _observable(cli) == before
+
+
+def test_actions_with_the_token_act(cli, web, town):
+    code, body = web.call("POST", "/api/pause", token=TOKEN)
+    assert code == 200 and body["paused"] is True and body["paused_by"] == "sluice web"
+    assert cli.json("scheduler", "status")["paused"] is True
+    code, body = web.call("POST", "/api/resume", token=TOKEN)
+    assert code == 200 and cli.json("scheduler", "status")["paused"] is False
+
+    code, body = web.call("POST", "/api/clear/al-2", token=TOKEN)
+    assert code == 200 and body["cleared"] == 1
+    assert [r["id"] for r in cli.json("scheduler", "list")] == ["al-3"]
+
+    running = cli.json("polecat", "list")[0]
+    code, body = web.call("POST", f"/api/stop/{running['id']}", token=TOKEN)
+    assert code == 200 and body[0]["stopped"] is True
+    wait_for(lambda: not get_executor(town).active())
+
+    code, body = web.call("POST", "/api/stop/no-such-polecat", token=TOKEN)
+    assert code == 404 and "no polecat" in body["error"]
+
+
+def test_unknown_methods_are_refused(cli, web):
+    before = _observable(cli)
+    for method, path in [
+        ("PUT", "/api/state"), ("DELETE", "/api/state"), ("POST", "/api/state"), ("PATCH", "/api/events"),
+        ("GET", "/api/pause"), ("PUT", "/api/pause"), ("DELETE", "/api/clear/al-2"),
+        ("GET", "/api/stop/al-1"),
+        ("DELETE", "/api/throttle"), ("POST", "/api/explain/al-2"), ("POST", "/"), ("POST", "/static/app.js"),
+        ("OPTIONS", "/api/pause"), ("TRACE", "/api/state"),
+    ]:
+        code, _ = web.call(method, path, token=TOKEN)
+        assert code == 405, (method, path)
+    assert _observable(cli) == before
+
+
+def test_a_foreign_host_name_is_refused(web):
+    """A page on another name that rebinds its DNS to 127.0.0.1 cannot read the town."""
+    code, _ = web.call("GET", "/api/state", headers={"Host": "attacker.example"})
+    assert code == 400
+
+
+def test_explain_gives_the_score_breakdown(web):
+    code, body = web.call("GET", "/api/explain/al-2")
+    assert code == 200
+    assert body["item"]["title"] == SCRIPT_TITLE and body["queued"] is True and body["blocked"] is False
+    assert body["reasons"][0] == "priority=2" and any(r.startswith("cost=") for r in body["reasons"])
+    assert body["score"] == body["queue_row"]["score"]
+    code, body = web.call("GET", "/api/explain/al-3")
+    assert body["blocked"] is True and body["blocked_by"] == ["al-2"]
+    code, body = web.call("GET", "/api/explain/al-404")
+    assert code == 404 and "al-404" in body["error"]
+
+
+def test_logs_are_a_tail(cli, web):
+    polecat = cli.json("polecat", "list")[0]["id"]
+    code, body = web.call("GET", f"/api/logs/{polecat}")
+    assert code == 200 and body["polecat"] == polecat and isinstance(body["lines"], list)
+    code, body = web.call("GET", "/api/logs/nobody")
+    assert code == 404
+
+
+def test_the_event_stream_sends_the_snapshot_and_then_changes(cli, web):
+    with urllib.request.urlopen(web.url + "api/events", timeout=20) as stream:
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+
+        def next_state() -> dict:
+            data, kind = None, ""
+            for raw in stream:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: ") and kind == "state":
+                    data = json.loads(line[6:])
+                elif line == "" and data is not None:
+                    return data
+            raise AssertionError("stream ended")
+
+        first = next_state()
+        assert first["scheduler"]["paused"] is False
+        cli.run("scheduler", "pause")
+        assert wait_for(lambda: next_state()["scheduler"]["paused"], timeout=20)
+
+
+def test_pages_and_assets_carry_a_strict_policy(web):
+    with urllib.request.urlopen(web.url, timeout=20) as page:
+        html = page.read().decode()
+        csp = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert "<script src=\"/static/app.js\"></script>" in html and "http" not in html.split("<body>")[1]
+    js = urllib.request.urlopen(web.url + "static/app.js", timeout=20).read().decode()
+    for name in ("common.js", "item.js"):
+        js += urllib.request.urlopen(web.url + "static/" + name, timeout=20).read().decode()
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
+
+
+def test_throttle_needs_a_json_object(web):
+    code, body = web.call("POST", "/api/throttle", token=TOKEN, body=["not", "an", "object"])
+    assert code == 400 and "JSON object" in body["error"]
+
+
+def test_announce_is_loud_off_loopback():
+    class Fake:
+        url, token = "http://0.0.0.0:8765/", "t0k3n-abcdef"
+
+    out, err = [], []
+    announce(Fake(), "0.0.0.0", out.append, err.append)
+    assert err and err[0].startswith("WARNING: LISTENING ON 0.0.0.0")
+    out, err = [], []
+    announce(Fake(), "127.0.0.1", out.append, err.append)
+    assert not err and out[0].endswith("http://0.0.0.0:8765/")
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+
+
+def test_bad_options_are_refused(cli):
+    done = cli.run("web", "--port", "70000", check=False)
+    assert done.returncode == 2 and "--port" in done.stderr
+    done = cli.run("web", "--token", "short", "--port", "0", check=False)
+    assert done.returncode == 2 and "--token" in done.stderr

@@ -1,0 +1,137 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Selenium through chromium-driver)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from polecat_fixtures import configure
+from scheduler_helpers import add_rig, item, sleeper, wait_for, write_items
+from sluice.executors import get_executor
+from sluice.store.town import Town
+from web_helpers import TOKEN, WebServer
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+SCRIPT_TITLE = "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">"
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the test extra")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)),
+                       reason="Debian's chromium or chromium-driver is missing (scripts/test installs them)"),
+]
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    add_rig(cli, tmp_path, "alpha", "al")
+    add_rig(cli, tmp_path, "beta", "be")
+    write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", SCRIPT_TITLE)])
+    write_items(cli.town, "beta", [item("be-1", "beta work")])
+    configure(cli.town, {"scheduler.max_polecats": "2", "executor.command": sleeper(60)})
+    cli.run("sling", "al-1", "al-2", "alpha")
+    cli.run("sling", "be-1", "beta")
+    yield Town(cli.town)
+    executor = get_executor(Town(cli.town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+@pytest.fixture
+def browser():
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium fetch a driver or a browser
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def web(town):
+    server = WebServer(town.root)
+    yield server
+    server.stop()
+
+
+def _errors(driver, allowed=()) -> list[dict]:
+    return [e for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and not any(a in e["message"] for a in allowed)]
+
+
+def _text(driver, selector: str) -> str:
+    return driver.execute_script(f"return document.querySelector({selector!r}).textContent")
+
+
+def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(web.url)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)
+    rows = [r.get_attribute("data-item") for r in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")]
+    assert rows == [r["id"] for r in cli.json("scheduler", "list")]  # the CLI's dispatch order
+
+    # An agent's title is text: shown literally, nothing injected, nothing run.
+    title_cell = browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="al-2"] td.title')
+    assert title_cell.text == SCRIPT_TITLE
+    assert browser.execute_script("return document.querySelectorAll('main script, main img').length") == 0
+    assert browser.title == "sluice"
+
+    # A polecat appears live after a sling and a cycle, without reloading the page.
+    assert browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr") == []
+    cli.run("scheduler", "run")
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr")) == 1, timeout=30)
+    running = cli.json("polecat", "list")[0]
+    row = browser.find_element(By.CSS_SELECTOR, "#polecats tbody tr")
+    assert row.get_attribute("data-polecat") == running["id"]
+    assert _errors(browser) == [], "the page logged console errors"
+
+    # Pause without the token is refused and changes nothing.
+    browser.find_element(By.ID, "pause").click()
+    wait_for(lambda: "refused (403)" in _text(browser, "#message"), timeout=15)
+    assert cli.json("scheduler", "status")["paused"] is False
+    assert "active" in _text(browser, "#state")
+
+    # With the token it pauses, and the header shows it from the stream.
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "pause").click()
+    wait_for(lambda: _text(browser, "#state").startswith("PAUSED by sluice web"), timeout=15)
+    assert cli.json("scheduler", "status")["paused"] is True
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    for target in (tmp_path / "dashboard.png", ARTIFACTS / "web-dashboard.png"):
+        assert browser.save_screenshot(str(target)) and target.stat().st_size > 10_000
+    assert _errors(browser, allowed=["/api/pause - Failed to load resource"]) == []
+
+
+def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, web, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(web.url + "item/al-2")
+    wait_for(lambda: _text(browser, "#score") != "", timeout=30)
+    assert _text(browser, "#item-title") == SCRIPT_TITLE and browser.title == "sluice · al-2"
+    reasons = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#reasons li")]
+    assert reasons[0] == "priority=2" and any(r.startswith("cost=") for r in reasons)
+    assert float(_text(browser, "#score")) == next(
+        r["score"] for r in cli.json("scheduler", "list") if r["id"] == "al-2")
+
+    browser.get(f"{web.url}#token={TOKEN}")
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)
+    assert "token" not in browser.current_url  # dropped from the address bar
+    browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="be-1"] button').click()
+    wait_for(lambda: [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2"], timeout=15)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 2, timeout=15)
+    assert _errors(browser) == []

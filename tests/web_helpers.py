@@ -1,0 +1,63 @@
+"""A real `sluice web` server in a subprocess on 127.0.0.1, and plain HTTP calls to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+TOKEN = "test-token-0123456789"
+
+
+class WebServer:
+    def __init__(self, town: Path, token: str = TOKEN):
+        env = {**os.environ, "SLUICE_TOWN": str(town)}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sluice", "web", "--port", "0", "--token", token],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        first = self.process.stdout.readline()
+        if not first.startswith("sluice web: serving the dashboard at "):
+            self.process.kill()
+            raise AssertionError(f"no start-up line: {first!r} {self.process.stderr.read()}")
+        self.url = first.rsplit(" ", 1)[1].strip()
+        self.startup = [first] + [self.process.stdout.readline() for _ in range(2)]
+        assert self.url.startswith("http://127.0.0.1:")
+
+    def call(self, method: str, path: str, token: str | None = None, body: object = None,
+             headers: dict | None = None) -> tuple[int, object]:
+        data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+        request = urllib.request.Request(self.url + path.lstrip("/"), data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token}")
+        for key, value in (headers or {}).items():
+            request.add_header(key, value)
+        try:
+            with urllib.request.urlopen(request, timeout=20) as response:
+                return response.status, _decode(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, _decode(err.read())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+def _decode(raw: bytes):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")
