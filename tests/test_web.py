@@ -7,12 +7,12 @@ import urllib.request
 
 import pytest
 
-from polecat_fixtures import configure
-from scheduler_helpers import add_rig, item, sleeper, wait_for, write_items
+from helpers.polecats import configure
+from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
+from helpers.web import TOKEN, WebServer
 from sluice.executors import get_executor
 from sluice.store.town import Town
 from sluice.surfaces.web.serve import announce, is_loopback
-from web_helpers import TOKEN, WebServer
 
 SCRIPT_TITLE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
 

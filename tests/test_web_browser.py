@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from polecat_fixtures import configure
-from scheduler_helpers import add_rig, item, sleeper, wait_for, write_items
+from helpers.polecats import configure
+from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
+from helpers.web import TOKEN, WebServer
 from sluice.executors import get_executor
 from sluice.store.town import Town
-from web_helpers import TOKEN, WebServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
