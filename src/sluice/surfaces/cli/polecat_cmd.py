@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, town
+from sluice.surfaces.cli.common import JsonOption, emit, shown, town
 
 polecat_app = typer.Typer(help="List, stop and read the polecats (worker agents) of the town.",
                           no_args_is_help=True)
@@ -29,7 +29,8 @@ def _list_text(rows: list[dict]) -> str:
     lines = [f"{'ID':<28} {'ITEM':<14} {'RIG':<12} {'STATE':<8} {'PID':>7}  STARTED"]
     for row in rows:
         pid = str(row["pid"]) if row["pid"] is not None else "-"
-        lines.append(f"{row['id']:<28} {row['item_id'] or '-':<14} {row['rig'] or '-':<12} {row['state']:<8}"
+        lines.append(f"{shown(row['id']):<28} {shown(row['item_id']) or '-':<14}"
+                     f" {shown(row['rig']) or '-':<12} {row['state']:<8}"
                      f" {pid:>7}  {row['started_at'] or '-'}")
         if row["attach"] and row["state"] in ("running", "pending"):
             lines.append(f"    attach: {row['attach']}")
@@ -42,8 +43,9 @@ def polecat_stop(ref: RefArgument, as_json: JsonOption = False) -> None:
     from sluice.scheduler.polecats import stop_polecats
 
     emit(stop_polecats(town(), ref), as_json, lambda rows: "\n".join(
-        f"Stopped {r['id']} ({r['item_id'] or 'no item'})" if r["stopped"]
-        else f"{r['id']} ({r['item_id'] or 'no item'}) was not running ({r['state']})" for r in rows))
+        f"Stopped {shown(r['id'])} ({shown(r['item_id']) or 'no item'})" if r["stopped"]
+        else f"{shown(r['id'])} ({shown(r['item_id']) or 'no item'}) was not running ({r['state']})"
+        for r in rows))
 
 
 @polecat_app.command("logs")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, town
+from sluice.surfaces.cli.common import JsonOption, emit, shown, town
 
 schedule_app = typer.Typer(
     help="Advisory scoring: which ready item should go next. Advice only: it launches nothing"
@@ -36,8 +36,9 @@ def _next_text(decisions: list[dict]) -> str:
     if not decisions:
         return "No ready items."
     return "\n".join(
-        f"{'skipped' if d['skipped'] else 'next'}\t{d['node_id']}\t{d['score']}\t{d['graph_id'] or '-'}"
-        f"\t{d['dispatch_hints']['project']}\t{d['dispatch_hints']['title'] or ''}"
+        f"{'skipped' if d['skipped'] else 'next'}\t{shown(d['node_id'])}\t{d['score']}"
+        f"\t{shown(d['graph_id']) or '-'}\t{d['dispatch_hints']['project']}"
+        f"\t{shown(d['dispatch_hints']['title'])}"
         for d in decisions
     )
 
@@ -58,8 +59,8 @@ def _status_text(data: dict) -> str:
     if data["merge_pressure"]:
         lines.append("merge_pressure=" + ",".join(f"{rig}:{n}" for rig, n in data["merge_pressure"].items()))
     for d in data["recent_decisions"]:
-        lines.append(f"  {d.get('at', '')}  {'skipped' if d.get('skipped') else 'next':<7} {d.get('node_id')}"
-                     f"  {d.get('score')}")
+        lines.append(f"  {shown(d.get('at'))}  {'skipped' if d.get('skipped') else 'next':<7}"
+                     f" {shown(d.get('node_id'))}  {shown(d.get('score'))}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,83 @@
+"""Text views show item text safely: any JSON type, and control characters escaped.
+
+Titles and ids come from exports and agents.  A ``null`` title must not
+crash a listing or print ``None``; ``\\x1b[31m``, NUL, U+202E and newlines
+must reach the terminal escaped (``\\x1b``, ``\\x00``, ``\\u202e``, ``\\n``) in
+every text view, so no row is split and no terminal is driven.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.scheduler import configure, item, sleeper, town_with_rigs, write_items
+
+NASTY = "red\x1b[31m nul\x00 rtl\u202e line\nbreak"
+ODD_ID = "al-\x1b[2Jodd"
+RAW = ("\x1b", "\x00", "\u202e")
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    untitled, numbered = item("al-2"), item("al-3")
+    untitled["title"], numbered["title"] = None, 7
+    write_items(cli.town, "alpha", [
+        item("al-1", title=NASTY, priority=0),
+        untitled,
+        numbered,
+        item(ODD_ID, title="odd id"),
+        item("al-4", title=NASTY, deps=[("blocks", "al-1")]),
+    ])
+    configure(cli.town, "scheduler.max_polecats", "2")
+    configure(cli.town, "executor.command", sleeper(30))
+    return cli.town
+
+
+def assert_safe(done, *must_show: str) -> None:
+    assert done.returncode == 0, done.stderr
+    assert "internal error" not in done.stderr
+    for raw in RAW:
+        assert raw not in done.stdout, (done.args, done.stdout)
+    for text in must_show:
+        assert text in done.stdout, (done.args, done.stdout)
+
+
+ESCAPED = r"red\x1b[31m nul\x00 rtl\u202e line\nbreak"
+
+
+def test_item_views_escape_control_characters_and_show_any_json_type(cli, town):
+    for argv in (("item", "list"), ("item", "ready")):
+        done = cli.run(*argv, check=False)
+        assert_safe(done, ESCAPED, r"al-\x1b[2Jodd")
+        assert "None" not in done.stdout
+        assert len(done.stdout.splitlines()) == (5 if argv[1] == "list" else 4)  # one row per item
+    assert_safe(cli.run("item", "blocked", check=False), ESCAPED)
+    assert_safe(cli.run("item", "show", "al-1", check=False), ESCAPED)
+    assert_safe(cli.run("item", "show", ODD_ID, check=False), r"al-\x1b[2Jodd")
+
+
+def test_scheduler_views_with_null_titles_and_control_characters(cli, town):
+    cli.run("scheduler", "pause")
+    cli.run("sling", "al-1", "al-2", "al-3", ODD_ID, "al-4", "alpha")
+    for argv in (("scheduler", "list"), ("scheduler", "status")):
+        done = cli.run(*argv, check=False)
+        assert_safe(done, ESCAPED, r"al-\x1b[2Jodd")
+        assert "None" not in done.stdout
+    done = cli.run("patrol", "alpha", check=False)
+    assert_safe(done, ESCAPED, r"al-\x1b[2Jodd", "al-2: \n")
+    assert "None" not in done.stdout
+
+
+def test_schedule_and_polecat_views_escape_item_text(cli, town):
+    done = cli.run("schedule", "next", "--limit", "5", check=False)
+    assert_safe(done, ESCAPED, r"al-\x1b[2Jodd")
+    assert len(done.stdout.splitlines()) == 4
+    assert_safe(cli.run("schedule", "status", check=False), r"al-\x1b[2Jodd")
+    cli.run("sling", ODD_ID, "al-1", "alpha")
+    cli.run("scheduler", "run", "--batch", "2")
+    try:
+        assert_safe(cli.run("polecat", "list", check=False), r"al-\x1b[2Jodd")
+    finally:
+        cli.run("polecat", "stop", ODD_ID, check=False)
+        cli.run("polecat", "stop", "al-1", check=False)
