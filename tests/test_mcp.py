@@ -121,6 +121,9 @@ def test_each_tool_call_works(cli: Cli, queued: dict):
         ("sluice_schedule_next", {"limit": 0}),
         ("sluice_schedule_policy", {"action": "set", "merge_queue_threshold": 0}),
         ("sluice_schedule_policy", {"action": "explode"}),
+        ("sluice_schedule_policy", {"action": "set", "priority": float("nan")}),  # as the CLI refuses it
+        ("sluice_schedule_policy", {"action": "set", "cost": float("inf")}),
+        ("sluice_schedule_policy", {"action": "set", "merge_pressure_penalty": float("-inf")}),
         ("sluice_sling", {"item_ids": ["al-nope"], "rig": "alpha"}),
         ("sluice_patrol", {"rig": "no-such-rig"}),
     ],
@@ -132,6 +135,7 @@ def test_bad_arguments_are_tool_errors_and_the_server_survives(cli: Cli, queued:
     assert is_error and text
     assert "Traceback" not in text
     assert payload(results[1])["queued_total"] == 1  # still serving, nothing changed
+    assert not (cli.town / ".sluice" / "schedule" / "policy.json").exists()
 
 
 def test_unknown_arguments_are_refused_never_ignored(cli: Cli, queued: dict):

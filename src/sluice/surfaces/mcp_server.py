@@ -135,6 +135,11 @@ def build_server(town_arg: str | None = None):
             if given:  # `show` changes nothing: a caller passing values meant `set`
                 raise UsageError(f"action 'show' takes no other arguments (got {', '.join(sorted(given))})")
             return policy_show(town())
+        if not set(given) - {"graph_id"}:
+            # JSON has no NaN or Infinity: clients send such a weight as null, which must not pass for
+            # "nothing to change" and answer success.
+            raise UsageError("action 'set' needs a value to change; a weight must be a finite number"
+                             " (NaN and Infinity arrive as null and are refused)")
         return policy_set(town(), **given)
 
     @tool
