@@ -131,6 +131,9 @@ def test_rig_add_refuses_duplicates(cli, repo, tmp_path):
         ((".hidden",), "invalid rig name"),
         (("ok", "--prefix", "ends-"), "invalid prefix"),
         (("ok", "--prefix", "sp ace"), "invalid prefix"),
+        (("ok", "--prefix", "-bad"), "must start with a letter or digit"),  # its ids would read as options
+        (("ok", "--prefix", ".dot"), "must start with a letter or digit"),
+        (("ok", "--prefix", "_under"), "must start with a letter or digit"),
     ],
 )
 def test_rig_add_refuses_bad_names_and_prefixes(cli, repo, args, words):

@@ -190,9 +190,13 @@ def validate_rig_name(name: str) -> None:
 
 
 def validate_prefix(prefix: str) -> None:
+    """A prefix starts with a letter or digit: an id starting with ``-`` would read as an option."""
     body = prefix.replace("-", "")
     if not prefix or not all(c.isalnum() or c in "_." for c in body) or prefix.endswith("-"):
         raise UsageError(f"invalid prefix {prefix!r}: ids look like <prefix>-<base36>")
+    if not prefix[0].isalnum():
+        raise UsageError(f"invalid prefix {prefix!r}: it must start with a letter or digit"
+                         " (ids starting with '-' or '.' would read as options or hidden files)")
 
 
 def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None) -> Rig:
