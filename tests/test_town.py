@@ -206,6 +206,8 @@ def test_config_set_and_get(cli, town_dir):
     assert command == ["agent", "{item_id}", "$(not run)"]
     saved = json.loads((town_dir / ".sluice" / "config.json").read_text())
     assert saved["scheduler"]["max_polecats"] == -1 and saved["scheduler"]["spawn_delay"] == "1m30s"
+    cli.run("config", "set", "executor.command", "[]")  # the documented default: back to "not set"
+    assert json.loads(cli.run("config", "get", "executor.command").stdout) == []
 
 
 @pytest.mark.parametrize(
@@ -218,7 +220,8 @@ def test_config_set_and_get(cli, town_dir):
         ("scheduler.max_dispatch_failures", "0"),
         ("executor.kind", "cloud"),
         ("executor.command", "agent --go"),
-        ("executor.command", "[]"),
+        ("executor.command", '["agent", 3]'),
+        ("executor.command", "{}"),
     ],
 )
 def test_config_set_refuses_bad_values_naming_the_key(cli, town_dir, key, value):

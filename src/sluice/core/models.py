@@ -151,8 +151,9 @@ def parse_config_value(key: str, raw: str) -> Any:
             value = int(raw.strip())
         else:
             value = raw.strip()
+        # `[]` is the default ("not set": the executor's own command, or none for local).
         if key == "executor.command" and not (
-            isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
         ):
             raise ValueError
         if key == "executor.ray.resources" and not isinstance(value, dict):
