@@ -135,6 +135,8 @@ def test_clear_item_closes_its_duplicates_in_every_rig(cli, town):
     assert len(open_contexts(town, "alpha", "al-c")) == 1
     none = cli.run("scheduler", "clear", "--item", "al-d").stdout
     assert none.strip() == "No sling context found for al-d"
+    unknown = cli.run("scheduler", "clear", "--item", "al-nope", check=False)
+    assert unknown.returncode == 1 and "no item 'al-nope'" in unknown.stderr and unknown.stdout == ""
 
 
 @pytest.mark.parametrize("command", [

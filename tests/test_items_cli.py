@@ -229,7 +229,8 @@ def test_dep_add_shapes_and_effect(cli, rig):
     assert [r["id"] for r in cli.json("item", "ready")] == [b]
     assert cli.json("item", "blocked")[0]["blocked_by"] == [b]
     shown = cli.json("item", "show", a)
-    assert cli.json("item", "dep", "add", a, b) == row  # the same edge again is a no-op
+    assert cli.json("item", "dep", "add", a, b) == {**row, "status": "exists"}  # the same edge again: no-op
+    assert "already depends on" in cli.run("item", "dep", "add", a, b).stdout
     assert cli.json("item", "show", a) == shown and len(shown["dependencies"]) == 1
     assert "already depends" in fails(cli, "item", "dep", "add", a, b, "--type", "related")
     human = cli.run("item", "dep", "add", b, "external:p:c", "--type", "tracks").stdout

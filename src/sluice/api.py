@@ -395,8 +395,7 @@ class Town:
         """``source`` depends on ``target`` (for ``blocks``: is blocked by it); cycles are refused."""
         from sluice.store.tracker import add_dependency
 
-        add_dependency(self.files, source, target, dep_type)
-        return {"issue_id": source, "depends_on_id": target, "type": dep_type, "status": "added"}
+        return add_dependency(self.files, source, target, dep_type)
 
     def import_items(self, rig: str, path: str | Path) -> dict:
         from sluice.store.tracker import import_items

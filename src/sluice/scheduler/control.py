@@ -154,18 +154,27 @@ def resume(town: Town) -> dict:
 
 
 def clear(town: Town, item_id: str | None = None) -> dict:
-    """Close every open context (``cleared``), or every one for ``item_id`` in every rig."""
+    """Close every open context (``cleared``), or every one for ``item_id`` in every rig.
+
+    An ``item_id`` that no rig has and no open context names is :class:`UnknownItem`
+    (a typo must not read as "nothing to clear"); the contexts of an item that has
+    gone missing are still cleared.
+    """
     _fresh_config(town)
     stores = Stores(town)
     closed, failed = [], []
+    matched = 0
     for context in ctxs.open_contexts(stores, fresh=True):
         if item_id is not None and context.work_id != item_id:
             continue
+        matched += 1
         try:
             if ctxs.close(town, stores.rig(context.rig), context.id, ctxs.CLEARED):
                 closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig})
         except OSError as err:
             failed.append({"context_id": context.id, "error": str(err)})
+    if item_id is not None and not matched:
+        stores.for_id(item_id)  # raises UnknownItem when no rig has it
     if closed:
         events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed)})
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}

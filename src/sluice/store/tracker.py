@@ -290,6 +290,7 @@ def close_item(town: Town, item_id: str, reason: str = "Closed") -> dict:
 
 
 def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks") -> dict:
+    """Add the edge source → target; ``status`` is ``added``, or ``exists`` when it was already there."""
     if not target.strip():
         raise UsageError("dependency target must be a non-empty id")
     if source == target:
@@ -309,13 +310,18 @@ def add_dependency(town: Town, source: str, target: str, dep_type: str = "blocks
                     raise InvalidOperation(
                         f"{source} already depends on {target} with type {dep.get('type')!r}"
                     )
+                added.append(False)
                 return False  # one edge per pair: adding it again changes nothing
         if dep_type in ("blocks", "conditional-blocks", "parent-child", "waits-for") and local:
             ensure_no_cycle(by_id, source, target)
         deps.append(dependency(source, target, dep_type, stamp))
+        added.append(True)
         return True
 
-    return _update_record(town, source, apply)
+    added: list[bool] = []
+    _update_record(town, source, apply)
+    return {"issue_id": source, "depends_on_id": target, "type": dep_type,
+            "status": "added" if added and added[-1] else "exists"}
 
 
 def import_items(town: Town, rig_name: str, path: Path) -> dict:

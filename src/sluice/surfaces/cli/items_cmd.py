@@ -166,9 +166,9 @@ def dep_add(
     """A depends on B (A is blocked by B for `blocks`); self edges and cycles are refused."""
     from sluice.store.tracker import add_dependency
 
-    add_dependency(town(), source, target, dep_type)
-    row = {"issue_id": source, "depends_on_id": target, "type": dep_type, "status": "added"}
-    emit(row, as_json, lambda r: f"{source} now depends on {target} ({dep_type})")
+    row = add_dependency(town(), source, target, dep_type)
+    verb = "now depends" if row["status"] == "added" else "already depends"
+    emit(row, as_json, lambda r: f"{shown(source)} {verb} on {shown(target)} ({shown(dep_type)})")
 
 
 @item_app.command("import")
