@@ -68,14 +68,17 @@ def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_town):
     assert types.count("Dispatched") == 2 and "Enqueued" in types
 
 
-def test_the_library_call_and_the_command_agree(cli, busy_town):
+def test_the_library_call_the_facade_and_the_command_agree(cli, busy_town):
+    import sluice.api
+
     mine = snapshot(busy_town)
+    facade = sluice.api.open_town(cli.town).snapshot()
     theirs = cli.json("snapshot")
-    for snap in (mine, theirs):
+    for snap in (mine, facade, theirs):
         del snap["at"]
         for row in snap["polecats"]:
             del row["runtime_seconds"]
-    assert json.loads(json.dumps(mine)) == theirs
+    assert json.loads(json.dumps(mine)) == json.loads(json.dumps(facade)) == theirs
 
 
 def test_pause_shows_in_the_snapshot(cli, busy_town):

@@ -464,6 +464,19 @@ class Town:
 
     # Admission control adds ``explain(item)`` here: why an item is (not) dispatched next.
 
+    # -- watching ---------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """The town's state as one document: what ``sluice snapshot --json``, ``top`` and ``web`` show."""
+        from sluice.scheduler.snapshot import snapshot
+
+        return snapshot(self.files, self.executor)
+
+    def item_detail(self, item_id: str) -> dict:
+        """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
+        from sluice.scheduler.snapshot import item_detail
+
+        return item_detail(self.files, item_id, self.executor)
+
     def daemon(self, interval: float = 180.0, once: bool = False, timeout: float = 300.0) -> int:
         """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``)."""
         from sluice.scheduler.daemon import run_daemon

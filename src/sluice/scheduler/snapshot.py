@@ -141,7 +141,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
     }
 
 
-def item_detail(town: Town, item_id: str) -> dict:
+def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> dict:
     """One item as the views explain it: its record, queue row, score with reasons, blockers, polecats.
 
     A queued item's score and reasons are those of the queue (the ranking the
@@ -155,7 +155,9 @@ def item_detail(town: Town, item_id: str) -> dict:
     config = town.reload_config()
     stores = Stores(town)
     store, record = stores.find(item_id)
-    executor, problem = _executor(town)
+    problem = None
+    if executor is None:
+        executor, problem = _executor(town)
     once = _OneAnswer(executor) if executor is not None else None
     try:
         active = once.active() if once is not None else []

@@ -1,9 +1,10 @@
 """``sluice top``: the town live on a terminal, one snapshot per refresh.
 
-Everything on screen comes from :func:`sluice.scheduler.snapshot.snapshot`,
+Everything on screen comes from ``Town.snapshot()`` (:mod:`sluice.api`),
 the document ``sluice snapshot --json`` prints, so top never disagrees with
-the CLI.  The frame is redrawn once a second, at once when the state file,
-the event log or the polecat records change, and at once on a resize.
+the CLI; ``p`` calls the facade's ``pause``/``resume``.  The frame is
+redrawn once a second, at once when the state file, the event log or the
+polecat records change, and at once on a resize.
 
 * It runs on the terminal's alternate screen (rich ``Live(screen=True)``):
   each frame replaces the last in one write, so nothing flickers and the
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import signal
 import sys
@@ -36,18 +36,18 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from sluice.core.text import printable
 from sluice.errors import SluiceError
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.api import Town
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 SCHEDULER_KEYS = ("caps", "throttles", "budgets")
 
 
 def plain(text) -> str:
     """Agents' text as one line: control characters shown escaped (no fake rows, no terminal codes)."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text if text is not None else ""))
+    return printable(text)
 
 
 def runtime(seconds: float | None) -> str:
@@ -201,20 +201,19 @@ def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
 
 def print_once(town: Town, console: Console | None = None, rig_filter: str | None = None) -> None:
     """Print one frame (``sluice top --once``) at the terminal's size, or 120×40 when not a terminal."""
-    from sluice.scheduler.snapshot import snapshot
-
     if console is None:
         tty = sys.stdout.isatty()
         size = os.get_terminal_size(sys.stdout.fileno()) if tty else os.terminal_size((120, 40))
         console = Console(width=size.columns, height=size.lines)
-    frame = render(snapshot(town), rig_filter, height=console.height, width=console.width)
+    frame = render(town.snapshot(), rig_filter, height=console.height, width=console.width)
     console.print(frame, height=console.height)
 
 
 def _watched(town: Town) -> tuple:
     """What changes when the town does: the state file, the event log, the polecat records."""
     out = []
-    for path in (town.state_path, town.events_path, town.workers_dir):
+    files = town.files
+    for path in (files.state_path, files.events_path, files.workers_dir):
         try:
             st = os.stat(path)
             out.append((st.st_mtime_ns, st.st_size))
@@ -261,14 +260,12 @@ class Top:
 
     def __init__(self, town: Town, interval: float = 1.0, console: Console | None = None,
                  take: Callable[[Town], dict] | None = None):
-        from sluice.scheduler.snapshot import snapshot
-
         self.town = town
         self.interval = interval
         # Sized from the terminal itself: an exported COLUMNS/LINES would pin the size and break resizing.
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         self.console = console or Console(_environ=environ)
-        self.take = take or snapshot
+        self.take = take or (lambda t: t.snapshot())
         self.rig_filter: str | None = None
         self.prompt: str | None = None
         self.message: str | None = None
@@ -291,13 +288,11 @@ class Top:
             self.message = f"error: {err}"
 
     def toggle_pause(self) -> None:
-        from sluice.scheduler import control
-
         try:
             if self.snap is not None and self.snap["scheduler"].get("paused"):
-                control.resume(self.town)
+                self.town.resume()
             else:
-                control.pause(self.town, actor="sluice top")
+                self.town.pause(actor="sluice top")
         except SluiceError as err:
             self.message = f"error: {err}"
 

@@ -6,14 +6,14 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, town
+from sluice.surfaces.cli.common import JsonOption, emit, town_arg
 
 
 def snapshot(as_json: JsonOption = False) -> None:
     """The town's state in one document: scheduler, queue, polecats, rigs, decisions, events."""
-    from sluice.scheduler.snapshot import snapshot as take
+    from sluice.api import open_town
 
-    emit(take(town()), as_json, _snapshot_text)
+    emit(open_town(town_arg()).snapshot(), as_json, _snapshot_text)
 
 
 def _snapshot_text(snap: dict) -> str:
@@ -43,7 +43,9 @@ def top(
 
     if interval <= 0:
         raise UsageError(f"--interval must be > 0 seconds (got {interval:g})")
-    run_top(town(), once=once, interval=interval, rig=rig)
+    from sluice.api import open_town
+
+    run_top(open_town(town_arg()), once=once, interval=interval, rig=rig)
 
 
 def web(
@@ -54,9 +56,10 @@ def web(
     = None,
 ) -> None:
     """Serve the dashboard: the same panels as top, live in a browser, with pause/resume/clear/stop."""
+    from sluice.api import open_town
     from sluice.surfaces.web.serve import run_web
 
-    run_web(town(), host=host, port=port, token=token)
+    run_web(open_town(town_arg()), host=host, port=port, token=token)
 
 
 def register(app: typer.Typer) -> None:

@@ -42,7 +42,7 @@ from sluice.errors import SluiceError, UnknownItem, UsageError
 from sluice.scheduler.polecats import UnknownPolecat
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.api import Town
 
 STATIC = resources.files("sluice.surfaces.web") / "static"
 LOG_TAIL = 200
@@ -52,7 +52,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 def _watched(town: Town) -> tuple:
     out = []
-    for path in (town.state_path, town.events_path, town.workers_dir, town.config_path):
+    files = town.files
+    for path in (files.state_path, files.events_path, files.workers_dir, files.config_path):
         try:
             st = os.stat(path)
             out.append((st.st_mtime_ns, st.st_size))
@@ -77,9 +78,7 @@ class Dashboard:
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:
-        from sluice.scheduler.snapshot import snapshot
-
-        return snapshot(self.town)
+        return self.town.snapshot()
 
     async def state(self, request: Request) -> Response:
         try:
@@ -123,17 +122,13 @@ class Dashboard:
             return _error(err)
 
     def _explain(self, item_id: str) -> dict:
-        from sluice.scheduler.snapshot import item_detail
-
-        return item_detail(self.town, item_id)
+        return self.town.item_detail(item_id)
 
     async def logs(self, request: Request) -> Response:
         ref = request.path_params["polecat"]
 
         def tail() -> list[str]:
-            from sluice.scheduler.polecats import polecat_logs
-
-            return list(deque(polecat_logs(self.town, ref), maxlen=LOG_TAIL))
+            return list(deque(self.town.polecat_logs(ref), maxlen=LOG_TAIL))
 
         try:
             return JSONResponse({"polecat": ref, "lines": await asyncio.to_thread(tail)})
@@ -170,30 +165,25 @@ class Dashboard:
         return JSONResponse(result)
 
     def _do(self, action: str, params: dict, body: dict):
-        from sluice.scheduler import control
-
         if action == "pause":
-            return control.pause(self.town, actor="sluice web")
+            return self.town.pause(actor="sluice web").to_json()
         if action == "resume":
-            return control.resume(self.town)
+            return self.town.resume().to_json()
         if action == "clear":
-            return control.clear(self.town, params["item"])
+            return self.town.clear(params["item"]).to_json()
         if action == "stop":
-            from sluice.scheduler.polecats import stop_polecats
-
-            return stop_polecats(self.town, params["polecat"])
+            return self.town.stop_polecat(params["polecat"])
         return self._throttle(body)
 
     def _throttle(self, body: dict):
-        from sluice.scheduler import control
-
-        throttle = getattr(control, "throttle", None)
+        throttle = getattr(self.town, "throttle", None)
         if throttle is None:
             raise UsageError("throttles are not available in this version of sluice")
         unknown = set(body) - {"until", "rig"}
         if unknown:
             raise UsageError(f"unknown throttle field(s): {', '.join(sorted(unknown))} (use until, rig)")
-        return throttle(self.town, until=body.get("until"), rig=body.get("rig"))
+        result = throttle(until=body.get("until"), rig=body.get("rig"))
+        return result.to_json() if hasattr(result, "to_json") else result
 
     # -- the page ------------------------------------------------------------------
     async def page(self, request: Request) -> Response:

@@ -23,7 +23,7 @@ from sluice.errors import SluiceError, UsageError
 if TYPE_CHECKING:
     import uvicorn
 
-    from sluice.store.town import Town
+    from sluice.api import Town
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -87,7 +87,7 @@ def make_web(town: Town, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, tok
     if token is not None and len(token) < 8:
         raise UsageError("--token must be at least 8 characters")
     token = token or secrets.token_urlsafe(24)
-    town.load_config()  # a corrupt config stops it before it listens
+    town.files.load_config()  # a corrupt config stops it before it listens
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
     app = create_app(town, token, host=host, interval=interval)
