@@ -125,12 +125,30 @@ def dep_gate(dep: Mapping) -> str | None:
     return None
 
 
+def edges(record: Mapping) -> tuple[tuple[str, str, str | None], ...]:
+    """(type, target, gate) of an item's dependencies, as beads keeps them when it loads the item.
+
+    beads stores one edge per (item, target): when a record lists two edges to
+    the same target only the first survives (L7) — a later ``blocks`` does not
+    override an earlier ``parent-child`` — and an edge from an item to itself
+    is dropped (L8).
+    """
+    source = record.get("id")
+    seen: set[str] = set()
+    out = []
+    for dep in record.get("dependencies") or ():
+        if not isinstance(dep, Mapping) or not dep.get("depends_on_id"):
+            continue
+        target = str(dep["depends_on_id"])
+        if target in seen or target == source:
+            continue
+        seen.add(target)
+        out.append((str(dep.get("type") or "blocks"), target, dep_gate(dep)))
+    return tuple(out)
+
+
 def to_node(record: Mapping) -> Node:
-    deps = tuple(
-        (str(d.get("type") or "blocks"), str(d.get("depends_on_id")), dep_gate(d))
-        for d in record.get("dependencies") or ()
-        if isinstance(d, Mapping) and d.get("depends_on_id")
-    )
+    deps = edges(record)
     return Node(
         id=record["id"],
         status=record.get("status") or "open",

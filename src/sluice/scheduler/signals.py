@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core.items import edges
+
 if TYPE_CHECKING:
     from sluice.store.rigstore import Stores
     from sluice.store.town import Rig, Town
@@ -65,10 +67,10 @@ def parent_of_deps(deps: str) -> str | None:
 
 
 def parent_of_record(record: dict) -> str | None:
-    """The first ``parent-child`` target of an item record."""
-    for dep in record.get("dependencies") or ():
-        if isinstance(dep, dict) and dep.get("type") == PARENT_CHILD and dep.get("depends_on_id"):
-            return str(dep["depends_on_id"])
+    """The first ``parent-child`` target of an item record, among the edges beads keeps."""
+    for dep_type, target, _gate in edges(record):
+        if dep_type == PARENT_CHILD:
+            return target
     return None
 
 

@@ -31,7 +31,7 @@ from sluice.core.items import effective_tokens, labels_of, to_node
 from sluice.core.readiness import Node
 from sluice.errors import StoreCorrupt
 
-SCHEMA_VERSION = "9"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "10"  # raised whenever a rebuild would store, or refuse, something different
 log = logging.getLogger("sluice")
 
 _SCHEMA = """
