@@ -288,6 +288,28 @@ def test_members_whose_prefix_routes_nowhere_are_skipped_with_a_message(cli, tow
     assert "Skipped zz-9" in cli.run("sling", "al-ep").stdout
 
 
+def test_convoy_members_whose_prefix_routes_nowhere_are_skipped_like_an_epics(cli, town, tmp_path):
+    export = tmp_path / "odd.jsonl"
+    export.write_text(json.dumps(item("zz-9", "stray")) + "\n")
+    cli.run("item", "import", "alpha", str(export))
+    write_items(town, "alpha", [item("al-cv", "convoy", issue_type="convoy",
+                                     deps=[("tracks", "al-2"), ("tracks", "zz-9"),
+                                           ("tracks", "external:elsewhere:qq-1")])])
+    done = cli.run("sling", "al-cv", "--json", check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["errors"] == []
+    assert [r["item_id"] for r in out["scheduled"]] == ["al-2"]
+    reasons = {s["item_id"]: s["reason"] for s in out["skipped"]}
+    assert set(reasons) == {"zz-9", "qq-1"}
+    assert all("cannot resolve a rig" in reason for reason in reasons.values())
+    # a member whose prefix does route to a rig, but which is not there, is still an error
+    write_items(town, "alpha", [item("al-cv2", "convoy", issue_type="convoy",
+                                     deps=[("tracks", "al-nowhere")])])
+    missing = cli.run("sling", "al-cv2", "--json", check=False)
+    assert missing.returncode == 1 and "al-nowhere" in json.loads(missing.stdout)["errors"][0]["error"]
+
+
 def test_direct_mode_launches_at_once_and_keeps_no_context(cli, town, tmp_path):
     marker = tmp_path / "ran"
     code = f"import sys, pathlib; pathlib.Path({str(marker)!r}).write_text(sys.argv[1])"

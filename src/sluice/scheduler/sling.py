@@ -312,11 +312,22 @@ def _children(stores: Stores, epic_id: str) -> list[dict]:
 
 
 def _tracked(stores: Stores, convoy: dict, result: SlingResult) -> list[dict]:
+    """The convoy's tracked items that some rig holds.
+
+    A tracked id whose prefix routes to no rig is skipped with a message, as
+    an epic's child is: convoys track work across projects, and work of a
+    project this town has no rig for is not an error of this sling.
+    """
     out = []
     for target in tracked_ids(convoy):
         try:
             out.append(stores.find(target)[1])
         except UnknownItem:
+            if stores.town.rig_for_id(target) is None:
+                prefix = id_prefix(target).rstrip("-")
+                result.skipped.append({"item_id": target, "reason": (
+                    f"cannot resolve a rig from its prefix {prefix!r} (no rig has it)")})
+                continue
             message = f"item {target} (tracked by {convoy['id']}) not found"
             result.errors.append({"item_id": target, "error": message})
     return out
