@@ -198,9 +198,11 @@ def test_dry_run_changes_nothing_on_disk(cli, town):
     paused_before = tree_hash(town)
     paused = cli.json("scheduler", "run", "--dry-run")
     assert paused["paused"] is True and [p["item_id"] for p in paused["planned"]] == ["al-1"]
+    assert paused["reason"] == "batch"  # the plan's reason; `paused: true` says why nothing launches now
     assert "paused" in cli.run("scheduler", "run", "--dry-run").stderr
     assert tree_hash(town) == paused_before
     assert worker_records(town) == [] and len(open_contexts(town, "alpha")) == 3
+    assert cli.json("scheduler", "run")["reason"] == "paused"  # a real cycle while paused plans nothing
 
 
 def test_dry_run_hash_is_exact(cli, town):

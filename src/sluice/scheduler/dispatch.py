@@ -4,7 +4,8 @@ One cycle, in order (DESIGN §4):
 
 1. try-lock ``runtime/dispatch.lock`` — busy: a manual run fails with
    ``dispatch already in progress``, a daemon tick returns quietly;
-2. paused ⇒ skip (a dry run still previews, and says it is paused);
+2. paused ⇒ skip with ``reason: paused`` (a dry run still previews and says
+   ``paused: true``, its ``reason`` being the plan's);
 3. direct mode (``max_polecats <= 0``) ⇒ nothing to do, with a warning when
    contexts are still open from an earlier deferred mode;
 4. clean stale contexts and reconcile interrupted launches
@@ -209,8 +210,9 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
     report.ready = len(view.ready)
     report.backing_off = len(view.backing_off)
     report.skipped = plan.skipped
-    if not report.paused:
-        report.reason = plan.reason
+    # A dry run while paused previews the cycle after resume, so its reason is the plan's; `paused`
+    # stays true.  `reason: paused` means exactly "the cycle skipped planning".
+    report.reason = plan.reason
     report.planned = [_planned_row(w) for w in plan.to_dispatch]
     if report.dry_run:
         return report
