@@ -40,6 +40,7 @@ def test_the_command_set_is_what_the_design_promises():
         "sluice schedule policy show", "sluice schedule policy set", "sluice config get", "sluice config set",
         "sluice daemon", "sluice patrol", "sluice hooks install", "sluice hooks report", "sluice mcp",
         "sluice demo", "sluice polecat list", "sluice polecat stop", "sluice polecat logs",
+        "sluice rig remove", "sluice hooks uninstall", "sluice schedule policy unset",
     ]:
         assert expected in names
 

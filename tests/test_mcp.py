@@ -80,6 +80,8 @@ def test_lists_every_tool_and_answers_as_the_cli(cli: Cli, queued: dict):
 
 def test_each_tool_call_works(cli: Cli, queued: dict):
     env = {"SLUICE_TOWN": str(cli.town)}
+    epic = cli.json("item", "create", "alpha", "--title", "a graph", "--type", "epic", "--priority", "4")
+    epic = epic["id"]
     _names, results = session_calls(env, [
         ("sluice_sling", {"item_ids": [queued["second"]], "rig": "alpha", "dry_run": True}),
         ("sluice_sling", {"item_ids": [queued["second"]], "rig": "alpha"}),
@@ -88,12 +90,13 @@ def test_each_tool_call_works(cli: Cli, queued: dict):
         ("sluice_scheduler_pause", {}),
         ("sluice_scheduler_run", {}),
         ("sluice_scheduler_resume", {}),
-        ("sluice_schedule_policy", {"action": "set", "priority": 2, "graph_id": "g1"}),
+        ("sluice_schedule_policy", {"action": "set", "priority": 2, "graph_id": epic}),
         ("sluice_schedule_next", {"limit": 1}),
         ("sluice_schedule_status", {"recent": 5}),
         ("sluice_scheduler_clear", {"item_id": queued["second"]}),
         ("sluice_scheduler_clear", {}),
         ("sluice_patrol", {"rig": "alpha", "fix": True}),
+        ("sluice_schedule_policy", {"action": "unset", "graph_id": epic}),
     ])
     dry = payload(results[0])
     assert dry["dry_run"] is True and dry["scheduled"][0]["item_id"] == queued["second"]
@@ -104,13 +107,14 @@ def test_each_tool_call_works(cli: Cli, queued: dict):
     assert payload(results[4])["paused"] is True
     assert payload(results[5])["dispatched"] == 0  # paused: nothing launched
     assert payload(results[6])["paused"] is False
-    assert payload(results[7])["graph_overrides"]["g1"]["priority"] == 2.0
+    assert payload(results[7])["graph_overrides"][epic]["priority"] == 2.0
     [decision] = payload(results[8])
     assert decision["node_id"] == queued["first"]
     assert payload(results[9])["recent_decisions"][0]["decision_id"] == decision["decision_id"]
     assert payload(results[10])["cleared"] == 1
     assert payload(results[11])["cleared"] == 1
     assert payload(results[12])["rig"] == "alpha"
+    assert payload(results[13])["graph_overrides"] == {}
 
 
 @pytest.mark.parametrize(
@@ -124,6 +128,9 @@ def test_each_tool_call_works(cli: Cli, queued: dict):
         ("sluice_schedule_policy", {"action": "set", "priority": float("nan")}),  # as the CLI refuses it
         ("sluice_schedule_policy", {"action": "set", "cost": float("inf")}),
         ("sluice_schedule_policy", {"action": "set", "merge_pressure_penalty": float("-inf")}),
+        ("sluice_schedule_policy", {"action": "set", "priority": 2, "graph_id": "al-nope"}),
+        ("sluice_schedule_policy", {"action": "unset"}),
+        ("sluice_schedule_policy", {"action": "unset", "graph_id": "al-never-overridden"}),
         ("sluice_sling", {"item_ids": ["al-nope"], "rig": "alpha"}),
         ("sluice_patrol", {"rig": "no-such-rig"}),
     ],

@@ -595,3 +595,42 @@ def test_every_schedule_command_and_flag_is_documented(cli):
         for flag in re.findall(r"(--[a-z][a-z-]+)", help_text):
             if flag != "--help":
                 assert flag in docs, f"{flag} of `schedule {' '.join(command)}` is not in docs/scoring.md"
+
+
+def test_policy_set_refuses_a_graph_that_is_no_top_level_epic(graphs_town):
+    before = graphs_town.json("schedule", "policy", "show")
+    for graph, message in (
+        ("al-nothing", "unknown graph 'al-nothing'"),
+        ("al-api", "al-api is a task, not an epic"),
+        ("al-sub", "al-sub is inside graph al-release"),
+    ):
+        done = graphs_town.run("schedule", "policy", "set", "--graph-id", graph, "--priority", "3",
+                               check=False)
+        assert done.returncode == 1, done.stderr
+        assert message in done.stderr and done.stdout == ""
+    assert graphs_town.json("schedule", "policy", "show") == before  # nothing written
+
+
+def test_policy_unset_removes_one_graphs_overrides(graphs_town):
+    cli = graphs_town
+    cli.run("schedule", "policy", "set", "--graph-id", "al-hotfix", "--priority", "4", "--cost", "0")
+    cli.run("schedule", "policy", "set", "--graph-id", "al-release", "--affinity", "1")
+    assert [d["node_id"] for d in next_json(cli, "--limit", "1", "--preview")] == ["al-patch"]
+    policy = cli.json("schedule", "policy", "unset", "--graph-id", "al-hotfix")
+    assert list(policy["graph_overrides"]) == ["al-release"]
+    assert cli.json("schedule", "policy", "show") == policy
+    assert [d["node_id"] for d in next_json(cli, "--limit", "1", "--preview")] == ["al-misc"]  # base weights
+    again = cli.run("schedule", "policy", "unset", "--graph-id", "al-hotfix", check=False)
+    assert again.returncode == 1
+    assert "graph 'al-hotfix' has no policy override (overridden: al-release)" in again.stderr
+    missing = cli.run("schedule", "policy", "unset", check=False)
+    assert missing.returncode == 2 and "--graph-id" in missing.stderr
+
+
+def test_policy_unset_works_for_a_graph_that_is_gone(graphs_town):
+    """An override outlives its epic (closed, deleted, its rig removed); unset still removes it."""
+    cli = graphs_town
+    cli.run("schedule", "policy", "set", "--graph-id", "al-hotfix", "--priority", "4")
+    cli.run("item", "close", "al-patch")
+    cli.run("item", "close", "al-hotfix")
+    assert cli.json("schedule", "policy", "unset", "--graph-id", "al-hotfix")["graph_overrides"] == {}

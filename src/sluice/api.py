@@ -526,6 +526,12 @@ class Town:
 
         return PolicyInfo.from_json(policy_set(self.files, **changes))
 
+    def unset_policy(self, graph_id: str) -> PolicyInfo:
+        """Remove graph ``graph_id``'s weight overrides (its items use the base weights again)."""
+        from sluice.scheduler.advisor import policy_unset
+
+        return PolicyInfo.from_json(policy_unset(self.files, graph_id))
+
 
 def open_town(path: str | Path | None = None, executor: Executor | None = None) -> Town:
     """The town at ``path`` (or from ``SLUICE_TOWN``, or the cwd upwards); TownNotFound if none.

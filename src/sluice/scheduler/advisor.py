@@ -142,4 +142,19 @@ def policy_set(town: Town, **fields: Any) -> dict:
     if unknown:
         known = ", ".join(sorted(POLICY_FIELDS))
         raise UsageError(f"unknown policy field(s): {', '.join(unknown)} (known: {known})")
+    graph_id = fields.get("graph_id")
+    if isinstance(graph_id, str) and graph_id.strip():
+        # An override for an id that is no top-level epic would never apply: refuse it as `next` does.
+        from sluice.scheduler.signals import Signals
+        from sluice.store.rigstore import Stores
+
+        fields["graph_id"] = graph_id.strip()
+        Signals(town, Stores(town)).graphs.check_graph(fields["graph_id"])
     return set_policy(town.policy_path, town.lock_path("policy"), **fields).model_dump(mode="json")
+
+
+def policy_unset(town: Town, graph_id: str) -> dict:
+    """Remove one graph's weight overrides and return the whole policy."""
+    from sluice.store.policy import unset_graph_override
+
+    return unset_graph_override(town.policy_path, town.lock_path("policy"), graph_id).model_dump(mode="json")

@@ -24,7 +24,7 @@ from filelock import Timeout
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sluice.core import scoring
-from sluice.errors import ConfigError, SluiceError, UsageError
+from sluice.errors import ConfigError, InvalidOperation, SluiceError, UsageError
 from sluice.store.fsutil import atomic_write_json, file_lock
 
 WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness")
@@ -195,6 +195,32 @@ def set_policy(
                 document["merge_pressure_penalty"] = merge_pressure_penalty
             if skip_on_merge_pressure is not None:
                 document["skip_on_merge_pressure"] = skip_on_merge_pressure
+            policy = Policy.model_validate(document)
+            atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
+    except Timeout:
+        raise SluiceError(f"timed out waiting for the policy lock {lock_path}") from None
+    return policy
+
+
+def unset_graph_override(path: Path, lock_path: Path, graph_id: str) -> Policy:
+    """Remove ``graph_overrides[graph_id]`` (its items score with the base weights again).
+
+    The graph need not exist any more: an override left by an epic that was
+    closed or deleted is exactly what one wants to remove.  Naming a graph
+    that has no override is refused, naming the ones that do.
+    """
+    if not isinstance(graph_id, str) or not graph_id.strip():
+        raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
+    graph_id = graph_id.strip()
+    path = Path(path)
+    try:
+        with file_lock(lock_path):
+            document = load_policy(path).model_dump()
+            overrides = document["graph_overrides"]
+            if graph_id not in overrides:
+                known = ", ".join(sorted(overrides)) or "none"
+                raise InvalidOperation(f"graph {graph_id!r} has no policy override (overridden: {known})")
+            del overrides[graph_id]
             policy = Policy.model_validate(document)
             atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
     except Timeout:

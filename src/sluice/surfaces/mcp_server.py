@@ -112,7 +112,8 @@ def build_server(town_arg: str | None = None):
 
     @tool
     def sluice_schedule_policy(
-        action: Annotated[Literal["show", "set"], Field(description="show or set")] = "show",
+        action: Annotated[Literal["show", "set", "unset"], Field(
+            description="show, set, or unset (remove graph_id's weight overrides)")] = "show",
         priority: Weight = None,
         affinity: Weight = None,
         cost: Weight = None,
@@ -122,8 +123,8 @@ def build_server(town_arg: str | None = None):
         skip_on_merge_pressure: StrictBool | None = None,
         graph_id: Annotated[str, Field(description="Set the weights for this graph only.")] = "",
     ) -> dict:
-        """Show or change the scoring policy, as `sluice schedule policy show|set --json`."""
-        from sluice.scheduler.advisor import policy_set, policy_show
+        """Show or change the scoring policy, as `sluice schedule policy show|set|unset --json`."""
+        from sluice.scheduler.advisor import policy_set, policy_show, policy_unset
 
         fields = {
             "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
@@ -135,6 +136,10 @@ def build_server(town_arg: str | None = None):
             if given:  # `show` changes nothing: a caller passing values meant `set`
                 raise UsageError(f"action 'show' takes no other arguments (got {', '.join(sorted(given))})")
             return policy_show(town())
+        if action == "unset":
+            if set(given) != {"graph_id"}:  # unset removes one graph's overrides, nothing else
+                raise UsageError("action 'unset' takes graph_id and nothing else")
+            return policy_unset(town(), given["graph_id"])
         if not set(given) - {"graph_id"}:
             # JSON has no NaN or Infinity: clients send such a weight as null, which must not pass for
             # "nothing to change" and answer success.

@@ -1,4 +1,4 @@
-"""`sluice schedule …`: advisory scoring — next, status, policy show|set."""
+"""`sluice schedule …`: advisory scoring — next, status, policy show|set|unset."""
 
 from __future__ import annotations
 
@@ -101,6 +101,17 @@ def policy_set(
                   merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
                   skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id)
     emit(policy, as_json, lambda p: "policy updated\n" + _policy_text(p))
+
+
+@policy_app.command("unset")
+def policy_unset(
+    graph_id: Annotated[str, typer.Option("--graph-id", help="The graph whose weight overrides go.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Remove one graph's weight overrides (its items use the base weights again); prints the policy."""
+    from sluice.scheduler.advisor import policy_unset as unset
+
+    emit(unset(town(), graph_id), as_json, lambda p: "policy updated\n" + _policy_text(p))
 
 
 def _policy_text(p: dict) -> str:
