@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,28 @@ def test_a_bad_work_span_is_refused_before_anything_starts(tmp_path: Path, spec:
     assert done.returncode == 2
     assert done.stderr.startswith("error: --work-seconds:") and "not N or LOW-HIGH" in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_demo_removes_its_town_and_stops_its_polecats(tmp_path: Path, sig):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    demo = subprocess.Popen([sys.executable, "-m", "sluice", "demo", "--work-seconds", "20", "--json"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(scratch.glob("sluice-demo-*/town/.sluice/runtime/workers/*.json")):
+            assert demo.poll() is None and time.monotonic() < deadline, demo.stderr
+            time.sleep(0.2)
+        records = list(scratch.glob("sluice-demo-*/town/.sluice/runtime/workers/*.json"))
+        pids = [json.loads(p.read_text()).get("pid") for p in records]
+        demo.send_signal(sig)
+        demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode != 0
+    assert list(scratch.iterdir()) == []  # the throwaway town is gone, as after Ctrl-C
+    for pid in filter(None, pids):  # and no polecat of it is left running
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

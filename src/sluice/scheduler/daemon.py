@@ -72,12 +72,11 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.communicate()
+        _kill_cycle(process)
         return {"error": f"dispatch cycle timed out after {timeout:g}s and was killed"}
+    except BaseException:  # interrupted (Ctrl-C, a demo's SIGTERM): the cycle must not outlive its caller
+        _kill_cycle(process)
+        raise
     if process.returncode != 0:
         lines = [line for line in err.strip().splitlines() if line.strip()]
         message = lines[-1] if lines else f"exit status {process.returncode}"
@@ -86,6 +85,15 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
         return json.loads(out)
     except ValueError:
         return {"error": f"dispatch cycle printed no JSON report: {out[:200]!r}"}
+
+
+def _kill_cycle(process: subprocess.Popen) -> None:
+    """Kill a cycle's process group and wait for it (safe at any point: launches are crash-safe)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.communicate()
 
 
 def describe(result: dict, reaped: int) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -181,6 +182,7 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
     root = Path(tempfile.mkdtemp(prefix="sluice-demo-"))
     old_env = {k: os.environ.get(k) for k in ("SLUICE_DEMO_WORK_SECONDS", "SLUICE_TOWN")}
     os.environ["SLUICE_DEMO_WORK_SECONDS"] = work_seconds
+    old_term = _exit_on_sigterm()
     try:
         town, epics = build_town(root)
         os.environ["SLUICE_TOWN"] = str(town.root)
@@ -217,6 +219,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
         summary.elapsed = time.monotonic() - started
         return summary
     finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         for key, value in old_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -225,6 +229,22 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
         if not keep:
             _stop_all(root)
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _exit_on_sigterm():
+    """Make SIGTERM unwind like Ctrl-C, so the town is removed and its polecats stopped.
+
+    The default action ends the process at once, skipping every ``finally``.
+    Returns the previous handler (None when not in the main thread, where
+    handlers cannot be set).
+    """
+    def terminate(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _stop_all(root: Path) -> None:
