@@ -125,6 +125,19 @@ def test_concurrent_slings_of_one_item_create_exactly_one_context(cli, town):
     assert len(events(town, "Enqueued")) == 1
 
 
+def test_sling_locks_are_a_fixed_set_of_stripes_not_one_file_per_item(cli, town):
+    many = [item(f"al-m{n}", f"many {n}") for n in range(300)]
+    write_items(town, "alpha", many)
+    cli.run("sling", *(r["id"] for r in many[:150]), "alpha")
+    for record in many[150:]:  # one item per command too
+        if int(record["id"][4:]) % 30 == 0:
+            cli.run("sling", record["id"], "alpha")
+    cli.run("sling", *(r["id"] for r in many[150:]), "alpha")
+    locks = list((town / ".sluice" / "runtime" / "locks").glob("sling-*.lock"))
+    assert 0 < len(locks) <= 64
+    assert len(open_contexts(town, "alpha")) == 300
+
+
 def test_slings_of_different_items_into_one_rig_never_share_a_context_id(cli, town, monkeypatch):
     """Two slings picking a context id at the same moment must still get two ids (no context is lost)."""
     import threading

@@ -12,8 +12,11 @@ remembers so the dispatcher honours it).  Then idempotency: an item with an
 open context in *any* rig, or with a running polecat, is "already" queued.
 
 Idempotency holds across processes: the check and the create happen under
-the item's lock ``runtime/locks/sling-<item>.lock``.  Large slings take their
-locks in chunks, in id order (so two slings never deadlock), read every
+the item's lock.  Items share a fixed set of lock stripes
+(``runtime/locks/sling-NN.lock``, the item id hashed to one of
+:data:`LOCK_STRIPES`), so the directory does not grow by one file per item
+ever slung; two items on one stripe merely wait for each other.  Large slings
+take their stripes in chunks, in stripe order (so two slings never deadlock), read every
 rig's contexts once per chunk and append each rig's new records in one
 write — 1,000 items are one command, not 1,000.  New context ids are picked
 under the rig's creation lock (:func:`sluice.contexts.create`), so slings of
@@ -22,7 +25,7 @@ different items into one rig never pick the same id.
 
 from __future__ import annotations
 
-import re
+import hashlib
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -49,7 +52,8 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 CHUNK = 256  # item locks held at once by one sling (well under the open-file limit)
-_LOCK_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+#: How many sling locks there are; every item maps to one of them.
+LOCK_STRIPES = 64
 
 
 @dataclass
@@ -101,7 +105,10 @@ class SlingResult:
 
 
 def sling_lock_path(town: Town, item_id: str):
-    return town.runtime / "locks" / f"sling-{_LOCK_UNSAFE.sub('_', item_id)}.lock"
+    """The lock stripe that guards slinging ``item_id`` (the same for every process)."""
+    digest = hashlib.sha256(item_id.encode("utf-8", "surrogatepass")).digest()
+    stripe = int.from_bytes(digest[:4], "big") % LOCK_STRIPES
+    return town.runtime / "locks" / f"sling-{stripe:02d}.lock"
 
 
 def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
@@ -379,8 +386,9 @@ def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOpti
     for start in range(0, len(works), CHUNK):
         chunk = sorted(works[start : start + CHUNK], key=lambda w: w.id)
         with ExitStack() as held:
-            for work in chunk:
-                held.enter_context(fsutil.file_lock(sling_lock_path(town, work.id)))
+            # Each stripe once (a lock file is not re-entrant across handles), in one global order.
+            for path in sorted({sling_lock_path(town, work.id) for work in chunk}):
+                held.enter_context(fsutil.file_lock(path))
             # Under the item locks: what is queued now, in every rig, decides.
             by_item = ctxs.open_by_item(stores, fresh=True)
             new: dict[str, list[_Work]] = {}
