@@ -63,6 +63,10 @@ def _duration_field(value: Any) -> str:
     return str(value).strip()
 
 
+#: The events ``scheduler.notify`` can be run on (``scheduler.notify_on``; all of them by default).
+NOTIFY_EVENTS = ("circuit-broken", "budget-exhausted", "throttled", "queue-drained", "polecat-timed-out")
+
+
 class SchedulerConfig(_Strict):
     max_polecats: int = Field(-1, ge=-1)
     batch_size: int = Field(1, ge=1)
@@ -72,13 +76,25 @@ class SchedulerConfig(_Strict):
     retry_base: str = "30s"
     retry_max: str = "10m"
     missing_grace: str = "10m"
+    notify: list[str] = Field(default_factory=list)  # argv template run on chosen events; [] = none
+    notify_on: list[str] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    notify_timeout: str = "10s"
 
     @field_validator(
-        "spawn_delay", "polecat_timeout", "retry_base", "retry_max", "missing_grace", mode="before"
+        "spawn_delay", "polecat_timeout", "retry_base", "retry_max", "missing_grace", "notify_timeout",
+        mode="before",
     )
     @classmethod
     def _check_durations(cls, value: Any) -> str:
         return _duration_field(value)
+
+    @field_validator("notify_on")
+    @classmethod
+    def _check_notify_on(cls, value: list[str]) -> list[str]:
+        unknown = [v for v in value if v not in NOTIFY_EVENTS]
+        if unknown:
+            raise ValueError(f"unknown event(s) {', '.join(unknown)}; known: {', '.join(NOTIFY_EVENTS)}")
+        return value
 
     @property
     def deferred(self) -> bool:
@@ -132,6 +148,9 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.retry_base": "a duration",
     "scheduler.retry_max": "a duration",
     "scheduler.missing_grace": "a duration (how long a queued item may be missing before its context closes)",
+    "scheduler.notify": 'a JSON array of argv strings run on chosen events, e.g. ["notify-send", "{event}"]',
+    "scheduler.notify_on": f"a JSON array or comma-separated list of: {', '.join(NOTIFY_EVENTS)}",
+    "scheduler.notify_timeout": "a duration (a notifier still running then is killed)",
     "executor.kind": "one of local, tmux, ray, demo, memory",
     "executor.command": 'a JSON array of argv strings, e.g. ["my-agent", "{item_id}"]',
     "executor.ray.address": "a Ray dashboard address, e.g. http://127.0.0.1:8265",
@@ -145,14 +164,20 @@ def parse_config_value(key: str, raw: str) -> Any:
         raise UsageError(f"unknown config key {key!r}; known keys: {', '.join(CONFIG_KEYS)}")
     expect = CONFIG_KEYS[key]
     try:
-        if key in ("executor.command", "executor.ray.resources"):
+        if key in ("executor.command", "executor.ray.resources", "scheduler.notify"):
             value = json.loads(raw)
+        elif key == "scheduler.notify_on":
+            text = raw.strip()
+            parts = [p.strip() for p in text.split(",") if p.strip()]
+            value = json.loads(text) if text.startswith("[") else parts
+            if not all(isinstance(v, str) and v in NOTIFY_EVENTS for v in value):
+                raise ValueError
         elif key.endswith(("max_polecats", "batch_size", "max_dispatch_failures")):
             value = int(raw.strip())
         else:
             value = raw.strip()
         # `[]` is the default ("not set": the executor's own command, or none for local).
-        if key == "executor.command" and not (
+        if key in ("executor.command", "scheduler.notify") and not (
             isinstance(value, list) and all(isinstance(v, str) for v in value)
         ):
             raise ValueError

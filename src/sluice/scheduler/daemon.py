@@ -13,6 +13,10 @@
   ``finished.jsonl``, logs kept); a reaping failure is part of the tick's
   log line and heartbeat.  The config is re-read every tick, so the stall
   check and reaping use the executor configured now, not at start.
+* After the tick's line, ``scheduler.notify`` is run for the chosen events
+  written since the last tick (:mod:`sluice.scheduler.notify`); a tick that
+  launched the last queued item logs ``QueueDrained`` first.  A notifier is
+  bounded by ``scheduler.notify_timeout`` and its failures are log lines.
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
   ``runtime/daemon.json`` holds pid, started_at, last_tick_at, last_result.
 * SIGTERM / SIGINT stop the daemon cleanly: a tick in progress finishes, no
@@ -37,6 +41,7 @@ import filelock
 from sluice.core.items import iso
 from sluice.core.text import printable
 from sluice.errors import InvalidOperation, SluiceError, UsageError
+from sluice.scheduler import notify
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -169,6 +174,9 @@ class Daemon:
         """
         self.ticks += 1
         at = iso()
+        if self.ticks == 1:  # announce what happens from now on, not the log's history
+            with contextlib.suppress(OSError):
+                notify.start_cursor(self.town)
         # A long-lived daemon follows `config set` (executor kind, address, timeout).  A broken
         # file is reported by the cycle below; until it is fixed the last good config is used.
         with contextlib.suppress(SluiceError):
@@ -184,6 +192,7 @@ class Daemon:
             reaped = len(get_executor(self.town).reap())
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
+        self._queue_drained(result)
         keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
         summary = {k: result[k] for k in keys if k in result}
         for key in ("error", "reap_error"):
@@ -194,7 +203,29 @@ class Daemon:
         self.last_result = summary
         self._beat(last_tick_at=at)
         self._log(f"tick {self.ticks}: {describe(result, reaped)}")
+        for outcome in self._notify():
+            self._log(outcome.line())
         return "error" not in result
+
+    def _queue_drained(self, result: dict) -> None:
+        """Log ``QueueDrained`` when this tick launched the last queued item."""
+        if not result.get("dispatched"):
+            return
+        from sluice.scheduler.control import list_queue
+        from sluice.store.events import emit_event
+
+        try:
+            if not list_queue(self.town):
+                emit_event(self.town, notify.QUEUE_DRAINED, {"dispatched": result["dispatched"]})
+        except SluiceError as err:
+            self._log(f"queue check skipped: {err}")
+
+    def _notify(self) -> list:
+        try:
+            return notify.notify_new_events(self.town)
+        except (SluiceError, OSError) as err:  # a notifier problem never stops the daemon
+            self._log(f"notifications skipped: {err}")
+            return []
 
     def _stop_overdue(self) -> list:
         from sluice.executors import get_executor

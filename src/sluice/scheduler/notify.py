@@ -1,0 +1,186 @@
+"""Notifications: run ``scheduler.notify`` on the events an operator wants to hear about.
+
+The notifier is an argv template (``scheduler.notify``), never a shell
+command line: each element has ``{event}``, ``{item_id}``, ``{rig}`` and
+``{town}`` substituted on its own, and the event goes to its stdin as one
+JSON document ``{event, type, event_id, at, town, payload}``.  It runs for the
+events named in ``scheduler.notify_on`` (default: all of
+:data:`~sluice.core.models.NOTIFY_EVENTS`), which are these lifecycle events:
+
+=====================  ============================================
+notify name            event type in ``events/scheduler.jsonl``
+=====================  ============================================
+``circuit-broken``     ``CircuitBroken``
+``budget-exhausted``   ``BudgetExhausted``
+``throttled``          ``Throttled``
+``queue-drained``      ``QueueDrained`` (a daemon tick launched the last queued item)
+``polecat-timed-out``  ``PolecatTimedOut``
+=====================  ============================================
+
+**Where it runs, and why there.**  The daemon calls :func:`notify_new_events`
+after each tick's cycle, in its own process: the event log is read from a
+cursor (``runtime/notify-cursor.json``: inode and byte offset), so an event
+written by anyone — the cycle subprocess, the stall check, a manual
+``scheduler run`` — is announced once, and a notifier can never slow or
+break a dispatch cycle.  Each run is bounded by ``scheduler.notify_timeout``
+(the notifier's process group is killed then) and each tick announces at
+most :data:`PER_TICK` events; the rest wait for the next tick, so nothing is
+lost and a tick stays bounded.  A failure is returned as a line for the
+daemon's log, never raised.  A daemon that starts on a town without a cursor
+starts at the log's end: history is not replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sluice.store import fsutil
+
+if TYPE_CHECKING:
+    from sluice.store.town import Town
+
+EVENT_TYPES = {
+    "CircuitBroken": "circuit-broken",
+    "BudgetExhausted": "budget-exhausted",
+    "Throttled": "throttled",
+    "QueueDrained": "queue-drained",
+    "PolecatTimedOut": "polecat-timed-out",
+}
+QUEUE_DRAINED = "QueueDrained"
+PER_TICK = 10
+PLACEHOLDERS = ("event", "item_id", "rig", "town")
+
+
+@dataclass
+class Outcome:
+    event: str
+    event_id: str
+    ok: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        status = "sent" if self.ok else f"failed: {self.detail}"
+        return f"notify {self.event} ({self.event_id[:8]}): {status}"
+
+
+def cursor_path(town: Town):
+    return town.runtime / "notify-cursor.json"
+
+
+def _log_identity(town: Town) -> tuple[int, int] | None:
+    try:
+        st = os.stat(town.events_path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size
+
+
+def start_cursor(town: Town) -> None:
+    """Begin at the log's end unless a cursor exists (a restarted daemon resumes where it stopped)."""
+    if cursor_path(town).exists():
+        return
+    identity = _log_identity(town) or (0, 0)
+    fsutil.atomic_write_json(cursor_path(town), {"inode": identity[0], "offset": identity[1]})
+
+
+def _read_cursor(town: Town) -> tuple[int, int]:
+    try:
+        data = json.loads(cursor_path(town).read_text(encoding="utf-8"))
+        return int(data["inode"]), int(data["offset"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, 0
+
+
+def _pending(town: Town) -> tuple[int, list[tuple[dict, int]]]:
+    """Where reading began, and the events after it, each with the offset just past its line.
+
+    A torn last line (an append in progress) is left for the next call.
+    """
+    identity = _log_identity(town)
+    if identity is None:
+        return 0, []
+    inode, offset = _read_cursor(town)
+    if inode != identity[0] or offset > identity[1]:
+        offset = 0  # the log was replaced or cut: read it from the start
+    with open(town.events_path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read(identity[1] - offset)
+    out = []
+    position = offset
+    for raw in data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]:
+        position += len(raw) + 1
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            event = None  # a bad line is the event log's problem (readers name it); not a notification
+        out.append((event if isinstance(event, dict) else {}, position))
+    return offset, out
+
+
+def _argv(template: list[str], values: dict[str, str]) -> list[str]:
+    out = []
+    for part in template:
+        for name in PLACEHOLDERS:
+            part = part.replace("{" + name + "}", values.get(name, ""))
+        out.append(part)
+    return out
+
+
+def run_notifier(town: Town, template: list[str], event: dict, name: str, timeout: float) -> Outcome:
+    """Run the notifier once for ``event``; its outcome, never an exception."""
+    payload = event.get("payload") or {}
+    document = {"event": name, "type": event.get("type"), "event_id": event.get("event_id", ""),
+                "at": event.get("at"), "town": str(town.root), "payload": payload}
+    values = {"event": name, "item_id": str(payload.get("item_id") or ""),
+              "rig": str(payload.get("rig") or ""), "town": str(town.root)}
+    argv = _argv(template, values)
+    outcome = Outcome(name, str(event.get("event_id", "")), False)
+    try:
+        process = subprocess.Popen(argv, cwd=town.root, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as err:
+        outcome.detail = f"cannot run {argv[0]!r}: {err.strerror or err}"
+        return outcome
+    try:
+        data = json.dumps(document, ensure_ascii=False).encode("utf-8")
+        _, err = process.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.communicate()
+        outcome.detail = f"still running after {timeout:g}s; killed"
+        return outcome
+    if process.returncode != 0:
+        lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+        outcome.detail = f"exit status {process.returncode}" + (f": {lines[-1][:200]}" if lines else "")
+        return outcome
+    outcome.ok = True
+    return outcome
+
+
+def notify_new_events(town: Town) -> list[Outcome]:
+    """Announce the chosen events written since the cursor (at most :data:`PER_TICK`); advance it."""
+    scheduler = town.load_config().scheduler
+    offset, pending = _pending(town)
+    if not pending:
+        return []
+    identity = _log_identity(town) or (0, 0)
+    template, wanted = list(scheduler.notify), set(scheduler.notify_on)
+    timeout = scheduler.seconds("notify_timeout") or 10.0
+    outcomes: list[Outcome] = []
+    for event, end in pending:
+        name = EVENT_TYPES.get(event.get("type", ""))
+        if template and name in wanted:
+            if len(outcomes) >= PER_TICK:
+                break  # the rest wait for the next tick
+            outcomes.append(run_notifier(town, template, event, name, timeout))
+        offset = end
+    fsutil.atomic_write_json(cursor_path(town), {"inode": identity[0], "offset": offset})
+    return outcomes

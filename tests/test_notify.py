@@ -1,0 +1,139 @@
+"""`scheduler.notify`: a real notifier script run by the daemon on chosen events, never breaking a tick."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.polecats import configure
+from helpers.scheduler import add_rig, item, python_command, sleeper, write_items
+from sluice.executors import get_executor
+from sluice.scheduler.daemon import Daemon
+from sluice.store.events import emit_event
+from sluice.store.town import Town
+
+NOTIFIER = r'''
+import json, os, sys
+out = sys.argv[1]
+event = json.load(sys.stdin)
+with open(out, "a") as fh:
+    fh.write(json.dumps({"argv": sys.argv[2:], "stdin": event, "shell": os.environ.get("PS1")}) + "\n")
+'''
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    add_rig(cli, tmp_path, "alpha", "al")
+    write_items(cli.town, "alpha", [item("al-1", "first; rm -rf / $(boom)")])
+    yield Town(cli.town)
+    executor = get_executor(Town(cli.town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+@pytest.fixture
+def notifier(tmp_path) -> tuple[Path, Path]:
+    script = tmp_path / "notifier.py"
+    script.write_text(NOTIFIER)
+    return script, tmp_path / "notified.jsonl"
+
+
+def _use(cli, script: Path, out: Path, **settings: str) -> None:
+    cli.run("config", "set", "scheduler.notify",
+            json.dumps([sys.executable, str(script), str(out), "{event}", "{item_id}", "{rig}"]))
+    for key, value in settings.items():
+        cli.run("config", "set", f"scheduler.{key}", value)
+
+
+def _notified(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def _daemon(town: Town, lines: list[str]) -> Daemon:
+    return Daemon(town, interval=1.0, echo=lambda line: lines.append(line.split(" ", 1)[1]))
+
+
+def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, notifier):
+    script, out = notifier
+    configure(cli.town, {"scheduler.max_polecats": "1", "scheduler.max_dispatch_failures": "1",
+                         "executor.command": json.dumps(["/nonexistent/agent", "{item_id}"])})
+    _use(cli, script, out)
+    cli.run("sling", "al-1", "alpha")
+    lines: list[str] = []
+    assert _daemon(town, lines).tick() is True
+    [sent] = _notified(out)
+    assert sent["argv"] == ["circuit-broken", "al-1", "alpha"]
+    assert sent["stdin"]["event"] == "circuit-broken" and sent["stdin"]["type"] == "CircuitBroken"
+    assert sent["stdin"]["payload"]["item_id"] == "al-1" and sent["stdin"]["town"] == str(cli.town)
+    assert sent["shell"] is None
+    assert any(line.startswith("notify circuit-broken (") and line.endswith("sent") for line in lines)
+
+
+def test_queue_drained_and_polecat_timed_out(cli, town, notifier):
+    script, out = notifier
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60),
+                         "scheduler.polecat_timeout": "1s"})
+    _use(cli, script, out)
+    cli.run("sling", "al-1", "alpha")
+    daemon = _daemon(town, [])
+    daemon.tick()
+    assert [n["argv"][0] for n in _notified(out)] == ["queue-drained"]
+    assert _notified(out)[0]["stdin"]["payload"] == {"dispatched": 1}
+    time.sleep(1.2)
+    daemon.tick()
+    assert [n["argv"] for n in _notified(out)][1] == ["polecat-timed-out", "al-1", "alpha"]
+    daemon.tick()
+    assert len(_notified(out)) == 2  # each event is announced once
+
+
+def test_only_the_chosen_events_and_not_the_history(cli, town, notifier):
+    script, out = notifier
+    emit_event(town, "CircuitBroken", {"item_id": "al-0", "rig": "alpha"})  # before the daemon: history
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    _use(cli, script, out, notify_on="circuit-broken,polecat-timed-out")
+    cli.run("sling", "al-1", "alpha")
+    daemon = _daemon(town, [])
+    daemon.tick()  # drains the queue, but queue-drained was not chosen
+    assert _notified(out) == []
+    emit_event(town, "CircuitBroken", {"item_id": "al-9", "rig": "alpha"})
+    daemon.tick()
+    assert [n["argv"][1] for n in _notified(out)] == ["al-9"]
+
+
+def test_a_failing_a_missing_and_a_hanging_notifier_are_logged_and_the_tick_goes_on(cli, town, tmp_path):
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    cli.run("config", "set", "scheduler.notify_timeout", "500ms")
+    lines: list[str] = []
+    daemon = _daemon(town, lines)
+    daemon.tick()
+    pid_file = tmp_path / "hanging.pid"
+    for command, expected in [
+        (python_command("import sys; sys.stderr.write('boom\\n'); sys.exit(3)"),
+         "failed: exit status 3: boom"),
+        (json.dumps(["/nonexistent/notifier"]),
+         "failed: cannot run '/nonexistent/notifier': No such file or directory"),
+        (python_command(f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()));"
+                        " time.sleep(60)"), "failed: still running after 0.5s; killed"),
+    ]:
+        cli.run("config", "set", "scheduler.notify", command)
+        emit_event(town, "Throttled", {"rig": "alpha"})
+        lines.clear()
+        started = time.monotonic()
+        assert daemon.tick() is True
+        assert time.monotonic() - started < 30
+        assert any(line.startswith("notify throttled (") and line.endswith(expected) for line in lines), lines
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_config_refuses_unknown_events(cli):
+    done = cli.run("config", "set", "scheduler.notify_on", "circuit-broken,bogus", check=False)
+    assert done.returncode == 2 and "scheduler.notify_on" in done.stderr and "queue-drained" in done.stderr
+    cli.run("config", "set", "scheduler.notify_on", '["throttled"]')
+    assert json.loads(cli.run("config", "get", "scheduler.notify_on").stdout) == ["throttled"]
+    done = cli.run("config", "set", "scheduler.notify", "notify-send hi", check=False)
+    assert done.returncode == 2 and "JSON array" in done.stderr
