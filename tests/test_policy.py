@@ -291,3 +291,10 @@ def test_concurrent_sets_lose_nothing(paths):
         assert policy.graph_overrides[f"graph-{i}"].priority == float(i)
     assert sorted(p.name for p in policy_path.parent.iterdir()) == ["policy.json"]
     assert os.access(policy_path, os.R_OK)
+
+
+def test_a_policy_nested_too_deeply_to_parse_is_a_config_error_naming_the_file(tmp_path):
+    policy_path = tmp_path / "policy.json"
+    policy_path.write_text('{"weights": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ConfigError, match=r"policy\.json: invalid JSON"):
+        load_policy(policy_path)

@@ -546,3 +546,13 @@ def test_a_priority_outside_0_to_4_is_warned_about_and_ranks_as_the_default(cli,
     ranked = [d["node_id"] for d in cli.json("schedule", "next", "--preview", "--limit", "3")]
     assert ranked == ["al-p0", "al-bad", "al-p3"]
     assert " P2 " in next(line for line in cli.run("item", "ready").stdout.splitlines() if "al-bad" in line)
+
+
+def test_a_line_nested_too_deeply_to_parse_is_a_corrupt_line_naming_file_and_line(tmp_path):
+    """json raises RecursionError, not ValueError, on deep nesting; it is still just a bad line."""
+    path = tmp_path / "issues.jsonl"
+    path.write_text('{"id": "a-1"}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(StoreCorrupt, match=f"{path}:2"):
+        list(read_jsonl(path))
+    path.write_text('{"id": "a-1"}\n' + "[" * 100_000)  # and as a torn last line it is skipped
+    assert [record["id"] for _n, record, _raw in read_jsonl(path)] == ["a-1"]

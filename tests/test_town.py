@@ -285,3 +285,26 @@ def test_config_that_is_not_utf8_is_named(cli, town_dir):
     err = fails(cli, "rig", "list")
     assert str(config.resolve()) in err and "utf-8" in err
     assert config.read_bytes() == b"\xff\xfe{}"
+
+
+def test_a_config_nested_too_deeply_to_parse_is_a_config_error_naming_the_file(tmp_path):
+    from sluice.errors import ConfigError
+    from sluice.store.town import Town, init_town
+
+    town = init_town(tmp_path / "town")
+    town.config_path.write_text('{"rigs": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ConfigError, match=r"config\.json: not valid JSON"):
+        Town(town.root).load_config()
+
+
+def test_a_context_description_nested_too_deeply_is_an_invalid_context():
+    from sluice.core.models import SlingContextFields
+
+    assert SlingContextFields.from_description("[" * 100_000 + "]" * 100_000) is None
+
+
+@pytest.mark.parametrize("description", [True, 7, ["x"], {"work_bead_id": "a-1"}])
+def test_a_context_description_that_is_not_text_is_an_invalid_context(description):
+    from sluice.core.models import SlingContextFields
+
+    assert SlingContextFields.from_description(description) is None

@@ -117,7 +117,7 @@ def dep_gate(dep: Mapping) -> str | None:
     if isinstance(meta, str) and meta:
         try:
             meta = json.loads(meta)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if isinstance(meta, dict):
         gate = meta.get("gate")
@@ -174,7 +174,7 @@ def effective_tokens(record: Mapping) -> int:
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
-        except ValueError:
+        except (ValueError, RecursionError):
             meta = None
     return min(tokens_from(meta if isinstance(meta, Mapping) else None), _INT64_MAX)
 

@@ -244,12 +244,14 @@ class SlingContextFields(BaseModel):
     @classmethod
     def from_description(cls, text: str | None) -> SlingContextFields | None:
         """The parsed fields, or None when the description is not a valid context."""
+        if not isinstance(text, str):  # a hand-edited log may hold any JSON value here
+            return None
         try:
             data = json.loads(text or "")
             if not isinstance(data, dict):
                 return None
             return cls.model_validate(data)
-        except (ValueError, ValidationError):
+        except (ValueError, ValidationError, RecursionError):
             return None
 
 
@@ -269,7 +271,7 @@ def load_model(model: type[BaseModel], path, text: str) -> BaseModel:
     """Parse ``text`` from ``path`` into ``model`` or raise a ConfigError naming the file."""
     try:
         data = json.loads(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
         raise ConfigError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")

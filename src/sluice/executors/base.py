@@ -147,7 +147,7 @@ def read_finished(path: Path) -> list[dict]:
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # an interrupted last append
         if isinstance(record, dict) and record.get("id"):
             out.append(record)

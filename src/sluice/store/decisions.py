@@ -139,7 +139,7 @@ def _parse_line(path: Path, line: bytes, position: int) -> dict:
         record = json.loads(line)
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise StoreCorrupt(path, _line_number(path, position), f"malformed decision ({err})") from None
     return record
 

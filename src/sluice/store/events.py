@@ -87,7 +87,7 @@ def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
             event = json.loads(line)
             if not isinstance(event, dict):
                 raise ValueError("not a JSON object")
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             if number == len(lines):  # an interrupted last write: not there yet
                 break
             raise StoreCorrupt(town.events_path, number, f"malformed event ({err})") from None
@@ -133,7 +133,7 @@ def recent_events(town: Town, count: int) -> list[dict]:
             event = json.loads(line)
             if not isinstance(event, dict):
                 raise ValueError("not a JSON object")
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             number = path.read_bytes()[: start + first].count(b"\n") + index + 1
             raise StoreCorrupt(path, number, f"malformed event ({err})") from None
         out.append(event)

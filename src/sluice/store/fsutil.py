@@ -113,7 +113,7 @@ def mend_torn_tail(path: Path) -> None:
         tail = fh.read()
         try:
             json.loads(tail)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.warning("%s: dropping a torn last line before appending", path)
             fh.truncate(cut)
         else:  # a complete record that only lacks its newline

@@ -102,6 +102,8 @@ def _parse_policy(path: Path, text: str) -> Policy:
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         raise ConfigError(f"{path}: invalid JSON ({where}: {exc.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid JSON (nested too deeply)") from None
     if not isinstance(document, dict):
         kind = type(document).__name__ if document is not None else "null"
         raise ConfigError(f"{path}: invalid schedule policy document (expected a JSON object, got {kind})")

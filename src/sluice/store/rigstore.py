@@ -54,7 +54,7 @@ def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterato
                 record = json.loads(text)
                 if not isinstance(record, dict):
                     raise ValueError("not a JSON object")
-            except ValueError as err:
+            except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
                 if not chunk.endswith(b"\n"):
                     warn(f"{path}:{number}: ignoring a torn last line (an interrupted write)")
                     return

@@ -1,0 +1,312 @@
+"""The soak's verdict: every promise checked against the history and the files left behind.
+
+Each check returns findings (one line each, empty = held).  The history is
+what processes were told (slings, clears, tracker changes), what polecats
+say about themselves and what the executor recorded; the files are the
+town after every process has stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soak import history
+from soak.build import Layout, fingerprint
+
+ALLOWED_ENDS = {"dispatched", "cleared", "circuit-broken", "stale-work-item", "dispatch-close-failed"}
+TRACKER_FIELDS = {"status", "closed_at", "close_reason", "updated_at", "dependencies"}
+
+
+@dataclass
+class Evidence:
+    """Everything read once after the run."""
+
+    layout: Layout
+    records: list[dict] = field(default_factory=list)  # every history record, by time
+    torn_history: int = 0
+    launches: dict[str, dict] = field(default_factory=dict)  # polecat id -> executor record
+    contexts: dict[str, dict] = field(default_factory=dict)  # context id -> last version
+    context_rig: dict[str, str] = field(default_factory=dict)
+    replay: list[tuple[str, dict]] = field(default_factory=list)  # (rig, version) in log order
+    items: dict[str, dict[str, dict]] = field(default_factory=dict)  # own rig -> id -> record
+
+    def ops(self, *names: str) -> list[dict]:
+        return [r for r in self.records if r.get("op") in names]
+
+
+def gather(layout: Layout) -> Evidence:
+    ev = Evidence(layout)
+    ev.records, ev.torn_history = history.read_all(layout.history)
+    workers = layout.town / ".sluice" / "runtime" / "workers"
+    for line in _lines(workers / "finished.jsonl"):
+        ev.launches[line["id"]] = line
+    for path in workers.glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except ValueError:
+            continue
+        ev.launches.setdefault(record.get("id", path.stem), record)
+    for rig_dir in sorted((layout.town / ".sluice" / "rigs").iterdir()):
+        for record in _lines(rig_dir / "ephemeral.jsonl"):
+            ev.contexts[record["id"]] = record
+            ev.context_rig[record["id"]] = rig_dir.name
+            ev.replay.append((rig_dir.name, record))
+        own = rig_dir / "issues.jsonl"
+        if own.exists():
+            ev.items[rig_dir.name] = {r["id"]: r for r in _lines(own)}
+    return ev
+
+
+def _lines(path: Path) -> list[dict]:
+    """Complete records of a JSONL file; a torn final line is left out (it is checked elsewhere)."""
+    out = []
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return out
+    for line in data.split(b"\n"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "id" in record:
+            out.append(record)
+    return out
+
+
+def fields_of(context: dict) -> dict:
+    try:
+        fields = json.loads(context.get("description") or "")
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
+# -- the checks -------------------------------------------------------------------
+
+
+def no_overlap(ev: Evidence) -> list[str]:
+    """No item runs in two polecats at once (the polecats' item flocks say so)."""
+    return [f"item {r['item']}: polecat {r['pid']} (context {r['context']}) started while {r['holder']} ran"
+            for r in ev.ops("overlap")]
+
+
+def one_launch_per_sling(ev: Evidence) -> list[str]:
+    """No context is launched twice: by the executor's records and by the polecats' own."""
+    out = []
+    by_context = defaultdict(list)
+    for polecat_id, record in ev.launches.items():
+        if record.get("context_id"):
+            by_context[record["context_id"]].append(polecat_id)
+    for context, polecats in by_context.items():
+        if len(polecats) > 1:
+            out.append(f"context {context} launched {len(polecats)} times: {sorted(polecats)}")
+    starts = Counter(r["context"] for r in ev.ops("start", "overlap") if r.get("context"))
+    out += [f"context {c}: {n} polecats started for it" for c, n in starts.items() if n > 1]
+    return out
+
+
+def acked_slings_accounted(ev: Evidence) -> list[str]:
+    """Every acknowledged sling ends dispatched, cleared, circuit-broken, stale or still queued."""
+    out = []
+    launched = {r.get("context_id") for r in ev.launches.values()}
+    acked: dict[str, str] = {}
+    for record in ev.ops("sling"):
+        result = record.get("result")
+        if not isinstance(result, dict):
+            continue
+        for row in result.get("scheduled", []) + result.get("already", []):
+            if row.get("context_id"):
+                acked.setdefault(row["context_id"], row["item_id"])
+    for context_id, item_id in sorted(acked.items()):
+        context = ev.contexts.get(context_id)
+        if context is None:
+            out.append(f"sling of {item_id} acknowledged as {context_id}, which is gone from every store")
+            continue
+        if context.get("status") != "closed":
+            continue
+        reason = context.get("close_reason")
+        if reason not in ALLOWED_ENDS:
+            out.append(f"{context_id} ({item_id}) closed as {reason!r}")
+        elif reason == "dispatched" and context_id not in launched:
+            out.append(f"{context_id} ({item_id}) closed dispatched, but the executor never launched it")
+    for record in ev.ops("clear"):
+        result = record.get("result")
+        for row in (result or {}).get("contexts", []) if isinstance(result, dict) else []:
+            reason = ev.contexts.get(row["context_id"], {}).get("close_reason")
+            if reason != "cleared":
+                out.append(f"clear of {row['context_id']} acknowledged, but it ends as {reason!r}")
+    return out
+
+
+def one_open_context_per_item(ev: Evidence) -> list[str]:
+    """Slinging is idempotent: an item never has two open contexts at once (replayed from the logs)."""
+    out, open_by_item, item_of = [], defaultdict(set), {}
+    for _rig, record in ev.replay:
+        work = fields_of(record).get("work_bead_id")
+        if not work:
+            continue
+        item_of[record["id"]] = work
+        if record.get("status") == "closed":
+            open_by_item[work].discard(record["id"])
+            continue
+        others = open_by_item[work] - {record["id"]}
+        if others and record["id"] not in open_by_item[work]:
+            out.append(f"item {work}: context {record['id']} opened while {sorted(others)} was open")
+        open_by_item[work].add(record["id"])
+    return out
+
+
+def caps_held(samples) -> list[str]:
+    return [f"at {s['t']:.1f}: " + "; ".join(s["broken"]) for s in samples.over]
+
+
+def files_parse(ev: Evidence) -> tuple[list[str], int]:
+    """Every JSON file parses; JSONL files have bad lines only as a torn last line. (findings, torn tails)."""
+    out, torn = [], 0
+    root = ev.layout.town / ".sluice"
+    for path in sorted(root.rglob("*.json")):
+        try:
+            json.loads(path.read_bytes())
+        except ValueError as err:
+            out.append(f"{path.relative_to(root)}: does not parse ({err})")
+    for path in sorted(root.rglob("*.jsonl")):
+        lines = path.read_bytes().split(b"\n")
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError:
+                if number == len(lines):  # no newline after it: a torn tail, which readers skip
+                    torn += 1
+                else:
+                    out.append(f"{path.relative_to(root)}:{number}: a corrupt line inside the log")
+    return out, torn
+
+
+def readers_work(layout: Layout, rigs: list[str]) -> list[str]:
+    """Every read command still answers with JSON after the run."""
+    commands = [["scheduler", "status"], ["scheduler", "list"], ["schedule", "status"], ["polecat", "list"]]
+    commands += [["item", "list", rig] for rig in rigs] + [["patrol", rig] for rig in rigs]
+    out = []
+    for args in commands:
+        done = cli(layout, *args, "--json")
+        try:
+            json.loads(done.stdout)
+        except ValueError:
+            out.append(f"sluice {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    return out
+
+
+def cli(layout: Layout, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SLUICE_TOWN": str(layout.town)}
+    return subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def repos_untouched(layout: Layout, before: dict[str, dict]) -> list[str]:
+    out = []
+    for name, prints in before.items():
+        path = layout.export if name == "export" else layout.repos[name]
+        after = fingerprint(path)
+        changed = sorted(k for k in prints.keys() | after.keys() if prints.get(k) != after.get(k))
+        if changed:
+            out.append(f"{name}: {len(changed)} file(s) changed, e.g. {changed[:3]}")
+    return out
+
+
+def status_agrees(layout: Layout, ev: Evidence, cap: int, max_failures: int) -> list[str]:
+    """The final ``scheduler status`` against a recount from the files."""
+    done = cli(layout, "scheduler", "status", "--json")
+    try:
+        status = json.loads(done.stdout)
+    except ValueError:
+        return [f"scheduler status gave no JSON: {done.stderr.strip()[-300:]}"]
+    out = []
+    state = json.loads((layout.town / ".sluice" / "runtime" / "scheduler-state.json").read_text())
+    if status["paused"] != state.get("paused", False):
+        out.append(f"paused: status {status['paused']}, state file {state.get('paused')}")
+    if status["max_polecats"] != cap:
+        out.append(f"max_polecats: status {status['max_polecats']}, config {cap}")
+    if status["active_polecats"] != 0:
+        out.append(f"active_polecats {status['active_polecats']} after every polecat ended")
+    expected = recount_queued(ev, max_failures)
+    shown = {row["id"] for row in status["items"]}
+    if status["queued_total"] != len(expected) or shown != expected:
+        out.append(f"queued_total {status['queued_total']} ({len(shown)} rows), recount {len(expected)};"
+                   f" only in status {sorted(shown - expected)[:5]},"
+                   f" only in recount {sorted(expected - shown)[:5]}")
+    return out
+
+
+def recount_queued(ev: Evidence, max_failures: int) -> set[str]:
+    items = {}
+    for store in ev.items.values():
+        items.update(store)
+    export = ev.layout.export
+    for record in _lines(export) if export else []:
+        items[record["id"]] = record
+    launched = {r.get("context_id") for r in ev.launches.values()}
+    queued = set()
+    for context in ev.contexts.values():
+        if context.get("status") == "closed":
+            continue
+        fields = fields_of(context)
+        item = items.get(fields.get("work_bead_id", ""))
+        if not fields or item is None or fields.get("dispatch_failures", 0) >= max_failures:
+            continue
+        status = item.get("status", "open")
+        if status in ("closed", "tombstone") or (status == "hooked" and not fields.get("force")):
+            continue
+        if fields.get("launch_started_at") and context["id"] in launched:
+            continue
+        queued.add(item["id"])
+    return queued
+
+
+def items_only_changed_by_tracker(ev: Evidence, before: dict[str, dict[str, dict]]) -> list[str]:
+    """Work items change only as the tracker asked: scheduling never writes an item."""
+    out = []
+    intents = defaultdict(list)
+    for record in ev.ops("intent"):
+        intents[record["item"]].append(record)
+    for rig, initial in before.items():
+        final = ev.items.get(rig, {})
+        if set(initial) != set(final):
+            out.append(f"rig {rig}: items added or lost: {sorted(set(initial) ^ set(final))[:5]}")
+        for item_id, old in initial.items():
+            new = final.get(item_id)
+            if new is None:
+                continue
+            changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)} - TRACKER_FIELDS
+            if changed:
+                out.append(f"{item_id}: fields {sorted(changed)} changed, which the tracker never touches")
+            wanted = [i["change"] for i in intents[item_id] if i["change"] in ("close", "reopen")]
+            status = new.get("status")
+            if status not in ("open", "closed"):
+                out.append(f"{item_id}: status {status!r}, which only scheduling could have set")
+            elif status != old.get("status"):
+                need = "close" if status == "closed" else "reopen"
+                if need not in wanted[-2:]:
+                    out.append(f"{item_id}: {old.get('status')} -> {status} without the tracker asking")
+    return out
+
+
+def no_crash(ev: Evidence, layout: Layout) -> list[str]:
+    out = [f"{r['role']}: {r['call']} {' '.join(r['args'])} -> {r['code']}: {r['stderr'][-300:]}"
+           for r in ev.ops("crash")]
+    for log in sorted((layout.soak / "logs").glob("*.log")):
+        text = log.read_text(errors="replace")
+        for marker in ("Traceback", "internal error"):
+            if marker in text:
+                at = text.index(marker)
+                out.append(f"{log.name}: {text[max(0, at - 200): at + 400]!r}")
+                break
+    return out

@@ -1,0 +1,183 @@
+"""The soak's load: slingers, a tracker and a controller, each a process of its own.
+
+``python workers.py ROLE SOAK_DIR SEED`` runs one loop until killed (the
+chaos does that with SIGKILL; the supervisor starts a new one).  Every call
+goes through sluice's real CLI entry point, run in this process (a new
+interpreter per call would cost more CPU than the scheduler under test), and
+every answer is written to the role's history *after* sluice gave it — so
+the history holds exactly what was acknowledged.  A call that ends in a
+traceback or an "internal error" is recorded as a ``crash``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from soak.history import History
+
+
+def run_cli(args: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``sluice ARGS`` run through its entry point in this process."""
+    from sluice.surfaces.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.argv
+    sys.argv = ["sluice", *args]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException as crash:
+        code, err = 99, io.StringIO(f"Traceback: escaped main(): {type(crash).__name__}: {crash}")
+    finally:
+        sys.argv = saved
+        logging.getLogger("sluice").handlers.clear()
+    return code, out.getvalue(), err.getvalue()
+
+
+def crashed(code: int, stderr: str) -> bool:
+    return code not in (0, 1, 2) or "Traceback" in stderr or "internal error" in stderr
+
+
+class Worker:
+    def __init__(self, role: str, soak: Path, seed: int):
+        self.role = role
+        self.soak = soak
+        self.hist = History(soak / "history", f"{role}-{os.getpid()}")
+        self.rng = random.Random(f"{seed}|{role}|{os.getpid()}|{time.time()}")
+        self.ids = json.loads((soak / "ids.json").read_text())
+        self.own_rigs = [r for r in self.ids["rigs"] if r != self.ids["read_only"]]
+
+    def call(self, op: str, args: list[str], **extra) -> tuple[int, dict | list | None]:
+        code, out, err = run_cli(args)
+        data = None
+        if out.strip():
+            try:
+                data = json.loads(out)
+            except ValueError:
+                data = None
+        if crashed(code, err):
+            self.hist.write("crash", call=op, args=args[:8], code=code, stderr=err[-2000:])
+        self.hist.write(op, args=args[:8], code=code, result=data, error=err.strip()[-300:] or None, **extra)
+        return code, data
+
+    def pause(self, low: float, high: float) -> None:
+        time.sleep(self.rng.uniform(low, high))
+
+
+def slinger(w: Worker) -> None:
+    """Slings random work (queued, closed, epics, convoys, unknown), clears and re-slings."""
+    mine: list[str] = []
+    while True:
+        w.pause(0.2, 1.0)
+        roll = w.rng.random()
+        if roll < 0.65 or not mine:
+            picks = [w.rng.choice(w.ids["work"]) for _ in range(w.rng.randint(1, 4))]
+            if w.rng.random() < 0.15:
+                picks.append(w.rng.choice(w.ids["epics"]))
+            if w.rng.random() < 0.08:
+                picks.append(w.rng.choice(w.ids["convoys"]))
+            if w.rng.random() < 0.03:
+                picks.append("ba-nosuchitem")
+            _code, data = w.call("sling", ["sling", *picks, "--json"])
+            if isinstance(data, dict):
+                mine.extend(row["item_id"] for row in data.get("scheduled", []))
+                del mine[:-50]
+        elif roll < 0.85:
+            item = w.rng.choice(mine)
+            w.call("clear", ["scheduler", "clear", "--item", item, "--json"], item=item)
+            if w.rng.random() < 0.5:  # and at once again
+                w.call("sling", ["sling", item, "--json"])
+        elif roll < 0.95:
+            w.call("sling", ["sling", w.rng.choice(mine), "--json"])  # already queued, most likely
+        else:
+            w.call("status", ["scheduler", "status", "--json"])
+
+
+def tracker(w: Worker) -> None:
+    """Closes and reopens items and adds and removes dependencies in the own stores."""
+    while True:
+        w.pause(0.3, 1.2)
+        rig = w.rng.choice(w.own_rigs)
+        pool = w.ids["by_rig"][rig]
+        item = w.rng.choice(pool)
+        roll = w.rng.random()
+        if roll < 0.4:
+            w.hist.write("intent", change="close", item=item)
+            w.call("close", ["item", "close", item, "--reason", "soak", "--json"], item=item)
+        elif roll < 0.6:
+            w.hist.write("intent", change="reopen", item=item)
+            w.call("reopen", ["item", "update", item, "--status", "open", "--json"], item=item)
+        elif roll < 0.85:
+            target = w.rng.choice(pool)
+            w.hist.write("intent", change="dep-add", item=item, target=target)
+            w.call("dep-add", ["item", "dep", "add", item, target, "--json"], item=item, target=target)
+        else:
+            remove_dependency(w, rig, item)
+
+
+def remove_dependency(w: Worker, rig: str, item: str) -> None:
+    """There is no ``item dep remove`` command: drop one edge with the store's own locked rewrite."""
+    from sluice.store.rigstore import RigStore
+    from sluice.store.town import find_town
+
+    town = find_town()
+    store = RigStore(town, town.rig(rig))
+    removed: list[dict] = []
+
+    def change(records: list[dict]) -> None:
+        for record in records:
+            if record["id"] == item and record.get("dependencies"):
+                deps = record["dependencies"]
+                removed.append(deps.pop(w.rng.randrange(len(deps))))
+
+    w.hist.write("intent", change="dep-remove", item=item)
+    store.mutate_durable(change)
+    w.hist.write("dep-remove", item=item, code=0, removed=removed)
+
+
+def controller(w: Worker) -> None:
+    """Pause/resume, patrols with --fix, compaction, manual cycles and status reads at random moments."""
+    compact = run_cli(["compact", "--help"])[0] == 0
+    while True:
+        w.pause(1.0, 4.0)
+        roll = w.rng.random()
+        if roll < 0.15:
+            w.call("pause", ["scheduler", "pause", "--json"])
+            w.pause(0.5, 3.0)
+            w.call("resume", ["scheduler", "resume", "--json"])
+        elif roll < 0.45:
+            rig = w.rng.choice(w.ids["rigs"])
+            w.call("patrol", ["patrol", rig, "--fix", "--json"], rig=rig)
+        elif roll < 0.6 and compact:
+            w.call("compact", ["compact", "--json"])
+        elif roll < 0.7:
+            w.call("run", ["scheduler", "run", "--json"])
+        else:
+            w.call("status", ["scheduler", "status", "--json"])
+            w.call("list", ["scheduler", "list", "--json"])
+
+
+ROLES = {"slinger": slinger, "tracker": tracker, "controller": controller}
+
+
+def main(argv: list[str]) -> None:
+    role, soak, seed = argv[0], Path(argv[1]), int(argv[2])
+    Worker(role, soak, seed).hist.write("started")
+    ROLES[role.split("-")[0]](Worker(role, soak, seed))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,193 @@
+"""Fuzzed files: hostile beads records, sling-context logs, config and policy files.
+
+Whatever is in the files, every command must end with a message and exit 1
+or 2 (never a traceback), a broken store must be named with file and line,
+no work item may change and nothing may be written outside ``.sluice/``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import make_repo
+from fuzz_helpers import (
+    FUZZ,
+    assert_clean_exit,
+    beads_record,
+    json_any,
+    jsonl_file,
+    raw_line,
+    run_cli,
+    snapshot,
+)
+from sluice.store.town import init_town
+from sluice.store.tracker import add_rig
+
+GOOD = [
+    {"id": "fz-1", "title": "one", "status": "open", "priority": 1, "issue_type": "task"},
+    {"id": "fz-2", "title": "two", "status": "open", "priority": 2, "issue_type": "task",
+     "dependencies": [{"issue_id": "fz-2", "depends_on_id": "fz-1", "type": "blocks"}]},
+]
+READERS = (["item", "list", "fz", "--json"], ["item", "ready", "fz", "--limit", "0", "--json"],
+           ["item", "blocked", "fz", "--json"], ["scheduler", "status", "--json"],
+           ["schedule", "next", "--preview", "--json"])
+SCHEDULING = (["sling", "fz-1", "--json"], ["scheduler", "list", "--json"],
+              ["scheduler", "run", "--dry-run", "--json"], ["patrol", "fz", "--fix", "--json"],
+              ["scheduler", "clear", "--item", "fz-1", "--json"])
+
+
+@pytest.fixture(scope="module")
+def town(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fuzz")
+    town = init_town(root / "town")
+    add_rig(town, "fz", make_repo(root / "repos" / "fz"), "fz")
+    config = json.loads(town.config_path.read_text())
+    config["scheduler"]["max_polecats"] = 2  # deferred: a sling queues, nothing is launched
+    town.config_path.write_text(json.dumps(config))
+    (town.dir / "rigs" / "fz" / "issues.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GOOD))
+    saved = root / "pristine"
+    shutil.copytree(town.dir, saved)
+    return town.root
+
+
+def reset(town: Path) -> Path:
+    """The town as the fixture built it (each example starts from there); returns the whole root."""
+    shutil.rmtree(town / ".sluice")
+    shutil.copytree(town.parent / "pristine", town / ".sluice")
+    return town.parent
+
+
+def some(commands) -> st.SearchStrategy:
+    """One or two of ``commands`` per example: every command meets many inputs, each input few commands."""
+    return st.lists(st.sampled_from(commands), min_size=1, max_size=2, unique_by=tuple)
+
+
+def check_named(code: int, err: str, file: str, args) -> None:
+    if code == 1:
+        assert re.search(rf"{re.escape(file)}:\d+", err) or file not in err, (
+            f"sluice {args!r}: an error about {file} must name the line: {err}")
+
+
+@FUZZ
+@given(body=jsonl_file(GOOD), commands=some(READERS))
+def test_hostile_beads_records_get_a_clear_error_and_change_nothing(town, body, commands):
+    root = reset(town)
+    store = town / ".sluice" / "rigs" / "fz" / "issues.jsonl"
+    store.write_bytes(body)
+    outside = snapshot(root, skip=".sluice")
+    for args in commands:
+        code, out, err = run_cli(town, *args)
+        assert_clean_exit(code, err, args, out)
+        check_named(code, err, "issues.jsonl", args)
+        if args[:2] == ["item", "list"] and code == 1:
+            assert re.search(r"issues\.jsonl:\d+", err), err  # its only way to fail is a bad file
+    assert store.read_bytes() == body, "a read changed the work items"
+    assert snapshot(root, skip=".sluice") == outside
+
+
+context_fields = st.fixed_dictionaries({}, optional={
+    "version": json_any, "work_bead_id": st.one_of(st.sampled_from(["fz-1", "fz-2", "fz-9", ""]), json_any),
+    "target_rig": st.one_of(st.sampled_from(["fz", "nope"]), json_any), "enqueued_at": json_any,
+    "dispatch_failures": st.one_of(st.integers(-2, 5), json_any), "launch_started_at": json_any,
+    "force": json_any, "last_failure_at": json_any,
+})
+context_record = st.builds(
+    lambda record, fields, raw, use_raw: {**record, "labels": ["sluice:sling-context"], "ephemeral": True,
+                                          "description": raw if use_raw else json.dumps(fields)},
+    beads_record, context_fields, json_any, st.booleans())
+
+
+@st.composite
+def ephemeral_file(draw) -> bytes:
+    lines = [json.dumps(draw(context_record)).encode() for _ in range(draw(st.integers(1, 3)))]
+    body = b"\n".join(lines + draw(st.lists(raw_line, max_size=2)))
+    return body if draw(st.booleans()) else body + b"\n"
+
+
+@FUZZ
+@given(body=ephemeral_file(), commands=some((*SCHEDULING, ["scheduler", "status", "--json"])))
+def test_hostile_sling_contexts_never_crash_a_cycle_or_touch_items(town, body, commands):
+    root = reset(town)
+    (town / ".sluice" / "rigs" / "fz" / "ephemeral.jsonl").write_bytes(body)
+    items = (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
+    outside = snapshot(root, skip=".sluice")
+    for args in commands:
+        code, out, err = run_cli(town, *args)
+        assert_clean_exit(code, err, args, out)
+        check_named(code, err, "ephemeral.jsonl", args)
+    assert (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items
+    assert snapshot(root, skip=".sluice") == outside
+
+
+config_doc = st.one_of(
+    st.fixed_dictionaries({}, optional={
+        "version": json_any, "rigs": st.one_of(json_any, st.dictionaries(st.sampled_from(["fz", "x", ""]),
+                                                                         json_any, max_size=2)),
+        "scheduler": st.one_of(json_any, st.dictionaries(st.sampled_from(
+            ["max_polecats", "batch_size", "spawn_delay", "max_dispatch_failures", "polecat_timeout",
+             "retry_base", "retry_max", "bogus"]), json_any, max_size=3)),
+        "executor": st.one_of(json_any, st.dictionaries(st.sampled_from(["kind", "ray", "bogus"]), json_any,
+                                                        max_size=2)),
+    }).map(lambda d: json.dumps(d).encode()),
+    json_any.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=60),
+)
+CONFIG_READERS = (["scheduler", "status", "--json"], ["config", "get", "scheduler.max_polecats"],
+                  ["rig", "list", "--json"], ["scheduler", "run", "--dry-run", "--json"],
+                  ["item", "ready", "--json"])
+
+
+@FUZZ
+@given(body=config_doc, commands=some(CONFIG_READERS))
+def test_a_hostile_config_is_named_never_a_default_or_a_crash(town, body, commands):
+    root = reset(town)
+    config = town / ".sluice" / "config.json"
+    config.write_bytes(body)
+    outside = snapshot(root, skip=".sluice")
+    for args in commands:
+        code, out, err = run_cli(town, *args)
+        assert_clean_exit(code, err, args, out)
+        if code:
+            assert "config.json" in err or "rig" in err, f"{args}: {err}"
+    assert config.read_bytes() == body
+    assert snapshot(root, skip=".sluice") == outside
+
+
+policy_doc = st.one_of(
+    st.fixed_dictionaries({}, optional={
+        "weights": st.one_of(json_any, st.dictionaries(st.sampled_from(
+            ["priority", "affinity", "cost", "fairness", "bogus"]), json_any, max_size=3)),
+        "merge_queue_threshold": json_any, "merge_pressure_penalty": json_any,
+        "skip_on_merge_pressure": json_any, "graph_overrides": json_any, "version": json_any,
+    }).map(lambda d: json.dumps(d).encode()),
+    json_any.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=60),
+)
+
+
+POLICY_READERS = (["schedule", "status", "--json"], ["schedule", "next", "--preview", "--json"],
+                  ["schedule", "policy", "show", "--json"], ["scheduler", "list", "--json"])
+
+
+@FUZZ
+@given(body=policy_doc, commands=some(POLICY_READERS))
+def test_a_hostile_policy_is_named_never_a_crash(town, body, commands):
+    root = reset(town)
+    policy = town / ".sluice" / "schedule" / "policy.json"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_bytes(body)
+    outside = snapshot(root, skip=".sluice")
+    for args in commands:
+        code, out, err = run_cli(town, *args)
+        assert_clean_exit(code, err, args, out)
+        if code:
+            assert "policy.json" in err, f"{args}: {err}"
+    assert policy.read_bytes() == body
+    assert snapshot(root, skip=".sluice") == outside
