@@ -26,6 +26,8 @@ FILES = {
     "asermax__ralph-tui.issues.jsonl": "ralph",
 }
 
+pytestmark = pytest.mark.xdist_group("beads_data")  # the towns of `loaded` are built once
+
 # -- fixtures ----------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from sluice.executors import get_executor
 from sluice.executors.ray import NOT_INSTALLED, RayExecutor, entrypoint
 from sluice.store.town import Town
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
 _ = ray_cluster  # the session fixture, used by name below
 
 
