@@ -14,6 +14,7 @@ from sluice.errors import UsageError
 from sluice.scheduler import advisor
 from sluice.scheduler.ranking import order_of_ts, rank_ready
 from sluice.scheduler.signals import Signals
+from sluice.store.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED
 from sluice.store.policy import load_policy
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
@@ -56,7 +57,7 @@ def test_next_decisions_persist_unless_previewing(town):
     made = advisor.next_decisions(town, limit=2)
     assert [d["node_id"] for d in made] == ["al-1", "al-2"]
     assert decisions(town.root) == made
-    logged = events(town.root, advisor.DECISION_EVENT)
+    logged = events(town.root, SCHEDULE_DECISION)
     assert [e["payload"]["decision_id"] for e in logged] == [d["decision_id"] for d in made]
     assert list(logged[0]["payload"]) == ["decision_id", "graph_id", "node_id", "score", "skipped", "reasons"]
 
@@ -69,8 +70,8 @@ def test_skipped_decisions_are_logged_as_skipped_events(town):
     [skipped] = advisor.next_decisions(town)
     assert skipped["skipped"] is True
     assert skipped["score"] == 0.125  # 2.125 - 2.0: the penalty applies in skip mode too
-    assert [e["type"] for e in events(town.root, advisor.DECISION_EVENT, advisor.SKIPPED_EVENT)] == [
-        advisor.SKIPPED_EVENT
+    assert [e["type"] for e in events(town.root, SCHEDULE_DECISION, SCHEDULE_SKIPPED)] == [
+        SCHEDULE_SKIPPED
     ]
 
 

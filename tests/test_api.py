@@ -221,6 +221,33 @@ def test_results_are_the_cli_json_documents(tmp_path, no_processes):
         assert town.run_cycle(dry_run=True).to_json() == cli("scheduler", "run", "--dry-run")
         assert town.pause().to_json() == {**cli("scheduler", "pause"), "changed": True}
         assert town.resume().to_json() == {**cli("scheduler", "resume"), "changed": True}
-        assert town.clear("api-none").to_json() == cli("scheduler", "clear", "--item", "api-none")
+        assert town.clear(first["id"]).to_json() == cli("scheduler", "clear", "--item", first["id"])
     finally:
         MemoryExecutor.forget_town(town.files)
+
+
+def test_a_busy_lock_is_a_sluice_error_naming_the_lock(town):
+    """``filelock.Timeout`` never escapes: every lock sluice takes raises LockBusy."""
+    import threading
+
+    from sluice.errors import LockBusy
+    from sluice.store.fsutil import file_lock
+
+    path = town.files.lock_path("config")
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with file_lock(path):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        held.wait(10)
+        with pytest.raises(LockBusy, match=r"config\.lock") as caught, file_lock(path, timeout=0):
+            pass
+        assert isinstance(caught.value, SluiceError) and not isinstance(caught.value, TimeoutError)
+    finally:
+        release.set()
+        holder.join()

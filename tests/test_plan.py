@@ -11,14 +11,11 @@ from hypothesis import strategies as st
 
 from sluice.core.plan import (
     DispatchPlan,
-    DispatchReport,
-    filter_circuit_broken,
     is_circuit_broken,
     next_attempt_at,
     pick_oldest_per_item,
     plan_dispatch,
     retry_delay,
-    split_vars,
 )
 from sluice.errors import ConfigError
 
@@ -82,14 +79,10 @@ def test_batch_below_one_is_refused_even_with_an_empty_queue():
         plan_dispatch(5, 0, [])
 
 
-def test_plan_and_report_are_frozen():
+def test_plan_is_frozen():
     plan = plan_dispatch(1, 1, ["a"])
     with pytest.raises(FrozenInstanceError):
         plan.skipped = 3  # type: ignore[misc]
-    report = DispatchReport(dispatched=1, failed=0, skipped=2, reason="batch")
-    assert report == DispatchReport(1, 0, 2, "batch")
-    with pytest.raises(FrozenInstanceError):
-        report.failed = 1  # type: ignore[misc]
 
 
 @given(
@@ -135,27 +128,6 @@ def test_circuit_breaker_threshold_three(failures, broken):
 def test_threshold_zero_breaks_everything(failures):
     # Gas Town's NoRetryPolicy: always quarantine.
     assert is_circuit_broken(failures, 0)
-
-
-# -1 stands for a context without failure data (Gas Town's nil context): kept.
-FILTER_TABLE = [
-    ([0, 0, 0], 3, 0),
-    ([0, 3, 1], 2, 1),
-    ([0, 5, 1], 2, 1),
-    ([3, 4, 5], 0, 3),
-    ([-1, 0, 2], 3, 0),
-    ([], 0, 0),
-]
-
-
-@pytest.mark.parametrize(("failures", "kept_count", "removed"), FILTER_TABLE)
-def test_filter_circuit_broken_table(failures, kept_count, removed):
-    items = [SimpleNamespace(id=f"ctx-{i}", failures=None if f < 0 else f) for i, f in enumerate(failures)]
-    kept, dropped = filter_circuit_broken(items, 3, lambda item: item.failures)
-    assert len(kept) == kept_count
-    assert dropped == removed
-    # survivors keep their order
-    assert kept == [item for item in items if item.failures is None or item.failures < 3]
 
 
 # --------------------------------------------------------------------------
@@ -257,23 +229,3 @@ def test_pick_oldest_keeps_exactly_one_minimal_context_per_item(rows):
     # both lists keep input order
     assert survivors == [c for c in contexts if c in survivors]
     assert duplicates == [c for c in contexts if c in duplicates]
-
-
-# --------------------------------------------------------------------------
-# vars
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("", []),
-        ("a=1", ["a=1"]),
-        ("a=1\nb=2", ["a=1", "b=2"]),
-        ("a=1\nb=2\nc=3", ["a=1", "b=2", "c=3"]),
-        ("a=1\n\nb=2\n", ["a=1", "b=2"]),
-        ("  a=1  \n  b=2  ", ["a=1", "b=2"]),
-        (None, []),
-    ],
-)
-def test_split_vars(text, expected):
-    assert split_vars(text) == expected

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from helpers.polecats import configure, gone, install_polecat, polecat_command, report
 from helpers.polecats import request as launch_request
 from helpers.scheduler import contexts, fields, issues_path, item, write_items
-from sluice.core.items import iso, parse_ts
+from sluice.core.clock import iso
+from sluice.core.items import parse_ts
 from sluice.core.models import SlingContextFields
 from sluice.core.plan import retry_delay
 from sluice.executors import get_executor
 from sluice.scheduler import polecats
-from sluice.store.events import read_events
+from sluice.store.events import POLECAT_TIMED_OUT, read_events
 from sluice.store.town import Town
 
 
@@ -74,7 +75,7 @@ def test_stop_overdue_stops_the_stalled_polecat_logs_the_event_and_leaves_the_it
     assert [p.id for p in stopped] == [stalled.id]
     assert gone(seen["pid"]) and gone(seen["child"])
     assert [p.id for p in executor.active()] == [fresh.id]
-    [event] = read_events(town, [polecats.POLECAT_TIMED_OUT])
+    [event] = read_events(town, [POLECAT_TIMED_OUT])
     assert event["payload"] == {
         "polecat_id": stalled.id,
         "item_id": "al-1",
@@ -94,7 +95,7 @@ def test_stop_overdue_does_nothing_without_a_timeout(town):
     report(reports, "al-wisp-t4")
     assert polecats.stop_overdue(town, executor, time.time() + 10**6) == []
     assert [p.id for p in executor.active()] == [polecat.id]
-    assert read_events(town, [polecats.POLECAT_TIMED_OUT]) == []
+    assert read_events(town, [POLECAT_TIMED_OUT]) == []
 
 
 # -- control -------------------------------------------------------------------------

@@ -7,9 +7,8 @@ it free of IO and clocks is what lets the rules be pinned down by table tests
 and hypothesis properties; the scheduler module does the launching.
 
 Also here: the circuit breaker (a context that failed ``max_failures`` times
-is taken out of the queue), an exponential retry delay, the "oldest context
-wins" de-duplication, and the ``vars`` splitter used when a context is turned
-back into launch parameters.
+is taken out of the queue), an exponential retry delay and the "oldest
+context wins" de-duplication.
 """
 
 from __future__ import annotations
@@ -34,20 +33,6 @@ class DispatchPlan(Generic[T]):
     """What one cycle will launch; ``skipped`` items stay queued for later."""
 
     to_dispatch: tuple[T, ...]
-    skipped: int
-    reason: str
-
-
-@dataclass(frozen=True)
-class DispatchReport:
-    """What one cycle actually did.
-
-    ``skipped`` and ``reason`` come from the plan; ``dispatched`` and
-    ``failed`` count the outcome of each planned launch.
-    """
-
-    dispatched: int
-    failed: int
     skipped: int
     reason: str
 
@@ -96,28 +81,6 @@ def is_circuit_broken(failures: int, max_failures: int) -> bool:
     context is closed, and re-slinging the item starts a fresh count.
     """
     return failures >= max_failures
-
-
-def filter_circuit_broken(
-    items: Iterable[T],
-    max_failures: int,
-    failures_of: Callable[[T], int | None],
-) -> tuple[list[T], int]:
-    """Drop the items whose breaker has tripped; keep the rest in order.
-
-    ``failures_of`` may return ``None`` for an item that carries no failure
-    record at all (Gas Town's nil context); such an item is kept.  Returns the
-    kept items and how many were removed.
-    """
-    kept: list[T] = []
-    removed = 0
-    for item in items:
-        failures = failures_of(item)
-        if failures is not None and is_circuit_broken(failures, max_failures):
-            removed += 1
-        else:
-            kept.append(item)
-    return kept, removed
 
 
 # --------------------------------------------------------------------------
@@ -191,18 +154,3 @@ def pick_oldest_per_item(
     survivors = [c for i, c in enumerate(listed) if i in winning_positions]
     duplicates = [c for i, c in enumerate(listed) if i not in winning_positions]
     return survivors, duplicates
-
-
-# --------------------------------------------------------------------------
-# Context fields
-
-
-def split_vars(text: str | None) -> list[str]:
-    """Split a context's ``vars`` field into ``key=value`` lines.
-
-    Gas Town joins formula vars with newlines; blank lines and surrounding
-    whitespace carry no meaning, so they are dropped.
-    """
-    if not text:
-        return []
-    return [line.strip() for line in text.split("\n") if line.strip()]

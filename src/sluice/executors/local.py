@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.core.items import iso, new_id
+from sluice.core.clock import iso, new_id
 from sluice.errors import ExecutorError, StoreCorrupt
 from sluice.executors.base import (
     LaunchRequest,

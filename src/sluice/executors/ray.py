@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from sluice.core.items import iso
+from sluice.core.clock import iso
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import (
     LaunchRequest,

@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
-DECISION_EVENT = "ScheduleDecision"
-SKIPPED_EVENT = "ScheduleSkipped"
 POLICY_FIELDS = frozenset({
     "priority", "affinity", "cost", "fairness", "merge_queue_threshold", "merge_pressure_penalty",
     "skip_on_merge_pressure", "graph_id",
@@ -50,7 +48,7 @@ def next_decisions(
     _check_count("--limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
         raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
-    from sluice.core.items import iso
+    from sluice.core.clock import iso
     from sluice.core.scoring import select
     from sluice.scheduler.ranking import load_town_policy, rank_ready
     from sluice.scheduler.signals import Signals
@@ -86,10 +84,10 @@ def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict
 def record_decisions(town: Town, decisions: list[dict]) -> None:
     """Append the decisions (one write) and then their events (one write)."""
     from sluice.store.decisions import append_decisions
-    from sluice.store.events import emit_events
+    from sluice.store.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
 
     append_decisions(town, decisions)
-    emit_events(town, [(SKIPPED_EVENT if d["skipped"] else DECISION_EVENT, event_payload(d))
+    emit_events(town, [(SCHEDULE_SKIPPED if d["skipped"] else SCHEDULE_DECISION, event_payload(d))
                        for d in decisions])
 
 

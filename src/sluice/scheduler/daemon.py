@@ -36,11 +36,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import filelock
-
-from sluice.core.items import iso
+from sluice.core.clock import iso
 from sluice.core.text import printable
-from sluice.errors import InvalidOperation, SluiceError, UsageError
+from sluice.errors import InvalidOperation, LockBusy, SluiceError, UsageError
 from sluice.scheduler import notify
 from sluice.store import fsutil
 
@@ -244,7 +242,7 @@ class Daemon:
         lock = fsutil.file_lock(self.town.lock_path("daemon"), timeout=0)
         try:
             lock.acquire()
-        except filelock.Timeout:
+        except LockBusy:
             other = (read_heartbeat(self.town) or {}).get("pid")
             who = f" (pid {other})" if other else ""
             raise InvalidOperation(f"a sluice daemon is already running for this town{who}") from None

@@ -39,15 +39,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-import filelock
-
-from sluice.core.items import iso, parse_ts
+from sluice.core.clock import iso
+from sluice.core.items import parse_ts
 from sluice.core.plan import plan_dispatch
 from sluice.errors import (
     ConfigError,
     DispatchBusy,
     ExecutorError,
     ExecutorUnavailable,
+    LockBusy,
     SluiceError,
     UsageError,
 )
@@ -58,6 +58,7 @@ from sluice.store.rigstore import Stores
 from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
+    from sluice.core.models import SlingContextFields
     from sluice.executors.base import Executor
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
@@ -149,7 +150,7 @@ def run_cycle(
     lock = fsutil.file_lock(town.lock_path("dispatch"), timeout=0)
     try:
         lock.acquire()
-    except filelock.Timeout:
+    except LockBusy:
         if daemon:
             report.reason = "busy"
             return report
@@ -217,7 +218,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
     if report.dry_run:
         return report
 
-    launcher = _Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
+    launcher = Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
     for position, work in enumerate(plan.to_dispatch):
         if position and load_state(town).paused:
             left = len(plan.to_dispatch) - position
@@ -280,10 +281,21 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
         ctxs.clear_launch(stores.rig(context.rig), context.id)
 
 
-class _Launcher:
-    """Launches planned contexts one by one and books each outcome."""
+class Launcher:
+    """The one launch path: the dispatch cycle and sling's direct mode both launch through it.
 
-    def __init__(self, town, stores, executor, template, max_failures, report: CycleReport, sleep):
+    For one piece of work it records the launch intent on the sling context
+    (when there is one), builds the request, asks the executor, logs the
+    ``Dispatched`` event and the decision, and closes the context
+    ``dispatched``; or it books the failure: a ``DispatchFailed`` event and,
+    on a context, the failure count and the breaker at ``max_failures``.
+    Outcomes go into ``report`` (``launched``/``dispatched``,
+    ``failures``/``failed``, ``messages``).  ExecutorUnavailable is nobody's
+    item's fault: the intent is withdrawn and the error propagates.
+    """
+
+    def __init__(self, town, stores, executor, template, max_failures, report: CycleReport,
+                 sleep: Callable[[float], None] = time.sleep):
         self.town = town
         self.stores = stores
         self.executor = executor
@@ -292,27 +304,37 @@ class _Launcher:
         self.report = report
         self.sleep = sleep
 
-    def launch(self, work: Work) -> bool:
+    def launch(self, work: Work, fields: SlingContextFields | None = None) -> bool:
+        """Launch ``work``; True when its polecat runs (and its context, if any, is closed).
+
+        ``work.payload`` is the sling context, or None for a direct launch,
+        which then takes its parameters from ``fields``.
+        """
         context = work.payload
-        store = self.stores.rig(context.rig)
+        store = self.stores.rig(context.rig) if context is not None else None
         item = work.item
-        if ctxs.mark_launch(store, context.id) is None:  # cleared or closed since the survey
-            self.report.skipped += 1
-            return False
-        request = make_request(self.town, self.template, item, work.rig, context.id, context.fields)
+        if context is not None:
+            fields = context.fields
+            if ctxs.mark_launch(store, context.id) is None:  # cleared or closed since the survey
+                self.report.skipped += 1
+                return False
+        context_id = context.id if context is not None else None
+        request = make_request(self.town, self.template, item, work.rig, context_id or "", fields)
         try:
             polecat = self.executor.launch(request)
         except ExecutorUnavailable:
-            ctxs.clear_launch(store, context.id)
+            if context is not None:
+                ctxs.clear_launch(store, context.id)
             raise
         except ExecutorError as err:
             self._failed(work, store, f"launch failed: {err}")
             return False
-        payload = {"context_id": context.id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id}
-        events.emit_event(self.town, events.DISPATCHED, payload)
+        payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id}
+        direct = {} if context is not None else {"direct": True}
+        events.emit_event(self.town, events.DISPATCHED, {**payload, **direct})
         append_decision(self.town, work, polecat.id)
         self.report.launched.append(payload)
-        if self._close_dispatched(store, context, polecat.id):
+        if context is None or self._close_dispatched(store, context, polecat.id):
             self.report.dispatched += 1
             return True
         self.report.failed += 1
@@ -324,7 +346,7 @@ class _Launcher:
             try:
                 ctxs.close(self.town, store, context.id, ctxs.DISPATCHED, {"polecat_id": polecat_id})
                 return True
-            except (OSError, filelock.Timeout, SluiceError) as err:
+            except (OSError, SluiceError) as err:
                 last_error = err
                 if attempt < len(CLOSE_RETRY_WAITS):
                     self.sleep(CLOSE_RETRY_WAITS[attempt])
@@ -332,7 +354,7 @@ class _Launcher:
         self.report.messages.append(f"warning: {context.work_id}: {message}")
         try:  # last resort; failing that, the intent on the context still prevents a relaunch
             ctxs.close(self.town, store, context.id, ctxs.DISPATCH_CLOSE_FAILED, {"polecat_id": polecat_id})
-        except (OSError, filelock.Timeout, SluiceError):
+        except (OSError, SluiceError):
             self.report.messages.append(
                 f"warning: {context.id} is still open with a launch intent; the next cycle will settle it"
             )
@@ -341,13 +363,16 @@ class _Launcher:
     def _failed(self, work: Work, store, error: str) -> None:
         context = work.payload
         self.report.failed += 1
-        updated = ctxs.record_failure(store, context.id, error)
-        failures = updated.failures if updated is not None else context.failures + 1
-        row = {"context_id": context.id, "item_id": work.item["id"], "rig": work.rig, "error": error,
-               "failures": failures, "circuit_broken": False}
+        if context is None:  # a direct launch: no context to count the failure on or to break
+            failures = 1
+        else:
+            updated = ctxs.record_failure(store, context.id, error)
+            failures = updated.failures if updated is not None else context.failures + 1
+        row = {"context_id": context.id if context is not None else None, "item_id": work.item["id"],
+               "rig": work.rig, "error": error, "failures": failures, "circuit_broken": False}
         payload = {k: v for k, v in row.items() if k != "circuit_broken"}
         events.emit_event(self.town, events.DISPATCH_FAILED, payload)
-        if failures >= self.max_failures:
+        if context is not None and failures >= self.max_failures:
             ctxs.close(self.town, store, context.id, ctxs.CIRCUIT_BROKEN, {"last_failure": error})
             events.emit_event(self.town, events.CIRCUIT_BROKEN, {
                 "context_id": context.id, "item_id": work.item["id"], "rig": work.rig,

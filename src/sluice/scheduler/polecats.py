@@ -24,7 +24,8 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from sluice.core.items import iso, parse_ts
+from sluice.core.clock import iso
+from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
 from sluice.errors import ExecutorError, UsageError
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
     from sluice.store.town import Town
 
-POLECAT_TIMED_OUT = "PolecatTimedOut"
 RUNNING_STATES = ("running", "pending")
 
 
@@ -154,7 +154,7 @@ def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | da
 
 def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[Polecat]:
     """Stop every polecat past ``scheduler.polecat_timeout`` and log ``PolecatTimedOut`` for each."""
-    from sluice.store.events import emit_event
+    from sluice.store.events import POLECAT_TIMED_OUT, emit_event
 
     scheduler = town.load_config().scheduler  # fresh: a long-lived daemon sees `config set` at once
     timeout = scheduler.seconds("polecat_timeout")

@@ -6,8 +6,8 @@ mode it is launched at once through the executor and no context is kept.
 
 Guards, in order, per item: it exists and is work (not a context, not a type
 that is never dispatched); the rig its prefix routes to is the target (else
-``--force``); it is not closed or tombstoned (``--force`` does not help); it
-is not hooked, in progress or pinned (else ``--force``, which the context
+``force``); it is not closed or tombstoned (``force`` does not help); it
+is not hooked, in progress or pinned (else ``force``, which the context
 remembers so the dispatcher honours it).  Then idempotency: an item with an
 open context in *any* rig, or with a running polecat, is "already" queued.
 
@@ -32,17 +32,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sluice.core.items import is_context, iso, labels_of, now_utc, tracked_ids
+from sluice.core.clock import iso, now_utc
+from sluice.core.items import is_context, labels_of, tracked_ids
 from sluice.core.models import SlingContextFields
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.errors import (
     ExecutorError,
-    ExecutorUnavailable,
     InvalidOperation,
     SluiceError,
     UnknownItem,
     UsageError,
 )
+from sluice.executors import get_executor
+from sluice.scheduler.dispatch import CycleReport, Launcher, command_template
+from sluice.scheduler.ranking import Work
 from sluice.store import contexts as ctxs
 from sluice.store import events, fsutil
 from sluice.store.rigstore import Stores
@@ -241,29 +244,16 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
 
 
 def _add_member(town: Town, member: dict, options: SlingOptions, result: SlingResult, add) -> None:
+    """An epic's child or a convoy's tracked item: refused members are skipped, not errors."""
     member_id = member["id"]
-    status = member.get("status", "open")
-    if is_context(member) or member.get("ephemeral"):
-        result.skipped.append({"item_id": member_id, "reason": "ephemeral record, not work"})
-        return
-    if member.get("issue_type") in NOT_WORK_TYPES:
-        result.skipped.append({"item_id": member_id, "reason": f"a {member['issue_type']}, never dispatched"})
-        return
-    if status in ctxs.DONE_STATUSES:
-        result.skipped.append({"item_id": member_id, "reason": f"{status}"})
-        return
-    if status in ctxs.PROTECTED_STATUSES and not options.force:
-        result.skipped.append({"item_id": member_id, "reason": f"{status} (use --force to include it)"})
-        return
     home = town.rig_for_id(member_id)
     if home is None:
         result.skipped.append({"item_id": member_id, "reason": (
             f"cannot resolve a rig from its prefix {id_prefix(member_id).rstrip('-')!r} (no rig has it)")})
         return
-    try:
-        _guard(town, member, home.name, options.force)
-    except SluiceError as err:
-        result.errors.append({"item_id": member_id, "error": str(err)})
+    refusal = _refusal(town, member, home.name, options.force)
+    if refusal is not None:
+        result.skipped.append({"item_id": member_id, "reason": refusal.brief})
         return
     add(member, home.name)
 
@@ -273,37 +263,55 @@ def _routed_rig(town: Town, item_id: str) -> str:
     if home is None:
         raise UsageError(
             f"item {item_id}: its prefix {id_prefix(item_id).rstrip('-')!r} routes to no rig;"
-            f" name the target rig: sluice sling {item_id} RIG --force"
+            " name the target rig (and override with force)"
         )
     return home.name
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    message: str  # the error of an item named on the command line
+    brief: str  # the skip reason of an epic's or convoy's member
+
+
 def _guard(town: Town, item: dict, target: str, force: bool) -> None:
-    """The per-item checks of the module docstring; raises with a message naming the problem."""
+    """Raise InvalidOperation when :func:`_refusal` refuses the item."""
+    refusal = _refusal(town, item, target, force)
+    if refusal is not None:
+        raise InvalidOperation(refusal.message)
+
+
+def _refusal(town: Town, item: dict, target: str, force: bool) -> _Refusal | None:
+    """The guards of the module docstring, written once; None when the item may go to ``target``.
+
+    Idempotency, the fourth guard, is :func:`_already`: it needs the queue,
+    read under the sling lock.
+    """
     item_id = item["id"]
     if is_context(item) or item.get("ephemeral"):
-        raise InvalidOperation(f"{item_id} is an ephemeral record, not a work item")
-    if item.get("issue_type") in NOT_WORK_TYPES:
-        raise InvalidOperation(f"item {item_id} is a {item['issue_type']}, which is never dispatched as work")
+        return _Refusal(f"{item_id} is an ephemeral record, not a work item", "ephemeral record, not work")
+    issue_type = item.get("issue_type")
+    if issue_type in NOT_WORK_TYPES:
+        return _Refusal(f"item {item_id} is a {issue_type}, which is never dispatched as work",
+                        f"a {issue_type}, never dispatched")
     home = town.rig_for_id(item_id)
     prefix = id_prefix(item_id).rstrip("-")
-    if not force:
-        if home is None:
-            raise InvalidOperation(
-                f"item {item_id} (prefix {prefix!r}) routes to no registered rig, so sluice cannot check"
-                f" that it belongs in rig {target!r}; use --force to sling it there anyway"
-            )
-        if home.name != target:
-            raise InvalidOperation(
-                f"cross-rig mismatch: item {item_id} (prefix {prefix!r}) belongs to rig {home.name!r},"
-                f" but the target is rig {target!r}; use --force to override"
-            )
+    if not force and home is None:
+        message = (f"item {item_id} (prefix {prefix!r}) routes to no registered rig, so sluice cannot check"
+                   f" that it belongs in rig {target!r} (override with force)")
+        return _Refusal(message, f"prefix {prefix!r} routes to no rig")
+    if not force and home is not None and home.name != target:
+        message = (f"cross-rig mismatch: item {item_id} (prefix {prefix!r}) belongs to rig {home.name!r},"
+                   f" but the target is rig {target!r} (override with force)")
+        return _Refusal(message, f"belongs to rig {home.name!r}")
     status = item.get("status", "open")
     if status in ctxs.DONE_STATUSES:
-        raise InvalidOperation(f"item {item_id} is {status} (work already completed)")
+        return _Refusal(f"item {item_id} is {status} (work already completed)", status)
     if status in ctxs.PROTECTED_STATUSES and not force:
         who = f" to {item['assignee']}" if item.get("assignee") else ""
-        raise InvalidOperation(f"item {item_id} is already {status}{who}; use --force to override")
+        return _Refusal(f"item {item_id} is already {status}{who} (override with force)",
+                        f"{status} (override with force)")
+    return None
 
 
 def _children(stores: Stores, epic_id: str) -> list[dict]:
@@ -360,11 +368,7 @@ def _stamp_in_order(works: list[_Work]) -> None:
 def _running_items(executor: Executor | None, town: Town) -> dict[str, str]:
     """item id → polecat id of running polecats (the executor may be unreachable: then none)."""
     try:
-        if executor is None:
-            from sluice.executors import get_executor
-
-            executor = get_executor(town)
-        return {p.item_id: p.id for p in executor.active()}
+        return {p.item_id: p.id for p in (executor or get_executor(town)).active()}
     except ExecutorError:
         return {}
 
@@ -428,13 +432,8 @@ def _already(work: _Work, by_item: dict, running: dict[str, str]) -> dict | None
 
 def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOptions, result: SlingResult,
                 executor: Executor | None) -> None:
-    from sluice.scheduler.dispatch import append_decision, command_template, make_request
-    from sluice.scheduler.ranking import Work
-
-    if executor is None:
-        from sluice.executors import get_executor
-
-        executor = get_executor(town)
+    """Launch each item at once through the dispatcher's launch path (no context is kept)."""
+    executor = executor or get_executor(town)
     # An item still queued from deferred mode is "already" handled here too: launching it now
     # would leave that context to launch it a second time once deferred mode is back.
     queued = ctxs.open_by_item(stores, fresh=True)
@@ -447,31 +446,24 @@ def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOp
             else:
                 result.dispatched.append({"item_id": work.id, "rig": work.rig, "polecat_id": None})
         return
-    template = command_template(town, executor)
-    delay = town.config.scheduler.seconds("spawn_delay")
-    launched_any = False
+    sched = town.config.scheduler
+    booked = CycleReport(mode="direct")
+    launcher = Launcher(town, stores, executor, command_template(town, executor), sched.max_dispatch_failures,
+                        booked)
+    delay = sched.seconds("spawn_delay")
     for work in works:
-        with fsutil.file_lock(sling_lock_path(town, work.id)):
+        with fsutil.file_lock(sling_lock_path(town, work.id)):  # two slings never launch one item twice
             row = _already(work, queued, {p.item_id: p.id for p in executor.active()})
             if row is not None:
                 result.already.append(row)
                 continue
-            if launched_any and delay > 0:
+            if booked.launched and delay > 0:
                 time.sleep(delay)
-            request = make_request(town, template, work.item, work.rig, "", _fields_now(work, options))
-            try:
-                polecat = executor.launch(request)
-            except ExecutorUnavailable:
-                raise  # not this item's fault: the whole command fails
-            except ExecutorError as err:
-                result.errors.append({"item_id": work.id, "error": f"launch failed: {err}"})
-                continue
-        launched_any = True
-        payload = {"item_id": work.id, "rig": work.rig, "polecat_id": polecat.id}
-        result.dispatched.append(payload)
-        events.emit_event(town, events.DISPATCHED, {**payload, "context_id": None, "direct": True})
-        append_decision(town, Work(item=work.item, rig=work.rig, order=str(work.item.get("created_at", ""))),
-                        polecat.id)
+            order = str(work.item.get("created_at", ""))
+            launcher.launch(Work(item=work.item, rig=work.rig, order=order), _fields_now(work, options))
+    result.dispatched += [{"item_id": row["item_id"], "rig": row["rig"], "polecat_id": row["polecat_id"]}
+                          for row in booked.launched]
+    result.errors += [{"item_id": row["item_id"], "error": row["error"]} for row in booked.failures]
 
 
 def _fields_now(work: _Work, options: SlingOptions) -> SlingContextFields:

@@ -30,7 +30,8 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sluice.core.items import iso, parse_ts
+from sluice.core.clock import iso
+from sluice.core.items import parse_ts
 from sluice.errors import ExecutorError, SluiceError
 from sluice.scheduler import control
 from sluice.scheduler.polecats import RUNNING_STATES, polecat_row

@@ -17,15 +17,15 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.items import iso
+from sluice.core.clock import iso
 from sluice.errors import StoreCorrupt
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
 
-# The lifecycle events the dispatcher writes; any other type may be emitted
-# through emit_event (ScheduleDecision, ScheduleSkipped, MergeQueueDepth, …).
+# Every event type sluice writes, in one place (docs/formats.md describes their payloads).
+# The dispatcher's lifecycle:
 ENQUEUED = "Enqueued"
 DISPATCHED = "Dispatched"
 DISPATCH_FAILED = "DispatchFailed"
@@ -34,6 +34,13 @@ CONTEXT_CLOSED = "ContextClosed"
 PAUSED = "Paused"
 RESUMED = "Resumed"
 CLEARED = "Cleared"
+# Polecats stopped by the stall timeout:
+POLECAT_TIMED_OUT = "PolecatTimedOut"
+# Advisory scoring (``schedule next``):
+SCHEDULE_DECISION = "ScheduleDecision"
+SCHEDULE_SKIPPED = "ScheduleSkipped"
+# Git hooks reporting a rig's merge queue:
+MERGE_QUEUE_DEPTH = "MergeQueueDepth"
 
 
 def _lock(town: Town):

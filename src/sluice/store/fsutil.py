@@ -15,7 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
+
+from sluice.errors import LockBusy
 
 log = logging.getLogger("sluice")
 
@@ -121,9 +123,23 @@ def mend_torn_tail(path: Path) -> None:
             fh.write(b"\n")
 
 
-def file_lock(path: Path, timeout: float = 30.0) -> FileLock:
+class Lock(FileLock):
+    """A ``filelock.FileLock`` whose timeout is a :class:`~sluice.errors.LockBusy`.
+
+    Every lock sluice takes is one of these, so a busy lock reaches a caller
+    as a ``SluiceError`` like every other refusal, naming the lock file.
+    """
+
+    def acquire(self, *args: Any, **kwargs: Any):
+        try:
+            return super().acquire(*args, **kwargs)
+        except Timeout:
+            raise LockBusy(self.lock_file) from None
+
+
+def file_lock(path: Path, timeout: float = 30.0) -> Lock:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path), timeout=timeout)
+    return Lock(str(path), timeout=timeout)
 
 
 def _fsync_dir(directory: Path) -> None:

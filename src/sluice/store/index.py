@@ -305,10 +305,6 @@ class DurableIndex:
             params.append(min(limit, _SQL_INT_MAX))  # a larger limit than SQLite can hold means "all"
         return self.conn().execute(sql, params).fetchall()
 
-    def blocked_rows(self) -> list[tuple[str, str]]:
-        """(id, raw) of every blocked row, named or not."""
-        return self.conn().execute("SELECT id, raw FROM items WHERE blocked = 1").fetchall()
-
     def blocked_listing(self) -> list[tuple[int, float, str, str, list[str]]]:
         """(priority, created_ts, id, raw, blocked_by) of blocked rows with a cause to name (K2–K5).
 

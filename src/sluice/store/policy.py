@@ -20,11 +20,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from filelock import Timeout
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sluice.core import scoring
-from sluice.errors import ConfigError, InvalidOperation, SluiceError, UsageError
+from sluice.errors import ConfigError, InvalidOperation, UsageError
 from sluice.store.fsutil import atomic_write_json, file_lock
 
 WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness")
@@ -181,26 +180,23 @@ def set_policy(
         raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
 
     path = Path(path)
-    try:
-        with file_lock(lock_path):
-            document = load_policy(path).model_dump()
-            if weight_updates:
-                if graph_id is not None:
-                    overrides = document["graph_overrides"]
-                    target = overrides.setdefault(graph_id, dict.fromkeys(WEIGHT_NAMES))
-                else:
-                    target = document["weights"]
-                target.update(weight_updates)
-            if merge_queue_threshold is not None:
-                document["merge_queue_threshold"] = merge_queue_threshold
-            if merge_pressure_penalty is not None:
-                document["merge_pressure_penalty"] = merge_pressure_penalty
-            if skip_on_merge_pressure is not None:
-                document["skip_on_merge_pressure"] = skip_on_merge_pressure
-            policy = Policy.model_validate(document)
-            atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
-    except Timeout:
-        raise SluiceError(f"timed out waiting for the policy lock {lock_path}") from None
+    with file_lock(lock_path):
+        document = load_policy(path).model_dump()
+        if weight_updates:
+            if graph_id is not None:
+                overrides = document["graph_overrides"]
+                target = overrides.setdefault(graph_id, dict.fromkeys(WEIGHT_NAMES))
+            else:
+                target = document["weights"]
+            target.update(weight_updates)
+        if merge_queue_threshold is not None:
+            document["merge_queue_threshold"] = merge_queue_threshold
+        if merge_pressure_penalty is not None:
+            document["merge_pressure_penalty"] = merge_pressure_penalty
+        if skip_on_merge_pressure is not None:
+            document["skip_on_merge_pressure"] = skip_on_merge_pressure
+        policy = Policy.model_validate(document)
+        atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
     return policy
 
 
@@ -215,16 +211,13 @@ def unset_graph_override(path: Path, lock_path: Path, graph_id: str) -> Policy:
         raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
     graph_id = graph_id.strip()
     path = Path(path)
-    try:
-        with file_lock(lock_path):
-            document = load_policy(path).model_dump()
-            overrides = document["graph_overrides"]
-            if graph_id not in overrides:
-                known = ", ".join(sorted(overrides)) or "none"
-                raise InvalidOperation(f"graph {graph_id!r} has no policy override (overridden: {known})")
-            del overrides[graph_id]
-            policy = Policy.model_validate(document)
-            atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
-    except Timeout:
-        raise SluiceError(f"timed out waiting for the policy lock {lock_path}") from None
+    with file_lock(lock_path):
+        document = load_policy(path).model_dump()
+        overrides = document["graph_overrides"]
+        if graph_id not in overrides:
+            known = ", ".join(sorted(overrides)) or "none"
+            raise InvalidOperation(f"graph {graph_id!r} has no policy override (overridden: {known})")
+        del overrides[graph_id]
+        policy = Policy.model_validate(document)
+        atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
     return policy

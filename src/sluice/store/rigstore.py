@@ -230,9 +230,6 @@ class RigStore:
         """``merge-request`` items per status: open ones are queued, in_progress ones running."""
         return self.index.status_counts("merge-request")
 
-    def all_ids(self) -> set[str]:
-        return self.index.ids() | self.ephemeral().keys()
-
     # -- writing durable items --------------------------------------------------
     def require_writable(self) -> None:
         """Raise ReadOnlyStore when this rig reads its items from an external export."""

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sluice.core.items import iso
+from sluice.core.clock import iso
 from sluice.core.models import SchedulerState, load_model
 from sluice.errors import ConfigError
 from sluice.store import fsutil

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sluice.core.items import STATUSES, dependency, iso, labels_of, new_id, normalise
+from sluice.core.clock import iso, new_id
+from sluice.core.items import STATUSES, dependency, labels_of, normalise
 from sluice.core.readiness import id_prefix
 from sluice.errors import InvalidOperation, NotARepository, UnknownItem, UsageError
 from sluice.store import gitview

@@ -203,7 +203,7 @@ def merge_queue(town: Town, rig_name: str) -> MergeQueue:
 
 def report(town: Town, rig_name: str | None = None, repo: Path | None = None, hook: str = "") -> MergeQueue:
     """What a hook runs: work out the depth and log a ``MergeQueueDepth`` event."""
-    from sluice.store.events import emit_event
+    from sluice.store.events import MERGE_QUEUE_DEPTH, emit_event
 
     if rig_name is None:
         if repo is None:
@@ -212,5 +212,5 @@ def report(town: Town, rig_name: str | None = None, repo: Path | None = None, ho
     queue = merge_queue(town, rig_name)
     payload = {"rig": queue.rig, "queued": queue.queued, "running": queue.running,
                "threshold": queue.threshold, "hook": hook or None}
-    emit_event(town, "MergeQueueDepth", payload)
+    emit_event(town, MERGE_QUEUE_DEPTH, payload)
     return queue

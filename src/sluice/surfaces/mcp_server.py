@@ -74,10 +74,6 @@ def build_server(town_arg: str | None = None):
                 result = fn(*args, **kwargs)
             except SluiceError as err:
                 raise ToolError(str(err)) from None
-            except TimeoutError as err:  # a lock stayed busy past its timeout
-                lock = getattr(err, "lock_file", "a lock")
-                message = f"timed out waiting for {lock}; another sluice command is holding it"
-                raise ToolError(message) from None
             except OSError as err:  # a directory where a file belongs, no permission, a full disk
                 raise ToolError(os_error_text(err)) from None
             # The very text `--json` prints: one JSON document, lists included.

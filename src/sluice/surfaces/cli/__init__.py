@@ -121,14 +121,10 @@ def main() -> None:
         sys.stderr.write("aborted\n")
         sys.exit(1)
     except SluiceError as err:
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"error: {common.flag_words(str(err))}\n")
         if err.exit_code == 2:
             _try_help(_command_path(sys.argv[1:]))
         sys.exit(err.exit_code)
-    except TimeoutError as err:  # filelock.Timeout: a lock stayed busy past its timeout
-        lock = getattr(err, "lock_file", "a lock")
-        sys.stderr.write(f"error: timed out waiting for {lock}; another sluice command is holding it\n")
-        sys.exit(1)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)

@@ -75,6 +75,21 @@ def say(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
+#: How the library names a parameter that overrides a refusal, and the flag that sets it here.
+_OVERRIDES = {"override with force": "override with --force"}
+
+
+def flag_words(message: str) -> str:
+    """A library message as the command line says it: the parameters it names become flags.
+
+    The library speaks of parameters (``force``), because it is also called
+    from Python and over MCP; only here are they spelled as flags.
+    """
+    for library, cli in _OVERRIDES.items():
+        message = message.replace(library, cli)
+    return message
+
+
 def fail(message: str, code: int = 1) -> None:
     sys.stderr.write(f"error: {message}\n")
     raise typer.Exit(code)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, say, shown, town
+from sluice.surfaces.cli.common import JsonOption, emit, flag_words, say, shown, town
 
 scheduler_app = typer.Typer(
     help="Deferred dispatch: queue status, dispatch cycles, pause, clear. This launches polecats"
@@ -35,7 +35,7 @@ def sling(
     result = do_sling(town(), targets, options)
     if not as_json:
         for row in result.errors:
-            say(f"error: {row['error']}")
+            say(f"error: {flag_words(row['error'])}")
     emit(result.to_json(), as_json, _sling_text)
     if not result.ok:
         raise typer.Exit(1)
@@ -59,7 +59,7 @@ def _sling_text(data: dict) -> str:
         else:
             lines.append(f"Would dispatch {row['item_id']} → {row['rig']}")
     for row in data["skipped"]:
-        lines.append(f"Skipped {row['item_id']}: {row['reason']}")
+        lines.append(f"Skipped {row['item_id']}: {flag_words(row['reason'])}")
     done = len(data["scheduled"]) + len(data["dispatched"])
     if done + len(data["already"]) > 1 or data["errors"]:
         verb = "would be handled" if data["dry_run"] else "handled"
