@@ -84,3 +84,59 @@ def test_a_signalled_demo_removes_its_town_and_stops_its_polecats(tmp_path: Path
     assert list(scratch.iterdir()) == []  # the throwaway town is gone, as after Ctrl-C
     for pid in filter(None, pids):  # and no polecat of it is left running
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+@pytest.mark.slow
+def test_demo_web_serves_the_dashboard_while_it_runs(tmp_path: Path):
+    import urllib.request
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "demo", "--work-seconds", "0.5-1", "--web", "--port", "0", "--json"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = process.stderr.readline()
+        assert line.startswith("sluice demo: watch it at http://127.0.0.1:"), line
+        url = line.rsplit(" ", 1)[1].split("#", 1)[0]
+        with urllib.request.urlopen(url + "api/state", timeout=30) as response:
+            state = json.loads(response.read())
+        assert state["scheduler"]["max_polecats"] == 3 and set(state["rigs"]) == {"api", "web", "docs"}
+        assert len(state["queue"]) + len(state["polecats"]) > 0
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["ok"] is True and summary["done"] == summary["items"]
+    try:
+        urllib.request.urlopen(url + "api/state", timeout=5)
+        raise AssertionError("the dashboard outlived the demo")
+    except OSError:
+        pass
+
+
+def test_demo_live_view_is_the_top_layout(tmp_path: Path):
+    """The live frame is `sluice top`'s, with the demo's progress as its first header line."""
+    from rich.console import Console
+
+    from sluice.surfaces.demo import CAP, DemoSummary, _View
+    from sluice.surfaces.top import render
+
+    snap = {"version": 1, "at": "2026-01-01T00:00:00Z", "town": "/t",
+            "scheduler": {"paused": False, "mode": "deferred", "active_polecats": 1, "max_polecats": CAP,
+                          "queued_total": 1, "queued_ready": 1},
+            "queue": [{"id": "api-1", "target_rig": "api", "score": 3.5, "blocked": False,
+                       "title": "a task"}],
+            "polecats": [], "rigs": {}, "decisions": [], "events": []}
+    view = _View(False, 10, "http://127.0.0.1:1/")
+    summary = DemoSummary("/t", 10, 0, 1.0, 1, 0, 0, 1, CAP, False)
+    frame = view._render({"rigs": {"api": {"done": 2, "total": 5}}, "town": snap}, summary)
+
+    console = Console(width=120, height=30, record=True)
+    console.print(frame, height=30)
+    text = console.export_text()
+    assert "sluice demo" in text and "done 2/10" in text and "dashboard http://127.0.0.1:1/" in text
+    assert "queue (1)" in text and "api-1" in text and "q quit" not in text
+    assert type(frame) is type(render(snap))

@@ -6,8 +6,10 @@ children, ``blocks`` chains, different priorities and token estimates — sets
 ``scheduler.max_polecats`` to 3, slings every epic, and then runs the
 daemon's tick (a real ``sluice scheduler run`` cycle plus reaping) about once
 a second.  The polecats are real processes: the built-in demo worker sleeps a
-moment and closes its item, as an agent would.  The view shows the queue per
-rig, the running polecats and the daemon's log; the run ends by itself when
+moment and closes its item, as an agent would.  The view is ``sluice top``'s
+layout over the town's snapshot (queue in dispatch order, running polecats,
+rigs, events) under a line of demo progress; with ``--web`` the dashboard
+serves the same town while it runs.  The run ends by itself when
 every work item is closed, and a summary says how long it took and the most
 polecats seen at once — which must never exceed the cap.
 """
@@ -137,13 +139,12 @@ def build_town(root: Path):
     return town, epics
 
 
-def _snapshot(town) -> dict:
-    """What the view shows: per-rig counts, running polecats, open work."""
-    from sluice.scheduler.control import status
+def _snapshot(town, full: dict) -> dict:
+    """The demo's own counts (per-rig done and total, open work) beside the town's snapshot ``full``."""
     from sluice.store.rigstore import Stores
 
     stores = Stores(town)
-    state = status(town)
+    state = full["scheduler"]
     per_rig = {}
     open_work = 0
     for store in stores.all():
@@ -151,24 +152,23 @@ def _snapshot(town) -> dict:
         done = sum(1 for r in items if r.get("status") == "closed")
         open_work += len(items) - done
         per_rig[store.rig.name] = {"total": len(items), "done": done}
-    for row in state["items"]:
+    for row in full["queue"]:
         bucket = per_rig.get(row["target_rig"])
         if bucket is not None:
             bucket["blocked" if row["blocked"] else "ready"] = bucket.get(
                 "blocked" if row["blocked"] else "ready", 0) + 1
     return {"rigs": per_rig, "active": state["active_polecats"] or 0, "open": open_work,
-            "paused": state["paused"]}
-
-
-def _running(town) -> list:
-    from sluice.executors import get_executor
-
-    return get_executor(town).active()
+            "paused": state["paused"], "town": full}
 
 
 def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.0, live: bool | None = None,
-        echo=print) -> DemoSummary:
-    """Build the demo town, sling everything, tick until done; returns the summary."""
+        echo=print, web_port: int | None = None, say=None) -> DemoSummary:
+    """Build the demo town, sling everything, tick until done; returns the summary.
+
+    With ``web_port`` the dashboard serves the demo town on 127.0.0.1 while it
+    runs (0: any free port); its URL goes to ``say`` before the first tick.
+    """
+    from sluice.api import Town as Facade
     from sluice.scheduler.daemon import Daemon
     from sluice.scheduler.sling import sling
     from sluice.surfaces.demo_worker import work_span
@@ -180,6 +180,7 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
     if timeout <= 0:
         raise UsageError(f"--timeout must be > 0 seconds (got {timeout:g})")
     root = Path(tempfile.mkdtemp(prefix="sluice-demo-"))
+    web = None
     old_env = {k: os.environ.get(k) for k in ("SLUICE_DEMO_WORK_SECONDS", "SLUICE_TOWN")}
     os.environ["SLUICE_DEMO_WORK_SECONDS"] = work_seconds
     old_term = _exit_on_sigterm()
@@ -190,7 +191,9 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
         total = sum(len(tasks) for tasks in TASKS.values())
         log: list[str] = [f"slung {len(slung.scheduled)} items from {len(epics)} epics into the queue"]
         daemon = Daemon(town, interval=1.0, echo=lambda line: log.append(line.split(" ", 1)[-1]))
-        view = _View(live, total)
+        web = _serve(town, web_port, say) if web_port is not None else None
+        view = _View(live, total, web.url if web is not None else None)
+        facade = Facade(town)
         summary = DemoSummary(str(town.root), total, 0, 0.0, 0, 0, 0, 0, CAP, keep, log=log)
         started = time.monotonic()
         with view:
@@ -202,8 +205,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
                 summary.failed += result.get("failed", 0)
                 deadline = time.monotonic() + 1.0
                 while True:  # sample often between ticks: the cap must hold at every moment
-                    snap = _snapshot(town)
-                    running = _running(town)
+                    snap = _snapshot(town, facade.snapshot())  # one look per sample, as top takes it
+                    running = snap["town"]["polecats"]
                     summary.max_active = max(summary.max_active, len(running))
                     summary.elapsed = time.monotonic() - started
                     view.update(snap, running, log, summary)
@@ -219,6 +222,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
         summary.elapsed = time.monotonic() - started
         return summary
     finally:
+        if web is not None:
+            web.stop()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
         for key, value in old_env.items():
@@ -247,6 +252,17 @@ def _exit_on_sigterm():
         return None
 
 
+def _serve(town, port: int, say):
+    """The dashboard over the demo town, in a thread; stopped before the town is removed."""
+    from sluice.api import Town as Facade
+    from sluice.surfaces.web.serve import make_web
+
+    web = make_web(Facade(town), port=port)
+    web.start()
+    (say or print)(f"sluice demo: watch it at {web.url}#token={web.token}")
+    return web
+
+
 def _stop_all(root: Path) -> None:
     """Stop any polecat still running (only after a timeout or an interrupt)."""
     try:
@@ -261,14 +277,15 @@ def _stop_all(root: Path) -> None:
 
 
 class _View:
-    """A live rich view on a terminal; a line per change elsewhere (CI logs, pipes)."""
+    """The ``sluice top`` layout, live on a terminal; a line per change elsewhere (CI logs, pipes)."""
 
-    def __init__(self, live: bool | None, total: int):
+    def __init__(self, live: bool | None, total: int, url: str | None = None):
         from rich.console import Console
 
         self.console = Console(stderr=True)  # stdout carries only the summary (or its JSON)
         self.live_enabled = self.console.is_terminal if live is None else live
         self.total = total
+        self.url = url
         self._live = None
         self._last_line = ""
         self._printed_log = 0
@@ -277,7 +294,7 @@ class _View:
         if self.live_enabled:
             from rich.live import Live
 
-            self._live = Live(console=self.console, refresh_per_second=8, transient=False)
+            self._live = Live(console=self.console, screen=True, auto_refresh=False, transient=True)
             self._live.__enter__()
         return self
 
@@ -287,7 +304,7 @@ class _View:
 
     def update(self, snap: dict, running: list, log: list[str], summary: DemoSummary) -> None:
         if self._live is not None:
-            self._live.update(self._render(snap, running, log, summary))
+            self._live.update(self._render(snap, summary), refresh=True)
             return
         for line in log[self._printed_log:]:
             self.console.print(f"[dim]{line}[/dim]", highlight=False, soft_wrap=True)
@@ -298,26 +315,12 @@ class _View:
             self.console.print(line, highlight=False, soft_wrap=True)
             self._last_line = line
 
-    def _render(self, snap: dict, running: list, log: list[str], summary: DemoSummary):
-        from rich.console import Group
-        from rich.panel import Panel
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
+    def _render(self, snap: dict, summary: DemoSummary):
+        from sluice.surfaces.top import render
 
         done = sum(r["done"] for r in snap["rigs"].values())
-        rigs = Table(title="rigs", expand=True)
-        for column in ("rig", "done", "ready", "blocked", "total"):
-            rigs.add_column(column, justify="right" if column != "rig" else "left")
-        for name, row in snap["rigs"].items():
-            rigs.add_row(name, str(row["done"]), str(row.get("ready", 0)), str(row.get("blocked", 0)),
-                         str(row["total"]))
-        polecats = Table(title=f"polecats {len(running)}/{CAP}", expand=True)
-        polecats.add_column("item")
-        polecats.add_column("rig")
-        polecats.add_column("started")
-        for p in running:
-            polecats.add_row(p.item_id, p.rig, p.started_at[11:19])
-        header = (f"[bold]sluice demo[/bold]  {summary.elapsed:5.1f}s   done {done}/{self.total}   "
-                  f"max polecats seen {summary.max_active} (cap {CAP})   ticks {summary.ticks}")
-        return Panel(Group(header, ProgressBar(total=self.total, completed=done), rigs, polecats,
-                           "\n".join(log[-6:])), title="sluice", border_style="cyan")
+        note = (f"sluice demo  {summary.elapsed:5.1f}s   done {done}/{self.total}   "
+                f"most polecats at once {summary.max_active} (cap {CAP})   ticks {summary.ticks}"
+                + (f"   dashboard {self.url}" if self.url else ""))
+        return render(snap["town"], note=note, height=self.console.height, width=self.console.width,
+                      keys=False)

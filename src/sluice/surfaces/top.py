@@ -82,9 +82,12 @@ def _compact(value) -> str:
     return plain(value)
 
 
-def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None) -> Text:
+def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None, note: str | None = None,
+           keys: bool = True) -> Text:
     sched = snap["scheduler"]
     text = Text()
+    if note:
+        text.append(note + "\n", style="bold cyan")
     text.append("sluice top  ", style="bold")
     if sched.get("paused"):
         text.append(f" PAUSED by {plain(sched.get('paused_by') or 'unknown')} ", style="bold white on red")
@@ -105,7 +108,8 @@ def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None)
     text.append(f"\n{plain(snap.get('town'))}  {str(snap.get('at'))[11:19]}Z", style="dim")
     if rig_filter:
         text.append(f"  rig filter: {plain(rig_filter)}", style="yellow")
-    text.append("   q quit  p pause/resume  / filter by rig", style="dim")
+    if keys:
+        text.append("   q quit  p pause/resume  / filter by rig", style="dim")
     if prompt is not None:
         text.append(f"\nrig to show (Enter applies, empty clears): {plain(prompt)}▏", style="bold yellow")
     return text
@@ -177,9 +181,12 @@ def _lines(text: Text, width: int) -> int:
 
 
 def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None, height: int = 40,
-           width: int = 120):
-    """One frame: header, queue in dispatch order, running polecats, rigs, the last events."""
-    head = header(snap, rig_filter, prompt)
+           width: int = 120, note: str | None = None, keys: bool = True):
+    """One frame: header, queue in dispatch order, running polecats, rigs, the last events.
+
+    ``note`` is a first header line (the demo's progress); ``keys`` shows the key help.
+    """
+    head = header(snap, rig_filter, prompt, note, keys)
     rigs = rig_line(snap, rig_filter)
     events_rows = max(3, min(10, height // 5))
     queue_count = sum(1 for r in snap["queue"] if not rig_filter or r.get("target_rig") == rig_filter)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit
+from sluice.surfaces.cli.common import JsonOption, emit, say
 
 
 def demo(
@@ -15,12 +15,16 @@ def demo(
         str, typer.Option(help="How long each demo polecat works: N or LOW-HIGH seconds.")
     ] = "1.5-3.5",
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 150.0,
+    web: Annotated[bool, typer.Option("--web", help="Also serve the dashboard on 127.0.0.1 while it runs.")]
+    = False,
+    port: Annotated[int, typer.Option(help="The dashboard's port with --web (0: any free port).")] = 8765,
     as_json: JsonOption = False,
 ) -> None:
     """Build a throwaway town, sling everything under a cap of 3 polecats, and watch it drain."""
     from sluice.surfaces.demo import run
 
-    summary = run(work_seconds=work_seconds, keep=keep, timeout=timeout, live=False if as_json else None)
+    summary = run(work_seconds=work_seconds, keep=keep, timeout=timeout, live=False if as_json else None,
+                  web_port=port if web else None, say=say)
     emit(summary.to_json(), as_json, _summary_text)
     if not summary.ok:
         raise typer.Exit(1)
