@@ -130,11 +130,21 @@ def test_the_graph_is_the_highest_epic_above_an_item(town):
     assert graph("al-ext") is None
 
 
-def test_a_graph_can_span_rigs(town):
+def test_a_cross_prefix_parent_makes_no_one_a_child(town):
+    """beads stores a cross-prefix edge as external: it is no parent, so no graph is entered through it."""
     write_items(town.root, "alpha", [item("al-epic", issue_type="epic")])
-    write_items(town.root, "beta", [item("be-child", parent="al-epic")])
+    write_items(town.root, "beta", [
+        item("be-child", parent="al-epic"),
+        item("be-epic", issue_type="epic"),
+        item("be-both", dependencies=[
+            {"issue_id": "be-both", "depends_on_id": target, "type": "parent-child"}
+            for target in ("al-epic", "be-epic")]),
+    ])
     stores = Stores(town)
-    assert Graphs(town, stores).of_record(stores.rig("beta").require("be-child")) == "al-epic"
+    graphs = Graphs(town, stores)
+    assert graphs.of_record(stores.rig("beta").require("be-child")) is None
+    # Its first same-prefix parent counts.
+    assert graphs.of_record(stores.rig("beta").require("be-both")) == "be-epic"
 
 
 def test_a_parent_cycle_ends_the_walk(town):
@@ -163,9 +173,11 @@ def test_check_graph_names_what_is_wrong(town):
 
 
 def test_parent_of_deps_reads_the_index_column():
-    assert parent_of_deps("") is None
-    assert parent_of_deps(json.dumps([["blocks", "x-1", None], ["parent-child", "x-2", None]])) == "x-2"
-    assert parent_of_deps(json.dumps([["blocks", "x-1", None]])) is None
+    assert parent_of_deps("", "x-0") is None
+    both = json.dumps([["blocks", "x-1", None], ["parent-child", "x-2", None]])
+    assert parent_of_deps(both, "x-0") == "x-2"
+    assert parent_of_deps(json.dumps([["blocks", "x-1", None]]), "x-0") is None
+    assert parent_of_deps(json.dumps([["parent-child", "y-2", None]]), "x-0") is None  # cross-prefix
 
 
 # -- the decision log -------------------------------------------------------------------

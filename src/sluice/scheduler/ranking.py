@@ -341,7 +341,7 @@ def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float,
 
     if store.index_is_exact():
         return [
-            (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps))
+            (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps, item_id))
             for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)
         ]
     import json

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.items import edges
+from sluice.core.readiness import id_prefix
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import Stores
@@ -56,20 +57,31 @@ def is_warm_rig(rig: Rig) -> bool:
     return is_warm(Path(rig.repo))
 
 
-def parent_of_deps(deps: str) -> str | None:
-    """The first ``parent-child`` target in an index ``deps`` column ('' or JSON of (type, target, gate))."""
+def is_parent_edge(child_id: str, target: str) -> bool:
+    """Whether a ``parent-child`` edge from ``child_id`` to ``target`` makes a parent.
+
+    As in beads, only a target with the child's own id prefix does: beads
+    stores a cross-prefix (or ``external:``) edge as external, and an external
+    edge makes no one a child — not for blocking, not for an epic's sling, not
+    for its graph.
+    """
+    return bool(target) and not target.startswith("external:") and id_prefix(target) == id_prefix(child_id)
+
+
+def parent_of_deps(deps: str, child_id: str) -> str | None:
+    """The first parent of ``child_id`` in an index ``deps`` column ('' or JSON of (type, target, gate))."""
     if not deps or PARENT_CHILD not in deps:
         return None
     for dep_type, target, _gate in json.loads(deps):
-        if dep_type == PARENT_CHILD and target:
+        if dep_type == PARENT_CHILD and target and is_parent_edge(child_id, str(target)):
             return str(target)
     return None
 
 
 def parent_of_record(record: dict) -> str | None:
-    """The first ``parent-child`` target of an item record, among the edges beads keeps."""
+    """The first parent of an item record (same-prefix ``parent-child`` edges only)."""
     for dep_type, target, _gate in edges(record):
-        if dep_type == PARENT_CHILD:
+        if dep_type == PARENT_CHILD and is_parent_edge(record["id"], target):
             return target
     return None
 
@@ -80,8 +92,10 @@ class Graphs:
     A graph is the tree under a top-level epic, so the walk follows each
     item's first ``parent-child`` edge upwards and remembers the last epic it
     passes; an item with no epic above it (and not one itself) has no graph.
-    Parents are found by id prefix first, then in any rig, as the item
-    commands find ids; a missing or ``external:`` parent ends the walk.
+    A parent has the child's own id prefix (beads: a cross-prefix edge is
+    external and makes no one a child); it is found where its prefix routes,
+    then in any rig, as the item commands find ids.  A missing parent ends
+    the walk.
     Answers are memoised per ancestor, so ten thousand children of one epic
     cost one lookup of the epic.
     """
@@ -116,7 +130,7 @@ class Graphs:
             for rig in self._search_order(item_id):
                 row = self.stores.rig(rig.name).index.types_and_deps([item_id]).get(item_id)
                 if row is not None:
-                    found = (row[0], parent_of_deps(row[1]))
+                    found = (row[0], parent_of_deps(row[1], item_id))
                     break
         self._facts[item_id] = found
         return found
@@ -137,7 +151,7 @@ class Graphs:
                 self.facts(item_id)  # not where its prefix routes: the slow search of every rig
             parents = set()
             for item_id, (issue_type, deps) in found.items():
-                parent = parent_of_deps(deps)
+                parent = parent_of_deps(deps, item_id)
                 self._facts[item_id] = (issue_type, parent)
                 if parent is not None:
                     parents.add(parent)

@@ -315,13 +315,19 @@ def _refusal(town: Town, item: dict, target: str, force: bool) -> _Refusal | Non
 
 
 def _children(stores: Stores, epic_id: str) -> list[dict]:
-    """Items in any rig with a parent-child edge to ``epic_id``."""
+    """Items with a parent-child edge to ``epic_id`` and the epic's own id prefix.
+
+    A cross-prefix edge is external in beads and makes no one a child (the
+    readiness rules say the same), so an epic's children share its prefix.
+    """
     out = []
     pattern = f'%"parent-child","{epic_id}"%'
+    prefix = id_prefix(epic_id)
     for store in stores.all():
         for record in store.durable("deps LIKE ?", [pattern]):
-            if any(d.get("type") == "parent-child" and d.get("depends_on_id") == epic_id
-                   for d in record.get("dependencies") or ()):
+            if id_prefix(record["id"]) == prefix and any(
+                    d.get("type") == "parent-child" and d.get("depends_on_id") == epic_id
+                    for d in record.get("dependencies") or ()):
                 out.append(record)
     return out
 
