@@ -210,11 +210,11 @@ class Daemon:
         if not result.get("dispatched"):
             return
         from sluice.scheduler.control import list_queue
-        from sluice.store.events import emit_event
+        from sluice.store.events import QUEUE_DRAINED, emit_event
 
         try:
             if not list_queue(self.town):
-                emit_event(self.town, notify.QUEUE_DRAINED, {"dispatched": result["dispatched"]})
+                emit_event(self.town, QUEUE_DRAINED, {"dispatched": result["dispatched"]})
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
 

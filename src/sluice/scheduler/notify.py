@@ -39,19 +39,18 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice.store import fsutil
+from sluice.store import events, fsutil
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
 
 EVENT_TYPES = {
-    "CircuitBroken": "circuit-broken",
-    "BudgetExhausted": "budget-exhausted",
-    "Throttled": "throttled",
-    "QueueDrained": "queue-drained",
-    "PolecatTimedOut": "polecat-timed-out",
+    events.CIRCUIT_BROKEN: "circuit-broken",
+    "BudgetExhausted": "budget-exhausted",  # written by admission control's budgets
+    "Throttled": "throttled",  # written by admission control's throttles
+    events.QUEUE_DRAINED: "queue-drained",
+    events.POLECAT_TIMED_OUT: "polecat-timed-out",
 }
-QUEUE_DRAINED = "QueueDrained"
 PER_TICK = 10
 PLACEHOLDERS = ("event", "item_id", "rig", "town")
 

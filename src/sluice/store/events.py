@@ -36,6 +36,8 @@ RESUMED = "Resumed"
 CLEARED = "Cleared"
 # Polecats stopped by the stall timeout:
 POLECAT_TIMED_OUT = "PolecatTimedOut"
+# A daemon tick launched the last queued item (announced by ``scheduler.notify``):
+QUEUE_DRAINED = "QueueDrained"
 # Advisory scoring (``schedule next``):
 SCHEDULE_DECISION = "ScheduleDecision"
 SCHEDULE_SKIPPED = "ScheduleSkipped"

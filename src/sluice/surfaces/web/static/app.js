@@ -84,7 +84,8 @@ function drawQueue(snap) {
     cell(tr, i + 1, "num");
     cell(tr, itemLink(r.id));
     cell(tr, r.target_rig);
-    cell(tr, r.score === null || r.score === undefined ? "-" : r.score, "num");
+    const score = cell(tr, r.score === null || r.score === undefined ? "-" : Number(r.score.toFixed(3)), "num");
+    score.title = String(r.score);
     cell(tr, whyOf(r), "why");
     cell(tr, r.title, "title");
     cell(tr, button("clear", async () => {
