@@ -221,3 +221,11 @@ def test_uninstall_leaves_another_towns_links(cli: Cli, hooked: Path, tmp_path: 
     result = cli.json("hooks", "uninstall", "alpha")
     assert result["removed"] == [] and result["kept"] == ["post-commit", "post-merge", "pre-push"]
     assert all((hooks / n).is_symlink() for n in ("post-commit", "post-merge", "pre-push"))
+
+
+def test_report_without_or_with_both_of_rig_and_repo_is_a_usage_error(cli: Cli, hooked: Path):
+    for extra in ((), ("--rig", "alpha", "--repo", str(hooked))):
+        done = cli.run("hooks", "report", *extra, check=False)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: name the rig (--rig) or its repository (--repo)")
+        assert done.stderr.splitlines()[-1] == "try 'sluice hooks report --help'"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sluice.errors import InvalidOperation, UnknownRig
+from sluice.errors import InvalidOperation, UnknownRig, UsageError
 from sluice.store.town import Rig, Town
 
 HOOK_NAMES = ("post-commit", "post-merge", "pre-push")
@@ -205,9 +205,10 @@ def report(town: Town, rig_name: str | None = None, repo: Path | None = None, ho
     """What a hook runs: work out the depth and log a ``MergeQueueDepth`` event."""
     from sluice.store.events import MERGE_QUEUE_DEPTH, emit_event
 
+    if (rig_name is None) == (repo is None):  # a usage error (exit 2), like any other missing flag
+        raise UsageError("name the rig (--rig) or its repository (--repo), not both" if rig_name
+                         else "name the rig (--rig) or its repository (--repo)")
     if rig_name is None:
-        if repo is None:
-            raise UnknownRig("name the rig (--rig) or its repository (--repo)")
         rig_name = rig_for_repo(town, repo).name
     queue = merge_queue(town, rig_name)
     payload = {"rig": queue.rig, "queued": queue.queued, "running": queue.running,
