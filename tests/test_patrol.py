@@ -21,7 +21,7 @@ from helpers.scheduler import (
 )
 
 KEYS = {"rig", "queued", "ready", "blocked", "failing", "stale", "duplicates", "orphaned", "held", "polecats",
-        "merge_queue"}
+        "merge_queue", "executor_error", "fixed"}
 
 
 def _append_copy(town: Path, rig: str, context: dict, new_id: str, **changes) -> dict:
@@ -70,6 +70,7 @@ def troubled(cli: Cli, tmp_path: Path) -> dict:
 def test_patrol_reports_every_kind(cli: Cli, troubled: dict):
     report = cli.json("patrol", "api")
     assert set(report) == KEYS
+    assert report["fixed"] == [] and report["executor_error"] is None
     assert report["rig"] == "api"
     queued = {row["item_id"]: row for row in report["queued"]}
     assert set(queued) == {"api-fail", "api-dup", "api-wait"}
@@ -99,6 +100,7 @@ def test_patrol_is_per_rig(cli: Cli, troubled: dict):
 def test_fix_closes_only_stale_and_duplicates_and_never_touches_items(cli: Cli, troubled: dict):
     items_before = {rig: issues_path(cli.town, rig).read_bytes() for rig in ("api", "web")}
     report = cli.json("patrol", "api", "--fix")
+    assert set(report) == KEYS  # the same keys with and without --fix
     assert sorted((r["reason"]) for r in report["fixed"]) == ["duplicate", "stale-work-item"]
     assert {rig: issues_path(cli.town, rig).read_bytes() for rig in ("api", "web")} == items_before
 

@@ -85,10 +85,10 @@ def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | No
     rigs = {rig.name for rig in town.rigs()}
     retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
     report = _report(rig_name, view, active, stores, rigs, retry)
-    if executor_error:
-        report["executor_error"] = executor_error
-    if fix:
-        report["fixed"] = _fix(town, stores, rig_name, view, rigs)
+    # The same keys on every run, so a cron job's JSON lines compare: `fixed` is [] without --fix,
+    # `executor_error` null while the executor answers.
+    report["executor_error"] = executor_error
+    report["fixed"] = _fix(town, stores, rig_name, view, rigs) if fix else []
     return report
 
 
