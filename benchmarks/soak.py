@@ -26,9 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from soak import invariants as inv
-from soak.build import Config, build, fingerprint
+from soak.build import BUDGET, Config, build, fingerprint
 from soak.supervisor import Supervisor
 
+BUDGET_SECONDS = 30.0  # soak.build.BUDGET_WINDOW
 POLECAT = Path(__file__).resolve().parent / "soak" / "polecat.py"
 
 
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     supervisor.run(args.minutes * 60, kill_every=tuple(args.kill_every))
 
     ev = inv.gather(layout)
+    ids = json.loads((layout.soak / "ids.json").read_text())
     parse_findings, torn_left = inv.files_parse(ev)
     checks = [
         ("no item runs in two polecats at once", inv.no_overlap(ev)),
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         ("every acknowledged sling accounted for", inv.acked_slings_accounted(ev)),
         ("one open context per item", inv.one_open_context_per_item(ev)),
         ("caps never exceeded (sampled 1/s)", inv.caps_held(supervisor.samples)),
+        ("token budget never exceeded", inv.budget_held(ev, ids["tokens"], BUDGET, BUDGET_SECONDS)
+         if "scheduler.token_budget" in config.features else []),
         ("every file parses", parse_findings),
         ("every read command answers", inv.readers_work(layout, list(layout.repos))),
         ("repos and export byte-identical", inv.repos_untouched(layout, before)),

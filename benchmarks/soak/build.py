@@ -28,6 +28,8 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "Soak", "GIT_AUTHOR_EMAIL": "soak@example.invalid"
            "GIT_CONFIG_NOSYSTEM": "1"}
 TYPES = ("task", "task", "task", "bug", "feature", "chore")
 TITLES = ("fix $(rm -rf /)", "naïve ünïcode ✓", "quote ' \" `x`", "plain", "semi; colon | pipe", "tab\there")
+TOUCHES = ("src/api/", "docs/")
+BUDGET, BUDGET_WINDOW = 60_000, "30s"  # tokens per window: a few launches' worth, so it binds
 HUGE_TITLE = 140 * 1024  # longer than the kernel passes as one argument: the launch is refused
 
 
@@ -94,6 +96,8 @@ def make_items(rng: random.Random, counts: dict[str, int]) -> dict[str, list[dic
                       "metadata": {"estimated_tokens": rng.choice([0, 500, 1000, 4000, 20000])}}
             if rng.random() < 0.1:
                 record["labels"] = [rng.choice(["area:api", "area:ui", "area:db"])]
+            if rng.random() < 0.15:  # what the overlap gate compares: two items touching one path
+                record["metadata"]["touches"] = [rng.choice(TOUCHES)]
             deps = record["dependencies"]
             if kind == "epic":
                 record["issue_type"] = "epic"
@@ -172,6 +176,8 @@ def write_ids(layout: Layout, generated: dict[str, list[dict]]) -> None:
         "convoys": [r["id"] for r in every if r["issue_type"] == "convoy"],
         "by_rig": {name: [r["id"] for r in generated[prefix]] for name, prefix in RIGS},
         "labels": {r["id"]: r["labels"] for r in every if r["labels"]},
+        "touches": {r["id"]: r["metadata"]["touches"] for r in every if r["metadata"].get("touches")},
+        "tokens": {r["id"]: r["metadata"]["estimated_tokens"] for r in every},
     }
     (layout.soak / "ids.json").write_text(json.dumps(ids))
 
@@ -192,10 +198,11 @@ def configure(layout: Layout, polecat_argv: list[str], config: Config) -> None:
         sluice(layout.town, "config", "set", key, value)
     # Switched on when this sluice accepts the key; a refusal means the feature is not there yet.
     optional = {
-        "scheduler.rig_caps": json.dumps({"ex": 2, "ba": 2, "ca": 3}),
-        "scheduler.label_caps": json.dumps({"area:db": 1}),
-        "scheduler.budget": "200000",
-        "scheduler.overlap_gate": "true",
+        "rigs.ex.max_polecats": "2", "rigs.ba.max_polecats": "2", "rigs.ca.max_polecats": "3",
+        "scheduler.label_caps.area:db": "1",
+        "scheduler.token_budget": str(BUDGET), "scheduler.budget_window": BUDGET_WINDOW,
+        "scheduler.throttle_for": "3s",  # a polecat exiting 75 throttles its rig this long
+        "scheduler.breaker_cooldown": "20s",  # and a circuit-broken item is tried again after this
         "scheduler.missing_grace": "30s",
     }
     for key, value in optional.items():

@@ -310,3 +310,31 @@ def no_crash(ev: Evidence, layout: Layout) -> list[str]:
                 out.append(f"{log.name}: {text[max(0, at - 200): at + 400]!r}")
                 break
     return out
+
+
+def budget_held(ev: Evidence, tokens: dict[str, int], budget: int, window: float) -> list[str]:
+    """Token budget: the estimates of the launches in any window never add up past the budget.
+
+    The window is shortened by a second so that the gap between when sluice
+    charges a launch and when the executor stamps it can never make a held
+    budget look broken.
+    """
+    from datetime import datetime
+
+    launches = []
+    for record in ev.launches.values():
+        try:
+            at = datetime.fromisoformat(record["started_at"].replace("Z", "+00:00")).timestamp()
+        except (KeyError, ValueError, AttributeError):
+            continue
+        launches.append((at, tokens.get(record.get("item_id"), 1000), record.get("id")))
+    launches.sort()
+    out, start, spent = [], 0, 0
+    for at, cost, polecat in launches:
+        spent += cost
+        while launches[start][0] <= at - (window - 1.0):
+            spent -= launches[start][1]
+            start += 1
+        if spent > budget:
+            out.append(f"{spent} tokens launched in {window:g}s up to {polecat}, budget {budget}")
+    return out

@@ -127,6 +127,11 @@ class Supervisor:
         self.samples = Samples()
         ids = json.loads((layout.soak / "ids.json").read_text())
         self.polecats = Polecats(layout.history / "polecats.jsonl", ids.get("labels", {}))
+        self.touches = ids.get("touches", {})
+        self.rig_caps = {key.split(".")[1]: int(value) for key, value in features.items()
+                         if key.startswith("rigs.") and key.endswith(".max_polecats")}
+        self.label_caps = {key.split(".", 2)[2]: int(value) for key, value in features.items()
+                           if key.startswith("scheduler.label_caps.")}
         self.env = {**os.environ, "SLUICE_TOWN": str(layout.town)}
         self.env.pop("SLUICE_DAEMON", None)
         (layout.soak / "logs").mkdir(exist_ok=True)
@@ -230,12 +235,16 @@ class Supervisor:
         broken = []
         if len(live) > self.cap:
             broken.append(f"{len(live)} polecats alive, cap {self.cap}")
-        for rig, limit in (self.features.get("scheduler.rig_caps") or {}).items():
-            if by_rig[rig] > int(limit):
+        for rig, limit in self.rig_caps.items():
+            if by_rig[rig] > limit:
                 broken.append(f"rig {rig}: {by_rig[rig]} alive, rig cap {limit}")
-        for label, limit in (self.features.get("scheduler.label_caps") or {}).items():
-            if by_label[label] > int(limit):
+        for label, limit in self.label_caps.items():
+            if by_label[label] > limit:
                 broken.append(f"label {label}: {by_label[label]} alive, label cap {limit}")
+        if any(k.startswith("rigs.") for k in self.features):  # the overlap gate came with admission
+            touching = Counter((r["rig"], touch) for r in live for touch in self.touches.get(r["item"], ()))
+            broken += [f"rig {rig}: {n} polecats touch {touch} at once"
+                       for (rig, touch), n in touching.items() if n > 1]
         if broken:
             s.over.append({"t": time.time(), "broken": broken,
                            "polecats": [(r["pid"], r["item"], r["context"]) for r in live]})
