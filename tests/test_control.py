@@ -21,8 +21,8 @@ from helpers.scheduler import (
 
 LIST_KEYS = {"id", "title", "status", "target_rig", "blocked", "context_id", "enqueued_at",
              "dispatch_failures"}
-STATUS_KEYS = {"paused", "paused_by", "queued_total", "queued_ready", "active_polecats", "capacity",
-               "max_polecats", "mode", "last_dispatch_at", "last_dispatch_count", "items"}
+STATUS_KEYS = {"paused", "paused_by", "paused_at", "queued_total", "queued_ready", "active_polecats",
+               "capacity", "max_polecats", "mode", "last_dispatch_at", "last_dispatch_count", "items"}
 
 
 @pytest.fixture
@@ -96,11 +96,15 @@ def test_pause_and_resume(cli, town):
     again = cli.run("scheduler", "pause")
     assert again.stdout.strip() == "Scheduler is already paused (by mayor)"
     status = cli.json("scheduler", "status")
-    assert status["paused"] is True and status["paused_by"] == "mayor"
+    assert status["paused"] is True and status["paused_by"] == "mayor" and status["paused_at"]
     assert "PAUSED (by mayor)" in cli.run("scheduler", "status").stdout
     cli.run("sling", "al-d", "alpha")  # slinging still queues while paused
     assert len(open_contexts(town, "alpha")) == 1
-    assert cli.json("scheduler", "resume") == {"paused": False, "changed": True}
+    # resume answers with pause's keys, and status no longer names who paused or when
+    assert cli.json("scheduler", "resume") == {"paused": False, "paused_by": None, "paused_at": None,
+                                               "changed": True}
+    after = cli.json("scheduler", "status")
+    assert (after["paused"], after["paused_by"], after["paused_at"]) == (False, None, None)
     assert cli.run("scheduler", "resume").stdout.strip() == "Scheduler is not paused"
     assert [e["type"] for e in events(town) if e["type"] in ("Paused", "Resumed")] == ["Paused", "Resumed"]
 

@@ -118,6 +118,7 @@ def status(town: Town, executor: Executor | None = None) -> dict:
     out = {
         "paused": state.paused,
         "paused_by": state.paused_by,
+        "paused_at": state.paused_at,
         "queued_total": len(rows),
         "queued_ready": sum(1 for r in rows if not r["blocked"]),
         "active_polecats": count,
@@ -150,7 +151,8 @@ def resume(town: Town) -> dict:
     _state, changed = set_resumed(town)
     if changed:
         events.emit_event(town, events.RESUMED, {})
-    return {"paused": False, "changed": changed}
+    # The keys of `pause`, so a caller reads one shape: after a resume nobody has it paused.
+    return {"paused": False, "paused_by": None, "paused_at": None, "changed": changed}
 
 
 def clear(town: Town, item_id: str | None = None) -> dict:
