@@ -132,3 +132,23 @@ def test_once_prints_one_frame(cli, town):
 def test_a_bad_interval_is_a_usage_error(cli):
     done = cli.run("top", "--interval", "0", check=False)
     assert done.returncode == 2 and done.stderr.startswith("error: --interval")
+
+
+def test_admission_limits_show_in_the_header():
+    from sluice.surfaces.top import header, limits
+
+    sched = {"paused": False, "mode": "deferred", "active_polecats": 1, "max_polecats": 3, "queued_total": 2,
+             "queued_ready": 1,
+             "budgets": [{"rig": None, "spent": 1200, "budget": 5000, "window": "1h"},
+                         {"rig": "api", "spent": 900, "budget": 1000, "window": "1h"}],
+             "throttles": [{"rig": "web", "until": "2026-12-01T09:30:00Z", "reason": "deploy\x1b[2J"}],
+             "rig_caps": {"api": 2}, "label_caps": {"gpu": 1}, "circuit_broken": 2}
+    assert limits(sched) == [
+        "budgets: town 1200/5000 per 1h, api 900/1000 per 1h",
+        "throttled: web until 09:30:00 (deploy\\x1b[2J)",
+        "caps: api=2, gpu=1",
+        "circuit-broken: 2",
+    ]
+    assert limits({"paused": False}) == []
+    text = header({"scheduler": sched, "town": "/t", "at": "2026-12-01T09:00:00Z"}).plain
+    assert "budgets: town 1200/5000" in text and "throttled: web" in text

@@ -42,7 +42,6 @@ from sluice.errors import SluiceError
 if TYPE_CHECKING:
     from sluice.api import Town
 
-SCHEDULER_KEYS = ("caps", "throttles", "budgets")
 
 
 def plain(text) -> str:
@@ -74,12 +73,26 @@ def why(row: dict) -> str:
     return " ".join(parts)
 
 
-def _compact(value) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_compact(v)}" for k, v in value.items()) or "none"
-    if isinstance(value, (list, tuple)):
-        return "; ".join(_compact(v) for v in value) or "none"
-    return plain(value)
+def limits(sched: dict) -> list[str]:
+    """Admission control's state from ``scheduler status`` as short lines (none when it is not set)."""
+    out = []
+    budgets = [f"{plain(b.get('rig') or 'town')} {b.get('spent')}/{b.get('budget')}"
+               + (f" per {plain(b['window'])}" if b.get("window") else "")
+               for b in sched.get("budgets") or [] if isinstance(b, dict)]
+    if budgets:
+        out.append("budgets: " + ", ".join(budgets))
+    throttles = [f"{plain(t.get('rig') or 'town')} until {str(t.get('until') or '')[11:19]}"
+                 + (f" ({plain(t['reason'])})" if t.get("reason") else "")
+                 for t in sched.get("throttles") or [] if isinstance(t, dict)]
+    if throttles:
+        out.append("throttled: " + ", ".join(throttles))
+    caps = [f"{plain(k)}={v}" for key in ("rig_caps", "label_caps")
+            for k, v in (sched.get(key) or {}).items()]
+    if caps:
+        out.append("caps: " + ", ".join(caps))
+    if sched.get("circuit_broken"):
+        out.append(f"circuit-broken: {sched['circuit_broken']}")
+    return out
 
 
 def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None, note: str | None = None,
@@ -100,9 +113,9 @@ def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
                 f" ({sched.get('queued_ready')} ready)")
     if sched.get("last_dispatch_at"):
         text.append(f"  last dispatch {str(sched['last_dispatch_at'])[11:19]}")
-    for key in SCHEDULER_KEYS:
-        if sched.get(key):
-            text.append(f"\n{key}: {_compact(sched[key])}")
+    lines = limits(sched)
+    if lines:
+        text.append("\n" + "   ".join(lines), style="yellow")
     if sched.get("executor_error"):
         text.append(f"\nexecutor: {plain(sched['executor_error'])}", style="red")
     text.append(f"\n{plain(snap.get('town'))}  {str(snap.get('at'))[11:19]}Z", style="dim")

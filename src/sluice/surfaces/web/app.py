@@ -122,7 +122,12 @@ class Dashboard:
             return _error(err)
 
     def _explain(self, item_id: str) -> dict:
-        return self.town.item_detail(item_id)
+        """The item page's data: its detail, plus ``scheduler explain`` (why it waits) where sluice has it."""
+        detail = self.town.item_detail(item_id)
+        explain = getattr(self.town, "explain", None)
+        if explain is not None:
+            detail["explain"] = explain(item_id).to_json()
+        return detail
 
     async def logs(self, request: Request) -> Response:
         ref = request.path_params["polecat"]

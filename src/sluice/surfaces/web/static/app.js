@@ -14,11 +14,20 @@ function whyOf(row) {
   return parts.join(" ");
 }
 
-function compact(value) {
-  if (value === null || value === undefined) return "";
-  if (Array.isArray(value)) return value.map(compact).join("; ");
-  if (typeof value === "object") return Object.entries(value).map(([k, v]) => k + "=" + compact(v)).join(", ");
-  return String(value);
+// Admission control's state from `scheduler status`, as short lines (none when it is not set).
+function limits(s) {
+  const out = [];
+  const budgets = (s.budgets || []).map((b) => (b.rig || "town") + " " + b.spent + "/" + b.budget + (b.window ? " per " + b.window : ""));
+  if (budgets.length) out.push("budgets: " + budgets.join(", "));
+  const throttles = (s.throttles || []).map((t) => (t.rig || "town") + " until " + clock(t.until) + (t.reason ? " (" + t.reason + ")" : ""));
+  if (throttles.length) out.push("throttled: " + throttles.join(", "));
+  const caps = [];
+  for (const key of ["rig_caps", "label_caps"]) {
+    for (const [k, v] of Object.entries(s[key] || {})) caps.push(k + "=" + v);
+  }
+  if (caps.length) out.push("caps: " + caps.join(", "));
+  if (s.circuit_broken) out.push("circuit-broken: " + s.circuit_broken);
+  return out;
 }
 
 function itemLink(id) {
@@ -51,12 +60,9 @@ function drawHeader(snap) {
   document.getElementById("summary").textContent =
     "mode " + s.mode + " · polecats " + cap + " · queued " + s.queued_total + " (" + s.queued_ready + " ready)" +
     (s.last_dispatch_at ? " · last dispatch " + clock(s.last_dispatch_at) : "");
-  const limits = [];
-  for (const key of ["caps", "throttles", "budgets"]) {
-    if (s[key] && Object.keys(s[key]).length) limits.push(key + ": " + compact(s[key]));
-  }
-  if (s.executor_error) limits.push("executor: " + s.executor_error);
-  document.getElementById("limits").textContent = limits.join(" · ");
+  const lines = limits(s);
+  if (s.executor_error) lines.push("executor: " + s.executor_error);
+  document.getElementById("limits").textContent = lines.join(" · ");
 }
 
 function drawRigChoice(snap) {

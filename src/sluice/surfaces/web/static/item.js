@@ -20,7 +20,10 @@ async function load() {
   document.getElementById("queued").textContent = data.queued
     ? (data.blocked ? "queued, blocked" : "queued, ready") + (data.queue_row && data.queue_row.why ? " · " + [].concat(data.queue_row.why).join(" ") : "")
     : "not queued (scored as if slung now)";
-  fill(document.getElementById("reasons"), data.reasons.concat(data.why_reasons || []), "none");
+  fill(document.getElementById("reasons"), data.reasons, "none");
+  const explain = data.explain;
+  const why = explain ? explain.reasons.map((r) => r.code + (r.detail ? ": " + r.detail : "")) : [];
+  fill(document.getElementById("why"), why, explain && explain.would_dispatch ? "nothing: the next cycle launches it" : "nothing");
   fill(document.getElementById("blockers"), data.blocked_by.map((b) => {
     const li = el("li");
     const a = el("a", b);
