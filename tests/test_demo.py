@@ -21,6 +21,7 @@ def test_demo_finishes_under_the_cap(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
+    assert set(summary) == documented_demo_keys()
     assert summary["ok"] is True
     assert summary["done"] == summary["items"] >= 24
     assert 1 <= summary["max_active"] <= summary["cap"] == 3
@@ -140,3 +141,20 @@ def test_demo_live_view_is_the_top_layout(tmp_path: Path):
     assert "sluice demo" in text and "done 2/10" in text and "dashboard http://127.0.0.1:1/" in text
     assert "queue (1)" in text and "api-1" in text and "q quit" not in text
     assert type(frame) is type(render(snap))
+
+
+def documented_demo_keys() -> set[str]:
+    """The keys docs/cli.md gives for `demo --json`."""
+    import re
+
+    reference = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    row = next(line for line in reference.splitlines() if line.startswith("| `sluice demo"))
+    cell = row.rstrip(" |").rsplit("|", 1)[-1]
+    return set(re.findall(r'"(\w+)"', cell))
+
+
+def test_the_summary_keys_are_the_documented_ones():
+    from sluice.surfaces.demo import DemoSummary
+
+    summary = DemoSummary("/t", 3, 3, 1.0, 2, 3, 0, 2, 3, False, log=["x"])
+    assert set(summary.to_json()) == documented_demo_keys()
