@@ -23,8 +23,9 @@ NOW = 1_000_000.0
 
 
 def ap(key, rig="r", tokens=1000, labels=(), touches=()):
-    return Applicant(key=key, item_id=f"i-{key}", rig=rig, tokens=tokens, labels=frozenset(labels),
-                     touches=tuple(touches))
+    return Applicant(
+        key=key, item_id=f"i-{key}", rig=rig, tokens=tokens, labels=frozenset(labels), touches=tuple(touches)
+    )
 
 
 def run(rig="r", labels=(), touches=(), item="busy"):
@@ -97,8 +98,9 @@ def test_town_budget_counts_the_window_spend_and_this_cycles_launches():
 
 def test_rig_budget_is_per_rig():
     applicants = [ap("a", "a", 600), ap("b", "b", 600)]
-    admission = admit(applicants, [], Limits(10, 10, rig_budgets={"a": 1000}),
-                      spend=Spend(rigs={"a": 500}), now=NOW)
+    admission = admit(
+        applicants, [], Limits(10, 10, rig_budgets={"a": 1000}), spend=Spend(rigs={"a": 500}), now=NOW
+    )
     assert keys(admission) == ["b"]
     assert "rig a budget" in admission.held["a"][0].detail
 
@@ -205,12 +207,20 @@ TOUCHES = st.lists(st.sampled_from(["src/**", "src/api/*", "src/web/x.py", "*.md
 def towns(draw):
     n = draw(st.integers(0, 25))
     applicants = [
-        Applicant(key=f"k{i}", item_id=f"i{i}", rig=draw(RIGS), tokens=draw(st.integers(0, 3000)),
-                  labels=draw(LABELS), touches=tuple(draw(TOUCHES)))
+        Applicant(
+            key=f"k{i}",
+            item_id=f"i{i}",
+            rig=draw(RIGS),
+            tokens=draw(st.integers(0, 3000)),
+            labels=draw(LABELS),
+            touches=tuple(draw(TOUCHES)),
+        )
         for i in range(n)
     ]
-    running = [Running(item_id=f"r{i}", rig=draw(RIGS), labels=draw(LABELS), touches=tuple(draw(TOUCHES)))
-               for i in range(draw(st.integers(0, 5)))]
+    running = [
+        Running(item_id=f"r{i}", rig=draw(RIGS), labels=draw(LABELS), touches=tuple(draw(TOUCHES)))
+        for i in range(draw(st.integers(0, 5)))
+    ]
     limits = Limits(
         capacity=draw(st.integers(0, 10)),
         batch=draw(st.integers(1, 10)),
@@ -220,8 +230,10 @@ def towns(draw):
         rig_budgets=draw(st.dictionaries(RIGS, st.integers(0, 5000))),
     )
     spend = Spend(town=draw(st.integers(0, 4000)), rigs=draw(st.dictionaries(RIGS, st.integers(0, 3000))))
-    throttles = [Throttle(until=NOW + draw(st.integers(-5, 5)), rig=draw(st.one_of(st.none(), RIGS)))
-                 for _ in range(draw(st.integers(0, 2)))]
+    throttles = [
+        Throttle(until=NOW + draw(st.integers(-5, 5)), rig=draw(st.one_of(st.none(), RIGS)))
+        for _ in range(draw(st.integers(0, 2)))
+    ]
     return applicants, running, limits, spend, throttles
 
 

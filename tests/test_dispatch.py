@@ -97,8 +97,11 @@ def test_circuit_breaker_after_real_launch_failures(cli, town):
     assert f["dispatch_failures"] == 1 and "cannot launch" in f["last_failure"] and f["last_failure_at"]
     assert not f.get("launch_started_at")
     assert cli.json("scheduler", "list")[0]["dispatch_failures"] == 1
-    cli.json("scheduler", "run")
-    third = cli.json("scheduler", "run")
+    held = cli.json("scheduler", "run")  # a manual run waits out the retry backoff too
+    assert (held["failed"], held["backing_off"], held["held"]) == (0, 1, {"backoff": 1})
+    assert cli.json("scheduler", "list")[0]["why"] == ["backoff"]
+    cli.json("scheduler", "run", "--ignore-backoff")
+    third = cli.json("scheduler", "run", "--ignore-backoff")
     assert third["failures"][0]["circuit_broken"] is True
     context = context_of(town, "al-1")
     assert context["status"] == "closed" and context["close_reason"] == "circuit-broken"
@@ -350,7 +353,7 @@ def test_a_title_no_program_can_receive_is_a_counted_failure_not_a_crash(cli, to
     assert context_of(town, "al-nul")["status"] == "open" and f["dispatch_failures"] == 1
     assert not f.get("launch_started_at")  # nothing for the next cycle to take for a launch
     assert [r["item_id"] for r in worker_records(town)] == ["al-2"]
-    again = cli.json("scheduler", "run")  # the next cycle tries again, it does not drop the item
+    again = cli.json("scheduler", "run", "--ignore-backoff")  # tried again: the item is not dropped
     assert again["failures"][0]["failures"] == 2 and context_of(town, "al-nul")["status"] == "open"
 
 

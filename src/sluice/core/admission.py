@@ -56,8 +56,22 @@ CIRCUIT_BROKEN = "circuit-broken"
 BATCH = "batch"
 MISSING_ITEM = "missing-item"
 
-CODES = (NOT_QUEUED, BLOCKED, PAUSED, DIRECT_MODE, CAPACITY, RIG_CAP, LABEL_CAP, BUDGET, THROTTLED,
-         BACKOFF, OVERLAP, CIRCUIT_BROKEN, BATCH, MISSING_ITEM)
+CODES = (
+    NOT_QUEUED,
+    BLOCKED,
+    PAUSED,
+    DIRECT_MODE,
+    CAPACITY,
+    RIG_CAP,
+    LABEL_CAP,
+    BUDGET,
+    THROTTLED,
+    BACKOFF,
+    OVERLAP,
+    CIRCUIT_BROKEN,
+    BATCH,
+    MISSING_ITEM,
+)
 
 #: Characters that start a glob pattern; a touch is cut at the first one.
 WILDCARDS = frozenset("*?[{")
@@ -236,7 +250,9 @@ class _Counters:
         self.rig_spend[a.rig] = self.rig_spend.get(a.rig, 0) + a.tokens
 
 
-def _rule_reasons(a: Applicant, limits: Limits, counts: _Counters, throttles: Sequence[Throttle]) -> list[Reason]:
+def _rule_reasons(
+    a: Applicant, limits: Limits, counts: _Counters, throttles: Sequence[Throttle]
+) -> list[Reason]:
     reasons: list[Reason] = []
     for throttle in throttles:
         if throttle.rig is None or throttle.rig == a.rig:
@@ -245,18 +261,32 @@ def _rule_reasons(a: Applicant, limits: Limits, counts: _Counters, throttles: Se
             reasons.append(Reason(THROTTLED, f"{where} is throttled until {stamp(throttle.until)}{why}"))
     cap = limits.rig_caps.get(a.rig)
     if cap is not None and counts.by_rig.get(a.rig, 0) >= cap:
-        reasons.append(Reason(RIG_CAP, f"rig {a.rig} runs {counts.by_rig.get(a.rig, 0)} of its {cap} polecats"))
+        reasons.append(
+            Reason(RIG_CAP, f"rig {a.rig} runs {counts.by_rig.get(a.rig, 0)} of its {cap} polecats")
+        )
     for label in sorted(a.labels):
         cap = limits.label_caps.get(label)
         if cap is not None and counts.by_label.get(label, 0) >= cap:
-            reasons.append(Reason(LABEL_CAP, f"label {label}: {counts.by_label.get(label, 0)} of {cap} polecats"))
+            reasons.append(
+                Reason(LABEL_CAP, f"label {label}: {counts.by_label.get(label, 0)} of {cap} polecats")
+            )
     if limits.town_budget > 0 and counts.town_spend + a.tokens > limits.town_budget:
-        reasons.append(Reason(BUDGET, f"town budget: {counts.town_spend} of {limits.town_budget} tokens spent"
-                                      f" in the window, this item needs {a.tokens}"))
+        reasons.append(
+            Reason(
+                BUDGET,
+                f"town budget: {counts.town_spend} of {limits.town_budget} tokens spent"
+                f" in the window, this item needs {a.tokens}",
+            )
+        )
     rig_budget = limits.rig_budgets.get(a.rig, 0)
     if rig_budget > 0 and counts.rig_spend.get(a.rig, 0) + a.tokens > rig_budget:
-        reasons.append(Reason(BUDGET, f"rig {a.rig} budget: {counts.rig_spend.get(a.rig, 0)} of {rig_budget}"
-                                      f" tokens spent in the window, this item needs {a.tokens}"))
+        reasons.append(
+            Reason(
+                BUDGET,
+                f"rig {a.rig} budget: {counts.rig_spend.get(a.rig, 0)} of {rig_budget}"
+                f" tokens spent in the window, this item needs {a.tokens}",
+            )
+        )
     if a.touches:
         for other_id, other_touches in counts.touching.get(a.rig, ()):
             if other_id != a.item_id and touches_overlap(a.touches, other_touches):
@@ -285,8 +315,11 @@ def admit(
     live = [t for t in throttles if t.until > now]
     counts = _Counters(running, spend or Spend())
     slots = max(0, min(limits.capacity, limits.batch))
-    full = Reason(CAPACITY, f"no free polecat slot ({limits.capacity} free)") if limits.capacity < limits.batch \
+    full = (
+        Reason(CAPACITY, f"no free polecat slot ({limits.capacity} free)")
+        if limits.capacity < limits.batch
         else Reason(BATCH, f"ranked below this cycle's batch of {limits.batch}")
+    )
     planned: list[Applicant] = []
     held: dict[str, tuple[Reason, ...]] = {}
     admissible = 0

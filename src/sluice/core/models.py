@@ -79,10 +79,25 @@ class SchedulerConfig(_Strict):
     notify: list[str] = Field(default_factory=list)  # argv template run on chosen events; [] = none
     notify_on: list[str] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
     notify_timeout: str = "10s"
+    # Admission (docs/scheduler.md "Admission"): caps per label, token budgets, throttles, breaker.
+    label_caps: dict[str, int] = Field(default_factory=dict)
+    token_budget: int = Field(0, ge=0)
+    budget_window: str = "1h"
+    throttle_exit_code: int = Field(75, ge=1, le=255)
+    throttle_for: str = "5m"
+    breaker_cooldown: str = "1h"
+
+    @field_validator("label_caps")
+    @classmethod
+    def _check_label_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        for label, cap in value.items():
+            if not label or cap < 1:
+                raise ValueError(f"label cap {label!r} must be an integer >= 1 (got {cap})")
+        return value
 
     @field_validator(
         "spawn_delay", "polecat_timeout", "retry_base", "retry_max", "missing_grace", "notify_timeout",
-        mode="before",
+        "budget_window", "throttle_for", "breaker_cooldown", mode="before",
     )
     @classmethod
     def _check_durations(cls, value: Any) -> str:
@@ -120,6 +135,8 @@ class RigConfig(_Strict):
     repo: str
     prefix: str
     items: str | None = None  # an external, read-only beads export
+    max_polecats: int | None = Field(None, ge=1)  # None: only the town cap applies
+    token_budget: int = Field(0, ge=0)  # tokens per scheduler.budget_window; 0 = no rig budget
 
 
 class TownConfig(_Strict):
@@ -151,6 +168,14 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.notify": 'a JSON array of argv strings run on chosen events, e.g. ["notify-send", "{event}"]',
     "scheduler.notify_on": f"a JSON array or comma-separated list of: {', '.join(NOTIFY_EVENTS)}",
     "scheduler.notify_timeout": "a duration (a notifier still running then is killed)",
+    "scheduler.label_caps.LABEL": "an integer >= 1 (at most N running polecats whose item carries LABEL)",
+    "scheduler.token_budget": "an integer >= 0 (tokens per scheduler.budget_window; 0 = no budget)",
+    "scheduler.budget_window": "a duration such as 1h, 30m",
+    "scheduler.throttle_exit_code": "an integer 1..255 (a polecat exiting with it throttles its rig)",
+    "scheduler.throttle_for": "a duration such as 5m",
+    "scheduler.breaker_cooldown": "a duration (0 = a circuit-broken item stays broken)",
+    "rigs.NAME.max_polecats": "an integer >= 1 (the rig's own cap under the town cap)",
+    "rigs.NAME.token_budget": "an integer >= 0 (tokens per scheduler.budget_window; 0 = no budget)",
     "executor.kind": "one of local, tmux, ray, demo, memory",
     "executor.command": 'a JSON array of argv strings, e.g. ["my-agent", "{item_id}"]',
     "executor.ray.address": "a Ray dashboard address, e.g. http://127.0.0.1:8265",
@@ -158,11 +183,30 @@ CONFIG_KEYS: dict[str, str] = {
 }
 
 
+_INTEGER_KEYS = ("max_polecats", "batch_size", "max_dispatch_failures", "token_budget", "throttle_exit_code")
+
+
+def config_pattern(key: str) -> str:
+    """The :data:`CONFIG_KEYS` entry of ``key``: ``rigs.api.max_polecats`` → ``rigs.NAME.max_polecats``."""
+    parts = key.split(".")
+    if len(parts) == 3 and parts[0] == "rigs" and parts[1]:
+        return f"rigs.NAME.{parts[2]}"
+    if len(parts) == 3 and parts[:2] == ["scheduler", "label_caps"] and parts[2]:
+        return "scheduler.label_caps.LABEL"
+    return key
+
+
+def _known(key: str) -> str:
+    pattern = config_pattern(key)
+    if pattern not in CONFIG_KEYS:
+        raise UsageError(f"unknown config key {key!r}; known keys: {', '.join(CONFIG_KEYS)}")
+    return pattern
+
+
 def parse_config_value(key: str, raw: str) -> Any:
     """Turn the text a person typed into the value for ``key``, or say why not."""
-    if key not in CONFIG_KEYS:
-        raise UsageError(f"unknown config key {key!r}; known keys: {', '.join(CONFIG_KEYS)}")
-    expect = CONFIG_KEYS[key]
+    pattern = _known(key)
+    expect = CONFIG_KEYS[pattern]
     try:
         if key in ("executor.command", "executor.ray.resources", "scheduler.notify"):
             value = json.loads(raw)
@@ -172,7 +216,7 @@ def parse_config_value(key: str, raw: str) -> Any:
             value = json.loads(text) if text.startswith("[") else parts
             if not all(isinstance(v, str) and v in NOTIFY_EVENTS for v in value):
                 raise ValueError
-        elif key.endswith(("max_polecats", "batch_size", "max_dispatch_failures")):
+        elif pattern == "scheduler.label_caps.LABEL" or key.endswith(_INTEGER_KEYS):
             value = int(raw.strip())
         else:
             value = raw.strip()
@@ -190,25 +234,36 @@ def parse_config_value(key: str, raw: str) -> Any:
 
 def apply_config_value(config: TownConfig, key: str, value: Any) -> TownConfig:
     """A copy of ``config`` with ``key`` set, validated as a whole."""
+    pattern = _known(key)
     data = config.model_dump()
     node = data
     *parents, leaf = key.split(".")
     for part in parents:
+        if part not in node:
+            if pattern.startswith("rigs."):
+                raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
+            node[part] = {}
         node = node[part]
     node[leaf] = value
     try:
         return TownConfig.model_validate(data)
     except ValidationError as err:
-        expect = CONFIG_KEYS.get(key, "a valid value")
+        expect = CONFIG_KEYS.get(pattern, "a valid value")
         raise UsageError(f"invalid value for {key}: {value!r} (expected {expect})") from err
 
 
 def get_config_value(config: TownConfig, key: str) -> Any:
-    if key not in CONFIG_KEYS:
-        raise UsageError(f"unknown config key {key!r}; known keys: {', '.join(CONFIG_KEYS)}")
+    pattern = _known(key)
     node: Any = config
     for part in key.split("."):
-        node = getattr(node, part)
+        if isinstance(node, dict):
+            if part not in node:
+                if pattern.startswith("rigs."):
+                    raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
+                return None  # a label without a cap
+            node = node[part]
+        else:
+            node = getattr(node, part)
     return node
 
 

@@ -17,6 +17,12 @@ what lets a dispatcher that crashed mid-launch find the polecat instead of
 launching it again.  Finished polecats are moved by :meth:`reap` into
 ``runtime/workers/finished.jsonl`` (logs stay), so :meth:`find` still knows
 them afterwards.
+
+The polecat is started through a small watcher (:mod:`sluice.executors.watch`)
+that outlives the launching process and writes ``<id>.exit`` with the exit
+code, so a polecat's exit status is known whichever process started it.
+While the polecat has ended but its watcher has not yet written the code, the
+polecat still counts as running: readers never see an exit without its code.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ DEMO_COMMAND = (sys.executable, "-m", "sluice.surfaces.demo_worker", "{item_id}"
 FINISHED_LOG = "finished.jsonl"
 # A pending record whose launcher is gone for this long is reported as lost.
 _PENDING_GRACE = 30.0
+WATCHER = str(Path(__file__).with_name("watch.py"))
+_watchers: list[subprocess.Popen] = []  # polled now and then so finished watchers leave no zombies
 
 # Popen objects of the polecats this process started: poll() reaps them and
 # gives their exit code (a process that is not our child is watched via /proc).
@@ -151,9 +159,21 @@ class LocalExecutor:
             if launcher and (launcher == os.getpid() or pid_alive(launcher, record.get("launcher_start"))):
                 return "pending"
             return "pending" if recent else "lost"
-        return "running" if pid_alive(pid, record.get("start_time")) else "exited"
+        if pid_alive(pid, record.get("start_time")):
+            return "running"
+        watcher = record.get("watcher_pid")
+        info = _proc_stat(pid)
+        reused = info is not None and record.get("start_time") is not None and info[1] != record["start_time"]
+        if watcher and not reused and not self._exit_path(record["id"]).exists() \
+                and pid_alive(watcher, record.get("watcher_start")):
+            return "running"  # ended a moment ago; its watcher is writing the exit code
+        return "exited"
 
     def _polecat(self, record: dict, state: str | None = None) -> Polecat:
+        if record.get("exit_code") is None and record.get("watcher_pid"):
+            code = self._exit_code(record)
+            if code is not None:
+                record = {**record, "exit_code": code}
         return Polecat(
             id=record["id"],
             executor=self.kind,
@@ -200,27 +220,28 @@ class LocalExecutor:
         self._write(record)  # intent first: a crash from here on is found by find()
         env = {**os.environ, **sluice_env}
         try:
-            with open(log_path, "ab") as log:
-                process = subprocess.Popen(
-                    list(request.argv),
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+            pid, watcher = _start_watched(list(request.argv), cwd, env, log_path, self._exit_path(polecat_id))
         except (OSError, ValueError) as err:
             reason = _launch_error(request.argv[0], err)
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"sluice: {reason}\n")
             self._record_path(polecat_id).unlink(missing_ok=True)
             raise ExecutorError(reason) from None
-        _children[process.pid] = process
-        record.update(state="running", pid=process.pid, start_time=proc_start_time(process.pid))
+        record.update(state="running", pid=pid, start_time=proc_start_time(pid), watcher_pid=watcher.pid,
+                      watcher_start=proc_start_time(watcher.pid))
         self._write(record)
         return self._polecat(record, "running")
+
+    def _exit_path(self, polecat_id: str) -> Path:
+        return self.dir / f"{polecat_id}.exit"
+
+    def _exit_code(self, record: dict) -> int | None:
+        if record.get("exit_code") is not None:
+            return record["exit_code"]
+        try:
+            return json.loads(self._exit_path(record["id"]).read_text(encoding="utf-8")).get("exit_code")
+        except (FileNotFoundError, ValueError, AttributeError):
+            return None
 
     def _claim_id(self, request: LaunchRequest) -> tuple[str, Path]:
         """A polecat id no polecat of this town has had, claimed by creating its log file.
@@ -337,15 +358,48 @@ class LocalExecutor:
                 child = _children.pop(pid, None) if pid is not None else None
                 if child is not None and child.poll() is not None and record.get("exit_code") is None:
                     record["exit_code"] = child.returncode
+                if record.get("exit_code") is None:
+                    record["exit_code"] = self._exit_code(record)
                 record["state"] = state
                 record.setdefault("finished_at", iso())
                 fsutil.append_json(self.dir / FINISHED_LOG, record)
                 path.unlink()
+                self._exit_path(record["id"]).unlink(missing_ok=True)
             reaped.append(self._polecat(record, state))
         return reaped
 
     def _finished(self) -> list[dict]:
         return read_finished(self.dir / FINISHED_LOG)
+
+
+def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path):
+    """Start ``argv`` under its watcher; (polecat pid, watcher process), or the OSError of the start."""
+    for watcher in list(_watchers):
+        if watcher.poll() is not None:
+            _watchers.remove(watcher)
+    read_end, write_end = os.pipe()
+    try:
+        with open(log_path, "ab") as log:
+            watcher = subprocess.Popen(
+                [sys.executable, "-I", WATCHER, str(exit_path), str(write_end), "--", *argv],
+                cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True, pass_fds=(write_end,),
+            )
+        os.close(write_end)
+        write_end = -1
+        with os.fdopen(read_end, "rb") as pipe:
+            read_end = -1
+            answer = pipe.read().decode("ascii", "replace")
+    finally:
+        for fd in (read_end, write_end):
+            if fd >= 0:
+                os.close(fd)
+    _watchers.append(watcher)
+    if answer.startswith("P"):
+        return int(answer[1:]), watcher
+    errno = int(answer[1:] or 0) if answer.startswith("E") and answer[1:].isdigit() else 0
+    watcher.wait()
+    raise OSError(errno, os.strerror(errno) if errno else f"the watcher exited with {watcher.returncode}")
 
 
 def _launch_error(program: str, err: Exception) -> str:

@@ -87,18 +87,45 @@ def _held_row(held) -> dict:
     }
 
 
-def _queue(town: Town, executor: Executor | None):
-    config = _fresh_config(town)
+def queue_view(town: Town, executor: Executor | None = None, now: float | None = None):
+    """One survey and its admission, exactly as the next cycle would see them.
+
+    Returns ``(config, survey, active polecats, assessment)``; an unreachable
+    executor counts as no polecats (``status`` reports the problem).
+    """
+    return _survey(town, executor, now)[:4]
+
+
+def _survey(town: Town, executor: Executor | None, now: float | None = None):
+    import time
+
+    from sluice.scheduler.admission import assess
     from sluice.scheduler.pending import survey
 
+    config = _fresh_config(town)
+    now = time.time() if now is None else now
     active, executor, problem = _active(town, executor)
     stores = Stores(town)
     find = executor.find if executor is not None and problem is None else (lambda _cid: None)
-    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], find)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
-    rows = [_row(w, False, retry) for w in view.ready] + [_row(w, True, retry) for w in view.blocked]
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], find,
+                  now=now, backoff=retry)
+    assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
+    return config, view, active or [], assessment, problem, active
+
+
+def _queue(town: Town, executor: Executor | None):
+    from sluice.scheduler.admission import why
+
+    config, view, _active_list, assessment, problem, active = _survey(town, executor)
+    retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    codes = why(assessment, config)
+    rows = [_row(w, False, retry) for w in view.ready + view.backing_off] + \
+        [_row(w, True, retry) for w in view.blocked]
     rows += [_held_row(h) for h in view.held]
-    return config, view, rows, active, problem
+    for row in rows:
+        row["why"] = [row["held"]] if row.get("held") else codes.get(row["context_id"], [])
+    return config, view, rows, active, problem, assessment
 
 
 def list_queue(town: Town, executor: Executor | None = None) -> list[dict]:
@@ -111,7 +138,7 @@ def list_queue(town: Town, executor: Executor | None = None) -> list[dict]:
 
 
 def status(town: Town, executor: Executor | None = None) -> dict:
-    config, view, rows, active, problem = _queue(town, executor)
+    config, view, rows, active, problem, assessment = _queue(town, executor)
     state = load_state(town)
     sched = config.scheduler
     count = len(active) if active is not None else None
@@ -132,10 +159,32 @@ def status(town: Town, executor: Executor | None = None) -> dict:
         "stale": len(view.stale),
         "held": len(view.held),
         "items": rows,
+        **_admission_status(town, config, assessment),
     }
     if problem:
         out["executor_error"] = problem
     return out
+
+
+def _admission_status(town: Town, config, assessment) -> dict:
+    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``."""
+    from sluice.core.models import format_duration
+    from sluice.store import admission_state as kept
+
+    sched = config.scheduler
+    window = format_duration(sched.seconds("budget_window"))
+    budgets = []
+    if sched.token_budget:
+        budgets.append({"rig": None, "spent": assessment.spend.town, "budget": sched.token_budget,
+                        "window": window})
+    for name, rig in sorted(config.rigs.items()):
+        if rig.token_budget:
+            budgets.append({"rig": name, "spent": assessment.spend.rigs.get(name, 0),
+                            "budget": rig.token_budget, "window": window})
+    rig_caps = {name: rig.max_polecats for name, rig in sorted(config.rigs.items()) if rig.max_polecats}
+    return {"budgets": budgets, "throttles": kept.throttle_rows(town, assessment.now),
+            "rig_caps": rig_caps, "label_caps": dict(sched.label_caps),
+            "circuit_broken": len(kept.broken(town)), "plan_reason": assessment.admission.reason}
 
 
 def pause(town: Town, actor: str | None = None) -> dict:

@@ -14,7 +14,8 @@ One cycle, in order (DESIGN §4):
    only after ``scheduler.missing_grace``;
 5. capacity = ``max(0, max_polecats − active polecats)``; pending = ready
    contexts, one per item, ranked by :func:`sluice.ranking.rank_work`;
-6. :func:`sluice.plan.plan_dispatch`, then for each planned context: record
+6. :func:`sluice.core.admission.admit` (town cap, batch, rig and label caps,
+   token budgets, throttles, overlap), then for each planned context: record
    the launch intent, launch, close it ``dispatched`` (3 tries) and log the
    decision — or count the failure and trip the breaker at the threshold;
    ``spawn_delay`` between successful launches; a pause issued meanwhile
@@ -41,7 +42,6 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
-from sluice.core.plan import plan_dispatch
 from sluice.errors import (
     ConfigError,
     DispatchBusy,
@@ -86,6 +86,8 @@ class CycleReport:
     closed: list[dict] = field(default_factory=list)
     backing_off: int = 0
     held: list[dict] = field(default_factory=list)
+    why: dict[str, int] = field(default_factory=dict)  # reason code -> queued items it holds back
+    requeued: list[dict] = field(default_factory=list)  # breaker cooldowns and throttle exits
     messages: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -138,15 +140,20 @@ def run_cycle(
     executor: Executor | None = None,
     daemon: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    ignore_backoff: bool = False,
 ) -> CycleReport:
-    """Run (or, with ``dry_run``, preview) one dispatch cycle."""
+    """Run (or, with ``dry_run``, preview) one dispatch cycle.
+
+    A context whose last launch failed waits out its retry backoff in every
+    cycle, manual or daemon; ``ignore_backoff`` tries it at once.
+    """
     config = town.reload_config()
     daemon = daemon_mode() if daemon is None else daemon
     if batch is not None and batch < 1:
         raise UsageError(f"--batch must be >= 1 (got {batch})")
     report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
     if dry_run:
-        return _cycle(town, report, executor, daemon, sleep)
+        return _cycle(town, report, executor, daemon, sleep, ignore_backoff)
     lock = fsutil.file_lock(town.lock_path("dispatch"), timeout=0)
     try:
         lock.acquire()
@@ -156,12 +163,13 @@ def run_cycle(
             return report
         raise DispatchBusy("dispatch already in progress") from None
     try:
-        return _cycle(town, report, executor, daemon, sleep)
+        return _cycle(town, report, executor, daemon, sleep, ignore_backoff)
     finally:
         lock.release()
 
 
-def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> CycleReport:
+def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
+           ignore_backoff: bool) -> CycleReport:
     config = town.config
     sched = config.scheduler
     report.mode = "deferred" if sched.deferred else "direct"
@@ -188,6 +196,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
         return report
 
     from sluice.executors import get_executor
+    from sluice.scheduler import admission
     from sluice.scheduler.pending import survey
 
     executor = executor or get_executor(town)
@@ -198,30 +207,45 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
             raise
         template = ()
         report.messages.append(f"warning: {err}")
+    now = time.time()
+    if not report.dry_run:
+        # Polecats that asked for a throttle (exit code) and broken items whose cooldown ended
+        # are queued again before the survey, so this very cycle sees them.
+        listing = getattr(executor, "listing", None)  # only executors that keep finished records
+        if listing is not None:
+            report.requeued += admission.settle_exits(town, stores, listing(), now)
+        report.requeued += admission.requeue_due(town, stores, now)
     active = executor.active()
-    # Only the daemon's automatic ticks back off after a failed launch; a person running a cycle
-    # by hand is asking to try now.
-    backoff = (sched.seconds("retry_base"), sched.seconds("retry_max")) if daemon else None
-    view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, backoff=backoff)
+    backoff = None if ignore_backoff else (sched.seconds("retry_base"), sched.seconds("retry_max"))
+    view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, now=now, backoff=backoff)
     if not report.dry_run:
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
     report.capacity = max(0, sched.max_polecats - len(active))
-    plan = plan_dispatch(report.capacity, report.batch, view.ready)
+    assessment = admission.assess(town, stores, view, active, report.batch, now=now)
+    plan = assessment.admission
     report.ready = len(view.ready)
     report.backing_off = len(view.backing_off)
     report.skipped = plan.skipped
+    for reasons in plan.held.values():
+        for code in dict.fromkeys(r.code for r in reasons):
+            report.why[code] = report.why.get(code, 0) + 1
+    if view.backing_off:
+        report.why["backoff"] = len(view.backing_off)
+    if view.held:
+        report.why["missing-item"] = len(view.held)
     # A dry run while paused previews the cycle after resume, so its reason is the plan's; `paused`
     # stays true.  `reason: paused` means exactly "the cycle skipped planning".
     report.reason = plan.reason
-    report.planned = [_planned_row(w) for w in plan.to_dispatch]
+    planned = [a.payload for a in plan.to_dispatch]
+    report.planned = [_planned_row(w) for w in planned]
     if report.dry_run:
         return report
 
     launcher = Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
-    for position, work in enumerate(plan.to_dispatch):
+    for position, work in enumerate(planned):
         if position and load_state(town).paused:
-            left = len(plan.to_dispatch) - position
+            left = len(planned) - position
             report.paused = True
             report.skipped += left
             report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
@@ -229,7 +253,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep) -> Cy
         if not launcher.launch(work):
             continue
         record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
-        if sched.seconds("spawn_delay") > 0 and position < len(plan.to_dispatch) - 1:
+        if sched.seconds("spawn_delay") > 0 and position < len(planned) - 1:
             sleep(sched.seconds("spawn_delay"))
     return report
 
@@ -264,9 +288,13 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
                 held.closes_at = since + grace if since is not None else None
     for context in view.reappeared:
         ctxs.clear_missing(stores.rig(context.rig), context.id)
+    from sluice.scheduler.admission import trip_breaker
+
     for stale in view.stale:
         context = stale.context
         if ctxs.close(town, stores.rig(context.rig), context.id, stale.reason, {"detail": stale.detail}):
+            if stale.reason == ctxs.CIRCUIT_BROKEN and context.fields is not None:
+                trip_breaker(town, context.fields, context.fields.last_failure)
             report.closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
                                   "reason": stale.reason})
     for context, polecat in view.launched:
@@ -333,12 +361,27 @@ class Launcher:
         direct = {} if context is not None else {"direct": True}
         events.emit_event(self.town, events.DISPATCHED, {**payload, **direct})
         append_decision(self.town, work, polecat.id)
+        self._admitted(work, polecat.id)
         self.report.launched.append(payload)
         if context is None or self._close_dispatched(store, context, polecat.id):
             self.report.dispatched += 1
             return True
         self.report.failed += 1
         return False
+
+    def _admitted(self, work: Work, polecat_id: str) -> None:
+        """Charge the launch to the token budgets; a half-open item that launched is healed."""
+        from sluice.core.items import effective_tokens
+        from sluice.store import admission_state as kept
+
+        config = self.town.config
+        if config.scheduler.token_budget or any(r.token_budget for r in config.rigs.values()):
+            kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
+                               context_id=work.context_id or "", polecat_id=polecat_id,
+                               tokens=work.tokens if work.tokens is not None else effective_tokens(work.item),
+                               now=time.time(),
+                               window=config.scheduler.seconds("budget_window"))
+        kept.heal(self.town, work.item["id"])
 
     def _close_dispatched(self, store, context, polecat_id: str) -> bool:
         last_error: Exception | None = None
@@ -373,7 +416,11 @@ class Launcher:
         payload = {k: v for k, v in row.items() if k != "circuit_broken"}
         events.emit_event(self.town, events.DISPATCH_FAILED, payload)
         if context is not None and failures >= self.max_failures:
+            from sluice.scheduler.admission import trip_breaker
+
             ctxs.close(self.town, store, context.id, ctxs.CIRCUIT_BROKEN, {"last_failure": error})
+            if updated is not None and updated.fields is not None:
+                trip_breaker(self.town, updated.fields, error)
             events.emit_event(self.town, events.CIRCUIT_BROKEN, {
                 "context_id": context.id, "item_id": work.item["id"], "rig": work.rig,
                 "failures": failures, "last_failure": error})

@@ -48,6 +48,20 @@ def polecat_stop(ref: RefArgument, as_json: JsonOption = False) -> None:
         for r in rows))
 
 
+@polecat_app.command("usage")
+def polecat_usage(
+    ref: RefArgument,
+    tokens: Annotated[int, typer.Option("--tokens", help="Tokens the polecat really used.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Report what a polecat really used; it replaces the estimate in the token budget."""
+    from sluice.scheduler.admission import report_usage
+
+    emit(report_usage(town(), ref, tokens), as_json, lambda d: (
+        f"{d['polecat_id']} ({d['item_id']}): {d['tokens']} tokens counted" if d["counted"]
+        else f"{d['polecat_id']} ({d['item_id']}): launched outside the budget window; nothing to count"))
+
+
 @polecat_app.command("logs")
 def polecat_logs(
     ref: RefArgument,

@@ -101,6 +101,15 @@ def _status_text(data: dict) -> str:
         lines.append(f"  Stale:      {data['stale']} context(s) the next cycle will close")
     if data.get("held"):
         lines.append(f"  Held:       {data['held']} context(s) whose item is missing (missing-item)")
+    for row in data.get("budgets", []):
+        who = "town" if row["rig"] is None else f"rig {row['rig']}"
+        lines.append(f"  Budget:     {who}: {row['spent']} / {row['budget']} tokens per {row['window']}")
+    for row in data.get("throttles", []):
+        who = "town" if row["rig"] is None else f"rig {row['rig']}"
+        why = f" ({shown(row['reason'])})" if row.get("reason") else ""
+        lines.append(f"  Throttled:  {who} until {row['until']}{why}")
+    if data.get("circuit_broken"):
+        lines.append(f"  Broken:     {data['circuit_broken']} item(s) (`sluice scheduler broken`)")
     if data["items"]:
         lines += ["", _list_text(data["items"])]
     return "\n".join(lines)
@@ -126,6 +135,8 @@ def _list_text(rows: list[dict]) -> str:
             since = f" since {row['missing_since']}" if row.get("missing_since") else ""
             closes = f", closed at {row['closes_at']} if still missing" if row.get("closes_at") else ""
             text = f"({row['held']}: item not found in any rig{since}{closes})"
+        elif row.get("why"):
+            text += f"  (waits: {', '.join(row['why'])})"
         lines.append(f"  {mark} {shown(row['id']):<16} → {shown(row['target_rig']):<12} {text}{fails}")
     return "\n".join(lines)
 
@@ -134,12 +145,14 @@ def _list_text(rows: list[dict]) -> str:
 def run(
     batch: Annotated[int | None, typer.Option(help="At most N launches (default: batch_size).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Preview; change nothing.")] = False,
+    ignore_backoff: Annotated[bool, typer.Option(
+        "--ignore-backoff", help="Retry failed launches now, not after their backoff.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Run one dispatch cycle now."""
     from sluice.scheduler.dispatch import run_cycle
 
-    report = run_cycle(town(), batch=batch, dry_run=dry_run)
+    report = run_cycle(town(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff)
     if not as_json:
         for message in report.messages:
             say(message)
@@ -217,6 +230,87 @@ def _clear_text(data: dict) -> str:
         lines.append(f"Cleared {data['cleared']} context(s) from the scheduler" if data["cleared"]
                      else "Scheduler is already empty.")
     return "\n".join(lines)
+
+
+@scheduler_app.command("explain")
+def explain(
+    item: Annotated[str, typer.Argument(help="The work item to explain.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Would the next cycle launch ITEM, and every reason it would not."""
+    from sluice.scheduler.admission import explain as do_explain
+
+    emit(do_explain(town(), item), as_json, _explain_text)
+
+
+def _explain_text(data: dict) -> str:
+    if data["would_dispatch"]:
+        head = f"{data['item_id']}: the next cycle would launch it (context {data['context_id']})"
+    elif data["queued"]:
+        head = (f"{data['item_id']}: queued (context {data['context_id']}),"
+                " but the next cycle would not launch it")
+    else:
+        head = f"{data['item_id']}: not queued"
+    lines = [head]
+    if data["score"] is not None:
+        lines.append(f"  score: {data['score']}")
+    lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
+    return "\n".join(lines)
+
+
+@scheduler_app.command("throttle")
+def throttle(
+    until: Annotated[str | None, typer.Option(
+        "--until", help="TIME (ISO) or DURATION (10m) to hold until.")] = None,
+    rig: Annotated[str | None, typer.Option("--rig", help="Only this rig (default: the whole town).")] = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why (shown by status and explain).")] = "",
+    clear: Annotated[bool, typer.Option("--clear", help="Lift the throttle instead.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Hold new launches (of one rig or the town) until a time; running polecats go on."""
+    from sluice.scheduler.admission import throttle as do_throttle
+
+    emit(do_throttle(town(), until=until, rig=rig, reason=reason, clear=clear), as_json, _throttle_text)
+
+
+def _throttle_text(data: dict) -> str:
+    who = "the town" if data["rig"] is None else f"rig {data['rig']}"
+    if "cleared" in data:
+        return f"Throttle on {who} lifted" if data["cleared"] else f"{who} was not throttled"
+    return f"New launches of {who} held until {data['until']}"
+
+
+@scheduler_app.command("broken")
+def broken(as_json: JsonOption = False) -> None:
+    """Circuit-broken items: failures, last error, and when each is tried again."""
+    from sluice.scheduler.admission import broken_rows
+
+    emit(broken_rows(town()), as_json, _broken_text)
+
+
+def _broken_text(rows: list[dict]) -> str:
+    if not rows:
+        return "No circuit-broken items."
+    lines = []
+    for row in rows:
+        nxt = row["next_attempt_at"] or "never (scheduler.breaker_cooldown is 0)"
+        state = "  [half-open: one attempt queued]" if row["half_open"] else ""
+        lines.append(f"{row['item_id']:<16} → {row['rig']:<12} {row['failures']} failed,"
+                     f" next attempt {nxt}{state}")
+        lines.append(f"    last error: {shown(row['last_error'] or '')}")
+    return "\n".join(lines)
+
+
+@scheduler_app.command("reset")
+def reset(
+    item: Annotated[str, typer.Argument(help="A circuit-broken item.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Queue a circuit-broken item again now, with a fresh failure count."""
+    from sluice.scheduler.admission import reset as do_reset
+
+    emit(do_reset(town(), item), as_json, lambda d: f"Queued {d['item_id']} → {d['rig']} again"
+         + (f" (context {d['context_id']})" if d["context_id"] else ""))
 
 
 def daemon(

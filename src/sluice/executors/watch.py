@@ -1,0 +1,49 @@
+"""The watcher of one local polecat: start it, report its pid, record how it exited.
+
+A polecat is usually started by a dispatch cycle that ends long before the
+polecat does (the daemon runs each cycle as a short-lived process), so no
+sluice process is its parent and its exit status would be lost.  The local
+executor therefore starts this small watcher (in a session of its own), which
+starts the polecat in *another* new session, writes the polecat's pid to a
+pipe the launcher reads, waits, and writes ``{"exit_code": N}`` atomically
+to the file named by its first argument.  The exit code is what lets a
+polecat ask for a throttle by exiting with ``scheduler.throttle_exit_code``.
+
+Run as a script by path (``python -I watch.py EXIT_FILE PIPE_FD -- ARGV...``):
+it imports only the standard library, so it starts fast and cannot be broken
+by the environment of the town.  The argv is executed directly, never through
+a shell.  Stopping the polecat signals only the polecat's session; the
+watcher stays to record the signal as a negative exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def main(argv: list[str]) -> int:
+    exit_file, fd_text, dashes, *command = argv
+    if dashes != "--" or not command:
+        return 2
+    report = int(fd_text)
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError as err:
+        os.write(report, f"E{err.errno or 0}".encode())
+        os.close(report)
+        return 127
+    os.write(report, f"P{child.pid}".encode())
+    os.close(report)
+    code = child.wait()
+    temp = f"{exit_file}.tmp"
+    with open(temp, "w", encoding="utf-8") as fh:
+        json.dump({"exit_code": code}, fh)
+    os.replace(temp, exit_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

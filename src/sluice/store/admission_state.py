@@ -1,0 +1,280 @@
+"""What admission remembers between cycles: token spend, throttles, circuit-broken items.
+
+Three small JSON files under ``.sluice/runtime/`` (docs/formats.md), each
+rewritten atomically under its own lock by a read-modify-write of the fresh
+file, as :mod:`sluice.store.state` does for the pause flag:
+
+* ``budget.json`` — one entry per launch in the budget window (when, rig,
+  item, context, polecat, tokens); a polecat's reported usage replaces the
+  estimate of its entry.  Entries older than the window are dropped on
+  every write, so the file stays as small as the window.
+* ``throttles.json`` — at most one throttle for the whole town and one per
+  rig, each with its end, reason and who set it.  Ended ones are dropped on
+  every write and ignored on every read.
+* ``breaker.json`` — every circuit-broken item: failures, last error, when it
+  broke, how often it has broken (each trip doubles the cooldown), when it
+  may be tried again and the sling parameters to queue it with.
+
+A missing file is the empty state; a corrupt one is a ConfigError naming it.
+Times are stored as UTC text and as epoch seconds (``*_ts``) so readers need
+no parsing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.admission import Spend, Throttle
+from sluice.errors import ConfigError
+from sluice.store import fsutil
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.store.town import Town
+
+BUDGET = "budget"
+THROTTLES = "throttles"
+BREAKER = "breaker"
+#: The longest a breaker cooldown grows by doubling.
+MAX_COOLDOWN = 24 * 3600.0
+
+
+def utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _path(town: Town, name: str) -> Path:
+    return town.runtime / f"{name}.json"
+
+
+def read(town: Town, name: str) -> dict[str, Any]:
+    path = _path(town, name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read ({err})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
+def update(town: Town, name: str, change: Callable[[dict[str, Any]], Any]) -> Any:
+    """Re-read ``name`` under its lock, let ``change`` edit it in place, write it back."""
+    with fsutil.file_lock(town.lock_path(name)):
+        data = read(town, name)
+        result = change(data)
+        fsutil.atomic_write_json(_path(town, name), data)
+    return result
+
+
+# -- token budget ---------------------------------------------------------------------------
+
+
+def record_launch(
+    town: Town,
+    *,
+    rig: str,
+    item_id: str,
+    context_id: str,
+    polecat_id: str,
+    tokens: int,
+    now: float,
+    window: float,
+) -> None:
+    """Charge one launch's estimated tokens to the window."""
+
+    def change(data: dict) -> None:
+        launches = [e for e in data.get("launches", []) if e.get("at_ts", 0) > now - window]
+        launches.append(
+            {
+                "at": utc(now),
+                "at_ts": now,
+                "rig": rig,
+                "item_id": item_id,
+                "context_id": context_id,
+                "polecat_id": polecat_id,
+                "tokens": int(tokens),
+                "reported": False,
+            }
+        )
+        data["launches"] = launches
+
+    update(town, BUDGET, change)
+
+
+def report_usage(town: Town, polecat_id: str, tokens: int, item_id: str | None = None) -> dict | None:
+    """Replace the estimate of ``polecat_id``'s launch (or ``item_id``'s newest) with what it really used.
+
+    Returns the entry, or None when the launch is not in the window.
+    """
+
+    def change(data: dict) -> dict | None:
+        for entry in reversed(data.get("launches", [])):
+            if entry.get("polecat_id") == polecat_id or (
+                item_id is not None and entry.get("item_id") == item_id
+            ):
+                entry["tokens"] = int(tokens)
+                entry["reported"] = True
+                return dict(entry)
+        return None
+
+    return update(town, BUDGET, change)
+
+
+def spend(town: Town, now: float, window: float) -> Spend:
+    """Tokens charged inside the window ending at ``now``, town-wide and per rig."""
+    total, rigs = 0, {}
+    for entry in read(town, BUDGET).get("launches", []):
+        if entry.get("at_ts", 0) > now - window:
+            tokens = int(entry.get("tokens", 0))
+            total += tokens
+            rigs[entry.get("rig", "")] = rigs.get(entry.get("rig", ""), 0) + tokens
+    return Spend(total, rigs)
+
+
+# -- throttles ------------------------------------------------------------------------------
+
+
+def set_throttle(town: Town, until: float, rig: str | None, reason: str, by: str, now: float) -> dict:
+    """Hold new launches (of ``rig``, or the whole town) until ``until``; a later end never shortens."""
+
+    def change(data: dict) -> dict:
+        _drop_ended(data, now)
+        key = rig or ""
+        current = data.setdefault("throttles", {}).get(key)
+        if current is not None and current["until_ts"] >= until:
+            return current
+        entry = {
+            "rig": rig,
+            "until": utc(until),
+            "until_ts": until,
+            "reason": reason,
+            "by": by,
+            "at": utc(now),
+        }
+        data["throttles"][key] = entry
+        return entry
+
+    return update(town, THROTTLES, change)
+
+
+def clear_throttle(town: Town, rig: str | None, now: float) -> bool:
+    def change(data: dict) -> bool:
+        _drop_ended(data, now)
+        return data.setdefault("throttles", {}).pop(rig or "", None) is not None
+
+    return update(town, THROTTLES, change)
+
+
+def _drop_ended(data: dict, now: float) -> None:
+    data["throttles"] = {k: v for k, v in data.get("throttles", {}).items() if v.get("until_ts", 0) > now}
+
+
+def throttles(town: Town, now: float) -> list[Throttle]:
+    """The throttles still running at ``now``."""
+    out = []
+    for entry in read(town, THROTTLES).get("throttles", {}).values():
+        if entry.get("until_ts", 0) > now:
+            out.append(
+                Throttle(until=float(entry["until_ts"]), rig=entry.get("rig"), reason=entry.get("reason", ""))
+            )
+    return sorted(out, key=lambda t: (t.rig or "", t.until))
+
+
+def throttle_rows(town: Town, now: float) -> list[dict]:
+    rows = [v for v in read(town, THROTTLES).get("throttles", {}).values() if v.get("until_ts", 0) > now]
+    return [
+        {k: v for k, v in row.items() if k != "until_ts"}
+        for row in sorted(rows, key=lambda r: r["rig"] or "")
+    ]
+
+
+# -- circuit breaker ------------------------------------------------------------------------
+
+
+def cooldown_for(trips: int, base: float) -> float:
+    """The wait after the ``trips``-th break: ``base``, doubling per trip, at most 24 h; 0 = forever."""
+    if base <= 0:
+        return 0.0
+    return min(base * 2.0 ** min(max(trips - 1, 0), 64), MAX_COOLDOWN)
+
+
+def trip(
+    town: Town,
+    *,
+    item_id: str,
+    rig: str,
+    failures: int,
+    last_error: str,
+    sling: dict,
+    base: float,
+    now: float,
+) -> dict:
+    """Book a break of ``item_id``: one more trip, a longer cooldown, the next attempt."""
+
+    def change(data: dict) -> dict:
+        items = data.setdefault("items", {})
+        previous = items.get(item_id, {})
+        trips = int(previous.get("trips", 0)) + 1
+        cooldown = cooldown_for(trips, base)
+        entry = {
+            "item_id": item_id,
+            "rig": rig,
+            "failures": failures,
+            "last_error": last_error,
+            "broken_at": utc(now),
+            "trips": trips,
+            "cooldown": cooldown,
+            "next_attempt_at": utc(now + cooldown) if cooldown else None,
+            "next_attempt_ts": now + cooldown if cooldown else None,
+            "half_open": False,
+            "sling": sling,
+        }
+        items[item_id] = entry
+        return entry
+
+    return update(town, BREAKER, change)
+
+
+def broken(town: Town) -> dict[str, dict]:
+    """Every item the breaker holds, by item id (half-open ones included)."""
+    return dict(read(town, BREAKER).get("items", {}))
+
+
+def due(town: Town, now: float) -> list[dict]:
+    """Broken items whose cooldown has passed and that are not already being tried."""
+    return [
+        e
+        for e in broken(town).values()
+        if not e.get("half_open") and e.get("next_attempt_ts") is not None and e["next_attempt_ts"] <= now
+    ]
+
+
+def mark_half_open(town: Town, item_id: str) -> None:
+    def change(data: dict) -> None:
+        entry = data.get("items", {}).get(item_id)
+        if entry is not None:
+            entry["half_open"] = True
+
+    update(town, BREAKER, change)
+
+
+def heal(town: Town, item_id: str) -> dict | None:
+    """Forget ``item_id``'s breaker record (it launched, or a person reset it)."""
+
+    def change(data: dict) -> dict | None:
+        return data.get("items", {}).pop(item_id, None)
+
+    if item_id not in broken(town):  # the common case costs no write
+        return None
+    return update(town, BREAKER, change)

@@ -1,0 +1,238 @@
+"""Admission in a real town: sleeping polecats, real stores, the CLI and the library on one survey."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from helpers.scheduler import (
+    configure,
+    events,
+    fields,
+    item,
+    open_contexts,
+    python_command,
+    sleeper,
+    town_with_rigs,
+    wait_for,
+    write_items,
+)
+from sluice.executors.local import LocalExecutor
+from sluice.scheduler import admission
+from sluice.scheduler.control import list_queue, status
+from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store import admission_state as kept
+from sluice.store.town import Town
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
+    configure(cli.town, "scheduler.max_polecats", "10")
+    configure(cli.town, "scheduler.batch_size", "10")
+    configure(cli.town, "executor.command", sleeper(30))
+    yield cli.town
+    executor = LocalExecutor(Town(cli.town), stop_grace=1)
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def queue(town, rig, *records):
+    write_items(town, rig, list(records))
+    result = sling(Town(town), [*(r["id"] for r in records), rig], SlingOptions())
+    assert result.ok, result.errors
+
+
+def running_items(town) -> list[str]:
+    return sorted(p.item_id for p in LocalExecutor(Town(town)).active())
+
+
+def cycle(town, **kw):
+    return run_cycle(Town(town), **kw)
+
+
+def test_rig_cap_is_never_exceeded_and_other_rigs_go_on(town):
+    configure(town, "rigs.alpha.max_polecats", "2")
+    queue(town, "alpha", *(item(f"al-{n}", priority=0) for n in range(4)))
+    queue(town, "beta", item("be-1", priority=4))
+    report = cycle(town)
+    assert report.dispatched == 3 and report.held == {"rig-cap": 2}
+    assert running_items(town) == ["al-0", "al-1", "be-1"]
+    again = cycle(town)  # the cap holds across cycles: running polecats count
+    assert again.dispatched == 0 and again.reason == "rig-cap"
+    rows = list_queue(Town(town))
+    assert [r["why"] for r in rows] == [["rig-cap"], ["rig-cap"]]
+    explained = admission.explain(Town(town), "al-2")
+    assert explained["queued"] and not explained["would_dispatch"]
+    assert [r["code"] for r in explained["reasons"]] == ["rig-cap"]
+    assert "runs 2 of its 2" in explained["reasons"][0]["detail"]
+
+
+def test_label_cap_and_overlap_with_real_polecats(town):
+    configure(town, "scheduler.label_caps.gpu", "1")
+    queue(town, "alpha",
+          item("al-g1", labels=["gpu"], priority=0),
+          item("al-g2", labels=["gpu"], priority=0),
+          item("al-api", metadata={"touches": ["src/api/**"]}, priority=1),
+          item("al-auth", metadata={"touches": ["src/api/auth.py"]}, priority=1),
+          item("al-web", metadata={"touches": ["src/web/*"]}, priority=1))
+    queue(town, "beta", item("be-api", metadata={"touches": ["src/api/**"]}, priority=2))
+    report = cycle(town)
+    assert running_items(town) == ["al-api", "al-g1", "al-web", "be-api"]
+    assert report.held == {"label-cap": 1, "overlap": 1}
+    why = {r["id"]: r["why"] for r in list_queue(Town(town))}
+    assert why == {"al-g2": ["label-cap"], "al-auth": ["overlap"]}
+    [reason] = admission.explain(Town(town), "al-auth")["reasons"]
+    assert reason["code"] == "overlap" and "al-api" in reason["detail"]
+    LocalExecutor(Town(town), stop_grace=1).stop(
+        next(p.id for p in LocalExecutor(Town(town)).active() if p.item_id == "al-api"))
+    cycle(town)
+    assert "al-auth" in running_items(town) and "al-g2" not in running_items(town)
+
+
+def test_budget_exhaustion_and_recovery_as_the_window_slides(town):
+    configure(town, "scheduler.token_budget", "2500")
+    configure(town, "scheduler.budget_window", "3s")
+    configure(town, "executor.command", sleeper(0.1))
+    queue(town, "alpha", *(item(f"al-{n}", metadata={"estimated_tokens": 1000}) for n in range(3)))
+    first = cycle(town)
+    assert first.dispatched == 2 and first.held == {"budget": 1}
+    assert [r["code"] for r in admission.explain(Town(town), "al-2")["reasons"]] == ["budget"]
+    data = status(Town(town))
+    assert data["budgets"] == [{"rig": None, "spent": 2000, "budget": 2500, "window": "3s"}]
+    # A polecat reports what it really used: less than the estimate, so room appears at once.
+    ledger = kept.read(Town(town), kept.BUDGET)["launches"]
+    report = admission.report_usage(Town(town), ledger[0]["polecat_id"], 100)
+    assert report["counted"]
+    assert status(Town(town))["budgets"][0]["spent"] == 1100
+    assert cycle(town).dispatched == 1
+    write_items(town, "alpha", [item("al-late", metadata={"estimated_tokens": 1000})])
+    sling(Town(town), ["al-late", "alpha"], SlingOptions())
+    assert cycle(town).reason == "budget"
+    time.sleep(3.1)  # the window slides past the first launches
+    assert cycle(town).dispatched == 1
+
+
+def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, town):
+    queue(town, "alpha", item("al-1"))
+    queue(town, "beta", item("be-1"))
+    out = cli.json("scheduler", "throttle", "--until", "1h", "--rig", "alpha",
+                   "--reason", "429 from provider")
+    assert out["rig"] == "alpha" and out["reason"] == "429 from provider"
+    report = cycle(town)
+    assert running_items(town) == ["be-1"] and report.held == {"throttled": 1}
+    data = status(Town(town))
+    assert [t["rig"] for t in data["throttles"]] == ["alpha"]
+    assert "429 from provider" in admission.explain(Town(town), "al-1")["reasons"][0]["detail"]
+    assert cli.json("scheduler", "throttle", "--clear", "--rig", "alpha")["cleared"] is True
+    cycle(town)
+    assert running_items(town) == ["al-1", "be-1"]
+    bad = cli.run("scheduler", "throttle", "--until", "yesterday", check=False)
+    assert bad.returncode == 2 and "neither a duration" in bad.stderr
+
+
+def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(town):
+    configure(town, "executor.command", python_command("raise SystemExit(75)"))
+    configure(town, "scheduler.throttle_for", "2s")
+    queue(town, "alpha", item("al-1"))
+    assert cycle(town).dispatched == 1
+    wait_for(lambda: not LocalExecutor(Town(town)).active())
+    wait_for(lambda: any(p.detail.get("exit_code") == 75 for p in LocalExecutor(Town(town)).listing()))
+    report = cycle(town)
+    assert [r["item_id"] for r in report.requeued] == ["al-1"]
+    [context] = open_contexts(town, "alpha", "al-1")
+    assert fields(context).get("dispatch_failures", 0) == 0  # not a dispatch failure
+    assert report.dispatched == 0 and report.held == {"throttled": 1}
+    assert cycle(town).requeued == []  # settled once
+    assert events(town, "Throttled")
+    time.sleep(2.1)
+    configure(town, "executor.command", sleeper(30))
+    assert cycle(town).dispatched == 1
+
+
+def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town):
+    configure(town, "executor.command", json.dumps(["/nonexistent/agent", "{item_id}"]))
+    configure(town, "scheduler.max_dispatch_failures", "1")
+    configure(town, "scheduler.breaker_cooldown", "1s")
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    [row] = cli.json("scheduler", "broken")
+    assert row["item_id"] == "al-1" and row["trips"] == 1 and "cannot launch" in row["last_error"]
+    assert [r["code"] for r in admission.explain(Town(town), "al-1")["reasons"]] == ["circuit-broken"]
+    time.sleep(1.1)
+    report = cycle(town)  # half-open: queued again for one attempt, fails, broken again
+    assert [r["item_id"] for r in report.requeued] == ["al-1"] and report.failed == 1
+    [row] = kept.broken(Town(town)).values()
+    assert row["trips"] == 2 and row["cooldown"] == 2.0
+    # A person resets it; with a working agent it launches and the breaker forgets it.
+    configure(town, "executor.command", sleeper(30))
+    out = cli.json("scheduler", "reset", "al-1")
+    assert out["context_id"]
+    assert fields(open_contexts(town, "alpha", "al-1")[0]).get("dispatch_failures", 0) == 0
+    assert cycle(town).dispatched == 1
+    assert cli.json("scheduler", "broken") == []
+
+
+def test_breaker_cooldown_zero_latches(town):
+    configure(town, "executor.command", json.dumps(["/nonexistent/agent"]))
+    configure(town, "scheduler.max_dispatch_failures", "1")
+    configure(town, "scheduler.breaker_cooldown", "0")
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    [row] = admission.broken_rows(Town(town))
+    assert row["next_attempt_at"] is None
+    assert cycle(town).requeued == []
+
+
+def test_explain_codes_for_items_not_in_the_queue(cli, town):
+    write_items(town, "alpha", [item("al-free"), item("al-dep", deps=[("blocks", "al-free")])])
+    out = cli.json("scheduler", "explain", "al-free")
+    assert out == {"item_id": "al-free", "queued": False, "context_id": None, "would_dispatch": False,
+                   "score": None, "reasons": [{"code": "not-queued", "detail": out["reasons"][0]["detail"]}]}
+    assert [r["code"] for r in cli.json("scheduler", "explain", "al-nope")["reasons"]] == ["missing-item"]
+    sling(Town(town), ["al-dep", "al-free", "alpha"], SlingOptions())
+    blocked = admission.explain(Town(town), "al-dep")
+    assert blocked["queued"] and [r["code"] for r in blocked["reasons"]] == ["blocked"]
+    assert "al-free" in blocked["reasons"][0]["detail"]
+    ready = admission.explain(Town(town), "al-free")
+    assert ready["would_dispatch"] and ready["reasons"] == [] and ready["score"] is not None
+    cli.run("scheduler", "pause")
+    assert [r["code"] for r in admission.explain(Town(town), "al-free")["reasons"]] == ["paused"]
+    configure(town, "scheduler.max_polecats", "-1")
+    codes = [r["code"] for r in admission.explain(Town(town), "al-free")["reasons"]]
+    assert codes == ["paused", "direct-mode"]
+    text = cli.run("scheduler", "explain", "al-free").stdout
+    assert "paused:" in text and "direct-mode:" in text
+
+
+def test_batch_and_capacity_reasons_match_the_plan(town):
+    configure(town, "scheduler.max_polecats", "3")
+    configure(town, "scheduler.batch_size", "1")
+    queue(town, "alpha", item("al-1", priority=0), item("al-2", priority=1))
+    assert [r["why"] for r in list_queue(Town(town))] == [[], ["batch"]]
+    plan = run_cycle(Town(town), dry_run=True)
+    assert plan.reason == "batch" and [p["item_id"] for p in plan.planned] == ["al-1"]
+    configure(town, "scheduler.max_polecats", "1")
+    queue(town, "beta", item("be-run", priority=0))
+    cycle(town)
+    waiting = [r for r in list_queue(Town(town)) if r["id"] in ("al-1", "be-run")]
+    assert [r["why"] for r in waiting] == [["capacity"]]
+    assert admission.explain(Town(town), waiting[0]["id"])["reasons"][0]["code"] == "capacity"
+
+
+def test_config_keys_for_caps_and_budgets(cli, town):
+    cli.run("config", "set", "rigs.alpha.max_polecats", "2")
+    assert cli.run("config", "get", "rigs.alpha.max_polecats").stdout.strip() == "2"
+    bad = cli.run("config", "set", "rigs.alpha.max_polecats", "0", check=False)
+    assert bad.returncode == 2 and "rigs.alpha.max_polecats" in bad.stderr
+    unknown = cli.run("config", "set", "rigs.nope.max_polecats", "2", check=False)
+    assert unknown.returncode == 2 and "unknown rig 'nope'" in unknown.stderr
+    cli.run("config", "set", "scheduler.label_caps.gpu", "1")
+    assert cli.run("config", "get", "scheduler.label_caps.gpu").stdout.strip() == "1"
+    assert cli.run("config", "set", "scheduler.budget_window", "soon", check=False).returncode == 2
+    cli.run("config", "set", "rigs.beta.token_budget", "5000")
+    config = json.loads((town / ".sluice" / "config.json").read_text())
+    assert config["rigs"]["beta"]["token_budget"] == 5000 and config["scheduler"]["label_caps"] == {"gpu": 1}
