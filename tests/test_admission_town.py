@@ -59,7 +59,7 @@ def test_rig_cap_is_never_exceeded_and_other_rigs_go_on(town):
     queue(town, "alpha", *(item(f"al-{n}", priority=0) for n in range(4)))
     queue(town, "beta", item("be-1", priority=4))
     report = cycle(town)
-    assert report.dispatched == 3 and report.held == {"rig-cap": 2}
+    assert report.dispatched == 3 and report.why == {"rig-cap": 2}
     assert running_items(town) == ["al-0", "al-1", "be-1"]
     again = cycle(town)  # the cap holds across cycles: running polecats count
     assert again.dispatched == 0 and again.reason == "rig-cap"
@@ -82,7 +82,7 @@ def test_label_cap_and_overlap_with_real_polecats(town):
     queue(town, "beta", item("be-api", metadata={"touches": ["src/api/**"]}, priority=2))
     report = cycle(town)
     assert running_items(town) == ["al-api", "al-g1", "al-web", "be-api"]
-    assert report.held == {"label-cap": 1, "overlap": 1}
+    assert report.why == {"label-cap": 1, "overlap": 1}
     why = {r["id"]: r["why"] for r in list_queue(Town(town))}
     assert why == {"al-g2": ["label-cap"], "al-auth": ["overlap"]}
     [reason] = admission.explain(Town(town), "al-auth")["reasons"]
@@ -99,7 +99,7 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(town):
     configure(town, "executor.command", sleeper(0.1))
     queue(town, "alpha", *(item(f"al-{n}", metadata={"estimated_tokens": 1000}) for n in range(3)))
     first = cycle(town)
-    assert first.dispatched == 2 and first.held == {"budget": 1}
+    assert first.dispatched == 2 and first.why == {"budget": 1}
     assert [r["code"] for r in admission.explain(Town(town), "al-2")["reasons"]] == ["budget"]
     data = status(Town(town))
     assert data["budgets"] == [{"rig": None, "spent": 2000, "budget": 2500, "window": "3s"}]
@@ -123,7 +123,7 @@ def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, town):
                    "--reason", "429 from provider")
     assert out["rig"] == "alpha" and out["reason"] == "429 from provider"
     report = cycle(town)
-    assert running_items(town) == ["be-1"] and report.held == {"throttled": 1}
+    assert running_items(town) == ["be-1"] and report.why == {"throttled": 1}
     data = status(Town(town))
     assert [t["rig"] for t in data["throttles"]] == ["alpha"]
     assert "429 from provider" in admission.explain(Town(town), "al-1")["reasons"][0]["detail"]
@@ -145,7 +145,7 @@ def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(town):
     assert [r["item_id"] for r in report.requeued] == ["al-1"]
     [context] = open_contexts(town, "alpha", "al-1")
     assert fields(context).get("dispatch_failures", 0) == 0  # not a dispatch failure
-    assert report.dispatched == 0 and report.held == {"throttled": 1}
+    assert report.dispatched == 0 and report.why == {"throttled": 1}
     assert cycle(town).requeued == []  # settled once
     assert events(town, "Throttled")
     time.sleep(2.1)

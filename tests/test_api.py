@@ -174,8 +174,11 @@ def test_failed_launches_trip_the_breaker(town):
     town.sling([item["id"]])
     first = town.run_cycle()
     assert first.failed == 1 and first.failures[0]["error"] == "launch failed: no such agent"
-    second = town.run_cycle()
+    assert town.run_cycle().why == {"backoff": 1}  # a failed launch waits out its backoff
+    second = town.run_cycle(ignore_backoff=True)
     assert second.failures[0]["circuit_broken"] is True
+    assert town.explain(item["id"]).codes == ["circuit-broken"]
+    assert [row["item_id"] for row in town.broken()] == [item["id"]]
     assert len(town.list()) == 0
 
 

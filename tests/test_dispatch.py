@@ -98,7 +98,7 @@ def test_circuit_breaker_after_real_launch_failures(cli, town):
     assert not f.get("launch_started_at")
     assert cli.json("scheduler", "list")[0]["dispatch_failures"] == 1
     held = cli.json("scheduler", "run")  # a manual run waits out the retry backoff too
-    assert (held["failed"], held["backing_off"], held["held"]) == (0, 1, {"backoff": 1})
+    assert (held["failed"], held["backing_off"], held["why"]) == (0, 1, {"backoff": 1})
     assert cli.json("scheduler", "list")[0]["why"] == ["backoff"]
     cli.json("scheduler", "run", "--ignore-backoff")
     third = cli.json("scheduler", "run", "--ignore-backoff")

@@ -48,6 +48,7 @@ __all__ = [
     "CycleReport",
     "Decision",
     "Decisions",
+    "Explanation",
     "PatrolReport",
     "PauseState",
     "Queue",
@@ -146,6 +147,26 @@ class QueueStatus(_Document):
     @cached_property
     def items(self) -> list[QueueEntry]:
         return _entries(self.document["items"])
+
+
+@dataclass(frozen=True)
+class Explanation(_Document):
+    """``scheduler explain``: would the next cycle launch the item, and every reason it would not."""
+
+    item_id: str
+    queued: bool
+    context_id: str | None
+    would_dispatch: bool
+    score: float | None
+
+    @property
+    def reasons(self) -> list[dict]:
+        """``[{"code", "detail"}]`` with codes from :data:`sluice.core.admission.CODES`."""
+        return self.document["reasons"]
+
+    @property
+    def codes(self) -> list[str]:
+        return [r["code"] for r in self.document["reasons"]]
 
 
 @dataclass(frozen=True)
@@ -422,11 +443,16 @@ class Town:
                                dry_run=dry_run)
         return sling_items(self.files, list(items), rig, options, executor=self.executor)
 
-    def run_cycle(self, *, dry_run: bool = False, batch: int | None = None) -> CycleReport:
-        """One dispatch cycle now (``dry_run``: what it would do, changing nothing)."""
+    def run_cycle(self, *, dry_run: bool = False, batch: int | None = None,
+                  ignore_backoff: bool = False) -> CycleReport:
+        """One dispatch cycle now (``dry_run``: what it would do, changing nothing).
+
+        Failed launches wait out their retry backoff unless ``ignore_backoff``.
+        """
         from sluice.scheduler.dispatch import run_cycle
 
-        return run_cycle(self.files, batch=batch, dry_run=dry_run, executor=self.executor)
+        return run_cycle(self.files, batch=batch, dry_run=dry_run, executor=self.executor,
+                         ignore_backoff=ignore_backoff)
 
     def status(self) -> QueueStatus:
         from sluice.scheduler.control import status
@@ -462,7 +488,36 @@ class Town:
 
         return PatrolReport.from_json(patrol(self.files, rig, fix, executor=self.executor))
 
-    # Admission control adds ``explain(item)`` here: why an item is (not) dispatched next.
+    def explain(self, item: str) -> Explanation:
+        """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
+        from sluice.scheduler.admission import explain
+
+        return Explanation.from_json(explain(self.files, item, self.executor))
+
+    def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
+                 clear: bool = False) -> dict:
+        """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
+        from sluice.scheduler.admission import throttle
+
+        return throttle(self.files, until=until, rig=rig, reason=reason, clear=clear)
+
+    def broken(self) -> list[dict]:
+        """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
+        from sluice.scheduler.admission import broken_rows
+
+        return broken_rows(self.files)
+
+    def reset(self, item: str) -> dict:
+        """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
+        from sluice.scheduler.admission import reset
+
+        return reset(self.files, item)
+
+    def polecat_usage(self, ref: str, tokens: int) -> dict:
+        """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
+        from sluice.scheduler.admission import report_usage
+
+        return report_usage(self.files, ref, tokens, executor=self._executor())
 
     # -- watching ---------------------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -239,6 +239,13 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
         if out["queued"]:
             break
     if not out["queued"]:
+        for held in view.held:  # its item is missing now; the context closes after missing_grace
+            if held.context.work_id == item_id:
+                out.update(queued=True, context_id=held.context.id)
+                closes = f", its context closes at {stamp_of(held.closes_at)}" if held.closes_at else ""
+                reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
+                break
+    if not out["queued"]:
         for stale in view.stale:
             if stale.context.work_id == item_id:
                 out.update(queued=True, context_id=stale.context.id)
@@ -274,6 +281,10 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
             reasons.append(Reason(rules.NOT_QUEUED, detail))
     out["reasons"] = [r.to_json() for r in reasons]
     return out
+
+
+def stamp_of(epoch: float) -> str:
+    return rules.stamp(epoch)
 
 
 def _blockers(stores: Stores, item_id: str, active: list[Polecat]) -> list[str]:
@@ -521,7 +532,7 @@ def _params_of_polecat(stores: Stores, polecat: Polecat) -> dict:
 # -- reported usage -----------------------------------------------------------------------------
 
 
-def report_usage(town: Town, ref: str, tokens: int) -> dict:
+def report_usage(town: Town, ref: str, tokens: int, executor: Executor | None = None) -> dict:
     """``polecat usage ITEM|ID --tokens N``: replace the launch's estimate with what was really used."""
     from sluice.errors import UsageError
     from sluice.executors import get_executor
@@ -533,7 +544,7 @@ def report_usage(town: Town, ref: str, tokens: int) -> dict:
     from sluice.scheduler.polecats import UnknownPolecat
 
     try:
-        polecat_id = resolve(get_executor(town), ref)[0].id
+        polecat_id = resolve(executor or get_executor(town), ref)[0].id
     except UnknownPolecat:  # reaped already: the budget ledger still knows its launch
         polecat_id = None
     entry = kept.report_usage(town, polecat_id or ref, tokens, item_id=None if polecat_id else ref)
