@@ -137,3 +137,36 @@ def test_config_refuses_unknown_events(cli):
     assert json.loads(cli.run("config", "get", "scheduler.notify_on").stdout) == ["throttled"]
     done = cli.run("config", "set", "scheduler.notify", "notify-send hi", check=False)
     assert done.returncode == 2 and "JSON array" in done.stderr
+
+
+def test_a_budget_is_announced_once_each_time_it_runs_out():
+    from sluice.scheduler.notify import newly_exhausted
+
+    town_budget = {"rig": None, "spent": 5000, "budget": 5000, "window": "1h"}
+    api = {"rig": "api", "spent": 10, "budget": 1000, "window": "1h"}
+    fresh, known = newly_exhausted([town_budget, api], set())
+    assert fresh == [town_budget] and known == {""}
+    fresh, known = newly_exhausted([town_budget, {**api, "spent": 1000}], known)
+    assert fresh == [{**api, "spent": 1000}] and known == {"", "api"}
+    fresh, known = newly_exhausted([{**town_budget, "spent": 10}, {**api, "spent": 1000}], known)
+    assert fresh == [] and known == {"api"}  # the town's window moved on: it may run out again
+    fresh, known = newly_exhausted([town_budget], known)
+    assert fresh == [town_budget] and known == {""}
+    assert newly_exhausted([{"rig": "x", "spent": 0, "budget": 0}, "junk"], set()) == ([], set())
+
+
+def test_the_daemon_logs_each_budget_running_out_for_the_notifier(cli, town, notifier, monkeypatch):
+    """Budgets come from `scheduler status` (admission control); here status reports one, spent."""
+    from sluice.scheduler import control
+
+    script, out = notifier
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    _use(cli, script, out, notify_on="budget-exhausted")
+    real = control.status
+    spent = {"rig": "alpha", "spent": 1200, "budget": 1000, "window": "1h"}
+    monkeypatch.setattr(control, "status", lambda t, e=None: {**real(t, e), "budgets": [spent]})
+    daemon = _daemon(town, [])
+    daemon.tick()
+    daemon.tick()
+    [sent] = _notified(out)
+    assert sent["argv"] == ["budget-exhausted", "", "alpha"] and sent["stdin"]["payload"] == spent

@@ -15,7 +15,8 @@
   check and reaping use the executor configured now, not at start.
 * After the tick's line, ``scheduler.notify`` is run for the chosen events
   written since the last tick (:mod:`sluice.scheduler.notify`); a tick that
-  launched the last queued item logs ``QueueDrained`` first.  A notifier is
+  launched the last queued item logs ``QueueDrained`` first, and a token budget
+  that became spent ``BudgetExhausted`` (once until it frees up).  A notifier is
   bounded by ``scheduler.notify_timeout`` and its failures are log lines.
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
   ``runtime/daemon.json`` holds pid, started_at, last_tick_at, last_result.
@@ -144,6 +145,7 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.started_at = iso()
         self.ticks = 0
+        self.exhausted: set[str] = set()  # budgets this daemon has seen spent (BudgetExhausted once each)
         self.last_result: dict | None = None
 
     def _log(self, line: str) -> None:
@@ -190,7 +192,7 @@ class Daemon:
             reaped = len(get_executor(self.town).reap())
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
-        self._queue_drained(result)
+        self._after_cycle(result)
         keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
         summary = {k: result[k] for k in keys if k in result}
         for key in ("error", "reap_error"):
@@ -205,18 +207,24 @@ class Daemon:
             self._log(outcome.line())
         return "error" not in result
 
-    def _queue_drained(self, result: dict) -> None:
-        """Log ``QueueDrained`` when this tick launched the last queued item."""
-        if not result.get("dispatched"):
-            return
-        from sluice.scheduler.control import list_queue
-        from sluice.store.events import QUEUE_DRAINED, emit_event
+    def _after_cycle(self, result: dict) -> None:
+        """Log ``QueueDrained`` when this tick launched the last queued item, and ``BudgetExhausted``
+        when a token budget that ``scheduler status`` reports became spent (once until it frees up)."""
+        from sluice.scheduler.control import status
+        from sluice.store.events import BUDGET_EXHAUSTED, QUEUE_DRAINED, emit_events
 
         try:
-            if not list_queue(self.town):
-                emit_event(self.town, QUEUE_DRAINED, {"dispatched": result["dispatched"]})
+            now = status(self.town)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
+            return
+        found: list[tuple[str, dict]] = []
+        if result.get("dispatched") and now.get("queued_total") == 0:
+            found.append((QUEUE_DRAINED, {"dispatched": result["dispatched"]}))
+        spent, self.exhausted = notify.newly_exhausted(now.get("budgets") or [], self.exhausted)
+        found += [(BUDGET_EXHAUSTED, budget) for budget in spent]
+        if found:
+            emit_events(self.town, found)
 
     def _notify(self) -> list:
         try:

@@ -11,7 +11,7 @@ events named in ``scheduler.notify_on`` (default: all of
 notify name            event type in ``events/scheduler.jsonl``
 =====================  ============================================
 ``circuit-broken``     ``CircuitBroken``
-``budget-exhausted``   ``BudgetExhausted``
+``budget-exhausted``   ``BudgetExhausted`` (a token budget of ``scheduler status`` became spent)
 ``throttled``          ``Throttled``
 ``queue-drained``      ``QueueDrained`` (a daemon tick launched the last queued item)
 ``polecat-timed-out``  ``PolecatTimedOut``
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 EVENT_TYPES = {
     events.CIRCUIT_BROKEN: "circuit-broken",
-    "BudgetExhausted": "budget-exhausted",  # written by admission control's budgets
+    events.BUDGET_EXHAUSTED: "budget-exhausted",
     "Throttled": "throttled",  # written by admission control's throttles
     events.QUEUE_DRAINED: "queue-drained",
     events.POLECAT_TIMED_OUT: "polecat-timed-out",
@@ -65,6 +65,25 @@ class Outcome:
     def line(self) -> str:
         status = "sent" if self.ok else f"failed: {self.detail}"
         return f"notify {self.event} ({self.event_id[:8]}): {status}"
+
+
+def newly_exhausted(budgets: list[dict], known: set[str]) -> tuple[list[dict], set[str]]:
+    """Budgets (``scheduler status`` rows ``{rig, spent, budget, window}``) spent now and not before.
+
+    Returns them and the set of spent budgets now (keyed by rig, ``""`` for
+    the town's), so a budget is announced once each time it runs out.
+    """
+    spent_now: set[str] = set()
+    fresh = []
+    for row in budgets:
+        if not isinstance(row, dict) or not isinstance(row.get("budget"), (int, float)) or row["budget"] <= 0:
+            continue
+        key = str(row.get("rig") or "")
+        if isinstance(row.get("spent"), (int, float)) and row["spent"] >= row["budget"]:
+            spent_now.add(key)
+            if key not in known:
+                fresh.append(dict(row))
+    return fresh, spent_now
 
 
 def cursor_path(town: Town):

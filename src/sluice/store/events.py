@@ -36,8 +36,10 @@ RESUMED = "Resumed"
 CLEARED = "Cleared"
 # Polecats stopped by the stall timeout:
 POLECAT_TIMED_OUT = "PolecatTimedOut"
-# A daemon tick launched the last queued item (announced by ``scheduler.notify``):
+# Seen by the daemon after a tick (announced by ``scheduler.notify``): it launched the last
+# queued item; a token budget became spent.
 QUEUE_DRAINED = "QueueDrained"
+BUDGET_EXHAUSTED = "BudgetExhausted"
 # Advisory scoring (``schedule next``):
 SCHEDULE_DECISION = "ScheduleDecision"
 SCHEDULE_SKIPPED = "ScheduleSkipped"
