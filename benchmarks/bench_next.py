@@ -3,6 +3,10 @@
 Usage:  python benchmarks/bench_next.py [--sizes 10000,100000] [--runs 5] [--work DIR]
                                         [--dispatch-contexts 1000]
 
+Needs the metagit peer scripts (``run_peer.sh``, ``gen_graph.py``,
+``to_sluice.py``), found in ``../shared/peers/metagit`` beside the checkout
+or wherever ``METAGIT_PEER_DIR`` points; without them it stops with a message.
+
 For each size this
 
 1. generates a metagit workspace with the peer's ``gen_graph.py`` (10,000
@@ -73,6 +77,20 @@ def measure(argv: list[str], cwd: Path, env: dict) -> tuple[float, int, bytes]:
     if code != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.decode(errors='replace')[-2000:]}")
     return elapsed, usage.ru_maxrss // 1024, data
+
+
+PEER_FILES = ("run_peer.sh", "gen_graph.py", "to_sluice.py")
+
+
+def require_peer() -> None:
+    """Stop with one line, not a traceback, when the metagit peer scripts are not there."""
+    missing = [name for name in PEER_FILES if not (PEER / name).is_file()]
+    if missing:
+        raise SystemExit(
+            f"bench_next.py compares sluice with metagit and needs the metagit peer scripts"
+            f" ({', '.join(PEER_FILES)}) in {PEER}, which lacks {', '.join(missing)};"
+            " point METAGIT_PEER_DIR at them (they are not part of this repository)"
+        )
 
 
 def ensure_metagit() -> Path:
@@ -186,6 +204,7 @@ def main() -> None:
         help="contexts to sling for the dispatch dry run at the largest size (0: skip)",
     )
     args = parser.parse_args()
+    require_peer()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-next-"))
     work.mkdir(parents=True, exist_ok=True)

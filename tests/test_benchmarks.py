@@ -1,0 +1,25 @@
+"""The benchmarks fail with a message, never a traceback, when what they compare against is missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_next_without_the_metagit_peer_says_what_it_needs(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_next.py"), "--sizes", "100", "--runs", "1",
+         "--work", str(tmp_path / "work")],
+        env={**os.environ, "METAGIT_PEER_DIR": str(tmp_path / "no-peer")}, capture_output=True, text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert "needs the metagit peer scripts" in line and str(tmp_path / "no-peer") in line
+    assert "METAGIT_PEER_DIR" in line
+    assert not (tmp_path / "work").exists()  # stopped before building anything
