@@ -157,10 +157,13 @@ class Supervisor:
     # -- chaos -----------------------------------------------------------------
     def kill_one(self) -> None:
         target = self.rng.choice(TARGETS)
-        if target == "cycle":
-            pids = cycle_pids(self.layout.town)
+        if target == "cycle":  # the most interesting victim: wait a moment for one to be running
+            deadline = time.monotonic() + 2.0
+            while not (pids := cycle_pids(self.layout.town)) and time.monotonic() < deadline:
+                time.sleep(0.05)
             if not pids:
                 return
+            time.sleep(self.rng.uniform(0.0, 0.5))  # at a random point of the cycle
             pid = self.rng.choice(pids)
         else:
             proc = self.procs.get(target)
