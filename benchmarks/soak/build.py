@@ -204,6 +204,8 @@ def configure(layout: Layout, polecat_argv: list[str], config: Config) -> None:
         "scheduler.throttle_for": "3s",  # a polecat exiting 75 throttles its rig this long
         "scheduler.breaker_cooldown": "20s",  # and a circuit-broken item is tried again after this
         "scheduler.missing_grace": "30s",
+        "scheduler.compact_retention": "20s",  # so compaction archives contexts during the run
+        "scheduler.compact_at": "3000",  # and the daemon compacts on its own too
     }
     for key, value in optional.items():
         if sluice(layout.town, "config", "set", key, value, check=False).returncode == 0:

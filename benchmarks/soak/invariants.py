@@ -53,6 +53,10 @@ def gather(layout: Layout) -> Evidence:
             continue
         ev.launches.setdefault(record.get("id", path.stem), record)
     for rig_dir in sorted((layout.town / ".sluice" / "rigs").iterdir()):
+        for record in archived(rig_dir / "ephemeral.archive.jsonl.gz"):  # compaction's, older than the log
+            ev.contexts[record["id"]] = record
+            ev.context_rig[record["id"]] = rig_dir.name
+            ev.replay.append((rig_dir.name, record))
         for record in _lines(rig_dir / "ephemeral.jsonl"):
             ev.contexts[record["id"]] = record
             ev.context_rig[record["id"]] = rig_dir.name
@@ -61,6 +65,34 @@ def gather(layout: Layout) -> Evidence:
         if own.exists():
             ev.items[rig_dir.name] = {r["id"]: r for r in _lines(own)}
     return ev
+
+
+def archived(path: Path) -> list[dict]:
+    """Records compaction moved to its gzip archive (concatenated members; a torn last one is cut)."""
+    import gzip
+    import zlib
+
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    out: list[dict] = []
+    while data:
+        unpack = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text = unpack.decompress(data) + unpack.flush()
+        except (zlib.error, gzip.BadGzipFile):
+            break
+        if not unpack.eof:
+            break
+        data = unpack.unused_data
+        for line in text.split(b"\n"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "id" in record:
+                out.append(record)
+    return out
 
 
 def _lines(path: Path) -> list[dict]:
