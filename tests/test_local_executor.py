@@ -60,12 +60,12 @@ def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(set
     town, executor, repo = setup
     polecat = executor.launch(request(town, repo, "print('done'); raise SystemExit(3)"))
     wait_for(lambda: not executor.active())
-    assert executor.listing()[0].state == "exited"
+    assert executor.listing()[0].state == "failed"  # a non-zero exit status
     [reaped] = executor.reap()
     assert reaped.id == polecat.id and reaped.detail["exit_code"] == 3
     assert executor.listing() == [] and not (town.workers_dir / f"{polecat.id}.json").exists()
     assert list(executor.logs(polecat.id)) == ["done"]  # the log stays
-    assert executor.find("al-wisp-1").state == "exited"  # and find() still knows it
+    assert executor.find("al-wisp-1").state == "failed"  # and find() still knows it
     assert executor.reap() == []
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
 from helpers.polecats import configure, gone, install_polecat, polecat_command, report
-from helpers.scheduler import item, write_items
+from helpers.scheduler import item, wait_for, write_items
 from sluice.executors import get_executor
 from sluice.store.town import Town
 
 ROW_KEYS = {
-    "id", "item_id", "rig", "context_id", "executor", "started_at", "state", "pid", "log_path", "attach",
+    "id", "item_id", "rig", "context_id", "executor", "started_at", "state", "pid", "exit_code", "log_path",
+    "attach",
 }
 
 
@@ -46,7 +48,8 @@ def test_list_shows_every_polecat_with_its_row(cli, town):
         ("al-1", "alpha", kind, "running"),
         ("al-2", "alpha", kind, "running"),
     ]
-    assert {r["item_id"]: r["pid"] for r in rows} == {"al-1": first["pid"], "al-2": second["pid"]}
+    # the pid leads the polecat's session (for tmux: the pane's exit-status supervisor)
+    assert {r["item_id"]: r["pid"] for r in rows} == {"al-1": first["sid"], "al-2": second["sid"]}
     text = cli.run("polecat", "list").stdout
     assert "al-1" in text and "al-2" in text and "running" in text
     if kind == "tmux":
@@ -99,3 +102,27 @@ def test_logs_by_item_and_follow_until_the_polecat_ends(cli, town, rig):
     [row] = cli.json("polecat", "list")
     assert row["state"] == "exited"
     assert cli.run("polecat", "logs", row["id"]).stdout.splitlines() == followed
+
+
+def test_a_finished_polecat_keeps_its_exit_status_and_its_logs_by_item_after_reaping(cli, town, rig):
+    kind, _reports, _script = town
+    code = "import os, sys; print('ending', os.environ['SLUICE_ITEM_ID']); sys.exit(int(sys.argv[1]))"
+    configure(cli.town, {"executor.command": json.dumps([sys.executable, "-c", code, "{title}"])})
+    write_items(cli.town, "alpha", [item("al-ok", "0"), item("al-bad", "1")])
+    cli.run("sling", "al-ok", "al-bad", "alpha")  # launched by a process that exits at once
+    executor = get_executor(Town(cli.town))
+    wait_for(lambda: not executor.active())
+    rows = {r["item_id"]: r for r in cli.json("polecat", "list")}
+    assert (rows["al-ok"]["state"], rows["al-ok"]["exit_code"]) == ("exited", 0)
+    assert (rows["al-bad"]["state"], rows["al-bad"]["exit_code"]) == ("failed", 1)
+    text = cli.run("polecat", "list").stdout
+    assert any("al-bad" in line and "failed" in line for line in text.splitlines())
+    reaped = {p.item_id: p for p in executor.reap()}
+    assert reaped["al-bad"].detail["exit_code"] == 1 and reaped["al-bad"].state == "failed"
+    finished = "tmux-finished.jsonl" if kind == "tmux" else "finished.jsonl"
+    records = [json.loads(line) for line in
+               (Town(cli.town).workers_dir / finished).read_text().splitlines()]
+    assert {r["item_id"]: r["exit_code"] for r in records} == {"al-ok": 0, "al-bad": 1}
+    assert cli.json("polecat", "list") == []
+    # reaped: the log is still found by item id, not only by polecat id
+    assert cli.run("polecat", "logs", "al-bad").stdout.splitlines() == ["ending al-bad"]

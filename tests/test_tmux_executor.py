@@ -61,7 +61,8 @@ def test_launch_runs_argv_in_repo_with_env_and_is_active(setup):
         "SLUICE_CONTEXT_ID": "al-wisp-a1",
         "SLUICE_TOWN": str(town.root),
     }
-    assert polecat.pid == seen["pid"]  # the pane runs the polecat itself (exec), not a shell around it
+    # the pane runs the polecat's supervisor (no shell), which leads the session the polecat runs in
+    assert polecat.pid == seen["sid"] != seen["pid"]
     active = executor.active()
     assert [(p.id, p.item_id, p.context_id, p.state) for p in active] == [
         (polecat.id, "al-1", "al-wisp-a1", "running")

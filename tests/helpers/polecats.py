@@ -25,6 +25,7 @@ reports, seconds = sys.argv[1], float(sys.argv[2])
 child = subprocess.Popen(["sleep", str(seconds + 60)])
 info = {
     "pid": os.getpid(),
+    "sid": os.getsid(0),
     "child": child.pid,
     "argv": sys.argv[3:],
     "cwd": os.getcwd(),

@@ -154,6 +154,64 @@ def read_finished(path: Path) -> list[dict]:
     return out
 
 
+# -- exit status --------------------------------------------------------------------
+#
+# A polecat outlives the process that launched it (a daemon tick's cycle exits
+# at once), so nobody could wait() for it and its exit status was lost.  The
+# local executor starts polecats through its watcher (sluice.executors.watch);
+# a tmux pane runs this small supervisor instead, because the pane's process
+# group is what ``stop`` signals: it forks, the child execs the polecat (so the
+# polecat stays in the pane's group), and the supervisor waits and writes
+# ``{"exit_code": N, "finished_at": …}`` to ``runtime/workers/<id>.exit`` before
+# exiting with the same status.  It ignores the signals itself (its handler
+# does nothing, and exec resets handlers, so the polecat keeps the default
+# ones) so that it can record how the polecat ended.  ``exit_code`` is
+# negative when a signal ended the polecat (``-15``: SIGTERM), as Python
+# reports it.
+SUPERVISOR_CODE = """\
+import json, os, signal, sys, time
+exit_path, argv = sys.argv[1], sys.argv[2:]
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(sig, lambda *_: None)
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as err:
+        sys.stderr.write(f"sluice: cannot launch {argv[0]!r}: {err.strerror}\\n")
+    os._exit(127)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+tmp = exit_path + ".tmp"
+stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+with open(tmp, "w") as fh:
+    fh.write(json.dumps({"exit_code": code, "finished_at": stamp}))
+os.replace(tmp, exit_path)
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
+def exit_path(workers_dir: Path, polecat_id: str) -> Path:
+    """Where the supervisor of polecat ``polecat_id`` records how it ended."""
+    return Path(workers_dir) / f"{polecat_id}.exit"
+
+
+def read_exit(workers_dir: Path, polecat_id: str) -> dict | None:
+    """``{"exit_code", "finished_at"}`` of a finished polecat, or None while unknown."""
+    try:
+        data = json.loads(exit_path(workers_dir, polecat_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    code = data.get("exit_code") if isinstance(data, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None
+    return {"exit_code": code, "finished_at": data.get("finished_at")}
+
+
+def ended_state(exit_code: int | None) -> str:
+    """``failed`` for a non-zero exit status, else ``exited`` (also when the status is unknown)."""
+    return "failed" if exit_code not in (None, 0) else "exited"
+
+
 def require_command(request: LaunchRequest) -> None:
     """No argv means no ``executor.command``: unusable, and never charged to the item."""
     from sluice.errors import ExecutorUnavailable

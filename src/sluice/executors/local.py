@@ -43,6 +43,7 @@ from sluice.executors.base import (
     LaunchRequest,
     Polecat,
     check_launchable,
+    ended_state,
     polecat_env,
     read_finished,
     require_command,
@@ -167,7 +168,7 @@ class LocalExecutor:
         if watcher and not reused and not self._exit_path(record["id"]).exists() \
                 and pid_alive(watcher, record.get("watcher_start")):
             return "running"  # ended a moment ago; its watcher is writing the exit code
-        return "exited"
+        return ended_state(self._exit_code(record))  # failed: a non-zero exit status
 
     def _polecat(self, record: dict, state: str | None = None) -> Polecat:
         if record.get("exit_code") is None and record.get("watcher_pid"):
@@ -370,6 +371,10 @@ class LocalExecutor:
 
     def _finished(self) -> list[dict]:
         return read_finished(self.dir / FINISHED_LOG)
+
+    def finished(self) -> list[Polecat]:
+        """Reaped polecats, oldest first (their records moved to ``finished.jsonl``)."""
+        return [self._polecat(record, record.get("state", "exited")) for record in self._finished()]
 
 
 def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path):

@@ -61,7 +61,7 @@ _STATES = {
     "PENDING": "pending",
     "RUNNING": "running",
     "SUCCEEDED": "exited",
-    "FAILED": "exited",
+    "FAILED": "failed",  # the entrypoint exited non-zero (driver_exit_code says how)
     "STOPPED": "stopped",
 }
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -302,6 +302,11 @@ class RayExecutor:
 
     def _finished(self) -> list[dict]:
         return read_finished(self.town.workers_dir / FINISHED_LOG)
+
+    def finished(self) -> list[Polecat]:
+        """Reaped jobs, oldest first, as recorded when they were deleted from Ray."""
+        return [Polecat(**{k: record[k] for k in Polecat.__dataclass_fields__ if k in record})
+                for record in self._finished()]
 
 
 def _first_line(err: Exception) -> str:

@@ -41,7 +41,10 @@ from sluice.executors.base import (
     LaunchRequest,
     Polecat,
     check_launchable,
+    ended_state,
+    exit_path,
     polecat_env,
+    read_exit,
     read_finished,
     require_command,
 )
@@ -57,13 +60,16 @@ FINISHED_LOG = "tmux-finished.jsonl"
 STOP_GRACE_SECONDS = 5.0
 _TMUX_TIMEOUT = 30.0
 
-# Runs in the pane: the record file says what to run, where, and with which env.
+# Runs in the pane: the record file says what to run, where, and with which env; the polecat
+# runs under the supervisor that records its exit status (sluice.executors.base.SUPERVISOR_CODE).
 _EXEC_CODE = (
     "import json,os,sys\n"
+    "from sluice.executors.base import SUPERVISOR_CODE\n"
     "r=json.load(open(sys.argv[1],encoding='utf-8'))\n"
     "os.chdir(r['repo'])\n"
     "os.environ.update(r['env'])\n"
-    "os.execvp(r['argv'][0],r['argv'])"
+    "x=sys.argv[1][:-len('.json')]+'.exit'\n"
+    "os.execv(sys.executable,[sys.executable,'-c',SUPERVISOR_CODE,x,*r['argv']])"
 )
 
 
@@ -155,6 +161,11 @@ class TmuxExecutor:
             state = "pending" if launcher and pid_alive(launcher, record.get("launcher_start")) else "lost"
         else:
             state = "exited"
+        if session not in live and record.get("exit_code") is None:
+            ended = read_exit(self.town.workers_dir, session)  # written by the pane's supervisor
+            record = {**record, "exit_code": ended["exit_code"] if ended else None}
+        if state == "exited":
+            state = ended_state(record.get("exit_code"))
         return Polecat(
             id=session,
             executor=KIND,
@@ -169,6 +180,7 @@ class TmuxExecutor:
                 "socket": self.socket,
                 "session": session,
                 "attach": self.attach_command(session) if state == "running" else None,
+                "exit_code": record.get("exit_code"),
             },
         )
 
@@ -304,13 +316,19 @@ class TmuxExecutor:
                 path = self._record_path(record["id"])
                 if not path.exists():
                     continue
-                fsutil.append_json(self.town.workers_dir / FINISHED_LOG, {**record, "state": polecat.state})
+                finished = {**record, "state": polecat.state, "exit_code": polecat.detail.get("exit_code")}
+                fsutil.append_json(self.town.workers_dir / FINISHED_LOG, finished)
                 path.unlink()
+                exit_path(self.town.workers_dir, record["id"]).unlink(missing_ok=True)
             reaped.append(polecat)
         return reaped
 
     def _finished(self) -> list[dict]:
         return read_finished(self.town.workers_dir / FINISHED_LOG)
+
+    def finished(self) -> list[Polecat]:
+        """Reaped polecats, oldest first."""
+        return [self._polecat(record, {}) for record in self._finished()]
 
 
 def _no_server(stderr: str) -> bool:

@@ -59,6 +59,7 @@ def polecat_row(polecat: Polecat) -> dict:
         "started_at": polecat.started_at,
         "state": polecat.state,
         "pid": polecat.pid,
+        "exit_code": polecat.detail.get("exit_code"),  # None while running, or when unknown
         "log_path": polecat.log_path,
         "attach": polecat.detail.get("attach"),
     }
@@ -81,6 +82,11 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
     if exact:
         return exact
     by_item = [p for p in known if p.item_id == ref]
+    if not by_item:  # reaped polecats keep their logs: find them by item too
+        finished = getattr(executor, "finished", None)
+        reaped = finished() if finished is not None else []
+        exact = [p for p in reaped if p.id == ref]
+        by_item = exact or [p for p in reaped if p.item_id == ref]
     if not by_item:
         raise UnknownPolecat(f"no polecat with id or item id {ref!r} (see `sluice polecat list`)")
     by_item.sort(key=lambda p: (p.state in RUNNING_STATES, p.started_at, p.id), reverse=True)
