@@ -46,20 +46,20 @@ def _sling_text(data: dict) -> str:
     lines = []
     for row in data["scheduled"]:
         where = f" (context {row['context_id']})" if row["context_id"] else ""
-        lines.append(f"{verb} {row['item_id']} → {row['rig']}{where}")
+        lines.append(f"{verb} {shown(row['item_id'])} → {row['rig']}{where}")
     for row in data["already"]:
         how = f"context {row['context_id']}" if row.get("context_id") else f"polecat {row.get('polecat_id')}"
-        lines.append(f"Already scheduled {row['item_id']} ({how}), nothing to do")
+        lines.append(f"Already scheduled {shown(row['item_id'])} ({how}), nothing to do")
         if data["mode"] == "direct" and row.get("context_id"):
-            lines.append(f"  (queued from deferred mode; `sluice scheduler clear --item {row['item_id']}`"
-                         " to launch it directly)")
+            lines.append("  (queued from deferred mode; `sluice scheduler clear --item"
+                         f" {shown(row['item_id'])}` to launch it directly)")
     for row in data["dispatched"]:
         if row["polecat_id"]:
-            lines.append(f"Dispatched {row['item_id']} → {row['rig']} (polecat {row['polecat_id']})")
+            lines.append(f"Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})")
         else:
-            lines.append(f"Would dispatch {row['item_id']} → {row['rig']}")
+            lines.append(f"Would dispatch {shown(row['item_id'])} → {row['rig']}")
     for row in data["skipped"]:
-        lines.append(f"Skipped {row['item_id']}: {flag_words(row['reason'])}")
+        lines.append(f"Skipped {shown(row['item_id'])}: {flag_words(shown(row['reason']))}")
     done = len(data["scheduled"]) + len(data["dispatched"])
     if done + len(data["already"]) > 1 or data["errors"]:
         verb = "would be handled" if data["dry_run"] else "handled"
@@ -178,11 +178,11 @@ def _run_summary(data: dict) -> str | None:
             return f"No capacity: {cap}, {data['ready']} ready item(s) waiting"
         lines = [f"Would dispatch {len(data['planned'])} item(s) (capacity: {cap}, batch: {data['batch']},"
                  f" ready: {data['ready']}, reason: {data['reason']})"]
-        lines += [f"  Would dispatch: {p['item_id']} → {p['rig']}" for p in data["planned"]]
+        lines += [f"  Would dispatch: {shown(p['item_id'])} → {p['rig']}" for p in data["planned"]]
         return "\n".join(lines)
     lines = [f"  Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})"
              for row in data["launched"]]
-    lines += [f"  Failed {row['item_id']}: {row['error']}" for row in data["failures"]]
+    lines += [f"  Failed {shown(row['item_id'])}: {shown(row['error'])}" for row in data["failures"]]
     if data["dispatched"] or data["failed"]:
         lines.append(f"Dispatched {data['dispatched']}, failed {data['failed']} (reason: {data['reason']})")
     elif data["skipped"]:
@@ -224,8 +224,9 @@ def clear(
 def _clear_text(data: dict) -> str:
     lines = [f"warning: could not close {row['context_id']}: {row['error']}" for row in data["errors"]]
     if data["item_id"]:
-        lines.append(f"Removed {data['item_id']} from the scheduler (closed {data['cleared']} context(s))"
-                     if data["cleared"] else f"No sling context found for {data['item_id']}")
+        item = shown(data["item_id"])
+        lines.append(f"Removed {item} from the scheduler (closed {data['cleared']} context(s))"
+                     if data["cleared"] else f"No sling context found for {item}")
     else:
         lines.append(f"Cleared {data['cleared']} context(s) from the scheduler" if data["cleared"]
                      else "Scheduler is already empty.")
