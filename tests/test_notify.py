@@ -155,18 +155,17 @@ def test_a_budget_is_announced_once_each_time_it_runs_out():
     assert newly_exhausted([{"rig": "x", "spent": 0, "budget": 0}, "junk"], set()) == ([], set())
 
 
-def test_the_daemon_logs_each_budget_running_out_for_the_notifier(cli, town, notifier, monkeypatch):
-    """Budgets come from `scheduler status` (admission control); here status reports one, spent."""
-    from sluice.scheduler import control
-
+def test_the_daemon_announces_a_token_budget_running_out(cli, town, notifier):
     script, out = notifier
-    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    write_items(cli.town, "alpha", [item("al-2", "second")])
+    configure(cli.town, {"scheduler.max_polecats": "2", "executor.command": sleeper(60),
+                         "scheduler.token_budget": "1000"})  # one item's default estimate
     _use(cli, script, out, notify_on="budget-exhausted")
-    real = control.status
-    spent = {"rig": "alpha", "spent": 1200, "budget": 1000, "window": "1h"}
-    monkeypatch.setattr(control, "status", lambda t, e=None: {**real(t, e), "budgets": [spent]})
+    cli.run("sling", "al-1", "al-2", "alpha")
     daemon = _daemon(town, [])
-    daemon.tick()
+    daemon.tick()  # launches one item, spending the town's budget
     daemon.tick()
     [sent] = _notified(out)
-    assert sent["argv"] == ["budget-exhausted", "", "alpha"] and sent["stdin"]["payload"] == spent
+    assert sent["argv"] == ["budget-exhausted", "", ""]
+    assert sent["stdin"]["payload"] == {"rig": None, "spent": 1000, "budget": 1000, "window": "1h"}
+    assert cli.json("scheduler", "status")["budgets"] == [sent["stdin"]["payload"]]

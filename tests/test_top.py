@@ -125,6 +125,10 @@ def test_once_prints_one_frame(cli, town):
     assert "[bold]not markup[/bold]" in done.stdout
     assert "more beta\\x1b[2J" in done.stdout and "\x1b[2J" not in done.stdout  # escapes shown, not run
     assert "\x1b[?1049h" not in done.stdout  # no alternate screen when printing one frame
+    rows = {line.split()[2]: line for line in done.stdout.splitlines() if line[2:6].strip().isdigit()}
+    for row in cli.json("scheduler", "list"):  # each row's reason codes, as `scheduler list` gives them
+        assert row["why"], row
+        assert " ".join(row["why"]) in rows[row["id"]]
     only = cli.run("top", "--once", "--rig", "beta").stdout
     assert "be-1" in only and "al-2" not in only
 

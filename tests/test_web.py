@@ -124,12 +124,13 @@ def test_a_foreign_host_name_is_refused(web):
     assert code == 400
 
 
-def test_explain_gives_the_score_breakdown(web):
+def test_explain_gives_the_score_breakdown(cli, web):
     code, body = web.call("GET", "/api/explain/al-2")
     assert code == 200
     assert body["item"]["title"] == SCRIPT_TITLE and body["queued"] is True and body["blocked"] is False
     assert body["reasons"][0] == "priority=2" and any(r.startswith("cost=") for r in body["reasons"])
     assert body["score"] == body["queue_row"]["score"]
+    assert body["explain"] == cli.json("scheduler", "explain", "al-2")  # the reasons it waits, or none
     code, body = web.call("GET", "/api/explain/al-3")
     assert body["blocked"] is True and body["blocked_by"] == ["al-2"]
     code, body = web.call("GET", "/api/explain/al-404")
@@ -181,6 +182,20 @@ def test_pages_and_assets_carry_a_strict_policy(web):
 def test_throttle_needs_a_json_object(web):
     code, body = web.call("POST", "/api/throttle", token=TOKEN, body=["not", "an", "object"])
     assert code == 400 and "JSON object" in body["error"]
+    code, body = web.call("POST", "/api/throttle", token=TOKEN, body={"until": "10m", "rig": "nope"})
+    assert code == 400 and "unknown rig" in body["error"]
+    code, body = web.call("POST", "/api/throttle", token=TOKEN, body={"until": 5})
+    assert code == 400 and "until" in body["error"]
+
+
+def test_throttle_with_the_token_holds_a_rig_and_clear_lifts_it(cli, web):
+    code, body = web.call("POST", "/api/throttle", token=TOKEN, body={"until": "10m", "rig": "alpha"})
+    assert code == 200 and body["rig"] == "alpha"
+    throttles = cli.json("scheduler", "status")["throttles"]
+    assert [t["rig"] for t in throttles] == ["alpha"]
+    assert web.call("GET", "/api/state")[1]["scheduler"]["throttles"] == throttles
+    code, body = web.call("POST", "/api/throttle", token=TOKEN, body={"rig": "alpha", "clear": True})
+    assert code == 200 and cli.json("scheduler", "status")["throttles"] == []
 
 
 def test_announce_is_loud_off_loopback():

@@ -127,6 +127,10 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     assert reasons[0] == "priority=2" and any(r.startswith("cost=") for r in reasons)
     assert float(_text(browser, "#score")) == next(
         r["score"] for r in cli.json("scheduler", "list") if r["id"] == "al-2")
+    explain = cli.json("scheduler", "explain", "al-2")
+    why = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#why li")]
+    assert why == ([f"{r['code']}: {r['detail']}" if r["detail"] else r["code"] for r in explain["reasons"]]
+                   or ["nothing: the next cycle launches it"])
 
     browser.get(f"{web.url}#token={TOKEN}")
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)

@@ -122,11 +122,9 @@ class Dashboard:
             return _error(err)
 
     def _explain(self, item_id: str) -> dict:
-        """The item page's data: its detail, plus ``scheduler explain`` (why it waits) where sluice has it."""
+        """The item page's data: its detail, and ``scheduler explain`` (would it launch, why it waits)."""
         detail = self.town.item_detail(item_id)
-        explain = getattr(self.town, "explain", None)
-        if explain is not None:
-            detail["explain"] = explain(item_id).to_json()
+        detail["explain"] = self.town.explain(item_id).to_json()
         return detail
 
     async def logs(self, request: Request) -> Response:
@@ -181,14 +179,15 @@ class Dashboard:
         return self._throttle(body)
 
     def _throttle(self, body: dict):
-        throttle = getattr(self.town, "throttle", None)
-        if throttle is None:
-            raise UsageError("throttles are not available in this version of sluice")
-        unknown = set(body) - {"until", "rig"}
+        """``scheduler throttle``: ``{"until": "10m" or ISO, "rig": name or null}``; ``clear`` lifts it."""
+        unknown = set(body) - {"until", "rig", "reason", "clear"}
         if unknown:
             raise UsageError(f"unknown throttle field(s): {', '.join(sorted(unknown))} (use until, rig)")
-        result = throttle(until=body.get("until"), rig=body.get("rig"))
-        return result.to_json() if hasattr(result, "to_json") else result
+        for key in ("until", "rig", "reason"):
+            if body.get(key) is not None and not isinstance(body[key], str):
+                raise UsageError(f"throttle {key} must be a string")
+        return self.town.throttle(until=body.get("until"), rig=body.get("rig"),
+                                  reason=body.get("reason") or "", clear=body.get("clear") is True)
 
     # -- the page ------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
