@@ -556,3 +556,10 @@ def test_a_line_nested_too_deeply_to_parse_is_a_corrupt_line_naming_file_and_lin
         list(read_jsonl(path))
     path.write_text('{"id": "a-1"}\n' + "[" * 100_000)  # and as a torn last line it is skipped
     assert [record["id"] for _n, record, _raw in read_jsonl(path)] == ["a-1"]
+
+
+def test_many_bad_priorities_are_summarised_not_flooded(cli, rig, town_dir):
+    write_lines(issues_path(town_dir), [json.dumps(record(f"al-{n}", priority="high")) for n in range(60)])
+    for _ in range(2):  # the rebuild and a later read say the same
+        err = cli.run("item", "ready", "--limit", "1").stderr
+        assert err.count("is not an integer 0-4") == 20 and "40 more warning(s) like these" in err

@@ -73,6 +73,8 @@ _READY = (
     " AND (parent_defer_ts IS NULL OR parent_defer_ts <= ?)"
 )
 _BATCH = 2000
+#: Warnings from one read of the source said (and kept) one by one; the rest are counted.
+_WARNINGS_KEPT = 20
 #: How often a file that changes while it is being read is read again.
 _REREADS = 3
 #: The largest integer SQLite stores.
@@ -96,12 +98,26 @@ class DurableIndex:
         self._load = load  # yields (normalised record, raw JSON text) in file order
         self._conn: sqlite3.Connection | None = None
         self._warnings: list[str] = []  # said while the current rebuild reads the source
+        self._suppressed = 0  # warnings of this rebuild beyond the ones kept
         self._said: str | None = None  # the signature whose warnings this object has already said
 
     def warn(self, message: str) -> None:
-        """A warning from reading the source: said now, and kept with the index to be said again."""
-        log.warning("%s", message)
-        self._warnings.append(message)
+        """A warning from reading the source: said now, and kept with the index to be said again.
+
+        Only the first :data:`_WARNINGS_KEPT` are said one by one; the rest are
+        counted, so an export with thousands of bad lines cannot flood every command.
+        """
+        self._suppressed += len(self._warnings) >= _WARNINGS_KEPT
+        if len(self._warnings) < _WARNINGS_KEPT:
+            log.warning("%s", message)
+            self._warnings.append(message)
+
+    def _warnings_to_keep(self) -> list[str]:
+        if not self._suppressed:
+            return self._warnings
+        more = f"{self.source}: {self._suppressed} more warning(s) like these"
+        log.warning("%s", more)
+        return [*self._warnings, more]
 
     # -- freshness -----------------------------------------------------------
     def conn(self) -> sqlite3.Connection:
@@ -150,7 +166,7 @@ class DurableIndex:
         """
         for attempt in range(1, _REREADS + 1):
             try:
-                self._warnings = []
+                self._warnings, self._suppressed = [], 0
                 self._said = want  # the read says them as it meets them
                 self._rebuild(want)
             except StoreCorrupt:
@@ -188,9 +204,10 @@ class DurableIndex:
             self._settle(conn, nodes)
             conn.execute(_READY_ORDER)
             conn.executescript(_INDEXES)
+            warnings = json.dumps(self._warnings_to_keep())
             conn.executemany(
                 "INSERT INTO meta VALUES (?, ?)",
-                [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", json.dumps(self._warnings))],
+                [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", warnings)],
             )
             conn.commit()
             conn.close()
