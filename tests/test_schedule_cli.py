@@ -636,3 +636,20 @@ def test_policy_unset_works_for_a_graph_that_is_gone(graphs_town):
     cli.run("item", "close", "al-patch")
     cli.run("item", "close", "al-hotfix")
     assert cli.json("schedule", "policy", "unset", "--graph-id", "al-hotfix")["graph_overrides"] == {}
+
+
+def test_the_sling_command_of_a_foreign_prefix_item_works_as_printed(two_rigs, tmp_path):
+    """An export may hold another project's ids; the advice must still be a command that queues it."""
+    import shlex
+
+    cli = two_rigs
+    export = tmp_path / "foreign.jsonl"
+    export.write_text(json.dumps(item("zz-1", priority=0)) + "\n")
+    cli.run("item", "import", "alpha", str(export))
+    write_items(cli.town, "alpha", [item("al-1", priority=1)])
+    cli.run("config", "set", "scheduler.max_polecats", "2")  # deferred: slinging queues
+    got = {d["node_id"]: d["sling_command"] for d in next_json(cli, "--limit", "2", "--preview")}
+    assert got == {"zz-1": "sluice sling zz-1 alpha --force", "al-1": "sluice sling al-1 alpha"}
+    for command in got.values():
+        cli.run(*shlex.split(command)[1:])
+    assert {row["id"] for row in cli.json("scheduler", "list")} == {"zz-1", "al-1"}

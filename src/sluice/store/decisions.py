@@ -42,6 +42,18 @@ def counts_cache_path(town: Town) -> Path:
     return town.runtime / "decision-counts.json"
 
 
+def sling_command(item_id: str, rig: Rig) -> str:
+    """The command that queues the item where the decision says, as typed.
+
+    An item whose id does not carry its rig's prefix (an export holding
+    another project's ids) needs ``--force`` past sling's cross-rig guard.
+    """
+    argv = ["sluice", "sling", item_id, rig.name]
+    if not item_id.startswith(rig.prefix + "-"):
+        argv.append("--force")
+    return shlex.join(argv)
+
+
 def make_decision(
     item: dict, rig: Rig, *, graph_id: str | None, score: float | None, reasons, at: str,
     skipped: bool = False, **extra,
@@ -61,7 +73,7 @@ def make_decision(
             "agent_id": item.get("assignee") or None,
             "priority": item.get("priority"),
         },
-        "sling_command": shlex.join(["sluice", "sling", item["id"], rig.name]),
+        "sling_command": sling_command(item["id"], rig),
         "skipped": skipped,
         **extra,
     }
