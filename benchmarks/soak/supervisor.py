@@ -270,22 +270,24 @@ class Supervisor:
         for name in ROLES:
             self.start(name)
         began = time.monotonic()
-        next_sample = next_kill = began + 1.0
+        next_sample = began + 1.0
         next_kill = began + self.rng.uniform(*kill_every)
         next_tear = began + tear_every / 2
-        while (now := time.monotonic()) < began + seconds:
-            if now >= next_sample:
-                self.sample()
-                next_sample += 1.0
-            if now >= next_kill:
-                self.kill_one()
-                next_kill = now + self.rng.uniform(*kill_every)
-            if now >= next_tear:
-                self.tear_a_log()
-                next_tear = now + tear_every
-            self.restart_dead()
-            time.sleep(0.1)
-        self.stop()
+        try:
+            while (now := time.monotonic()) < began + seconds:
+                if now >= next_sample:
+                    self.sample()
+                    next_sample += 1.0
+                if now >= next_kill:
+                    self.kill_one()
+                    next_kill = now + self.rng.uniform(*kill_every)
+                if now >= next_tear:
+                    self.tear_a_log()
+                    next_tear = now + tear_every
+                self.restart_dead()
+                time.sleep(0.1)
+        finally:  # whatever happened, leave no process of the soak behind
+            self.stop()
 
     def stop(self) -> None:
         """Workers killed, daemon stopped cleanly, in-flight cycles finished, polecats ended."""
