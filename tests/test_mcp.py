@@ -76,6 +76,9 @@ def test_lists_every_tool_and_answers_as_the_cli(cli: Cli, queued: dict):
     assert strip(decisions) == strip(preview)
     assert payload(results[2]) == cli.json("schedule", "policy", "show")
     assert payload(results[3]) == cli.json("patrol", "alpha")
+    # Not only equal JSON: the very text `--json` prints (compact, one line).
+    assert results[0][1] + "\n" == cli.run("scheduler", "list", "--json").stdout
+    assert results[2][1] + "\n" == cli.run("schedule", "policy", "show", "--json").stdout
 
 
 def test_each_tool_call_works(cli: Cli, queued: dict):

@@ -77,7 +77,7 @@ def build_server(town_arg: str | None = None):
             except OSError as err:  # a directory where a file belongs, no permission, a full disk
                 raise ToolError(os_error_text(err)) from None
             # The very text `--json` prints: one JSON document, lists included.
-            return json.dumps(result, indent=2, ensure_ascii=False)
+            return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
 
         wrapper.__annotations__["return"] = str
         description = (fn.__doc__ or "").strip()
@@ -156,7 +156,7 @@ def build_server(town_arg: str | None = None):
         args = [*item_ids, rig] if rig else list(item_ids)
         result = sling(town(), args, SlingOptions(dry_run=dry_run, force=force))
         if not result.ok:  # the CLI exits 1 here; the caller still gets the whole document
-            raise SlingFailed(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+            raise SlingFailed(json.dumps(result.to_json(), ensure_ascii=False, separators=(",", ":")))
         return result.to_json()
 
     @tool
