@@ -86,6 +86,8 @@ class SchedulerConfig(_Strict):
     throttle_exit_code: int = Field(75, ge=1, le=255)
     throttle_for: str = "5m"
     breaker_cooldown: str = "1h"
+    compact_retention: str = "168h"  # closed contexts older than this leave the log at compaction
+    compact_at: int = Field(50_000, ge=0)  # the daemon compacts a log longer than this (0 = never)
 
     @field_validator("label_caps")
     @classmethod
@@ -97,7 +99,7 @@ class SchedulerConfig(_Strict):
 
     @field_validator(
         "spawn_delay", "polecat_timeout", "retry_base", "retry_max", "missing_grace", "notify_timeout",
-        "budget_window", "throttle_for", "breaker_cooldown", mode="before",
+        "budget_window", "throttle_for", "breaker_cooldown", "compact_retention", mode="before",
     )
     @classmethod
     def _check_durations(cls, value: Any) -> str:
@@ -168,6 +170,8 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.notify": 'a JSON array of argv strings run on chosen events, e.g. ["notify-send", "{event}"]',
     "scheduler.notify_on": f"a JSON array or comma-separated list of: {', '.join(NOTIFY_EVENTS)}",
     "scheduler.notify_timeout": "a duration (a notifier still running then is killed)",
+    "scheduler.compact_retention": "a duration (closed contexts older than this are archived)",
+    "scheduler.compact_at": "an integer >= 0 (log lines before the daemon compacts; 0 = never)",
     "scheduler.label_caps.LABEL": "an integer >= 1 (at most N running polecats whose item carries LABEL)",
     "scheduler.token_budget": "an integer >= 0 (tokens per scheduler.budget_window; 0 = no budget)",
     "scheduler.budget_window": "a duration such as 1h, 30m",
@@ -183,7 +187,8 @@ CONFIG_KEYS: dict[str, str] = {
 }
 
 
-_INTEGER_KEYS = ("max_polecats", "batch_size", "max_dispatch_failures", "token_budget", "throttle_exit_code")
+_INTEGER_KEYS = ("max_polecats", "batch_size", "max_dispatch_failures", "token_budget", "throttle_exit_code",
+                 "compact_at")
 
 
 def config_pattern(key: str) -> str:

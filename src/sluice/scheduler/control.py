@@ -4,7 +4,8 @@
 (:mod:`sluice.pending`), so what they show as ready is exactly what the next
 cycle would consider, in the order it would launch it.  ``pause`` and
 ``resume`` only flip the state file (Gas Town R-J); ``clear`` closes contexts
-and never touches a work item or the state (R-K).
+and never touches a work item or the state (R-K); ``compact`` rewrites rigs'
+ephemeral logs (:mod:`sluice.store.compaction`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING
 from sluice.errors import ExecutorError
 from sluice.store import contexts as ctxs
 from sluice.store import events
+from sluice.store.compaction import compact as compact_log
+from sluice.store.compaction import line_count
 from sluice.store.rigstore import Stores
 from sluice.store.state import load_state, set_paused, set_resumed
 
@@ -214,18 +217,42 @@ def clear(town: Town, item_id: str | None = None) -> dict:
     _fresh_config(town)
     stores = Stores(town)
     closed, failed = [], []
+    by_rig: dict[str, list] = {}
     matched = 0
     for context in ctxs.open_contexts(stores, fresh=True):
-        if item_id is not None and context.work_id != item_id:
-            continue
-        matched += 1
-        try:
-            if ctxs.close(town, stores.rig(context.rig), context.id, ctxs.CLEARED):
-                closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig})
-        except OSError as err:
-            failed.append({"context_id": context.id, "error": str(err)})
+        if item_id is None or context.work_id == item_id:
+            matched += 1
+            by_rig.setdefault(context.rig, []).append(context)
     if item_id is not None and not matched:
         stores.for_id(item_id)  # raises UnknownItem when no rig has it
+    for rig_name, found in by_rig.items():
+        try:  # one lock, one read and one append per rig, however many contexts
+            wanted = [(c.id, ctxs.CLEARED, None) for c in found]
+            done = set(ctxs.close_many(town, stores.rig(rig_name), wanted))
+        except OSError as err:
+            failed.extend({"context_id": c.id, "error": str(err)} for c in found)
+            continue
+        closed.extend({"context_id": c.id, "item_id": c.work_id, "rig": c.rig} for c in found if c.id in done)
     if closed:
         events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed)})
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}
+
+
+def compact(town: Town, rig: str | None = None) -> dict:
+    """Compact every rig's ephemeral log (or ``rig``'s), archiving contexts closed before the retention."""
+    config = _fresh_config(town)
+    stores = Stores(town)
+    targets = [stores.rig(town.rig(rig).name)] if rig is not None else stores.all()
+    retention = config.scheduler.seconds("compact_retention")
+    rows = [compact_log(store, retention).to_json() for store in targets]
+    return {"retention": config.scheduler.compact_retention, "rigs": rows}
+
+
+def compact_if_long(town: Town) -> list[dict]:
+    """The daemon's housekeeping: compact each rig whose log passed ``scheduler.compact_at`` lines."""
+    sched = town.config.scheduler
+    if sched.compact_at <= 0:
+        return []
+    retention = sched.seconds("compact_retention")
+    return [compact_log(store, retention).to_json() for store in Stores(town).all()
+            if line_count(store) > sched.compact_at]

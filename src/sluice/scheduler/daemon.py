@@ -13,6 +13,8 @@
   ``finished.jsonl``, logs kept); a reaping failure is part of the tick's
   log line and heartbeat.  The config is re-read every tick, so the stall
   check and reaping use the executor configured now, not at start.
+* Then each rig's ephemeral log longer than ``scheduler.compact_at`` lines
+  is compacted (under the rig lock, so slingers just wait).
 * After the tick's line, ``scheduler.notify`` is run for the chosen events
   written since the last tick (:mod:`sluice.scheduler.notify`); a tick that
   launched the last queued item logs ``QueueDrained`` first, and a token budget
@@ -192,10 +194,18 @@ class Daemon:
             reaped = len(get_executor(self.town).reap())
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
+        try:
+            from sluice.scheduler.control import compact_if_long
+
+            for row in compact_if_long(self.town):
+                self._log(f"compacted rig {row['rig']}: {row['lines_before']} → {row['lines_after']} lines,"
+                          f" {row['archived']} archived")
+        except (SluiceError, OSError) as err:
+            result.setdefault("compact_error", str(err))
         self._after_cycle(result)
         keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
         summary = {k: result[k] for k in keys if k in result}
-        for key in ("error", "reap_error"):
+        for key in ("error", "reap_error", "compact_error"):
             if key in result:
                 summary[key] = result[key]
         summary["held"] = len(result.get("held") or [])

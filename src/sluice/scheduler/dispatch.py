@@ -276,6 +276,7 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
 
     Also keeps the missing-item clock: a held context gets ``missing_since``
     (the first time only), a context whose item came back loses it.
+    Closes are grouped by rig: one lock, one read and one append per rig.
     """
     stamp = iso()
     for held in view.held:
@@ -290,21 +291,32 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
         ctxs.clear_missing(stores.rig(context.rig), context.id)
     from sluice.scheduler.admission import trip_breaker
 
+    closes: dict[str, list[tuple[str, str, dict | None]]] = {}
+    rows: dict[str, dict] = {}
     for stale in view.stale:
         context = stale.context
-        if ctxs.close(town, stores.rig(context.rig), context.id, stale.reason, {"detail": stale.detail}):
-            if stale.reason == ctxs.CIRCUIT_BROKEN and context.fields is not None:
-                trip_breaker(town, context.fields, context.fields.last_failure)
-            report.closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
-                                  "reason": stale.reason})
+        closes.setdefault(context.rig, []).append((context.id, stale.reason, {"detail": stale.detail}))
+        rows[context.id] = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+                            "reason": stale.reason}
     for context, polecat in view.launched:
-        if ctxs.close(town, stores.rig(context.rig), context.id, ctxs.DISPATCHED,
-                      {"polecat_id": polecat.id, "reconciled": True}):
-            report.closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
-                                  "reason": ctxs.DISPATCHED, "polecat_id": polecat.id})
-            report.messages.append(
-                f"{context.work_id}: an interrupted launch had started polecat {polecat.id}; context closed"
-            )
+        closes.setdefault(context.rig, []).append(
+            (context.id, ctxs.DISPATCHED, {"polecat_id": polecat.id, "reconciled": True}))
+        rows[context.id] = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+                            "reason": ctxs.DISPATCHED, "polecat_id": polecat.id}
+    closed: set[str] = set()
+    for rig_name, batch in closes.items():
+        closed.update(ctxs.close_many(town, stores.rig(rig_name), batch))
+    for stale in view.stale:
+        context = stale.context
+        if context.id in closed and stale.reason == ctxs.CIRCUIT_BROKEN and context.fields is not None:
+            trip_breaker(town, context.fields, context.fields.last_failure)
+    for context_id, row in rows.items():
+        if context_id not in closed:
+            continue
+        report.closed.append(row)
+        if "polecat_id" in row:
+            report.messages.append(f"{row['item_id']}: an interrupted launch had started polecat"
+                                   f" {row['polecat_id']}; context closed")
     for context in view.relaunch:
         ctxs.clear_launch(stores.rig(context.rig), context.id)
 

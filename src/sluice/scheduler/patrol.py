@@ -151,13 +151,16 @@ def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: 
 
 def _fix(town: Town, stores, rig_name: str, view: Survey, rigs: set[str]) -> list[dict]:
     """Close this rig's stale contexts (with the cycle's reasons) and duplicates; nothing else."""
-    closed = []
     store = stores.rig(rig_name)
+    wanted: list[tuple[str, str, dict | None]] = []
     for stale in view.stale:
-        mine = _mine(stale.context, rig_name) and not _orphaned(stale, rigs)
-        if mine and ctxs.close(town, store, stale.context.id, stale.reason):
-            closed.append({"context_id": stale.context.id, "reason": stale.reason})
-    for context in view.duplicates:
-        if _mine(context, rig_name) and ctxs.close(town, store, context.id, DUPLICATE):
-            closed.append({"context_id": context.id, "reason": DUPLICATE})
+        if _mine(stale.context, rig_name) and not _orphaned(stale, rigs):
+            wanted.append((stale.context.id, stale.reason, None))
+    wanted.extend((c.id, DUPLICATE, None) for c in view.duplicates if _mine(c, rig_name))
+    done = set(ctxs.close_many(town, store, wanted))  # one lock, one read, one append
+    closed = []
+    for cid, reason, _extra in wanted:
+        if cid in done:
+            done.discard(cid)  # a context both stale and a duplicate is closed (and reported) once
+            closed.append({"context_id": cid, "reason": reason})
     return closed

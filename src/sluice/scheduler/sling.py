@@ -11,23 +11,22 @@ is not hooked, in progress or pinned (else ``force``, which the context
 remembers so the dispatcher honours it).  Then idempotency: an item with an
 open context in *any* rig, or with a running polecat, is "already" queued.
 
-Idempotency holds across processes: the check and the create happen under
-the item's lock.  Items share a fixed set of lock stripes
-(``runtime/locks/sling-NN.lock``, the item id hashed to one of
-:data:`LOCK_STRIPES`), so the directory does not grow by one file per item
-ever slung; two items on one stripe merely wait for each other.  Large slings
-take their stripes in chunks, in stripe order (so two slings never deadlock), read every
-rig's contexts once per chunk and append each rig's new records in one
-write — 1,000 items are one command, not 1,000.  New context ids are picked
-under the rig's creation lock (:func:`sluice.contexts.create`), so slings of
-different items into one rig never pick the same id.
+Idempotency holds across processes: in deferred mode the check and the
+create happen under the town's sling lock ``runtime/sling.lock``, held once
+for the whole command, which reads every rig's open contexts once and appends
+each rig's new records in one write — 10,000 items are one lock, one read
+and one append per rig, so the work grows linearly with the items slung.
+New context ids are picked under the rig's creation lock
+(:func:`sluice.contexts.create`), so no two creators pick the same id.  A
+direct launch takes the item's lock stripe ``runtime/locks/sling-NN.lock`` (the
+item id hashed to one of :data:`LOCK_STRIPES`), so two slings never launch
+one item twice.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -54,9 +53,10 @@ if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.town import Town
 
-CHUNK = 256  # item locks held at once by one sling (well under the open-file limit)
-#: How many sling locks there are; every item maps to one of them.
+#: How many direct-launch lock stripes there are; every item maps to one of them.
 LOCK_STRIPES = 64
+SLING_LOCK = "sling"  # town-wide: held by a deferred sling from its check to its append
+SLING_LOCK_WAIT = 120.0  # seconds; a sling of 100,000 items holds the lock for a few seconds
 
 
 @dataclass
@@ -211,10 +211,11 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
             seen.add(item["id"])
             works.append(_Work(item, target))
 
+    found = stores.find_many(item_ids)  # a few queries per rig, not one per item
     for item_id in item_ids:
-        try:
-            _store, item = stores.find(item_id)
-        except UnknownItem:
+        if item_id in found:
+            item = found[item_id][1]
+        else:
             message = f"item {item_id} not found in any rig"
             if rig is None and len(item_ids) > 1 and item_id == item_ids[-1]:
                 message += f" (nor is {item_id!r} a registered rig)"
@@ -393,29 +394,24 @@ def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOpti
                 result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
         return
     enqueued: list[tuple[str, dict]] = []
-    for start in range(0, len(works), CHUNK):
-        chunk = sorted(works[start : start + CHUNK], key=lambda w: w.id)
-        with ExitStack() as held:
-            # Each stripe once (a lock file is not re-entrant across handles), in one global order.
-            for path in sorted({sling_lock_path(town, work.id) for work in chunk}):
-                held.enter_context(fsutil.file_lock(path))
-            # Under the item locks: what is queued now, in every rig, decides.
-            by_item = ctxs.open_by_item(stores, fresh=True)
-            new: dict[str, list[_Work]] = {}
-            for work in chunk:
-                row = _already(work, by_item, running)
-                if row is not None:
-                    result.already.append(row)
-                    continue
-                new.setdefault(work.rig, []).append(work)
-            for rig_name in sorted(new):
-                works_here = new[rig_name]
-                specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
-                for work, record in zip(works_here, ctxs.create(stores.rig(rig_name), specs), strict=True):
-                    row = {"item_id": work.id, "context_id": record["id"], "rig": work.rig}
-                    result.scheduled.append(row)
-                    enqueued.append((events.ENQUEUED, {"context_id": record["id"], "item_id": work.id,
-                                                       "rig": work.rig}))
+    with fsutil.file_lock(town.lock_path(SLING_LOCK), timeout=SLING_LOCK_WAIT):
+        # Under the sling lock: what is queued now, in every rig, decides.
+        by_item = ctxs.open_by_item(stores, fresh=True)
+        new: dict[str, list[_Work]] = {}
+        for work in works:
+            row = _already(work, by_item, running)
+            if row is not None:
+                result.already.append(row)
+                continue
+            new.setdefault(work.rig, []).append(work)
+        for rig_name in sorted(new):
+            works_here = new[rig_name]
+            specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
+            for work, record in zip(works_here, ctxs.create(stores.rig(rig_name), specs), strict=True):
+                row = {"item_id": work.id, "context_id": record["id"], "rig": work.rig}
+                result.scheduled.append(row)
+                enqueued.append((events.ENQUEUED, {"context_id": record["id"], "item_id": work.id,
+                                                   "rig": work.rig}))
     position = {w.id: n for n, w in enumerate(works)}  # report in the order the user gave
     for rows in (result.scheduled, result.already):
         rows.sort(key=lambda row: position.get(row["item_id"], 0))

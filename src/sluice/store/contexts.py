@@ -24,7 +24,6 @@ from sluice.core.items import CONTEXT_LABEL, DEFAULT_PRIORITY, dependency, is_co
 from sluice.core.models import SlingContextFields
 from sluice.errors import UnknownItem
 from sluice.store import events, fsutil
-from sluice.store.rigstore import read_jsonl
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore, Stores
@@ -94,19 +93,30 @@ def parse(rig: str, record: dict) -> Context:
 
 
 class _Taken:
-    """Ids already used in a store, plus the ones a batch is about to add."""
+    """Ids already used in a store, plus the ones a batch is about to add.
 
-    def __init__(self, store: RigStore, existing: Iterable[str]):
+    Durable ids are looked up one by one for a small batch and read once, all
+    of them, for a big one (a query per candidate would dominate a big sling).
+    """
+
+    BULK = 64
+
+    def __init__(self, store: RigStore, existing: Iterable[str], batch: int = 1):
         self.store = store
         self.ids = set(existing)
+        self.durable = store.index.ids() if batch >= self.BULK else None
 
     def __contains__(self, candidate: object) -> bool:
-        return candidate in self.ids or self.store.index.get_raw(str(candidate)) is not None
+        if candidate in self.ids:
+            return True
+        if self.durable is not None:
+            return candidate in self.durable
+        return self.store.index.get_raw(str(candidate)) is not None
 
 
-def id_allocator(store: RigStore, existing: Iterable[str]) -> Callable[[str], str]:
-    """A function giving fresh ``<prefix>-wisp-<base36>`` ids in ``store``."""
-    taken = _Taken(store, existing)
+def id_allocator(store: RigStore, existing: Iterable[str], batch: int = 1) -> Callable[[str], str]:
+    """A function giving fresh ``<prefix>-wisp-<base36>`` ids in ``store``; ``batch``: how many."""
+    taken = _Taken(store, existing, batch)
 
     def allocate(seed: str) -> str:
         context_id = new_id(f"{store.rig.prefix}-wisp", seed, taken)
@@ -141,11 +151,13 @@ def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp:
 
 
 def read_fresh(store: RigStore) -> dict[str, dict]:
-    """The store's ephemeral records read from disk now (no cache), last line winning."""
-    current: dict[str, dict] = {}
-    for _number, record, _raw in read_jsonl(store.ephemeral_path):
-        current[record["id"]] = record
-    return current
+    """The store's ephemeral records as on disk now, last line winning.
+
+    Only lines appended since this store last read its log are parsed, so a
+    long-lived reader (the daemon, the MCP server, a big batch) pays for what
+    changed, not for the whole log again.
+    """
+    return store.ephemeral_fresh()
 
 
 def contexts_of(store: RigStore, fresh: bool = False) -> list[Context]:
@@ -154,9 +166,16 @@ def contexts_of(store: RigStore, fresh: bool = False) -> list[Context]:
     return [parse(store.rig.name, r) for r in records if is_context(r)]
 
 
+def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
+    records = read_fresh(store).values() if fresh else store.ephemeral().values()
+    # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.
+    return [parse(store.rig.name, r) for r in records
+            if r.get("status", "open") not in DONE_STATUSES and is_context(r)]
+
+
 def open_contexts(stores: Stores, fresh: bool = False) -> list[Context]:
     """Open contexts of every rig: valid ones oldest first (ties by id), unparseable ones last."""
-    found = [c for store in stores.all() for c in contexts_of(store, fresh) if c.is_open]
+    found = [c for store in stores.all() for c in _open_contexts_of(store, fresh)]
     found.sort(key=lambda c: (not c.valid, c.order, c.id))
     return found
 
@@ -183,32 +202,44 @@ def close(town, store: RigStore, context_id: str, reason: str, extra: dict | Non
 
     Each close that happens is logged as a ``ContextClosed`` event.
     """
-    closed: list[dict] = []
+    return bool(close_many(town, store, [(context_id, reason, extra)]))
 
-    def change(record: dict) -> dict | None:
-        if record.get("status") in DONE_STATUSES:
-            return None
-        stamp = iso()
-        record.update(status="closed", closed_at=stamp, updated_at=stamp, close_reason=reason)
-        closed.append(record)
-        return record
 
-    try:
-        store.update_ephemeral(context_id, change)
-    except UnknownItem:
-        return False
-    if not closed:
-        return False
-    fields = SlingContextFields.from_description(closed[0].get("description"))
-    payload = {
-        "context_id": context_id,
-        "item_id": fields.work_bead_id if fields else None,
-        "rig": store.rig.name,
-        "reason": reason,
-        **(extra or {}),
-    }
-    events.emit_event(town, events.CONTEXT_CLOSED, payload)
-    return True
+def close_many(town, store: RigStore, closes: Iterable[tuple[str, str, dict | None]]) -> list[str]:
+    """Close contexts of one rig, each ``(id, reason, extra)``, with one lock, one read and one append.
+
+    Idempotent like :func:`close`: an id already closed (or unknown) is left
+    alone.  Returns the ids closed now, each logged as a ``ContextClosed``
+    event (all in one append to the event log).
+    """
+    stamp = iso()
+    reasons: dict[str, tuple[str, dict | None]] = {}
+    for context_id, reason, extra in closes:
+        reasons.setdefault(context_id, (reason, extra))
+
+    def closing(reason: str):
+        def change(record: dict) -> dict | None:
+            if record.get("status") in DONE_STATUSES:
+                return None
+            record.update(status="closed", closed_at=stamp, updated_at=stamp, close_reason=reason)
+            return record
+
+        return change
+
+    written = store.update_ephemeral_many({cid: closing(reason) for cid, (reason, _extra) in reasons.items()})
+    batch = []
+    for context_id, record in written.items():
+        reason, extra = reasons[context_id]
+        fields = SlingContextFields.from_description(record.get("description"))
+        batch.append((events.CONTEXT_CLOSED, {
+            "context_id": context_id,
+            "item_id": fields.work_bead_id if fields else None,
+            "rig": store.rig.name,
+            "reason": reason,
+            **(extra or {}),
+        }))
+    events.emit_events(town, batch)
+    return list(written)
 
 
 def update_fields(
@@ -303,14 +334,13 @@ def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -
     """Write new open contexts, one per ``(item, fields, stamp)``, in one append; returns the records.
 
     Ids are picked and written under the rig's creation lock, from a fresh read
-    of its log.  Two slings of different items into one rig hold different item
-    locks, so without it both could pick the same id from the same snapshot, and
-    the later line would silently replace the other's context.
+    of its log, so two creators never pick the same id from the same snapshot
+    (the later line would silently replace the other's context).
     """
     if not specs:
         return []
     with fsutil.file_lock(creation_lock_path(store)):
-        allocate = id_allocator(store, read_fresh(store).keys())
+        allocate = id_allocator(store, list(read_fresh(store)), len(specs))
         records = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
         store.put_ephemeral_many(records)
     return records

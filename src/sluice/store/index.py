@@ -294,6 +294,16 @@ class DurableIndex:
         row = self.conn().execute("SELECT raw FROM items WHERE id = ?", (item_id,)).fetchone()
         return row[0] if row else None
 
+    def get_raw_many(self, ids: Iterable[str]) -> dict[str, str]:
+        """``get_raw`` for many ids in a few queries (ids not in the index are absent)."""
+        ids = list(ids)
+        out: dict[str, str] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            sql = f"SELECT id, raw FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            out.update(self.conn().execute(sql, chunk))
+        return out
+
     def ids(self) -> set[str]:
         return {row[0] for row in self.conn().execute("SELECT id FROM items")}
 

@@ -17,15 +17,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sluice.core import readiness
-from sluice.core.items import is_context, normalise, priority_problem, shape_problem, skip_record, to_node
-from sluice.core.text import printable
-from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
+from sluice.core.items import is_context, normalise, to_node
+from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, UnknownItem
 from sluice.store import fsutil
+from sluice.store.compaction import compact
 from sluice.store.index import DurableIndex
+from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
 from sluice.store.town import Rig, Town
 
 log = logging.getLogger("sluice")
@@ -47,40 +48,15 @@ def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterato
         return
     try:
         for number, chunk in enumerate(fh, start=1):
-            if not chunk.strip():
-                continue
             try:
-                text = chunk.decode("utf-8").rstrip("\r\n")
-                record = json.loads(text)
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
-            except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
-                if not chunk.endswith(b"\n"):
-                    warn(f"{path}:{number}: ignoring a torn last line (an interrupted write)")
-                    return
-                raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
-            if skip_record(record):
-                continue
-            if not isinstance(record.get("id"), str) or not record["id"]:
-                raise StoreCorrupt(path, number, "record has no string 'id'")
-            problem = shape_problem(record)
-            if problem is not None:
-                raise StoreCorrupt(path, number, f"record {record['id']!r}: {problem}")
-            problem = priority_problem(record.get("priority"))
-            if problem is not None:
-                warn(f"{path}:{number}: record {printable(record['id'])}: {problem}")
-            yield number, normalise(record), text
+                parsed = parse_line(path, number, chunk, warn)
+            except TornLine:
+                warn(f"{path}:{number}: ignoring a torn last line (an interrupted write)")
+                return
+            if parsed is not None:
+                yield number, parsed, chunk.decode("utf-8").rstrip("\r\n")
     finally:
         fh.close()
-
-
-def _line(record: dict) -> str:
-    """One record as one compact JSON line (no newline)."""
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-
-
-def _short(err: Exception) -> str:
-    return str(err).split(": line")[0]
 
 
 class RigStore:
@@ -95,7 +71,8 @@ class RigStore:
         self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
         index_path = town.runtime / "index" / f"{rig.name}.sqlite"
         self.index = DurableIndex(index_path, self.durable_path, self._load)
-        self._ephemeral: dict[str, dict] | None = None
+        self._log = LogTail(self.ephemeral_path)
+        self._log_stale = True
 
     @property
     def read_only(self) -> bool:
@@ -115,16 +92,20 @@ class RigStore:
     def refresh(self) -> None:
         """Forget cached reads, so the next read sees other writers' changes."""
         self.index.close()
-        self._ephemeral = None
+        self._log_stale = True
 
     # -- reading -------------------------------------------------------------
     def ephemeral(self) -> dict[str, dict]:
-        if self._ephemeral is None:
-            current: dict[str, dict] = {}
-            for _number, record, _raw in read_jsonl(self.ephemeral_path):
-                current[record["id"]] = record
-            self._ephemeral = current
-        return self._ephemeral
+        """The ephemeral records, last line winning (cached until :meth:`refresh` or a write)."""
+        if self._log_stale:
+            return self.ephemeral_fresh()
+        return self._log.records
+
+    def ephemeral_fresh(self) -> dict[str, dict]:
+        """The ephemeral records as on disk now; only lines appended since the last read are parsed."""
+        self._log.catch_up()
+        self._log_stale = False
+        return self._log.records
 
     def get(self, item_id: str) -> dict | None:
         record = self.ephemeral().get(item_id)
@@ -132,6 +113,15 @@ class RigStore:
             return record
         raw = self.index.get_raw(item_id)
         return normalise(json.loads(raw)) if raw is not None else None
+
+    def get_many(self, ids: Iterable[str]) -> dict[str, dict]:
+        """``get`` for many ids at once (one index query per 500 ids); unknown ids are absent."""
+        eph = self.ephemeral()
+        out = {rid: eph[rid] for rid in ids if rid in eph}
+        rest = [rid for rid in ids if rid not in out]
+        for rid, raw in self.index.get_raw_many(rest).items():
+            out[rid] = normalise(json.loads(raw))
+        return out
 
     def require(self, item_id: str) -> dict:
         record = self.get(item_id)
@@ -264,10 +254,10 @@ class RigStore:
         """
         if not records:
             return
-        data = "".join(_line(r) + "\n" for r in records).encode("utf-8")
+        data = "".join(line_text(r) + "\n" for r in records).encode("utf-8")
         with fsutil.file_lock(self.lock_path):
             self._append_locked(data)
-        self._ephemeral = None
+        self._log_stale = True
 
     def _append_locked(self, data: bytes) -> None:
         self._mend_torn_tail()
@@ -281,17 +271,41 @@ class RigStore:
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
+        seen: list[dict] = []
+
+        def tracking(record: dict) -> dict | None:
+            seen.append(record)
+            return change(record)
+
+        written = self.update_ephemeral_many({record_id: tracking})
+        if not seen:
+            raise UnknownItem(f"no record {record_id!r} in rig {self.rig.name!r}")
+        return written.get(record_id, seen[0])
+
+    def update_ephemeral_many(self, changes: dict[str, Callable[[dict], dict | None]]) -> dict[str, dict]:
+        """Apply each ``change`` to its record's latest version, under one lock, with one append.
+
+        Reads only what was appended since this store last read the log, so
+        closing N contexts costs one read and one write, not N of each.
+        Unknown ids and changes returning None write nothing; returns the
+        records written, by id.
+        """
+        written: dict[str, dict] = {}
+        if not changes:
+            return written
         with fsutil.file_lock(self.lock_path):
-            self._ephemeral = None
-            current = self.ephemeral().get(record_id)
-            if current is None:
-                raise UnknownItem(f"no record {record_id!r} in rig {self.rig.name!r}")
-            updated = change(dict(current))
-            if updated is None:
-                return current
-            self._append_locked((_line(updated) + "\n").encode("utf-8"))
-            self._ephemeral = None
-            return updated
+            current = self.ephemeral_fresh()
+            for record_id, change in changes.items():
+                record = current.get(record_id)
+                if record is None:
+                    continue
+                updated = change(dict(record))
+                if updated is not None:
+                    written[record_id] = updated
+            if written:
+                self._append_locked("".join(line_text(r) + "\n" for r in written.values()).encode("utf-8"))
+                self._log_stale = True
+        return written
 
     def _mend_torn_tail(self) -> None:
         """Before appending: drop a torn final fragment so it cannot fuse with the new line."""
@@ -299,16 +313,7 @@ class RigStore:
 
     def compact_ephemeral(self) -> int:
         """Rewrite the log keeping one line per record; returns lines removed."""
-        with fsutil.file_lock(self.lock_path):
-            lines = list(read_jsonl(self.ephemeral_path))
-            latest: dict[str, dict] = {}
-            for _n, record, _raw in lines:
-                latest.pop(record["id"], None)
-                latest[record["id"]] = record
-            body = "".join(_line(r) + "\n" for r in latest.values())
-            fsutil.atomic_write_bytes(self.ephemeral_path, body.encode("utf-8"))
-        self._ephemeral = None
-        return len(lines) - len(latest)
+        return compact(self).removed
 
 
 class Stores:
@@ -341,6 +346,29 @@ class Stores:
     def find(self, item_id: str) -> tuple[RigStore, dict]:
         store = self.for_id(item_id)
         return store, store.require(item_id)
+
+    def find_many(self, item_ids: Iterable[str]) -> dict[str, tuple[RigStore, dict]]:
+        """``find`` for many ids with a few queries per rig; ids no rig holds are absent.
+
+        Same answer as :meth:`find` one by one: the rig an id's prefix routes
+        to if it holds the id, else the first rig (in name order) that does.
+        """
+        wanted = list(dict.fromkeys(item_ids))
+        out: dict[str, tuple[RigStore, dict]] = {}
+        routed: dict[str, list[str]] = {}
+        for item_id in wanted:
+            rig = self.town.rig_for_id(item_id)
+            if rig is not None:
+                routed.setdefault(rig.name, []).append(item_id)
+        for name, ids in routed.items():
+            store = self.rig(name)
+            out.update((rid, (store, record)) for rid, record in store.get_many(ids).items())
+        for store in self.all():
+            missing = [rid for rid in wanted if rid not in out]
+            if not missing:
+                break
+            out.update((rid, (store, record)) for rid, record in store.get_many(missing).items())
+        return out
 
     def refresh(self) -> None:
         for store in self._open.values():

@@ -314,6 +314,21 @@ def reset(
          + (f" (context {d['context_id']})" if d["context_id"] else ""))
 
 
+def compact(
+    rig: Annotated[str | None, typer.Option("--rig", help="Only this rig's log.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Rewrite ephemeral logs to one line per record; archive contexts closed before the retention."""
+    from sluice.scheduler.control import compact as do_compact
+
+    emit(do_compact(town(), rig), as_json, _compact_text)
+
+
+def _compact_text(data: dict) -> str:
+    return "\n".join(f"{row['rig']}: {row['lines_before']} → {row['lines_after']} lines"
+                     f" ({row['archived']} closed context(s) archived)" for row in data["rigs"])
+
+
 def daemon(
     interval: Annotated[float, typer.Option(help="Seconds between dispatch cycles.")] = 180.0,
     once: Annotated[bool, typer.Option("--once", help="Run one tick and exit.")] = False,
@@ -332,3 +347,4 @@ def register(app: typer.Typer) -> None:
     app.command("sling")(sling)
     app.add_typer(scheduler_app, name="scheduler")
     app.command("daemon")(daemon)
+    app.command("compact")(compact)

@@ -1,0 +1,141 @@
+"""Compaction of a rig's ephemeral log: one line per live record, old closed contexts archived.
+
+``ephemeral.jsonl`` grows by one line per change (the last line for an id
+wins), so a busy rig's log fills with superseded versions and long-closed
+contexts.  Compaction rewrites it to the latest version of every record,
+minus closed sling contexts whose close is older than the retention; those
+are appended to ``ephemeral.archive.jsonl.gz`` first.
+
+Safety, in order:
+
+* it holds the rig lock, which every writer of the log takes, so no append
+  is in flight and none starts until the new file is in place (slingers and
+  the daemon wait, they lose nothing);
+* archived records are written (one gzip member, one ``write()``, fsync)
+  before the log is replaced, so a crash between the two can only archive a
+  record twice, never drop it;
+* the new log replaces the old one atomically (temporary file, fsync,
+  rename), so a reader sees the old or the new file, never a mix; a crash
+  leaves the old file and a temporary one, removed by the next compaction;
+* a malformed line in the middle of the log is a StoreCorrupt and nothing is
+  rewritten (a rewrite would silently drop it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sluice.core.items import is_context
+from sluice.store import fsutil
+from sluice.store.jsonlog import LogTail, line_text
+
+if TYPE_CHECKING:
+    from sluice.store.rigstore import RigStore
+
+ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
+DONE = frozenset({"closed", "tombstone"})
+
+
+@dataclass
+class CompactResult:
+    rig: str
+    lines_before: int
+    lines_after: int
+    archived: int
+
+    @property
+    def removed(self) -> int:
+        """Lines that left the log: superseded versions plus archived records."""
+        return self.lines_before - self.lines_after
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "removed": self.removed}
+
+
+def line_count(store: RigStore) -> int:
+    """Lines in the rig's ephemeral log now (a cheap byte count, no parsing)."""
+    try:
+        with open(store.ephemeral_path, "rb") as fh:
+            return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+
+
+def _closed_epoch(record: dict) -> float | None:
+    stamp = record.get("closed_at") or record.get("updated_at")
+    try:
+        parsed = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    return parsed.timestamp()
+
+
+def _expired(record: dict, cutoff: float) -> bool:
+    """A closed sling context closed before ``cutoff`` (other records always stay)."""
+    if record.get("status") not in DONE or not is_context(record):
+        return False
+    closed = _closed_epoch(record)
+    return closed is not None and closed < cutoff
+
+
+def _remove_leftovers(store: RigStore) -> None:
+    """Temporary files of a compaction that was killed before its rename."""
+    for leftover in store.ephemeral_path.parent.glob(f".{store.ephemeral_path.name}.*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
+def _append_archive(path, lines: list[str]) -> None:
+    member = gzip.compress("".join(lines).encode("utf-8"), mtime=0)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if os.write(fd, member) != len(member):  # pragma: no cover - only on a full disk
+            raise OSError(f"short write to {path}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def compact(store: RigStore, retention: float | None = None, now: float | None = None) -> CompactResult:
+    """Rewrite ``store``'s log to one line per live record; see the module docstring.
+
+    ``retention`` is in seconds; None keeps every record (only superseded
+    versions go).
+    """
+    now = time.time() if now is None else now
+    with fsutil.file_lock(store.lock_path):
+        _remove_leftovers(store)
+        tail = LogTail(store.ephemeral_path)
+        records = tail.catch_up()
+        keep, archive = [], []
+        cutoff = now - retention if retention is not None else None
+        # Each record where its latest version stood: the file reads as its last lines did.
+        for record in sorted(records.values(), key=lambda r: tail.positions[r["id"]]):
+            text = line_text(record) + "\n"
+            (archive if cutoff is not None and _expired(record, cutoff) else keep).append(text)
+        result = CompactResult(store.rig.name, tail.lines, len(keep), len(archive))
+        if tail.lines == 0 and not store.ephemeral_path.exists():
+            return result
+        if archive:
+            _append_archive(store.ephemeral_path.parent / ARCHIVE_NAME, archive)
+        fsutil.atomic_write_bytes(store.ephemeral_path, "".join(keep).encode("utf-8"))
+    store.refresh()
+    return result
+
+
+def read_archive(store: RigStore) -> list[dict]:
+    """Every record ever archived for ``store`` (oldest first)."""
+    import json
+
+    path = store.ephemeral_path.parent / ARCHIVE_NAME
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,138 @@
+"""Reading and writing JSON-lines logs: one record per line, torn tails tolerated.
+
+:func:`parse_line` holds the rules for one line (shared by every reader);
+:class:`LogTail` remembers how far an append-only log has been read, so a
+long-lived reader parses only what was appended since.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from sluice.core.items import normalise, priority_problem, shape_problem, skip_record
+from sluice.core.text import printable
+from sluice.errors import StoreCorrupt
+
+log = logging.getLogger("sluice")
+
+
+class TornLine(Exception):
+    """The last line lacks its newline and does not parse: a write that was cut short."""
+
+
+def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None] | None = None
+               ) -> dict | None:
+    """The normalised record on one line, None for a blank or skipped line.
+
+    Raises :class:`TornLine` for an unparseable line without its newline (only
+    the last line of a file can be one) and :class:`StoreCorrupt` naming file
+    and line for any other bad line.  A priority that is not an integer 0–4 is
+    read as the default and warned about (to ``warn``, default the logger).
+    """
+    if not chunk.strip():
+        return None
+    try:
+        record = json.loads(chunk)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
+        if not chunk.endswith(b"\n"):
+            raise TornLine from None
+        raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
+    if skip_record(record):
+        return None
+    if not isinstance(record.get("id"), str) or not record["id"]:
+        raise StoreCorrupt(path, number, "record has no string 'id'")
+    problem = shape_problem(record)
+    if problem is not None:
+        raise StoreCorrupt(path, number, f"record {record['id']!r}: {problem}")
+    problem = priority_problem(record.get("priority"))
+    if problem is not None:
+        (warn or log.warning)(f"{path}:{number}: record {printable(record['id'])}: {problem}")
+    return normalise(record)
+
+
+class LogTail:
+    """What has been read of an append-only log, so the next read parses only what was appended.
+
+    ``records`` maps id to its latest version (first-seen order).  A read
+    continues from ``offset`` (the end of the last complete line) while the
+    file is the same one (inode) and still ends its read part with the same
+    bytes; a log replaced by compaction or cut shorter is read again whole.
+    """
+
+    GUARD = 64  # bytes before ``offset`` that must be unchanged for a read to continue
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: dict[str, dict] = {}
+        self.positions: dict[str, int] = {}  # id → line number of its latest version
+        self.offset = 0
+        self.lines = 0
+        self.inode: int | None = None
+        self.guard = b""
+
+    def catch_up(self) -> dict[str, dict]:
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError:
+            self.__init__(self.path)  # type: ignore[misc]
+            return self.records
+        with fh:
+            stat = os.fstat(fh.fileno())
+            if not self._continues(fh, stat):
+                self.__init__(self.path)  # type: ignore[misc]
+                self.records = {}
+                self.inode = stat.st_ino
+            fh.seek(self.offset)
+            data = fh.read()
+        self._parse(data)
+        return self.records
+
+    def _continues(self, fh, stat) -> bool:
+        if self.inode is None or stat.st_ino != self.inode or stat.st_size < self.offset:
+            return False
+        if not self.guard:
+            return True
+        fh.seek(self.offset - len(self.guard))
+        return fh.read(len(self.guard)) == self.guard
+
+    def _parse(self, data: bytes) -> None:
+        records, positions, start, number = self.records, self.positions, 0, self.lines
+        end = len(data)
+        while start < end:
+            newline = data.find(b"\n", start)
+            stop = end if newline < 0 else newline + 1
+            chunk = data[start:stop]
+            number += 1
+            try:
+                record = parse_line(self.path, number, chunk)
+            except TornLine:
+                log.warning("%s:%d: ignoring a torn last line (an interrupted write)", self.path, number)
+                number -= 1
+                break
+            if newline < 0 and record is None:
+                number -= 1  # blank text after the last newline: not a line yet
+                break
+            if record is not None:
+                records[record["id"]] = record
+                positions[record["id"]] = number
+            start = stop
+        if start:
+            consumed = data[:start]
+            self.guard = (self.guard + consumed)[-self.GUARD :]
+            self.offset += start
+            self.lines = number
+
+
+def line_text(record: dict) -> str:
+    """One record as one compact JSON line (no newline)."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _short(err: Exception) -> str:
+    return str(err).split(": line")[0]
