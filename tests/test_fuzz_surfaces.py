@@ -31,8 +31,8 @@ GOOD = [
     {"id": "fz-2", "title": "two", "status": "closed", "priority": 2, "issue_type": "task"},
     {"id": "fz-3", "title": "epic", "status": "open", "priority": 2, "issue_type": "epic"},
 ]
-# Commands that may run in a test: not daemon, mcp or demo (they run until stopped), not init
-# (it makes a town where it is told) and not hooks install (it writes into the rig by design).
+# Commands that may run in a test: not daemon, mcp, demo, top or web (they run until stopped), not
+# init (it makes a town where it is told), not hooks install/uninstall (they write into the rig by design).
 COMMANDS = (
     ("item", "list"), ("item", "ready"), ("item", "blocked"), ("item", "show"), ("item", "create"),
     ("item", "update"), ("item", "close"), ("item", "dep", "add"), ("sling",), ("scheduler", "status"),
@@ -40,11 +40,14 @@ COMMANDS = (
     ("scheduler", "clear"), ("schedule", "next"), ("schedule", "status"), ("schedule", "policy", "show"),
     ("schedule", "policy", "set"), ("config", "get"), ("config", "set"), ("rig", "list"), ("patrol",),
     ("polecat", "list"), ("polecat", "logs"), ("polecat", "stop"), ("hooks", "report"),
+    ("scheduler", "explain"), ("scheduler", "throttle"), ("scheduler", "broken"), ("scheduler", "reset"),
+    ("polecat", "usage"), ("schedule", "policy", "unset"), ("snapshot",), ("rig", "remove"),
 )
 TOKENS = ("--json", "--limit", "-1", "0", "1", "99999999999999999999999", "--status", "open", "closed",
           "--priority", "fz-1", "fz-2", "fz-3", "fz", "nope", "--graph-id", "--batch", "--force", "--dry-run",
           "--fix", "--type", "--item", "--recent", "--title", "--dep", "blocks:fz-1", "--label", "--weight",
-          "--priority", "nan", "inf", "-0", "1e308", "--merge-queue-threshold", "scheduler.max_polecats",
+          "--priority", "nan", "inf", "-0", "1e308", "--merge-queue-threshold", "--until", "10m", "--rig",
+          "--clear", "--tokens", "scheduler.max_polecats",
           "scheduler.batch_size", "scheduler.spawn_delay", "500ms", "1m30s", "-5s", "--reason", "=", "--")
 token = st.one_of(st.sampled_from(TOKENS), odd_text.filter(lambda t: "\x00" not in t))
 
