@@ -1,6 +1,6 @@
 """Dispatch planning: how many queued items one cycle may launch, and which.
 
-This is the pure core of Gas Town's deferred dispatch (``capacity/pipeline.go``):
+This is the pure core of Gas Town's deferred dispatch (its ``PlanDispatch``, rule R-F):
 given the free polecat slots, the batch size and the ranked pending contexts,
 decide what to launch and say *why* the cycle stopped where it did.  Keeping
 it free of IO and clocks is what lets the rules be pinned down by table tests

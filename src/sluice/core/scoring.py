@@ -299,7 +299,7 @@ def rank(scored: Iterable[Scored]) -> list[Scored]:
 
 
 def select(ranked: Sequence[Scored], limit: int | None, skip_on_pressure: bool) -> list[Selection]:
-    """Walk the ranking and take up to ``limit`` selections (metagit §1.6).
+    """Walk the ranking and take up to ``limit`` selections (metagit's skip rule, docs/architecture.md).
 
     In skip mode a pressured candidate becomes a *skipped* selection that
     still uses up a slot, so ``limit=1`` with a pressured leader yields only

@@ -42,7 +42,7 @@ def next_decisions(
     """Up to ``limit`` decisions over the ready items (of graph ``graph_id`` when given).
 
     In skip mode a pressured item inside the top ``limit`` becomes a skipped
-    decision and still takes its slot (metagit §1.6).  ``preview`` writes
+    decision and still takes its slot (metagit's skip rule).  ``preview`` writes
     nothing: no decision, no event.
     """
     _check_count("--limit", limit, 1)

@@ -1,6 +1,6 @@
 """The dispatch cycle: launch queued work within the polecat cap (Gas Town shape).
 
-One cycle, in order (DESIGN §4):
+One cycle, in order (Gas Town's R-E, see docs/architecture.md):
 
 1. try-lock ``runtime/dispatch.lock`` — busy: a manual run fails with
    ``dispatch already in progress``, a daemon tick returns quietly;

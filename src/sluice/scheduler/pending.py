@@ -3,7 +3,8 @@
 One survey of every rig's open sling contexts, shared by the dispatch cycle,
 its dry run, ``scheduler list`` and ``scheduler status``, so they can never
 disagree about what is queued or in which order (Gas Town's views drifted
-apart: its weak spots 4 and 14).  The survey only reads; the cycle acts on
+apart: its status counted polecats unlike its dispatcher, and contexts of
+missing items were never cleaned).  The survey only reads; the cycle acts on
 what it reports.
 
 * **stale** contexts are closed by the cycle's cleanup: unparseable

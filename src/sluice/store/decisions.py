@@ -58,7 +58,7 @@ def make_decision(
     item: dict, rig: Rig, *, graph_id: str | None, score: float | None, reasons, at: str,
     skipped: bool = False, **extra,
 ) -> dict:
-    """One decision in the shape ``schedule next`` prints and the dispatcher logs (DESIGN §7)."""
+    """One decision in the shape ``schedule next`` prints and the dispatcher logs (docs/formats.md)."""
     return {
         "decision_id": uuid.uuid4().hex,
         "at": at,
