@@ -10,9 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from helpers import Cli, beads_data_missing_reason, make_repo
 from helpers import beads_data as beads_data_path
+
+# Speed is measured by benchmarks, never by timed assertions: no per-example deadline, which a
+# busy machine (or two xdist workers on two cores) would otherwise turn into random failures.
+settings.register_profile("sluice", deadline=None)
+settings.load_profile("sluice")
 
 
 @pytest.fixture
