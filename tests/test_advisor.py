@@ -29,17 +29,17 @@ def town(cli, tmp_path) -> Town:
 @pytest.mark.parametrize("limit", [0, -1, True, "3", 1.5])
 def test_a_bad_limit_is_a_usage_error_before_anything_is_read(town, limit):
     town.policy_path.write_text("{broken")  # would be a ConfigError if it were read
-    with pytest.raises(UsageError, match="--limit must be"):
+    with pytest.raises(UsageError, match="limit must be"):
         advisor.next_decisions(town, limit=limit)
 
 
 def test_a_blank_graph_id_is_a_usage_error(town):
-    with pytest.raises(UsageError, match="--graph-id must be a non-empty string"):
+    with pytest.raises(UsageError, match="graph_id must be a non-empty string"):
         advisor.next_decisions(town, graph_id="  ")
 
 
 def test_a_bad_recent_is_a_usage_error(town):
-    with pytest.raises(UsageError, match="--recent must be >= 0"):
+    with pytest.raises(UsageError, match="recent must be >= 0"):
         advisor.status(town, recent=-1)
 
 
@@ -86,6 +86,7 @@ def test_status_is_one_document(town):
 
 
 def test_policy_functions_return_the_whole_policy(town):
+    write_items(town.root, "alpha", [item("al-e", issue_type="epic")])  # a graph to override
     assert advisor.policy_show(town)["weights"]["priority"] == 1.0
     changed = advisor.policy_set(town, cost=0.75, graph_id="al-e")
     assert changed["weights"]["cost"] == 0.25
@@ -93,7 +94,7 @@ def test_policy_functions_return_the_whole_policy(town):
     assert advisor.policy_show(town) == changed
     with pytest.raises(UsageError, match="unknown policy field"):
         advisor.policy_set(town, colour="red")
-    with pytest.raises(UsageError, match="--merge-queue-threshold must be >= 1"):
+    with pytest.raises(UsageError, match="merge_queue_threshold must be >= 1"):
         advisor.policy_set(town, merge_queue_threshold=0)
 
 

@@ -254,3 +254,48 @@ def test_a_busy_lock_is_a_sluice_error_naming_the_lock(town):
     finally:
         release.set()
         holder.join()
+
+
+def test_the_daemon_ticks_in_process_with_an_executor_object(town):
+    """A daemon given an in-memory executor runs its cycle here: no child process could see it."""
+    town.config_set("scheduler.max_polecats", "1")
+    item = town.create_item("api", "by the daemon")
+    town.sling([item["id"]])
+    assert town.daemon(interval=1, once=True) == 0
+    assert [r.item_id for r in town.executor.requests] == [item["id"]]
+    town.executor.finish(item["id"])
+    assert town.daemon(interval=1, once=True) == 0  # reaps the finished polecat
+    assert town.polecats() == []
+
+
+def test_library_errors_name_parameters_and_the_cli_names_flags(town):
+    """The library says ``batch``; the command line says ``--batch``."""
+    from sluice.surfaces.cli.common import error_text
+
+    with pytest.raises(UsageError) as caught:
+        town.run_cycle(batch=0)
+    assert str(caught.value).startswith("batch must be >= 1") and "--" not in str(caught.value)
+    assert error_text(caught.value).startswith("--batch must be >= 1")
+    with pytest.raises(UsageError) as caught:
+        town.next(graph_id=" ")
+    assert error_text(caught.value).startswith("--graph-id must be")
+    town.config_set("scheduler.max_polecats", "1")
+    item = town.create_item("api", "hooked", assignee="bob")
+    town.update_item(item["id"], status="hooked")
+    [row] = town.sling([item["id"]]).errors
+    assert row["error"].endswith("(override with force)")
+    assert error_text(InvalidOperation(row["error"])).endswith("(override with --force)")
+
+
+def test_every_method_and_result_is_documented():
+    """docs/api.md names every public method of the facade and every result type."""
+    import inspect
+
+    from sluice import api
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    methods = [name for name, _ in inspect.getmembers(api.Town, inspect.isfunction)
+               if not name.startswith("_")]
+    missing = [name for name in methods if f"`{name}(" not in text]
+    missing += [name for name in api.__all__ if f"`{name}" not in text]
+    assert not missing, f"not in docs/api.md: {missing}"

@@ -20,8 +20,8 @@ from sluice.errors import LockBusy, SluiceError
 __version__ = "0.1.0"
 
 _API_NAMES = frozenset({
-    "ClearResult", "CycleReport", "Decision", "Decisions", "PatrolReport", "PauseState", "PolicyInfo",
-    "Queue", "QueueEntry", "QueueStatus", "RigInfo", "ScheduleStatus", "SlingResult", "Town",
+    "ClearResult", "CycleReport", "Decision", "Decisions", "ItemRows", "PatrolReport", "PauseState",
+    "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "RigInfo", "ScheduleStatus", "SlingResult", "Town",
     "init_town", "open_town",
 })
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         CycleReport,
         Decision,
         Decisions,
+        ItemRows,
         PatrolReport,
         PauseState,
         PolicyInfo,

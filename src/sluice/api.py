@@ -30,17 +30,17 @@ an executor): every CLI command starts here, and start-up time is measured.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.scheduler.dispatch import CycleReport
-from sluice.scheduler.sling import SlingResult
-
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
+    from sluice.scheduler.dispatch import CycleReport
+    from sluice.scheduler.sling import SlingResult
     from sluice.store.town import Town as TownFiles
 
 __all__ = [
@@ -49,8 +49,10 @@ __all__ = [
     "Decision",
     "Decisions",
     "Explanation",
+    "ItemRows",
     "PatrolReport",
     "PauseState",
+    "PolicyInfo",
     "Queue",
     "QueueEntry",
     "QueueStatus",
@@ -61,6 +63,19 @@ __all__ = [
     "init_town",
     "open_town",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The dispatcher's and sling's own result types, re-exported lazily (see the module docstring).
+    if name == "CycleReport":
+        from sluice.scheduler.dispatch import CycleReport
+
+        return CycleReport
+    if name == "SlingResult":
+        from sluice.scheduler.sling import SlingResult
+
+        return SlingResult
+    raise AttributeError(f"module 'sluice.api' has no attribute {name!r}")
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -289,6 +304,30 @@ class PatrolReport(_Document):
 
 
 @dataclass(frozen=True)
+class ItemRows:
+    """``item ready`` / ``item blocked``: item records, kept as the JSON text they were read as.
+
+    A large rig's ready list is printed without decoding and re-encoding
+    every record; iterate (or call ``to_json``) to get the records as dicts.
+    """
+
+    lines: list[str] = field(repr=False)
+
+    @cached_property
+    def records(self) -> list[dict]:
+        return [json.loads(line) for line in self.lines]
+
+    def to_json(self) -> list[dict]:
+        return self.records
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+@dataclass(frozen=True)
 class RigInfo(_Document):
     """A registered rig, as ``rig add`` / ``rig list`` print it."""
 
@@ -387,19 +426,17 @@ class Town:
 
         return list_items(self.files, rig, status, tuple(labels))
 
-    def ready(self, rig: str | None = None, limit: int = 100) -> list[dict]:
+    def ready(self, rig: str | None = None, limit: int = 100) -> ItemRows:
         """Ready items by beads' rules, most urgent first (``limit`` 0 = all)."""
-        import json
-
         from sluice.store.tracker import ready
 
-        return [json.loads(text) for text in ready(self.files, rig, limit)]
+        return ItemRows(ready(self.files, rig, limit))
 
-    def blocked(self, rig: str | None = None) -> list[dict]:
-        """Blocked items, each with ``blocked_by`` (what blocks it)."""
-        from sluice.store.tracker import blocked
+    def blocked(self, rig: str | None = None) -> ItemRows:
+        """Blocked items, each with ``blocked_by`` (what blocks it) and ``blocked_by_count``."""
+        from sluice.store.tracker import blocked_json
 
-        return blocked(self.files, rig)
+        return ItemRows(blocked_json(self.files, rig))
 
     def update_item(self, item_id: str, *, status: str | None = None, priority: int | None = None,
                     assignee: str | None = None, add_labels: Iterable[str] = ()) -> dict:
@@ -519,6 +556,16 @@ class Town:
 
         return report_usage(self.files, ref, tokens, executor=self._executor())
 
+    def compact(self, rig: str | None = None) -> dict:
+        """Rewrite every rig's ephemeral log (or ``rig``'s) to one line per record.
+
+        Contexts closed longer ago than ``scheduler.compact_retention`` move
+        to the rig's archive.
+        """
+        from sluice.scheduler.control import compact
+
+        return compact(self.files, rig)
+
     # -- watching ---------------------------------------------------------------------------
     def snapshot(self) -> dict:
         """The town's state as one document: what ``sluice snapshot --json``, ``top`` and ``web`` show."""
@@ -533,10 +580,15 @@ class Town:
         return item_detail(self.files, item_id, self.executor)
 
     def daemon(self, interval: float = 180.0, once: bool = False, timeout: float = 300.0) -> int:
-        """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``)."""
+        """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``).
+
+        Each cycle runs in a child process that is killed after ``timeout``
+        seconds, except with an executor handed to :func:`open_town`: then
+        cycles run in this process (the child could not see its polecats).
+        """
         from sluice.scheduler.daemon import run_daemon
 
-        return run_daemon(self.files, interval=interval, once=once, timeout=timeout)
+        return run_daemon(self.files, interval=interval, once=once, timeout=timeout, executor=self.executor)
 
     # -- polecats ---------------------------------------------------------------------------
     def polecats(self) -> list[dict]:

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 
 class SluiceError(Exception):
-    """Root of every sluice error; the message is meant for a person."""
+    """Root of every sluice error; the message is meant for a person.
+
+    Messages name parameters as the Python API spells them (``batch``,
+    ``graph_id``, ``force``), never as command-line flags: ``parameters``
+    lists the ones a message names, so a surface can say its own spelling
+    (the CLI says ``--batch``, ``--graph-id``, ``--force``).
+    """
 
     exit_code = 1
+
+    def __init__(self, *args: object, parameters: tuple[str, ...] = ()):
+        super().__init__(*args)
+        self.parameters = parameters
 
 
 class UsageError(SluiceError):
@@ -25,7 +35,7 @@ class ConfigError(SluiceError):
 
 
 class TownNotFound(SluiceError):
-    """No town could be located from --town, SLUICE_TOWN or the cwd."""
+    """No town could be located from the path given, SLUICE_TOWN or the cwd."""
 
 
 class UnknownRig(SluiceError):

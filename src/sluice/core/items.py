@@ -2,7 +2,7 @@
 
 Items are plain dicts so that every key a beads export carries survives a
 rewrite untouched.  This module is the one place that knows how a raw record
-maps onto what sluice needs (:class:`~sluice.readiness.Node`, tokens,
+maps onto what sluice needs (:class:`~sluice.core.readiness.Node`, tokens,
 timestamps) and how beads' import normalises old exports (L1–L4).
 """
 
@@ -163,7 +163,7 @@ def to_node(record: Mapping) -> Node:
 
 
 def effective_tokens(record: Mapping) -> int:
-    """An item's token estimate by :func:`sluice.scoring.effective_tokens` (the one rule).
+    """An item's token estimate by :func:`sluice.core.scoring.effective_tokens` (the one rule).
 
     Older exports store ``metadata`` as a JSON string; it is decoded first.
     Beyond 64 bits an estimate is simply the most expensive item there is.

@@ -2,7 +2,7 @@
 
 Work items are deliberately *not* modelled here: they are beads records that
 may carry any key, and a 100,000-item rig must load without validating every
-row.  Items stay dicts (see :mod:`sluice.items`); everything sluice itself
+row.  Items stay dicts (see :mod:`sluice.core.items`); everything sluice itself
 writes is validated by these models on the way in and out.
 """
 

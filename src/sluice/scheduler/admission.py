@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
 
-THROTTLED = "Throttled"
-REQUEUED = "Requeued"
 
 
 def touches_of(item: Mapping) -> tuple[str, ...]:
@@ -362,7 +360,7 @@ def requeue_due(town: Town, stores: Stores, now: float | None = None) -> list[di
                 "why": "breaker-cooldown",
                 "trips": entry.get("trips"),
             }
-            events.emit_event(town, REQUEUED, payload)
+            events.emit_event(town, events.REQUEUED, payload)
             out.append(payload)
     return out
 
@@ -386,7 +384,8 @@ def reset(town: Town, item_id: str) -> dict:
         else None
     )
     events.emit_event(
-        town, REQUEUED, {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "why": "reset"}
+        town, events.REQUEUED,
+        {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "why": "reset"},
     )
     return {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "reset": True}
 
@@ -432,16 +431,18 @@ def throttle(
         raise UsageError(f"unknown rig {rig!r} (see `sluice rig list`)")
     if clear:
         if until is not None:
-            raise UsageError("--clear and --until do not go together")
+            raise UsageError("clear and until do not go together", parameters=("clear", "until"))
         cleared = kept.clear_throttle(town, rig, now)
         if cleared:
-            events.emit_event(town, THROTTLED, {"rig": rig, "cleared": True})
+            events.emit_event(town, events.THROTTLED, {"rig": rig, "cleared": True})
         return {"rig": rig, "cleared": cleared, "throttles": kept.throttle_rows(town, now)}
     if not until:
-        raise UsageError("give --until TIME|DURATION (e.g. 10m, 2026-12-01T09:00:00Z) or --clear")
+        raise UsageError("give until TIME|DURATION (e.g. 10m, 2026-12-01T09:00:00Z) or clear",
+                         parameters=("until", "clear"))
     end = parse_until(until, now)
     entry = kept.set_throttle(town, end, rig, reason, detect_actor(), now)
-    events.emit_event(town, THROTTLED, {"rig": rig, "until": entry["until"], "reason": entry["reason"]})
+    payload = {"rig": rig, "until": entry["until"], "reason": entry["reason"]}
+    events.emit_event(town, events.THROTTLED, payload)
     return {
         "rig": rig,
         "until": entry["until"],
@@ -462,10 +463,11 @@ def parse_until(text: str, now: float) -> float:
     except ValueError:
         stamp = parse_ts(text)
         if stamp is None:
-            raise UsageError(f"--until {text!r} is neither a duration (10m, 1h30m) nor an ISO time") from None
+            raise UsageError(f"until {text!r} is neither a duration (10m, 1h30m) nor an ISO time",
+                             parameters=("until",)) from None
         end = stamp
     if end <= now:
-        raise UsageError(f"--until {text!r} is not in the future")
+        raise UsageError(f"until {text!r} is not in the future", parameters=("until",))
     return end
 
 
@@ -502,7 +504,7 @@ def settle_exits(town: Town, stores: Stores, polecats: list[Polecat], now: float
             "until": kept.utc(until),
             "context_id": record["id"] if record else None,
         }
-        events.emit_event(town, THROTTLED, payload)
+        events.emit_event(town, events.THROTTLED, payload)
         out.append(payload)
     return out
 
@@ -540,7 +542,7 @@ def report_usage(town: Town, ref: str, tokens: int, executor: Executor | None = 
 
     town.reload_config()
     if tokens < 0:
-        raise UsageError(f"--tokens must be >= 0 (got {tokens})")
+        raise UsageError(f"tokens must be >= 0 (got {tokens})", parameters=("tokens",))
     from sluice.scheduler.polecats import UnknownPolecat
 
     try:

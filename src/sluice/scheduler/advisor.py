@@ -30,9 +30,9 @@ POLICY_FIELDS = frozenset({
 
 def _check_count(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{name} must be an integer (got {value!r})")
+        raise UsageError(f"{name} must be an integer (got {value!r})", parameters=(name,))
     if value < minimum:
-        raise UsageError(f"{name} must be >= {minimum} (got {value})")
+        raise UsageError(f"{name} must be >= {minimum} (got {value})", parameters=(name,))
     return value
 
 
@@ -45,9 +45,9 @@ def next_decisions(
     decision and still takes its slot (metagit's skip rule).  ``preview`` writes
     nothing: no decision, no event.
     """
-    _check_count("--limit", limit, 1)
+    _check_count("limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
-        raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
+        raise UsageError(f"graph_id must be a non-empty string (got {graph_id!r})", parameters=("graph_id",))
     from sluice.core.clock import iso
     from sluice.core.scoring import select
     from sluice.scheduler.ranking import load_town_policy, rank_ready
@@ -100,7 +100,7 @@ def status(town: Town, recent: int = 10, now: float | None = None) -> dict:
     """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
     import time
 
-    _check_count("--recent", recent, 0)
+    _check_count("recent", recent, 0)
     from sluice.scheduler.ranking import load_town_policy, ready_count
     from sluice.scheduler.signals import Signals
     from sluice.store.decisions import recent_decisions
@@ -133,7 +133,7 @@ def policy_show(town: Town) -> dict:
 
 
 def policy_set(town: Town, **fields: Any) -> dict:
-    """Change policy fields (see :func:`sluice.policy.set_policy`) and return the whole policy."""
+    """Change policy fields (see :func:`sluice.store.policy.set_policy`) and return the whole policy."""
     from sluice.store.policy import set_policy
 
     unknown = sorted(set(fields) - POLICY_FIELDS)

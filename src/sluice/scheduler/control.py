@@ -1,7 +1,7 @@
 """Looking at and steering the queue: status, list, pause, resume, clear.
 
 ``list`` and ``status`` read the same survey the dispatch cycle acts on
-(:mod:`sluice.pending`), so what they show as ready is exactly what the next
+(:mod:`sluice.scheduler.pending`), so what they show as ready is exactly what the next
 cycle would consider, in the order it would launch it.  ``pause`` and
 ``resume`` only flip the state file (Gas Town R-J); ``clear`` closes contexts
 and never touches a work item or the state (R-K); ``compact`` rewrites rigs'
@@ -10,9 +10,17 @@ ephemeral logs (:mod:`sluice.store.compaction`).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
+from sluice.core.models import format_duration
 from sluice.errors import ExecutorError
+from sluice.executors import get_executor
+from sluice.scheduler.admission import assess, why
+from sluice.scheduler.dispatch import held_row
+from sluice.scheduler.pending import survey
+from sluice.scheduler.polecats import retry_due_at
+from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store.compaction import compact as compact_log
@@ -36,8 +44,6 @@ def _active(
 ) -> tuple[list[Polecat] | None, Executor | None, str | None]:
     try:
         if executor is None:
-            from sluice.executors import get_executor
-
             executor = get_executor(town)
         return executor.active(), executor, None
     except ExecutorError as err:
@@ -45,8 +51,6 @@ def _active(
 
 
 def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
-    from sluice.scheduler.polecats import retry_due_at
-
     context = work.payload
     fields = context.fields
     return {
@@ -67,8 +71,6 @@ def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
 
 def _held_row(held) -> dict:
     """A held context in the shape of a queue row: the item is missing, so only its id is known."""
-    from sluice.scheduler.dispatch import held_row
-
     context = held.context
     fields = context.fields
     row = held_row(held)
@@ -100,11 +102,6 @@ def queue_view(town: Town, executor: Executor | None = None, now: float | None =
 
 
 def _survey(town: Town, executor: Executor | None, now: float | None = None):
-    import time
-
-    from sluice.scheduler.admission import assess
-    from sluice.scheduler.pending import survey
-
     config = _fresh_config(town)
     now = time.time() if now is None else now
     active, executor, problem = _active(town, executor)
@@ -118,8 +115,6 @@ def _survey(town: Town, executor: Executor | None, now: float | None = None):
 
 
 def _queue(town: Town, executor: Executor | None):
-    from sluice.scheduler.admission import why
-
     config, view, _active_list, assessment, problem, active = _survey(town, executor)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     codes = why(assessment, config)
@@ -171,9 +166,6 @@ def status(town: Town, executor: Executor | None = None) -> dict:
 
 def _admission_status(town: Town, config, assessment) -> dict:
     """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``."""
-    from sluice.core.models import format_duration
-    from sluice.store import admission_state as kept
-
     sched = config.scheduler
     window = format_duration(sched.seconds("budget_window"))
     budgets = []

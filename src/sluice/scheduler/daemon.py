@@ -2,13 +2,17 @@
 
 * **Singleton**: ``runtime/daemon.lock`` is held for the daemon's life; a
   second daemon for the same town fails at once naming the first one's pid.
-* **Ticks**: the first at start, then one per ``--interval``.  Each tick runs
-  ``sluice scheduler run --json`` as a *subprocess* with ``SLUICE_DAEMON=1``
-  and a timeout.  A subprocess (rather than a call) means a hung executor or
-  a runaway cycle can be killed outright without taking the daemon down, and
-  the cycle always sees the config and stores fresh; killing a cycle midway
-  is safe because launches are crash-safe (see :mod:`sluice.dispatch`).
-  Polecats live in sessions of their own, so they survive that kill.
+* **Ticks**: the first at start, then one per ``interval``.  Each tick runs
+  one dispatch cycle (:mod:`sluice.scheduler.tick`: the same ``run_cycle``
+  the Python API and ``sluice scheduler run`` call) as a *subprocess* with
+  ``SLUICE_DAEMON=1`` and a timeout.  A subprocess (rather than a call) means
+  a hung executor or a runaway cycle can be killed outright without taking
+  the daemon down, and the cycle always sees the config and stores fresh;
+  killing a cycle midway is safe because launches are crash-safe (see
+  :mod:`sluice.scheduler.dispatch`).  Polecats live in sessions of their
+  own, so they survive that kill.  The one exception: a daemon handed an
+  executor object (an in-memory one, from the Python API) runs its cycles
+  in-process, since a child process could not see that executor's polecats.
 * After each cycle finished polecats are reaped (records moved to
   ``finished.jsonl``, logs kept); a reaping failure is part of the tick's
   log line and heartbeat.  The config is re-read every tick, so the stall
@@ -42,10 +46,13 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso
 from sluice.core.text import printable
 from sluice.errors import InvalidOperation, LockBusy, SluiceError, UsageError
+from sluice.executors import get_executor
 from sluice.scheduler import notify
+from sluice.scheduler.dispatch import run_cycle
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
+    from sluice.executors.base import Executor
     from sluice.store.town import Town
 
 DEFAULT_INTERVAL = 180.0
@@ -71,7 +78,7 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
     """One dispatch cycle in a child process; its JSON report, or ``{"error": …}``."""
     env = {**os.environ, "SLUICE_DAEMON": "1", "SLUICE_TOWN": str(town.root)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "scheduler", "run", "--json"],
+        [sys.executable, "-m", "sluice.scheduler.tick", str(town.root)],
         cwd=town.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )
@@ -135,12 +142,13 @@ def _reaping(result: dict, reaped: int) -> str:
 
 class Daemon:
     def __init__(self, town: Town, interval: float = DEFAULT_INTERVAL, timeout: float = DEFAULT_TIMEOUT,
-                 echo: Callable[[str], None] | None = None):
+                 echo: Callable[[str], None] | None = None, executor: Executor | None = None):
         if interval <= 0:
-            raise UsageError(f"--interval must be > 0 seconds (got {interval:g})")
+            raise UsageError(f"interval must be > 0 seconds (got {interval:g})", parameters=("interval",))
         if timeout <= 0:
-            raise UsageError(f"--timeout must be > 0 seconds (got {timeout:g})")
+            raise UsageError(f"timeout must be > 0 seconds (got {timeout:g})", parameters=("timeout",))
         self.town = town
+        self.executor = executor
         self.interval = interval
         self.timeout = timeout
         self.echo = echo or (lambda line: sys.stderr.write(line + "\n"))
@@ -184,14 +192,12 @@ class Daemon:
         with contextlib.suppress(SluiceError):
             self.town.reload_config()
         timed_out = self._stop_overdue()
-        result = run_cycle_subprocess(self.town, self.timeout)
+        result = self._cycle()
         if timed_out:
             result["timed_out"] = [p.id for p in timed_out]
         reaped = 0
         try:
-            from sluice.executors import get_executor
-
-            reaped = len(get_executor(self.town).reap())
+            reaped = len(self._executor().reap())
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
         try:
@@ -243,12 +249,22 @@ class Daemon:
             self._log(f"notifications skipped: {err}")
             return []
 
+    def _executor(self) -> Executor:
+        return self.executor or get_executor(self.town)
+
+    def _cycle(self) -> dict:
+        if self.executor is None:
+            return run_cycle_subprocess(self.town, self.timeout)
+        try:  # an executor object lives in this process: so must the cycle (no timeout can apply)
+            return run_cycle(self.town, executor=self.executor, daemon=True).to_json()
+        except SluiceError as err:
+            return {"error": str(err)}
+
     def _stop_overdue(self) -> list:
-        from sluice.executors import get_executor
         from sluice.scheduler.polecats import stop_overdue
 
         try:
-            stopped = stop_overdue(self.town, get_executor(self.town), time.time())
+            stopped = stop_overdue(self.town, self._executor(), time.time())
         except SluiceError as err:
             self._log(f"stall check skipped: {err}")
             return []
@@ -289,7 +305,7 @@ class Daemon:
 
 
 def run_daemon(town: Town, interval: float = DEFAULT_INTERVAL, once: bool = False,
-               timeout: float = DEFAULT_TIMEOUT) -> int:
+               timeout: float = DEFAULT_TIMEOUT, executor: Executor | None = None) -> int:
     """Run the daemon until signalled (or one tick with ``once``); returns the exit status."""
     town.load_config()  # a corrupt config stops the daemon before it starts
-    return Daemon(town, interval, timeout).run(once)
+    return Daemon(town, interval, timeout, executor=executor).run(once)

@@ -9,11 +9,11 @@ One cycle, in order (Gas Town's R-E, see docs/architecture.md):
 3. direct mode (``max_polecats <= 0``) ⇒ nothing to do, with a warning when
    contexts are still open from an earlier deferred mode;
 4. clean stale contexts and reconcile interrupted launches
-   (:mod:`sluice.pending` says which); a context whose item is missing is
+   (:mod:`sluice.scheduler.pending` says which); a context whose item is missing is
    *held* (``missing-item``, with ``missing_since`` recorded once) and closed
    only after ``scheduler.missing_grace``;
 5. capacity = ``max(0, max_polecats − active polecats)``; pending = ready
-   contexts, one per item, ranked by :func:`sluice.ranking.rank_work`;
+   contexts, one per item, ranked by :func:`sluice.scheduler.ranking.rank_work`;
 6. :func:`sluice.core.admission.admit` (town cap, batch, rig and label caps,
    token budgets, throttles, overlap), then for each planned context: record
    the launch intent, launch, close it ``dispatched`` (3 tries) and log the
@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
-from sluice.core.items import parse_ts
+from sluice.core.items import effective_tokens, parse_ts
 from sluice.errors import (
     ConfigError,
     DispatchBusy,
@@ -51,9 +51,15 @@ from sluice.errors import (
     SluiceError,
     UsageError,
 )
+from sluice.executors import get_executor
 from sluice.executors.base import LaunchRequest, substitute
+from sluice.scheduler import admission
+from sluice.scheduler.pending import survey
+from sluice.scheduler.signals import Graphs
+from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store import events, fsutil
+from sluice.store.decisions import append_decisions, make_decision
 from sluice.store.rigstore import Stores
 from sluice.store.state import load_state, record_dispatch
 
@@ -150,7 +156,7 @@ def run_cycle(
     config = town.reload_config()
     daemon = daemon_mode() if daemon is None else daemon
     if batch is not None and batch < 1:
-        raise UsageError(f"--batch must be >= 1 (got {batch})")
+        raise UsageError(f"batch must be >= 1 (got {batch})", parameters=("batch",))
     report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
     if dry_run:
         return _cycle(town, report, executor, daemon, sleep, ignore_backoff)
@@ -194,10 +200,6 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
                     " `sluice config set scheduler.max_polecats N`"
                 )
         return report
-
-    from sluice.executors import get_executor
-    from sluice.scheduler import admission
-    from sluice.scheduler.pending import survey
 
     executor = executor or get_executor(town)
     try:
@@ -289,8 +291,6 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
                 held.closes_at = since + grace if since is not None else None
     for context in view.reappeared:
         ctxs.clear_missing(stores.rig(context.rig), context.id)
-    from sluice.scheduler.admission import trip_breaker
-
     closes: dict[str, list[tuple[str, str, dict | None]]] = {}
     rows: dict[str, dict] = {}
     for stale in view.stale:
@@ -309,7 +309,7 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
     for stale in view.stale:
         context = stale.context
         if context.id in closed and stale.reason == ctxs.CIRCUIT_BROKEN and context.fields is not None:
-            trip_breaker(town, context.fields, context.fields.last_failure)
+            admission.trip_breaker(town, context.fields, context.fields.last_failure)
     for context_id, row in rows.items():
         if context_id not in closed:
             continue
@@ -383,9 +383,6 @@ class Launcher:
 
     def _admitted(self, work: Work, polecat_id: str) -> None:
         """Charge the launch to the token budgets; a half-open item that launched is healed."""
-        from sluice.core.items import effective_tokens
-        from sluice.store import admission_state as kept
-
         config = self.town.config
         if config.scheduler.token_budget or any(r.token_budget for r in config.rigs.values()):
             kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
@@ -428,11 +425,9 @@ class Launcher:
         payload = {k: v for k, v in row.items() if k != "circuit_broken"}
         events.emit_event(self.town, events.DISPATCH_FAILED, payload)
         if context is not None and failures >= self.max_failures:
-            from sluice.scheduler.admission import trip_breaker
-
             ctxs.close(self.town, store, context.id, ctxs.CIRCUIT_BROKEN, {"last_failure": error})
             if updated is not None and updated.fields is not None:
-                trip_breaker(self.town, updated.fields, error)
+                admission.trip_breaker(self.town, updated.fields, error)
             events.emit_event(self.town, events.CIRCUIT_BROKEN, {
                 "context_id": context.id, "item_id": work.item["id"], "rig": work.rig,
                 "failures": failures, "last_failure": error})
@@ -448,9 +443,6 @@ class Launcher:
 
 def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
     """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
-    from sluice.scheduler.signals import Graphs
-    from sluice.store.decisions import append_decisions, make_decision
-
     item = work.item
     graph_id = work.graph_id if work.score is not None else Graphs(town, Stores(town)).of_record(item)
     decision = make_decision(

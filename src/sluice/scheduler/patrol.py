@@ -1,6 +1,6 @@
 """The witness patrol: one rig's queue health, for a person or for cron.
 
-A patrol reads the same survey the dispatcher acts on (:mod:`sluice.pending`)
+A patrol reads the same survey the dispatcher acts on (:mod:`sluice.scheduler.pending`)
 and reports, for one rig, what is queued, what keeps failing, what the next
 cycle would close, duplicates left by racing slings, contexts nobody can act
 on, and the polecats running for the rig.  ``fix`` closes only the stale and
@@ -25,7 +25,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorUnavailable
+from sluice.executors import get_executor
+from sluice.scheduler.dispatch import held_row
+from sluice.scheduler.pending import survey
+from sluice.scheduler.polecats import retry_due_at
 from sluice.store import contexts as ctxs
+from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -66,10 +71,6 @@ def _stale_row(stale: Stale) -> dict:
 
 def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | None = None) -> dict:
     """The patrol report for ``rig_name``; with ``fix``, close its stale and duplicate contexts."""
-    from sluice.executors import get_executor
-    from sluice.scheduler.pending import survey
-    from sluice.store.rigstore import Stores
-
     town.reload_config()
     town.rig(rig_name)  # an unknown rig is an error, not an empty report
     sched = town.config.scheduler
@@ -104,9 +105,6 @@ def _orphaned(stale: Stale, rigs: set[str]) -> bool:
 
 
 def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: tuple[float, float]) -> dict:
-    from sluice.scheduler.dispatch import held_row
-    from sluice.scheduler.polecats import retry_due_at
-
     queued = [_queued_row(w, False) for w in view.ready if w.payload.rig == rig_name]
     queued += [_queued_row(w, False) for w in view.backing_off if w.payload.rig == rig_name]
     queued += [_queued_row(w, True) for w in view.blocked if w.payload.rig == rig_name]

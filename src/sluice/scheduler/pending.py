@@ -24,7 +24,7 @@ what it reports.
 * the rest are **queued**, one per item (the oldest context wins), each
   either **ready** (its item is in its store's ready set, or — for a forced
   context — merely unblocked) or **blocked**; both lists are ordered by
-  :func:`sluice.ranking.rank_work`.
+  :func:`sluice.scheduler.ranking.rank_work`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
   item), so a person decides whether to re-sling it.
 * **Retry backoff** (``scheduler.retry_base``/``retry_max``): after a failed
   launch a context waits ``min(retry_base·2^(failures−1), retry_max)`` from
-  its ``last_failure_at`` before it is tried again (:func:`sluice.plan.retry_delay`),
+  its ``last_failure_at`` before it is tried again (:func:`sluice.core.plan.retry_delay`),
   so a short outage does not burn the whole failure budget in a few cycles.
 
 Times are epoch seconds (``time.time()``) or aware datetimes; both are accepted.
@@ -28,6 +28,8 @@ from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
 from sluice.errors import ExecutorError, UsageError
+from sluice.executors import get_executor
+from sluice.store.events import POLECAT_TIMED_OUT, emit_event
 
 if TYPE_CHECKING:
     from sluice.core.models import SlingContextFields
@@ -67,8 +69,6 @@ def polecat_row(polecat: Polecat) -> dict:
 
 def list_polecats(town: Town, executor: Executor | None = None) -> list[dict]:
     """Every polecat the town's executor has a record of, oldest first."""
-    from sluice.executors import get_executor
-
     polecats = (executor or get_executor(town)).listing()
     return [polecat_row(p) for p in sorted(polecats, key=lambda p: (p.started_at, p.id))]
 
@@ -95,8 +95,6 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
 
 def stop_polecats(town: Town, ref: str, executor: Executor | None = None) -> list[dict]:
     """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped."""
-    from sluice.executors import get_executor
-
     executor = executor or get_executor(town)
     found = resolve(executor, ref)
     running = [p for p in found if p.state in RUNNING_STATES] or found[:1]
@@ -118,8 +116,6 @@ def polecat_logs(
 
     An id missing from the listing is still tried: a reaped polecat's log stays.
     """
-    from sluice.executors import get_executor
-
     executor = executor or get_executor(town)
     unknown: UnknownPolecat | None = None
     try:
@@ -160,8 +156,6 @@ def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | da
 
 def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[Polecat]:
     """Stop every polecat past ``scheduler.polecat_timeout`` and log ``PolecatTimedOut`` for each."""
-    from sluice.store.events import POLECAT_TIMED_OUT, emit_event
-
     scheduler = town.load_config().scheduler  # fresh: a long-lived daemon sees `config set` at once
     timeout = scheduler.seconds("polecat_timeout")
     stopped = []

@@ -2,8 +2,8 @@
 
 The dispatcher hands its queued contexts to :func:`rank_work`; the advisor
 (``schedule next``) asks :func:`rank_ready` for the best of every ready item
-in the town.  Both score with :mod:`sluice.scoring` under the town's policy
-and the same :class:`~sluice.signals.Signals`, and both order by the same key
+in the town.  Both score with :mod:`sluice.core.scoring` under the town's policy
+and the same :class:`~sluice.scheduler.signals.Signals`, and both order by the same key
 (score desc, effective tokens asc, timestamp asc, id asc), so a queued
 context and a ready item are never ordered by two different rules.  The
 tie-break timestamp is a context's ``enqueued_at`` and a bare item's

@@ -54,8 +54,7 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
             more = f" and {len(queued) - 5} more" if len(queued) > 5 else ""
             raise InvalidOperation(
                 f"rig {name!r} has {len(queued)} queued context(s): {shown}{more}; nothing was changed"
-                " (clear them with `sluice scheduler clear --item ID`, or use --force to close them"
-                f" as {RIG_REMOVED!r})"
+                f" (clear them first, or override with force, which closes them as {RIG_REMOVED!r})"
             )
         closed = []
         for context in queued:
@@ -79,8 +78,8 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
             "store": str(kept) if kept else None,
             "closed": closed,
         }
-        events.emit_event(town, "RigRemoved", {k: result[k] for k in ("name", "prefix", "repo", "store")}
-                          | {"closed": len(closed)})
+        payload = {k: result[k] for k in ("name", "prefix", "repo", "store")} | {"closed": len(closed)}
+        events.emit_event(town, events.RIG_REMOVED, payload)
     return result
 
 

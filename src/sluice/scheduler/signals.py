@@ -1,14 +1,14 @@
 """What scoring needs to know about the town, read once per call.
 
-:mod:`sluice.scoring` is pure; it is handed four facts about the rigs whose
+:mod:`sluice.core.scoring` is pure; it is handed four facts about the rigs whose
 work it ranks, and this module reads them:
 
 * **warm rigs** (affinity): a rig is warm when its repository has a live
-  linked worktree (:func:`sluice.gitview.is_warm`);
+  linked worktree (:func:`sluice.store.gitview.is_warm`);
 * **merge-queue depth** (backpressure): the rig's ``merge-request`` items that
   are ``open`` (queued) or ``in_progress`` (running), counted by the index;
 * **decision counts** (fairness): past decisions per rig, from
-  ``decisions.jsonl`` through an incremental cache (:mod:`sluice.decisions`);
+  ``decisions.jsonl`` through an incremental cache (:mod:`sluice.store.decisions`);
 * **graphs** (per-graph weights): the top-level epic above an item through
   ``parent-child`` edges.
 
@@ -47,7 +47,7 @@ def is_warm_rig(rig: Rig) -> bool:
     no such folder has none, and is answered without opening the repository
     (most rigs are cold, and pygit2 costs start-up time).  Everything else —
     bare repositories, ``.git`` files, worktrees that may be gone — is
-    decided by :func:`sluice.gitview.is_warm`.
+    decided by :func:`sluice.store.gitview.is_warm`.
     """
     git_dir = Path(rig.repo) / ".git"
     if git_dir.is_dir() and not (git_dir / "worktrees").exists():

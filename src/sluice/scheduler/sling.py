@@ -17,7 +17,7 @@ for the whole command, which reads every rig's open contexts once and appends
 each rig's new records in one write — 10,000 items are one lock, one read
 and one append per rig, so the work grows linearly with the items slung.
 New context ids are picked under the rig's creation lock
-(:func:`sluice.contexts.create`), so no two creators pick the same id.  A
+(:func:`sluice.store.contexts.create`), so no two creators pick the same id.  A
 direct launch takes the item's lock stripe ``runtime/locks/sling-NN.lock`` (the
 item id hashed to one of :data:`LOCK_STRIPES`), so two slings never launch
 one item twice.
@@ -149,16 +149,22 @@ def check_vars(values: tuple[str, ...]) -> None:
     for value in values:
         key, sep, _ = value.partition("=")
         if not sep or not key.strip() or "\n" in value:
-            raise UsageError(f"--var {value!r}: expected KEY=VALUE on one line")
+            raise UsageError(f"vars {value!r}: expected KEY=VALUE on one line", parameters=("vars",))
 
 
-def sling(town: Town, args: list[str], options: SlingOptions | None = None,
-          executor: Executor | None = None) -> SlingResult:
-    """``sluice sling ITEM... [RIG]``: the command's arguments, the rig last when it names one."""
+def parse_targets(town: Town, args: list[str]) -> tuple[list[str], str | None]:
+    """``ITEM... [RIG]`` (the command line's form) as item ids and the rig, if the last names one."""
     town.reload_config()
     item_ids, rig = split_args(town, args)
     if rig is None and len(item_ids) > 1:
         _refuse_misspelt_rig(town, Stores(town), item_ids[-1])
+    return item_ids, rig
+
+
+def sling(town: Town, args: list[str], options: SlingOptions | None = None,
+          executor: Executor | None = None) -> SlingResult:
+    """:func:`sling_items` over arguments in the command line's form ``ITEM... [RIG]``."""
+    item_ids, rig = parse_targets(town, args)
     return sling_items(town, item_ids, rig, options, executor)
 
 

@@ -34,6 +34,11 @@ CONTEXT_CLOSED = "ContextClosed"
 PAUSED = "Paused"
 RESUMED = "Resumed"
 CLEARED = "Cleared"
+# Admission control: a throttle set or lifted; a broken or throttled item queued again:
+THROTTLED = "Throttled"
+REQUEUED = "Requeued"
+# A rig unregistered (``rig remove``):
+RIG_REMOVED = "RigRemoved"
 # Polecats stopped by the stall timeout:
 POLECAT_TIMED_OUT = "PolecatTimedOut"
 # Seen by the daemon after a tick (announced by ``scheduler.notify``): it launched the last

@@ -133,12 +133,11 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def _weight_flag(name: str, value: Any) -> float:
-    flag = f"--{name.replace('_', '-')}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{flag} must be a number (got {value!r})")
+        raise UsageError(f"{name} must be a number (got {value!r})", parameters=(name,))
     number = float(value)
     if not math.isfinite(number):
-        raise UsageError(f"{flag} must be a finite number (got {value!r})")
+        raise UsageError(f"{name} must be a finite number (got {value!r})", parameters=(name,))
     return number
 
 
@@ -168,16 +167,19 @@ def set_policy(
     weight_updates = {name: _weight_flag(name, v) for name, v in given.items() if v is not None}
     if merge_queue_threshold is not None:
         if isinstance(merge_queue_threshold, bool) or not isinstance(merge_queue_threshold, int):
-            raise UsageError(f"--merge-queue-threshold must be an integer (got {merge_queue_threshold!r})")
+            raise UsageError(f"merge_queue_threshold must be an integer (got {merge_queue_threshold!r})",
+                             parameters=("merge_queue_threshold",))
         if merge_queue_threshold < 1:
-            raise UsageError(f"--merge-queue-threshold must be >= 1 (got {merge_queue_threshold})")
+            raise UsageError(f"merge_queue_threshold must be >= 1 (got {merge_queue_threshold})",
+                             parameters=("merge_queue_threshold",))
     if merge_pressure_penalty is not None:
         merge_pressure_penalty = _weight_flag("merge_pressure_penalty", merge_pressure_penalty)
     if skip_on_merge_pressure is not None and not isinstance(skip_on_merge_pressure, bool):
         # metagit's bool("false") stored True; only a real boolean is accepted.
-        raise UsageError(f"--skip-on-merge-pressure must be true or false (got {skip_on_merge_pressure!r})")
+        raise UsageError(f"skip_on_merge_pressure must be true or false (got {skip_on_merge_pressure!r})",
+                         parameters=("skip_on_merge_pressure",))
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
-        raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
+        raise UsageError(f"graph_id must be a non-empty string (got {graph_id!r})", parameters=("graph_id",))
 
     path = Path(path)
     with file_lock(lock_path):
@@ -208,7 +210,7 @@ def unset_graph_override(path: Path, lock_path: Path, graph_id: str) -> Policy:
     that has no override is refused, naming the ones that do.
     """
     if not isinstance(graph_id, str) or not graph_id.strip():
-        raise UsageError(f"--graph-id must be a non-empty string (got {graph_id!r})")
+        raise UsageError(f"graph_id must be a non-empty string (got {graph_id!r})", parameters=("graph_id",))
     graph_id = graph_id.strip()
     path = Path(path)
     with file_lock(lock_path):

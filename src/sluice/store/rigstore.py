@@ -9,7 +9,7 @@
 Readers take no lock.  A torn last line (a crash mid-append) is skipped with a
 warning; any other bad line is a :class:`StoreCorrupt` naming file and line,
 and nothing is rewritten.  Reads of the durable file go through the derived
-:class:`~sluice.index.DurableIndex`.
+:class:`~sluice.store.index.DurableIndex`.
 """
 
 from __future__ import annotations

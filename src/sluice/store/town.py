@@ -164,7 +164,7 @@ def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None
         if (candidate / ".sluice" / CONFIG_NAME).is_file():
             return Town(candidate)
     raise TownNotFound(
-        f"no sluice town found from {here} (run `sluice init`, pass --town, or set SLUICE_TOWN)"
+        f"no sluice town found from {here} (run `sluice init`, give the town's path, or set SLUICE_TOWN)"
     )
 
 

@@ -38,7 +38,7 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
     if items is not None:
         items = Path(items).expanduser().resolve()
         if not items.is_file():
-            raise UsageError(f"--items {items}: no such file")
+            raise UsageError(f"items {items}: no such file", parameters=("items",))
         for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
             pass
     return register_rig(town, name, repo, prefix or name, items)
@@ -76,16 +76,16 @@ def _parse_dep(spec: str) -> tuple[str, str]:
     if ":" in spec and not spec.startswith("external:"):
         dep_type, target = spec.split(":", 1)
         if not dep_type or not target.strip():
-            raise UsageError(f"--dep {spec!r}: expected ID or TYPE:ID")
+            raise UsageError(f"deps {spec!r}: expected ID or TYPE:ID", parameters=("deps",))
         return dep_type, target
     if not spec.strip():
-        raise UsageError(f"--dep {spec!r}: expected ID or TYPE:ID")
+        raise UsageError(f"deps {spec!r}: expected ID or TYPE:ID", parameters=("deps",))
     return "blocks", spec
 
 
 def validate_title(title: str) -> str:
     if not title or not title.strip():
-        raise UsageError("an item needs a non-empty --title")
+        raise UsageError("an item needs a non-empty title", parameters=("title",))
     if len(title) > 500:
         raise UsageError(f"title is {len(title)} characters; beads allows at most 500")
     return title
@@ -103,7 +103,7 @@ def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
     validate_title(spec.title)
     validate_priority(spec.priority)
     if spec.tokens is not None and spec.tokens < 0:
-        raise UsageError("--tokens must be >= 0")
+        raise UsageError("tokens must be >= 0", parameters=("tokens",))
     edges = [_parse_dep(d) for d in spec.deps]
     if spec.parent:
         edges.append(("parent-child", spec.parent))
@@ -173,7 +173,7 @@ def list_items(town: Town, rig: str | None, status: str | None, labels: tuple[st
 def ready(town: Town, rig: str | None = None, limit: int = 100, now: float | None = None) -> list[str]:
     """Raw JSON of ready items over one or all rigs, in beads order (limit 0 = all)."""
     if limit < 0:
-        raise UsageError("--limit must be >= 0 (0 = all)")
+        raise UsageError("limit must be >= 0 (0 = all)", parameters=("limit",))
     stores = Stores(town)
     chosen = [stores.rig(rig)] if rig else stores.all()
     now = time.time() if now is None else now
@@ -252,7 +252,8 @@ def update_item(
     if priority is not None:
         validate_priority(priority)
     if status is None and priority is None and assignee is None and not add_labels:
-        raise UsageError("nothing to update (give --status, --priority, --assignee or --add-label)")
+        raise UsageError("nothing to update (give status, priority, assignee or add_labels)",
+                         parameters=("status", "priority", "assignee", "add_labels"))
 
     def apply(record: dict, _records, stamp: str) -> None:
         if status is not None:

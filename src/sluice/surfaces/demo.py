@@ -4,7 +4,7 @@ It builds a town in a temporary directory with three real git rigs (one of
 them warm: it has a linked worktree) and a few dozen items — epics with
 children, ``blocks`` chains, different priorities and token estimates — sets
 ``scheduler.max_polecats`` to 3, slings every epic, and then runs the
-daemon's tick (a real ``sluice scheduler run`` cycle plus reaping) about once
+daemon's tick (a real dispatch cycle in a child process, plus reaping) about once
 a second.  The polecats are real processes: the built-in demo worker sleeps a
 moment and closes its item, as an agent would.  The view is ``sluice top``'s
 layout over the town's snapshot (queue in dispatch order, running polecats,

@@ -1,7 +1,7 @@
 """``sluice mcp``: the CLI's answers as MCP tools over stdio.
 
-Each tool calls the same library function as its CLI command and returns the
-same JSON document as that command's ``--json``.  Inputs are typed strictly
+Each tool calls the same method of the Python API (:mod:`sluice.api`) as its
+CLI command and returns the same JSON document as that command's ``--json``.  Inputs are typed strictly
 (a string ``"false"`` is not a boolean, ``"3"`` is not an integer), and every
 failure — bad arguments, no town, a refused operation — comes back as a tool
 error with a readable message while the server keeps serving.
@@ -63,9 +63,9 @@ def build_server(town_arg: str | None = None):
     tools: list[Tool] = []
 
     def town():
-        from sluice.store.town import find_town
+        from sluice.api import open_town
 
-        return find_town(town_arg)
+        return open_town(town_arg)
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -93,18 +93,14 @@ def build_server(town_arg: str | None = None):
         preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
     ) -> list[dict]:
         """Score ready work and return the next decision(s), as `sluice schedule next --json`."""
-        from sluice.scheduler.advisor import next_decisions
-
-        return next_decisions(town(), graph_id=_given(graph_id), limit=limit, preview=preview)
+        return town().next(limit=limit, graph_id=_given(graph_id), preview=preview).to_json()
 
     @tool
     def sluice_schedule_status(
         recent: Annotated[StrictInt, Field(ge=0, description="How many recent decisions.")] = 10,
     ) -> dict:
         """Policy, ready count, recent decisions and merge pressure, as `sluice schedule status --json`."""
-        from sluice.scheduler.advisor import status
-
-        return status(town(), recent=recent)
+        return town().schedule_status(recent=recent).to_json()
 
     @tool
     def sluice_schedule_policy(
@@ -120,8 +116,6 @@ def build_server(town_arg: str | None = None):
         graph_id: Annotated[str, Field(description="Set the weights for this graph only.")] = "",
     ) -> dict:
         """Show or change the scoring policy, as `sluice schedule policy show|set|unset --json`."""
-        from sluice.scheduler.advisor import policy_set, policy_show, policy_unset
-
         fields = {
             "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
             "merge_queue_threshold": merge_queue_threshold, "merge_pressure_penalty": merge_pressure_penalty,
@@ -131,17 +125,17 @@ def build_server(town_arg: str | None = None):
         if action == "show":
             if given:  # `show` changes nothing: a caller passing values meant `set`
                 raise UsageError(f"action 'show' takes no other arguments (got {', '.join(sorted(given))})")
-            return policy_show(town())
+            return town().policy().to_json()
         if action == "unset":
             if set(given) != {"graph_id"}:  # unset removes one graph's overrides, nothing else
                 raise UsageError("action 'unset' takes graph_id and nothing else")
-            return policy_unset(town(), given["graph_id"])
+            return town().unset_policy(given["graph_id"]).to_json()
         if not set(given) - {"graph_id"}:
             # JSON has no NaN or Infinity: clients send such a weight as null, which must not pass for
             # "nothing to change" and answer success.
             raise UsageError("action 'set' needs a value to change; a weight must be a finite number"
                              " (NaN and Infinity arrive as null and are refused)")
-        return policy_set(town(), **given)
+        return town().set_policy(**given).to_json()
 
     @tool
     def sluice_sling(
@@ -151,10 +145,7 @@ def build_server(town_arg: str | None = None):
         force: StrictBool = False,
     ) -> dict:
         """Queue (or, in direct mode, launch) work, as `sluice sling ... --json`."""
-        from sluice.scheduler.sling import SlingOptions, sling
-
-        args = [*item_ids, rig] if rig else list(item_ids)
-        result = sling(town(), args, SlingOptions(dry_run=dry_run, force=force))
+        result = town().sling(item_ids, _given(rig), dry_run=dry_run, force=force)
         if not result.ok:  # the CLI exits 1 here; the caller still gets the whole document
             raise SlingFailed(json.dumps(result.to_json(), ensure_ascii=False, separators=(",", ":")))
         return result.to_json()
@@ -162,16 +153,12 @@ def build_server(town_arg: str | None = None):
     @tool
     def sluice_scheduler_status() -> dict:
         """The dispatcher's state and queue, as `sluice scheduler status --json`."""
-        from sluice.scheduler.control import status
-
-        return status(town())
+        return town().status().to_json()
 
     @tool
     def sluice_scheduler_list() -> list[dict]:
         """Queued items in dispatch order, as `sluice scheduler list --json`."""
-        from sluice.scheduler.control import list_queue
-
-        return list_queue(town())
+        return town().list().to_json()
 
     @tool
     def sluice_scheduler_run(
@@ -179,32 +166,24 @@ def build_server(town_arg: str | None = None):
         batch: Annotated[StrictInt | None, Field(ge=1, description="Override scheduler.batch_size.")] = None,
     ) -> dict:
         """Run (or preview) one dispatch cycle, as `sluice scheduler run --json`."""
-        from sluice.scheduler.dispatch import run_cycle
-
-        return run_cycle(town(), batch=batch, dry_run=dry_run).to_json()
+        return town().run_cycle(batch=batch, dry_run=dry_run).to_json()
 
     @tool
     def sluice_scheduler_pause() -> dict:
         """Pause dispatching town-wide, as `sluice scheduler pause --json`."""
-        from sluice.scheduler.control import pause
-
-        return pause(town(), actor="mcp")
+        return town().pause(actor="mcp").to_json()
 
     @tool
     def sluice_scheduler_resume() -> dict:
         """Resume dispatching, as `sluice scheduler resume --json`."""
-        from sluice.scheduler.control import resume
-
-        return resume(town())
+        return town().resume().to_json()
 
     @tool
     def sluice_scheduler_clear(
         item_id: Annotated[str, Field(description="Only this item's contexts (default: all).")] = "",
     ) -> dict:
         """Close queued sling contexts, as `sluice scheduler clear [--item ID] --json`."""
-        from sluice.scheduler.control import clear
-
-        return clear(town(), _given(item_id))
+        return town().clear(_given(item_id)).to_json()
 
     @tool
     def sluice_patrol(
@@ -212,9 +191,7 @@ def build_server(town_arg: str | None = None):
         fix: Annotated[StrictBool, Field(description="Close stale and duplicate contexts.")] = False,
     ) -> dict:
         """One rig's queue health, as `sluice patrol RIG --json`."""
-        from sluice.scheduler.patrol import patrol
-
-        return patrol(town(), rig, fix)
+        return town().patrol(rig, fix).to_json()
 
     return MCPServer(
         name="sluice",

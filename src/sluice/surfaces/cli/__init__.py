@@ -121,7 +121,7 @@ def main() -> None:
         sys.stderr.write("aborted\n")
         sys.exit(1)
     except SluiceError as err:
-        sys.stderr.write(f"error: {common.flag_words(str(err))}\n")
+        sys.stderr.write(f"error: {common.error_text(err)}\n")
         if err.exit_code == 2:
             _try_help(_command_path(sys.argv[1:]))
         sys.exit(err.exit_code)

@@ -1,13 +1,15 @@
 """What every command shares: the town option, one output helper, error exits.
 
-Commands stay thin: parse, call one library function, hand the result to
-:func:`emit`.  Library imports happen inside commands so that ``--help`` and
-simple commands do not pay for pydantic, pygit2 or the MCP SDK.
+Commands stay thin: parse, call one method of the Python API
+(:class:`sluice.api.Town`, from :func:`town`), hand the result to :func:`emit`.
+Library imports happen inside commands so that ``--help`` and simple commands
+do not pay for pydantic, pygit2 or the MCP SDK.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -30,10 +32,10 @@ def town_arg() -> str | None:
 
 
 def town():
-    """The town from --town, SLUICE_TOWN or the cwd (raises TownNotFound)."""
-    from sluice.store.town import find_town
+    """The town from --town, SLUICE_TOWN or the cwd, opened through the Python API (TownNotFound if none)."""
+    from sluice.api import open_town
 
-    return find_town(_town_arg["path"])
+    return open_town(_town_arg["path"])
 
 
 class RawJSON(list):
@@ -75,19 +77,31 @@ def say(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
-#: How the library names a parameter that overrides a refusal, and the flag that sets it here.
-_OVERRIDES = {"override with force": "override with --force"}
+#: Parameters whose flag is not simply ``--`` and the name with dashes.
+_FLAGS = {"vars": "--var", "deps": "--dep", "labels": "--label", "add_labels": "--add-label"}
 
 
-def flag_words(message: str) -> str:
+def flag_of(parameter: str) -> str:
+    return _FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def flag_words(message: str, parameters: tuple[str, ...] = ()) -> str:
     """A library message as the command line says it: the parameters it names become flags.
 
-    The library speaks of parameters (``force``), because it is also called
-    from Python and over MCP; only here are they spelled as flags.
+    The library speaks of parameters (``batch``, ``force``) because it is also
+    called from Python and over MCP; an error lists the ones its message names
+    (first mention), and a refusal that ``force`` overrides says "override with
+    force".  Only here are they spelled as flags.
     """
-    for library, cli in _OVERRIDES.items():
-        message = message.replace(library, cli)
-    return message
+    for parameter in parameters:
+        pattern = rf"(?<![\w-]){re.escape(parameter)}(?![\w-])"
+        message = re.sub(pattern, flag_of(parameter), message, count=1)
+    return message.replace("override with force", "override with --force")
+
+
+def error_text(err: Exception) -> str:
+    """A library error's message, in the command line's words (see :func:`flag_words`)."""
+    return flag_words(str(err), getattr(err, "parameters", ()))
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -44,20 +44,16 @@ def create(
     as_json: JsonOption = False,
 ) -> None:
     """Create an item in RIG's own store."""
-    from sluice.store.tracker import NewItem, create_item
-
-    spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(label or ()),
-                   deps=tuple(dep or ()), parent=parent, description=description, tokens=tokens,
-                   assignee=assignee)
-    emit(create_item(town(), rig, spec), as_json, lambda i: f"created {shown(i['id'])}: {shown(i['title'])}")
+    created = town().create_item(rig, title, priority=priority, issue_type=issue_type, labels=label or (),
+                                 deps=dep or (), parent=parent, description=description, tokens=tokens,
+                                 assignee=assignee)
+    emit(created, as_json, lambda i: f"created {shown(i['id'])}: {shown(i['title'])}")
 
 
 @item_app.command("show")
 def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: JsonOption = False) -> None:
     """Show one item (any rig; ids route by prefix)."""
-    from sluice.store.tracker import show_item
-
-    emit(show_item(town(), item_id), as_json, _show_text)
+    emit(town().item(item_id), as_json, _show_text)
 
 
 def _show_text(item: dict) -> str:
@@ -90,9 +86,7 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
-    from sluice.store.tracker import list_items
-
-    emit(list_items(town(), rig, status, tuple(label or ())), as_json, _lines)
+    emit(town().items(rig, status, label or ()), as_json, _lines)
 
 
 @item_app.command("ready")
@@ -102,12 +96,8 @@ def ready(
     as_json: JsonOption = False,
 ) -> None:
     """Items ready to work on, by beads' rules, most urgent first."""
-    import json
-
-    from sluice.store.tracker import ready as ready_items
-
-    rows = RawJSON(ready_items(town(), rig, limit))
-    emit(rows, as_json, lambda rs: _lines(json.loads(r) for r in rs))
+    rows = town().ready(rig, limit)
+    emit(RawJSON(rows.lines), as_json, lambda _: _lines(rows))
 
 
 @item_app.command("blocked")
@@ -116,14 +106,9 @@ def blocked(
     as_json: JsonOption = False,
 ) -> None:
     """Blocked items, each with what blocks it (`blocked_by`)."""
-    import json
-
-    from sluice.store.tracker import blocked_json
-
-    rows = RawJSON(blocked_json(town(), rig))
-    emit(rows, as_json, lambda rs: "\n".join(
-        f"{_line(r)}  ← {', '.join(map(shown, r['blocked_by']))}" for r in map(json.loads, rs))
-        or "no blocked items")
+    rows = town().blocked(rig)
+    emit(RawJSON(rows.lines), as_json, lambda _: "\n".join(
+        f"{_line(r)}  ← {', '.join(map(shown, r['blocked_by']))}" for r in rows) or "no blocked items")
 
 
 @item_app.command("update")
@@ -138,9 +123,9 @@ def update(
     as_json: JsonOption = False,
 ) -> None:
     """Change an item's status, priority, assignee or labels."""
-    from sluice.store.tracker import update_item
-
-    emit(update_item(town(), item_id, status, priority, assignee, tuple(add_label or ())), as_json,
+    updated = town().update_item(item_id, status=status, priority=priority, assignee=assignee,
+                                 add_labels=add_label or ())
+    emit(updated, as_json,
          lambda i: f"updated {i['id']}")
 
 
@@ -151,9 +136,7 @@ def close(
     as_json: JsonOption = False,
 ) -> None:
     """Close an item."""
-    from sluice.store.tracker import close_item
-
-    emit(close_item(town(), item_id, reason), as_json, lambda i: f"closed {i['id']}")
+    emit(town().close_item(item_id, reason), as_json, lambda i: f"closed {i['id']}")
 
 
 @dep_app.command("add")
@@ -164,9 +147,7 @@ def dep_add(
     as_json: JsonOption = False,
 ) -> None:
     """A depends on B (A is blocked by B for `blocks`); self edges and cycles are refused."""
-    from sluice.store.tracker import add_dependency
-
-    row = add_dependency(town(), source, target, dep_type)
+    row = town().add_dependency(source, target, dep_type)
     verb = "now depends" if row["status"] == "added" else "already depends"
     emit(row, as_json, lambda r: f"{shown(source)} {verb} on {shown(target)} ({shown(dep_type)})")
 
@@ -178,9 +159,7 @@ def import_(
     as_json: JsonOption = False,
 ) -> None:
     """Copy a beads export into RIG's own store (upsert by id, tombstones dropped)."""
-    from sluice.store.tracker import import_items
-
-    emit(import_items(town(), rig, file), as_json,
+    emit(town().import_items(rig, file), as_json,
          lambda r: f"imported into {r['rig']}: {r['added']} added, {r['updated']} updated,"
          f" {r['skipped_tombstones']} tombstones dropped")
 

@@ -18,9 +18,7 @@ RefArgument = Annotated[str, typer.Argument(help="A polecat id, or the id of the
 @polecat_app.command("list")
 def polecat_list(as_json: JsonOption = False) -> None:
     """Every polecat the executor has a record of: running, pending or finished (until reaped)."""
-    from sluice.scheduler.polecats import list_polecats
-
-    emit(list_polecats(town()), as_json, _list_text)
+    emit(town().polecats(), as_json, _list_text)
 
 
 def _list_text(rows: list[dict]) -> str:
@@ -40,9 +38,7 @@ def _list_text(rows: list[dict]) -> str:
 @polecat_app.command("stop")
 def polecat_stop(ref: RefArgument, as_json: JsonOption = False) -> None:
     """Stop a polecat (by id) or every running polecat of an item, with its child processes."""
-    from sluice.scheduler.polecats import stop_polecats
-
-    emit(stop_polecats(town(), ref), as_json, lambda rows: "\n".join(
+    emit(town().stop_polecat(ref), as_json, lambda rows: "\n".join(
         f"Stopped {shown(r['id'])} ({shown(r['item_id']) or 'no item'})" if r["stopped"]
         else f"{shown(r['id'])} ({shown(r['item_id']) or 'no item'}) was not running ({r['state']})"
         for r in rows))
@@ -55,9 +51,7 @@ def polecat_usage(
     as_json: JsonOption = False,
 ) -> None:
     """Report what a polecat really used; it replaces the estimate in the token budget."""
-    from sluice.scheduler.admission import report_usage
-
-    emit(report_usage(town(), ref, tokens), as_json, lambda d: (
+    emit(town().polecat_usage(ref, tokens), as_json, lambda d: (
         f"{d['polecat_id']} ({d['item_id']}): {d['tokens']} tokens counted" if d["counted"]
         else f"{d['polecat_id']} ({d['item_id']}): launched outside the budget window; nothing to count"))
 
@@ -68,9 +62,7 @@ def polecat_logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until it ends.")] = False,
 ) -> None:
     """Print a polecat's output (the newest polecat of an item, when given an item id)."""
-    from sluice.scheduler.polecats import polecat_logs as read_logs
-
-    for line in read_logs(town(), ref, follow=follow):
+    for line in town().polecat_logs(ref, follow=follow):
         sys.stdout.write(line + "\n")
         if follow:
             sys.stdout.flush()

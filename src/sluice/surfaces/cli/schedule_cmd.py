@@ -27,9 +27,7 @@ def next_(
     as_json: JsonOption = False,
 ) -> None:
     """Score the ready items of every rig and say which should go next."""
-    from sluice.scheduler.advisor import next_decisions
-
-    emit(next_decisions(town(), graph_id=graph_id, limit=limit, preview=preview), as_json, _next_text)
+    emit(town().next(limit=limit, graph_id=graph_id, preview=preview).to_json(), as_json, _next_text)
 
 
 def _next_text(decisions: list[dict]) -> str:
@@ -49,9 +47,7 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Policy, ready count, recent decisions (newest first) and merge pressure."""
-    from sluice.scheduler.advisor import status as advisor_status
-
-    emit(advisor_status(town(), recent=recent), as_json, _status_text)
+    emit(town().schedule_status(recent=recent).to_json(), as_json, _status_text)
 
 
 def _status_text(data: dict) -> str:
@@ -67,9 +63,7 @@ def _status_text(data: dict) -> str:
 @policy_app.command("show")
 def policy_show(as_json: JsonOption = False) -> None:
     """The scoring policy in force (defaults when there is no policy file)."""
-    from sluice.scheduler.advisor import policy_show as show
-
-    emit(show(town()), as_json, _policy_text)
+    emit(town().policy().to_json(), as_json, _policy_text)
 
 
 @policy_app.command("set")
@@ -95,12 +89,11 @@ def policy_set(
     as_json: JsonOption = False,
 ) -> None:
     """Change the scoring policy; prints the whole policy."""
-    from sluice.scheduler.advisor import policy_set as set_
-
-    policy = set_(town(), priority=priority, affinity=affinity, cost=cost, fairness=fairness,
-                  merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
-                  skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id)
-    emit(policy, as_json, lambda p: "policy updated\n" + _policy_text(p))
+    policy = town().set_policy(
+        priority=priority, affinity=affinity, cost=cost, fairness=fairness,
+        merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
+        skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id)
+    emit(policy.to_json(), as_json, lambda p: "policy updated\n" + _policy_text(p))
 
 
 @policy_app.command("unset")
@@ -109,9 +102,7 @@ def policy_unset(
     as_json: JsonOption = False,
 ) -> None:
     """Remove one graph's weight overrides (its items use the base weights again); prints the policy."""
-    from sluice.scheduler.advisor import policy_unset as unset
-
-    emit(unset(town(), graph_id), as_json, lambda p: "policy updated\n" + _policy_text(p))
+    emit(town().unset_policy(graph_id).to_json(), as_json, lambda p: "policy updated\n" + _policy_text(p))
 
 
 def _policy_text(p: dict) -> str:

@@ -27,12 +27,12 @@ def sling(
     as_json: JsonOption = False,
 ) -> None:
     """Queue items for dispatch (deferred mode) or launch them now (direct mode)."""
-    from sluice.scheduler.sling import SlingOptions
-    from sluice.scheduler.sling import sling as do_sling
+    from sluice.scheduler.sling import parse_targets
 
-    options = SlingOptions(formula=formula, args=args, vars=tuple(var or ()), agent=agent, force=force,
-                           dry_run=dry_run)
-    result = do_sling(town(), targets, options)
+    the_town = town()
+    items, rig = parse_targets(the_town.files, targets)
+    result = the_town.sling(items, rig, formula=formula, args=args, vars=var or (), agent=agent, force=force,
+                            dry_run=dry_run)
     if not as_json:
         for row in result.errors:
             say(f"error: {flag_words(row['error'])}")
@@ -71,9 +71,7 @@ def _sling_text(data: dict) -> str:
 @scheduler_app.command("status")
 def status(as_json: JsonOption = False) -> None:
     """Pause state, queue size, active polecats and capacity."""
-    from sluice.scheduler.control import status as queue_status
-
-    emit(queue_status(town()), as_json, _status_text)
+    emit(town().status().to_json(), as_json, _status_text)
 
 
 def _status_text(data: dict) -> str:
@@ -118,9 +116,7 @@ def _status_text(data: dict) -> str:
 @scheduler_app.command("list")
 def list_(as_json: JsonOption = False) -> None:
     """Queued items in dispatch order (ready first, then blocked)."""
-    from sluice.scheduler.control import list_queue
-
-    emit(list_queue(town()), as_json, _list_text)
+    emit(town().list().to_json(), as_json, _list_text)
 
 
 def _list_text(rows: list[dict]) -> str:
@@ -150,9 +146,7 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Run one dispatch cycle now."""
-    from sluice.scheduler.dispatch import run_cycle
-
-    report = run_cycle(town(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff)
+    report = town().run_cycle(batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff)
     if not as_json:
         for message in report.messages:
             say(message)
@@ -195,18 +189,14 @@ def _run_summary(data: dict) -> str | None:
 @scheduler_app.command("pause")
 def pause(as_json: JsonOption = False) -> None:
     """Stop dispatch cycles from launching (slinging still queues)."""
-    from sluice.scheduler.control import pause as do_pause
-
-    emit(do_pause(town()), as_json, lambda d: "Scheduler paused" if d["changed"]
+    emit(town().pause().to_json(), as_json, lambda d: "Scheduler paused" if d["changed"]
          else f"Scheduler is already paused (by {d['paused_by'] or 'unknown'})")
 
 
 @scheduler_app.command("resume")
 def resume(as_json: JsonOption = False) -> None:
     """Let dispatch cycles launch again."""
-    from sluice.scheduler.control import resume as do_resume
-
-    emit(do_resume(town()), as_json,
+    emit(town().resume().to_json(), as_json,
          lambda d: "Scheduler resumed" if d["changed"] else "Scheduler is not paused")
 
 
@@ -216,9 +206,7 @@ def clear(
     as_json: JsonOption = False,
 ) -> None:
     """Close queued sling contexts (all, or one item's); work items are not touched."""
-    from sluice.scheduler.control import clear as do_clear
-
-    emit(do_clear(town(), item), as_json, _clear_text)
+    emit(town().clear(item).to_json(), as_json, _clear_text)
 
 
 def _clear_text(data: dict) -> str:
@@ -239,9 +227,7 @@ def explain(
     as_json: JsonOption = False,
 ) -> None:
     """Would the next cycle launch ITEM, and every reason it would not."""
-    from sluice.scheduler.admission import explain as do_explain
-
-    emit(do_explain(town(), item), as_json, _explain_text)
+    emit(town().explain(item).to_json(), as_json, _explain_text)
 
 
 def _explain_text(data: dict) -> str:
@@ -269,9 +255,7 @@ def throttle(
     as_json: JsonOption = False,
 ) -> None:
     """Hold new launches (of one rig or the town) until a time; running polecats go on."""
-    from sluice.scheduler.admission import throttle as do_throttle
-
-    emit(do_throttle(town(), until=until, rig=rig, reason=reason, clear=clear), as_json, _throttle_text)
+    emit(town().throttle(until=until, rig=rig, reason=reason, clear=clear), as_json, _throttle_text)
 
 
 def _throttle_text(data: dict) -> str:
@@ -284,9 +268,7 @@ def _throttle_text(data: dict) -> str:
 @scheduler_app.command("broken")
 def broken(as_json: JsonOption = False) -> None:
     """Circuit-broken items: failures, last error, and when each is tried again."""
-    from sluice.scheduler.admission import broken_rows
-
-    emit(broken_rows(town()), as_json, _broken_text)
+    emit(town().broken(), as_json, _broken_text)
 
 
 def _broken_text(rows: list[dict]) -> str:
@@ -308,9 +290,7 @@ def reset(
     as_json: JsonOption = False,
 ) -> None:
     """Queue a circuit-broken item again now, with a fresh failure count."""
-    from sluice.scheduler.admission import reset as do_reset
-
-    emit(do_reset(town(), item), as_json, lambda d: f"Queued {d['item_id']} → {d['rig']} again"
+    emit(town().reset(item), as_json, lambda d: f"Queued {d['item_id']} → {d['rig']} again"
          + (f" (context {d['context_id']})" if d["context_id"] else ""))
 
 
@@ -319,9 +299,7 @@ def compact(
     as_json: JsonOption = False,
 ) -> None:
     """Rewrite ephemeral logs to one line per record; archive contexts closed before the retention."""
-    from sluice.scheduler.control import compact as do_compact
-
-    emit(do_compact(town(), rig), as_json, _compact_text)
+    emit(town().compact(rig), as_json, _compact_text)
 
 
 def _compact_text(data: dict) -> str:
@@ -335,9 +313,7 @@ def daemon(
     timeout: Annotated[float, typer.Option(help="Seconds a cycle may take before it is killed.")] = 300.0,
 ) -> None:
     """Run dispatch cycles every INTERVAL seconds and reap finished polecats (one per town)."""
-    from sluice.scheduler.daemon import run_daemon
-
-    code = run_daemon(town(), interval=interval, once=once, timeout=timeout)
+    code = town().daemon(interval=interval, once=once, timeout=timeout)
     sys.stdout.flush()
     if code:
         raise typer.Exit(code)

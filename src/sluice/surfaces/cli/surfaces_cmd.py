@@ -21,7 +21,7 @@ def hooks_install(
     """Link post-commit, post-merge and pre-push into RIG's repository (its only write by sluice)."""
     from sluice.surfaces.githooks import install
 
-    result = install(town(), rig, force)
+    result = install(town().files, rig, force)
     emit(result.to_json(), as_json, lambda r: "\n".join(
         [f"hooks in {r['hooks_dir']}:"]
         + [f"  installed {n}" for n in r["installed"] if n not in r["replaced"]]
@@ -37,7 +37,7 @@ def hooks_uninstall(
     """Remove only the hooks `install` linked; put back hooks it moved aside; leave any other hook."""
     from sluice.surfaces.githooks import uninstall
 
-    result = uninstall(town(), rig)
+    result = uninstall(town().files, rig)
     emit(result.to_json(), as_json, lambda r: "\n".join(
         [f"hooks in {r['hooks_dir']}:"]
         + [f"  removed {n}" for n in r["removed"] if n not in r["restored"]]
@@ -57,7 +57,7 @@ def hooks_report(
     """Print the rig's merge-queue depth on stderr and log a MergeQueueDepth event."""
     from sluice.surfaces.githooks import report
 
-    queue = report(town(), rig, repo, hook)
+    queue = report(town().files, rig, repo, hook)
     say(queue.line())
     if as_json:
         emit({"rig": queue.rig, "queued": queue.queued, "running": queue.running,
@@ -72,9 +72,7 @@ def patrol(
     as_json: JsonOption = False,
 ) -> None:
     """Witness patrol: one rig's queued, failing, stale, duplicate and orphaned contexts and polecats."""
-    from sluice.scheduler.patrol import patrol as run_patrol
-
-    emit(run_patrol(town(), rig, fix), as_json, _patrol_text)
+    emit(town().patrol(rig, fix).to_json(), as_json, _patrol_text)
 
 
 def _patrol_text(r: dict) -> str:

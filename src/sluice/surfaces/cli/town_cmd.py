@@ -18,7 +18,7 @@ def init(
     as_json: JsonOption = False,
 ) -> None:
     """Create a town (`.sluice/config.json`) in PATH; an existing town is left alone."""
-    from sluice.store.town import init_town
+    from sluice.api import init_town
 
     created = init_town(path)
     emit({"town": str(created.root)}, as_json, lambda d: f"town ready at {d['town']}")
@@ -35,21 +35,15 @@ def rig_add(
     as_json: JsonOption = False,
 ) -> None:
     """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source."""
-    from sluice.store.tracker import add_rig, rig_row
-
-    the_town = town()
-    row = rig_row(the_town, add_rig(the_town, name, repo, prefix, items))
-    emit(row, as_json, lambda r: f"rig {r['name']} (prefix {r['prefix']}) → {r['repo']}"
+    emit(town().add_rig(name, repo, prefix, items).to_json(), as_json,
+         lambda r: f"rig {r['name']} (prefix {r['prefix']}) → {r['repo']}"
          + (f", items from {r['items']} (read-only)" if r["read_only"] else ""))
 
 
 @rig_app.command("list")
 def rig_list(as_json: JsonOption = False) -> None:
     """List the town's rigs."""
-    from sluice.store.tracker import rig_rows
-
-    rows = rig_rows(town())
-    emit(rows, as_json, lambda rs: "\n".join(
+    emit([rig.to_json() for rig in town().rigs()], as_json, lambda rs: "\n".join(
         f"{r['name']:<16} {r['prefix']:<10} {r['repo']}" + ("  (read-only items)" if r["read_only"] else "")
         for r in rs) or "no rigs registered")
 
@@ -63,9 +57,7 @@ def rig_remove(
     as_json: JsonOption = False,
 ) -> None:
     """Unregister rig NAME; its store moves to .sluice/removed/, its repository is not touched."""
-    from sluice.scheduler.rigs import remove_rig
-
-    emit(remove_rig(town(), name, force), as_json, _removed_text)
+    emit(town().remove_rig(name, force), as_json, _removed_text)
 
 
 def _removed_text(r: dict) -> str:
@@ -81,11 +73,7 @@ def config_get(key: Annotated[str, typer.Argument(help="e.g. scheduler.max_polec
     """Print one config value as a bare scalar (JSON for lists and objects)."""
     import json
 
-    from sluice.core.models import format_duration, get_config_value, parse_duration
-
-    value = get_config_value(town().config, key)
-    if key.startswith("scheduler.") and isinstance(value, str):
-        value = format_duration(parse_duration(value))
+    value = town().config_get(key)
     typer.echo(json.dumps(value) if isinstance(value, (list, dict)) else value)
 
 
@@ -97,10 +85,7 @@ def config_set(
     value: Annotated[str, typer.Argument(help="The new value; `-1` works as typed.")],
 ) -> None:
     """Set one config value; a bad value is refused naming the key and what it accepts."""
-    from sluice.core.models import apply_config_value, parse_config_value
-
-    parsed = parse_config_value(key, value)
-    town().update_config(lambda config: apply_config_value(config, key, parsed))
+    town().config_set(key, value)
     typer.echo(f"Set {key} = {value}")
 
 
