@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.core.clock import iso, new_id, now_utc  # noqa: F401 - re-exported until callers move
+from sluice.core.clock import iso
 from sluice.core.readiness import Node
 
 STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
