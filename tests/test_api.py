@@ -83,6 +83,10 @@ def test_a_whole_town_through_the_facade(town):
     assert [e.id for e in queue if e.blocked] == [waiting["id"]]
     assert queue.entries[0].id == urgent["id"]  # P0 first
 
+    assert town.explain(urgent["id"]).would_dispatch
+    why = town.explain(waiting["id"])
+    assert why.queued and not why.would_dispatch and why.codes  # blocked: it says why
+
     preview = town.run_cycle(dry_run=True)
     assert [row["item_id"] for row in preview.planned] == [urgent["id"], blocker["id"]]
     assert memory.requests == []  # a dry run launches nothing
