@@ -236,3 +236,27 @@ def test_config_keys_for_caps_and_budgets(cli, town):
     cli.run("config", "set", "rigs.beta.token_budget", "5000")
     config = json.loads((town / ".sluice" / "config.json").read_text())
     assert config["rigs"]["beta"]["token_budget"] == 5000 and config["scheduler"]["label_caps"] == {"gpu": 1}
+
+
+def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, monkeypatch):
+    """queue_again checks and creates under the sling lock, as a sling does: no duplicate context."""
+    import threading
+
+    from sluice.scheduler import pending
+    from sluice.store.rigstore import Stores
+
+    write_items(town, "alpha", [item("al-race")])
+    real_item_store = pending.item_store
+    done = threading.Event()
+
+    def item_store_while_a_sling_runs(stores, item_id):
+        # A sling of the same item, from another thread, between queue_again's check and its create.
+        threading.Thread(target=lambda: (sling(Town(town), ["al-race"], SlingOptions()), done.set())).start()
+        done.wait(2.0)  # it finishes at once when nothing holds the sling lock
+        return real_item_store(stores, item_id)
+
+    monkeypatch.setattr(pending, "item_store", item_store_while_a_sling_runs)
+    record = admission.queue_again(Town(town), Stores(Town(town)), "al-race", "alpha", {}, 0)
+    assert done.wait(30)
+    assert record is not None
+    assert [c["id"] for c in open_contexts(town, "alpha", "al-race")] == [record["id"]]

@@ -32,7 +32,7 @@ from sluice.core.models import SlingContextFields
 from sluice.errors import SluiceError
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
-from sluice.store import events
+from sluice.store import events, fsutil
 from sluice.store.rigstore import Stores
 from sluice.store.state import load_state
 
@@ -328,19 +328,25 @@ def trip_breaker(town: Town, fields: SlingContextFields, error: str, now: float 
 def queue_again(
     town: Town, stores: Stores, item_id: str, rig: str, params: dict, failures: int, now: float | None = None
 ) -> dict | None:
-    """A new open context for ``item_id`` with ``params``; None if one is open already (idempotent)."""
-    from sluice.scheduler.pending import item_store
+    """A new open context for ``item_id`` with ``params``; None if one is open already (idempotent).
 
-    if ctxs.find_open(stores, item_id):
-        return None
-    found = item_store(stores, item_id)
-    if found is None or rig not in {r.name for r in town.rigs()}:
-        return None
-    stamp = iso()
-    fields = SlingContextFields(
-        work_bead_id=item_id, target_rig=rig, enqueued_at=stamp, dispatch_failures=failures, **params
-    )
-    [record] = ctxs.create(stores.rig(rig), [(found[1], fields, stamp)])
+    The check and the create happen under the town's sling lock, as a sling's
+    do, so a sling of the same item meanwhile cannot add a second open context.
+    """
+    from sluice.scheduler.pending import item_store
+    from sluice.scheduler.sling import SLING_LOCK, SLING_LOCK_WAIT
+
+    with fsutil.file_lock(town.lock_path(SLING_LOCK), timeout=SLING_LOCK_WAIT):
+        if ctxs.find_open(stores, item_id):
+            return None
+        found = item_store(stores, item_id)
+        if found is None or rig not in {r.name for r in town.rigs()}:
+            return None
+        stamp = iso()
+        fields = SlingContextFields(
+            work_bead_id=item_id, target_rig=rig, enqueued_at=stamp, dispatch_failures=failures, **params
+        )
+        [record] = ctxs.create(stores.rig(rig), [(found[1], fields, stamp)])
     return record
 
 
