@@ -2,7 +2,9 @@
 
 ``sluice --version`` is answered here, before the command line is imported:
 it must stay fast, so it never pays for typer, rich, pydantic or pygit2.
-Everything else goes to the typer app in :mod:`sluice.surfaces.cli`.
+The hot read commands are answered by :mod:`sluice.surfaces.fastcli` (same
+output, none of those imports); everything else, and every error, goes to
+the typer app in :mod:`sluice.surfaces.cli`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ def main() -> None:
         from sluice import __version__
 
         sys.stdout.write(f"sluice {__version__}\n")
+        return
+    from sluice.surfaces.fastcli import run
+
+    if run(sys.argv[1:]) is not None:  # a hot read command, answered without typer or pydantic
         return
     from sluice.surfaces.cli import main as run_cli
 

@@ -14,6 +14,7 @@ and nothing is rewritten.  Reads of the durable file go through the derived
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -69,10 +70,11 @@ class RigStore:
         self.durable_path = rig.items if rig.items is not None else own / "issues.jsonl"
         self.ephemeral_path = own / "ephemeral.jsonl"
         self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
-        index_path = town.runtime / "index" / f"{rig.name}.sqlite"
-        self.index = DurableIndex(index_path, self.durable_path, self._load)
+        self.index_path = town.runtime / "index" / f"{rig.name}.sqlite"
+        self.index = DurableIndex(self.index_path, self.durable_path, self._load)
         self._log = LogTail(self.ephemeral_path)
         self._log_stale = True
+        self._summary: tuple[str, tuple[set[str], bool, bool]] | None = None
 
     @property
     def read_only(self) -> bool:
@@ -108,9 +110,11 @@ class RigStore:
         return self._log.records
 
     def get(self, item_id: str) -> dict | None:
-        record = self.ephemeral().get(item_id)
-        if record is not None:
-            return record
+        # A log not read yet is only read when its summary says it holds the id.
+        if not self._log_stale or item_id in self._ephemeral_summary()[0]:
+            record = self.ephemeral().get(item_id)
+            if record is not None:
+                return record
         raw = self.index.get_raw(item_id)
         return normalise(json.loads(raw)) if raw is not None else None
 
@@ -142,16 +146,52 @@ class RigStore:
 
     def _interplay(self) -> bool:
         """True when ephemeral records could change durable rows' blocked state."""
-        eph = self.ephemeral()
-        if not eph:
+        ids, edges, _quiet = self._ephemeral_summary()
+        if not ids:
             return False
-        if self.index.outside_targets() & eph.keys():
-            return True
-        for record in eph.values():
-            for dep in record.get("dependencies") or ():
-                if dep.get("type") in ("parent-child", "waits-for") and not is_context(record):
-                    return True
-        return False
+        return edges or bool(self.index.outside_targets() & ids)
+
+    def _ephemeral_summary(self) -> tuple[set[str], bool, bool]:
+        """The log's record ids; whether a non-context record has a parent or waits-for edge;
+        whether every edge in the log is a ``tracks`` edge (then no ephemeral row can be blocked).
+
+        Kept beside the index, keyed by the log's inode, size and mtime, so a read
+        command over a rig with 10,000 queued contexts does not parse them all
+        just to learn that they change no item's readiness.
+        """
+        cache = self.index_path.with_suffix(".ephemeral.json")
+        try:
+            stat = os.stat(self.ephemeral_path)
+            sig = f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+        except FileNotFoundError:
+            return set(), False, True
+        if self._summary is not None and self._summary[0] == sig:
+            return self._summary[1]
+        self._summary = (sig, self._read_summary(cache, sig))
+        return self._summary[1]
+
+    def _read_summary(self, cache: Path, sig: str) -> tuple[set[str], bool, bool]:
+        try:
+            kept = json.loads(cache.read_bytes())
+            if kept.get("sig") == sig:
+                return set(kept["ids"]), bool(kept["edges"]), bool(kept["quiet"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        eph = self.ephemeral_fresh()
+        edges = any(dep.get("type") in ("parent-child", "waits-for")
+                    for record in eph.values() if not is_context(record)
+                    for dep in record.get("dependencies") or ())
+        quiet = all(dep.get("type") == "tracks"
+                    for record in eph.values() for dep in record.get("dependencies") or ())
+        if not self.ephemeral_path.exists():
+            return set(eph), edges, quiet
+        stat_after = os.stat(self.ephemeral_path)
+        if f"{stat_after.st_ino}:{stat_after.st_size}:{stat_after.st_mtime_ns}" == sig:
+            with contextlib.suppress(OSError):  # a summary that cannot be kept only costs speed
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                body = json.dumps({"sig": sig, "ids": sorted(eph), "edges": edges, "quiet": quiet})
+                fsutil.atomic_write_bytes(cache, body.encode("utf-8"))
+        return set(eph), edges, quiet
 
     def ready_raw(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready items in beads order."""
@@ -171,6 +211,8 @@ class RigStore:
 
         ``raw`` is the durable line's text; it is None for ephemeral rows.
         """
+        if not self._interplay() and self._ephemeral_summary()[2]:
+            return self.index.blocked_listing()  # no ephemeral row can be blocked: no need to read the log
         eph = self.ephemeral()
         if self._interplay():
             nodes = self._all_nodes()

@@ -11,10 +11,16 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sluice.core.models import TownConfig, load_model
 from sluice.errors import ConfigError, InvalidOperation, TownNotFound, UnknownItem, UnknownRig, UsageError
-from sluice.store import fsutil
+from sluice.store import configcache, fsutil
+
+if TYPE_CHECKING:
+    from sluice.core.models import TownConfig
+
+# The models (and pydantic) are imported where a config is validated, not here: hot read commands
+# answer from a config validated before (sluice.store.configcache) and never pay for pydantic.
 
 CONFIG_NAME = "config.json"
 
@@ -94,7 +100,11 @@ class Town:
             raise ConfigError(f"{self.config_path}: missing (run `sluice init`)") from None
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"{self.config_path}: cannot read ({err})") from None
-        return load_model(TownConfig, self.config_path, text)  # type: ignore[return-value]
+        from sluice.core.models import TownConfig, load_model
+
+        config = load_model(TownConfig, self.config_path, text)
+        configcache.remember(self, text.encode("utf-8"), config.model_dump(mode="json"))
+        return config  # type: ignore[return-value]
 
     def save_config(self, config: TownConfig) -> None:
         fsutil.atomic_write_json(self.config_path, config.model_dump(mode="json"))
@@ -178,6 +188,8 @@ def init_town(path: Path) -> Town:
         town.root.mkdir(parents=True, exist_ok=True)
         for sub in ("rigs", "runtime/workers", "schedule", "events"):
             (town.dir / sub).mkdir(parents=True, exist_ok=True)
+        from sluice.core.models import TownConfig
+
         fsutil.atomic_write_json(town.config_path, TownConfig().model_dump(mode="json"))
     except OSError as err:  # a file in the way, no permission, a read-only disk
         raise ConfigError(f"cannot create a town at {town.root}: {err.strerror or err}") from None

@@ -8,15 +8,13 @@ do not pay for pydantic, pygit2 or the MCP SDK.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from sluice.core.text import printable as shown  # noqa: F401 - the one escaping helper of every text view
+from sluice.surfaces.output import RawJSON, emit, shown, to_json  # noqa: F401 - shared with the fast path
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -36,40 +34,6 @@ def town():
     from sluice.api import open_town
 
     return open_town(_town_arg["path"])
-
-
-class RawJSON(list):
-    """A list of already-serialised JSON values, printed as one array without re-parsing."""
-
-
-def to_json(data: Any) -> str:
-    """Every ``--json`` document: compact, on one line (``jq`` makes it pretty when a person wants it).
-
-    Compact rather than indented because a large array of items (``item ready
-    --json`` of a big rig) is then the stored lines joined, never re-encoded.
-    """
-    if isinstance(data, RawJSON):
-        return "[" + ",".join(data) + "]"
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=_default)
-
-
-def _default(value: Any):
-    dump = getattr(value, "model_dump", None)
-    if dump is not None:
-        return dump(mode="json")
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
-
-
-def emit(data: Any, as_json: bool, human: Callable[[Any], str | None] | None = None) -> None:
-    """The one place a command's result becomes output: JSON, or text for a person."""
-    if as_json:
-        sys.stdout.write(to_json(data) + "\n")
-        return
-    text = human(data) if human is not None else to_json(data)
-    if text:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 def say(message: str) -> None:

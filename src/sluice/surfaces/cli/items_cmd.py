@@ -8,22 +8,15 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, RawJSON, emit, shown, town
+from sluice.surfaces.output import item_line, item_lines, item_text
 
 item_app = typer.Typer(help="Create, inspect and query work items.", no_args_is_help=True)
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
 item_app.add_typer(dep_app, name="dep")
 
 
-def _line(item: dict) -> str:
-    # `item ready` rows are records as stored: a key may be present but null, or of any JSON type.
-    from sluice.core.items import priority_of
-
-    status = shown(item.get("status") or "open")
-    return f"{shown(item['id']):<18} P{priority_of(item)} {status:<11} {shown(item.get('title'))}"
-
-
-def _lines(items) -> str:
-    return "\n".join(_line(i) for i in items) or "no items"
+_line = item_line
+_lines = item_lines
 
 
 @item_app.command("create")
@@ -56,24 +49,7 @@ def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: Json
     emit(town().item(item_id), as_json, _show_text)
 
 
-def _show_text(item: dict) -> str:
-    rows = [_line(item)]
-    for key in ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason"):
-        if item.get(key):
-            rows.append(f"  {key}: {shown(item[key])}")
-    for dep in item.get("dependencies") or ():
-        rows.append(f"  depends on {shown(dep.get('depends_on_id'))} ({shown(dep.get('type'))})")
-    if item.get("description"):
-        rows.append("")
-        rows.append(_description(item["description"]))
-    return "\n".join(rows)
-
-
-def _description(text) -> str:
-    """A description keeps its line breaks (it is prose); no other control character reaches a terminal."""
-    if not isinstance(text, str):
-        return shown(text)
-    return "\n".join(shown(line) for line in text.replace("\r\n", "\n").split("\n"))
+_show_text = item_text
 
 
 @item_app.command("list")

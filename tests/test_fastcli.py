@@ -1,0 +1,126 @@
+"""The hot read commands' fast path: typer's output byte for byte, and none of the heavy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers.scheduler import configure, item, town_with_rigs, write_items
+
+# Runs sluice as `python -m sluice` does; with "typer" first, the fast path is switched off so the
+# typer command line answers (the reference every fast answer must equal).
+RUNNER = """
+import runpy, sys
+if sys.argv[1] == "typer":
+    import sluice.surfaces.fastcli as fast
+    fast.run = lambda args: None
+sys.argv = ["sluice", *sys.argv[2:]]
+runpy.run_module("sluice", run_name="__main__", alter_sys=True)
+"""
+
+HEAVY = ("typer", "rich", "pydantic", "pygit2", "click")
+PROBE = f"""
+import runpy, sys
+sys.argv = ["sluice", *sys.argv[1:]]
+try:
+    runpy.run_module("sluice", run_name="__main__", alter_sys=True)
+finally:
+    heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))
+    sys.stderr.write("HEAVY=" + ",".join(heavy) + "\\n")
+"""
+
+
+def run(town, path: str, *args: str) -> subprocess.CompletedProcess:
+    env_town = {"SLUICE_TOWN": str(town)}
+    import os
+
+    return subprocess.run([sys.executable, "-c", RUNNER, path, *args], capture_output=True, text=True,
+                          env={**os.environ, **env_town}, timeout=120)
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
+    configure(cli.town, "scheduler.max_polecats", "2")
+    write_items(cli.town, "alpha", [
+        item("al-1", "first \x1b[31mred\x1b[0m task", priority=1, description="two\nlines\x07"),
+        item("al-2", "second task", deps=[("blocks", "al-1")]),
+        item("al-3", "third", deps=[("blocks", "be-1")]),
+        item("al-done", "finished", status="closed"),
+    ])
+    write_items(cli.town, "beta", [item("be-1", "beta task", priority=0),
+                                   item("be-2", "later", deps=[("blocks", "be-1")])])
+    cli.run("sling", "al-1", "alpha")  # a queued context in the ephemeral log
+    cli.run("item", "list")  # indexes and the validated config exist, as on any used town
+    return cli.town
+
+
+CASES = [
+    ("item", "ready"),
+    ("item", "ready", "--json"),
+    ("item", "ready", "alpha", "--limit", "1"),
+    ("item", "ready", "--limit=0", "--json"),
+    ("item", "ready", "--json", "beta"),
+    ("item", "ready", "nope"),
+    ("item", "ready", "--limit", "-1"),
+    ("item", "ready", "--limit", "x"),
+    ("item", "ready", "--limit"),
+    ("item", "ready", "alpha", "beta"),
+    ("item", "ready", "--bogus"),
+    ("item", "ready", "--help"),
+    ("item", "blocked"),
+    ("item", "blocked", "--json"),
+    ("item", "blocked", "beta"),
+    ("item", "blocked", "nope", "--json"),
+    ("item", "show", "al-1"),
+    ("item", "show", "al-1", "--json"),
+    ("item", "show", "be-2"),
+    ("item", "show", "zz-9"),
+    ("item", "show", "zz-9", "--json"),
+    ("item", "show"),
+    ("item", "show", "al-1", "al-2"),
+]
+
+
+@pytest.mark.parametrize("args", CASES, ids=" ".join)
+def test_fast_path_answers_exactly_as_typer_does(town, args):
+    fast, slow = run(town, "fast", *args), run(town, "typer", *args)
+    assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr)
+
+
+def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
+    args = ("--town", str(town), "item", "ready", "--json")
+    fast, slow = run(town, "fast", *args), run(town, "typer", *args)
+    assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout) and fast.returncode == 0
+    config = town / ".sluice" / "config.json"
+    data = json.loads(config.read_text())
+    data["scheduler"]["batch_size"] = 0  # invalid: every command must say so, the fast one too
+    config.write_text(json.dumps(data))
+    fast, slow = run(town, "fast", "item", "ready"), run(town, "typer", "item", "ready")
+    assert fast.returncode == slow.returncode == 1
+    assert fast.stderr == slow.stderr and "batch_size" in fast.stderr
+
+
+@pytest.mark.parametrize("args", [("item", "ready"), ("item", "ready", "--json", "--limit", "0"),
+                                  ("item", "blocked", "--json"), ("item", "show", "al-2"), ("--version",)],
+                         ids=" ".join)
+def test_hot_commands_import_no_typer_rich_pydantic_or_pygit2(town, args):
+    import os
+
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, check=True)
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "HEAVY="
+
+
+def test_a_command_the_fast_path_does_not_answer_still_loads_typer(town):
+    import os
+
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    done = subprocess.run([sys.executable, "-c", PROBE, "item", "list"], env=env, capture_output=True,
+                          text=True)
+    assert "typer" in done.stderr.strip().splitlines()[-1]  # the probe itself can fail: the check is real
