@@ -1,0 +1,192 @@
+# ruff: noqa: E501
+"""Regenerate the figures of docs/performance.md in one command.
+
+Usage:  python benchmarks/run_all.py [--items 100000] [--batch 1000,10000,100000] [--runs 5]
+                                     [--metagit 10000,100000] [--work DIR]
+
+Prints one Markdown document (machine, date, load, then the tables) on
+stdout; paste it into ``docs/performance.md``.  Every figure is the median of
+``--runs`` runs taken alternately (each command once per round), wall time
+and CPU time (user + system, which barely moves when others share the
+machine) and the peak memory of the worst run, all through the installed
+CLI, interpreter start-up included:
+
+* **hot reads** on a generated ``--items`` beads rig (``bench_ready``'s
+  generator): ``--version``, ``item ready``, ``item blocked``, ``item show``,
+  and the commands still answered through typer (``schedule next``,
+  ``scheduler status``, ``scheduler list``) for comparison;
+* **batch work** at each ``--batch`` size N: ``sling`` of N items into an
+  empty queue, the same sling again (all already queued), ``scheduler clear``
+  of the N contexts; between rounds ``sluice compact`` (retention 0) empties
+  the log, so every round starts alike;
+* **metagit**: ``benchmarks/bench_next.py`` at each ``--metagit`` size, which
+  needs the metagit peer scripts in ``../shared/peers/metagit`` (or
+  ``METAGIT_PEER_DIR``); without them the table says so instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def sluice_argv() -> list[str]:
+    found = Path(sys.executable).parent / "sluice"
+    return [str(found)] if found.exists() else [sys.executable, "-m", "sluice"]
+
+
+def measure(argv: list[str], env: dict) -> tuple[float, float, int]:
+    """(wall s, cpu s, peak RSS MiB) of one run; a failure stops the benchmark with its message."""
+    began = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - began
+    err = proc.stderr.read() if proc.stderr else b""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} … failed: {err.decode(errors='replace').strip()}")
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024
+
+
+def rounds(commands: dict[str, list[str]], env: dict, runs: int, between=None) -> dict[str, tuple]:
+    """Each command once per round, ``runs`` rounds; medians of wall and CPU, worst memory."""
+    seen: dict[str, list] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, argv in commands.items():
+            seen[name].append(measure(argv, env))
+        if between is not None:
+            between()
+    return {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
+                   max(r[2] for r in rs)) for name, rs in seen.items()}
+
+
+def git_repo(path: Path) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+    subprocess.run(["git", "init", "-q", str(path)], check=True, env=env)
+    subprocess.run(["git", "-C", str(path), "commit", "-q", "--allow-empty", "-m", "init"], check=True, env=env)
+
+
+def hot_reads(work: Path, items: int, runs: int) -> list[str]:
+    sluice = sluice_argv()
+    town, repo, export = work / "hot" / "town", work / "hot" / "repo", work / "hot" / "export" / "issues.jsonl"
+    export.parent.mkdir(parents=True, exist_ok=True)
+    git_repo(repo)
+    subprocess.run([sys.executable, str(HERE / "bench_ready.py"), "--items", str(items), "--generate-only",
+                    str(export)], check=True, capture_output=True)
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    subprocess.run([*sluice, "init", str(town)], check=True, env=env, capture_output=True)
+    subprocess.run([*sluice, "rig", "add", "bench", str(repo), "--prefix", "bn", "--items", str(export)],
+                   check=True, env=env, capture_output=True)
+    cold = measure([*sluice, "item", "ready", "--json"], env)
+    some = json.loads(subprocess.run([*sluice, "item", "ready", "--json", "--limit", "1"], env=env,
+                                     capture_output=True, text=True, check=True).stdout)[0]["id"]
+    commands = {
+        "`--version`": [*sluice, "--version"],
+        "`item ready --json` (100 rows)": [*sluice, "item", "ready", "--json"],
+        "`item ready --limit 0 --json` (every ready row)": [*sluice, "item", "ready", "--limit", "0", "--json"],
+        "`item blocked --json`": [*sluice, "item", "blocked", "--json"],
+        f"`item show {some} --json`": [*sluice, "item", "show", some, "--json"],
+        "`schedule next --limit 5 --json` (typer path)": [*sluice, "schedule", "next", "--limit", "5", "--json"],
+        "`scheduler status --json` (typer path)": [*sluice, "scheduler", "status", "--json"],
+        "`scheduler list --json` (typer path)": [*sluice, "scheduler", "list", "--json"],
+    }
+    subprocess.run(commands["`schedule next --limit 5 --json` (typer path)"], env=env, capture_output=True)
+    found = rounds(commands, env, runs)
+    lines = [f"### Hot reads on a {items:,}-item rig (median of {runs} alternating runs)", "",
+             "| command | wall s | cpu s | peak MiB |", "|---|---|---|---|",
+             f"| first `item ready` (builds the derived index) | {cold[0]:.3f} | {cold[1]:.3f} | {cold[2]} |"]
+    lines += [f"| {name} | {w:.3f} | {c:.3f} | {m} |" for name, (w, c, m) in found.items()]
+    return lines
+
+
+def batch_work(work: Path, sizes: list[int], runs: int) -> list[str]:
+    sluice = sluice_argv()
+    lines = [f"### Batch work over N sling contexts (median of {runs} alternating runs; 100k: fewer, see below)",
+             "", "| N | `sling` N items | `sling` again (all queued) | `scheduler clear` | peak MiB |",
+             "|---|---|---|---|---|"]
+    for n in sizes:
+        base = work / f"batch-{n}"
+        town, repo = base / "town", base / "repo"
+        git_repo(repo)
+        env = {**os.environ, "SLUICE_TOWN": str(town)}
+        subprocess.run([*sluice, "init", str(town)], check=True, env=env, capture_output=True)
+        subprocess.run([*sluice, "rig", "add", "alpha", str(repo), "--prefix", "al"], check=True, env=env,
+                       capture_output=True)
+        for key, value in (("scheduler.max_polecats", "4"), ("scheduler.compact_retention", "0s")):
+            subprocess.run([*sluice, "config", "set", key, value], check=True, env=env, capture_output=True)
+        ids = [f"al-w{k:06d}" for k in range(n)]
+        store = town / ".sluice" / "rigs" / "alpha" / "issues.jsonl"
+        store.write_text("".join(json.dumps({"id": i, "title": f"work item {i}", "status": "open",
+                                             "priority": k % 5, "issue_type": "task",
+                                             "created_at": "2026-01-01T00:00:00Z"}) + "\n"
+                                 for k, i in enumerate(ids)))
+        subprocess.run([*sluice, "item", "list", "--status", "deferred"], check=True, env=env, capture_output=True)
+        ids_file = base / "ids.txt"
+        ids_file.write_text("\n".join(ids))
+        # Thousands of ids do not fit one argv on every system: xargs-free, the ids go as arguments
+        # when they fit and the benchmark says so when they do not.
+        sling = [*sluice, "sling", *ids, "alpha", "--json"]
+        commands = {"sling": sling, "again": sling, "clear": [*sluice, "scheduler", "clear", "--json"]}
+        here = runs if n <= 10_000 else max(1, min(runs, 2))
+        found = rounds(commands, env, here,
+                       between=lambda env=env: subprocess.run([*sluice, "compact"], env=env, capture_output=True))
+        peak = max(v[2] for v in found.values())
+        cells = " | ".join(f"{found[k][0]:.3f} s (cpu {found[k][1]:.3f})" for k in ("sling", "again", "clear"))
+        lines.append(f"| {n:,}{'' if here == runs else f' ({here} runs)'} | {cells} | {peak} |")
+    return lines
+
+
+def metagit(sizes: list[int], runs: int) -> list[str]:
+    lines = ["### Against metagit 0.36.0 `schedule next` (benchmarks/bench_next.py)", ""]
+    peer = Path(os.environ.get("METAGIT_PEER_DIR", HERE.parents[1] / "shared" / "peers" / "metagit"))
+    if not (peer / "run_peer.sh").is_file():
+        return [*lines, f"Not measured: the metagit peer scripts are not in {peer} (set METAGIT_PEER_DIR)."]
+    done = subprocess.run([sys.executable, str(HERE / "bench_next.py"), "--sizes", ",".join(map(str, sizes)),
+                           "--runs", str(runs)], capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        return [*lines, f"Not measured: bench_next.py failed: {(done.stderr or done.stdout).strip()[-400:]}"]
+    return [*lines, "```", done.stdout.strip(), "```"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--batch", default="1000,10000,100000")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--metagit", default="10000,100000", help="sizes for bench_next.py; '' skips it")
+    parser.add_argument("--work", type=Path, default=None, help="build the towns here and keep them")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="sluice-run-all-"))
+    work.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    try:
+        sections = [hot_reads(work, args.items, args.runs),
+                    batch_work(work, [int(s) for s in args.batch.split(",") if s], args.runs)]
+        if args.metagit:
+            sections.append(metagit([int(s) for s in args.metagit.split(",") if s], args.runs))
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    load_after = os.getloadavg()
+    print(f"Measured {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.node() or 'a host'}:"
+          f" {os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()},"
+          f" load average {load_before[0]:.1f} before and {load_after[0]:.1f} after.")
+    for section in sections:
+        print()
+        print("\n".join(section))
+
+
+if __name__ == "__main__":
+    main()
