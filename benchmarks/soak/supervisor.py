@@ -50,19 +50,20 @@ def alive(pid: int, start_time: int | None) -> bool:
 
 
 def cycle_pids(town: Path) -> list[int]:
-    """Dispatch cycles (``sluice scheduler run``) running for this town."""
+    """Dispatch cycles running for this town: the daemon's tick process, or ``sluice scheduler run``."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if b"scheduler" not in cmdline or b"run" not in cmdline:
+            tick = b"sluice.scheduler.tick" in cmdline and str(town).encode() in cmdline
+            if not tick and (b"scheduler" not in cmdline or b"run" not in cmdline):
                 continue
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"SLUICE_TOWN={town}".encode() in environ:
+        if tick or f"SLUICE_TOWN={town}".encode() in environ:
             out.append(int(entry))
     return out
 
