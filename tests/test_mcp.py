@@ -17,7 +17,8 @@ from helpers import Cli
 TOOLS = {
     "sluice_schedule_next", "sluice_schedule_status", "sluice_schedule_policy", "sluice_sling",
     "sluice_scheduler_status", "sluice_scheduler_list", "sluice_scheduler_run", "sluice_scheduler_pause",
-    "sluice_scheduler_resume", "sluice_scheduler_clear", "sluice_patrol",
+    "sluice_scheduler_resume", "sluice_scheduler_clear", "sluice_patrol", "sluice_scheduler_explain",
+    "sluice_scheduler_throttle", "sluice_scheduler_broken",
 }  # fmt: skip
 
 
@@ -209,3 +210,25 @@ def test_the_text_null_is_an_id_not_a_missing_argument(cli: Cli, queued: dict):
     _names, results = session_calls(env, [("sluice_scheduler_clear", {"item_id": "null"})])
     assert payload(results[0])["cleared"] == 0
     assert cli.json("scheduler", "status")["queued_total"] == 1
+
+
+def test_admission_tools_answer_as_the_cli(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [
+        ("sluice_scheduler_throttle", {"until": "1h", "rig": "alpha", "reason": "quota"}),
+        ("sluice_scheduler_explain", {"item_id": queued["first"]}),
+        ("sluice_scheduler_broken", {}),
+        ("sluice_scheduler_throttle", {"until": "soon"}),
+        ("sluice_scheduler_explain", {"item_id": ""}),
+        ("sluice_scheduler_throttle", {"clear": True, "rig": "alpha"}),
+    ])
+    assert payload(results[0])["reason"] == "quota"
+    explained = payload(results[1])
+    assert [r["code"] for r in explained["reasons"]] == ["throttled"]
+    same = cli.json("scheduler", "explain", queued["first"])  # the throttle is lifted by now
+    assert set(same) == set(explained) and same["context_id"] == explained["context_id"]
+    assert explained["queued"] and not explained["would_dispatch"] and same["would_dispatch"]
+    assert payload(results[2]) == cli.json("scheduler", "broken") == []
+    assert results[3][0] and "neither a duration" in results[3][1]
+    assert results[4][0]
+    assert payload(results[5])["cleared"] is True

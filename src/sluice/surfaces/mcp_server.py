@@ -186,6 +186,34 @@ def build_server(town_arg: str | None = None):
         return town().clear(_given(item_id)).to_json()
 
     @tool
+    def sluice_scheduler_explain(
+        item_id: Annotated[str, Field(min_length=1, description="The work item to explain.")],
+    ) -> dict:
+        """Would the next cycle launch the item, and why not, as `sluice scheduler explain --json`."""
+        from sluice.scheduler.admission import explain
+
+        return explain(town(), item_id)
+
+    @tool
+    def sluice_scheduler_throttle(
+        until: Annotated[str, Field(description="TIME (ISO) or DURATION (10m); empty with clear.")] = "",
+        rig: Annotated[str, Field(description="Only this rig (default: the whole town).")] = "",
+        reason: Annotated[str, Field(description="Why (shown by status and explain).")] = "",
+        clear: Annotated[StrictBool, Field(description="Lift the throttle instead.")] = False,
+    ) -> dict:
+        """Hold new launches until a time, as `sluice scheduler throttle --json`."""
+        from sluice.scheduler.admission import throttle
+
+        return throttle(town(), until=_given(until), rig=_given(rig), reason=reason, clear=clear)
+
+    @tool
+    def sluice_scheduler_broken() -> list[dict]:
+        """Circuit-broken items with failures, last error and next attempt, as `sluice scheduler broken`."""
+        from sluice.scheduler.admission import broken_rows
+
+        return broken_rows(town())
+
+    @tool
     def sluice_patrol(
         rig: Annotated[str, Field(description="Rig to patrol.")],
         fix: Annotated[StrictBool, Field(description="Close stale and duplicate contexts.")] = False,
