@@ -49,13 +49,13 @@ def test_create_with_every_flag(cli, rig):
         cli, "--title", "the work", "--priority", "0", "--type", "bug", "--label", "backend",
         "--label", "urgent", "--label", "backend", "--dep", blocker["id"], "--dep", f"related:{seen['id']}",
         "--parent", epic["id"], "--description", "line one\nline two", "--tokens", "1500",
-        "--assignee", "ann",
+        "--assignee", "ann", "--touches", "src/api/**", "--touches", "docs/*.md",
     )  # fmt: skip
     assert item["id"].startswith("al-") and item["title"] == "the work"
     assert item["priority"] == 0 and item["issue_type"] == "bug" and item["status"] == "open"
     assert item["labels"] == ["backend", "urgent"]
     assert item["description"] == "line one\nline two"
-    assert item["metadata"] == {"estimated_tokens": 1500}
+    assert item["metadata"] == {"estimated_tokens": 1500, "touches": ["src/api/**", "docs/*.md"]}
     assert item["assignee"] == "ann"
     assert item["created_at"] == item["updated_at"] and item["created_at"].endswith("Z")
     edges = {(d["type"], d["depends_on_id"]) for d in item["dependencies"]}

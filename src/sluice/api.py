@@ -406,13 +406,17 @@ class Town:
     # -- items (the small tracker; scheduling itself never writes an item) -----------------
     def create_item(self, rig: str, title: str, *, priority: int = 2, issue_type: str = "task",
                     labels: Iterable[str] = (), deps: Iterable[str] = (), parent: str | None = None,
-                    description: str = "", tokens: int | None = None, assignee: str = "") -> dict:
-        """Create an item in ``rig``'s own store; ``deps`` are ``ID`` (blocks) or ``TYPE:ID``."""
+                    description: str = "", tokens: int | None = None, assignee: str = "",
+                    touches: Iterable[str] = ()) -> dict:
+        """Create an item in ``rig``'s own store; ``deps`` are ``ID`` (blocks) or ``TYPE:ID``.
+
+        ``touches`` are the path globs the work will edit (``metadata.touches``, the overlap gate).
+        """
         from sluice.store.tracker import NewItem, create_item
 
         spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(labels),
                        deps=tuple(deps), parent=parent, description=description, tokens=tokens,
-                       assignee=assignee)
+                       assignee=assignee, touches=tuple(touches))
         return create_item(self.files, rig, spec)
 
     def item(self, item_id: str) -> dict:

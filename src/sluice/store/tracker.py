@@ -70,6 +70,7 @@ class NewItem:
     description: str = ""
     tokens: int | None = None
     assignee: str = ""
+    touches: tuple[str, ...] = ()  # metadata.touches: path globs the work will edit (the overlap gate)
 
 
 def _parse_dep(spec: str) -> tuple[str, str]:
@@ -104,6 +105,9 @@ def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
     validate_priority(spec.priority)
     if spec.tokens is not None and spec.tokens < 0:
         raise UsageError("tokens must be >= 0", parameters=("tokens",))
+    for glob in spec.touches:
+        if not glob.strip() or "\x00" in glob:
+            raise UsageError(f"touches must be non-empty path globs (got {glob!r})", parameters=("touches",))
     edges = [_parse_dep(d) for d in spec.deps]
     if spec.parent:
         edges.append(("parent-child", spec.parent))
@@ -140,6 +144,8 @@ def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
             record["labels"] = list(dict.fromkeys(spec.labels))
         if spec.tokens is not None:
             record["metadata"] = {"estimated_tokens": spec.tokens}
+        if spec.touches:
+            record.setdefault("metadata", {})["touches"] = list(spec.touches)
         if edges:
             by_id = {r["id"]: r for r in records}
             by_id[item_id] = record

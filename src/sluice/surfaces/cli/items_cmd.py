@@ -34,12 +34,14 @@ def create(
     description: Annotated[str, typer.Option(help="Item description.")] = "",
     tokens: Annotated[int | None, typer.Option(help="Estimated tokens (metadata.estimated_tokens).")] = None,
     assignee: Annotated[str, typer.Option(help="Assignee.")] = "",
+    touches: Annotated[list[str] | None, typer.Option(
+        "--touches", help="Glob of paths (relative to the rig) the work will edit (repeatable).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create an item in RIG's own store."""
     created = town().create_item(rig, title, priority=priority, issue_type=issue_type, labels=label or (),
                                  deps=dep or (), parent=parent, description=description, tokens=tokens,
-                                 assignee=assignee)
+                                 assignee=assignee, touches=touches or ())
     emit(created, as_json, lambda i: f"created {shown(i['id'])}: {shown(i['title'])}")
 
 
