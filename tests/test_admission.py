@@ -279,3 +279,49 @@ def test_every_skipped_item_has_a_reason_and_nothing_is_lost(town):
     # The plan keeps rank order.
     order = [a.key for a in applicants if a.key in planned]
     assert [a.key for a in admission.to_dispatch] == order
+
+
+# -- aging ---------------------------------------------------------------------------------
+
+
+class _Policy:
+    """A policy-shaped object: default weights, aging as given."""
+
+    def __init__(self, aging=0.0, aging_max=2.0):
+        from sluice.store.policy import Policy
+
+        base = Policy()
+        self.weights, self.graph_overrides = base.weights, base.graph_overrides
+        self.merge_queue_threshold, self.merge_pressure_penalty = 3, 2.0
+        self.aging, self.aging_max = aging, aging_max
+
+
+def _rank(policy, *candidates):
+    from sluice.core.scoring import score_all
+
+    return score_all(candidates, policy, warm_rigs=(), merge_depths={}, decision_counts={})
+
+
+def test_aging_lifts_long_queued_work_up_to_its_maximum():
+    from sluice.core.scoring import Candidate, aging_bonus
+
+    old_p2 = Candidate("old", 2, 1000, "r", "2026-01-01T00:00:00.000000Z", age_hours=10.0)
+    new_p1 = Candidate("new", 1, 1000, "r", "2026-01-02T00:00:00.000000Z", age_hours=0.1)
+    off = _rank(_Policy(), old_p2, new_p1)
+    assert [s.candidate.item_id for s in off] == ["new", "old"]
+    assert not any(r.startswith("aging") for s in off for r in s.reasons)  # off: metagit's scores
+    on = _rank(_Policy(aging=0.25, aging_max=1.5), old_p2, new_p1)
+    assert [s.candidate.item_id for s in on] == ["old", "new"]
+    assert "aging=+1.50" in on[0].reasons and "aging=+0.03" in on[1].reasons
+    assert on[0].score == off[1].score + 1.5
+    assert aging_bonus(3, 0.5, 2.0) == 1.5 and aging_bonus(100, 0.5, 2.0) == 2.0 and aging_bonus(5, 0, 2) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 1000), st.floats(0, 5), st.floats(0, 10))
+def test_aging_never_exceeds_its_maximum_and_grows_with_time(hours, rate, cap):
+    from sluice.core.scoring import aging_bonus
+
+    bonus = aging_bonus(hours, rate, cap)
+    assert 0 <= bonus <= cap
+    assert aging_bonus(hours + 1, rate, cap) >= bonus

@@ -260,3 +260,24 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, 
     assert done.wait(30)
     assert record is not None
     assert [c["id"] for c in open_contexts(town, "alpha", "al-race")] == [record["id"]]
+
+
+def test_aging_in_the_policy_reorders_the_queue(cli, town):
+    configure(town, "scheduler.batch_size", "1")
+    write_items(town, "alpha", [item("al-old", priority=3), item("al-new", priority=2)])
+    sling(Town(town), ["al-old", "alpha"], SlingOptions())
+    path = town / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:  # queued three hours ago
+        description = json.loads(record["description"])
+        description["enqueued_at"] = "2020-01-01T00:00:00Z"
+        record["description"] = json.dumps(description)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    sling(Town(town), ["al-new", "alpha"], SlingOptions())
+    assert [r["id"] for r in list_queue(Town(town))] == ["al-new", "al-old"]
+    policy = cli.json("schedule", "policy", "set", "--aging", "0.5", "--aging-max", "1.5")
+    assert (policy["aging"], policy["aging_max"]) == (0.5, 1.5)
+    rows = list_queue(Town(town))
+    assert [r["id"] for r in rows] == ["al-old", "al-new"] and rows[0]["why"] == []
+    bad = cli.run("schedule", "policy", "set", "--aging", "-1", check=False)
+    assert bad.returncode == 2 and "--aging must be >= 0" in bad.stderr

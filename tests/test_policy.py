@@ -49,6 +49,8 @@ def test_dump_key_order():
         "merge_pressure_penalty",
         "skip_on_merge_pressure",
         "graph_overrides",
+        "aging",
+        "aging_max",
     ]
     assert list(dumped["weights"]) == ["priority", "affinity", "cost", "fairness"]
     assert dumped["graph_overrides"]["g"] == dict(priority=None, affinity=None, cost=1.0, fairness=None)

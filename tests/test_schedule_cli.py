@@ -478,6 +478,8 @@ def test_policy_show_defaults_and_set_round_trip(two_rigs):
         "merge_pressure_penalty": 2.0,
         "skip_on_merge_pressure": False,
         "graph_overrides": {},
+        "aging": 0.0,
+        "aging_max": 2.0,
     }
     after = cli.json(
         "schedule",

@@ -75,6 +75,7 @@ class Candidate:
     order: str
     graph_id: str | None = None
     payload: object = field(default=None, compare=False)
+    age_hours: float = 0.0  # how long a queued context has waited (aging); 0 for a bare item
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -202,6 +203,18 @@ def cost_factor(tokens: int) -> float:
     return 1.0 / (1.0 + tokens / 1000.0)
 
 
+def aging_bonus(age_hours: float, aging: float, aging_max: float) -> float:
+    """Points for waiting: ``aging`` per hour queued, at most ``aging_max``; 0 when aging is off."""
+    if aging <= 0 or age_hours <= 0:
+        return 0.0
+    return min(aging * age_hours, aging_max)
+
+
+def _aging_of(policy_like: object) -> tuple[float, float]:
+    aging = float(getattr(policy_like, "aging", 0.0) or 0.0)
+    return aging, float(getattr(policy_like, "aging_max", 0.0) or 0.0)
+
+
 def _score_value(
     c: Candidate,
     weights: Weights,
@@ -209,6 +222,7 @@ def _score_value(
     underrepresented: bool,
     pressured: bool,
     penalty: float,
+    bonus: float = 0.0,
 ) -> float:
     # The one place the formula lives, so the fast top-k path of score_all and
     # score_candidate can never disagree on a score.
@@ -220,6 +234,7 @@ def _score_value(
     )
     if pressured:
         raw -= penalty
+    raw += bonus
     if not math.isfinite(raw):
         # Finite weights can still overflow (1e308 * 4); an infinite or NaN score would rank
         # arbitrarily and is not valid JSON, so the policy is what must change.
@@ -248,6 +263,7 @@ def score_candidate(
     merge_depth: int,
     threshold: int,
     penalty: float,
+    aging: tuple[float, float] = (0.0, 0.0),
 ) -> Scored:
     """Score one candidate and explain the score in metagit's reason strings.
 
@@ -256,7 +272,8 @@ def score_candidate(
     """
     _check_pressure_settings(threshold, penalty)
     pressured = merge_depth >= threshold
-    score = _score_value(c, weights, warm, underrepresented, pressured, penalty)
+    bonus = aging_bonus(c.age_hours, *aging)
+    score = _score_value(c, weights, warm, underrepresented, pressured, penalty, bonus)
 
     reasons = [
         f"priority={c.priority}",
@@ -267,6 +284,8 @@ def score_candidate(
         reasons.append(f"fairness={1 if underrepresented else 0}")
     if pressured:
         reasons.append(f"merge_pressure depth={merge_depth} threshold={threshold} penalty={float(penalty)!r}")
+    if aging[0] > 0:
+        reasons.append(f"aging=+{bonus:.2f}")
     return Scored(candidate=c, score=score, reasons=tuple(reasons), pressured=pressured)
 
 
@@ -355,6 +374,7 @@ def score_all(
     threshold = policy_like.merge_queue_threshold
     penalty = policy_like.merge_pressure_penalty
     _check_pressure_settings(threshold, penalty)
+    aging = _aging_of(policy_like)
 
     def conditions(c: Candidate) -> tuple[Weights, bool, bool, int]:
         rig = c.rig
@@ -367,7 +387,8 @@ def score_all(
         keyed = []
         for position, c in enumerate(pool):
             weights, warm, under, depth = conditions(c)
-            score = _score_value(c, weights, warm, under, depth >= threshold, penalty)
+            bonus = aging_bonus(c.age_hours, *aging)
+            score = _score_value(c, weights, warm, under, depth >= threshold, penalty, bonus)
             keyed.append((-score, c.tokens, c.order, c.item_id, position))
         pool = [pool[k[-1]] for k in heapq.nsmallest(top, keyed)]
 
@@ -383,6 +404,7 @@ def score_all(
                 merge_depth=depth,
                 threshold=threshold,
                 penalty=penalty,
+                aging=aging,
             )
         )
     return rank(scored)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 POLICY_FIELDS = frozenset({
     "priority", "affinity", "cost", "fairness", "merge_queue_threshold", "merge_pressure_penalty",
-    "skip_on_merge_pressure", "graph_id",
+    "skip_on_merge_pressure", "graph_id", "aging", "aging_max",
 })
 
 

@@ -203,6 +203,6 @@ def survey(
             out.backing_off.append(work)
             continue
         (ready if is_ready else blocked).append(work)
-    out.ready = rank_work(town, stores, ready) if ready else []
-    out.blocked = rank_work(town, stores, blocked) if blocked else []
+    out.ready = rank_work(town, stores, ready, now=now) if ready else []
+    out.blocked = rank_work(town, stores, blocked, now=now) if blocked else []
     return out

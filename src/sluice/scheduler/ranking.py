@@ -117,10 +117,13 @@ def rank_work(
     *,
     policy: PolicyLike | None = None,
     signals: Signals | None = None,
+    now: float | None = None,
 ) -> list[Work]:
     """``work`` in dispatch order, each with its score, reasons, graph and tokens filled in.
 
-    ``Work.order`` may be any ISO timestamp; it is compared as UTC time.
+    ``Work.order`` may be any ISO timestamp; it is compared as UTC time.  With
+    policy ``aging`` on, a queued context (``context_id`` set) gains points for
+    the hours since ``Work.order`` (its ``enqueued_at``) at ``now``.
     """
     if not work:
         return []
@@ -129,12 +132,16 @@ def rank_work(
 
     policy = policy if policy is not None else load_town_policy(town)
     signals = signals if signals is not None else Signals(town, stores)
+    aging = float(getattr(policy, "aging", 0.0) or 0.0) > 0
+    now = time.time() if now is None else now
     candidates = []
     for position, w in enumerate(work):
         w.graph_id = signals.graphs.of_record(w.item)
         w.tokens = effective_tokens(w.item)
         priority, order = item_priority(w.item), order_text(w.order)
-        candidates.append(Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, position))
+        age = _age_hours(order, now) if aging and w.context_id else 0.0
+        candidates.append(Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, position,
+                                    age_hours=age))
     ranked = score_all(candidates, policy, **signals.scoring_inputs(w.rig for w in work))
     out = []
     for s in ranked:
@@ -142,6 +149,15 @@ def rank_work(
         w.score, w.reasons, w.pressured = s.score, s.reasons, s.pressured
         out.append(w)
     return out
+
+
+def _age_hours(order: str, now: float) -> float:
+    """Hours from a normalised timestamp to ``now`` (0 for an unreadable or future one)."""
+    try:
+        stamp = datetime.fromisoformat(order.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - stamp) / 3600.0)
 
 
 # -- the best of a whole ready set ------------------------------------------------

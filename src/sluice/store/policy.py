@@ -61,6 +61,10 @@ class Policy(BaseModel):
     merge_pressure_penalty: float = 2.0
     skip_on_merge_pressure: bool = False
     graph_overrides: dict[str, GraphOverride] = Field(default_factory=dict)
+    # Aging: score points per hour a context has been queued, at most ``aging_max`` (0 = off, so
+    # scores stay metagit's), so low-priority work is not starved forever.
+    aging: float = Field(0.0, ge=0)
+    aging_max: float = Field(2.0, ge=0)
 
     @field_validator("merge_queue_threshold")
     @classmethod
@@ -153,6 +157,8 @@ def set_policy(
     merge_pressure_penalty: float | None = None,
     skip_on_merge_pressure: bool | None = None,
     graph_id: str | None = None,
+    aging: float | None = None,
+    aging_max: float | None = None,
 ) -> Policy:
     """Change some policy fields and return the policy as saved.
 
@@ -180,6 +186,11 @@ def set_policy(
                          parameters=("skip_on_merge_pressure",))
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
         raise UsageError(f"graph_id must be a non-empty string (got {graph_id!r})", parameters=("graph_id",))
+    given_ages = (("aging", aging), ("aging_max", aging_max))
+    ages = {name: _weight_flag(name, v) for name, v in given_ages if v is not None}
+    for name, value in ages.items():
+        if value < 0:
+            raise UsageError(f"{name} must be >= 0 (got {value:g})", parameters=(name,))
 
     path = Path(path)
     with file_lock(lock_path):
@@ -197,6 +208,7 @@ def set_policy(
             document["merge_pressure_penalty"] = merge_pressure_penalty
         if skip_on_merge_pressure is not None:
             document["skip_on_merge_pressure"] = skip_on_merge_pressure
+        document.update(ages)
         policy = Policy.model_validate(document)
         atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
     return policy

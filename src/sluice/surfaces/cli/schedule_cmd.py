@@ -86,13 +86,18 @@ def policy_set(
     graph_id: Annotated[
         str | None, typer.Option("--graph-id", help="Set the weights for this graph only (an override).")
     ] = None,
+    aging: Annotated[
+        float | None, typer.Option(help="Points per hour a queued context has waited (0 = off).")
+    ] = None,
+    aging_max: Annotated[float | None, typer.Option(help="The most points aging can add.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change the scoring policy; prints the whole policy."""
     policy = town().set_policy(
         priority=priority, affinity=affinity, cost=cost, fairness=fairness,
         merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
-        skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id)
+        skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id, aging=aging,
+        aging_max=aging_max)
     emit(policy.to_json(), as_json, lambda p: "policy updated\n" + _policy_text(p))
 
 
