@@ -289,7 +289,7 @@ def _rule_reasons(
         )
     if a.touches:
         for other_id, other_touches in counts.touching.get(a.rig, ()):
-            if other_id != a.item_id and touches_overlap(a.touches, other_touches):
+            if touches_overlap(a.touches, other_touches):
                 reasons.append(Reason(OVERLAP, f"touches overlap {other_id} in rig {a.rig}"))
                 break
     return reasons
@@ -324,13 +324,22 @@ def admit(
     held: dict[str, tuple[Reason, ...]] = {}
     admissible = 0
     first_rule: str | None = None
+    # The reasons depend only on (rig, labels, tokens, touches) and on the counters, which change
+    # only when something is planned: remember them per shape until then (10,000 queued contexts
+    # come in a few hundred shapes).
+    memo: dict[tuple, list[Reason]] = {}
     for a in applicants:
-        reasons = _rule_reasons(a, limits, counts, live)
+        shape = (a.rig, a.labels, a.tokens, a.touches)
+        known = memo.get(shape)
+        if known is None:
+            known = memo[shape] = _rule_reasons(a, limits, counts, live)
+        reasons = list(known)
         if not reasons:
             admissible += 1
             if len(planned) < slots:
                 planned.append(a)
                 counts.plan(a)
+                memo.clear()
                 continue
         elif first_rule is None:
             first_rule = reasons[0].code
