@@ -112,6 +112,8 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(town):
     write_items(town, "alpha", [item("al-late", metadata={"estimated_tokens": 1000})])
     sling(Town(town), ["al-late", "alpha"], SlingOptions())
     assert cycle(town).reason == "budget"
+    assert cycle(town).reason == "budget"
+    assert len(events(town, "BudgetExhausted")) == 2  # once per spell: the first, and after the report
     time.sleep(3.1)  # the window slides past the first launches
     assert cycle(town).dispatched == 1
 

@@ -204,6 +204,24 @@ def why(assessment: Assessment, config: TownConfig) -> dict[str, list[str]]:
     return out
 
 
+def note_budget(town: Town, assessment: Assessment) -> bool:
+    """After a real cycle: log ``BudgetExhausted`` when the budget starts holding work (once per spell)."""
+    held = any(r.code == rules.BUDGET for reasons in assessment.admission.held.values() for r in reasons)
+    if not held and not kept.read(town, kept.BUDGET).get("exhausted"):
+        return False
+
+    def change(data: dict) -> bool:
+        was = bool(data.get("exhausted"))
+        data["exhausted"] = held
+        return held and not was
+
+    started = kept.update(town, kept.BUDGET, change)
+    if started:
+        spend = assessment.spend
+        events.emit_event(town, events.BUDGET_EXHAUSTED, {"spent": spend.town, "rigs": dict(spend.rigs)})
+    return started
+
+
 # -- explain ----------------------------------------------------------------------------------
 
 
@@ -440,7 +458,7 @@ def throttle(
             raise UsageError("clear and until do not go together", parameters=("clear", "until"))
         cleared = kept.clear_throttle(town, rig, now)
         if cleared:
-            events.emit_event(town, events.THROTTLED, {"rig": rig, "cleared": True})
+            events.emit_event(town, events.THROTTLE_CLEARED, {"rig": rig})
         return {"rig": rig, "cleared": cleared, "throttles": kept.throttle_rows(town, now)}
     if not until:
         raise UsageError("give until TIME|DURATION (e.g. 10m, 2026-12-01T09:00:00Z) or clear",

@@ -243,6 +243,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
     report.planned = [_planned_row(w) for w in planned]
     if report.dry_run:
         return report
+    admission.note_budget(town, assessment)
 
     launcher = Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
     for position, work in enumerate(planned):

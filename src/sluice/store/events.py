@@ -34,9 +34,11 @@ CONTEXT_CLOSED = "ContextClosed"
 PAUSED = "Paused"
 RESUMED = "Resumed"
 CLEARED = "Cleared"
-# Admission control: a throttle set or lifted; a broken or throttled item queued again:
-THROTTLED = "Throttled"
-REQUEUED = "Requeued"
+# admission control
+THROTTLED = "Throttled"  # a throttle was set (by a person, MCP, or a polecat's exit code)
+THROTTLE_CLEARED = "ThrottleCleared"
+BUDGET_EXHAUSTED = "BudgetExhausted"  # a cycle first held work for the token budget
+REQUEUED = "Requeued"  # a broken item after its cooldown or a reset, or a throttled polecat's item
 # A rig unregistered (``rig remove``):
 RIG_REMOVED = "RigRemoved"
 # Polecats stopped by the stall timeout:
