@@ -22,7 +22,7 @@ def town(cli, tmp_path):
     add_rig(cli, tmp_path, "alpha", "al")
     write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", SCRIPT_TITLE),
                                     item("al-3", "third", deps=[("blocks", "al-2")])])
-    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(600)})
     cli.run("sling", "al-1", "al-2", "al-3", "alpha")
     cli.run("scheduler", "run")
     yield Town(cli.town)

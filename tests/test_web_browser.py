@@ -33,7 +33,7 @@ def town(cli, tmp_path):
     add_rig(cli, tmp_path, "beta", "be")
     write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", SCRIPT_TITLE)])
     write_items(cli.town, "beta", [item("be-1", "beta work")])
-    configure(cli.town, {"scheduler.max_polecats": "2", "executor.command": sleeper(60)})
+    configure(cli.town, {"scheduler.max_polecats": "2", "executor.command": sleeper(600)})
     cli.run("sling", "al-1", "al-2", "alpha")
     cli.run("sling", "be-1", "beta")
     yield Town(cli.town)

@@ -230,7 +230,7 @@ class Daemon:
         from sluice.store.events import BUDGET_EXHAUSTED, QUEUE_DRAINED, emit_events
 
         try:
-            now = status(self.town)
+            now = status(self.town, self.executor)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
             return
