@@ -5,6 +5,7 @@ The functions and classes behind them are in the ``helpers`` package.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from helpers import Cli, beads_data_missing_reason, make_repo
+from helpers import BEADS_DATA_VAR, Cli, beads_data_missing_reason, make_repo
 from helpers import beads_data as beads_data_path
+
+# Read the exports' location once, then keep the variable out of the environment: polecats the
+# tests launch inherit it, and the executor tests compare every SLUICE_* variable a polecat sees.
+BEADS_DATA = beads_data_path()
+os.environ.pop(BEADS_DATA_VAR, None)
 
 # Speed is measured by benchmarks, never by timed assertions: no per-example deadline, which a
 # busy machine (or two xdist workers on two cores) would otherwise turn into random failures.
@@ -45,7 +51,7 @@ def rig(cli: Cli, tmp_path: Path) -> str:
 @pytest.fixture(scope="session")
 def beads_data() -> Path:
     """The public beads exports (``SLUICE_BEADS_DATA``); tests that need them skip without them."""
-    path = beads_data_path()
+    path = BEADS_DATA
     if not path.is_dir():
         pytest.skip(beads_data_missing_reason(path))
     return path

@@ -139,22 +139,6 @@ def test_config_refuses_unknown_events(cli):
     assert done.returncode == 2 and "JSON array" in done.stderr
 
 
-def test_a_budget_is_announced_once_each_time_it_runs_out():
-    from sluice.scheduler.notify import newly_exhausted
-
-    town_budget = {"rig": None, "spent": 5000, "budget": 5000, "window": "1h"}
-    api = {"rig": "api", "spent": 10, "budget": 1000, "window": "1h"}
-    fresh, known = newly_exhausted([town_budget, api], set())
-    assert fresh == [town_budget] and known == {""}
-    fresh, known = newly_exhausted([town_budget, {**api, "spent": 1000}], known)
-    assert fresh == [{**api, "spent": 1000}] and known == {"", "api"}
-    fresh, known = newly_exhausted([{**town_budget, "spent": 10}, {**api, "spent": 1000}], known)
-    assert fresh == [] and known == {"api"}  # the town's window moved on: it may run out again
-    fresh, known = newly_exhausted([town_budget], known)
-    assert fresh == [town_budget] and known == {""}
-    assert newly_exhausted([{"rig": "x", "spent": 0, "budget": 0}, "junk"], set()) == ([], set())
-
-
 def test_the_daemon_announces_a_token_budget_running_out(cli, town, notifier):
     script, out = notifier
     write_items(cli.town, "alpha", [item("al-2", "second")])
@@ -167,5 +151,6 @@ def test_the_daemon_announces_a_token_budget_running_out(cli, town, notifier):
     daemon.tick()
     [sent] = _notified(out)
     assert sent["argv"] == ["budget-exhausted", "", ""]
-    assert sent["stdin"]["payload"] == {"rig": None, "spent": 1000, "budget": 1000, "window": "1h"}
-    assert cli.json("scheduler", "status")["budgets"] == [sent["stdin"]["payload"]]
+    assert sent["stdin"]["payload"] == {"spent": 1000, "rigs": {"alpha": 1000}}
+    assert cli.json("scheduler", "status")["budgets"] == [
+        {"rig": None, "spent": 1000, "budget": 1000, "window": "1h"}]

@@ -206,7 +206,7 @@ def test_threshold_below_one_is_refused_on_set_and_nothing_is_written(paths, thr
     policy_path, lock_path = paths
     set_policy(policy_path, lock_path, priority=2.0)
     before = policy_path.read_bytes()
-    with pytest.raises(UsageError, match=rf"--merge-queue-threshold must be >= 1 \(got {threshold}\)"):
+    with pytest.raises(UsageError, match=rf"^merge_queue_threshold must be >= 1 \(got {threshold}\)"):
         set_policy(policy_path, lock_path, merge_queue_threshold=threshold, cost=9.0)
     assert policy_path.read_bytes() == before
     assert load_policy(policy_path).merge_queue_threshold == 3
@@ -220,23 +220,25 @@ def test_refused_set_on_a_missing_file_creates_nothing(paths):
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "flag"),
+    ("kwargs", "parameter"),
     [
-        ({"priority": math.nan}, "--priority"),
-        ({"affinity": math.inf}, "--affinity"),
-        ({"cost": -math.inf}, "--cost"),
-        ({"fairness": "0.5"}, "--fairness"),
-        ({"priority": True}, "--priority"),
-        ({"merge_pressure_penalty": math.nan}, "--merge-pressure-penalty"),
-        ({"merge_queue_threshold": 2.0}, "--merge-queue-threshold"),
-        ({"skip_on_merge_pressure": "false"}, "--skip-on-merge-pressure"),
-        ({"priority": 1.0, "graph_id": "  "}, "--graph-id"),
+        ({"priority": math.nan}, "priority"),
+        ({"affinity": math.inf}, "affinity"),
+        ({"cost": -math.inf}, "cost"),
+        ({"fairness": "0.5"}, "fairness"),
+        ({"priority": True}, "priority"),
+        ({"merge_pressure_penalty": math.nan}, "merge_pressure_penalty"),
+        ({"merge_queue_threshold": 2.0}, "merge_queue_threshold"),
+        ({"skip_on_merge_pressure": "false"}, "skip_on_merge_pressure"),
+        ({"priority": 1.0, "graph_id": "  "}, "graph_id"),
     ],
 )
-def test_bad_values_are_refused_naming_the_flag(paths, kwargs, flag):
+def test_bad_values_are_refused_naming_the_parameter(paths, kwargs, parameter):
+    """The library names the parameter as Python spells it; the CLI turns it into its flag."""
     policy_path, lock_path = paths
-    with pytest.raises(UsageError, match=flag):
+    with pytest.raises(UsageError, match=f"^{parameter} ") as refused:
         set_policy(policy_path, lock_path, **kwargs)
+    assert parameter in refused.value.parameters
     assert not policy_path.exists()
 
 

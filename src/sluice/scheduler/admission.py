@@ -216,8 +216,8 @@ def note_budget(town: Town, assessment: Assessment) -> bool:
         return held and not was
 
     started = kept.update(town, kept.BUDGET, change)
-    if started:
-        spend = assessment.spend
+    if started:  # what is spent now, this cycle's launches included
+        spend = kept.spend(town, time.time(), town.config.scheduler.seconds("budget_window"))
         events.emit_event(town, events.BUDGET_EXHAUSTED, {"spent": spend.town, "rigs": dict(spend.rigs)})
     return started
 

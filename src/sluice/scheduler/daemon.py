@@ -21,8 +21,8 @@
   is compacted (under the rig lock, so slingers just wait).
 * After the tick's line, ``scheduler.notify`` is run for the chosen events
   written since the last tick (:mod:`sluice.scheduler.notify`); a tick that
-  launched the last queued item logs ``QueueDrained`` first, and a token budget
-  that became spent ``BudgetExhausted`` (once until it frees up).  A notifier is
+  launched the last queued item logs ``QueueDrained`` first (``BudgetExhausted``
+  is logged by the cycle itself, once per spell).  A notifier is
   bounded by ``scheduler.notify_timeout`` and its failures are log lines.
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
   ``runtime/daemon.json`` holds pid, started_at, last_tick_at, last_result.
@@ -155,7 +155,6 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.started_at = iso()
         self.ticks = 0
-        self.exhausted: set[str] = set()  # budgets this daemon has seen spent (BudgetExhausted once each)
         self.last_result: dict | None = None
 
     def _log(self, line: str) -> None:
@@ -224,10 +223,9 @@ class Daemon:
         return "error" not in result
 
     def _after_cycle(self, result: dict) -> None:
-        """Log ``QueueDrained`` when this tick launched the last queued item, and ``BudgetExhausted``
-        when a token budget that ``scheduler status`` reports became spent (once until it frees up)."""
+        """Log ``QueueDrained`` when this tick launched the last queued item."""
         from sluice.scheduler.control import status
-        from sluice.store.events import BUDGET_EXHAUSTED, QUEUE_DRAINED, emit_events
+        from sluice.store.events import QUEUE_DRAINED, emit_events
 
         try:
             now = status(self.town, self.executor)
@@ -237,8 +235,6 @@ class Daemon:
         found: list[tuple[str, dict]] = []
         if result.get("dispatched") and now.get("queued_total") == 0:
             found.append((QUEUE_DRAINED, {"dispatched": result["dispatched"]}))
-        spent, self.exhausted = notify.newly_exhausted(now.get("budgets") or [], self.exhausted)
-        found += [(BUDGET_EXHAUSTED, budget) for budget in spent]
         if found:
             emit_events(self.town, found)
 

@@ -243,7 +243,6 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
     report.planned = [_planned_row(w) for w in planned]
     if report.dry_run:
         return report
-    admission.note_budget(town, assessment)
 
     launcher = Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
     for position, work in enumerate(planned):
@@ -258,6 +257,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
         record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
         if sched.seconds("spawn_delay") > 0 and position < len(planned) - 1:
             sleep(sched.seconds("spawn_delay"))
+    admission.note_budget(town, assessment)  # after the launches, so the event counts what they spent
     return report
 
 

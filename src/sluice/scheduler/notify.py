@@ -67,25 +67,6 @@ class Outcome:
         return f"notify {self.event} ({self.event_id[:8]}): {status}"
 
 
-def newly_exhausted(budgets: list[dict], known: set[str]) -> tuple[list[dict], set[str]]:
-    """Budgets (``scheduler status`` rows ``{rig, spent, budget, window}``) spent now and not before.
-
-    Returns them and the set of spent budgets now (keyed by rig, ``""`` for
-    the town's), so a budget is announced once each time it runs out.
-    """
-    spent_now: set[str] = set()
-    fresh = []
-    for row in budgets:
-        if not isinstance(row, dict) or not isinstance(row.get("budget"), (int, float)) or row["budget"] <= 0:
-            continue
-        key = str(row.get("rig") or "")
-        if isinstance(row.get("spent"), (int, float)) and row["spent"] >= row["budget"]:
-            spent_now.add(key)
-            if key not in known:
-                fresh.append(dict(row))
-    return fresh, spent_now
-
-
 def cursor_path(town: Town):
     return town.runtime / "notify-cursor.json"
 

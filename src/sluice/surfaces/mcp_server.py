@@ -190,9 +190,7 @@ def build_server(town_arg: str | None = None):
         item_id: Annotated[str, Field(min_length=1, description="The work item to explain.")],
     ) -> dict:
         """Would the next cycle launch the item, and why not, as `sluice scheduler explain --json`."""
-        from sluice.scheduler.admission import explain
-
-        return explain(town(), item_id)
+        return town().explain(item_id).to_json()
 
     @tool
     def sluice_scheduler_throttle(
@@ -202,16 +200,12 @@ def build_server(town_arg: str | None = None):
         clear: Annotated[StrictBool, Field(description="Lift the throttle instead.")] = False,
     ) -> dict:
         """Hold new launches until a time, as `sluice scheduler throttle --json`."""
-        from sluice.scheduler.admission import throttle
-
-        return throttle(town(), until=_given(until), rig=_given(rig), reason=reason, clear=clear)
+        return town().throttle(until=_given(until), rig=_given(rig), reason=reason, clear=clear)
 
     @tool
     def sluice_scheduler_broken() -> list[dict]:
         """Circuit-broken items with failures, last error and next attempt, as `sluice scheduler broken`."""
-        from sluice.scheduler.admission import broken_rows
-
-        return broken_rows(town())
+        return town().broken()
 
     @tool
     def sluice_patrol(
