@@ -99,6 +99,31 @@ def item_store(stores: Stores, item_id: str) -> tuple[RigStore, dict] | None:
     return store, record
 
 
+def items_of(stores: Stores, contexts: list[Context]) -> dict[str, tuple[RigStore, dict] | None]:
+    """:func:`item_store` for every valid context's item at once.
+
+    One index query per few hundred ids and rig instead of one per context:
+    at 10,000 queued contexts the single-row lookups were half of a cycle.
+    """
+    found: dict[str, tuple[RigStore, dict] | None] = {}
+    wanted: dict[int, tuple[RigStore, list[str]]] = {}
+    for context in contexts:
+        if not context.valid or context.fields is None or context.fields.work_bead_id in found:
+            continue
+        item_id = context.fields.work_bead_id
+        found[item_id] = None
+        try:
+            store = stores.for_id(item_id)
+        except UnknownItem:
+            continue
+        wanted.setdefault(id(store), (store, []))[1].append(item_id)
+    for store, ids in wanted.values():
+        for item_id, record in store.get_many(ids).items():
+            if not is_context(record):  # a context is never work
+                found[item_id] = (store, record)
+    return found
+
+
 def _missing(out: Survey, context: Context, now: float, grace: float) -> None:
     """Hold a context whose item is missing, or call it stale once the grace period is over."""
     fields = context.fields
@@ -139,7 +164,9 @@ def survey(
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict]] = []
-    for context in ctxs.open_contexts(stores, fresh=True):
+    contexts = ctxs.open_contexts(stores, fresh=True)
+    items = items_of(stores, contexts)
+    for context in contexts:
         out.open_total += 1
         if not context.valid:
             out.stale.append(Stale(context, ctxs.INVALID_CONTEXT, "description is not a valid sling context"))
@@ -154,7 +181,7 @@ def survey(
             detail = f"target rig {fields.target_rig!r} is unknown"
             out.stale.append(Stale(context, ctxs.INVALID_CONTEXT, detail))
             continue
-        found = item_store(stores, fields.work_bead_id)
+        found = items[fields.work_bead_id]
         if found is None:
             _missing(out, context, now, missing_grace)
             continue
