@@ -261,11 +261,15 @@ def test_a_cycle_killed_in_its_spawn_delay_keeps_what_it_launched(cli, town, exe
     cli.run("sling", "al-1", "al-2", "alpha")
     cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: context_of(town, "al-1")["status"] == "closed")  # launched; now in the delay
+    # The launch is recorded in the state just after its context closes; once both show, the cycle
+    # is asleep in its spawn delay.
+    wait_for(lambda: context_of(town, "al-1")["status"] == "closed"
+             and cli.json("scheduler", "status")["last_dispatch_count"] == 1)
     os.kill(cycle.pid, signal.SIGKILL)
     cycle.wait()
     state = cli.json("scheduler", "status")
     assert state["last_dispatch_count"] == 1 and state["last_dispatch_at"]
+    assert context_of(town, "al-2")["status"] == "open"  # killed before its second launch
     assert cli.json("scheduler", "run")["launched"][0]["item_id"] == "al-2"
     assert sorted(r["item_id"] for r in worker_records(town)) == ["al-1", "al-2"]
 
