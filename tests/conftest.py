@@ -1,4 +1,4 @@
-"""Shared fixtures: real towns, real git repositories, the real CLI in a subprocess.
+"""Shared fixtures: real towns, real git repositories, the real CLI.
 
 The functions and classes behind them are in the ``helpers`` package.
 """
@@ -6,8 +6,6 @@ The functions and classes behind them are in the ``helpers`` package.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,7 @@ settings.load_profile("sluice")
 def town_dir(tmp_path: Path) -> Path:
     town = tmp_path / "town"
     town.mkdir()
-    subprocess.run([sys.executable, "-m", "sluice", "init", str(town)], check=True, capture_output=True)
+    Cli(town).run("init", str(town))
     return town
 
 

@@ -89,7 +89,7 @@ def test_a_bad_retention_is_refused(cli, town):
 
 def test_compaction_loses_nothing_under_slingers_a_daemon_and_kill_9(cli, town):
     """4 slingers and a daemon (compacting every tick) run while compactions are killed mid-way."""
-    slingers, per_slinger, per_command = 4, 24, 3
+    slingers, per_slinger, per_command = 4, 12, 3
     work = [f"al-s{n:03d}" for n in range(slingers * per_slinger)]
     write_items(town, "alpha", [item(i) for i in work])
     configure(town, "executor.command", python_command("pass"))

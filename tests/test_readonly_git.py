@@ -114,7 +114,7 @@ def test_no_command_writes_inside_a_rig_repository(tmp_path, rigs, beads_data):
     source = beads_data / "artifact-keeper__artifact-keeper.issues.jsonl"
     for argv, must_succeed in commands(rigs, town, source):
         args = [a.format(**ids) if "{" in a and a[1:-1] in ("first", "second", "third") else a for a in argv]
-        done = cli.run(*args, check=must_succeed, timeout=60)
+        done = cli.run(*args, check=must_succeed)
         if args[:2] == ["item", "create"] and done.returncode == 0:
             key = ("first", "second", "third")[len(ids)]
             ids[key] = __import__("json").loads(done.stdout)["id"]

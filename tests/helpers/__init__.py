@@ -1,4 +1,4 @@
-"""What the tests share: real git repositories, the real CLI in a subprocess, the beads exports.
+"""What the tests share: real git repositories, the real CLI, the beads exports.
 
 Fixtures live in ``tests/conftest.py``; plain functions and classes live
 here and in the modules beside this one (``helpers.scheduler``,
@@ -57,6 +57,46 @@ def beads_data_missing_reason(path: Path) -> str:
     return f"needs the public beads exports: set {BEADS_DATA_VAR} to their directory (none at {path})"
 
 
+def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m sluice ARGS`` run by this process, with everything it touches put back after."""
+    import io
+    import logging
+
+    from sluice.__main__ import main
+
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    logger = logging.getLogger("sluice")
+    saved = (dict(os.environ), os.getcwd(), sys.argv, sys.stdout, sys.stderr,
+             list(logger.handlers), logger.level, logger.propagate)
+    code: int = 0
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv, sys.stdout, sys.stderr = ["sluice", *args], out, err
+    try:
+        main()
+    except SystemExit as exit_:
+        if exit_.code is None:
+            code = 0
+        elif isinstance(exit_.code, int):
+            code = exit_.code
+        else:
+            err.write(f"{exit_.code}\n")
+            code = 1
+    finally:
+        environ, where, sys.argv, sys.stdout, sys.stderr, handlers, level, propagate = saved
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(where)
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
+    stdout, stderr = (s.buffer.getvalue().decode("utf-8", "replace").replace("\r\n", "\n")
+                      for s in (out, err))
+    return subprocess.CompletedProcess(["sluice", *args], code, stdout, stderr)
+
+
 def git(*args: str, cwd: Path) -> str:
     env = {**os.environ, **GIT_ENV, "HOME": str(cwd)}
     done = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
@@ -75,21 +115,36 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
 
 
 class Cli:
-    """Runs the installed ``sluice`` entry point against one town."""
+    """Runs the real ``sluice`` entry point against one town.
 
-    def __init__(self, town: Path):
+    By default the command runs inside the test's own process, the way
+    ``python -m sluice`` runs it (same ``main``, argv, environment, working
+    directory and captured stdout/stderr; ``SystemExit`` becomes the return
+    code): starting an interpreter and importing typer for each of the
+    suite's thousands of commands would cost most of its time.  ``isolated``
+    (or a ``timeout``) runs it in a child process instead, for the tests
+    whose point is the process itself — a hung command, start-up imports, a
+    signal.
+    """
+
+    def __init__(self, town: Path, isolated: bool = False):
         self.town = town
+        self.isolated = isolated
 
-    def run(self, *args: str, check: bool = True, env: dict | None = None, timeout: float = 120, cwd=None):
+    def run(self, *args: str, check: bool = True, env: dict | None = None, timeout: float | None = None,
+            cwd=None, isolated: bool | None = None):
         full_env = {**os.environ, "SLUICE_TOWN": str(self.town), **(env or {})}
-        done = subprocess.run(
-            [sys.executable, "-m", "sluice", *args],
-            cwd=cwd or self.town,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        if isolated or (isolated is None and (self.isolated or timeout is not None)):
+            done = subprocess.run(
+                [sys.executable, "-m", "sluice", *args],
+                cwd=cwd or self.town,
+                env=full_env,
+                capture_output=True,
+                text=True,
+                timeout=timeout or 120,
+            )
+        else:
+            done = run_in_process(list(args), full_env, Path(cwd or self.town))
         if check and done.returncode != 0:
             raise AssertionError(
                 f"sluice {' '.join(args)} exited {done.returncode}\n"
