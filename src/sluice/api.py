@@ -23,6 +23,12 @@ town in memory, without processes, for tests.
 Items are returned as their beads records (plain dicts): every key an
 export carries is kept, so no class could describe them all.
 
+A town kept between calls answers :meth:`Town.next` and
+:meth:`Town.schedule_status` from its rig indexes kept open
+(:mod:`sluice.store.kept`): before each call it re-checks the config file and
+every rig's items and ephemeral log, so an answer is never older than the
+files, and a repeated call costs a few milliseconds, not a re-open.
+
 The facade imports the machinery of a command inside its method, so a call
 pays only for what it uses (``schedule next`` never loads the dispatcher or
 an executor): every CLI command starts here, and start-up time is measured.
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.dispatch import CycleReport
     from sluice.scheduler.sling import SlingResult
+    from sluice.store.kept import KeptReads
     from sluice.store.town import Town as TownFiles
 
 __all__ = [
@@ -347,6 +354,7 @@ class Town:
     def __init__(self, files: TownFiles, executor: Executor | None = None):
         self.files = files  # where everything lives (paths, config, rigs): sluice.store.town.Town
         self.executor = executor  # None: the configured executor, looked up on each call
+        self._kept: KeptReads | None = None  # next() and schedule_status(): stores kept open between calls
 
     def __repr__(self) -> str:
         return f"sluice.Town({str(self.root)!r})"
@@ -354,6 +362,13 @@ class Town:
     @property
     def root(self) -> Path:
         return self.files.root
+
+    def _kept_reads(self) -> KeptReads:
+        if self._kept is None:
+            from sluice.store.kept import KeptReads
+
+            self._kept = KeptReads(self.files.root)
+        return self._kept
 
     def _executor(self) -> Executor:
         if self.executor is not None:
@@ -617,13 +632,19 @@ class Town:
         """Score the ready items and say which should go next; ``preview`` records nothing."""
         from sluice.scheduler.advisor import next_decisions
 
-        decisions = next_decisions(self.files, graph_id=graph_id, limit=limit, preview=preview)
+        kept = self._kept_reads()
+        with kept.lock:
+            files, stores = kept.fresh()
+            decisions = next_decisions(files, graph_id=graph_id, limit=limit, preview=preview, stores=stores)
         return Decisions.from_json(decisions)
 
     def schedule_status(self, recent: int = 10) -> ScheduleStatus:
         from sluice.scheduler.advisor import status
 
-        return ScheduleStatus.from_json(status(self.files, recent=recent))
+        kept = self._kept_reads()
+        with kept.lock:
+            files, stores = kept.fresh()
+            return ScheduleStatus.from_json(status(files, recent=recent, stores=stores))
 
     def policy(self) -> PolicyInfo:
         """The scoring policy in force (the defaults when there is no policy file)."""

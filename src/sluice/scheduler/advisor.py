@@ -37,13 +37,15 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 
 
 def next_decisions(
-    town: Town, graph_id: str | None = None, limit: int = 1, preview: bool = False, now: float | None = None
+    town: Town, graph_id: str | None = None, limit: int = 1, preview: bool = False, now: float | None = None,
+    stores: Stores | None = None,
 ) -> list[dict]:
     """Up to ``limit`` decisions over the ready items (of graph ``graph_id`` when given).
 
     In skip mode a pressured item inside the top ``limit`` becomes a skipped
     decision and still takes its slot (metagit's skip rule).  ``preview`` writes
-    nothing: no decision, no event.
+    nothing: no decision, no event.  ``stores`` are the town's stores kept
+    open by the caller (see :mod:`sluice.store.kept`); by default they are opened here.
     """
     _check_count("limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
@@ -55,7 +57,7 @@ def next_decisions(
     from sluice.store.rigstore import Stores
 
     policy = load_town_policy(town)
-    stores = Stores(town)
+    stores = Stores(town) if stores is None else stores
     signals = Signals(town, stores)
     if graph_id is not None:
         graph_id = graph_id.strip()
@@ -96,7 +98,7 @@ def event_payload(decision: dict) -> dict:
     return {key: decision[key] for key in keys}
 
 
-def status(town: Town, recent: int = 10, now: float | None = None) -> dict:
+def status(town: Town, recent: int = 10, now: float | None = None, stores: Stores | None = None) -> dict:
     """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
     import time
 
@@ -108,7 +110,7 @@ def status(town: Town, recent: int = 10, now: float | None = None) -> dict:
 
     now = time.time() if now is None else now
     policy = load_town_policy(town)
-    stores = Stores(town)
+    stores = Stores(town) if stores is None else stores
     signals = Signals(town, stores)
     ready = 0
     pressure = {}

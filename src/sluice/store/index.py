@@ -12,13 +12,20 @@ is opened, not only by the command that happened to rebuild it: a torn tail
 hides items for as long as it is there.
 
 A rebuild writes a new database beside the old one and renames it into place,
-so concurrent readers and rebuilders never see a half-built index.
+so concurrent readers and rebuilders never see a half-built index.  An open
+connection therefore reads one unchanging database: answers that do not
+depend on the clock are kept for as long as it stays open, and the ready
+groups until the next deferral ends.  A caller that keeps the index open
+between commands (the MCP server) calls :meth:`DurableIndex.forget_if_changed`
+first, which closes it when the source file is no longer the one it was
+checked against.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import tempfile
@@ -100,6 +107,8 @@ class DurableIndex:
         self._warnings: list[str] = []  # said while the current rebuild reads the source
         self._suppressed = 0  # warnings of this rebuild beyond the ones kept
         self._said: str | None = None  # the signature whose warnings this object has already said
+        self._conn_signature: str | None = None  # the source's signature the open connection answers for
+        self._kept: dict = {}  # answers read through the open connection (see the module docstring)
 
     def warn(self, message: str) -> None:
         """A warning from reading the source: said now, and kept with the index to be said again.
@@ -129,16 +138,28 @@ class DurableIndex:
             want = self._rebuild_settled(want)
             conn = self._open_existing(want)
             if conn is None:  # the source changed again while we built; use what we built
-                conn = sqlite3.connect(self.db_path)
+                conn = _connect(self.db_path)
+                want = None  # not known to match anything: the next check closes it
         self._conn = conn
+        self._conn_signature = want
+        self._kept = {}
         return conn
+
+    def forget_if_changed(self) -> None:
+        """Close the connection unless the source is still the file it was checked against.
+
+        A fresh open compares the same signature, so an index kept open
+        between commands answers exactly as a new one would.
+        """
+        if self._conn is not None and signature(self.source) != self._conn_signature:
+            self.close()
 
     def _open_existing(self, want: str) -> sqlite3.Connection | None:
         if not self.db_path.exists():
             return None
         conn = None
         try:
-            conn = sqlite3.connect(self.db_path)
+            conn = _connect(self.db_path)
             meta = dict(conn.execute("SELECT key, value FROM meta"))
         except sqlite3.DatabaseError:  # an old or damaged index is simply rebuilt
             if conn is not None:
@@ -307,8 +328,11 @@ class DurableIndex:
     def ids(self) -> set[str]:
         return {row[0] for row in self.conn().execute("SELECT id FROM items")}
 
-    def outside_targets(self) -> set[str]:
-        return {row[0] for row in self.conn().execute("SELECT id FROM outside")}
+    def outside_targets(self) -> frozenset[str]:
+        conn = self.conn()
+        if "outside" not in self._kept:
+            self._kept["outside"] = frozenset(row[0] for row in conn.execute("SELECT id FROM outside"))
+        return self._kept["outside"]
 
     def statuses(self, ids: Iterable[str]) -> dict[str, str]:
         ids = list(ids)
@@ -369,7 +393,11 @@ class DurableIndex:
             "SELECT status, count(*) FROM items"
             " WHERE issue_type = ? AND status != 'tombstone' GROUP BY status"
         )
-        return dict(self.conn().execute(sql, (issue_type,)))
+        conn = self.conn()
+        key = ("status_counts", issue_type)
+        if key not in self._kept:
+            self._kept[key] = dict(conn.execute(sql, (issue_type,)))
+        return dict(self._kept[key])
 
     # -- scoring queries: whole ready sets without reading their JSON ------------
     # Within one rig a ready row's score depends only on (priority, tokens) and
@@ -381,9 +409,38 @@ class DurableIndex:
         return self.conn().execute(sql, (now_ts, now_ts)).fetchone()[0]
 
     def ready_groups(self, now_ts: float) -> list[tuple[int, int, int]]:
-        """(priority, tokens, count) of the ready rows."""
+        """(priority, tokens, count) of the ready rows.
+
+        Rows only become ready as the clock passes their deferral, so the
+        answer holds from ``now_ts`` until the next deferral among the
+        candidates ends; it is kept for that long (the count is the slowest
+        query of ``schedule next`` on a large rig).  That next deferral is
+        looked up only when the answer is asked for again, so a one-shot
+        command never pays for it.
+        """
+        conn = self.conn()
+        kept = self._kept.get("ready_groups")
+        if kept is not None:
+            since, until, groups = kept
+            if until is None and now_ts > since:
+                until = self._next_release(since)
+                self._kept["ready_groups"] = (since, until, groups)
+            if since <= now_ts and (now_ts == since or now_ts < until):
+                return list(groups)
         sql = f"SELECT priority, tokens, count(*) FROM items WHERE {_READY} GROUP BY priority, tokens"
-        return self.conn().execute(sql, (now_ts, now_ts)).fetchall()
+        groups = conn.execute(sql, (now_ts, now_ts)).fetchall()
+        self._kept["ready_groups"] = (now_ts, None, groups)
+        return list(groups)
+
+    def _next_release(self, now_ts: float) -> float:
+        """When the next deferred candidate becomes ready (infinity when none waits)."""
+        sql = (
+            "SELECT min(defer_ts), (SELECT min(parent_defer_ts) FROM items"
+            " WHERE candidate = 1 AND parent_defer_ts > ?)"
+            " FROM items WHERE candidate = 1 AND defer_ts > ?"
+        )
+        found = [ts for ts in self.conn().execute(sql, (now_ts, now_ts)).fetchone() if ts is not None]
+        return min(found, default=math.inf)
 
     def ready_in_group(self, now_ts: float, priority: int, tokens: int, limit: int) -> list[tuple]:
         """(id, created_ts) of the first ``limit`` ready rows of one (priority, tokens) group.
@@ -415,3 +472,10 @@ class DurableIndex:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._kept = {}
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # A server keeps one index open across calls that its SDK runs on different worker
+    # threads, one at a time (the caller serialises them).
+    return sqlite3.connect(path, check_same_thread=False)

@@ -96,6 +96,16 @@ class RigStore:
         self.index.close()
         self._log_stale = True
 
+    def recheck(self) -> None:
+        """Before reusing this store for another call: forget what other writers changed since.
+
+        The index stays open while its source file is unchanged (a new open
+        would find the same index); the ephemeral log is read on from where
+        it was (only appended lines, or all of it when it was rewritten).
+        """
+        self.index.forget_if_changed()
+        self._log_stale = True
+
     # -- reading -------------------------------------------------------------
     def ephemeral(self) -> dict[str, dict]:
         """The ephemeral records, last line winning (cached until :meth:`refresh` or a write)."""
@@ -415,6 +425,10 @@ class Stores:
     def refresh(self) -> None:
         for store in self._open.values():
             store.refresh()
+
+    def recheck(self) -> None:
+        for store in self._open.values():
+            store.recheck()
 
 
 def ensure_no_cycle(records_by_id: dict[str, dict], source: str, target: str) -> None:

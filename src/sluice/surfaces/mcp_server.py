@@ -9,6 +9,12 @@ error with a readable message while the server keeps serving.
 The town is looked up on every call (``--town``, ``SLUICE_TOWN``, then the
 server's working directory), so a server started before ``sluice init`` works
 once the town exists.
+
+The server stays warm: ``sluice_schedule_next`` and ``sluice_schedule_status``
+answer through one :class:`sluice.api.Town` kept for as long as the lookup
+finds the same town, whose rig indexes stay open between calls and are
+re-checked against the files before each one (:mod:`sluice.store.kept`).
+Every other tool opens the town afresh, as the CLI does.
 """
 
 from __future__ import annotations
@@ -61,11 +67,19 @@ def build_server(town_arg: str | None = None):
     from sluice import __version__
 
     tools: list[Tool] = []
+    kept: list = []  # the warm town: [sluice.api.Town] once a call has found it
 
     def town():
         from sluice.api import open_town
 
         return open_town(town_arg)
+
+    def warm_town():
+        """The kept town, or a new one when the lookup now finds another (or its first) town."""
+        found = town()
+        if not kept or kept[0].root != found.root:
+            kept[:] = [found]
+        return kept[0]
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -93,14 +107,14 @@ def build_server(town_arg: str | None = None):
         preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
     ) -> list[dict]:
         """Score ready work and return the next decision(s), as `sluice schedule next --json`."""
-        return town().next(limit=limit, graph_id=_given(graph_id), preview=preview).to_json()
+        return warm_town().next(limit=limit, graph_id=_given(graph_id), preview=preview).to_json()
 
     @tool
     def sluice_schedule_status(
         recent: Annotated[StrictInt, Field(ge=0, description="How many recent decisions.")] = 10,
     ) -> dict:
         """Policy, ready count, recent decisions and merge pressure, as `sluice schedule status --json`."""
-        return town().schedule_status(recent=recent).to_json()
+        return warm_town().schedule_status(recent=recent).to_json()
 
     @tool
     def sluice_schedule_policy(
