@@ -1,7 +1,7 @@
 """`sluice schedule next` against metagit 0.36.0 `schedule next` on the same work.
 
-Usage:  python benchmarks/bench_next.py [--sizes 10000,100000] [--runs 5] [--work DIR]
-                                        [--dispatch-contexts 1000]
+Usage:  python benchmarks/bench_next.py [--sizes 10000,100000,1000000] [--runs 5] [--work DIR]
+                                        [--dispatch-contexts 1000] [--metagit-timeout 600]
 
 Needs the metagit peer scripts (``run_peer.sh``, ``gen_graph.py``,
 ``to_sluice.py``), found in ``../shared/peers/metagit`` beside the checkout
@@ -10,8 +10,9 @@ or wherever ``METAGIT_PEER_DIR`` points; without them it stops with a message.
 For each size this
 
 1. generates a metagit workspace with the peer's ``gen_graph.py`` (10,000
-   nodes in one graph; 100,000 nodes in 10 graphs, as its ``time_scaled.sh``
-   does: 30 repositories, 200 merge documents, 10 active worktrees);
+   nodes per graph: 100,000 nodes in 10 graphs, as its ``time_scaled.sh``
+   does, 1,000,000 in 100; 30 repositories, 200 merge documents, 10 active
+   worktrees);
 2. turns it into a sluice town with the peer's ``to_sluice.py`` (one real git
    rig per repository, items as a read-only beads export, merges as
    ``merge-request`` items, active worktrees as real linked worktrees);
@@ -21,7 +22,9 @@ For each size this
    index yet: the first run builds it), then runs
    ``metagit schedule next --limit 5 --json`` and the sluice command
    alternately, ``--runs`` times each, each in its own copy of the work, and
-   prints both medians and their ratio, with sluice's peak memory;
+   prints both medians and their ratio, with sluice's peak memory; a metagit
+   run still going after ``--metagit-timeout`` seconds is killed, reported as
+   not finishing, and metagit is not run again at that size or larger ones;
 5. at the largest size, slings ``--dispatch-contexts`` ready items
    (``scheduler.max_polecats`` 10) and times ``sluice scheduler run
    --dry-run --json``, which ranks every queued context with the same scoring.
@@ -37,13 +40,16 @@ start-up, as a user sees them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -61,13 +67,35 @@ def sluice_bin() -> str:
     return found
 
 
-def measure(argv: list[str], cwd: Path, env: dict) -> tuple[float, int, bytes]:
-    """(wall seconds, peak RSS MiB, stdout) of one command run to completion."""
+class TimedOut(Exception):
+    """A command ran past its time limit and was killed."""
+
+
+def measure(argv: list[str], cwd: Path, env: dict, limit: float | None = None) -> tuple[float, int, bytes]:
+    """(wall seconds, peak RSS MiB, stdout) of one command run to completion.
+
+    With ``limit`` (seconds) a command still running then is killed, with its
+    whole process group, and :class:`TimedOut` raised: a slow peer ends the
+    comparison at that size instead of hanging it.
+    """
     with tempfile.TemporaryFile() as out:
         began = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE)
-        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE,
+                                start_new_session=limit is not None)
+        killer = None
+        if limit is not None:
+            killer = threading.Timer(limit, lambda: _kill_group(proc.pid))
+            killer.start()
+        try:
+            _pid, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            if killer is not None:
+                killer.cancel()
         elapsed = time.perf_counter() - began
+        if limit is not None and elapsed >= limit and os.WIFSIGNALED(status):
+            if proc.stderr:
+                proc.stderr.close()
+            raise TimedOut(f"could not finish in {limit / 60:g} minutes (killed after {limit:.0f} s)")
         err = proc.stderr.read() if proc.stderr else b""
         if proc.stderr:
             proc.stderr.close()
@@ -77,6 +105,11 @@ def measure(argv: list[str], cwd: Path, env: dict) -> tuple[float, int, bytes]:
     if code != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({code}): {err.decode(errors='replace')[-2000:]}")
     return elapsed, usage.ru_maxrss // 1024, data
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 PEER_FILES = ("run_peer.sh", "gen_graph.py", "to_sluice.py")
@@ -134,7 +167,9 @@ def build(work: Path, nodes: int, graphs: int, env: dict) -> tuple[Path, Path]:
     return ws, town
 
 
-def compare(work: Path, nodes: int, graphs: int, runs: int, metagit: Path, env: dict) -> tuple[Path, dict]:
+def compare(work: Path, nodes: int, graphs: int, runs: int, metagit: Path, env: dict,
+            limit: float, gave_up: str | None = None) -> tuple[Path, dict]:
+    """Both commands alternately at one size; ``gave_up``: why metagit is not run at all."""
     ws, town = build(work, nodes, graphs, env)
     mg_copy = work / f"metagit-{nodes}"
     shutil.rmtree(mg_copy, ignore_errors=True)
@@ -150,27 +185,35 @@ def compare(work: Path, nodes: int, graphs: int, runs: int, metagit: Path, env: 
     )
 
     mg_times, sl_times, sl_rss, mg_rss = [], [], [], []
+    mg_first, timed_out = None, gave_up
     for _ in range(runs):
-        seconds, rss, out = measure(peer, mg_copy, env)
-        mg_times.append(seconds)
-        mg_rss.append(rss)
-        mg_first = json.loads(out)[0]
+        if timed_out is None:
+            try:
+                seconds, rss, out = measure(peer, mg_copy, env, limit)
+                mg_times.append(seconds)
+                mg_rss.append(rss)
+                mg_first = json.loads(out)[0]
+            except TimedOut as err:
+                timed_out = str(err)  # once is enough: the other runs measure sluice alone
         seconds, rss, out = measure(sluice, town, sl_env)
         sl_times.append(seconds)
         sl_rss.append(rss)
         sl_first = json.loads(out)[0]
     result = {
         "nodes": nodes,
+        "graphs": graphs,
         "sluice_ready": status["ready_count"],
-        "metagit_median": statistics.median(mg_times),
+        "metagit_median": statistics.median(mg_times) if mg_times else None,
+        "metagit_timeout": timed_out,
         "sluice_median": statistics.median(sl_times),
         "sluice_cold": cold,
         "sluice_rss": max([*sl_rss, cold_rss]),
-        "metagit_rss": max(mg_rss),
-        "metagit_top": (mg_first["node_id"], mg_first["score"]),
+        "metagit_rss": max(mg_rss) if mg_rss else None,
+        "metagit_top": (mg_first["node_id"], mg_first["score"]) if mg_first else None,
         "sluice_top": (sl_first["node_id"], sl_first["score"]),
     }
-    result["ratio"] = result["metagit_median"] / result["sluice_median"]
+    if result["metagit_median"] is not None:
+        result["ratio"] = result["metagit_median"] / result["sluice_median"]
     return town, result
 
 
@@ -203,6 +246,8 @@ def main() -> None:
         default=1000,
         help="contexts to sling for the dispatch dry run at the largest size (0: skip)",
     )
+    parser.add_argument("--metagit-timeout", type=float, default=600.0,
+                        help="seconds one metagit run may take before it is killed (default 600)")
     args = parser.parse_args()
     require_peer()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -217,8 +262,14 @@ def main() -> None:
         metagit = ensure_metagit()
         results = []
         town = None
+        gave_up = None
         for nodes in sizes:
-            town, result = compare(work, nodes, 1 if nodes <= 10_000 else 10, args.runs, metagit, env)
+            # 10,000 nodes per graph, as metagit's own time_scaled.sh lays out 100,000
+            graphs = max(1, nodes // 10_000)
+            town, result = compare(work, nodes, graphs, args.runs, metagit, env, args.metagit_timeout,
+                                   gave_up)
+            if result["metagit_timeout"] is not None and gave_up is None:
+                gave_up = f"not run, as it could not finish at {nodes:,} nodes"
             results.append(result)
             report(result, args.runs)
         if args.dispatch_contexts and town is not None:
@@ -235,17 +286,22 @@ def main() -> None:
 
 def report(r: dict, runs: int) -> None:
     print(
-        f"\n{r['nodes']:,} nodes ({r['sluice_ready']:,} ready in sluice), median of {runs} alternating runs:"
+        f"\n{r['nodes']:,} nodes in {r['graphs']} graph(s) ({r['sluice_ready']:,} ready in sluice),"
+        f" median of {runs} alternating runs:"
     )
-    print(
-        f"  metagit 0.36.0 schedule next --limit 5 --json  {r['metagit_median']:7.3f} s"
-        f"  (peak {r['metagit_rss']} MiB; top {r['metagit_top'][0]} {r['metagit_top'][1]})"
-    )
+    if r["metagit_timeout"] is not None:
+        print(f"  metagit 0.36.0 schedule next --limit 5 --json  {r['metagit_timeout']}")
+    else:
+        print(
+            f"  metagit 0.36.0 schedule next --limit 5 --json  {r['metagit_median']:7.3f} s"
+            f"  (peak {r['metagit_rss']} MiB; top {r['metagit_top'][0]} {r['metagit_top'][1]})"
+        )
     print(
         f"  sluice schedule next --limit 5 --json          {r['sluice_median']:7.3f} s"
         f"  (peak {r['sluice_rss']} MiB; top {r['sluice_top'][0]} {r['sluice_top'][1]})"
     )
-    print(f"  ratio metagit / sluice                         {r['ratio']:7.1f}x")
+    if r["metagit_timeout"] is None:
+        print(f"  ratio metagit / sluice                         {r['ratio']:7.1f}x")
     print(f"  sluice cold first run (builds the index)       {r['sluice_cold']:7.3f} s", flush=True)
 
 

@@ -61,8 +61,8 @@ def sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-def generate(path: Path, count: int, seed: int = 7) -> dict:
-    """Write ``count`` beads records to ``path``; returns a summary of the mix."""
+def generate(path: Path, count: int, seed: int = 7, prefix: str = "bn") -> dict:
+    """Write ``count`` beads records with ids ``<prefix>-…`` to ``path``; returns a summary of the mix."""
     rng = random.Random(seed)
     start = datetime(2025, 3, 1, tzinfo=UTC)
     records: list[dict] = []
@@ -107,7 +107,7 @@ def generate(path: Path, count: int, seed: int = 7) -> dict:
     while index < count:
         roll = rng.random()
         if roll < 0.04 and index + 12 < count:  # an epic with children, sometimes grandchildren
-            epic_id = f"bn-{b36(index + 36**3)}"
+            epic_id = f"{prefix}-{b36(index + 36**3)}"
             epic = new(epic_id, index, "epic")
             records.append(epic)
             epics.append(epic_id)
@@ -133,7 +133,7 @@ def generate(path: Path, count: int, seed: int = 7) -> dict:
                     index += 1
             continue
         if roll < 0.07:  # a molecule wisp that a hooked work item waits on
-            wisp_id = f"bn-wisp-{b36(index + 36**4)}"
+            wisp_id = f"{prefix}-wisp-{b36(index + 36**4)}"
             wisp = new(wisp_id, index)
             wisp["ephemeral"] = True
             wisp["wisp_type"] = "patrol"
@@ -141,7 +141,7 @@ def generate(path: Path, count: int, seed: int = 7) -> dict:
             mix["wisps"] += 1
             index += 1
             continue
-        item_id = f"bn-{b36(index + 36**3)}"
+        item_id = f"{prefix}-{b36(index + 36**3)}"
         record = new(item_id, index, rng.choices(["task", "bug", "feature", "chore", "merge-request"],
                                                  weights=[60, 20, 10, 7, 3])[0])
         deps = []
@@ -208,9 +208,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="warm runs per command (median reported)")
     parser.add_argument("--keep", type=Path, help="build the town here and keep it (default: temp dir)")
     parser.add_argument("--generate-only", type=Path, metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", default="bn", help=argparse.SUPPRESS)  # with --generate-only
+    parser.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)  # with --generate-only
     args = parser.parse_args()
     if args.generate_only:
-        print(json.dumps(generate(args.generate_only, args.items)))
+        print(json.dumps(generate(args.generate_only, args.items, args.seed, args.prefix)))
         return
 
     base = args.keep or Path(tempfile.mkdtemp(prefix="sluice-bench-"))

@@ -2,7 +2,8 @@
 """Regenerate the figures of docs/performance.md in one command.
 
 Usage:  python benchmarks/run_all.py [--items 100000] [--batch 1000,10000,100000] [--runs 5]
-                                     [--metagit 10000,100000] [--work DIR]
+                                     [--million [10x100000]] [--million-contexts 10000]
+                                     [--metagit 10000,100000,1000000] [--work DIR]
 
 Prints one Markdown document (machine, date, load, then the tables) on
 stdout; paste it into ``docs/performance.md``.  Every figure is the median of
@@ -17,11 +18,20 @@ CLI, interpreter start-up included:
   ``scheduler status``, ``scheduler list``) for comparison;
 * **batch work** at each ``--batch`` size N: ``sling`` of N items into an
   empty queue, the same sling again (all already queued), ``scheduler clear``
-  of the N contexts; between rounds ``sluice compact`` (retention 0) empties
-  the log, so every round starts alike;
+  of the N contexts, each also as wall time per context so linear growth
+  shows; between rounds ``sluice compact`` (retention 0) empties the log, so
+  every round starts alike.  All N ids go in one command line (100,000 ids
+  of 10 characters take about 1.9 MB of Linux's 2 MB ``ARG_MAX``; a size
+  that does not fit is reported, not run);
+* **a million items** with ``--million`` (``RIGSxITEMS``, default 10 ×
+  100,000): ``benchmarks/bench_million.py``'s index build, ``schedule next``
+  and a dispatch dry run over ``--million-contexts`` queued contexts, with
+  peak memory (about a minute to build, more on a busy machine);
 * **metagit**: ``benchmarks/bench_next.py`` at each ``--metagit`` size, which
   needs the metagit peer scripts in ``../shared/peers/metagit`` (or
-  ``METAGIT_PEER_DIR``); without them the table says so instead.
+  ``METAGIT_PEER_DIR``); without them the table says so instead.  A metagit
+  run still going after 10 minutes is killed and the table says it could
+  not finish.
 """
 
 from __future__ import annotations
@@ -111,11 +121,26 @@ def hot_reads(work: Path, items: int, runs: int) -> list[str]:
     return lines
 
 
+def per_item(figures: tuple, n: int) -> str:
+    wall, cpu, _mib = figures
+    return f"{wall:.3f} s (cpu {cpu:.3f}) | {wall / n * 1e6:,.0f} µs"
+
+
+def argv_room(argv: list[str], env: dict) -> int:
+    """Bytes left for ``argv`` under the kernel's limit (strings and pointers of argv and environment)."""
+    used = sum(len(os.fsencode(a)) + 1 + 8 for a in argv)
+    used += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + 8 for k, v in env.items())
+    return os.sysconf("SC_ARG_MAX") - used
+
+
 def batch_work(work: Path, sizes: list[int], runs: int) -> list[str]:
     sluice = sluice_argv()
-    lines = [f"### Batch work over N sling contexts (median of {runs} alternating runs; 100k: fewer, see below)",
-             "", "| N | `sling` N items | `sling` again (all queued) | `scheduler clear` | peak MiB |",
-             "|---|---|---|---|---|"]
+    lines = [f"### Batch work over N sling contexts (median of {runs} alternating runs; 100k: fewer, see the N column)",
+             "",
+             "Each cell: wall time (CPU time), then wall time per context. All N ids go in one command line.",
+             "",
+             "| N | `sling` N items | per context | `sling` again (all queued) | per context | `scheduler clear` | per context | peak MiB |",
+             "|---|---|---|---|---|---|---|---|"]
     for n in sizes:
         base = work / f"batch-{n}"
         town, repo = base / "town", base / "repo"
@@ -133,17 +158,18 @@ def batch_work(work: Path, sizes: list[int], runs: int) -> list[str]:
                                              "created_at": "2026-01-01T00:00:00Z"}) + "\n"
                                  for k, i in enumerate(ids)))
         subprocess.run([*sluice, "item", "list", "--status", "deferred"], check=True, env=env, capture_output=True)
-        ids_file = base / "ids.txt"
-        ids_file.write_text("\n".join(ids))
-        # Thousands of ids do not fit one argv on every system: xargs-free, the ids go as arguments
-        # when they fit and the benchmark says so when they do not.
         sling = [*sluice, "sling", *ids, "alpha", "--json"]
+        room = argv_room(sling, env)
+        if room < 0:  # 100,000 ids of 10 characters take about 1.9 MB of Linux's 2 MB
+            lines.append(f"| {n:,} | not run: {n:,} ids do not fit one command line ({-room:,} bytes over"
+                         " the system's ARG_MAX) | | | | | | |")
+            continue
         commands = {"sling": sling, "again": sling, "clear": [*sluice, "scheduler", "clear", "--json"]}
         here = runs if n <= 10_000 else max(1, min(runs, 2))
         found = rounds(commands, env, here,
                        between=lambda env=env: subprocess.run([*sluice, "compact"], env=env, capture_output=True))
         peak = max(v[2] for v in found.values())
-        cells = " | ".join(f"{found[k][0]:.3f} s (cpu {found[k][1]:.3f})" for k in ("sling", "again", "clear"))
+        cells = " | ".join(per_item(found[k], n) for k in ("sling", "again", "clear"))
         lines.append(f"| {n:,}{'' if here == runs else f' ({here} runs)'} | {cells} | {peak} |")
     return lines
 
@@ -153,8 +179,9 @@ def metagit(sizes: list[int], runs: int) -> list[str]:
     peer = Path(os.environ.get("METAGIT_PEER_DIR", HERE.parents[1] / "shared" / "peers" / "metagit"))
     if not (peer / "run_peer.sh").is_file():
         return [*lines, f"Not measured: the metagit peer scripts are not in {peer} (set METAGIT_PEER_DIR)."]
+    # Each metagit run is killed after 10 minutes (bench_next.py --metagit-timeout), so this ends.
     done = subprocess.run([sys.executable, str(HERE / "bench_next.py"), "--sizes", ",".join(map(str, sizes)),
-                           "--runs", str(runs)], capture_output=True, text=True, timeout=3600)
+                           "--runs", str(runs), "--metagit-timeout", "600"], capture_output=True, text=True)
     if done.returncode != 0:
         return [*lines, f"Not measured: bench_next.py failed: {(done.stderr or done.stdout).strip()[-400:]}"]
     return [*lines, "```", done.stdout.strip(), "```"]
@@ -166,6 +193,9 @@ def main() -> None:
     parser.add_argument("--batch", default="1000,10000,100000")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--metagit", default="10000,100000", help="sizes for bench_next.py; '' skips it")
+    parser.add_argument("--million", nargs="?", const="10x100000", default="",
+                        help="RIGSxITEMS town for bench_million.py (default 10x100000 when given bare)")
+    parser.add_argument("--million-contexts", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=None, help="build the towns here and keep them")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="sluice-run-all-"))
@@ -174,6 +204,11 @@ def main() -> None:
     try:
         sections = [hot_reads(work, args.items, args.runs),
                     batch_work(work, [int(s) for s in args.batch.split(",") if s], args.runs)]
+        if args.million:
+            from bench_million import million
+
+            rigs, per_rig = (int(v) for v in args.million.lower().split("x"))
+            sections.append(million(work / "million", rigs, per_rig, args.million_contexts, args.runs))
         if args.metagit:
             sections.append(metagit([int(s) for s in args.metagit.split(",") if s], args.runs))
     finally:

@@ -283,6 +283,21 @@ def test_epic_slings_its_open_children_of_its_own_prefix(cli, town):
     assert refused.returncode == 1 and "cannot be slung to an explicit rig" in refused.stderr
 
 
+def test_several_epics_in_one_sling_each_bring_their_own_children_in_order(cli, town):
+    write_items(town, "alpha", [
+        item("al-e1", "first epic", issue_type="epic"),
+        item("al-e2", "second epic", issue_type="epic"),
+        item("al-a", "child of e2", deps=[("parent-child", "al-e2")]),
+        item("al-b", "child of e1", deps=[("parent-child", "al-e1")]),
+        item("al-c", "child of both", deps=[("parent-child", "al-e1"), ("parent-child", "al-e2")]),
+        item("al-d", "child of e1 twice", deps=[("parent-child", "al-e1"), ("parent-child", "al-e1")]),
+    ])
+    out = cli.json("sling", "al-e2", "al-e1", "al-2")
+    # The epics in the order named, each one's children in file order; a shared child once.
+    assert [r["item_id"] for r in out["scheduled"]] == ["al-a", "al-c", "al-b", "al-d", "al-2"]
+    assert out["errors"] == [] and out["skipped"] == []
+
+
 def test_convoy_slings_its_tracked_items_across_rigs(cli, town):
     write_items(town, "alpha", [item("al-cv", "convoy", issue_type="convoy",
                                      deps=[("tracks", "al-2"), ("tracks", "external:beta:be-1"),

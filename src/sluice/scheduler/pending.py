@@ -106,21 +106,27 @@ def items_of(stores: Stores, contexts: list[Context]) -> dict[str, tuple[RigStor
     at 10,000 queued contexts the single-row lookups were half of a cycle.
     """
     found: dict[str, tuple[RigStore, dict] | None] = {}
-    wanted: dict[int, tuple[RigStore, list[str]]] = {}
+    routed: dict[str, list[str]] = {}
+    astray: list[str] = []  # ids whose prefix routes to no rig
     for context in contexts:
         if not context.valid or context.fields is None or context.fields.work_bead_id in found:
             continue
         item_id = context.fields.work_bead_id
         found[item_id] = None
-        try:
-            store = stores.for_id(item_id)
-        except UnknownItem:
-            continue
-        wanted.setdefault(id(store), (store, []))[1].append(item_id)
-    for store, ids in wanted.values():
-        for item_id, record in store.get_many(ids).items():
+        rig = stores.town.rig_for_id(item_id)
+        if rig is None:
+            astray.append(item_id)
+        else:
+            routed.setdefault(rig.name, []).append(item_id)
+    for name, ids in routed.items():
+        store = stores.rig(name)
+        records = store.get_many(ids)
+        astray += [item_id for item_id in ids if item_id not in records]
+        for item_id, record in records.items():
             if not is_context(record):  # a context is never work
                 found[item_id] = (store, record)
+    for item_id in astray:  # not where its prefix routes: the search of every rig, as item_store does
+        found[item_id] = item_store(stores, item_id)
     return found
 
 
@@ -214,8 +220,8 @@ def survey(
         fields = context.fields
         assert fields is not None
         name = store.rig.name
-        if name not in ready_sets:
-            ready_sets[name] = {row[2] for row in store.ready_raw(now, 0)}
+        if name not in ready_sets:  # only the queued items' readiness, not the rig's whole ready set
+            ready_sets[name] = store.ready_among(now, [s[2]["id"] for s in survivors if s[1] is store])
         is_ready = item["id"] in ready_sets[name]
         if not is_ready and fields.force and item.get("status") in ctxs.PROTECTED_STATUSES:
             # A forced sling bypasses the status guard, not the dependencies.

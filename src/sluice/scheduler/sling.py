@@ -218,6 +218,8 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
             works.append(_Work(item, target))
 
     found = stores.find_many(item_ids)  # a few queries per rig, not one per item
+    epics = [i for i in item_ids if rig is None and i in found and _kind(found[i][1]) == "epic"]
+    children = _children(stores, epics)  # one scan per rig for every epic named
     for item_id in item_ids:
         if item_id in found:
             item = found[item_id][1]
@@ -242,7 +244,7 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
                 f"{kind} {item_id} cannot be slung to an explicit rig; each of its items goes to the rig"
                 f" its prefix routes to (run: sluice sling {item_id})")})
             continue
-        members = _children(stores, item_id) if kind == "epic" else _tracked(stores, item, result)
+        members = children.get(item_id, []) if kind == "epic" else _tracked(stores, item, result)
         if not members:
             result.skipped.append({"item_id": item_id, "reason": f"{kind} has no open items to sling"})
         for member in members:
@@ -321,21 +323,26 @@ def _refusal(town: Town, item: dict, target: str, force: bool) -> _Refusal | Non
     return None
 
 
-def _children(stores: Stores, epic_id: str) -> list[dict]:
-    """Items with a parent-child edge to ``epic_id`` and the epic's own id prefix.
+def _children(stores: Stores, epic_ids: list[str]) -> dict[str, list[dict]]:
+    """epic id → the items with a parent-child edge to it and the epic's own id prefix.
 
     A cross-prefix edge is external in beads and makes no one a child (the
     readiness rules say the same), so an epic's children share its prefix.
+    Each rig's index is scanned once for all the epics.
     """
-    out = []
-    pattern = f'%"parent-child","{epic_id}"%'
-    prefix = id_prefix(epic_id)
+    out: dict[str, list[dict]] = {}
+    if not epic_ids:
+        return out
+    wanted = set(epic_ids)
     for store in stores.all():
-        for record in store.durable("deps LIKE ?", [pattern]):
-            if id_prefix(record["id"]) == prefix and any(
-                    d.get("type") == "parent-child" and d.get("depends_on_id") == epic_id
-                    for d in record.get("dependencies") or ()):
-                out.append(record)
+        for record in store.durable_with_edge("parent-child", wanted):
+            prefix = id_prefix(record["id"])
+            for dep in record.get("dependencies") or ():
+                parent = dep.get("depends_on_id")
+                if dep.get("type") == "parent-child" and parent in wanted and id_prefix(parent) == prefix:
+                    members = out.setdefault(parent, [])
+                    if not members or members[-1] is not record:
+                        members.append(record)
     return out
 
 

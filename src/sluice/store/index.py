@@ -356,6 +356,17 @@ class DurableIndex:
             params.append(min(limit, _SQL_INT_MAX))  # a larger limit than SQLite can hold means "all"
         return self.conn().execute(sql, params).fetchall()
 
+    def ready_among(self, now_ts: float, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` are rows of :meth:`ready_rows` now (a few primary-key queries)."""
+        ids = list(ids)
+        out: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            # "+candidate": look the ids up by primary key, not by scanning items_rank's candidates
+            sql = f"SELECT id FROM items WHERE id IN ({','.join('?' * len(chunk))}) AND +{_READY}"
+            out.update(row[0] for row in self.conn().execute(sql, [*chunk, now_ts, now_ts]))
+        return out
+
     def blocked_listing(self) -> list[tuple[int, float, str, str, list[str]]]:
         """(priority, created_ts, id, raw, blocked_by) of blocked rows with a cause to name (K2–K5).
 
@@ -373,6 +384,26 @@ class DurableIndex:
         if where:
             sql += f" AND ({where})"
         return self.conn().execute(sql + " ORDER BY line", list(params)).fetchall()
+
+    def rows_with_edge(self, dep_type: str, targets: Iterable[str]) -> list[tuple[str, str]]:
+        """(id, raw) in file order of the live rows with a ``dep_type`` edge to one of ``targets``.
+
+        One scan of the small ``deps`` column for any number of targets (an
+        epic's children for every epic of a sling); only matching rows' JSON is read.
+        """
+        wanted = set(targets)
+        if not wanted:
+            return []
+        scan = self.conn().execute(
+            "SELECT id, deps FROM items WHERE status != 'tombstone' AND deps LIKE ? ORDER BY line",
+            (f'%"{dep_type}"%',),
+        )
+        ids = [
+            row_id for row_id, deps in scan
+            if any(d[0] == dep_type and d[1] in wanted for d in json.loads(deps))
+        ]
+        raws = self.get_raw_many(ids)
+        return [(row_id, raws[row_id]) for row_id in ids]
 
     def nodes(self) -> dict[str, Node]:
         """Every live row as a readiness node (the slow, exact path)."""

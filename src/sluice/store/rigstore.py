@@ -146,6 +146,10 @@ class RigStore:
     def durable(self, where: str = "", params=()) -> list[dict]:
         return [normalise(json.loads(raw)) for _id, raw in self.index.rows(where, params)]
 
+    def durable_with_edge(self, dep_type: str, targets: Iterable[str]) -> list[dict]:
+        """Durable items, in file order, with a ``dep_type`` edge to one of ``targets`` (one scan)."""
+        return [normalise(json.loads(raw)) for _id, raw in self.index.rows_with_edge(dep_type, targets)]
+
     def contexts(self) -> list[dict]:
         """Every sling context of this rig, open or closed, in creation order."""
         return [r for r in self.ephemeral().values() if is_context(r)]
@@ -210,6 +214,13 @@ class RigStore:
         nodes = self._all_nodes()
         ready = readiness.ready_nodes(nodes, now_ts, limit=limit)
         return [(n.priority, n.created_ts, n.id, self._raw(n.id)) for n in ready]
+
+    def ready_among(self, now_ts: float, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` are ready: the ids of :meth:`ready_raw` among them, without reading the rest."""
+        ids = set(ids)
+        if not self._interplay():
+            return self.index.ready_among(now_ts, ids)
+        return {row[2] for row in self.ready_raw(now_ts, 0) if row[2] in ids}
 
     def blocked(self) -> list[tuple[dict, list[str]]]:
         """Blocked rows (ephemeral ones included) with what blocks each (K1–K5)."""
