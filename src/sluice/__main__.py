@@ -9,10 +9,17 @@ the typer app in :mod:`sluice.surfaces.cli`.
 
 from __future__ import annotations
 
+import gc
 import sys
+
+#: Allocations between young-generation collections.  A command reading 10,000 contexts makes
+#: millions of short-lived, acyclic objects; at Python's default (700) the collector's full passes
+#: over them cost about a fifth of a dispatch cycle.  Cycles are still collected, less often.
+GC_YOUNG = 50_000
 
 
 def main() -> None:
+    gc.set_threshold(GC_YOUNG, 20, 20)
     if sys.argv[1:] == ["--version"]:
         from sluice import __version__
 

@@ -114,6 +114,8 @@ def shape_problem(record: Mapping) -> str | None:
 
 def dep_gate(dep: Mapping) -> str | None:
     meta = dep.get("metadata")
+    if meta == "{}":  # what beads writes for an edge without metadata: no need to parse it
+        return None
     if isinstance(meta, str) and meta:
         try:
             meta = json.loads(meta)

@@ -128,12 +128,14 @@ def rank_work(
     if not work:
         return []
     from sluice.core.items import effective_tokens
-    from sluice.scheduler.signals import Signals
+    from sluice.scheduler.signals import Signals, parent_of_record
 
     policy = policy if policy is not None else load_town_policy(town)
     signals = signals if signals is not None else Signals(town, stores)
     aging = float(getattr(policy, "aging", 0.0) or 0.0) > 0
     now = time.time() if now is None else now
+    # Every item's parent chain in a few batched queries, not one query per parent.
+    signals.graphs.prefetch(p for p in (parent_of_record(w.item) for w in work) if p is not None)
     candidates = []
     for position, w in enumerate(work):
         w.graph_id = signals.graphs.of_record(w.item)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,9 +69,12 @@ class Context:
     def failures(self) -> int:
         return self.fields.dispatch_failures if self.fields is not None else 0
 
-    @property
+    @cached_property
     def order(self) -> str:
-        """``enqueued_at`` normalised to sluice's UTC format, so string order is time order."""
+        """``enqueued_at`` normalised to sluice's UTC format, so string order is time order.
+
+        Worked out once: a survey sorts and groups 10,000 contexts by it several times.
+        """
         return order_key(self.fields.enqueued_at if self.fields is not None else "")
 
 
