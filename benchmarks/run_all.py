@@ -189,8 +189,8 @@ def metagit(sizes: list[int], runs: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--batch", default="1000,10000,100000")
+    parser.add_argument("--items", type=int, default=100_000, help="hot reads on a rig this big; 0 skips them")
+    parser.add_argument("--batch", default="1000,10000,100000", help="batch sizes; '' skips them")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--metagit", default="10000,100000", help="sizes for bench_next.py; '' skips it")
     parser.add_argument("--million", nargs="?", const="10x100000", default="",
@@ -202,8 +202,12 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     try:
-        sections = [hot_reads(work, args.items, args.runs),
-                    batch_work(work, [int(s) for s in args.batch.split(",") if s], args.runs)]
+        sections = []
+        if args.items:
+            sections.append(hot_reads(work, args.items, args.runs))
+        sizes = [int(s) for s in args.batch.split(",") if s]
+        if sizes:
+            sections.append(batch_work(work, sizes, args.runs))
         if args.million:
             from bench_million import million
 
