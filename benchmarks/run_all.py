@@ -16,6 +16,9 @@ CLI, interpreter start-up included:
   generator): ``--version``, ``item ready``, ``item blocked``, ``item show``,
   and the commands still answered through typer (``schedule next``,
   ``scheduler status``, ``scheduler list``) for comparison;
+* **MCP server**: ``benchmarks/bench_mcp.py`` on the same rig, over stdio with
+  the official client: a fresh server's first ``sluice_schedule_next``, its
+  warm calls, and calls that re-open the town (``--runs`` fresh servers);
 * **batch work** at each ``--batch`` size N: ``sling`` of N items into an
   empty queue, the same sling again (all already queued), ``scheduler clear``
   of the N contexts, each also as wall time per context so linear growth
@@ -133,6 +136,18 @@ def argv_room(argv: list[str], env: dict) -> int:
     return os.sysconf("SC_ARG_MAX") - used
 
 
+def mcp_server(work: Path, items: int, runs: int) -> list[str]:
+    """bench_mcp.py on hot_reads' town (built there first), its own Markdown section."""
+    town = work / "hot" / "town"
+    where = ["--town", str(town), "--label", f"the {items:,}-item rig"] if town.is_dir() else [
+        "--items", str(items), "--work", str(work / "mcp")]
+    done = subprocess.run([sys.executable, str(HERE / "bench_mcp.py"), *where, "--runs", str(runs)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_mcp.py failed: {(done.stderr or done.stdout).strip()[-400:]}")
+    return done.stdout.strip().splitlines()
+
+
 def batch_work(work: Path, sizes: list[int], runs: int) -> list[str]:
     sluice = sluice_argv()
     lines = [f"### Batch work over N sling contexts (median of {runs} alternating runs; 100k: fewer, see the N column)",
@@ -205,6 +220,7 @@ def main() -> None:
         sections = []
         if args.items:
             sections.append(hot_reads(work, args.items, args.runs))
+            sections.append(mcp_server(work, args.items, args.runs))  # on the hot reads' town
         sizes = [int(s) for s in args.batch.split(",") if s]
         if sizes:
             sections.append(batch_work(work, sizes, args.runs))

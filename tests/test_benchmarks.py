@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,3 +24,27 @@ def test_bench_next_without_the_metagit_peer_says_what_it_needs(tmp_path: Path):
     assert "needs the metagit peer scripts" in line and str(tmp_path / "no-peer") in line
     assert "METAGIT_PEER_DIR" in line
     assert not (tmp_path / "work").exists()  # stopped before building anything
+
+
+def test_bench_mcp_measures_a_small_town_over_stdio(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_mcp.py"), "--items", "300", "--runs", "1",
+         "--calls", "2", "--work", str(tmp_path / "work"), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert {"first", "warm", "reopen", "start"} <= found.keys()
+    assert all(found[key] > 0 for key in ("first", "warm", "reopen", "start"))
+    config = tmp_path / "work" / "town" / ".sluice" / "config.json"
+    assert json.loads(config.read_text())["rigs"]["bench"]["prefix"] == "bn"  # restored after the rewrites
+
+
+def test_bench_mcp_without_a_town_says_so(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_mcp.py"), "--town", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "gave no decision" in done.stderr and "not a sluice town" in done.stderr
