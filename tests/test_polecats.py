@@ -16,8 +16,8 @@ from helpers.polecats import request as launch_request
 from helpers.scheduler import contexts, fields, issues_path, item, write_items
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
-from sluice.core.models import SlingContextFields
 from sluice.core.plan import retry_delay
+from sluice.core.records import SlingContextFields
 from sluice.executors import get_executor
 from sluice.scheduler import polecats
 from sluice.store.events import POLECAT_TIMED_OUT, read_events
@@ -174,7 +174,7 @@ def test_a_real_failed_dispatch_waits_out_its_backoff(cli, rig):
     cli.run("sling", "al-1", "alpha")
     assert cli.json("scheduler", "run")["failed"] == 1
     [context] = contexts(cli.town, "alpha")
-    failed = SlingContextFields.model_validate(fields(context))
+    failed = SlingContextFields.from_dict(fields(context))
     assert failed.dispatch_failures == 1
     due = polecats.retry_due_at(failed, 1, 600)
     assert parse_ts(due) == pytest.approx(parse_ts(failed.last_failure_at) + 1)

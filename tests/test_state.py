@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sluice.core.models import SchedulerState
+from sluice.core.records import SchedulerState
 from sluice.errors import ConfigError
 from sluice.store.state import load_state, record_dispatch, save_state, set_paused, set_resumed
 from sluice.store.town import Town

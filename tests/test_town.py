@@ -298,13 +298,13 @@ def test_a_config_nested_too_deeply_to_parse_is_a_config_error_naming_the_file(t
 
 
 def test_a_context_description_nested_too_deeply_is_an_invalid_context():
-    from sluice.core.models import SlingContextFields
+    from sluice.core.records import SlingContextFields
 
     assert SlingContextFields.from_description("[" * 100_000 + "]" * 100_000) is None
 
 
 @pytest.mark.parametrize("description", [True, 7, ["x"], {"work_bead_id": "a-1"}])
 def test_a_context_description_that_is_not_text_is_an_invalid_context(description):
-    from sluice.core.models import SlingContextFields
+    from sluice.core.records import SlingContextFields
 
     assert SlingContextFields.from_description(description) is None

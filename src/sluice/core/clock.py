@@ -1,4 +1,4 @@
-"""Time stamps and fresh ids: the two things sluice makes up rather than reads.
+"""Time stamps, fresh ids and durations: how sluice reads and makes up time.
 
 Kept apart from the item code so that every writer (stores, events, the
 executors, the daemon) stamps time and picks ids one way, and a test can see
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Container
 from datetime import UTC, datetime
@@ -41,3 +42,39 @@ def new_id(prefix: str, seed: str, taken: Container[str]) -> str:
         if candidate not in taken:
             return candidate
         nonce += 1
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration: ``500ms``, ``3s``, ``1m30s``, ``0``."""
+    text = str(text).strip()
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 3s, 1m30s)")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest Go-style spelling of a duration (``1m30s``, ``500ms``, ``0s``)."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{round(seconds * 1000):d}ms"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    frac = seconds - whole
+    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    if secs or frac or not out:
+        out += f"{secs + frac:g}s"
+    return out

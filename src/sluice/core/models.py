@@ -1,55 +1,22 @@
-"""The typed shapes of sluice's own files: town config, sling contexts, state.
+"""The typed shape of the town config, validated by pydantic on every read and write.
 
 Work items are deliberately *not* modelled here: they are beads records that
 may carry any key, and a 100,000-item rig must load without validating every
-row.  Items stay dicts (see :mod:`sluice.core.items`); everything sluice itself
-writes is validated by these models on the way in and out.
+row.  Items stay dicts (see :mod:`sluice.core.items`).  The records sluice
+writes many times a day (sling-context fields, the scheduler state) are
+plain dataclasses in :mod:`sluice.core.records`, which the hot read commands
+parse without importing pydantic.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sluice.core.clock import format_duration, parse_duration
 from sluice.errors import ConfigError, UsageError
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration: ``500ms``, ``3s``, ``1m30s``, ``0``."""
-    text = str(text).strip()
-    if text == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 3s, 1m30s)")
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest Go-style spelling of a duration (``1m30s``, ``500ms``, ``0s``)."""
-    if seconds <= 0:
-        return "0s"
-    if seconds < 1:
-        return f"{round(seconds * 1000):d}ms"
-    whole = int(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    frac = seconds - whole
-    out = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
-    if secs or frac or not out:
-        out += f"{secs + frac:g}s"
-    return out
 
 
 class _Strict(BaseModel):
@@ -270,61 +237,6 @@ def get_config_value(config: TownConfig, key: str) -> Any:
         else:
             node = getattr(node, part)
     return node
-
-
-class SlingContextFields(BaseModel):
-    """The JSON a sling context carries in its description (Gas Town shape).
-
-    Unknown keys are kept so a newer sluice's contexts survive an older one.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    version: int = 1
-    work_bead_id: str
-    target_rig: str
-    formula: str = ""
-    args: str = ""
-    vars: str = ""
-    enqueued_at: str
-    agent: str = ""
-    force: bool = False
-    dispatch_failures: int = Field(0, ge=0)
-    last_failure: str = ""
-    last_failure_at: str = ""
-    launch_started_at: str = ""
-    missing_since: str = ""  # when a cycle first found the work item missing from every rig
-
-    def to_description(self) -> str:
-        data = self.model_dump(exclude_defaults=False)
-        keep = {"version", "work_bead_id", "target_rig", "enqueued_at"}
-        compact = {k: v for k, v in data.items() if k in keep or v not in ("", False, 0, None)}
-        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
-
-    @classmethod
-    def from_description(cls, text: str | None) -> SlingContextFields | None:
-        """The parsed fields, or None when the description is not a valid context."""
-        if not isinstance(text, str):  # a hand-edited log may hold any JSON value here
-            return None
-        try:
-            data = json.loads(text or "")
-            if not isinstance(data, dict):
-                return None
-            return cls.model_validate(data)
-        except (ValueError, ValidationError, RecursionError):
-            return None
-
-
-class SchedulerState(BaseModel):
-    """``runtime/scheduler-state.json``: the pause flag and the last dispatch."""
-
-    model_config = ConfigDict(extra="allow")
-
-    paused: bool = False
-    paused_by: str | None = None
-    paused_at: str | None = None
-    last_dispatch_at: str | None = None
-    last_dispatch_count: int = 0
 
 
 def load_model(model: type[BaseModel], path, text: str) -> BaseModel:

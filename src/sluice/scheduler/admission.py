@@ -28,7 +28,7 @@ from sluice.core import admission as rules
 from sluice.core.admission import Admission, Applicant, Limits, Reason, Running
 from sluice.core.clock import iso
 from sluice.core.items import labels_of
-from sluice.core.models import SlingContextFields
+from sluice.core.records import SlingContextFields
 from sluice.errors import SluiceError
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
@@ -478,8 +478,8 @@ def throttle(
 
 def parse_until(text: str, now: float) -> float:
     """``10m`` (a duration from now) or an ISO time; a time in the past is refused."""
+    from sluice.core.clock import parse_duration
     from sluice.core.items import parse_ts
-    from sluice.core.models import parse_duration
     from sluice.errors import UsageError
 
     try:

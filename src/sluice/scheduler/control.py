@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sluice.core.models import format_duration
+from sluice.core.clock import format_duration
 from sluice.errors import ExecutorError
 from sluice.executors import get_executor
 from sluice.scheduler.admission import assess, why

@@ -64,7 +64,7 @@ from sluice.store.rigstore import Stores
 from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
-    from sluice.core.models import SlingContextFields
+    from sluice.core.records import SlingContextFields
     from sluice.executors.base import Executor
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town

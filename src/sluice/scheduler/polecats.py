@@ -32,7 +32,7 @@ from sluice.executors import get_executor
 from sluice.store.events import POLECAT_TIMED_OUT, emit_event
 
 if TYPE_CHECKING:
-    from sluice.core.models import SlingContextFields
+    from sluice.core.records import SlingContextFields
     from sluice.executors.base import Executor, Polecat
     from sluice.store.town import Town
 

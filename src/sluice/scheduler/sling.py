@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, now_utc
 from sluice.core.items import is_context, labels_of, tracked_ids
-from sluice.core.models import SlingContextFields
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
+from sluice.core.records import SlingContextFields
 from sluice.errors import (
     ExecutorError,
     InvalidOperation,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, new_id
 from sluice.core.items import CONTEXT_LABEL, DEFAULT_PRIORITY, dependency, is_context, priority_of
-from sluice.core.models import SlingContextFields
+from sluice.core.records import SlingContextFields
 from sluice.errors import UnknownItem
 from sluice.store import events, fsutil
 

@@ -14,12 +14,13 @@ one is a :class:`~sluice.errors.ConfigError` naming the file.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
-from sluice.core.models import SchedulerState, load_model
+from sluice.core.records import RecordError, SchedulerState
 from sluice.errors import ConfigError
 from sluice.store import fsutil
 
@@ -35,19 +36,28 @@ def load_state(town: Town) -> SchedulerState:
         return SchedulerState()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read the scheduler state ({err})") from None
-    return load_model(SchedulerState, path, text)  # type: ignore[return-value]
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
+        raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    try:
+        return SchedulerState.from_dict(data)
+    except RecordError as err:
+        raise ConfigError(f"{path}: {err}") from None
 
 
 def save_state(town: Town, state: SchedulerState) -> None:
     """Write the whole state atomically (callers changing it use :func:`update_state`)."""
-    fsutil.atomic_write_json(town.state_path, state.model_dump(mode="json", exclude_none=True))
+    fsutil.atomic_write_json(town.state_path, state.to_dict(exclude_none=True))
 
 
 def update_state(town: Town, change: Callable[[SchedulerState], SchedulerState | None]) -> SchedulerState:
     """Re-read the state under the lock, apply ``change``, save; None from ``change`` means no write."""
     with fsutil.file_lock(town.lock_path("state")):
         current = load_state(town)
-        updated = change(current.model_copy(deep=True))
+        updated = change(current.copy())
         if updated is None:
             return current
         save_state(town, updated)

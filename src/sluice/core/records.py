@@ -1,0 +1,148 @@
+"""The two records sluice writes for itself many times a day: sling-context fields and the state.
+
+Both are read on the hot path (``scheduler status`` and ``list`` parse every
+open context and the state), where importing pydantic would cost more than
+the answer, and both are written by sluice alone, so a few plain type checks
+say all there is to say about them.  They are plain dataclasses that keep
+any key they do not know (a newer sluice's fields survive an older one).
+
+A value of the wrong type makes a context unparseable (its description is not
+a context) and makes the state file a :class:`~sluice.errors.ConfigError`
+naming it, as a hand edit gone wrong should.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+
+class RecordError(ValueError):
+    """A field of a record has a value of the wrong type or range."""
+
+
+def _check(name: str, value: Any, kind: type, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if kind is int:
+        # As JSON has it: an integer, not a boolean, not a float with a fraction.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise RecordError(f"{name}: expected an integer (got {value!r})")
+        return int(value)
+    if not isinstance(value, kind):
+        raise RecordError(f"{name}: expected {'text' if kind is str else kind.__name__} (got {value!r})")
+    return value
+
+
+class _Record:
+    """Shared parsing, dumping and copying of the records below."""
+
+    _required: ClassVar[tuple[str, ...]] = ()
+    _kinds: ClassVar[dict[str, tuple[type, bool]]] = {}
+    extra: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        """The record of a parsed JSON object; :class:`RecordError` names what is wrong."""
+        if not isinstance(data, dict):
+            raise RecordError(f"expected a JSON object (got {type(data).__name__})")
+        missing = [name for name in cls._required if name not in data]
+        if missing:
+            raise RecordError(f"{', '.join(missing)}: required")
+        known, extra = {}, {}
+        for key, value in data.items():
+            if key in cls._kinds:
+                kind, optional = cls._kinds[key]
+                known[key] = _check(key, value, kind, optional)
+            else:
+                extra[key] = value
+        record = cls(**known, extra=extra)
+        record._validate()
+        return record
+
+    def _validate(self) -> None:
+        """Range checks beyond the types."""
+
+    def to_dict(self, exclude_none: bool = False) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        data.update(self.extra)
+        if exclude_none:
+            data = {k: v for k, v in data.items() if v is not None}
+        return data
+
+    def copy(self, **changes: Any):
+        """A copy with ``changes`` applied (and checked)."""
+        return type(self).from_dict({**json.loads(json.dumps(self.to_dict())), **changes})
+
+
+def _kinds(cls) -> dict[str, tuple[type, bool]]:
+    """Each field's JSON type and whether it may be null, read off the dataclass annotations."""
+    types = {"str": str, "int": int, "bool": bool}
+    out = {}
+    for f in fields(cls):
+        if f.name == "extra":
+            continue
+        text = str(f.type).replace(" ", "")
+        optional = text.endswith("|None")
+        out[f.name] = (types[text.removesuffix("|None")], optional)
+    return out
+
+
+@dataclass
+class SlingContextFields(_Record):
+    """The JSON a sling context carries in its description (Gas Town's shape)."""
+
+    work_bead_id: str
+    target_rig: str
+    enqueued_at: str
+    version: int = 1
+    formula: str = ""
+    args: str = ""
+    vars: str = ""
+    agent: str = ""
+    force: bool = False
+    dispatch_failures: int = 0
+    last_failure: str = ""
+    last_failure_at: str = ""
+    launch_started_at: str = ""
+    missing_since: str = ""  # when a cycle first found the work item missing from every rig
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    _required: ClassVar[tuple[str, ...]] = ("work_bead_id", "target_rig", "enqueued_at")
+
+    def _validate(self) -> None:
+        if self.dispatch_failures < 0:
+            raise RecordError(f"dispatch_failures: must be >= 0 (got {self.dispatch_failures})")
+
+    def to_description(self) -> str:
+        """The compact JSON written into the context's description: defaults left out."""
+        keep = {"version", "work_bead_id", "target_rig", "enqueued_at"}
+        compact = {k: v for k, v in self.to_dict().items() if k in keep or v not in ("", False, 0, None)}
+        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_description(cls, text: str | None) -> SlingContextFields | None:
+        """The parsed fields, or None when the description is not a valid context."""
+        if not isinstance(text, str):  # a hand-edited log may hold any JSON value here
+            return None
+        try:
+            return cls.from_dict(json.loads(text or ""))
+        except (ValueError, RecursionError):  # RecordError is a ValueError, as is bad JSON
+            return None
+
+
+@dataclass
+class SchedulerState(_Record):
+    """``runtime/scheduler-state.json``: the pause flag and the last dispatch."""
+
+    paused: bool = False
+    paused_by: str | None = None
+    paused_at: str | None = None
+    last_dispatch_at: str | None = None
+    last_dispatch_count: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+SlingContextFields._kinds = _kinds(SlingContextFields)
+SchedulerState._kinds = _kinds(SchedulerState)
