@@ -406,7 +406,7 @@ class Town:
         """One config value (``scheduler.max_polecats``, ``executor.command``, …)."""
         from sluice.core.models import format_duration, get_config_value, parse_duration
 
-        value = get_config_value(self.files.reload_config(), key)
+        value = get_config_value(self.files.load_config(), key)
         if key.startswith("scheduler.") and isinstance(value, str):
             value = format_duration(parse_duration(value))
         return value

@@ -105,9 +105,17 @@ def order_text(stamp: object) -> str:
 
 
 def load_town_policy(town: Town):
-    from sluice.store.policy import load_policy
+    """The town's policy: the plain copy of this exact file when it was validated before."""
+    from sluice.store import configcache
 
-    return load_policy(town.policy_path)
+    plain = configcache.plain_policy(town)
+    if plain is not None:
+        return plain
+    from sluice.store.policy import read_policy
+
+    text, policy = read_policy(town.policy_path)
+    configcache.remember(town, text, policy.model_dump(mode="json"), kind=configcache.POLICY)
+    return policy
 
 
 def rank_work(

@@ -39,7 +39,10 @@ PARENT_CHILD = "parent-child"
 MAX_PARENT_DEPTH = 64
 
 
-def is_warm_rig(rig: Rig) -> bool:
+AFFINITY_CACHE = "affinity-cache.json"
+
+
+def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     """Affinity of one rig: True when its repository has a live linked worktree.
 
     git keeps one admin folder per linked worktree under
@@ -47,14 +50,44 @@ def is_warm_rig(rig: Rig) -> bool:
     no such folder has none, and is answered without opening the repository
     (most rigs are cold, and pygit2 costs start-up time).  Everything else —
     bare repositories, ``.git`` files, worktrees that may be gone — is
-    decided by :func:`sluice.store.gitview.is_warm`.
+    decided by pygit2 (:func:`sluice.store.gitview.has_live_worktree`), whose answer is kept in
+    ``runtime/affinity-cache.json`` under a stamp of the git metadata it read
+    (:func:`sluice.store.gitview.warmth_stamp`), so the next call asks pygit2
+    only after that metadata changed.
     """
     git_dir = Path(rig.repo) / ".git"
     if git_dir.is_dir() and not (git_dir / "worktrees").exists():
         return False
-    from sluice.store.gitview import is_warm
+    from sluice.store.gitview import warmth_stamp
 
-    return is_warm(Path(rig.repo))
+    stamp = warmth_stamp(Path(rig.repo))
+    path = town.runtime / AFFINITY_CACHE if town is not None and stamp is not None else None
+    kept: dict = {}
+    if path is not None:
+        try:
+            kept = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            kept = {}
+        if not isinstance(kept, dict):
+            kept = {}
+        if kept.get(rig.name) in ([stamp, True], [stamp, False]):
+            return kept[rig.name][1]
+    from sluice.errors import NotARepository
+    from sluice.store.gitview import has_live_worktree
+
+    try:
+        warm = has_live_worktree(Path(rig.repo))
+    except NotARepository as err:  # said on every call until mended, so never kept
+        log.warning("affinity 0 for %s: %s", rig.repo, err)
+        return False
+    if path is not None and warmth_stamp(Path(rig.repo)) == stamp:  # unchanged while pygit2 read it
+        from sluice.store import fsutil
+
+        try:
+            fsutil.atomic_write_json(path, {**kept, rig.name: [stamp, warm]})
+        except OSError:
+            pass  # a cache that cannot be written only costs the next call its speed
+    return warm
 
 
 def is_parent_edge(child_id: str, target: str) -> bool:
@@ -222,7 +255,7 @@ class Signals:
         out = set()
         for name in rigs:
             if name not in self._warm:
-                self._warm[name] = is_warm_rig(self.town.rig(name))
+                self._warm[name] = is_warm_rig(self.town.rig(name), self.town)
             if self._warm[name]:
                 out.add(name)
         return out

@@ -1,18 +1,26 @@
-"""A pydantic-free view of a town config that was validated before.
+"""Pydantic-free views of the town config and the policy, read from a copy validated before.
 
-Hot read commands (``item ready`` and friends, answered by
-:mod:`sluice.surfaces.fastcli`) must start in well under 0.1 s, and importing
-pydantic alone costs about 0.05 s.  So every full validation
-(:meth:`sluice.store.town.Town.load_config`) leaves ``runtime/config-cache.json``:
-the validated config as plain JSON, keyed by the exact bytes of
-``config.json`` and by the models module that validated them.  A hot command
-whose config file still has those bytes reads the plain copy; any other case
-(no cache, an edited file, a newer sluice) goes the validating way, so a bad
-config is reported exactly as everywhere else.
+Agents and hooks run ``schedule next``, ``scheduler status`` and friends
+thousands of times a day; each must start in well under 0.1 s, and importing
+pydantic and building the config and policy models alone costs about
+0.05 s.  So every full validation of ``config.json``
+(:meth:`sluice.store.town.Town.load_config`) or of the policy
+(:func:`sluice.scheduler.ranking.load_town_policy`) leaves the validated
+document as plain JSON under ``runtime/`` (``config-cache.json``,
+``policy-cache.json``), keyed by the exact bytes of the file and by the
+module that validated them.  A command whose file still has those bytes
+reads the plain copy; any other case (no cache, an edited file, a newer
+sluice) goes the validating way, so a bad file is reported exactly as
+everywhere else.
+
+The views answer every field the models have, plus the models' few
+helpers (``scheduler.deferred``/``seconds``, ``weights_for``); anything
+else on the config (a pydantic method) loads and asks the full model.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -20,33 +28,39 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.clock import parse_duration
+
 if TYPE_CHECKING:
     from sluice.store.town import Town
 
-CACHE_NAME = "config-cache.json"
-_MODELS = Path(__file__).resolve().parent.parent / "core" / "models.py"
+CONFIG, POLICY = "config", "policy"
+_HERE = Path(__file__).resolve().parent
+#: The module whose models validated each kind of file: a new sluice must not trust an old copy.
+_VALIDATED_BY = {CONFIG: _HERE.parent / "core" / "models.py", POLICY: _HERE / "policy.py"}
+ABSENT = None  # the bytes of a file that does not exist (a missing policy means the defaults)
 
 
-def _models_key() -> str:
+def _validator_key(kind: str) -> str:
     try:
-        stat = os.stat(_MODELS)
+        stat = os.stat(_VALIDATED_BY[kind])
     except OSError:
         return "?"
     return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def _key(text: bytes) -> str:
-    return hashlib.sha256(text).hexdigest() + "/" + _models_key()
+def _key(kind: str, text: bytes | None) -> str:
+    digest = "absent" if text is None else hashlib.sha256(text).hexdigest()
+    return digest + "/" + _validator_key(kind)
 
 
-def cache_path(town: Town) -> Path:
-    return town.runtime / CACHE_NAME
+def cache_path(town: Town, kind: str = CONFIG) -> Path:
+    return town.runtime / f"{kind}-cache.json"
 
 
-def remember(town: Town, text: bytes, dump: dict[str, Any]) -> None:
-    """Keep ``dump`` (a validated config) for the config file whose bytes are ``text``."""
-    path = cache_path(town)
-    body = json.dumps({"key": _key(text), "config": dump}, ensure_ascii=False)
+def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = CONFIG) -> None:
+    """Keep ``dump`` (a validated document) for the file whose bytes are ``text`` (None: no file)."""
+    path = cache_path(town, kind)
+    body = json.dumps({"key": _key(kind, text), kind: dump}, ensure_ascii=False)
     try:
         if path.read_text(encoding="utf-8") == body:
             return
@@ -62,13 +76,51 @@ def remember(town: Town, text: bytes, dump: dict[str, Any]) -> None:
         pass  # a cache that cannot be written only costs the next command its speed
 
 
+def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
+    """The validated document kept for ``source`` as it is now, or None."""
+    try:
+        text = source.read_bytes()
+    except FileNotFoundError:
+        text = ABSENT
+    except OSError:
+        return None
+    try:
+        cached = json.loads(cache_path(town, kind).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("key") != _key(kind, text):
+        return None
+    data = cached.get(kind)
+    return data if isinstance(data, dict) else None
+
+
+class SchedulerSection(SimpleNamespace):
+    """``config.scheduler`` with the model's two helpers."""
+
+    @property
+    def deferred(self) -> bool:
+        """Deferred mode ⇔ a positive cap; 0 and -1 both mean direct dispatch."""
+        return self.max_polecats > 0
+
+    def seconds(self, key: str) -> float:
+        return parse_duration(getattr(self, key))
+
+
 class PlainConfig:
-    """Attribute access over a validated config's JSON; anything but rigs asks the full model."""
+    """The validated config as attributes; anything the plain copy lacks asks the full model."""
 
     def __init__(self, data: dict[str, Any], full):
         self._full_loader = full
         self._full = None
-        self.rigs = {name: SimpleNamespace(**rig) for name, rig in data.get("rigs", {}).items()}
+        self.rigs = {name: SimpleNamespace(**rig) for name, rig in data["rigs"].items()}
+        if "scheduler" in data:
+            self.scheduler = SchedulerSection(**data["scheduler"])
+        if "executor" in data:
+            executor = dict(data["executor"])
+            executor["ray"] = SimpleNamespace(**executor.get("ray", {}))
+            self.executor = SimpleNamespace(**executor)
+        if "version" in data:
+            self.version = data["version"]
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -80,15 +132,40 @@ class PlainConfig:
 
 def plain_config(town: Town) -> PlainConfig | None:
     """The config without validation when this exact file was validated before, else None."""
-    try:
-        text = town.config_path.read_bytes()
-        cached = json.loads(cache_path(town).read_bytes())
-    except (OSError, ValueError):
+    data = _recall(town, CONFIG, town.config_path)
+    if data is None:
         return None
-    if not isinstance(cached, dict) or cached.get("key") != _key(text):
-        return None
-    data = cached.get("config")
-    rigs = data.get("rigs") if isinstance(data, dict) else None
+    rigs = data.get("rigs")
     if not isinstance(rigs, dict) or not all(isinstance(r, dict) for r in rigs.values()):
         return None
+    sections = (data.get("scheduler", {}), data.get("executor", {}))
+    if not all(isinstance(section, dict) for section in sections):
+        return None
     return PlainConfig(data, town.load_config)
+
+
+class PlainPolicy(SimpleNamespace):
+    """The validated policy as attributes, with the model's ``weights_for`` and ``model_dump``."""
+
+    def weights_for(self, graph_id: str | None):
+        from sluice.core import scoring
+
+        return scoring.resolve_weights(self, graph_id)
+
+    def model_dump(self, mode: str = "json") -> dict[str, Any]:
+        return copy.deepcopy(self._document)
+
+
+def plain_policy(town: Town) -> PlainPolicy | None:
+    """The policy without validation when this exact file (or its absence) was validated before."""
+    data = _recall(town, POLICY, town.policy_path)
+    if data is None or not isinstance(data.get("weights"), dict):
+        return None
+    overrides = data.get("graph_overrides")
+    if not isinstance(overrides, dict) or not all(isinstance(o, dict) for o in overrides.values()):
+        return None
+    fields = {**data, "weights": SimpleNamespace(**data["weights"]),
+              "graph_overrides": {g: SimpleNamespace(**o) for g, o in overrides.items()}}
+    policy = PlainPolicy(**fields)
+    policy._document = data
+    return policy

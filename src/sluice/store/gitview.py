@@ -7,7 +7,9 @@ than crashing a scheduling decision.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,8 +131,61 @@ def is_warm(path: Path) -> bool:
     warning, so one bad rig never stops a scheduling decision.
     """
     try:
-        _head_state(open_repo(path), path)
-        return bool(linked_worktrees(path))
+        return has_live_worktree(path)
     except NotARepository as err:
         log.warning("affinity 0 for %s: %s", path, err)
         return False
+
+
+def has_live_worktree(path: Path) -> bool:
+    """Whether the repository at ``path`` has a live linked worktree; NotARepository when broken."""
+    _head_state(open_repo(path), path)
+    return bool(linked_worktrees(path))
+
+
+def _stat(path: Path) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def warmth_stamp(path: Path) -> str | None:
+    """A stamp of the git metadata :func:`is_warm` reads, taken without opening the repository.
+
+    It changes whenever the answer could: HEAD and the ref it names (a
+    broken HEAD makes a rig cold), the worktree admin folders, each one's
+    ``gitdir`` pointer and lock, and whether the work tree it points at still
+    exists (a deleted one is prunable).  None when the layout is not the
+    plain one (a ``.git`` file, say): then only pygit2 can tell.
+    """
+    path = Path(path)
+    if (path / ".git").is_dir():
+        git_dir = path / ".git"
+    elif (path / "HEAD").is_file() and (path / "objects").is_dir():
+        git_dir = path  # a bare repository
+    else:
+        return None
+    parts = [str(git_dir.resolve()), _stat(git_dir / "HEAD"), _stat(git_dir / "packed-refs")]
+    try:
+        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        head = ""
+    if head.startswith("ref: "):
+        parts.append(_stat(git_dir / head[5:]))
+    admin = git_dir / "worktrees"
+    parts.append(_stat(admin))
+    try:
+        names = sorted(os.listdir(admin))
+    except OSError:
+        names = []
+    for name in names:
+        pointer = admin / name / "gitdir"
+        try:
+            work_tree = Path(pointer.read_text(encoding="utf-8").strip()).parent
+        except (OSError, UnicodeDecodeError, ValueError):
+            work_tree = None
+        alive = work_tree is not None and work_tree.exists()
+        parts += [name, _stat(pointer), _stat(admin / name / "locked"), str(alive)]
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()

@@ -89,14 +89,23 @@ def load_policy(path: Path) -> Policy:
     Anything else that is wrong with the file is a :class:`ConfigError` whose
     one-line message names the file, so ``sluice`` can print it as is.
     """
+    return read_policy(path)[1]
+
+
+def read_policy(path: Path) -> tuple[bytes | None, Policy]:
+    """The policy and the exact bytes it was read from (None: no file, the defaults)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
-        return Policy()
-    except (OSError, UnicodeDecodeError) as exc:
+        return None, Policy()
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read the policy file ({exc})") from None
-    return _parse_policy(path, text)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read the policy file ({exc})") from None
+    return raw, _parse_policy(path, text)
 
 
 def _parse_policy(path: Path, text: str) -> Policy:

@@ -84,11 +84,18 @@ class Town:
     # -- config --------------------------------------------------------------
     @cached_property
     def config(self) -> TownConfig:
-        return self.load_config()
+        """The config for this call: the plain copy of this exact file when it was validated before."""
+        plain = configcache.plain_config(self)
+        return plain if plain is not None else self.load_config()  # type: ignore[return-value]
 
     def reload_config(self) -> TownConfig:
-        """Read the config afresh and use it for the rest of this call (one consistent view)."""
-        config = self.load_config()
+        """Read the config afresh and use it for the rest of this call (one consistent view).
+
+        Afresh means as the file is now: its validated plain copy when these
+        exact bytes were validated before, else a full validation (a corrupt
+        file is an error, never a default).
+        """
+        config = configcache.plain_config(self) or self.load_config()
         self.__dict__["config"] = config
         return config
 

@@ -1,18 +1,22 @@
-"""The hot read commands answered without typer, rich, pydantic or pygit2.
+"""The hot commands answered without typer, rich, pydantic or pygit2.
 
-Agents and hooks run ``sluice item ready`` and friends thousands of times a
-day; importing typer and rich alone takes about 0.1 s, more than the answer.
-:func:`run` recognises the plain forms of these commands with a tiny parser
-and calls the very library functions and output helpers the typer commands
-call, so stdout is the same byte for byte.  It answers only the success
-case: anything it does not recognise (``--help``, an unknown flag, a bad
-number) and any error at all returns None, and the caller hands the whole
-command line to typer, which parses and fails exactly as it always does.
-These commands only read, so trying twice changes nothing.  Warnings logged
-while answering are held back and said only when the answer stands.
+Agents and git hooks run ``schedule next``, ``item ready`` and friends
+thousands of times a day; importing typer and rich alone takes about 0.1 s,
+more than the answer.  :func:`run` recognises the plain forms of these
+commands with a tiny parser and calls the very library functions and output
+helpers the typer commands call, so stdout is the same byte for byte.  The
+config and the policy come from their validated plain copies
+(:mod:`sluice.store.configcache`), so pydantic is not imported either while
+those files are unchanged.
 
-Handled: ``[--town PATH] item ready [RIG] [--limit N] [--json]``,
-``item blocked [RIG] [--json]`` and ``item show ID [--json]``.
+It answers only the success case: anything it does not recognise (``--help``,
+an unknown or repeated flag, a bad number) and any error raised while
+answering returns None, and the caller hands the whole command line to
+typer, which parses and fails exactly as it always does.  Every library call
+here either only reads or raises before it writes (``schedule next`` records
+its decisions, ``hooks report`` its event, as their last step), so trying
+twice changes nothing.  Warnings logged while answering are held back and
+said only when the answer stands.
 """
 
 from __future__ import annotations
@@ -20,6 +24,38 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The plain form of one command: how many positionals, which valued options, which flags."""
+
+    positionals: tuple[int, int] = (0, 0)
+    options: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ("--json",)
+    integers: tuple[str, ...] = field(default=())
+
+
+COMMANDS = {
+    ("item", "ready"): Spec((0, 1), ("--limit",), integers=("--limit",)),
+    ("item", "blocked"): Spec((0, 1)),
+    ("item", "show"): Spec((1, 1)),
+    ("schedule", "next"): Spec((0, 0), ("--graph-id", "--limit"), ("--preview", "--json"), ("--limit",)),
+    ("scheduler", "status"): Spec(),
+    ("scheduler", "list"): Spec(),
+    ("scheduler", "explain"): Spec((1, 1)),
+    ("hooks", "report"): Spec((0, 0), ("--rig", "--repo", "--hook")),
+}
+
+
+@dataclass
+class Command:
+    town: str | None
+    name: tuple[str, str]
+    positionals: list[str]
+    options: dict[str, str]
+    flags: set[str]
 
 
 class _Held(logging.Handler):
@@ -33,88 +69,123 @@ class _Held(logging.Handler):
         self.lines.append(f"{record.levelname.lower()}: {record.getMessage()}\n")
 
 
-def _parse(args: list[str]) -> tuple[str | None, str, list[str], dict[str, str], bool] | None:
-    """(town, command, positionals, options, as_json), or None for anything but the plain forms."""
+def parse(args: list[str]) -> Command | None:
+    """The command, or None for anything but the plain forms (typer then says what it means)."""
     town = None
     if args and args[0] == "--town" and len(args) > 1:
         town, args = args[1], args[2:]
     elif args and args[0].startswith("--town="):
         town, args = args[0].split("=", 1)[1], args[1:]
-    if len(args) < 2 or args[0] != "item" or args[1] not in ("ready", "blocked", "show"):
+    name = tuple(args[:2])
+    spec = COMMANDS.get(name)  # type: ignore[arg-type]
+    if spec is None:
         return None
-    command, rest = args[1], args[2:]
-    positionals: list[str] = []
-    options: dict[str, str] = {}
-    as_json = False
+    command = Command(town, name, [], {}, set())  # type: ignore[arg-type]
+    rest = args[2:]
     position = 0
     while position < len(rest):
         token = rest[position]
         position += 1
-        if token == "--json":
-            as_json = True
-        elif command == "ready" and token == "--limit" and position < len(rest) and "limit" not in options:
-            options["limit"] = rest[position]
-            position += 1
-        elif command == "ready" and token.startswith("--limit=") and "limit" not in options:
-            options["limit"] = token.split("=", 1)[1]
+        flag, eq, value = token.partition("=")
+        if token in spec.flags and token not in command.flags:
+            command.flags.add(token)
+        elif flag in spec.options and flag not in command.options:
+            if not eq:
+                if position >= len(rest):
+                    return None
+                value = rest[position]
+                position += 1
+            if value.startswith("-") and flag not in spec.integers:
+                return None  # a value that looks like a flag: typer decides what it means
+            command.options[flag] = value
         elif token.startswith("-"):
-            return None  # --help, an unknown flag, a value that looks like one: typer says what it means
+            return None  # --help, an unknown or repeated flag
         else:
-            positionals.append(token)
-    wanted = (1, 1) if command == "show" else (0, 1)
-    if not wanted[0] <= len(positionals) <= wanted[1]:
+            command.positionals.append(token)
+    low, high = spec.positionals
+    if not low <= len(command.positionals) <= high:
         return None
-    return town, command, positionals, options, as_json
+    for option in spec.integers:
+        if option in command.options:
+            try:
+                int(command.options[option])
+            except ValueError:
+                return None
+    return command
 
 
-def _answer(town_arg, command: str, positionals: list[str], options: dict[str, str], as_json: bool) -> None:
+def _answer(command: Command):
+    """(data, as_json, text formatter, stderr line) of a command, from the library."""
     from sluice.api import open_town
-    from sluice.store.configcache import plain_config
     from sluice.surfaces import output
 
-    town = open_town(town_arg)
-    plain = plain_config(town.files)
-    if plain is not None:
-        town.files.__dict__["config"] = plain
-    if command == "show":
-        output.emit(town.item(positionals[0]), as_json, output.item_text)
-        return
-    rig = positionals[0] if positionals else None
-    if command == "ready":
-        rows = town.ready(rig, int(options.get("limit", "100")))
-        output.emit(output.RawJSON(rows.lines), as_json, output.ready_text)
-        return
-    output.emit(output.RawJSON(town.blocked(rig).lines), as_json, output.blocked_text)
+    town = open_town(command.town)
+    as_json = "--json" in command.flags
+    args, options = command.positionals, command.options
+    match command.name:
+        case ("item", "show"):
+            return town.item(args[0]), as_json, output.item_text, None
+        case ("item", "ready"):
+            rows = town.ready(args[0] if args else None, int(options.get("--limit", "100")))
+            return output.RawJSON(rows.lines), as_json, output.ready_text, None
+        case ("item", "blocked"):
+            rows = town.blocked(args[0] if args else None)
+            return output.RawJSON(rows.lines), as_json, output.blocked_text, None
+        case ("schedule", "next"):
+            decisions = town.next(limit=int(options.get("--limit", "1")), graph_id=options.get("--graph-id"),
+                                  preview="--preview" in command.flags)
+            return decisions.to_json(), as_json, output.next_text, None
+        case ("scheduler", "status"):
+            return town.status().to_json(), as_json, output.queue_status_text, None
+        case ("scheduler", "list"):
+            return town.list().to_json(), as_json, output.queue_text, None
+        case ("scheduler", "explain"):
+            return town.explain(args[0]).to_json(), as_json, output.explain_text, None
+        case ("hooks", "report"):
+            from pathlib import Path
+
+            from sluice.surfaces.githooks import report
+
+            repo = options.get("--repo")
+            queue = report(town.files, options.get("--rig"), Path(repo) if repo is not None else None,
+                           options.get("--hook", ""))
+            data = {"rig": queue.rig, "queued": queue.queued, "running": queue.running,
+                    "threshold": queue.threshold}
+            return data, as_json, None, queue.line()
+    raise AssertionError(command.name)  # every name in COMMANDS has a case
 
 
 def run(args: list[str]) -> int | None:
-    """Answer a hot read command and return its exit code, or None to let typer handle it."""
-    parsed = _parse(args)
-    if parsed is None:
+    """Answer a hot command and return its exit code, or None to let typer handle it."""
+    command = parse(args)
+    if command is None:
         return None
-    if parsed[1] == "ready" and "limit" in parsed[3]:
-        try:
-            int(parsed[3]["limit"])
-        except ValueError:
-            return None
     logger = logging.getLogger("sluice")
     held = _Held()
     logger.addHandler(held)
     logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
     logger.propagate = False
+    try:
+        data, as_json, human, say = _answer(command)
+    except Exception:
+        return None
+    finally:
+        logger.removeHandler(held)
+    from sluice.surfaces import output
+
     real_stdout = sys.stdout
     import io
 
     sys.stdout = buffer = io.StringIO()
     try:
-        _answer(*parsed)
+        if human is not None or as_json:
+            output.emit(data, as_json, human)
     except Exception:
-        return None
+        return None  # a formatting bug: typer answers again and reports it plainly
     finally:
         sys.stdout = real_stdout
-        logger.removeHandler(held)
     try:
-        sys.stderr.write("".join(held.lines))
+        sys.stderr.write("".join(held.lines) + (say + "\n" if say is not None else ""))
         sys.stdout.write(buffer.getvalue())
         sys.stdout.flush()
     except BrokenPipeError:

@@ -192,12 +192,12 @@ def rig_for_repo(town: Town, repo: Path) -> Rig:
 
 def merge_queue(town: Town, rig_name: str) -> MergeQueue:
     """Queued (open) and running (in_progress) ``merge-request`` items of a rig."""
-    from sluice.store.policy import load_policy
+    from sluice.scheduler.ranking import load_town_policy
     from sluice.store.rigstore import Stores
 
     store = Stores(town).rig(rig_name)
     counts = store.merge_queue_counts()
-    threshold = load_policy(town.policy_path).merge_queue_threshold
+    threshold = load_town_policy(town).merge_queue_threshold
     return MergeQueue(rig_name, counts.get("open", 0), counts.get("in_progress", 0), threshold)
 
 

@@ -90,3 +90,86 @@ def blocked_text(rows) -> str:
 
 def ready_text(rows) -> str:
     return item_lines(json.loads(r) for r in rows)
+
+
+def next_text(decisions: list[dict]) -> str:
+    if not decisions:
+        return "No ready items."
+    return "\n".join(
+        f"{'skipped' if d['skipped'] else 'next'}\t{shown(d['node_id'])}\t{d['score']}"
+        f"\t{shown(d['graph_id']) or '-'}\t{d['dispatch_hints']['project']}"
+        f"\t{shown(d['dispatch_hints']['title'])}"
+        for d in decisions
+    )
+
+
+def queue_status_text(data: dict) -> str:
+    state = f"PAUSED (by {data['paused_by'] or 'unknown'})" if data["paused"] else "active"
+    if data["mode"] == "deferred":
+        mode = f"deferred (scheduler.max_polecats={data['max_polecats']}; set it to -1 for direct dispatch)"
+    else:
+        mode = f"direct (scheduler.max_polecats={data['max_polecats']}): sling launches at once"
+    active = data["active_polecats"]
+    lines = [
+        "Scheduler status",
+        "",
+        f"  State:      {state}",
+        f"  Dispatch:   {mode}",
+        f"  Queued:     {data['queued_total']} total, {data['queued_ready']} ready",
+        f"  Polecats:   {'unknown' if active is None else active} active,"
+        f" {'unknown' if data['capacity'] is None else data['capacity']} free"
+        + (f" of {data['max_polecats']}" if data["mode"] == "deferred" else ""),
+    ]
+    if data.get("executor_error"):
+        lines.append(f"  Executor:   {data['executor_error']}")
+    if data["last_dispatch_at"]:
+        lines.append(f"  Last dispatch: {data['last_dispatch_at']} ({data['last_dispatch_count']} item(s))")
+    if data["stale"]:
+        lines.append(f"  Stale:      {data['stale']} context(s) the next cycle will close")
+    if data.get("held"):
+        lines.append(f"  Held:       {data['held']} context(s) whose item is missing (missing-item)")
+    for row in data.get("budgets", []):
+        who = "town" if row["rig"] is None else f"rig {row['rig']}"
+        lines.append(f"  Budget:     {who}: {row['spent']} / {row['budget']} tokens per {row['window']}")
+    for row in data.get("throttles", []):
+        who = "town" if row["rig"] is None else f"rig {row['rig']}"
+        why = f" ({shown(row['reason'])})" if row.get("reason") else ""
+        lines.append(f"  Throttled:  {who} until {row['until']}{why}")
+    if data.get("circuit_broken"):
+        lines.append(f"  Broken:     {data['circuit_broken']} item(s) (`sluice scheduler broken`)")
+    if data["items"]:
+        lines += ["", queue_text(data["items"])]
+    return "\n".join(lines)
+
+
+def queue_text(rows: list[dict]) -> str:
+    if not rows:
+        return "Nothing scheduled.\n(Deferred dispatch is on when scheduler.max_polecats > 0.)"
+    lines = [f"Scheduled work ({len(rows)} item(s))", ""]
+    for row in rows:
+        mark = "held   " if row.get("held") else "blocked" if row["blocked"] else "ready  "
+        fails = f"  [{row['dispatch_failures']} failed]" if row["dispatch_failures"] else ""
+        text = shown(row["title"])
+        if row.get("held"):
+            since = f" since {row['missing_since']}" if row.get("missing_since") else ""
+            closes = f", closed at {row['closes_at']} if still missing" if row.get("closes_at") else ""
+            text = f"({row['held']}: item not found in any rig{since}{closes})"
+        elif row.get("why"):
+            text += f"  (waits: {', '.join(row['why'])})"
+        lines.append(f"  {mark} {shown(row['id']):<16} → {shown(row['target_rig']):<12} {text}{fails}")
+    return "\n".join(lines)
+
+
+def explain_text(data: dict) -> str:
+    if data["would_dispatch"]:
+        head = f"{data['item_id']}: the next cycle would launch it (context {data['context_id']})"
+    elif data["queued"]:
+        head = (f"{data['item_id']}: queued (context {data['context_id']}),"
+                " but the next cycle would not launch it")
+    else:
+        head = f"{data['item_id']}: not queued"
+    lines = [head]
+    if data["score"] is not None:
+        lines.append(f"  score: {data['score']}")
+    lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
+    return "\n".join(lines)

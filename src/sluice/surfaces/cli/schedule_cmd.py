@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, shown, town
+from sluice.surfaces.output import next_text
 
 schedule_app = typer.Typer(
     help="Advisory scoring: which ready item should go next. Advice only: it launches nothing"
@@ -27,18 +28,7 @@ def next_(
     as_json: JsonOption = False,
 ) -> None:
     """Score the ready items of every rig and say which should go next."""
-    emit(town().next(limit=limit, graph_id=graph_id, preview=preview).to_json(), as_json, _next_text)
-
-
-def _next_text(decisions: list[dict]) -> str:
-    if not decisions:
-        return "No ready items."
-    return "\n".join(
-        f"{'skipped' if d['skipped'] else 'next'}\t{shown(d['node_id'])}\t{d['score']}"
-        f"\t{shown(d['graph_id']) or '-'}\t{d['dispatch_hints']['project']}"
-        f"\t{shown(d['dispatch_hints']['title'])}"
-        for d in decisions
-    )
+    emit(town().next(limit=limit, graph_id=graph_id, preview=preview).to_json(), as_json, next_text)
 
 
 @schedule_app.command("status")
