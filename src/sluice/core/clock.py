@@ -78,3 +78,15 @@ def format_duration(seconds: float) -> str:
     if secs or frac or not out:
         out += f"{secs + frac:g}s"
     return out
+
+
+def random_id() -> str:
+    """A random 128-bit id in 32 hex digits, shaped as ``uuid.uuid4().hex`` is (version 4).
+
+    Made from ``os.urandom`` here because importing :mod:`uuid` (it pulls in
+    :mod:`platform`) costs every command that logs an event ~5 ms of start-up.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()

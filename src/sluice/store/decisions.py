@@ -22,10 +22,10 @@ import contextlib
 import json
 import os
 import shlex
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core.clock import random_id
 from sluice.errors import StoreCorrupt
 from sluice.store import fsutil
 
@@ -60,7 +60,7 @@ def make_decision(
 ) -> dict:
     """One decision in the shape ``schedule next`` prints and the dispatcher logs (docs/formats.md)."""
     return {
-        "decision_id": uuid.uuid4().hex,
+        "decision_id": random_id(),
         "at": at,
         "graph_id": graph_id,
         "node_id": item["id"],

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.clock import iso
+from sluice.core.clock import iso, random_id
 from sluice.errors import StoreCorrupt
 from sluice.store import fsutil
 
@@ -61,7 +60,7 @@ def _lock(town: Town):
 def make_event(event_type: str, payload: Mapping[str, Any] | None = None) -> dict:
     if not event_type or not isinstance(event_type, str):
         raise ValueError("an event needs a type")
-    return {"event_id": uuid.uuid4().hex, "type": event_type, "at": iso(), "payload": dict(payload or {})}
+    return {"event_id": random_id(), "type": event_type, "at": iso(), "payload": dict(payload or {})}
 
 
 def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = None) -> dict:

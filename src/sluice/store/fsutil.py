@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
-
-from filelock import FileLock, Timeout
 
 from sluice.errors import LockBusy
 
@@ -25,6 +22,8 @@ log = logging.getLogger("sluice")
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here, not at the top: read-only commands never write, and start faster
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -123,23 +122,35 @@ def mend_torn_tail(path: Path) -> None:
             fh.write(b"\n")
 
 
-class Lock(FileLock):
-    """A ``filelock.FileLock`` whose timeout is a :class:`~sluice.errors.LockBusy`.
+_LOCK_TYPE: list[type] = []
+
+
+def _lock_type() -> type:
+    """``filelock.FileLock`` whose timeout is a :class:`~sluice.errors.LockBusy`.
 
     Every lock sluice takes is one of these, so a busy lock reaches a caller
     as a ``SluiceError`` like every other refusal, naming the lock file.
+    Made on the first lock: read-only commands take none, and importing
+    filelock costs them start-up time.
     """
+    if not _LOCK_TYPE:
+        from filelock import FileLock, Timeout
 
-    def acquire(self, *args: Any, **kwargs: Any):
-        try:
-            return super().acquire(*args, **kwargs)
-        except Timeout:
-            raise LockBusy(self.lock_file) from None
+        class Lock(FileLock):
+            def acquire(self, *args: Any, **kwargs: Any):
+                try:
+                    return super().acquire(*args, **kwargs)
+                except Timeout:
+                    raise LockBusy(self.lock_file) from None
+
+        _LOCK_TYPE.append(Lock)
+    return _LOCK_TYPE[0]
 
 
-def file_lock(path: Path, timeout: float = 30.0) -> Lock:
+def file_lock(path: Path, timeout: float = 30.0):
+    """A lock on ``path`` (``with file_lock(p): ...``); LockBusy after ``timeout`` seconds."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return Lock(str(path), timeout=timeout)
+    return _lock_type()(str(path), timeout=timeout)
 
 
 def _fsync_dir(directory: Path) -> None:

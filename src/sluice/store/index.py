@@ -28,7 +28,6 @@ import logging
 import math
 import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -214,6 +213,8 @@ class DurableIndex:
         an id wins; a tombstone as that last line removes the id from the graph.
         """
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile  # only a rebuild needs it; reads start faster without
+
         fd, tmp = tempfile.mkstemp(prefix=self.db_path.name + ".", suffix=".tmp", dir=self.db_path.parent)
         os.close(fd)
         try:

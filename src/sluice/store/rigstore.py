@@ -25,7 +25,6 @@ from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, UnknownItem
 from sluice.store import fsutil
-from sluice.store.compaction import compact
 from sluice.store.index import DurableIndex
 from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
 from sluice.store.town import Rig, Town
@@ -376,6 +375,8 @@ class RigStore:
 
     def compact_ephemeral(self) -> int:
         """Rewrite the log keeping one line per record; returns lines removed."""
+        from sluice.store.compaction import compact  # a rewrite is rare; reads never pay for gzip
+
         return compact(self).removed
 
 

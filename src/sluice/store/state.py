@@ -13,7 +13,6 @@ one is a :class:`~sluice.errors.ConfigError` naming the file.
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 from collections.abc import Callable
@@ -69,6 +68,8 @@ def detect_actor() -> str:
     actor = os.environ.get("SLUICE_ACTOR")
     if actor:
         return actor
+    import getpass  # only a pause asks who is acting
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers)

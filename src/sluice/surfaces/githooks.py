@@ -13,10 +13,8 @@ slows git; this side only has to be quick.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from sluice.errors import InvalidOperation, UnknownRig, UsageError
@@ -50,11 +48,15 @@ def town_hooks_dir(town: Town) -> Path:
 
 
 def _package_hooks() -> Path:
+    from importlib import resources  # install and uninstall only: a report must start fast
+
     return Path(str(resources.files("sluice") / "hooks"))
 
 
 def refresh_town_copies(town: Town) -> Path:
     """Copy the hook scripts into the town and record which Python runs sluice."""
+    import shutil  # install only: a report must start fast
+
     target = town_hooks_dir(town)
     target.mkdir(parents=True, exist_ok=True)
     source = _package_hooks()
