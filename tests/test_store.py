@@ -563,3 +563,26 @@ def test_many_bad_priorities_are_summarised_not_flooded(cli, rig, town_dir):
     for _ in range(2):  # the rebuild and a later read say the same
         err = cli.run("item", "ready", "--limit", "1").stderr
         assert err.count("is not an integer 0-4") == 20 and "40 more warning(s) like these" in err
+
+
+def test_an_append_keeps_the_log_summary_current_so_readers_need_not_parse_the_log(town_dir, rig):
+    writer = store_of(town_dir)
+    writer.put_ephemeral(record("al-wisp-a", labels=["sluice:sling-context"],
+                                dependencies=[{"issue_id": "al-wisp-a", "depends_on_id": "al-1",
+                                               "type": "tracks"}]))
+    assert store_of(town_dir).index_is_exact()  # a reader summarises the log once and keeps it
+    writer.put_ephemeral_many([
+        record("al-wisp-b", labels=["sluice:sling-context"]),
+        record("al-wisp-c", dependencies=[{"issue_id": "al-wisp-c", "depends_on_id": "al-2",
+                                           "type": "parent-child"}]),
+    ])
+    writer.update_ephemeral("al-wisp-a", lambda r: {**r, "status": "closed"})
+    kept = json.loads(writer.index_path.with_suffix(".ephemeral.json").read_text())
+    stat = os.stat(ephemeral_path(town_dir))
+    assert kept["sig"] == f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"  # the appender kept it current
+    # ... and it says what reading the whole log says.
+    fresh = store_of(town_dir)
+    summary = fresh._summarise(fresh.ephemeral_fresh().values())
+    assert summary == ({"al-wisp-a", "al-wisp-b", "al-wisp-c"}, True, False)
+    assert (set(kept["ids"]), kept["edges"], kept["quiet"]) == summary
+    assert not store_of(town_dir).index_is_exact()

@@ -172,39 +172,78 @@ class RigStore:
         command over a rig with 10,000 queued contexts does not parse them all
         just to learn that they change no item's readiness.
         """
-        cache = self.index_path.with_suffix(".ephemeral.json")
-        try:
-            stat = os.stat(self.ephemeral_path)
-            sig = f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
-        except FileNotFoundError:
+        sig = self._log_signature()
+        if sig is None:
             return set(), False, True
         if self._summary is not None and self._summary[0] == sig:
             return self._summary[1]
-        self._summary = (sig, self._read_summary(cache, sig))
+        self._summary = (sig, self._read_summary(sig))
         return self._summary[1]
 
-    def _read_summary(self, cache: Path, sig: str) -> tuple[set[str], bool, bool]:
+    def _log_signature(self) -> str | None:
         try:
-            kept = json.loads(cache.read_bytes())
+            stat = os.stat(self.ephemeral_path)
+        except FileNotFoundError:
+            return None
+        return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+
+    @property
+    def _summary_path(self) -> Path:
+        return self.index_path.with_suffix(".ephemeral.json")
+
+    def _kept_summary(self, sig: str) -> tuple[set[str], bool, bool] | None:
+        try:
+            kept = json.loads(self._summary_path.read_bytes())
             if kept.get("sig") == sig:
                 return set(kept["ids"]), bool(kept["edges"]), bool(kept["quiet"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
-        eph = self.ephemeral_fresh()
+        return None
+
+    def _keep_summary(self, sig: str, summary: tuple[set[str], bool, bool]) -> None:
+        ids, edges, quiet = summary
+        with contextlib.suppress(OSError):  # a summary that cannot be kept only costs speed
+            self._summary_path.parent.mkdir(parents=True, exist_ok=True)
+            body = json.dumps({"sig": sig, "ids": sorted(ids), "edges": edges, "quiet": quiet})
+            fsutil.atomic_write_bytes(self._summary_path, body.encode("utf-8"))
+        self._summary = (sig, summary)
+
+    @staticmethod
+    def _summarise(records: Iterable[dict]) -> tuple[set[str], bool, bool]:
+        records = list(records)
         edges = any(dep.get("type") in ("parent-child", "waits-for")
-                    for record in eph.values() if not is_context(record)
+                    for record in records if not is_context(record)
                     for dep in record.get("dependencies") or ())
         quiet = all(dep.get("type") == "tracks"
-                    for record in eph.values() for dep in record.get("dependencies") or ())
-        if not self.ephemeral_path.exists():
-            return set(eph), edges, quiet
-        stat_after = os.stat(self.ephemeral_path)
-        if f"{stat_after.st_ino}:{stat_after.st_size}:{stat_after.st_mtime_ns}" == sig:
-            with contextlib.suppress(OSError):  # a summary that cannot be kept only costs speed
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                body = json.dumps({"sig": sig, "ids": sorted(eph), "edges": edges, "quiet": quiet})
-                fsutil.atomic_write_bytes(cache, body.encode("utf-8"))
-        return set(eph), edges, quiet
+                    for record in records for dep in record.get("dependencies") or ())
+        return {record["id"] for record in records}, edges, quiet
+
+    def _read_summary(self, sig: str) -> tuple[set[str], bool, bool]:
+        kept = self._kept_summary(sig)
+        if kept is not None:
+            return kept
+        summary = self._summarise(self.ephemeral_fresh().values())
+        if self._log_signature() == sig:
+            self._keep_summary(sig, summary)
+        return summary
+
+    def _extend_summary(self, before: str | None, records: list[dict]) -> None:
+        """After an append under the rig lock: bring a summary of the log as it was up to date.
+
+        Appenders know what they wrote, so the next reader need not parse the
+        whole log to learn it.  The result may only err on the safe side: an
+        edge once in the log still counts after a later version drops it,
+        which sends readers down the exact (slower) path, never a wrong one.
+        """
+        if before is None:
+            return
+        summary = self._summary[1] if self._summary is not None and self._summary[0] == before else None
+        summary = summary or self._kept_summary(before)
+        after = self._log_signature()
+        if summary is None or after is None:
+            return
+        ids, edges, quiet = self._summarise(records)
+        self._keep_summary(after, (summary[0] | ids, summary[1] or edges, summary[2] and quiet))
 
     def ready_raw(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready items in beads order."""
@@ -316,20 +355,22 @@ class RigStore:
         """
         if not records:
             return
-        data = "".join(line_text(r) + "\n" for r in records).encode("utf-8")
         with fsutil.file_lock(self.lock_path):
-            self._append_locked(data)
+            self._append_locked(records)
         self._log_stale = True
 
-    def _append_locked(self, data: bytes) -> None:
+    def _append_locked(self, records: list[dict]) -> None:
+        data = "".join(line_text(r) + "\n" for r in records).encode("utf-8")
         self._mend_torn_tail()
         self.ephemeral_path.parent.mkdir(parents=True, exist_ok=True)
+        before = self._log_signature()
         fd = os.open(self.ephemeral_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if os.write(fd, data) != len(data):  # pragma: no cover - only on a full disk
                 raise OSError(f"short write to {self.ephemeral_path}")
         finally:
             os.close(fd)
+        self._extend_summary(before, records)
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
@@ -365,7 +406,7 @@ class RigStore:
                 if updated is not None:
                     written[record_id] = updated
             if written:
-                self._append_locked("".join(line_text(r) + "\n" for r in written.values()).encode("utf-8"))
+                self._append_locked(list(written.values()))
                 self._log_stale = True
         return written
 
