@@ -95,7 +95,8 @@ def measure(argv: list[str], cwd: Path, env: dict, limit: float | None = None) -
         if limit is not None and elapsed >= limit and os.WIFSIGNALED(status):
             if proc.stderr:
                 proc.stderr.close()
-            raise TimedOut(f"could not finish in {limit / 60:g} minutes (killed after {limit:.0f} s)")
+            spelt = f"{limit / 60:g} minutes" if limit >= 60 else f"{limit:g} s"
+            raise TimedOut(f"could not finish in {spelt} (killed)")
         err = proc.stderr.read() if proc.stderr else b""
         if proc.stderr:
             proc.stderr.close()

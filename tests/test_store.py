@@ -586,3 +586,29 @@ def test_an_append_keeps_the_log_summary_current_so_readers_need_not_parse_the_l
     assert summary == ({"al-wisp-a", "al-wisp-b", "al-wisp-c"}, True, False)
     assert (set(kept["ids"]), kept["edges"], kept["quiet"]) == summary
     assert not store_of(town_dir).index_is_exact()
+
+
+def test_ready_groups_count_deferred_candidates_by_the_clock(town_dir, rig):
+    """Kept counts for undeferred candidates plus a live count of deferred ones: the same as counting all."""
+    def pc(child: str, parent: str) -> list[dict]:
+        return [{"issue_id": child, "depends_on_id": parent, "type": "parent-child"}]
+
+    write_lines(issues_path(town_dir), [json.dumps(r) for r in [
+        record("al-1", priority=1),
+        record("al-2", priority=1, defer_until="2030-01-01T00:00:00Z"),
+        record("al-3", priority=1, defer_until="2020-01-01T00:00:00Z", metadata={"estimated_tokens": 900}),
+        record("al-ep", issue_type="epic", defer_until="2030-06-01T00:00:00Z"),
+        record("al-4", priority=3, dependencies=pc("al-4", "al-ep")),
+        record("al-5", priority=3, status="closed"),
+    ]])
+    index = store_of(town_dir).index
+    facts = {i: (p, t) for i, p, t in index.conn().execute("SELECT id, priority, tokens FROM items")}
+    for year in (2025, 2030.3, 2031):
+        now = (year - 1970) * 365.25 * 86400
+        expected: dict[tuple[int, int], int] = {}
+        for row in index.ready_rows(now):
+            expected[facts[row[2]]] = expected.get(facts[row[2]], 0) + 1
+        assert {(p, t): n for p, t, n in index.ready_groups(now)} == expected
+        assert index.ready_count(now) == len(index.ready_rows(now))
+    assert index.ready_count((2025 - 1970) * 365.25 * 86400) == 2  # al-1 and al-3
+    assert index.ready_count((2031 - 1970) * 365.25 * 86400) == 5  # al-2, the epic and its child too

@@ -37,7 +37,7 @@ from sluice.core.items import effective_tokens, labels_of, to_node
 from sluice.core.readiness import Node
 from sluice.errors import StoreCorrupt
 
-SCHEMA_VERSION = "10"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "11"  # raised whenever a rebuild would store, or refuse, something different
 log = logging.getLogger("sluice")
 
 _SCHEMA = """
@@ -64,8 +64,17 @@ INSERT INTO ready_order (priority, created_ts, id, defer_ts, parent_defer_ts, ra
 SELECT priority, created_ts, id, defer_ts, parent_defer_ts, raw FROM items
 WHERE candidate = 1 ORDER BY priority, created_ts DESC, id
 """
+# Candidates that no deferral holds back stay ready whatever the clock says, so their counts per
+# (priority, tokens) are kept once; only the few deferred candidates are counted at query time.
+_UNDEFERRED_GROUPS = """
+CREATE TABLE undeferred_groups AS SELECT priority, tokens, count(*) AS n FROM items
+WHERE candidate = 1 AND defer_ts IS NULL AND parent_defer_ts IS NULL GROUP BY priority, tokens
+"""
+_DEFERRED = "(defer_ts IS NOT NULL OR parent_defer_ts IS NOT NULL)"  # the partial index's condition, verbatim
 # Built after the rows are in: one sorted pass instead of maintaining the index per insert.
-_INDEXES = """
+_INDEXES = f"""
+CREATE INDEX items_deferred ON items (candidate, priority, tokens, defer_ts, parent_defer_ts)
+WHERE {_DEFERRED};
 CREATE INDEX items_blocked ON items (blocked, priority, created_ts DESC, id);
 CREATE INDEX items_kind ON items (issue_type, status);
 CREATE INDEX items_rank ON items (
@@ -225,6 +234,7 @@ class DurableIndex:
             nodes = self._insert_rows(conn)
             self._settle(conn, nodes)
             conn.execute(_READY_ORDER)
+            conn.execute(_UNDEFERRED_GROUPS)
             conn.executescript(_INDEXES)
             warnings = json.dumps(self._warnings_to_keep())
             conn.executemany(
@@ -437,8 +447,7 @@ class DurableIndex:
     # items_rank covers every column these touch.
 
     def ready_count(self, now_ts: float) -> int:
-        sql = f"SELECT count(*) FROM items WHERE {_READY}"
-        return self.conn().execute(sql, (now_ts, now_ts)).fetchone()[0]
+        return sum(n for _priority, _tokens, n in self.ready_groups(now_ts))
 
     def ready_groups(self, now_ts: float) -> list[tuple[int, int, int]]:
         """(priority, tokens, count) of the ready rows.
@@ -459,7 +468,13 @@ class DurableIndex:
                 self._kept["ready_groups"] = (since, until, groups)
             if since <= now_ts and (now_ts == since or now_ts < until):
                 return list(groups)
-        sql = f"SELECT priority, tokens, count(*) FROM items WHERE {_READY} GROUP BY priority, tokens"
+        # The kept counts of undeferred candidates plus the deferred ones ready now (a partial index):
+        # counting every candidate of a 100,000-item rig took about 10 ms, per rig and per command.
+        sql = (
+            "SELECT priority, tokens, sum(n) FROM (SELECT priority, tokens, n FROM undeferred_groups"
+            f" UNION ALL SELECT priority, tokens, count(*) FROM items WHERE {_DEFERRED} AND {_READY}"
+            " GROUP BY priority, tokens) GROUP BY priority, tokens"
+        )
         groups = conn.execute(sql, (now_ts, now_ts)).fetchall()
         self._kept["ready_groups"] = (now_ts, None, groups)
         return list(groups)
