@@ -103,19 +103,29 @@ def hot_reads(work: Path, items: int, runs: int) -> list[str]:
     subprocess.run([*sluice, "rig", "add", "bench", str(repo), "--prefix", "bn", "--items", str(export)],
                    check=True, env=env, capture_output=True)
     cold = measure([*sluice, "item", "ready", "--json"], env)
-    some = json.loads(subprocess.run([*sluice, "item", "ready", "--json", "--limit", "1"], env=env,
-                                     capture_output=True, text=True, check=True).stdout)[0]["id"]
+    ready = [row["id"] for row in json.loads(subprocess.run(
+        [*sluice, "item", "ready", "--json", "--limit", "101"], env=env, capture_output=True, text=True,
+        check=True).stdout)]
+    some = ready[0]
+    # A deferred queue of 100 contexts, as a working town has: status, list and explain read them.
+    subprocess.run([*sluice, "config", "set", "scheduler.max_polecats", "4"], env=env, check=True,
+                   capture_output=True)
+    subprocess.run([*sluice, "sling", *ready[1:], "bench"], env=env, check=True, capture_output=True)
     commands = {
         "`--version`": [*sluice, "--version"],
         "`item ready --json` (100 rows)": [*sluice, "item", "ready", "--json"],
         "`item ready --limit 0 --json` (every ready row)": [*sluice, "item", "ready", "--limit", "0", "--json"],
         "`item blocked --json`": [*sluice, "item", "blocked", "--json"],
         f"`item show {some} --json`": [*sluice, "item", "show", some, "--json"],
-        "`schedule next --limit 5 --json` (typer path)": [*sluice, "schedule", "next", "--limit", "5", "--json"],
-        "`scheduler status --json` (typer path)": [*sluice, "scheduler", "status", "--json"],
-        "`scheduler list --json` (typer path)": [*sluice, "scheduler", "list", "--json"],
+        "`schedule next --limit 5 --json` (records 5 decisions)": [*sluice, "schedule", "next", "--limit", "5",
+                                                                     "--json"],
+        "`scheduler status --json` (100 queued)": [*sluice, "scheduler", "status", "--json"],
+        "`scheduler list --json` (100 queued)": [*sluice, "scheduler", "list", "--json"],
+        f"`scheduler explain {ready[1]} --json`": [*sluice, "scheduler", "explain", ready[1], "--json"],
+        "`hooks report --rig bench` (what each git hook runs)": [*sluice, "hooks", "report", "--rig", "bench"],
     }
-    subprocess.run(commands["`schedule next --limit 5 --json` (typer path)"], env=env, capture_output=True)
+    for argv in commands.values():  # once each: the caches every later call reads are in place
+        subprocess.run(argv, env=env, capture_output=True)
     found = rounds(commands, env, runs)
     lines = [f"### Hot reads on a {items:,}-item rig (median of {runs} alternating runs)", "",
              "| command | wall s | cpu s | peak MiB |", "|---|---|---|---|",
@@ -215,6 +225,9 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="sluice-run-all-"))
     work.mkdir(parents=True, exist_ok=True)
+    # Start-up is measured as an installed wheel runs: with sluice's bytecode compiled.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(HERE.parent / "src" / "sluice")], check=False,
+                   capture_output=True)
     load_before = os.getloadavg()
     try:
         sections = []
