@@ -222,3 +222,19 @@ def test_a_deferral_that_ends_between_calls_frees_its_item(cli: Cli, rig: str):
         same_as_cli(cli, answer)
 
     live(cli.town, script)
+
+
+def test_concurrent_calls_share_the_kept_town(cli: Cli, rig: str):
+    """The SDK runs tools on worker threads: calls sent together all answer, and answer alike."""
+    for n in range(3):
+        cli.run("item", "create", rig, "--title", f"item {n}", "--priority", str(n))
+
+    async def script(call: Call):
+        answers = await asyncio.gather(*(call(*NEXT) for _ in range(8)),
+                                       *(call("sluice_schedule_status", {}) for _ in range(4)))
+        nexts, statuses = answers[:8], answers[8:]
+        assert all(ids(a) == ids(nexts[0]) and len(a) == 3 for a in nexts)
+        assert all(s["ready_count"] == 3 for s in statuses)
+        same_as_cli(cli, nexts[0])
+
+    live(cli.town, script)
