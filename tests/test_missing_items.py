@@ -127,3 +127,33 @@ def test_a_torn_tail_is_warned_about_every_time_the_index_is_used(cli, export):
     for _ in range(3):
         done = cli.run("item", "ready")
         assert done.stderr.count("ignoring a torn last line") == 1, done.stderr
+
+
+def test_marking_and_forgetting_missing_items_is_one_write_per_rig(cli, export, monkeypatch):
+    """A whole queue going missing (or coming back) costs one lock, read and append, not one per context."""
+    from sluice.store.rigstore import RigStore
+
+    batches: list[list[str]] = []
+    original = RigStore.update_ephemeral_many
+
+    def counted(self, changes):
+        written = original(self, changes)
+        if written:
+            batches.append(sorted(written))
+        return written
+
+    monkeypatch.setattr(RigStore, "update_ephemeral_many", counted)
+    kept = export.read_bytes()
+    configure(cli.town, "scheduler.missing_grace", "1h")
+    export.write_bytes(b"")
+    cli.json("scheduler", "run", "--dry-run")
+    assert batches == []  # a dry run writes nothing
+    cli.json("scheduler", "run")
+    ids = sorted(c["id"] for c in open_contexts(cli.town, "ext"))
+    assert batches == [ids]
+    assert all(fields(c)["missing_since"] for c in open_contexts(cli.town, "ext"))
+    export.write_bytes(kept)
+    batches.clear()
+    cli.json("scheduler", "run")
+    assert batches == [ids]
+    assert not any(fields(c).get("missing_since") for c in open_contexts(cli.town, "ext"))

@@ -279,19 +279,27 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
 
     Also keeps the missing-item clock: a held context gets ``missing_since``
     (the first time only), a context whose item came back loses it.
-    Closes are grouped by rig: one lock, one read and one append per rig.
+    Each kind of write is grouped by rig: one lock, one read and one append per rig.
     """
     stamp = iso()
+    unmarked: dict[str, list] = {}
     for held in view.held:
         if held.since is None:
-            updated = ctxs.mark_missing(stores.rig(held.context.rig), held.context.id, stamp)
+            unmarked.setdefault(held.context.rig, []).append(held)
+    grace = town.config.scheduler.seconds("missing_grace")
+    for rig_name, group in unmarked.items():
+        marked = ctxs.mark_missing(stores.rig(rig_name), [h.context.id for h in group], stamp)
+        for held in group:
+            updated = marked.get(held.context.id)
             if updated is not None and updated.fields is not None:
                 held.since = updated.fields.missing_since
-                grace = town.config.scheduler.seconds("missing_grace")
                 since = parse_ts(held.since)
                 held.closes_at = since + grace if since is not None else None
+    back: dict[str, list[str]] = {}
     for context in view.reappeared:
-        ctxs.clear_missing(stores.rig(context.rig), context.id)
+        back.setdefault(context.rig, []).append(context.id)
+    for rig_name, ids in back.items():
+        ctxs.clear_missing(stores.rig(rig_name), ids)
     closes: dict[str, list[tuple[str, str, dict | None]]] = {}
     rows: dict[str, dict] = {}
     for stale in view.stale:

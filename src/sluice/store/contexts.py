@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso, new_id
 from sluice.core.items import CONTEXT_LABEL, DEFAULT_PRIORITY, dependency, is_context, priority_of
 from sluice.core.records import SlingContextFields
-from sluice.errors import UnknownItem
 from sluice.store import events, fsutil
 
 if TYPE_CHECKING:
@@ -246,11 +245,11 @@ def close_many(town, store: RigStore, closes: Iterable[tuple[str, str, dict | No
     return list(written)
 
 
-def update_fields(
-    store: RigStore, context_id: str, change: Callable[[SlingContextFields], SlingContextFields | None]
-) -> Context | None:
-    """Rewrite an open context's fields; None when it is closed, gone or unparseable."""
-    result: list[Context] = []
+FieldsChange = Callable[[SlingContextFields], SlingContextFields | None]
+
+
+def _on_fields(change: FieldsChange) -> Callable[[dict], dict | None]:
+    """A change of an open context's record made from a change of its fields."""
 
     def apply(record: dict) -> dict | None:
         if record.get("status") in DONE_STATUSES:
@@ -263,14 +262,20 @@ def update_fields(
             return None
         record["description"] = updated.to_description()
         record["updated_at"] = iso()
-        result.append(parse(store.rig.name, record))
         return record
 
-    try:
-        store.update_ephemeral(context_id, apply)
-    except UnknownItem:
-        return None
-    return result[0] if result else None
+    return apply
+
+
+def update_fields(store: RigStore, context_id: str, change: FieldsChange) -> Context | None:
+    """Rewrite an open context's fields; None when it is closed, gone, unparseable or unchanged."""
+    return update_fields_many(store, {context_id: change}).get(context_id)
+
+
+def update_fields_many(store: RigStore, changes: dict[str, FieldsChange]) -> dict[str, Context]:
+    """:func:`update_fields` for many contexts of one rig: one lock, one read, one append."""
+    written = store.update_ephemeral_many({cid: _on_fields(change) for cid, change in changes.items()})
+    return {cid: parse(store.rig.name, record) for cid, record in written.items()}
 
 
 def mark_launch(store: RigStore, context_id: str) -> Context | None:
@@ -293,8 +298,8 @@ def clear_launch(store: RigStore, context_id: str) -> Context | None:
     return update_fields(store, context_id, change)
 
 
-def mark_missing(store: RigStore, context_id: str, stamp: str) -> Context | None:
-    """Record when the context's item was first found missing; an earlier record is kept."""
+def mark_missing(store: RigStore, context_ids: Iterable[str], stamp: str) -> dict[str, Context]:
+    """Record when each context's item was first found missing; an earlier record is kept."""
 
     def change(fields: SlingContextFields) -> SlingContextFields | None:
         if fields.missing_since and order_key(fields.missing_since)[0] != "~":
@@ -302,11 +307,11 @@ def mark_missing(store: RigStore, context_id: str, stamp: str) -> Context | None
         fields.missing_since = stamp
         return fields
 
-    return update_fields(store, context_id, change)
+    return update_fields_many(store, dict.fromkeys(context_ids, change))
 
 
-def clear_missing(store: RigStore, context_id: str) -> Context | None:
-    """The item is back: forget when it went missing, so a later loss starts a fresh grace period."""
+def clear_missing(store: RigStore, context_ids: Iterable[str]) -> dict[str, Context]:
+    """The items are back: forget when they went missing, so a later loss starts a fresh grace period."""
 
     def change(fields: SlingContextFields) -> SlingContextFields | None:
         if not fields.missing_since:
@@ -314,7 +319,7 @@ def clear_missing(store: RigStore, context_id: str) -> Context | None:
         fields.missing_since = ""
         return fields
 
-    return update_fields(store, context_id, change)
+    return update_fields_many(store, dict.fromkeys(context_ids, change))
 
 
 def record_failure(store: RigStore, context_id: str, error: str) -> Context | None:
