@@ -326,8 +326,11 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
         if "polecat_id" in row:
             report.messages.append(f"{row['item_id']}: an interrupted launch had started polecat"
                                    f" {row['polecat_id']}; context closed")
+    relaunch: dict[str, list[str]] = {}
     for context in view.relaunch:
-        ctxs.clear_launch(stores.rig(context.rig), context.id)
+        relaunch.setdefault(context.rig, []).append(context.id)
+    for rig_name, ids in relaunch.items():
+        ctxs.clear_launch(stores.rig(rig_name), ids)
 
 
 class Launcher:
@@ -373,7 +376,7 @@ class Launcher:
             polecat = self.executor.launch(request)
         except ExecutorUnavailable:
             if context is not None:
-                ctxs.clear_launch(store, context.id)
+                ctxs.clear_launch(store, [context.id])
             raise
         except ExecutorError as err:
             self._failed(work, store, f"launch failed: {err}")

@@ -288,14 +288,16 @@ def mark_launch(store: RigStore, context_id: str) -> Context | None:
     return update_fields(store, context_id, change)
 
 
-def clear_launch(store: RigStore, context_id: str) -> Context | None:
+def clear_launch(store: RigStore, context_ids: Iterable[str]) -> dict[str, Context]:
+    """Drop the launch intents of contexts whose launch never happened (one write for all)."""
+
     def change(fields: SlingContextFields) -> SlingContextFields | None:
         if not fields.launch_started_at:
             return None
         fields.launch_started_at = ""
         return fields
 
-    return update_fields(store, context_id, change)
+    return update_fields_many(store, dict.fromkeys(context_ids, change))
 
 
 def mark_missing(store: RigStore, context_ids: Iterable[str], stamp: str) -> dict[str, Context]:
