@@ -117,7 +117,7 @@ def report(found: dict, items: str) -> list[str]:
     runs, calls = found["runs"], found["calls"]
     return [
         f"### MCP server: `sluice_schedule_next` (limit 5, preview) over stdio on {items}"
-        f" ({runs} fresh servers, median of all their calls)",
+        f" ({runs} fresh server{'s' if runs != 1 else ''}, median of all the calls)",
         "",
         "| call | latency ms |",
         "|---|---|",
