@@ -221,3 +221,33 @@ def test_the_demo_worker_closes_its_own_item(cli, setup):
     shown = cli.json("item", "show", "al-demo")
     assert shown["status"] == "closed" and shown["close_reason"] == "done"
     assert "closed al-demo" in "\n".join(demo.logs(polecat.id))
+
+
+def test_a_launcher_killed_before_recording_the_pid_leaves_a_polecat_still_found_and_stoppable(setup,
+                                                                                                monkeypatch):
+    """The watcher's `.started` file completes the record, so the context is never launched twice."""
+    town, executor, repo = setup
+    writes: list[dict] = []
+    real_write = LocalExecutor._write
+
+    def dies_after_the_intent(self, record):
+        if writes:
+            raise SystemExit("killed")  # the launcher dies after the watcher started the polecat
+        writes.append(record)
+        real_write(self, record)
+
+    monkeypatch.setattr(LocalExecutor, "_write", dies_after_the_intent)
+    with pytest.raises(SystemExit):
+        executor.launch(request(town, repo, "import time; time.sleep(30)", context_id="al-wisp-7"))
+    monkeypatch.undo()
+    record = json.loads((town.workers_dir / f"{writes[0]['id']}.json").read_text())
+    assert record["state"] == "pending" and "pid" not in record  # as the dead launcher left it
+    later = LocalExecutor(Town(town.root), stop_grace=1)  # the next cycle's view
+    found = later.find("al-wisp-7")
+    assert found.state == "running" and found.pid and pid_alive(found.pid, proc_start_time(found.pid))
+    assert [p.id for p in later.active()] == [found.id]
+    assert later.stop(found.id)
+    wait_for(lambda: later.get(found.id).state in ("exited", "failed", "stopped"))
+    [reaped] = later.reap()
+    assert reaped.id == found.id and reaped.detail["exit_code"] == -signal.SIGTERM
+    assert not list(town.workers_dir.glob(f"{found.id}.*[!g]"))  # .json, .exit, .started gone; the log stays

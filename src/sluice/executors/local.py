@@ -143,7 +143,7 @@ class LocalExecutor:
             # other executors keep their records in the same directory
             mine = isinstance(record, dict) and record.get("executor", self.kind) == self.kind
             if mine and record.get("id"):
-                out.append(record)
+                out.append(self._adopted(record))
         out.sort(key=lambda r: (r.get("started_at", ""), r["id"]))
         return out
 
@@ -221,7 +221,8 @@ class LocalExecutor:
         self._write(record)  # intent first: a crash from here on is found by find()
         env = {**os.environ, **sluice_env}
         try:
-            pid, watcher = _start_watched(list(request.argv), cwd, env, log_path, self._exit_path(polecat_id))
+            pid, watcher = _start_watched(list(request.argv), cwd, env, log_path, self._exit_path(polecat_id),
+                                          self._started_path(polecat_id))
         except (OSError, ValueError) as err:
             reason = _launch_error(request.argv[0], err)
             with open(log_path, "a", encoding="utf-8") as log:
@@ -235,6 +236,27 @@ class LocalExecutor:
 
     def _exit_path(self, polecat_id: str) -> Path:
         return self.dir / f"{polecat_id}.exit"
+
+    def _started_path(self, polecat_id: str) -> Path:
+        return self.dir / f"{polecat_id}.started"
+
+    def _adopted(self, record: dict) -> dict:
+        """A record whose launcher died before writing the pid, completed from the watcher's file.
+
+        The watcher writes ``<id>.started`` before it reports to the launcher
+        (:mod:`sluice.executors.watch`), so such a polecat is still found,
+        watched, reaped and stoppable, and its context is settled as
+        dispatched rather than launched again.
+        """
+        if record.get("pid") is not None or not record.get("id"):
+            return record
+        try:
+            started = json.loads(self._started_path(record["id"]).read_text(encoding="utf-8"))
+            pid, watcher = int(started["pid"]), int(started["watcher_pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return record
+        return {**record, "state": "running", "pid": pid, "start_time": started.get("start_time"),
+                "watcher_pid": watcher, "watcher_start": started.get("watcher_start")}
 
     def _exit_code(self, record: dict) -> int | None:
         if record.get("exit_code") is not None:
@@ -286,7 +308,7 @@ class LocalExecutor:
     def get(self, polecat_id: str) -> Polecat | None:
         path = self._record_path(polecat_id)
         if path.is_file():
-            return self._polecat(json.loads(path.read_text(encoding="utf-8")))
+            return self._polecat(self._adopted(json.loads(path.read_text(encoding="utf-8"))))
         for record in reversed(self._finished()):
             if record.get("id") == polecat_id:
                 return self._polecat(record, record.get("state", "exited"))
@@ -296,7 +318,7 @@ class LocalExecutor:
         """SIGTERM the polecat's process group, SIGKILL it after the grace period."""
         path = self._record_path(polecat_id)
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = self._adopted(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             return False
         pid = record.get("pid")
@@ -366,6 +388,7 @@ class LocalExecutor:
                 fsutil.append_json(self.dir / FINISHED_LOG, record)
                 path.unlink()
                 self._exit_path(record["id"]).unlink(missing_ok=True)
+                self._started_path(record["id"]).unlink(missing_ok=True)
             reaped.append(self._polecat(record, state))
         return reaped
 
@@ -377,7 +400,8 @@ class LocalExecutor:
         return [self._polecat(record, record.get("state", "exited")) for record in self._finished()]
 
 
-def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path):
+def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path,
+                   started_path: Path):
     """Start ``argv`` under its watcher; (polecat pid, watcher process), or the OSError of the start."""
     for watcher in list(_watchers):
         if watcher.poll() is not None:
@@ -386,7 +410,8 @@ def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_p
     try:
         with open(log_path, "ab") as log:
             watcher = subprocess.Popen(
-                [sys.executable, "-I", WATCHER, str(exit_path), str(write_end), "--", *argv],
+                [sys.executable, "-I", WATCHER, str(exit_path), str(started_path), str(write_end), "--",
+                 *argv],
                 cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, pass_fds=(write_end,),
             )

@@ -9,7 +9,13 @@ pipe the launcher reads, waits, and writes ``{"exit_code": N}`` atomically
 to the file named by its first argument.  The exit code is what lets a
 polecat ask for a throttle by exiting with ``scheduler.throttle_exit_code``.
 
-Run as a script by path (``python -I watch.py EXIT_FILE PIPE_FD -- ARGV...``):
+Before it reports the pid, it writes ``STARTED_FILE`` (both pids and their
+start times): a launcher killed between starting the watcher and recording
+the pid leaves a polecat the executor still finds, watches and can stop, so
+the next cycle settles its context as dispatched instead of launching the
+item a second time.
+
+Run as a script by path (``python -I watch.py EXIT_FILE STARTED_FILE PIPE_FD -- ARGV...``):
 it imports only the standard library, so it starts fast and cannot be broken
 by the environment of the town.  The argv is executed directly, never through
 a shell.  Stopping the polecat signals only the polecat's session; the
@@ -24,8 +30,25 @@ import subprocess
 import sys
 
 
+def start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat``, as the executor reads it to tell a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return int(data[data.rfind(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_atomically(path: str, document: dict) -> None:
+    temp = f"{path}.tmp"
+    with open(temp, "w", encoding="utf-8") as fh:
+        json.dump(document, fh)
+    os.replace(temp, path)
+
+
 def main(argv: list[str]) -> int:
-    exit_file, fd_text, dashes, *command = argv
+    exit_file, started_file, fd_text, dashes, *command = argv
     if dashes != "--" or not command:
         return 2
     report = int(fd_text)
@@ -35,13 +58,12 @@ def main(argv: list[str]) -> int:
         os.write(report, f"E{err.errno or 0}".encode())
         os.close(report)
         return 127
+    write_atomically(started_file, {"pid": child.pid, "start_time": start_time(child.pid),
+                                    "watcher_pid": os.getpid(), "watcher_start": start_time(os.getpid())})
     os.write(report, f"P{child.pid}".encode())
     os.close(report)
     code = child.wait()
-    temp = f"{exit_file}.tmp"
-    with open(temp, "w", encoding="utf-8") as fh:
-        json.dump({"exit_code": code}, fh)
-    os.replace(temp, exit_file)
+    write_atomically(exit_file, {"exit_code": code})
     return 0
 
 
