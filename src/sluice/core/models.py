@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sluice.core.clock import format_duration, parse_duration
+from sluice.core.records import json_object
 from sluice.errors import ConfigError, UsageError
 
 
@@ -241,12 +242,7 @@ def get_config_value(config: TownConfig, key: str) -> Any:
 
 def load_model(model: type[BaseModel], path, text: str) -> BaseModel:
     """Parse ``text`` from ``path`` into ``model`` or raise a ConfigError naming the file."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
-        raise ConfigError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
+    data = json_object(path, text)
     try:
         return model.model_validate(data)
     except ValidationError as err:

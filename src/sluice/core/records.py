@@ -22,6 +22,19 @@ class RecordError(ValueError):
     """A field of a record has a value of the wrong type or range."""
 
 
+def json_object(path, text: str) -> dict[str, Any]:
+    """The JSON object in ``text`` read from ``path``, or a ConfigError naming the file."""
+    from sluice.errors import ConfigError
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
+        raise ConfigError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
 def _check(name: str, value: Any, kind: type, optional: bool = False) -> Any:
     if value is None and optional:
         return None

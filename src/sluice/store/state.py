@@ -13,13 +13,12 @@ one is a :class:`~sluice.errors.ConfigError` naming the file.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
-from sluice.core.records import RecordError, SchedulerState
+from sluice.core.records import RecordError, SchedulerState, json_object
 from sluice.errors import ConfigError
 from sluice.store import fsutil
 
@@ -35,12 +34,7 @@ def load_state(town: Town) -> SchedulerState:
         return SchedulerState()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read the scheduler state ({err})") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
-        raise ConfigError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
+    data = json_object(path, text)
     try:
         return SchedulerState.from_dict(data)
     except RecordError as err:
