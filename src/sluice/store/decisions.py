@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import random_id
 from sluice.errors import StoreCorrupt
 from sluice.store import fsutil
+from sluice.store.jsonlog import json_object_at, tail_objects
 
 if TYPE_CHECKING:
     from sluice.store.town import Rig, Town
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 COUNTS_VERSION = 1
 #: Bytes before the counted offset kept in the cache to notice a rewritten log.
 _GUARD = 64
-_BLOCK = 64 * 1024
 
 
 def counts_cache_path(town: Town) -> Path:
@@ -109,57 +109,7 @@ def recent_decisions(town: Town, count: int) -> list[dict]:
 
     A torn last line (an append in progress or interrupted) is not there yet.
     """
-    if count <= 0:
-        return []
-    path = town.decisions_path
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return []
-    with fh:
-        start = fh.seek(0, os.SEEK_END)
-        data = b""
-        lines: list[tuple[int, bytes]] = []
-        while start > 0 and len(lines) < count:
-            step = min(_BLOCK, start)
-            start -= step
-            fh.seek(start)
-            data = fh.read(step) + data
-            lines = _complete_lines(data, start)
-    return [_parse_line(path, line, position) for position, line in reversed(lines[-count:])]
-
-
-def _complete_lines(data: bytes, start: int) -> list[tuple[int, bytes]]:
-    """(offset, text) of the whole, non-blank lines in ``data``, the log's tail from byte ``start``.
-
-    The first line is cut off unless ``data`` starts the file; bytes after the
-    last newline are a torn append.
-    """
-    body = data[: data.rfind(b"\n") + 1]
-    first = 0 if start == 0 else body.find(b"\n") + 1
-    out = []
-    position = start + first
-    for line in body[first:].split(b"\n")[:-1]:
-        if line.strip():
-            out.append((position, line))
-        position += len(line) + 1
-    return out
-
-
-def _parse_line(path: Path, line: bytes, position: int) -> dict:
-    try:
-        record = json.loads(line)
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, RecursionError) as err:
-        raise StoreCorrupt(path, _line_number(path, position), f"malformed decision ({err})") from None
-    return record
-
-
-def _line_number(path: Path, position: int) -> int:
-    """1-based number of the line starting at byte ``position`` (error path only: reads the prefix)."""
-    with open(path, "rb") as fh:
-        return fh.read(position).count(b"\n") + 1
+    return list(reversed(tail_objects(town.decisions_path, count, "decision")))
 
 
 # -- per-rig counts for fairness --------------------------------------------------
@@ -192,7 +142,7 @@ def decision_counts(town: Town, persist: bool = False) -> dict[str, int]:
     position = offset
     for line in data[:complete].split(b"\n")[:-1]:
         if line.strip():
-            record = _parse_line(path, line, position)
+            record = json_object_at(path, line, position, "decision")
             hints = record.get("dispatch_hints")
             rig = hints.get("project") if isinstance(hints, dict) else None
             if isinstance(rig, str) and rig.strip():

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.core.clock import iso, random_id
 from sluice.errors import StoreCorrupt
 from sluice.store import fsutil
+from sluice.store.jsonlog import tail_objects
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
@@ -114,7 +115,6 @@ def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
 
 
 
-_TAIL_BLOCK = 64 * 1024
 
 
 def recent_events(town: Town, count: int) -> list[dict]:
@@ -124,34 +124,4 @@ def recent_events(town: Town, count: int) -> list[dict]:
     torn last line (an append in progress) is not there yet; any other bad
     line is an error naming its line, as for :func:`read_events`.
     """
-    if count <= 0:
-        return []
-    path = town.events_path
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return []
-    with fh:
-        start = fh.seek(0, os.SEEK_END)
-        data = b""
-        while start > 0 and data.count(b"\n") <= count:
-            step = min(_TAIL_BLOCK, start)
-            start -= step
-            fh.seek(start)
-            data = fh.read(step) + data
-    body = data[: data.rfind(b"\n") + 1]  # bytes after the last newline: an append not finished yet
-    first = 0 if start == 0 else body.find(b"\n") + 1  # the first line is cut off mid-way
-    lines = body[first:].split(b"\n")[:-1]
-    out = []
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-            if not isinstance(event, dict):
-                raise ValueError("not a JSON object")
-        except (ValueError, RecursionError) as err:
-            number = path.read_bytes()[: start + first].count(b"\n") + index + 1
-            raise StoreCorrupt(path, number, f"malformed event ({err})") from None
-        out.append(event)
-    return out[-count:]
+    return tail_objects(town.events_path, count, "event")

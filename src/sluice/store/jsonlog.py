@@ -136,3 +136,69 @@ def line_text(record: dict) -> str:
 
 def _short(err: Exception) -> str:
     return str(err).split(": line")[0]
+
+
+# -- the end of a log ---------------------------------------------------------------
+
+TAIL_BLOCK = 64 * 1024
+
+
+def tail_objects(path: Path, count: int, kind: str) -> list[dict]:
+    """The last ``count`` JSON objects of a log, oldest first, reading only its end.
+
+    Status commands and live views read the newest events and decisions every
+    second, so they never parse the whole log.  A torn last line (an append
+    in progress) is not there yet; any other bad line is a StoreCorrupt
+    naming its line (``malformed <kind>``).
+    """
+    if count <= 0:
+        return []
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return []
+    with fh:
+        start = fh.seek(0, os.SEEK_END)
+        data = b""
+        lines: list[tuple[int, bytes]] = []
+        while start > 0 and len(lines) < count:
+            step = min(TAIL_BLOCK, start)
+            start -= step
+            fh.seek(start)
+            data = fh.read(step) + data
+            lines = complete_lines(data, start)
+    return [json_object_at(path, line, position, kind) for position, line in lines[-count:]]
+
+
+def complete_lines(data: bytes, start: int) -> list[tuple[int, bytes]]:
+    """(offset, text) of the whole, non-blank lines in ``data``, the log's tail from byte ``start``.
+
+    The first line is cut off unless ``data`` starts the file; bytes after the
+    last newline are a torn append.
+    """
+    body = data[: data.rfind(b"\n") + 1]
+    first = 0 if start == 0 else body.find(b"\n") + 1
+    out = []
+    position = start + first
+    for line in body[first:].split(b"\n")[:-1]:
+        if line.strip():
+            out.append((position, line))
+        position += len(line) + 1
+    return out
+
+
+def json_object_at(path: Path, line: bytes, position: int, kind: str) -> dict:
+    """The JSON object on the line at byte ``position``, or StoreCorrupt naming its line number."""
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, RecursionError) as err:
+        raise StoreCorrupt(path, _line_number(path, position), f"malformed {kind} ({err})") from None
+    return record
+
+
+def _line_number(path: Path, position: int) -> int:
+    """1-based number of the line starting at byte ``position`` (error path only: reads the prefix)."""
+    with open(path, "rb") as fh:
+        return fh.read(position).count(b"\n") + 1
