@@ -124,7 +124,8 @@ def million(work: Path, rigs: int, per_rig: int, contexts: int, runs: int) -> li
     peak = max(f[2] for f in [cold, slung, *idle.values(), *queued.values()])
     total = rigs * per_rig
     return [
-        f"### A {total:,}-item town ({rigs} rigs × {per_rig:,}, each over its own git repository; median of {runs} alternating runs)",
+        f"### A {total:,}-item town ({rigs} rig{'s' * (rigs != 1)} × {per_rig:,}, each over its own git repository;"
+        f" median of {runs} alternating runs)",
         "",
         ("The town was reused from an earlier run." if reused else
          f"Generating the exports and adding the rigs took {made:.0f} s (not part of any figure)."),
