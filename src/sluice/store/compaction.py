@@ -23,7 +23,6 @@ Safety, in order:
 
 from __future__ import annotations
 
-import gzip
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -92,6 +91,8 @@ def _remove_leftovers(store: RigStore) -> None:
 
 
 def _append_archive(path, lines: list[str]) -> None:
+    import gzip  # here: a compaction is rare, and every command imports this module
+
     member = gzip.compress("".join(lines).encode("utf-8"), mtime=0)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -135,6 +136,8 @@ def read_archive(store: RigStore) -> list[dict]:
 
     path = store.ephemeral_path.parent / ARCHIVE_NAME
     try:
+        import gzip
+
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]
     except FileNotFoundError:
