@@ -234,7 +234,7 @@ def test_results_are_the_cli_json_documents(tmp_path, no_processes):
 
 
 def test_a_busy_lock_is_a_sluice_error_naming_the_lock(town):
-    """``filelock.Timeout`` never escapes: every lock sluice takes raises LockBusy."""
+    """A busy lock is never a bare timeout: every lock sluice takes raises LockBusy."""
     import threading
 
     from sluice.errors import LockBusy

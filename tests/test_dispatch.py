@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 from helpers.scheduler import (
     configure,
@@ -380,8 +379,9 @@ def test_no_executor_command_is_a_config_error_and_counts_nothing(cli, town):
 
 
 def test_a_busy_dispatch_lock(cli, town):
-    lock = FileLock(str(town / ".sluice" / "runtime" / "dispatch.lock"))
-    with lock:
+    from sluice.store.fsutil import file_lock
+
+    with file_lock(town / ".sluice" / "runtime" / "dispatch.lock"):
         done = cli.run("scheduler", "run", check=False)
         assert done.returncode == 1 and "dispatch already in progress" in done.stderr
         quiet = cli.run("scheduler", "run", "--json", env={"SLUICE_DAEMON": "1"})

@@ -612,3 +612,41 @@ def test_ready_groups_count_deferred_candidates_by_the_clock(town_dir, rig):
         assert index.ready_count(now) == len(index.ready_rows(now))
     assert index.ready_count((2025 - 1970) * 365.25 * 86400) == 2  # al-1 and al-3
     assert index.ready_count((2031 - 1970) * 365.25 * 86400) == 5  # al-2, the epic and its child too
+
+
+def test_a_file_lock_waits_times_out_and_dies_with_its_holder(tmp_path):
+    """Two holders never overlap; a busy lock is LockBusy after its timeout; kill -9 frees it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from sluice.errors import LockBusy
+    from sluice.store.fsutil import file_lock
+
+    path = tmp_path / "runtime" / "x.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom sluice.store.fsutil import file_lock\n"
+        f"with file_lock({str(path)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        began = time.monotonic()
+        with pytest.raises(LockBusy, match=r"x\.lock"), file_lock(path, timeout=0.3):
+            pass
+        assert time.monotonic() - began >= 0.3
+        with pytest.raises(LockBusy), file_lock(path, timeout=0):
+            pass
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        with file_lock(path, timeout=5) as lock:  # the kernel dropped the dead holder's lock
+            assert lock.is_locked
+            with pytest.raises(LockBusy), file_lock(path, timeout=0):  # another lock in this process
+                pass
+            with pytest.raises(RuntimeError, match="already held"):
+                lock.acquire()
+        assert not lock.is_locked
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

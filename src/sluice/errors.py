@@ -74,8 +74,8 @@ class DispatchBusy(SluiceError):
 class LockBusy(SluiceError):
     """A lock stayed busy past its timeout: another sluice call is holding it.
 
-    Raised instead of ``filelock.Timeout`` wherever the library takes a lock,
-    so a caller needs to catch only :class:`SluiceError`.
+    Raised wherever the library waits for a lock too long, so a caller needs
+    to catch only :class:`SluiceError`.
     """
 
     def __init__(self, lock_file: str):

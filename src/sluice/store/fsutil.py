@@ -122,35 +122,69 @@ def mend_torn_tail(path: Path) -> None:
             fh.write(b"\n")
 
 
-_LOCK_TYPE: list[type] = []
+class FileLock:
+    """An exclusive ``flock`` on a lock file, held while in a ``with`` block.
 
-
-def _lock_type() -> type:
-    """``filelock.FileLock`` whose timeout is a :class:`~sluice.errors.LockBusy`.
-
-    Every lock sluice takes is one of these, so a busy lock reaches a caller
-    as a ``SluiceError`` like every other refusal, naming the lock file.
-    Made on the first lock: read-only commands take none, and importing
-    filelock costs them start-up time.
+    Every lock sluice takes is one of these.  Waiting is polling with a short
+    sleep, so a lock never blocks past ``timeout`` seconds (0: try once;
+    negative: wait for ever); a lock still busy then is a
+    :class:`~sluice.errors.LockBusy` naming the file, a ``SluiceError`` like
+    every other refusal.  ``flock`` belongs to the open file, so the kernel
+    drops it when its holder dies (``kill -9`` included), and two locks on one
+    path conflict even inside one process (one per thread, or a test holding
+    the lock of a command it runs).  A lock object is not re-entrant.
     """
-    if not _LOCK_TYPE:
-        from filelock import FileLock, Timeout
 
-        class Lock(FileLock):
-            def acquire(self, *args: Any, **kwargs: Any):
+    POLL = 0.05
+
+    def __init__(self, path: str, timeout: float = 30.0):
+        self.lock_file = path
+        self.timeout = timeout
+        self._fd: int | None = None
+
+    def acquire(self) -> FileLock:
+        import fcntl
+        import time
+
+        if self._fd is not None:
+            raise RuntimeError(f"{self.lock_file} is already held by this lock")
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
                 try:
-                    return super().acquire(*args, **kwargs)
-                except Timeout:
-                    raise LockBusy(self.lock_file) from None
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if self.timeout >= 0 and time.monotonic() >= deadline:
+                        raise LockBusy(self.lock_file) from None
+                    time.sleep(self.POLL)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
 
-        _LOCK_TYPE.append(Lock)
-    return _LOCK_TYPE[0]
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor of the open file drops its flock
+
+    @property
+    def is_locked(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> FileLock:
+        return self.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
 
 
-def file_lock(path: Path, timeout: float = 30.0):
+def file_lock(path: Path, timeout: float = 30.0) -> FileLock:
     """A lock on ``path`` (``with file_lock(p): ...``); LockBusy after ``timeout`` seconds."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return _lock_type()(str(path), timeout=timeout)
+    return FileLock(str(path), timeout=timeout)
 
 
 def _fsync_dir(directory: Path) -> None:
