@@ -48,3 +48,17 @@ def test_bench_mcp_without_a_town_says_so(tmp_path: Path):
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "gave no decision" in done.stderr and "not a sluice town" in done.stderr
+
+
+def test_bench_million_builds_a_town_of_real_rigs_and_reports_every_command(tmp_path: Path):
+    """The million-item benchmark at a tiny size: every row is measured and the town is kept for reuse."""
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_million.py"), "--rigs", "2", "--per-rig", "300",
+            "--contexts", "20", "--runs", "1", "--work", str(tmp_path / "work")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "A 600-item town (2 rigs × 300" in done.stdout
+    for row in ("builds every rig's derived index", "`sling` of 20 ready items (10 per rig)",
+                "`scheduler run --dry-run --json`, 20 queued", "Peak memory of any command"):
+        assert row in done.stdout
+    assert (tmp_path / "work" / "repos" / "rig1" / ".git").is_dir()  # each rig over its own git repository
+    assert (tmp_path / "work" / "built").read_text() == "2x300"  # kept for the next run to reuse
