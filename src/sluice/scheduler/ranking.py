@@ -143,10 +143,12 @@ def rank_work(
     aging = float(getattr(policy, "aging", 0.0) or 0.0) > 0
     now = time.time() if now is None else now
     # Every item's parent chain in a few batched queries, not one query per parent.
-    signals.graphs.prefetch(p for p in (parent_of_record(w.item) for w in work) if p is not None)
+    parents = [parent_of_record(w.item) for w in work]
+    signals.graphs.prefetch(p for p in parents if p is not None)
     candidates = []
     for position, w in enumerate(work):
-        w.graph_id = signals.graphs.of_record(w.item)
+        # Graphs.of_record, with the parent already found
+        w.graph_id = signals.graphs.of(w.item["id"], w.item.get("issue_type") or "task", parents[position])
         w.tokens = effective_tokens(w.item)
         priority, order = item_priority(w.item), order_text(w.order)
         age = _age_hours(order, now) if aging and w.context_id else 0.0
