@@ -64,12 +64,15 @@ class _Record:
         if missing:
             raise RecordError(f"{', '.join(missing)}: required")
         known, extra = {}, {}
+        kinds = cls._kinds
         for key, value in data.items():
-            if key in cls._kinds:
-                kind, optional = cls._kinds[key]
-                known[key] = _check(key, value, kind, optional)
-            else:
+            spec = kinds.get(key)
+            if spec is None:
                 extra[key] = value
+            elif type(value) is spec[0]:  # the common case, checked at the cost of one comparison
+                known[key] = value
+            else:
+                known[key] = _check(key, value, *spec)
         record = cls(**known, extra=extra)
         record._validate()
         return record

@@ -46,6 +46,9 @@ COMMANDS = {
     ("scheduler", "list"): Spec(),
     ("scheduler", "explain"): Spec((1, 1)),
     ("hooks", "report"): Spec((0, 0), ("--rig", "--repo", "--hook")),
+    # Only the dry run, which reads: a real cycle launches, and is never tried twice.
+    ("scheduler", "run"): Spec((0, 0), ("--batch",), ("--dry-run", "-n", "--ignore-backoff", "--json"),
+                               ("--batch",)),
 }
 
 
@@ -105,6 +108,8 @@ def parse(args: list[str]) -> Command | None:
     low, high = spec.positionals
     if not low <= len(command.positionals) <= high:
         return None
+    if command.name == ("scheduler", "run") and not command.flags & {"--dry-run", "-n"}:
+        return None
     for option in spec.integers:
         if option in command.options:
             try:
@@ -115,7 +120,7 @@ def parse(args: list[str]) -> Command | None:
 
 
 def _answer(command: Command):
-    """(data, as_json, text formatter, stderr line) of a command, from the library."""
+    """(data, as_json, text formatter, stderr lines) of a command, from the library."""
     from sluice.api import open_town
     from sluice.surfaces import output
 
@@ -124,23 +129,23 @@ def _answer(command: Command):
     args, options = command.positionals, command.options
     match command.name:
         case ("item", "show"):
-            return town.item(args[0]), as_json, output.item_text, None
+            return town.item(args[0]), as_json, output.item_text, []
         case ("item", "ready"):
             rows = town.ready(args[0] if args else None, int(options.get("--limit", "100")))
-            return output.RawJSON(rows.lines), as_json, output.ready_text, None
+            return output.RawJSON(rows.lines), as_json, output.ready_text, []
         case ("item", "blocked"):
             rows = town.blocked(args[0] if args else None)
-            return output.RawJSON(rows.lines), as_json, output.blocked_text, None
+            return output.RawJSON(rows.lines), as_json, output.blocked_text, []
         case ("schedule", "next"):
             decisions = town.next(limit=int(options.get("--limit", "1")), graph_id=options.get("--graph-id"),
                                   preview="--preview" in command.flags)
-            return decisions.to_json(), as_json, output.next_text, None
+            return decisions.to_json(), as_json, output.next_text, []
         case ("scheduler", "status"):
-            return town.status().to_json(), as_json, output.queue_status_text, None
+            return town.status().to_json(), as_json, output.queue_status_text, []
         case ("scheduler", "list"):
-            return town.list().to_json(), as_json, output.queue_text, None
+            return town.list().to_json(), as_json, output.queue_text, []
         case ("scheduler", "explain"):
-            return town.explain(args[0]).to_json(), as_json, output.explain_text, None
+            return town.explain(args[0]).to_json(), as_json, output.explain_text, []
         case ("hooks", "report"):
             from pathlib import Path
 
@@ -151,7 +156,12 @@ def _answer(command: Command):
                            options.get("--hook", ""))
             data = {"rig": queue.rig, "queued": queue.queued, "running": queue.running,
                     "threshold": queue.threshold}
-            return data, as_json, None, queue.line()
+            return data, as_json, None, [queue.line()]
+        case ("scheduler", "run"):
+            batch = options.get("--batch")
+            report = town.run_cycle(batch=int(batch) if batch is not None else None, dry_run=True,
+                                    ignore_backoff="--ignore-backoff" in command.flags)
+            return report.to_json(), as_json, output.cycle_text, [] if as_json else list(report.messages)
     raise AssertionError(command.name)  # every name in COMMANDS has a case
 
 
@@ -185,7 +195,7 @@ def run(args: list[str]) -> int | None:
     finally:
         sys.stdout = real_stdout
     try:
-        sys.stderr.write("".join(held.lines) + (say + "\n" if say is not None else ""))
+        sys.stderr.write("".join(held.lines) + "".join(line + "\n" for line in say))
         sys.stdout.write(buffer.getvalue())
         sys.stdout.flush()
     except BrokenPipeError:

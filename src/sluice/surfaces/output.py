@@ -173,3 +173,36 @@ def explain_text(data: dict) -> str:
         lines.append(f"  score: {data['score']}")
     lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
     return "\n".join(lines)
+
+
+def cycle_text(data: dict) -> str | None:
+    held = [f"  Held {shown(row['item_id'])}: {row['reason']} (not found in any rig"
+            + (f" since {row['missing_since']}" if row.get("missing_since") else "") + ")"
+            for row in data.get("held") or ()]
+    text = _cycle_summary(data)
+    return "\n".join([*held, text] if text else held) or None
+
+
+def _cycle_summary(data: dict) -> str | None:
+    if data["reason"] in ("busy", "direct") or (data["reason"] == "paused" and not data["dry_run"]):
+        return None  # the messages said it (a pause *during* the cycle still reports its launches)
+    if data["dry_run"]:
+        if data["reason"] == "none":
+            return "No ready items scheduled for dispatch"
+        cap = f"{data['capacity']} free"
+        if not data["planned"]:
+            return f"No capacity: {cap}, {data['ready']} ready item(s) waiting"
+        lines = [f"Would dispatch {len(data['planned'])} item(s) (capacity: {cap}, batch: {data['batch']},"
+                 f" ready: {data['ready']}, reason: {data['reason']})"]
+        lines += [f"  Would dispatch: {shown(p['item_id'])} → {p['rig']}" for p in data["planned"]]
+        return "\n".join(lines)
+    lines = [f"  Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})"
+             for row in data["launched"]]
+    lines += [f"  Failed {shown(row['item_id'])}: {shown(row['error'])}" for row in data["failures"]]
+    if data["dispatched"] or data["failed"]:
+        lines.append(f"Dispatched {data['dispatched']}, failed {data['failed']} (reason: {data['reason']})")
+    elif data["skipped"]:
+        lines.append(f"Skipped {data['skipped']} item(s): no capacity (capacity {data['capacity']})")
+    else:
+        lines.append("Nothing to dispatch")
+    return "\n".join(lines)

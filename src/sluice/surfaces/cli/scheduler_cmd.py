@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, flag_words, say, shown, town
-from sluice.surfaces.output import explain_text, queue_status_text, queue_text
+from sluice.surfaces.output import cycle_text, explain_text, queue_status_text, queue_text
 
 scheduler_app = typer.Typer(
     help="Deferred dispatch: queue status, dispatch cycles, pause, clear. This launches polecats"
@@ -94,40 +94,7 @@ def run(
     if not as_json:
         for message in report.messages:
             say(message)
-    emit(report.to_json(), as_json, _run_text)
-
-
-def _run_text(data: dict) -> str | None:
-    held = [f"  Held {shown(row['item_id'])}: {row['reason']} (not found in any rig"
-            + (f" since {row['missing_since']}" if row.get("missing_since") else "") + ")"
-            for row in data.get("held") or ()]
-    text = _run_summary(data)
-    return "\n".join([*held, text] if text else held) or None
-
-
-def _run_summary(data: dict) -> str | None:
-    if data["reason"] in ("busy", "direct") or (data["reason"] == "paused" and not data["dry_run"]):
-        return None  # the messages said it (a pause *during* the cycle still reports its launches)
-    if data["dry_run"]:
-        if data["reason"] == "none":
-            return "No ready items scheduled for dispatch"
-        cap = f"{data['capacity']} free"
-        if not data["planned"]:
-            return f"No capacity: {cap}, {data['ready']} ready item(s) waiting"
-        lines = [f"Would dispatch {len(data['planned'])} item(s) (capacity: {cap}, batch: {data['batch']},"
-                 f" ready: {data['ready']}, reason: {data['reason']})"]
-        lines += [f"  Would dispatch: {shown(p['item_id'])} → {p['rig']}" for p in data["planned"]]
-        return "\n".join(lines)
-    lines = [f"  Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})"
-             for row in data["launched"]]
-    lines += [f"  Failed {shown(row['item_id'])}: {shown(row['error'])}" for row in data["failures"]]
-    if data["dispatched"] or data["failed"]:
-        lines.append(f"Dispatched {data['dispatched']}, failed {data['failed']} (reason: {data['reason']})")
-    elif data["skipped"]:
-        lines.append(f"Skipped {data['skipped']} item(s): no capacity (capacity {data['capacity']})")
-    else:
-        lines.append("Nothing to dispatch")
-    return "\n".join(lines)
+    emit(report.to_json(), as_json, cycle_text)
 
 
 @scheduler_app.command("pause")
