@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,31 +103,91 @@ class LogTail:
         return fh.read(len(self.guard)) == self.guard
 
     def _parse(self, data: bytes) -> None:
-        records, positions, start, number = self.records, self.positions, 0, self.lines
-        end = len(data)
+        """Read the lines in ``data``, parsing only each record's latest version.
+
+        A log holds every version of every record (a context is written when
+        slung, when its launch starts, when it closes …), and a command wants
+        the latest.  sluice writes each record as ``{"id":"…",…}``, so each
+        line's id is read without parsing the line, and a line a later line of
+        the same id supersedes is skipped; every other line (the latest
+        versions, any line of another shape, a final line without its newline)
+        is parsed and checked as always.  Should the latest line of an id be
+        one beads skips, the versions before it are parsed, newest first, until
+        one stands, exactly as reading every line would.
+        """
+        spans: list[tuple[int, int, bool]] = []
+        start, end = 0, len(data)
         while start < end:
             newline = data.find(b"\n", start)
             stop = end if newline < 0 else newline + 1
-            chunk = data[start:stop]
-            number += 1
+            spans.append((start, stop, newline >= 0))
+            start = stop
+        quick: list[bytes | None] = [None] * len(spans)
+        versions: dict[bytes, list[int]] = {}
+        for index, (begin, _stop, complete) in enumerate(spans):
+            match = _QUICK_ID.match(data, begin) if complete else None
+            if match is not None:
+                quick[index] = match.group(1)
+                versions.setdefault(match.group(1), []).append(index)
+        found: dict[str, tuple[dict, int]] = {}
+        first: dict[str, int] = {}  # id → index of its first line here: new ids keep first-seen order
+        consumed = lines = 0
+        for index, (begin, stop, complete) in enumerate(spans):
+            number = self.lines + index + 1
+            key = quick[index]
+            if key is not None and versions[key][-1] != index:
+                consumed, lines = stop, index + 1
+                continue  # a later line holds this record's newer version
             try:
-                record = parse_line(self.path, number, chunk)
+                record = parse_line(self.path, number, data[begin:stop])
             except TornLine:
                 log.warning("%s:%d: ignoring a torn last line (an interrupted write)", self.path, number)
-                number -= 1
                 break
-            if newline < 0 and record is None:
-                number -= 1  # blank text after the last newline: not a line yet
-                break
+            if not complete and record is None:
+                break  # blank text after the last newline: not a line yet
+            if record is None and key is not None:
+                record, number = self._latest_standing(data, spans, versions[key][:-1])
             if record is not None:
-                records[record["id"]] = record
-                positions[record["id"]] = number
-            start = stop
-        if start:
-            consumed = data[:start]
-            self.guard = (self.guard + consumed)[-self.GUARD :]
-            self.offset += start
-            self.lines = number
+                record_id = record["id"]
+                seen = self._first_standing(data, spans, versions[key]) if key is not None else index
+                first[record_id] = min(first.get(record_id, seen), seen)
+                if record_id not in found or found[record_id][1] < number:
+                    found[record_id] = (record, number)
+            consumed, lines = stop, index + 1
+        for record_id in sorted(found, key=first.__getitem__):
+            self.records[record_id] = found[record_id][0]
+            self.positions[record_id] = found[record_id][1]
+        if consumed:
+            self.guard = (self.guard + data[:consumed])[-self.GUARD :]
+            self.offset += consumed
+            self.lines += lines
+
+    def _first_standing(self, data: bytes, spans, indices: list[int]) -> int:
+        """The first of an id's lines that holds a record beads reads (where a full read first sees it).
+
+        Only a line naming ``_type`` or ``_schema`` can be one beads skips, so
+        only such a line is parsed to find out.
+        """
+        for index in indices:
+            begin, stop, _complete = spans[index]
+            chunk = data[begin:stop]
+            if (b'"_type"' not in chunk and b'"_schema"' not in chunk) or \
+                    parse_line(self.path, self.lines + index + 1, chunk) is not None:
+                return index
+        return indices[-1]
+
+    def _latest_standing(self, data: bytes, spans, earlier: list[int]) -> tuple[dict | None, int]:
+        """The newest of ``earlier`` lines that holds a record beads reads, with its line number."""
+        for index in reversed(earlier):
+            begin, stop, _complete = spans[index]
+            record = parse_line(self.path, self.lines + index + 1, data[begin:stop])
+            if record is not None:
+                return record, self.lines + index + 1
+        return None, 0
+
+
+#: The id at the start of a line as sluice writes records (no escapes in it, else the line is parsed).
+_QUICK_ID = re.compile(rb'\{"id":"([^"\\]+)",')
 
 
 def line_text(record: dict) -> str:
