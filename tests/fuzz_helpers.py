@@ -9,17 +9,15 @@ test, so the other property tests keep their own settings.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
-import logging
 import os
-import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+from helpers import Cli
 
 settings.register_profile(
     "fuzz-ci", max_examples=15, deadline=None, derandomize=True,
@@ -111,26 +109,8 @@ def jsonl_file(draw, valid: list[dict] = ()) -> bytes:
 
 def run_cli(town: Path, *args: str) -> tuple[int, str, str]:
     """``sluice ARGS`` through its real entry point, in-process: (exit code, stdout, stderr)."""
-    from sluice.surfaces.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved_argv, saved_town = sys.argv, os.environ.get("SLUICE_TOWN")
-    sys.argv = ["sluice", *args]
-    os.environ["SLUICE_TOWN"] = str(town)
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    finally:
-        sys.argv = saved_argv
-        if saved_town is None:
-            os.environ.pop("SLUICE_TOWN", None)
-        else:
-            os.environ["SLUICE_TOWN"] = saved_town
-        logging.getLogger("sluice").handlers.clear()
-    return code, out.getvalue(), err.getvalue()
+    done = Cli(town).run(*args, check=False)
+    return done.returncode, done.stdout, done.stderr
 
 
 def assert_clean_exit(code: int, err: str, args, out: str = "") -> None:

@@ -85,23 +85,21 @@ def archived(path: Path) -> list[dict]:
         if not unpack.eof:
             break
         data = unpack.unused_data
-        for line in text.split(b"\n"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "id" in record:
-                out.append(record)
+        out += _records_in(text)
     return out
 
 
 def _lines(path: Path) -> list[dict]:
     """Complete records of a JSONL file; a torn final line is left out (it is checked elsewhere)."""
-    out = []
     try:
-        data = path.read_bytes()
+        return _records_in(path.read_bytes())
     except FileNotFoundError:
-        return out
+        return []
+
+
+def _records_in(data: bytes) -> list[dict]:
+    """The records (objects with an id) on the complete, parseable lines of ``data``."""
+    out = []
     for line in data.split(b"\n"):
         try:
             record = json.loads(line)

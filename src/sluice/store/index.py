@@ -31,6 +31,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from sluice.core import readiness
 from sluice.core.items import effective_tokens, labels_of, to_node
@@ -328,11 +329,15 @@ class DurableIndex:
 
     def get_raw_many(self, ids: Iterable[str]) -> dict[str, str]:
         """``get_raw`` for many ids in a few queries (ids not in the index are absent)."""
+        return self._column_by_id("raw", ids)
+
+    def _column_by_id(self, column: str, ids: Iterable[str]) -> dict[str, Any]:
+        """id → ``column`` of the rows with these ids, a few hundred ids per query."""
         ids = list(ids)
-        out: dict[str, str] = {}
+        out: dict[str, Any] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            sql = f"SELECT id, raw FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            sql = f"SELECT id, {column} FROM items WHERE id IN ({','.join('?' * len(chunk))})"
             out.update(self.conn().execute(sql, chunk))
         return out
 
@@ -346,13 +351,7 @@ class DurableIndex:
         return self._kept["outside"]
 
     def statuses(self, ids: Iterable[str]) -> dict[str, str]:
-        ids = list(ids)
-        out: dict[str, str] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            sql = f"SELECT id, status FROM items WHERE id IN ({','.join('?' * len(chunk))})"
-            out.update(self.conn().execute(sql, chunk))
-        return out
+        return self._column_by_id("status", ids)
 
     def ready_rows(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready rows in beads order."""
