@@ -83,10 +83,7 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     if path is not None and warmth_stamp(Path(rig.repo)) == stamp:  # unchanged while pygit2 read it
         from sluice.store import fsutil
 
-        try:
-            fsutil.atomic_write_json(path, {**kept, rig.name: [stamp, warm]})
-        except OSError:
-            pass  # a cache that cannot be written only costs the next call its speed
+        fsutil.write_cache(path, json.dumps({**kept, rig.name: [stamp, warm]}).encode("utf-8"))
     return warm
 
 

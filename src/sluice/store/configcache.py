@@ -70,10 +70,7 @@ def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = C
         return  # not a town laid out by `sluice init`: nothing to keep
     from sluice.store import fsutil
 
-    try:
-        fsutil.atomic_write_bytes(path, body.encode("utf-8"))
-    except OSError:
-        pass  # a cache that cannot be written only costs the next command its speed
+    fsutil.write_cache(path, body.encode("utf-8"))
 
 
 def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:

@@ -177,7 +177,4 @@ def _load_cache(town: Town) -> dict | None:
 
 
 def _save_cache(town: Town, cache: dict) -> None:
-    try:
-        fsutil.atomic_write_json(counts_cache_path(town), cache)
-    except OSError:  # pragma: no cover - a read-only runtime dir only costs a recount next time
-        pass
+    fsutil.write_cache(counts_cache_path(town), json.dumps(cache).encode("utf-8"))

@@ -8,6 +8,7 @@ descriptor, so concurrent appenders never interleave inside a line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,6 +40,13 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
             pass
         raise
     _fsync_dir(path.parent)
+
+
+def write_cache(path: Path, data: bytes) -> None:
+    """Replace a cache file atomically, or not at all: a cache that cannot be written
+    (a read-only or full runtime directory) only costs the next reader its speed."""
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(path, data)
 
 
 def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:

@@ -14,7 +14,6 @@ and nothing is rewritten.  Reads of the durable file go through the derived
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -202,10 +201,8 @@ class RigStore:
 
     def _keep_summary(self, sig: str, summary: tuple[set[str], bool, bool]) -> None:
         ids, edges, quiet = summary
-        with contextlib.suppress(OSError):  # a summary that cannot be kept only costs speed
-            self._summary_path.parent.mkdir(parents=True, exist_ok=True)
-            body = json.dumps({"sig": sig, "ids": sorted(ids), "edges": edges, "quiet": quiet})
-            fsutil.atomic_write_bytes(self._summary_path, body.encode("utf-8"))
+        body = json.dumps({"sig": sig, "ids": sorted(ids), "edges": edges, "quiet": quiet})
+        fsutil.write_cache(self._summary_path, body.encode("utf-8"))
         self._summary = (sig, summary)
 
     @staticmethod
