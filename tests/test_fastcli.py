@@ -202,3 +202,17 @@ def test_affinity_follows_the_worktrees_without_opening_the_repository(town, tmp
     git("worktree", "add", "-q", str(tmp_path / "beta-wt2"), cwd=tmp_path / "repos" / "beta")
     assert warm_and_heavy() == (True, "HEAVY=pygit2")
     assert warm_and_heavy() == (True, "HEAVY=")
+
+
+def test_a_config_with_crlf_line_ends_is_read_from_its_plain_copy(town):
+    """The copy is keyed by the file's exact bytes, so a CRLF file hits it like any other."""
+    import os
+
+    config = town / ".sluice" / "config.json"
+    config.write_bytes(config.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    subprocess.run([sys.executable, "-m", "sluice", "item", "list"], env=env, capture_output=True, check=True)
+    done = subprocess.run([sys.executable, "-c", PROBE, "scheduler", "status"], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "HEAVY="

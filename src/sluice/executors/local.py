@@ -44,7 +44,9 @@ from sluice.executors.base import (
     Polecat,
     check_launchable,
     ended_state,
+    exit_path,
     polecat_env,
+    read_exit,
     read_finished,
     require_command,
 )
@@ -59,10 +61,6 @@ FINISHED_LOG = "finished.jsonl"
 _PENDING_GRACE = 30.0
 WATCHER = str(Path(__file__).with_name("watch.py"))
 _watchers: list[subprocess.Popen] = []  # polled now and then so finished watchers leave no zombies
-
-# Popen objects of the polecats this process started: poll() reaps them and
-# gives their exit code (a process that is not our child is watched via /proc).
-_children: dict[int, subprocess.Popen] = {}
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -91,9 +89,6 @@ def _has_proc() -> bool:
 
 def pid_alive(pid: int, start_time: int | None) -> bool:
     """True when ``pid`` runs (not a zombie) and, where known, started at ``start_time``."""
-    child = _children.get(pid)
-    if child is not None and child.poll() is not None:
-        return False
     if not _has_proc():
         try:
             os.kill(pid, 0)
@@ -165,7 +160,7 @@ class LocalExecutor:
         watcher = record.get("watcher_pid")
         info = _proc_stat(pid)
         reused = info is not None and record.get("start_time") is not None and info[1] != record["start_time"]
-        if watcher and not reused and not self._exit_path(record["id"]).exists() \
+        if watcher and not reused and not exit_path(self.dir, record["id"]).exists() \
                 and pid_alive(watcher, record.get("watcher_start")):
             return "running"  # ended a moment ago; its watcher is writing the exit code
         return ended_state(self._exit_code(record))  # failed: a non-zero exit status
@@ -221,8 +216,8 @@ class LocalExecutor:
         self._write(record)  # intent first: a crash from here on is found by find()
         env = {**os.environ, **sluice_env}
         try:
-            pid, watcher = _start_watched(list(request.argv), cwd, env, log_path, self._exit_path(polecat_id),
-                                          self._started_path(polecat_id))
+            pid, watcher = _start_watched(list(request.argv), cwd, env, log_path,
+                                          exit_path(self.dir, polecat_id), self._started_path(polecat_id))
         except (OSError, ValueError) as err:
             reason = _launch_error(request.argv[0], err)
             with open(log_path, "a", encoding="utf-8") as log:
@@ -233,9 +228,6 @@ class LocalExecutor:
                       watcher_start=proc_start_time(watcher.pid))
         self._write(record)
         return self._polecat(record, "running")
-
-    def _exit_path(self, polecat_id: str) -> Path:
-        return self.dir / f"{polecat_id}.exit"
 
     def _started_path(self, polecat_id: str) -> Path:
         return self.dir / f"{polecat_id}.started"
@@ -261,10 +253,8 @@ class LocalExecutor:
     def _exit_code(self, record: dict) -> int | None:
         if record.get("exit_code") is not None:
             return record["exit_code"]
-        try:
-            return json.loads(self._exit_path(record["id"]).read_text(encoding="utf-8")).get("exit_code")
-        except (FileNotFoundError, ValueError, AttributeError):
-            return None
+        finished = read_exit(self.dir, record["id"])
+        return finished["exit_code"] if finished is not None else None
 
     def _claim_id(self, request: LaunchRequest) -> tuple[str, Path]:
         """A polecat id no polecat of this town has had, claimed by creating its log file.
@@ -333,9 +323,6 @@ class LocalExecutor:
             while pid_alive(pid, record.get("start_time")) and time.monotonic() < deadline + 5:
                 time.sleep(0.02)
         record.update(state="stopped", finished_at=iso())
-        child = _children.get(pid)
-        if child is not None and child.poll() is not None:
-            record["exit_code"] = child.returncode
         self._write(record)
         return True
 
@@ -377,17 +364,13 @@ class LocalExecutor:
                 path = self._record_path(record["id"])
                 if not path.exists():
                     continue
-                pid = record.get("pid")
-                child = _children.pop(pid, None) if pid is not None else None
-                if child is not None and child.poll() is not None and record.get("exit_code") is None:
-                    record["exit_code"] = child.returncode
                 if record.get("exit_code") is None:
                     record["exit_code"] = self._exit_code(record)
                 record["state"] = state
                 record.setdefault("finished_at", iso())
                 fsutil.append_json(self.dir / FINISHED_LOG, record)
                 path.unlink()
-                self._exit_path(record["id"]).unlink(missing_ok=True)
+                exit_path(self.dir, record["id"]).unlink(missing_ok=True)
                 self._started_path(record["id"]).unlink(missing_ok=True)
             reaped.append(self._polecat(record, state))
         return reaped

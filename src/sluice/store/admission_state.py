@@ -22,12 +22,13 @@ no parsing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.admission import Spend, Throttle
+from sluice.core.clock import iso
+from sluice.core.records import json_object
 from sluice.errors import ConfigError
 from sluice.store import fsutil
 
@@ -44,7 +45,7 @@ MAX_COOLDOWN = 24 * 3600.0
 
 
 def utc(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return iso(datetime.fromtimestamp(epoch, UTC))
 
 
 def _path(town: Town, name: str) -> Path:
@@ -59,13 +60,7 @@ def read(town: Town, name: str) -> dict[str, Any]:
         return {}
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read ({err})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise ConfigError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    return data
+    return json_object(path, text)
 
 
 def update(town: Town, name: str, change: Callable[[dict[str, Any]], Any]) -> Any:

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import is_context
 from sluice.store import fsutil
+from sluice.store.contexts import DONE_STATUSES
 from sluice.store.jsonlog import LogTail, line_text
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
 
 ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
-DONE = frozenset({"closed", "tombstone"})
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _closed_epoch(record: dict) -> float | None:
 
 def _expired(record: dict, cutoff: float) -> bool:
     """A closed sling context closed before ``cutoff`` (other records always stay)."""
-    if record.get("status") not in DONE or not is_context(record):
+    if record.get("status") not in DONE_STATUSES or not is_context(record):
         return False
     closed = _closed_epoch(record)
     return closed is not None and closed < cutoff
@@ -128,17 +128,3 @@ def compact(store: RigStore, retention: float | None = None, now: float | None =
         fsutil.atomic_write_bytes(store.ephemeral_path, "".join(keep).encode("utf-8"))
     store.refresh()
     return result
-
-
-def read_archive(store: RigStore) -> list[dict]:
-    """Every record ever archived for ``store`` (oldest first)."""
-    import json
-
-    path = store.ephemeral_path.parent / ARCHIVE_NAME
-    try:
-        import gzip
-
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    except FileNotFoundError:
-        return []

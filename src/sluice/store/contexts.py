@@ -163,12 +163,6 @@ def read_fresh(store: RigStore) -> dict[str, dict]:
     return store.ephemeral_fresh()
 
 
-def contexts_of(store: RigStore, fresh: bool = False) -> list[Context]:
-    """Every context in one rig, open or closed, in creation order."""
-    records = read_fresh(store).values() if fresh else store.ephemeral().values()
-    return [parse(store.rig.name, r) for r in records if is_context(r)]
-
-
 def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
     records = read_fresh(store).values() if fresh else store.ephemeral().values()
     # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.

@@ -46,7 +46,6 @@ POLECAT_TIMED_OUT = "PolecatTimedOut"
 # Seen by the daemon after a tick (announced by ``scheduler.notify``): it launched the last
 # queued item; a token budget became spent.
 QUEUE_DRAINED = "QueueDrained"
-BUDGET_EXHAUSTED = "BudgetExhausted"
 # Advisory scoring (``schedule next``):
 SCHEDULE_DECISION = "ScheduleDecision"
 SCHEDULE_SKIPPED = "ScheduleSkipped"

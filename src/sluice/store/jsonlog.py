@@ -87,7 +87,6 @@ class LogTail:
             stat = os.fstat(fh.fileno())
             if not self._continues(fh, stat):
                 self.__init__(self.path)  # type: ignore[misc]
-                self.records = {}
                 self.inode = stat.st_ino
             fh.seek(self.offset)
             data = fh.read()

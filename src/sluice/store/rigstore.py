@@ -267,10 +267,11 @@ class RigStore:
 
         ``raw`` is the durable line's text; it is None for ephemeral rows.
         """
-        if not self._interplay() and self._ephemeral_summary()[2]:
+        interplay = self._interplay()
+        if not interplay and self._ephemeral_summary()[2]:
             return self.index.blocked_listing()  # no ephemeral row can be blocked: no need to read the log
         eph = self.ephemeral()
-        if self._interplay():
+        if interplay:
             nodes = self._all_nodes()
             return [
                 (n.priority, n.created_ts, n.id, None if n.id in eph else self.index.get_raw(n.id), causes)

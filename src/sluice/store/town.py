@@ -102,7 +102,8 @@ class Town:
     def load_config(self) -> TownConfig:
         """The config file, fully validated (a bad file is a ConfigError naming it)."""
         try:
-            text = self.config_path.read_text(encoding="utf-8")
+            raw = self.config_path.read_bytes()  # the plain copy is keyed by these exact bytes
+            text = raw.decode("utf-8")
         except FileNotFoundError:
             raise ConfigError(f"{self.config_path}: missing (run `sluice init`)") from None
         except (OSError, UnicodeDecodeError) as err:
@@ -110,7 +111,7 @@ class Town:
         from sluice.core.models import TownConfig, load_model
 
         config = load_model(TownConfig, self.config_path, text)
-        configcache.remember(self, text.encode("utf-8"), config.model_dump(mode="json"))
+        configcache.remember(self, raw, config.model_dump(mode="json"))
         return config  # type: ignore[return-value]
 
     def save_config(self, config: TownConfig) -> None:
