@@ -224,19 +224,18 @@ class Daemon:
 
     def _after_cycle(self, result: dict) -> None:
         """Log ``QueueDrained`` when this tick launched the last queued item."""
+        if not result.get("dispatched"):
+            return  # most ticks launch nothing: no need to survey the queue again
         from sluice.scheduler.control import status
-        from sluice.store.events import QUEUE_DRAINED, emit_events
+        from sluice.store.events import QUEUE_DRAINED, emit_event
 
         try:
             now = status(self.town, self.executor)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
             return
-        found: list[tuple[str, dict]] = []
-        if result.get("dispatched") and now.get("queued_total") == 0:
-            found.append((QUEUE_DRAINED, {"dispatched": result["dispatched"]}))
-        if found:
-            emit_events(self.town, found)
+        if now.get("queued_total") == 0:
+            emit_event(self.town, QUEUE_DRAINED, {"dispatched": result["dispatched"]})
 
     def _notify(self) -> list:
         try:
