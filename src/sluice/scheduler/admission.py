@@ -108,7 +108,7 @@ def limits(config: TownConfig, active: int, batch: int) -> Limits:
     )
 
 
-def _needs_spend(config: TownConfig) -> bool:
+def needs_spend(config: TownConfig) -> bool:
     return config.scheduler.token_budget > 0 or any(r.token_budget for r in config.rigs.values())
 
 
@@ -134,7 +134,7 @@ def assess(
     now = time.time() if now is None else now
     config = town.config
     window = config.scheduler.seconds("budget_window")
-    spend = kept.spend(town, now, window) if _needs_spend(config) else rules.Spend()
+    spend = kept.spend(town, now, window) if needs_spend(config) else rules.Spend()
     throttles = kept.throttles(town, now)
     caps = limits(config, len(active), batch)
     admission = rules.admit(
@@ -400,13 +400,11 @@ def reset(town: Town, item_id: str) -> dict:
         raise InvalidOperation(f"{item_id} is not circuit-broken (see `sluice scheduler broken`)")
     record = queue_again(town, stores, item_id, entry["rig"], entry.get("sling", {}), 0)
     kept.heal(town, item_id)
-    context_id = (
-        record["id"]
-        if record
-        else ctxs.find_open(stores, item_id)[0].id
-        if ctxs.find_open(stores, item_id)
-        else None
-    )
+    if record:
+        context_id = record["id"]
+    else:
+        already = ctxs.find_open(stores, item_id)
+        context_id = already[0].id if already else None
     events.emit_event(
         town, events.REQUEUED,
         {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "why": "reset"},

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import effective_tokens, parse_ts
 from sluice.errors import (
@@ -233,9 +234,9 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
         for code in dict.fromkeys(r.code for r in reasons):
             report.why[code] = report.why.get(code, 0) + 1
     if view.backing_off:
-        report.why["backoff"] = len(view.backing_off)
+        report.why[rules.BACKOFF] = len(view.backing_off)
     if view.held:
-        report.why["missing-item"] = len(view.held)
+        report.why[rules.MISSING_ITEM] = len(view.held)
     # A dry run while paused previews the cycle after resume, so its reason is the plan's; `paused`
     # stays true.  `reason: paused` means exactly "the cycle skipped planning".
     report.reason = plan.reason
@@ -396,7 +397,7 @@ class Launcher:
     def _admitted(self, work: Work, polecat_id: str) -> None:
         """Charge the launch to the token budgets; a half-open item that launched is healed."""
         config = self.town.config
-        if config.scheduler.token_budget or any(r.token_budget for r in config.rigs.values()):
+        if admission.needs_spend(config):
             kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
                                context_id=work.context_id or "", polecat_id=polecat_id,
                                tokens=work.tokens if work.tokens is not None else effective_tokens(work.item),

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 EVENT_TYPES = {
     events.CIRCUIT_BROKEN: "circuit-broken",
     events.BUDGET_EXHAUSTED: "budget-exhausted",
-    "Throttled": "throttled",  # written by admission control's throttles
+    events.THROTTLED: "throttled",
     events.QUEUE_DRAINED: "queue-drained",
     events.POLECAT_TIMED_OUT: "polecat-timed-out",
 }

@@ -20,13 +20,13 @@ Every other tool opens the town afresh, as the CLI does.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from sluice.errors import SluiceError, UsageError, os_error_text
+from sluice.surfaces.output import to_json
 
 
 class SlingFailed(SluiceError):
@@ -91,7 +91,7 @@ def build_server(town_arg: str | None = None):
             except OSError as err:  # a directory where a file belongs, no permission, a full disk
                 raise ToolError(os_error_text(err)) from None
             # The very text `--json` prints: one JSON document, lists included.
-            return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+            return to_json(result)
 
         wrapper.__annotations__["return"] = str
         description = (fn.__doc__ or "").strip()
@@ -161,7 +161,7 @@ def build_server(town_arg: str | None = None):
         """Queue (or, in direct mode, launch) work, as `sluice sling ... --json`."""
         result = town().sling(item_ids, _given(rig), dry_run=dry_run, force=force)
         if not result.ok:  # the CLI exits 1 here; the caller still gets the whole document
-            raise SlingFailed(json.dumps(result.to_json(), ensure_ascii=False, separators=(",", ":")))
+            raise SlingFailed(to_json(result.to_json()))
         return result.to_json()
 
     @tool

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.output import RawJSON, emit, shown, to_json  # noqa: F401 - shared with the fast path
+from sluice.surfaces.output import RawJSON, emit, shown  # noqa: F401 - the commands import them from here
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 

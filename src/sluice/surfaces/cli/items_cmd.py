@@ -8,15 +8,12 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, RawJSON, emit, shown, town
-from sluice.surfaces.output import item_line, item_lines, item_text
+from sluice.surfaces.output import blocked_text, item_lines, item_text, ready_text
 
 item_app = typer.Typer(help="Create, inspect and query work items.", no_args_is_help=True)
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
 item_app.add_typer(dep_app, name="dep")
 
-
-_line = item_line
-_lines = item_lines
 
 
 @item_app.command("create")
@@ -48,10 +45,9 @@ def create(
 @item_app.command("show")
 def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: JsonOption = False) -> None:
     """Show one item (any rig; ids route by prefix)."""
-    emit(town().item(item_id), as_json, _show_text)
+    emit(town().item(item_id), as_json, item_text)
 
 
-_show_text = item_text
 
 
 @item_app.command("list")
@@ -64,7 +60,7 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
-    emit(town().items(rig, status, label or ()), as_json, _lines)
+    emit(town().items(rig, status, label or ()), as_json, item_lines)
 
 
 @item_app.command("ready")
@@ -75,7 +71,7 @@ def ready(
 ) -> None:
     """Items ready to work on, by beads' rules, most urgent first."""
     rows = town().ready(rig, limit)
-    emit(RawJSON(rows.lines), as_json, lambda _: _lines(rows))
+    emit(RawJSON(rows.lines), as_json, ready_text)
 
 
 @item_app.command("blocked")
@@ -85,8 +81,7 @@ def blocked(
 ) -> None:
     """Blocked items, each with what blocks it (`blocked_by`)."""
     rows = town().blocked(rig)
-    emit(RawJSON(rows.lines), as_json, lambda _: "\n".join(
-        f"{_line(r)}  ← {', '.join(map(shown, r['blocked_by']))}" for r in rows) or "no blocked items")
+    emit(RawJSON(rows.lines), as_json, blocked_text)
 
 
 @item_app.command("update")

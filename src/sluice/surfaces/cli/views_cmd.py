@@ -6,14 +6,12 @@ from typing import Annotated
 
 import typer
 
-from sluice.surfaces.cli.common import JsonOption, emit, town_arg
+from sluice.surfaces.cli.common import JsonOption, emit, town
 
 
 def snapshot(as_json: JsonOption = False) -> None:
     """The town's state in one document: scheduler, queue, polecats, rigs, decisions, events."""
-    from sluice.api import open_town
-
-    emit(open_town(town_arg()).snapshot(), as_json, _snapshot_text)
+    emit(town().snapshot(), as_json, _snapshot_text)
 
 
 def _snapshot_text(snap: dict) -> str:
@@ -43,9 +41,7 @@ def top(
 
     if interval <= 0:
         raise UsageError(f"--interval must be > 0 seconds (got {interval:g})")
-    from sluice.api import open_town
-
-    run_top(open_town(town_arg()), once=once, interval=interval, rig=rig)
+    run_top(town(), once=once, interval=interval, rig=rig)
 
 
 def web(
@@ -56,10 +52,9 @@ def web(
     = None,
 ) -> None:
     """Serve the dashboard: the same panels as top, live in a browser, with pause/resume/clear/stop."""
-    from sluice.api import open_town
     from sluice.surfaces.web.serve import run_web
 
-    run_web(open_town(town_arg()), host=host, port=port, token=token)
+    run_web(town(), host=host, port=port, token=token)
 
 
 def register(app: typer.Typer) -> None:
