@@ -166,19 +166,17 @@ def status(town: Town, executor: Executor | None = None) -> dict:
 
 def _admission_status(town: Town, config, assessment) -> dict:
     """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``."""
-    sched = config.scheduler
-    window = format_duration(sched.seconds("budget_window"))
+    window = format_duration(config.scheduler.seconds("budget_window"))
+    caps = assessment.limits
     budgets = []
-    if sched.token_budget:
-        budgets.append({"rig": None, "spent": assessment.spend.town, "budget": sched.token_budget,
+    if caps.town_budget:
+        budgets.append({"rig": None, "spent": assessment.spend.town, "budget": caps.town_budget,
                         "window": window})
-    for name, rig in sorted(config.rigs.items()):
-        if rig.token_budget:
-            budgets.append({"rig": name, "spent": assessment.spend.rigs.get(name, 0),
-                            "budget": rig.token_budget, "window": window})
-    rig_caps = {name: rig.max_polecats for name, rig in sorted(config.rigs.items()) if rig.max_polecats}
+    for name, budget in sorted(caps.rig_budgets.items()):
+        budgets.append({"rig": name, "spent": assessment.spend.rigs.get(name, 0), "budget": budget,
+                        "window": window})
     return {"budgets": budgets, "throttles": kept.throttle_rows(town, assessment.now),
-            "rig_caps": rig_caps, "label_caps": dict(sched.label_caps),
+            "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
             "circuit_broken": len(kept.broken(town)), "plan_reason": assessment.admission.reason}
 
 
