@@ -248,7 +248,7 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
             if w.item["id"] != item_id:
                 continue
             out.update(queued=True, context_id=w.context_id, score=w.score)
-            blockers = _blockers(stores, item_id, active) if where == "blocked" else None
+            blockers = _blockers(found, item_id, active) if where == "blocked" else None
             reasons = reasons_of(assessment, w, where, config, blockers)
             out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
             break
@@ -258,7 +258,7 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
         for held in view.held:  # its item is missing now; the context closes after missing_grace
             if held.context.work_id == item_id:
                 out.update(queued=True, context_id=held.context.id)
-                closes = f", its context closes at {stamp_of(held.closes_at)}" if held.closes_at else ""
+                closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
                 reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
                 break
     if not out["queued"]:
@@ -299,17 +299,11 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
     return out
 
 
-def stamp_of(epoch: float) -> str:
-    return rules.stamp(epoch)
-
-
-def _blockers(stores: Stores, item_id: str, active: list[Polecat]) -> list[str]:
+def _blockers(found, item_id: str, active: list[Polecat]) -> list[str]:
+    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
     polecat = next((p for p in active if p.item_id == item_id), None)
     if polecat is not None:
         return [f"its running polecat {polecat.id}"]
-    from sluice.scheduler.pending import item_store
-
-    found = item_store(stores, item_id)
     if found is None:
         return []
     for record, causes in found[0].blocked():
