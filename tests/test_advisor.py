@@ -8,11 +8,12 @@ import pytest
 
 from helpers import make_repo
 from helpers.advisor import add_rig, decisions, events, item, merge_request, write_items
+from sluice.core.clock import order_of_ts
 from sluice.core.items import effective_tokens
 from sluice.core.scoring import Candidate, score_all
 from sluice.errors import UsageError
 from sluice.scheduler import advisor
-from sluice.scheduler.ranking import order_of_ts, rank_ready
+from sluice.scheduler.ranking import rank_ready
 from sluice.scheduler.signals import Signals
 from sluice.store.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED
 from sluice.store.policy import load_policy

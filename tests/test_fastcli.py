@@ -24,11 +24,13 @@ runpy.run_module("sluice", run_name="__main__", alter_sys=True)
 """
 
 HEAVY = ("typer", "rich", "pydantic", "pygit2", "click")
+# Runs what `sluice` runs up to its exit (which, after a hot command, skips every `finally`).
 PROBE = f"""
-import runpy, sys
+import sys
 sys.argv = ["sluice", *sys.argv[1:]]
+from sluice.__main__ import main
 try:
-    runpy.run_module("sluice", run_name="__main__", alter_sys=True)
+    main()
 finally:
     heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))
     sys.stderr.write("HEAVY=" + ",".join(heavy) + "\\n")

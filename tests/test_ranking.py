@@ -10,14 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.advisor import add_rig, add_worktree, item, merge_request, stamp, write_items
+from sluice.core.clock import order_of_ts, order_text
 from sluice.core.items import effective_tokens
 from sluice.core.scoring import Candidate, score_all
 from sluice.scheduler.ranking import (
     ReadyGroup,
     Work,
     best_of_groups,
-    order_of_ts,
-    order_text,
     rank_ready,
     rank_work,
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import pytest
@@ -593,6 +593,30 @@ def test_top_shortcut_matches_the_full_ranking(candidates, policy, context, top,
     assert short == full[:top]
     if top >= 1:
         assert select(short, top, skip) == select(full, top, skip)
+
+
+@given(candidate_lists(), policies(), context_st, st.lists(st.sampled_from([0.0, 0.5, 3.0]), max_size=25),
+       st.sampled_from([(0.0, 0.0), (0.5, 1.0)]))
+def test_each_candidate_scores_as_it_would_alone(candidates, policy, context, ages, aging):
+    """score_all works out each kind of candidate once; every candidate still gets its own answer."""
+    policy = SimpleNamespace(**vars(policy), aging=aging[0], aging_max=aging[1])
+    ages = ages + [0.0] * (len(candidates) - len(ages))
+    # Each candidate with a twin alike in all but id and age: kinds are shared for sure.
+    candidates = [twin for c, age in zip(candidates, ages, strict=False)
+                  for twin in (replace(c, age_hours=age), replace(c, item_id=c.item_id + "'", age_hours=3.0))]
+    favoured = underrepresented_rigs(context["decision_counts"], (c.rig for c in candidates))
+    alone = {}
+    for c in candidates:
+        rigged = c.rig is not None
+        alone[c.item_id] = score_candidate(
+            c, resolve_weights(policy, c.graph_id),
+            warm=rigged and c.rig in context["warm_rigs"],
+            underrepresented=rigged and c.rig in favoured,
+            merge_depth=context["merge_depths"].get(c.rig, 0) if rigged else 0,
+            threshold=policy.merge_queue_threshold, penalty=policy.merge_pressure_penalty, aging=aging,
+        )
+    for s in score_all(candidates, policy, **context):
+        assert s == alone[s.candidate.item_id]
 
 
 @given(

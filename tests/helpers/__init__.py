@@ -75,7 +75,7 @@ def run_in_process(args: list[str], env: dict[str, str], cwd: Path) -> subproces
     os.chdir(cwd)
     sys.argv, sys.stdout, sys.stderr = ["sluice", *args], out, err
     try:
-        main()
+        code = main() or 0
     except SystemExit as exit_:
         if exit_.code is None:
             code = 0

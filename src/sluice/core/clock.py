@@ -27,6 +27,50 @@ def iso(ts: datetime | None = None) -> str:
     return ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+#: The order text of an unreadable or missing timestamp: after every real time.
+UNDATED = "~"
+#: Where times that UTC cannot spell (a year-1 or year-9999 stamp in a far time zone) are clamped.
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def order_text(stamp: object) -> str:
+    """Any ISO timestamp as microsecond UTC text, so that string order is time order.
+
+    Already-normalised text (the form sluice writes) comes back unchanged; an
+    unreadable one sorts after every real time (and among its kind by its
+    own text), never first.
+    """
+    if isinstance(stamp, str) and len(stamp) == 27 and stamp.endswith("Z") and stamp[19] == ".":
+        return stamp
+    try:
+        parsed = datetime.fromisoformat(stamp)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return UNDATED + str(stamp)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError:  # within hours of year 1 or 9999, where UTC has no year to spell it
+        parsed = _EARLIEST if parsed.year < 5000 else _LATEST
+    return parsed.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def order_of_ts(created_ts: float) -> str:
+    """The tie-break text of an item from its index timestamp (0.0 means none was readable).
+
+    Timestamps are read to the microsecond, so this text orders exactly as
+    the float does.
+    """
+    if not created_ts:
+        return UNDATED
+    try:
+        stamp = datetime.fromtimestamp(created_ts, UTC)
+    except (ValueError, OverflowError, OSError):  # beyond UTC years 1-9999 (an edge time zone)
+        stamp = _LATEST if created_ts > 0 else _EARLIEST
+    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 def new_id(prefix: str, seed: str, taken: Container[str]) -> str:
     """A fresh ``<prefix>-<base36>`` id, adaptive length like beads' hash ids."""
     nonce = 0

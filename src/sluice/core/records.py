@@ -132,10 +132,13 @@ class SlingContextFields(_Record):
             raise RecordError(f"dispatch_failures: must be >= 0 (got {self.dispatch_failures})")
 
     def to_description(self) -> str:
-        """The compact JSON written into the context's description: defaults left out."""
+        """The compact JSON written into the context's description."""
+        return json.dumps(self.to_compact(), separators=(",", ":"), ensure_ascii=False)
+
+    def to_compact(self) -> dict[str, Any]:
+        """The fields as a dict with defaults left out (``from_dict`` reads it back whole)."""
         keep = {"version", "work_bead_id", "target_rig", "enqueued_at"}
-        compact = {k: v for k, v in self.to_dict().items() if k in keep or v not in ("", False, 0, None)}
-        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
+        return {k: v for k, v in self.to_dict().items() if k in keep or v not in ("", False, 0, None)}
 
     @classmethod
     def from_description(cls, text: str | None) -> SlingContextFields | None:
@@ -145,6 +148,14 @@ class SlingContextFields(_Record):
         try:
             return cls.from_dict(json.loads(text or ""))
         except (ValueError, RecursionError):  # RecordError is a ValueError, as is bad JSON
+            return None
+
+    @classmethod
+    def from_object(cls, data: Any) -> SlingContextFields | None:
+        """The fields of an already decoded description, or None when they are not a valid context."""
+        try:
+            return cls.from_dict(data)
+        except ValueError:
             return None
 
 

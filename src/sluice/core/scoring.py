@@ -392,11 +392,16 @@ def score_all(
             keyed.append((-score, c.tokens, c.order, c.item_id, position))
         pool = [pool[k[-1]] for k in heapq.nsmallest(top, keyed)]
 
+    # Candidates alike in everything the formula reads share score and reasons: a queue of 10,000
+    # holds a few hundred such kinds, so each is worked out (and its reasons written) once.
+    kinds: dict[tuple, Scored] = {}
     scored = []
     for c in pool:
         weights, warm, under, depth = conditions(c)
-        scored.append(
-            score_candidate(
+        kind = (c.graph_id, c.priority, c.tokens, warm, under, depth, c.age_hours if aging[0] > 0 else 0.0)
+        known = kinds.get(kind)
+        if known is None:
+            known = kinds[kind] = score_candidate(
                 c,
                 weights,
                 warm=warm,
@@ -406,5 +411,7 @@ def score_all(
                 penalty=penalty,
                 aging=aging,
             )
-        )
+            scored.append(known)
+        else:
+            scored.append(Scored(c, known.score, known.reasons, known.pressured))
     return rank(scored)

@@ -29,9 +29,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from sluice.core.clock import order_of_ts, order_text
 from sluice.core.items import priority_of
 from sluice.core.scoring import Candidate, PolicyLike, Scored, score_all
 
@@ -39,13 +40,6 @@ if TYPE_CHECKING:
     from sluice.scheduler.signals import Signals
     from sluice.store.rigstore import RigStore, Stores
     from sluice.store.town import Town
-
-#: The tie-break text of an item with no readable timestamp: after every real time.
-UNDATED = "~"
-#: Where times that UTC cannot spell (a year-1 or year-9999 stamp in a far time zone) are clamped.
-_EARLIEST = datetime.min.replace(tzinfo=UTC)
-_LATEST = datetime.max.replace(tzinfo=UTC)
-
 
 @dataclass
 class Work:
@@ -66,42 +60,6 @@ class Work:
 def item_priority(item: Mapping) -> int:
     """Beads priority as scoring reads it (:func:`sluice.core.items.priority_of`)."""
     return priority_of(item)
-
-
-def order_of_ts(created_ts: float) -> str:
-    """The tie-break text of an item from its index timestamp (0.0 means none was readable).
-
-    Timestamps are read to the microsecond, so this text orders exactly as
-    the float does.
-    """
-    if not created_ts:
-        return UNDATED
-    try:
-        stamp = datetime.fromtimestamp(created_ts, UTC)
-    except (ValueError, OverflowError, OSError):  # beyond UTC years 1-9999 (an edge time zone)
-        stamp = _LATEST if created_ts > 0 else _EARLIEST
-    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def order_text(stamp: object) -> str:
-    """Any ISO timestamp as microsecond UTC text, so that string order is time order.
-
-    Already-normalised text comes back unchanged; an unreadable one sorts
-    after every real time (and among its kind by its own text).
-    """
-    if isinstance(stamp, str) and len(stamp) == 27 and stamp.endswith("Z") and stamp[19] == ".":
-        return stamp  # the form sluice writes: nothing to do
-    try:
-        parsed = datetime.fromisoformat(stamp)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return UNDATED + str(stamp)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    try:
-        parsed = parsed.astimezone(UTC)
-    except OverflowError:  # within hours of year 1 or 9999, where UTC has no year to spell it
-        parsed = _EARLIEST if parsed.year < 5000 else _LATEST
-    return parsed.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def load_town_policy(town: Town):

@@ -110,6 +110,8 @@ def parent_of_deps(deps: str, child_id: str) -> str | None:
 
 def parent_of_record(record: dict) -> str | None:
     """The first parent of an item record (same-prefix ``parent-child`` edges only)."""
+    if not record.get("dependencies"):
+        return None  # most items: no need to read their edges as beads keeps them
     for dep_type, target, _gate in edges(record):
         if dep_type == PARENT_CHILD and is_parent_edge(record["id"], target):
             return target

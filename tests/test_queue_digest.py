@@ -1,0 +1,141 @@
+"""A rig's open contexts read from the digest kept beside its index equal reading its log.
+
+Every CLI command starts with the log unread; the digest spares it parsing
+every version of every context, so it must answer exactly as the log does
+and must never be used once the log has changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers.foundation import quick_rig, quick_town
+from sluice.core.records import SlingContextFields
+from sluice.store import contexts as ctxs
+from sluice.store.rigstore import RigStore, Stores
+from sluice.store.town import Town
+
+STAMP = "2026-01-01T00:00:00.000000Z"
+
+
+@pytest.fixture(scope="module")
+def town_dir(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("digest")
+    town = quick_town(base)
+    quick_rig(town, base)
+    return town
+
+
+def store_of(town: Path) -> RigStore:
+    return Stores(Town(town)).rig("alpha")
+
+
+def seen(found: list[ctxs.Context]) -> list[tuple]:
+    return [(c.id, c.rig, c.fields) for c in found]
+
+
+def context(context_id: str, status: str, description, n: int) -> dict:
+    return {"id": context_id, "title": f"sling-context: v{n}", "description": description, "status": status,
+            "priority": 2, "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
+            "dependencies": [{"issue_id": context_id, "depends_on_id": "al-1", "type": "tracks"}],
+            "created_at": STAMP, "updated_at": STAMP}
+
+
+DESCRIPTIONS = st.sampled_from([
+    json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP}),
+    json.dumps({"version": 1, "work_bead_id": "al-2", "target_rig": "alpha",
+                "enqueued_at": "2026-01-01T02:00:00+02:00", "dispatch_failures": 2, "force": True,
+                "newer_key": [1, {"x": None}]}),
+    json.dumps({"version": 1, "work_bead_id": "al-3", "target_rig": "alpha", "enqueued_at": STAMP,
+                "dispatch_failures": -1}),  # out of range: not a valid context
+    json.dumps({"work_bead_id": "al-4"}),  # required fields missing
+    "not json", "", "[1, 2]",
+])
+VERSIONS = st.lists(st.tuples(st.sampled_from(["al-wisp-a", "al-wisp-b", "al-wisp-c", "al-wisp-d"]),
+                              st.sampled_from(["open", "open", "closed", "in_progress", "tombstone"]),
+                              DESCRIPTIONS), max_size=12)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(VERSIONS, st.booleans())
+def test_the_digest_answers_as_reading_the_log_does(town_dir, versions, other_record):
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    lines = [context(i, status, description, n) for n, (i, status, description) in enumerate(versions)]
+    if other_record:  # a record that is not a context is never one, open or not
+        lines.insert(0, {"id": "al-wisp-x", "title": "x", "status": "open", "labels": []})
+    # Each example starts without a digest: two rewrites in place of equal size within one clock
+    # tick would look alike (sluice itself only appends, or replaces the file).
+    store_of(town_dir).index_path.with_suffix(".queue.json").unlink(missing_ok=True)
+    log.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
+    first = store_of(town_dir)
+    parsed = ctxs.open_contexts(Stores(first.town), fresh=True)  # reads the log, keeps the digest
+    again = Stores(Town(town_dir))
+    assert seen(ctxs.open_contexts(again, fresh=True)) == seen(parsed)
+    assert all(store.log_unread() for store in again.all())  # answered without reading the log
+
+
+def test_a_digest_is_never_used_for_a_log_that_changed(town_dir):
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a"]
+    # Appended by another writer: the log's size moved, so the digest no longer speaks for it.
+    with open(log, "a") as fh:
+        fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a", "al-wisp-b"]
+    # Rewritten whole (as compaction does, through a new file): read again.
+    replacement = log.with_suffix(".new")
+    replacement.write_text(json.dumps(context("al-wisp-b", "closed", valid, 2)) + "\n")
+    os.replace(replacement, log)
+    assert ctxs.open_contexts(Stores(Town(town_dir))) == []
+    # A damaged digest is read past, not trusted.
+    digest = store_of(town_dir).index_path.with_suffix(".queue.json")
+    signature = store_of(town_dir).log_signature()
+    for damage in ("{", "[]", json.dumps({"version": 1, "sig": signature, "open": 5})):
+        digest.write_text(damage)
+        assert ctxs.open_contexts(Stores(Town(town_dir))) == []
+
+
+def test_a_sling_and_a_close_reach_the_next_reader(town_dir):
+    """Writers append; the digest of the log before the append is left behind, never misread."""
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log.write_text("")
+    store = store_of(town_dir)
+    fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
+    ctxs.create(store, [({"id": "al-1", "title": "one"}, fields, STAMP)])
+    found = ctxs.open_contexts(Stores(Town(town_dir)))
+    assert [c.work_id for c in found] == ["al-1"]
+    ctxs.close(Town(town_dir), store_of(town_dir), found[0].id, ctxs.CLEARED)
+    assert ctxs.open_contexts(Stores(Town(town_dir))) == []
+
+
+def test_items_and_their_readiness_in_one_lookup_equal_the_two_lookups(tmp_path):
+    town = quick_town(tmp_path)
+    quick_rig(town, tmp_path)
+    items = [{"id": "al-1", "title": "ready", "status": "open", "priority": 1},
+             {"id": "al-2", "title": "blocked", "status": "open",
+              "dependencies": [{"issue_id": "al-2", "depends_on_id": "al-1", "type": "blocks"}]},
+             {"id": "al-3", "title": "done", "status": "closed"},
+             {"id": "al-4", "title": "later", "status": "open", "defer_until": "2999-01-01T00:00:00Z"}]
+    (town / ".sluice" / "rigs" / "alpha" / "issues.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in items))
+    now = time.time()
+    ids = ["al-1", "al-2", "al-3", "al-4", "al-9"]
+    store = store_of(town)
+    records, ready = store.get_many_ready(ids, now)
+    assert records == store_of(town).get_many(ids) and set(records) == {"al-1", "al-2", "al-3", "al-4"}
+    assert ready == store_of(town).ready_among(now, records) == {"al-1"}
+    # An ephemeral record among the ids (it can change readiness): the general path, same answer.
+    edge = {"issue_id": "al-wisp-z", "depends_on_id": "al-1", "type": "blocks"}
+    store.put_ephemeral({"id": "al-wisp-z", "title": "w", "status": "open", "dependencies": [edge]})
+    ids.append("al-wisp-z")
+    records, ready = store_of(town).get_many_ready(ids, now)
+    assert records == store_of(town).get_many(ids) and "al-wisp-z" in records
+    assert ready == store_of(town).ready_among(now, records) == {"al-1"}
