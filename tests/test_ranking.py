@@ -6,12 +6,12 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.advisor import add_rig, add_worktree, item, merge_request, stamp, write_items
 from sluice.core.clock import order_of_ts, order_text
-from sluice.core.items import effective_tokens
+from sluice.core.items import effective_tokens, priority_of
 from sluice.core.scoring import Candidate, score_all
 from sluice.scheduler.ranking import (
     ReadyGroup,
@@ -209,6 +209,42 @@ def test_rank_work_applies_the_graph_weights_of_each_items_epic(town):
         ("al-in", 5.125, "al-epic"),  # 5 * 1 + 0.125
         ("al-out", 2.125, None),
     ]
+
+
+POOL = [("al-e1", {"issue_type": "epic", "priority": 1}), ("al-e2", {"issue_type": "epic"}),
+        ("al-a", {"priority": 0, "tokens": 500}), ("al-b", {"parent": "al-e1"}),
+        ("al-c", {"parent": "al-e1", "tokens": 0}), ("al-d", {"parent": "al-e2", "priority": 3}),
+        ("al-f", {"tokens": 500, "priority": 0}), ("be-a", {}), ("be-b", {"tokens": 4000}),
+        ("be-c", {"priority": 0, "tokens": 500})]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from([i for i, _ in POOL]), st.integers(0, 3), st.booleans()),
+                max_size=14),
+       st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 1.0]), st.sampled_from([None, "al-e1"]))
+def test_rank_work_scores_and_orders_as_scoring_each_item_alone(town, picks, aging, fairness, graph):
+    """Work is scored by kind; every item must still get exactly its own score, reasons and place."""
+    if not Stores(town).rig("alpha").index.ids():
+        write_items(town.root, "alpha", [item(i, **extra) for i, extra in POOL if i.startswith("al")])
+        write_items(town.root, "beta", [item(i, **extra) for i, extra in POOL if i.startswith("be")])
+    overrides = {graph: GraphOverride(priority=3.0)} if graph else {}
+    policy = Policy(weights=PolicyWeights(fairness=fairness), aging=aging, graph_overrides=overrides)
+    now = 1767232800.0  # 2026-01-01T02:00:00Z: contexts queued at minutes 0..3 have waited about 2 hours
+    work = [Work(item=Stores(town).find(i)[1], rig=i[:2].replace("al", "alpha").replace("be", "beta"),
+                 order=stamp(minute), context_id=f"ctx-{n}" if queued else None)
+            for n, (i, minute, queued) in enumerate(picks)]
+    signals = Signals(town, Stores(town))
+    alone = []
+    for n, w in enumerate(work):
+        order = order_text(w.order)
+        age = (now - datetime.fromisoformat(order).timestamp()) / 3600 if aging and w.context_id else 0.0
+        alone.append(Candidate(w.item["id"], priority_of(w.item), effective_tokens(w.item), w.rig, order,
+                               signals.graphs.of_record(w.item), n, age_hours=age))
+    expected = score_all(alone, policy, **signals.scoring_inputs(w.rig for w in work))
+    ranked = rank_work(town, Stores(town), [Work(w.item, w.rig, w.order, w.context_id) for w in work],
+                       policy=policy, now=now)
+    assert [(w.item["id"], w.order, w.score, w.reasons) for w in ranked] == [
+        (s.candidate.item_id, work[s.candidate.payload].order, s.score, s.reasons) for s in expected]
 
 
 def test_rank_work_of_nothing_reads_nothing(town):

@@ -598,7 +598,7 @@ def test_top_shortcut_matches_the_full_ranking(candidates, policy, context, top,
 @given(candidate_lists(), policies(), context_st, st.lists(st.sampled_from([0.0, 0.5, 3.0]), max_size=25),
        st.sampled_from([(0.0, 0.0), (0.5, 1.0)]))
 def test_each_candidate_scores_as_it_would_alone(candidates, policy, context, ages, aging):
-    """score_all works out each kind of candidate once; every candidate still gets its own answer."""
+    """Ranking a set changes no candidate's score or reasons, however many are alike."""
     policy = SimpleNamespace(**vars(policy), aging=aging[0], aging_max=aging[1])
     ages = ages + [0.0] * (len(candidates) - len(ages))
     # Each candidate with a twin alike in all but id and age: kinds are shared for sure.

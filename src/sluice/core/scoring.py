@@ -309,7 +309,12 @@ def underrepresented_rigs(counts: Mapping[str, int], ready_rigs: Iterable[str | 
 def rank_key(s: Scored) -> tuple[float, int, str, str]:
     """Higher score first, then fewer tokens, earlier timestamp, smaller id."""
     c = s.candidate
-    return (-s.score, c.tokens, c.order, c.item_id)
+    return rank_order(s.score, c.tokens, c.order, c.item_id)
+
+
+def rank_order(score: float, tokens: int, order: str, item_id: str) -> tuple[float, int, str, str]:
+    """:func:`rank_key` from its parts, for callers that score kinds of candidates, not each one."""
+    return (-score, tokens, order, item_id)
 
 
 def rank(scored: Iterable[Scored]) -> list[Scored]:
@@ -392,16 +397,11 @@ def score_all(
             keyed.append((-score, c.tokens, c.order, c.item_id, position))
         pool = [pool[k[-1]] for k in heapq.nsmallest(top, keyed)]
 
-    # Candidates alike in everything the formula reads share score and reasons: a queue of 10,000
-    # holds a few hundred such kinds, so each is worked out (and its reasons written) once.
-    kinds: dict[tuple, Scored] = {}
     scored = []
     for c in pool:
         weights, warm, under, depth = conditions(c)
-        kind = (c.graph_id, c.priority, c.tokens, warm, under, depth, c.age_hours if aging[0] > 0 else 0.0)
-        known = kinds.get(kind)
-        if known is None:
-            known = kinds[kind] = score_candidate(
+        scored.append(
+            score_candidate(
                 c,
                 weights,
                 warm=warm,
@@ -411,7 +411,5 @@ def score_all(
                 penalty=penalty,
                 aging=aging,
             )
-            scored.append(known)
-        else:
-            scored.append(Scored(c, known.score, known.reasons, known.pressured))
+        )
     return rank(scored)

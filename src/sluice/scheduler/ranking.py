@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import order_of_ts, order_text
 from sluice.core.items import priority_of
-from sluice.core.scoring import Candidate, PolicyLike, Scored, score_all
+from sluice.core.scoring import Candidate, PolicyLike, Scored, rank_order, score_all
 
 if TYPE_CHECKING:
     from sluice.scheduler.signals import Signals
@@ -103,22 +103,30 @@ def rank_work(
     # Every item's parent chain in a few batched queries, not one query per parent.
     parents = [parent_of_record(w.item) for w in work]
     signals.graphs.prefetch(p for p in parents if p is not None)
-    candidates = []
+    # Work alike in rig, graph, priority, tokens and age scores alike (see the module docstring):
+    # one candidate per kind is scored, and every item is then ordered by the same rank key.
+    kinds: dict[tuple, Candidate] = {}
+    members: list[tuple[tuple, str, Work]] = []
     for position, w in enumerate(work):
         # Graphs.of_record, with the parent already found
         w.graph_id = signals.graphs.of(w.item["id"], w.item.get("issue_type") or "task", parents[position])
         w.tokens = effective_tokens(w.item)
         priority, order = item_priority(w.item), order_text(w.order)
         age = _age_hours(order, now) if aging and w.context_id else 0.0
-        candidates.append(Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, position,
-                                    age_hours=age))
-    ranked = score_all(candidates, policy, **signals.scoring_inputs(w.rig for w in work))
-    out = []
-    for s in ranked:
-        w = work[s.candidate.payload]  # type: ignore[index]
+        kind = (w.rig, w.graph_id, priority, w.tokens, age)
+        if kind not in kinds:
+            kinds[kind] = Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, kind,
+                                    age_hours=age)
+        members.append((kind, order, w))
+    scored = {s.candidate.payload: s
+              for s in score_all(kinds.values(), policy, **signals.scoring_inputs(kind[0] for kind in kinds))}
+    keyed = []
+    for kind, order, w in members:
+        s = scored[kind]
         w.score, w.reasons, w.pressured = s.score, s.reasons, s.pressured
-        out.append(w)
-    return out
+        keyed.append((rank_order(s.score, w.tokens, order, w.item["id"]), w))
+    keyed.sort(key=lambda pair: pair[0])
+    return [w for _key, w in keyed]
 
 
 def _age_hours(order: str, now: float) -> float:
