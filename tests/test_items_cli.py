@@ -288,6 +288,31 @@ def test_ready_and_blocked_through_the_cli(cli, rig):
     assert cli.run("item", "blocked").stdout.strip() == "no blocked items"
 
 
+def test_the_blocked_listing_kept_in_the_index_equals_the_one_worked_out(cli, rig, town_dir):
+    """`item blocked` reads rows kept written out in the index; they must be what the rows say."""
+    from sluice.store.index import blocked_line
+    from sluice.store.rigstore import Stores
+
+    gate = {"id": "al-gate", "title": "gate", "status": "open", "priority": 0}
+    lines = [json.dumps(gate)]
+    for n, extra in enumerate([{"title": 'says "blocked_by": [] in its title'},  # must not be spliced
+                               {"blocked_by": ["stale"], "blocked_by_count": 9},  # its own keys lose
+                               {"title": "plain"}, {"title": "naïve ünïcode"}]):
+        record = {"id": f"al-{n}", "status": "open", "priority": n % 3, **extra,
+                  "dependencies": [{"issue_id": f"al-{n}", "depends_on_id": "al-gate", "type": "blocks"}]}
+        lines.append(json.dumps(record, ensure_ascii=False) + "   ")  # trailing blanks: still spliced right
+    issues_file(town_dir).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    listed = cli.json("item", "blocked")
+    store = Stores(Town(town_dir)).rig(rig)
+    worked_out = [blocked_line(raw, causes) for _p, _c, _i, raw, causes in store.blocked_raw()]
+    assert [json.loads(text) for text in worked_out] == listed
+    assert [row[3] for row in store.index.blocked_lines()] == worked_out
+    assert all(text.count('"blocked_by_count":') == 1 for text in worked_out)  # never a key twice
+    assert [r["id"] for r in listed] == ["al-0", "al-3", "al-1", "al-2"]
+    assert all(r["blocked_by"] == ["al-gate"] and r["blocked_by_count"] == 1 for r in listed)
+    assert listed[0]["title"] == 'says "blocked_by": [] in its title'
+
+
 def test_ready_limit(cli, rig):
     for n in range(4):
         create(cli, "--title", f"i{n}")

@@ -24,7 +24,7 @@ from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, UnknownItem
 from sluice.store import fsutil
-from sluice.store.index import DurableIndex
+from sluice.store.index import DurableIndex, blocked_line
 from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
 from sluice.store.town import Rig, Town
 
@@ -315,6 +315,26 @@ class RigStore:
             rows.extend((n.priority, n.created_ts, n.id, None, c) for n, c in self._ephemeral_blocked(eph))
             rows.sort(key=lambda row: (row[0], -row[1], row[2]))
         return rows
+
+    def blocked_lines(self) -> list[tuple[int, float, str, str]]:
+        """(priority, created_ts, id, JSON text) of :meth:`blocked_raw`'s rows as ``item blocked`` lists them.
+
+        A durable row is :func:`~sluice.store.index.blocked_line` of its stored
+        line (kept written out in the index when no ephemeral record is
+        involved); an ephemeral row is its record with the two keys added.
+        """
+        if not self._interplay() and self._ephemeral_summary()[2]:
+            return self.index.blocked_lines()
+        out = []
+        for priority, created_ts, item_id, raw, causes in self.blocked_raw():
+            if raw is not None:
+                text = blocked_line(raw, causes)
+            else:
+                record = self.ephemeral().get(item_id) or {"id": item_id}
+                text = json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes},
+                                  ensure_ascii=False, separators=(",", ":"))
+            out.append((priority, created_ts, item_id, text))
+        return out
 
     def _ephemeral_blocked(self, eph: dict[str, dict]) -> list[tuple]:
         nodes = {rid: to_node(r) for rid, r in eph.items() if r.get("status") != "tombstone"}

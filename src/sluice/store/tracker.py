@@ -206,25 +206,10 @@ def blocked_json(town: Town, rig: str | None = None) -> list[str]:
     """
     stores = Stores(town)
     chosen = [stores.rig(rig)] if rig else stores.all()
-    rows = []
-    for store in chosen:
-        for priority, created_ts, item_id, raw, causes in store.blocked_raw():
-            rows.append((priority, created_ts, item_id, _with_causes(store, item_id, raw, causes)))
+    rows = [row for store in chosen for row in store.blocked_lines()]
     if len(chosen) > 1:
         rows.sort(key=lambda r: (r[0], -r[1], r[2]))
     return [row[3] for row in rows]
-
-
-def _with_causes(store: RigStore, item_id: str, raw: str | None, causes: list[str]) -> str:
-    extra = f'"blocked_by_count":{len(causes)},"blocked_by":{json.dumps(causes, separators=(",", ":"))}'
-    if raw is not None and '"blocked_by' not in raw:
-        body = raw.rstrip()
-        if body.endswith("}"):
-            inner = body[:-1].rstrip()
-            return f"{inner},{extra}}}" if not inner.endswith("{") else f"{{{extra}}}"
-    record = store.get(item_id) or {"id": item_id}
-    return json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes},
-                      ensure_ascii=False, separators=(",", ":"))
 
 
 def _update_record(town: Town, item_id: str, apply) -> dict:
