@@ -225,7 +225,9 @@ POOL = [("al-e1", {"issue_type": "epic", "priority": 1}), ("al-e2", {"issue_type
 def test_rank_work_scores_and_orders_as_scoring_each_item_alone(town, picks, aging, fairness, graph):
     """Work is scored by kind; every item must still get exactly its own score, reasons and place."""
     if not Stores(town).rig("alpha").index.ids():
-        write_items(town.root, "alpha", [item(i, **extra) for i, extra in POOL if i.startswith("al")])
+        # alpha's merge queue is at the threshold: its work scores apart from beta's alike work
+        pressure = [merge_request(f"al-m{n}", "open") for n in range(3)]
+        write_items(town.root, "alpha", [item(i, **e) for i, e in POOL if i.startswith("al")] + pressure)
         write_items(town.root, "beta", [item(i, **extra) for i, extra in POOL if i.startswith("be")])
     overrides = {graph: GraphOverride(priority=3.0)} if graph else {}
     policy = Policy(weights=PolicyWeights(fairness=fairness), aging=aging, graph_overrides=overrides)
