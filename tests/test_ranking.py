@@ -6,7 +6,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from helpers.advisor import add_rig, add_worktree, item, merge_request, stamp, write_items
@@ -222,6 +222,8 @@ POOL = [("al-e1", {"issue_type": "epic", "priority": 1}), ("al-e2", {"issue_type
 @given(st.lists(st.tuples(st.sampled_from([i for i, _ in POOL]), st.integers(0, 3), st.booleans()),
                 max_size=14),
        st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 1.0]), st.sampled_from([None, "al-e1"]))
+@example(picks=[("al-a", 0, True), ("be-c", 0, True), ("al-f", 1, False)], aging=0.0, fairness=0.0,
+         graph=None)  # alike but for the rig
 def test_rank_work_scores_and_orders_as_scoring_each_item_alone(town, picks, aging, fairness, graph):
     """Work is scored by kind; every item must still get exactly its own score, reasons and place."""
     if not Stores(town).rig("alpha").index.ids():
