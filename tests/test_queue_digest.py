@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.foundation import quick_rig, quick_town
+from sluice.core.items import effective_tokens
 from sluice.core.records import SlingContextFields
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import RigStore, Stores
@@ -116,10 +117,11 @@ def test_a_sling_and_a_close_reach_the_next_reader(town_dir):
     assert ctxs.open_contexts(Stores(Town(town_dir))) == []
 
 
-def test_items_and_their_readiness_in_one_lookup_equal_the_two_lookups(tmp_path):
+def test_items_their_readiness_and_tokens_in_one_lookup_equal_the_separate_lookups(tmp_path):
     town = quick_town(tmp_path)
     quick_rig(town, tmp_path)
-    items = [{"id": "al-1", "title": "ready", "status": "open", "priority": 1},
+    items = [{"id": "al-1", "title": "ready", "status": "open", "priority": 1,
+              "metadata": {"estimated_tokens": 700}},
              {"id": "al-2", "title": "blocked", "status": "open",
               "dependencies": [{"issue_id": "al-2", "depends_on_id": "al-1", "type": "blocks"}]},
              {"id": "al-3", "title": "done", "status": "closed"},
@@ -129,13 +131,16 @@ def test_items_and_their_readiness_in_one_lookup_equal_the_two_lookups(tmp_path)
     now = time.time()
     ids = ["al-1", "al-2", "al-3", "al-4", "al-9"]
     store = store_of(town)
-    records, ready = store.get_many_ready(ids, now)
+    records, ready, tokens = store.get_many_ready(ids, now)
     assert records == store_of(town).get_many(ids) and set(records) == {"al-1", "al-2", "al-3", "al-4"}
     assert ready == store_of(town).ready_among(now, records) == {"al-1"}
+    assert tokens == {rid: effective_tokens(record) for rid, record in records.items()}
+    assert tokens["al-1"] == 700 and tokens["al-2"] == 1000
     # An ephemeral record among the ids (it can change readiness): the general path, same answer.
     edge = {"issue_id": "al-wisp-z", "depends_on_id": "al-1", "type": "blocks"}
     store.put_ephemeral({"id": "al-wisp-z", "title": "w", "status": "open", "dependencies": [edge]})
     ids.append("al-wisp-z")
-    records, ready = store_of(town).get_many_ready(ids, now)
+    records, ready, tokens = store_of(town).get_many_ready(ids, now)
     assert records == store_of(town).get_many(ids) and "al-wisp-z" in records
     assert ready == store_of(town).ready_among(now, records) == {"al-1"}
+    assert tokens == {}  # worked out from the records by whoever needs them

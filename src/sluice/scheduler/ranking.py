@@ -54,7 +54,7 @@ class Work:
     reasons: tuple[str, ...] = field(default_factory=tuple)
     pressured: bool = False
     graph_id: str | None = None  # the item's top-level epic, filled in by rank_work
-    tokens: int | None = None  # the effective token estimate, filled in by rank_work
+    tokens: int | None = None  # the effective token estimate: given, or filled in by rank_work
 
 
 def item_priority(item: Mapping) -> int:
@@ -110,7 +110,8 @@ def rank_work(
     for position, w in enumerate(work):
         # Graphs.of_record, with the parent already found
         w.graph_id = signals.graphs.of(w.item["id"], w.item.get("issue_type") or "task", parents[position])
-        w.tokens = effective_tokens(w.item)
+        if w.tokens is None:  # the index keeps it for the items it holds
+            w.tokens = effective_tokens(w.item)
         priority, order = item_priority(w.item), order_text(w.order)
         age = _age_hours(order, now) if aging and w.context_id else 0.0
         kind = (w.rig, w.graph_id, priority, w.tokens, age)

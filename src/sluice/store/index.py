@@ -396,19 +396,20 @@ class DurableIndex:
             out.update(row[0] for row in self.conn().execute(sql, [*chunk, now_ts, now_ts]))
         return out
 
-    def raw_and_ready(self, ids: Iterable[str], now_ts: float) -> dict[str, tuple[str, bool]]:
-        """id → (``get_raw``, whether :meth:`ready_among` counts it) for the ids in the index.
+    def raw_and_ready(self, ids: Iterable[str], now_ts: float) -> dict[str, tuple[str, bool, int]]:
+        """id → (``get_raw``, whether :meth:`ready_among` counts it, its effective tokens), for the
+        ids in the index.
 
-        A dispatch cycle wants both for every queued item: one query per few
-        hundred ids answers them together.
+        A dispatch cycle wants all three for every queued item: one query per
+        few hundred ids answers them together.
         """
         ids = list(ids)
-        out: dict[str, tuple[str, bool]] = {}
+        out: dict[str, tuple[str, bool, int]] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            sql = f"SELECT id, raw, {_READY} FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            sql = f"SELECT id, raw, {_READY}, tokens FROM items WHERE id IN ({','.join('?' * len(chunk))})"
             rows = self.conn().execute(sql, [now_ts, now_ts, *chunk])
-            out.update((rid, (raw, bool(ready))) for rid, raw, ready in rows)
+            out.update((rid, (raw, bool(ready), tokens)) for rid, raw, ready, tokens in rows)
         return out
 
     def blocked_listing(self) -> list[tuple[int, float, str, str, list[str]]]:

@@ -149,19 +149,22 @@ class RigStore:
         out.update(zip(found, decode_all(found.values()), strict=True))
         return out
 
-    def get_many_ready(self, ids: Iterable[str], now_ts: float) -> tuple[dict[str, dict], set[str]]:
-        """:meth:`get_many` of ``ids``, and which of the records found are ready (:meth:`ready_among`).
+    def get_many_ready(self, ids: Iterable[str], now_ts: float
+                       ) -> tuple[dict[str, dict], set[str], dict[str, int]]:
+        """:meth:`get_many` of ``ids``, which of the records found are ready (:meth:`ready_among`),
+        and the effective tokens of those the index holds (the others are absent).
 
         When the index alone answers readiness and none of the ids is in the
-        ephemeral log, one query per few hundred ids answers both.
+        ephemeral log, one query per few hundred ids answers all three.
         """
         ids = list(ids)
         if self._interplay() or not self._ephemeral_summary()[0].isdisjoint(ids):
             records = self.get_many(ids)
-            return records, self.ready_among(now_ts, records)
+            return records, self.ready_among(now_ts, records), {}
         rows = self.index.raw_and_ready(ids, now_ts)
-        records = dict(zip(rows, decode_all(raw for raw, _ready in rows.values()), strict=True))
-        return records, {rid for rid, (_raw, ready) in rows.items() if ready}
+        records = dict(zip(rows, decode_all(row[0] for row in rows.values()), strict=True))
+        return (records, {rid for rid, row in rows.items() if row[1]},
+                {rid: row[2] for rid, row in rows.items()})
 
     def require(self, item_id: str) -> dict:
         record = self.get(item_id)
