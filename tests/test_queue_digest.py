@@ -20,7 +20,7 @@ from helpers.foundation import quick_rig, quick_town
 from sluice.core.items import effective_tokens
 from sluice.core.records import SlingContextFields
 from sluice.store import contexts as ctxs
-from sluice.store.rigstore import RigStore, Stores
+from sluice.store.rigstore import RigStore, Stores, _grew_by
 from sluice.store.town import Town
 
 STAMP = "2026-01-01T00:00:00.000000Z"
@@ -104,17 +104,72 @@ def test_a_digest_is_never_used_for_a_log_that_changed(town_dir):
         assert ctxs.open_contexts(Stores(Town(town_dir))) == []
 
 
-def test_a_sling_and_a_close_reach_the_next_reader(town_dir):
-    """Writers append; the digest of the log before the append is left behind, never misread."""
+def test_a_sling_and_a_close_carry_the_digest_over_to_the_next_reader(town_dir):
+    """Writers know what they appended: the next reader finds the queue without parsing the log."""
     log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
-    store = store_of(town_dir)
+    assert ctxs.open_contexts(Stores(Town(town_dir))) == []  # a reader keeps the digest of the empty log
     fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
-    ctxs.create(store, [({"id": "al-1", "title": "one"}, fields, STAMP)])
+    second = fields.copy(work_bead_id="al-2")
+    ctxs.create(store_of(town_dir), [({"id": "al-1", "title": "one"}, fields, STAMP),
+                                     ({"id": "al-2", "title": "two"}, second, STAMP)])
+    reader = Stores(Town(town_dir))
+    found = ctxs.open_contexts(reader)
+    assert sorted(c.work_id for c in found) == ["al-1", "al-2"] and reader.rig("alpha").log_unread()
+    closed, left = sorted(found, key=lambda c: c.work_id)  # equal times: ordered by their random ids
+    ctxs.close(Town(town_dir), store_of(town_dir), closed.id, ctxs.CLEARED)
+    reader = Stores(Town(town_dir))
+    assert [c.work_id for c in ctxs.open_contexts(reader)] == ["al-2"] and reader.rig("alpha").log_unread()
+    parsed = ctxs.parse("alpha", store_of(town_dir).ephemeral_fresh()[left.id])
+    assert seen(ctxs.open_contexts(Stores(Town(town_dir)))) == seen([parsed])
+
+
+def test_a_digest_is_carried_over_only_from_the_log_before_the_append(town_dir):
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
+    ctxs.open_contexts(Stores(Town(town_dir)))  # the digest of this log
+    with open(log, "a") as fh:  # a line from a writer that keeps no digest
+        fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
+    store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    reader = Stores(Town(town_dir))
+    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a", "al-wisp-b", "al-wisp-c"]
+    assert not reader.rig("alpha").log_unread()  # no digest spoke for the log: it was read
+    # An append the log did not grow by exactly (another writer's line among it) carries nothing over.
+    store = store_of(town_dir)
+    signature = store.log_signature()
+    ctxs.extend_digest(store, signature, None, [context("al-wisp-d", "open", valid, 3)])
+    assert json.loads(store.index_path.with_suffix(".queue.json").read_text())["sig"] == signature
+
+
+def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monkeypatch):
+    """Between an append and the look at the log after it, someone else's line may land: no carry-over."""
+    from sluice.store import rigstore
+
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
+    ctxs.open_contexts(Stores(Town(town_dir)))  # the digest of this log
+    real_write = os.write
+
+    def write_then_another(fd: int, data: bytes) -> int:
+        written = real_write(fd, data)
+        with open(log, "a") as fh:
+            fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
+        return written
+
+    monkeypatch.setattr(rigstore.os, "write", write_then_another)
+    store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    monkeypatch.undo()
     found = ctxs.open_contexts(Stores(Town(town_dir)))
-    assert [c.work_id for c in found] == ["al-1"]
-    ctxs.close(Town(town_dir), store_of(town_dir), found[0].id, ctxs.CLEARED)
-    assert ctxs.open_contexts(Stores(Town(town_dir))) == []
+    assert [c.id for c in found] == ["al-wisp-a", "al-wisp-b", "al-wisp-c"]
+
+
+def test_grew_by_compares_inode_and_size():
+    assert _grew_by("7:100:5", "7:130:9", 30)
+    assert not _grew_by("7:100:5", "7:131:9", 30)  # someone else's byte too
+    assert not _grew_by("7:100:5", "8:130:9", 30)  # another file
+    assert not _grew_by(None, "7:130:9", 30) and not _grew_by("7:100:5", None, 30)
 
 
 def test_items_their_readiness_and_tokens_in_one_lookup_equal_the_separate_lookups(tmp_path):

@@ -175,24 +175,60 @@ def _digest_path(store: RigStore) -> Path:
     return store.index_path.with_suffix(".queue.json")
 
 
-def _kept_open(store: RigStore, signature: str) -> list[Context] | None:
-    """The open contexts of the digest kept for exactly this log, or None (no such digest)."""
+def _kept_rows(store: RigStore, signature: str) -> list | None:
+    """The ``[id, fields]`` rows of the digest kept for exactly this log, or None (no such digest)."""
     try:
         kept = json.loads(_digest_path(store).read_bytes())
         if kept.get("version") != DIGEST_VERSION or kept.get("sig") != signature:
             return None
-        name = store.rig.name
-        return [Context(context_id, name, SlingContextFields.from_object(data))
-                for context_id, data in kept["open"]]
+        rows = kept["open"]
+        if all(isinstance(row, list) and len(row) == 2 and isinstance(row[0], str) for row in rows):
+            return rows
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent, torn, foreign: read the log
+        pass
+    return None
+
+
+def _kept_open(store: RigStore, signature: str) -> list[Context] | None:
+    rows = _kept_rows(store, signature)
+    if rows is None:
         return None
+    name = store.rig.name
+    return [Context(context_id, name, SlingContextFields.from_object(data)) for context_id, data in rows]
 
 
-def _keep_open(store: RigStore, signature: str, found: list[Context]) -> None:
-    rows = [[c.id, c.fields.to_compact() if c.fields is not None else None] for c in found]
+def _write_digest(store: RigStore, signature: str, rows: list) -> None:
     body = json.dumps({"version": DIGEST_VERSION, "sig": signature, "open": rows},
                       separators=(",", ":"), ensure_ascii=False)
     fsutil.write_cache(_digest_path(store), body.encode("utf-8"))
+
+
+def _keep_open(store: RigStore, signature: str, found: list[Context]) -> None:
+    _write_digest(store, signature, [[c.id, c.fields.to_compact() if c.fields is not None else None]
+                                     for c in found])
+
+
+def extend_digest(store: RigStore, before: str | None, after: str | None, records: list[dict]) -> None:
+    """After an append under the rig lock: the digest of the log as it was, brought up to date.
+
+    The appender knows what it wrote, so the first reader after a sling or a
+    close need not parse the whole log either (as with the log's summary).
+    ``after`` is the log's signature once it grew by exactly what was
+    written, None otherwise (another writer's line may be among it): then,
+    as when no digest of the log before the append exists, nothing is kept
+    and the next reader parses the log.
+    """
+    rows = _kept_rows(store, before) if before is not None and after is not None else None
+    if rows is None:
+        return
+    open_now = dict(rows)
+    for record in records:
+        if record.get("status", "open") not in DONE_STATUSES and is_context(record):
+            fields = SlingContextFields.from_description(record.get("description"))
+            open_now[record["id"]] = fields.to_compact() if fields is not None else None
+        else:
+            open_now.pop(record["id"], None)
+    _write_digest(store, after, [[context_id, data] for context_id, data in open_now.items()])
 
 
 #: The layout of ``<rig>.queue.json``; a digest of another layout is ignored and written again.

@@ -58,6 +58,14 @@ def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterato
         fh.close()
 
 
+def _grew_by(before: str | None, after: str | None, count: int) -> bool:
+    """Whether the log of signature ``after`` is the one of ``before`` with exactly ``count`` bytes more."""
+    if before is None or after is None:
+        return False
+    (inode, size, _mtime), (inode_now, size_now, _mtime_now) = before.split(":"), after.split(":")
+    return inode_now == inode and int(size_now) == int(size) + count
+
+
 def decode_all(raws: Iterable[str]) -> list[dict]:
     """The normalised records of index rows' raw texts, in order.
 
@@ -425,6 +433,10 @@ class RigStore:
         finally:
             os.close(fd)
         self._extend_summary(before, records)
+        from sluice.store.contexts import extend_digest
+
+        after = self.log_signature()
+        extend_digest(self, before, after if _grew_by(before, after, len(data)) else None, records)
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
