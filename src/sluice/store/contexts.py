@@ -151,11 +151,12 @@ def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
     """The rig's open contexts in log order: from its kept digest when the log is unchanged.
 
     A process that has not read the log yet (every CLI command) takes the open
-    contexts from ``<rig>.queue.json`` beside the index, written by the last
-    reader that parsed the log and keyed by the log's signature; reading every
-    version of 10,000 contexts to find the open ones was a third of a dispatch
-    dry run.  A process that has read the log (the daemon, the MCP server, a
-    writer) reads on from where it was, which is cheaper still.
+    contexts from ``<rig>.queue.json`` beside the index, keyed by the log's
+    signature: written by the last reader that parsed the log, or carried
+    over by the last sluice append (:func:`extend_digest`).  Reading every
+    version of 10,000 contexts to find the open ones was a third of a
+    dispatch dry run.  A process that has read the log (the daemon, the MCP
+    server, a writer) reads on from where it was, which is cheaper still.
     """
     signature = store.log_signature() if store.log_unread() else None
     if signature is not None:
