@@ -209,17 +209,16 @@ def _keep_open(store: RigStore, signature: str, found: list[Context]) -> None:
                                      for c in found])
 
 
-def extend_digest(store: RigStore, before: str | None, after: str | None, records: list[dict]) -> None:
+def extend_digest(store: RigStore, before: str, after: str, records: list[dict]) -> None:
     """After an append under the rig lock: the digest of the log as it was, brought up to date.
 
     The appender knows what it wrote, so the first reader after a sling or a
     close need not parse the whole log either (as with the log's summary).
-    ``after`` is the log's signature once it grew by exactly what was
-    written, None otherwise (another writer's line may be among it): then,
-    as when no digest of the log before the append exists, nothing is kept
-    and the next reader parses the log.
+    The appender calls this only when the log (signature ``before``) grew by
+    exactly ``records`` into signature ``after``; without a digest of the
+    log before the append nothing is kept, and the next reader parses the log.
     """
-    rows = _kept_rows(store, before) if before is not None and after is not None else None
+    rows = _kept_rows(store, before)
     if rows is None:
         return
     open_now = dict(rows)

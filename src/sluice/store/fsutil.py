@@ -49,6 +49,29 @@ def write_cache(path: Path, data: bytes) -> None:
         atomic_write_bytes(path, data)
 
 
+def file_signature(path: Path) -> str | None:
+    """A file's inode, size and modification time as one text; None when it does not exist.
+
+    What every copy derived from a file is keyed by (the index of an items
+    file, the digests of an ephemeral log, the affinity cache's view of a
+    repository): a rewrite by rename changes the inode, an append the size,
+    an edit in place the time.
+    """
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def grew_by(before: str | None, after: str | None, count: int) -> bool:
+    """Whether the file of signature ``after`` is the one of ``before`` with exactly ``count`` bytes more."""
+    if before is None or after is None:
+        return False
+    (inode, size, _mtime), (inode_now, size_now, _mtime_now) = before.split(":"), after.split(":")
+    return inode_now == inode and int(size_now) == int(size) + count
+
+
 def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     data = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
     atomic_write_bytes(path, data.encode("utf-8"), mode)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.errors import NotARepository
+from sluice.store.fsutil import file_signature
 
 log = logging.getLogger("sluice")
 
@@ -145,10 +146,9 @@ def has_live_worktree(path: Path) -> bool:
 
 def _stat(path: Path) -> str:
     try:
-        st = os.stat(path)
-    except OSError:
+        return file_signature(path) or "-"
+    except OSError:  # e.g. a path through a file that is not a directory: as good as absent
         return "-"
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def warmth_stamp(path: Path) -> str | None:

@@ -29,7 +29,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from sluice.core import readiness
 from sluice.core.items import effective_tokens, labels_of, normalise, to_node
 from sluice.core.readiness import Node
 from sluice.errors import StoreCorrupt
+from sluice.store.fsutil import file_signature
 
 SCHEMA_VERSION = "12"  # raised whenever a rebuild would store, or refuse, something different
 log = logging.getLogger("sluice")
@@ -89,7 +90,14 @@ _READY = (
     "candidate = 1 AND (defer_ts IS NULL OR defer_ts <= ?)"
     " AND (parent_defer_ts IS NULL OR parent_defer_ts <= ?)"
 )
+# The blocked rows with a cause to name, in ``item blocked`` order (beads': priority, newest first, id).
+_BLOCKED_ROWS = (
+    "SELECT priority, created_ts, id, raw, blocked_by FROM items"
+    " WHERE blocked = 1 AND blocked_by != '[]' ORDER BY priority, created_ts DESC, id"
+)
 _BATCH = 2000
+#: Ids per ``IN (...)`` query: well under SQLite's cap on a query's parameters.
+_IDS_PER_QUERY = 500
 #: Warnings from one read of the source said (and kept) one by one; the rest are counted.
 _WARNINGS_KEPT = 20
 #: How often a file that changes while it is being read is read again.
@@ -99,11 +107,7 @@ _SQL_INT_MAX = 2**63 - 1
 
 
 def signature(path: Path) -> str:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "missing"
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    return file_signature(path) or "missing"
 
 
 class DurableIndex:
@@ -332,13 +336,10 @@ class DurableIndex:
         on the clock; a rig with 13,000 of them is then listed by one
         sequential read instead of a sort, a parse and a re-encoding per row.
         """
-        rows = conn.execute(
-            "SELECT priority, created_ts, id, raw, blocked_by FROM items"
-            " WHERE blocked = 1 AND blocked_by != '[]' ORDER BY priority, created_ts DESC, id"
-        )
+        rows = conn.execute(_BLOCKED_ROWS).fetchall()
         conn.executemany(
             "INSERT INTO blocked_order (priority, created_ts, id, line) VALUES (?, ?, ?, ?)",
-            [(p, c, i, blocked_line(raw, json.loads(causes))) for p, c, i, raw, causes in rows.fetchall()],
+            [(p, c, i, blocked_line(raw, json.loads(causes))) for p, c, i, raw, causes in rows],
         )
 
     # -- queries -------------------------------------------------------------
@@ -351,14 +352,20 @@ class DurableIndex:
         return self._column_by_id("raw", ids)
 
     def _column_by_id(self, column: str, ids: Iterable[str]) -> dict[str, Any]:
-        """id → ``column`` of the rows with these ids, a few hundred ids per query."""
+        """id → ``column`` of the rows with these ids."""
+        return dict(self._by_ids(f"SELECT id, {column} FROM items WHERE id IN ({{ids}})", ids))
+
+    def _by_ids(self, sql: str, ids: Iterable[str], before: tuple = (), after: tuple = ()) -> Iterator[tuple]:
+        """The rows of ``sql`` for these ids, a few hundred per query (SQLite caps a query's parameters).
+
+        ``{ids}`` in ``sql`` stands for the ids' placeholders; ``before`` and
+        ``after`` are the parameters on either side of them.
+        """
         ids = list(ids)
-        out: dict[str, Any] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            sql = f"SELECT id, {column} FROM items WHERE id IN ({','.join('?' * len(chunk))})"
-            out.update(self.conn().execute(sql, chunk))
-        return out
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            chunk = ids[start : start + _IDS_PER_QUERY]
+            placeholders = ",".join("?" * len(chunk))
+            yield from self.conn().execute(sql.format(ids=placeholders), [*before, *chunk, *after])
 
     def ids(self) -> set[str]:
         return {row[0] for row in self.conn().execute("SELECT id FROM items")}
@@ -387,14 +394,9 @@ class DurableIndex:
 
     def ready_among(self, now_ts: float, ids: Iterable[str]) -> set[str]:
         """Which of ``ids`` are rows of :meth:`ready_rows` now (a few primary-key queries)."""
-        ids = list(ids)
-        out: set[str] = set()
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            # "+candidate": look the ids up by primary key, not by scanning items_rank's candidates
-            sql = f"SELECT id FROM items WHERE id IN ({','.join('?' * len(chunk))}) AND +{_READY}"
-            out.update(row[0] for row in self.conn().execute(sql, [*chunk, now_ts, now_ts]))
-        return out
+        # "+candidate": look the ids up by primary key, not by scanning items_rank's candidates
+        sql = f"SELECT id FROM items WHERE id IN ({{ids}}) AND +{_READY}"
+        return {row[0] for row in self._by_ids(sql, ids, after=(now_ts, now_ts))}
 
     def raw_and_ready(self, ids: Iterable[str], now_ts: float) -> dict[str, tuple[str, bool, int]]:
         """id → (``get_raw``, whether :meth:`ready_among` counts it, its effective tokens), for the
@@ -403,14 +405,9 @@ class DurableIndex:
         A dispatch cycle wants all three for every queued item: one query per
         few hundred ids answers them together.
         """
-        ids = list(ids)
-        out: dict[str, tuple[str, bool, int]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            sql = f"SELECT id, raw, {_READY}, tokens FROM items WHERE id IN ({','.join('?' * len(chunk))})"
-            rows = self.conn().execute(sql, [now_ts, now_ts, *chunk])
-            out.update((rid, (raw, bool(ready), tokens)) for rid, raw, ready, tokens in rows)
-        return out
+        sql = f"SELECT id, raw, {_READY}, tokens FROM items WHERE id IN ({{ids}})"
+        rows = self._by_ids(sql, ids, before=(now_ts, now_ts))
+        return {rid: (raw, bool(ready), tokens) for rid, raw, ready, tokens in rows}
 
     def blocked_listing(self) -> list[tuple[int, float, str, str, list[str]]]:
         """(priority, created_ts, id, raw, blocked_by) of blocked rows with a cause to name (K2–K5).
@@ -418,10 +415,7 @@ class DurableIndex:
         Both the blocked state and ``blocked_by`` depend only on statuses and
         edges, so they were settled when the index was built.
         """
-        rows = self.conn().execute(
-            "SELECT priority, created_ts, id, raw, blocked_by FROM items"
-            " WHERE blocked = 1 AND blocked_by != '[]' ORDER BY priority, created_ts DESC, id"
-        )
+        rows = self.conn().execute(_BLOCKED_ROWS)
         return [(p, c, i, raw, json.loads(causes)) for p, c, i, raw, causes in rows]
 
     def blocked_lines(self) -> list[tuple[int, float, str, str]]:
@@ -546,13 +540,8 @@ class DurableIndex:
 
     def types_and_deps(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """id → (issue_type, deps) for the given ids that exist (parent walks)."""
-        ids = list(ids)
-        out: dict[str, tuple[str, str]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            sql = f"SELECT id, issue_type, deps FROM items WHERE id IN ({','.join('?' * len(chunk))})"
-            out.update((row[0], (row[1], row[2])) for row in self.conn().execute(sql, chunk))
-        return out
+        rows = self._by_ids("SELECT id, issue_type, deps FROM items WHERE id IN ({ids})", ids)
+        return {row_id: (issue_type, deps) for row_id, issue_type, deps in rows}
 
     def close(self) -> None:
         if self._conn is not None:
@@ -574,7 +563,11 @@ def blocked_line(raw: str, causes: list[str]) -> str:
     if '"blocked_by' not in raw and body.endswith("}"):
         inner = body[:-1].rstrip()
         return f"{inner},{extra}}}" if not inner.endswith("{") else f"{{{extra}}}"
-    record = normalise(json.loads(raw))
+    return with_causes(normalise(json.loads(raw)), causes)
+
+
+def with_causes(record: dict, causes: list[str]) -> str:
+    """``record`` with ``blocked_by_count`` and ``blocked_by`` (in place of any of its own), as one line."""
     return json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes},
                       ensure_ascii=False, separators=(",", ":"))
 

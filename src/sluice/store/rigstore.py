@@ -24,7 +24,7 @@ from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, UnknownItem
 from sluice.store import fsutil
-from sluice.store.index import DurableIndex, blocked_line
+from sluice.store.index import DurableIndex, blocked_line, with_causes
 from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
 from sluice.store.town import Rig, Town
 
@@ -56,14 +56,6 @@ def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterato
                 yield number, parsed, chunk.decode("utf-8").rstrip("\r\n")
     finally:
         fh.close()
-
-
-def _grew_by(before: str | None, after: str | None, count: int) -> bool:
-    """Whether the log of signature ``after`` is the one of ``before`` with exactly ``count`` bytes more."""
-    if before is None or after is None:
-        return False
-    (inode, size, _mtime), (inode_now, size_now, _mtime_now) = before.split(":"), after.split(":")
-    return inode_now == inode and int(size_now) == int(size) + count
 
 
 def decode_all(raws: Iterable[str]) -> list[dict]:
@@ -223,12 +215,8 @@ class RigStore:
         return self._log.inode is None
 
     def log_signature(self) -> str | None:
-        """The log's inode, size and modification time: what digests kept beside the index are keyed by."""
-        try:
-            stat = os.stat(self.ephemeral_path)
-        except FileNotFoundError:
-            return None
-        return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+        """The log's :func:`~sluice.store.fsutil.file_signature`, which its kept digests are keyed by."""
+        return fsutil.file_signature(self.ephemeral_path)
 
     @property
     def _summary_path(self) -> Path:
@@ -268,7 +256,7 @@ class RigStore:
             self._keep_summary(sig, summary)
         return summary
 
-    def _extend_summary(self, before: str | None, records: list[dict]) -> None:
+    def _extend_summary(self, before: str, after: str, records: list[dict]) -> None:
         """After an append under the rig lock: bring a summary of the log as it was up to date.
 
         Appenders know what they wrote, so the next reader need not parse the
@@ -276,12 +264,9 @@ class RigStore:
         edge once in the log still counts after a later version drops it,
         which sends readers down the exact (slower) path, never a wrong one.
         """
-        if before is None:
-            return
         summary = self._summary[1] if self._summary is not None and self._summary[0] == before else None
         summary = summary or self._kept_summary(before)
-        after = self.log_signature()
-        if summary is None or after is None:
+        if summary is None:
             return
         ids, edges, quiet = self._summarise(records)
         self._keep_summary(after, (summary[0] | ids, summary[1] or edges, summary[2] and quiet))
@@ -341,9 +326,7 @@ class RigStore:
             if raw is not None:
                 text = blocked_line(raw, causes)
             else:
-                record = self.ephemeral().get(item_id) or {"id": item_id}
-                text = json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes},
-                                  ensure_ascii=False, separators=(",", ":"))
+                text = with_causes(self.ephemeral().get(item_id) or {"id": item_id}, causes)
             out.append((priority, created_ts, item_id, text))
         return out
 
@@ -432,11 +415,14 @@ class RigStore:
                 raise OSError(f"short write to {self.ephemeral_path}")
         finally:
             os.close(fd)
-        self._extend_summary(before, records)
+        after = self.log_signature()
+        if before is None or after is None or not fsutil.grew_by(before, after, len(data)):
+            return  # another writer's line may be among it: the next reader reads the log
+        # What readers keep of the log before this append is carried over to the longer log.
         from sluice.store.contexts import extend_digest
 
-        after = self.log_signature()
-        extend_digest(self, before, after if _grew_by(before, after, len(data)) else None, records)
+        self._extend_summary(before, after, records)
+        extend_digest(self, before, after, records)
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
