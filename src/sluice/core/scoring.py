@@ -394,7 +394,7 @@ def score_all(
             weights, warm, under, depth = conditions(c)
             bonus = aging_bonus(c.age_hours, *aging)
             score = _score_value(c, weights, warm, under, depth >= threshold, penalty, bonus)
-            keyed.append((-score, c.tokens, c.order, c.item_id, position))
+            keyed.append((*rank_order(score, c.tokens, c.order, c.item_id), position))
         pool = [pool[k[-1]] for k in heapq.nsmallest(top, keyed)]
 
     scored = []

@@ -50,6 +50,8 @@ from sluice.executors.base import (
     read_finished,
     require_command,
 )
+from sluice.executors.watch import proc_stat
+from sluice.executors.watch import start_time as proc_start_time
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -61,26 +63,6 @@ FINISHED_LOG = "finished.jsonl"
 _PENDING_GRACE = 30.0
 WATCHER = str(Path(__file__).with_name("watch.py"))
 _watchers: list[subprocess.Popen] = []  # polled now and then so finished watchers leave no zombies
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks), None if there is no such process."""
-    info = _proc_stat(pid)
-    return info[1] if info else None
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
-        return None
-    # comm (field 2) is in parentheses and may hold spaces or ')' itself.
-    rest = data[data.rfind(b")") + 2 :].split()
-    try:
-        return rest[0].decode(), int(rest[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def _has_proc() -> bool:
@@ -97,7 +79,7 @@ def pid_alive(pid: int, start_time: int | None) -> bool:
         except PermissionError:
             return True
         return True
-    info = _proc_stat(pid)
+    info = proc_stat(pid)
     if info is None:
         return False
     state, started = info
@@ -158,7 +140,7 @@ class LocalExecutor:
         if pid_alive(pid, record.get("start_time")):
             return "running"
         watcher = record.get("watcher_pid")
-        info = _proc_stat(pid)
+        info = proc_stat(pid)
         reused = info is not None and record.get("start_time") is not None and info[1] != record["start_time"]
         if watcher and not reused and not exit_path(self.dir, record["id"]).exists() \
                 and pid_alive(watcher, record.get("watcher_start")):

@@ -30,14 +30,29 @@ import subprocess
 import sys
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat``, as the executor reads it to tell a reused pid."""
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks) from ``/proc/<pid>/stat``; None if there is no such process.
+
+    The local executor reads pids the same way (it imports this), so the start
+    time written here is the one it compares to tell a reused pid.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
-        return int(data[data.rfind(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
+    except OSError:
         return None
+    # comm (field 2) is in parentheses and may hold spaces or ')' itself.
+    rest = data[data.rfind(b")") + 2 :].split()
+    try:
+        return rest[0].decode(), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks), None if there is no such process."""
+    info = proc_stat(pid)
+    return info[1] if info else None
 
 
 def write_atomically(path: str, document: dict) -> None:
