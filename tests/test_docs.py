@@ -75,5 +75,5 @@ def test_readme_opens_with_the_two_setup_commands():
     block = text.split("```")[1]
     lines = [ln for ln in block.splitlines()[1:] if ln.strip()]
     assert len(lines) == 2
-    assert lines[0].endswith("sluice demo")
+    assert lines[0].endswith("&& sluice demo")
     assert (ROOT / lines[1].split()[0]).exists()

@@ -67,3 +67,37 @@ def test_the_wheel_ships_the_pages_and_git_sluice_help_shows_them(tmp_path: Path
     assert shown.returncode == 0, shown.stderr
     assert "git-sluice - a git-native scheduler" in shown.stdout
     assert "git sluice scheduler run" in shown.stdout and "--dry-run" in shown.stdout
+
+
+def _readme_first_command() -> list[str]:
+    block = (ROOT / "README.md").read_text().split("```")[1]
+    first = next(line for line in block.splitlines()[1:] if line.strip())
+    return [step.strip() for step in first.split("&&")]
+
+
+def test_the_readme_first_command_installs_the_manual_and_puts_sluice_on_the_path():
+    steps = _readme_first_command()
+    assert steps[0].startswith("python3 -m venv .venv")
+    install = next(i for i, step in enumerate(steps) if "pip install" in step and "-e ." in step)
+    manual = next(i for i, step in enumerate(steps) if "scripts/gen_man.py --install" in step)
+    activate = steps.index(". .venv/bin/activate")
+    assert install < manual < activate < len(steps) - 1
+    assert steps[-1] == "sluice demo"  # bare, as the tutorial types it: the venv's bin is on PATH
+
+
+def test_after_the_readme_first_command_git_sluice_help_shows_the_manual(tmp_path: Path):
+    # The README's own manual step, run with this interpreter against a fresh prefix standing in for .venv.
+    (step,) = [s for s in _readme_first_command() if "scripts/gen_man.py --install" in s]
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    argv = [sys.executable, *step.split()[1:], "--prefix", str(prefix)]
+    subprocess.run(argv, cwd=ROOT, check=True, capture_output=True, timeout=120)
+    (prefix / "bin" / "git-sluice").symlink_to(Path(sys.executable).parent / "git-sluice")
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MANPATH", "MANOPT", "GIT_PAGER")}
+    env.update(PATH=f"{prefix / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", MANPAGER="cat", PAGER="cat",
+               MANWIDTH="100", HOME=str(tmp_path), GIT_CONFIG_NOSYSTEM="1")
+    shown = subprocess.run(["git", "sluice", "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "git-sluice - a git-native scheduler" in shown.stdout
+    assert "git sluice scheduler run" in shown.stdout
