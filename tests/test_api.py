@@ -303,3 +303,22 @@ def test_every_method_and_result_is_documented():
     missing = [name for name in methods if f"`{name}(" not in text]
     missing += [name for name in api.__all__ if f"`{name}" not in text]
     assert not missing, f"not in docs/api.md: {missing}"
+
+
+def test_every_error_is_reachable_from_the_package_and_named_in_the_docs():
+    """`sluice.TownNotFound` and every other error class of sluice.errors: exported, documented, rooted."""
+    import inspect
+
+    import sluice
+    from sluice import errors
+
+    classes = {name for name, value in inspect.getmembers(errors, inspect.isclass)
+               if value.__module__ == errors.__name__}
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    errors_section = text[text.index("## Errors"):]
+    for name in sorted(classes):
+        assert getattr(sluice, name) is getattr(errors, name), name
+        assert name in sluice.__all__, name
+        assert issubclass(getattr(sluice, name), sluice.SluiceError), name
+        named = f"`{name}`" in errors_section or f"`sluice.{name}`" in errors_section
+        assert named, f"docs/api.md's Errors section does not name {name}"

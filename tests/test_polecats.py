@@ -18,6 +18,7 @@ from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.core.plan import retry_delay
 from sluice.core.records import SlingContextFields
+from sluice.errors import UnknownPolecat
 from sluice.executors import get_executor
 from sluice.scheduler import polecats
 from sluice.store.events import POLECAT_TIMED_OUT, read_events
@@ -108,7 +109,7 @@ def test_resolve_by_id_or_item_and_unknown_is_a_clear_error(town):
     report(reports, "al-wisp-t5")
     assert [p.id for p in polecats.resolve(executor, polecat.id)] == [polecat.id]
     assert [p.id for p in polecats.resolve(executor, "al-1")] == [polecat.id]
-    with pytest.raises(polecats.UnknownPolecat, match="no polecat with id or item id 'al-404'"):
+    with pytest.raises(UnknownPolecat, match="no polecat with id or item id 'al-404'"):
         polecats.resolve(executor, "al-404")
     [row] = polecats.stop_polecats(town, "al-1")
     assert (row["id"], row["stopped"], row["state"]) == (polecat.id, True, "stopped")

@@ -15,7 +15,24 @@ pydantic, pygit2, typer or rich).
 
 from __future__ import annotations
 
-from sluice.errors import LockBusy, SluiceError
+from sluice.errors import (
+    ConfigError,
+    DispatchBusy,
+    ExecutorError,
+    ExecutorUnavailable,
+    InvalidOperation,
+    LockBusy,
+    NotARepository,
+    ReadOnlyStore,
+    SlingFailed,
+    SluiceError,
+    StoreCorrupt,
+    TownNotFound,
+    UnknownItem,
+    UnknownPolecat,
+    UnknownRig,
+    UsageError,
+)
 
 __version__ = "0.1.0"
 
@@ -25,13 +42,19 @@ _API_NAMES = frozenset({
     "init_town", "open_town",
 })
 
-__all__ = ["LockBusy", "MemoryExecutor", "SluiceError", "__version__", *sorted(_API_NAMES)]
+__all__ = [
+    "ClearResult", "ConfigError", "CycleReport", "Decision", "Decisions", "DispatchBusy", "ExecutorError",
+    "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "NotARepository",
+    "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
+    "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "StoreCorrupt", "Town",
+    "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__", "init_town", "open_town",
+]
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs milliseconds here
 if TYPE_CHECKING:
     from typing import Any
 
-    from sluice.api import (  # noqa: F401
+    from sluice.api import (
         ClearResult,
         CycleReport,
         Decision,

@@ -87,6 +87,14 @@ class ExecutorError(SluiceError):
     """An executor could not launch, count or stop polecats."""
 
 
+class UnknownPolecat(ExecutorError):
+    """Neither a polecat id nor the item id of any polecat the executor knows."""
+
+
+class SlingFailed(SluiceError):
+    """Nothing was slung (the MCP tool): the message is the sling's JSON document with its errors."""
+
+
 class ExecutorUnavailable(ExecutorError):
     """The executor itself is unusable (not configured, cluster unreachable).
 

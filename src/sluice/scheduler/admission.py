@@ -552,15 +552,13 @@ def _params_of_polecat(stores: Stores, polecat: Polecat) -> dict:
 
 def report_usage(town: Town, ref: str, tokens: int, executor: Executor | None = None) -> dict:
     """``polecat usage ITEM|ID --tokens N``: replace the launch's estimate with what was really used."""
-    from sluice.errors import UsageError
+    from sluice.errors import UnknownPolecat, UsageError
     from sluice.executors import get_executor
     from sluice.scheduler.polecats import resolve
 
     town.reload_config()
     if tokens < 0:
         raise UsageError(f"tokens must be >= 0 (got {tokens})", parameters=("tokens",))
-    from sluice.scheduler.polecats import UnknownPolecat
-
     try:
         polecat_id = resolve(executor or get_executor(town), ref)[0].id
     except UnknownPolecat:  # reaped already: the budget ledger still knows its launch

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
-from sluice.errors import ExecutorError, UsageError
+from sluice.errors import ExecutorError, UnknownPolecat, UsageError
 from sluice.executors import get_executor
 from sluice.store.events import POLECAT_TIMED_OUT, emit_event
 
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 RUNNING_STATES = ("running", "pending")
-
-
-class UnknownPolecat(ExecutorError):
-    """Neither a polecat id nor the item id of any polecat the executor knows."""
 
 
 def _epoch(now: float | datetime) -> float:

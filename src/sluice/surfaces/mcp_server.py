@@ -25,12 +25,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from sluice.errors import SluiceError, UsageError, os_error_text
+from sluice.errors import SlingFailed, SluiceError, UsageError, os_error_text
 from sluice.surfaces.output import to_json
-
-
-class SlingFailed(SluiceError):
-    """Nothing was slung: the message is the sling's JSON document with its errors."""
 
 Limit = Annotated[StrictInt, Field(ge=1, description="How many decisions, at least 1.")]
 # Optional strings are typed plain ``str`` with "" for "not given": the SDK turns the

@@ -38,8 +38,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sluice.errors import SluiceError, UnknownItem, UsageError
-from sluice.scheduler.polecats import UnknownPolecat
+from sluice.errors import SluiceError, UnknownItem, UnknownPolecat, UsageError
 
 if TYPE_CHECKING:
     from sluice.api import Town
