@@ -47,7 +47,8 @@ __all__ = [
     "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "NotARepository",
     "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
     "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "StoreCorrupt", "Town",
-    "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__", "init_town", "open_town",
+    "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__", "init_town",
+    "open_town",
 ]
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs milliseconds here
