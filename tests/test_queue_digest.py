@@ -140,7 +140,6 @@ def test_a_digest_is_carried_over_only_from_the_log_before_the_append(town_dir):
 
 def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monkeypatch):
     """Between an append and the look at the log after it, someone else's line may land: no carry-over."""
-    from sluice.store import rigstore
 
     log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
@@ -154,7 +153,7 @@ def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monke
             fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
         return written
 
-    monkeypatch.setattr(rigstore.os, "write", write_then_another)
+    monkeypatch.setattr(os, "write", write_then_another)
     store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
     monkeypatch.undo()
     found = ctxs.open_contexts(Stores(Town(town_dir)))
@@ -163,7 +162,6 @@ def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monke
 
 def test_the_log_summary_is_not_carried_over_past_another_writers_line(town_dir, monkeypatch):
     """The same guard holds for the summary: a missed edge would make readers trust the index alone."""
-    from sluice.store import rigstore
 
     log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
@@ -179,7 +177,7 @@ def test_the_log_summary_is_not_carried_over_past_another_writers_line(town_dir,
                                  "dependencies": [edge]}) + "\n")
         return written
 
-    monkeypatch.setattr(rigstore.os, "write", write_then_another)
+    monkeypatch.setattr(os, "write", write_then_another)
     store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
     monkeypatch.undo()
     assert not store_of(town_dir).index_is_exact()

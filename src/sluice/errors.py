@@ -55,6 +55,23 @@ class StoreCorrupt(SluiceError):
         super().__init__(f"{path}:{line}: {detail}")
 
 
+class StorageError(SluiceError, OSError):
+    """The machine refused to read or write a sluice file (disk full, I/O error, read-only, locked).
+
+    Names the file and says what was kept: a failed append was rolled back,
+    so the command changed nothing it did not report.  Also an ``OSError``
+    (with the refusal's ``errno``), so code that treats any refusal of the
+    operating system alike keeps doing so.
+    """
+
+    def __init__(self, path, reason: str, errno: int | None = None):
+        self.path = path
+        self.reason = reason
+        OSError.__init__(self, f"{path}: {reason}")
+        self.errno = errno
+        self.parameters = ()
+
+
 class ReadOnlyStore(SluiceError):
     """A write to a rig whose items are an external, read-only beads export."""
 

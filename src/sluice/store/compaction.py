@@ -23,7 +23,6 @@ Safety, in order:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -94,13 +93,7 @@ def _append_archive(path, lines: list[str]) -> None:
     import gzip  # here: a compaction is rare, and every command imports this module
 
     member = gzip.compress("".join(lines).encode("utf-8"), mtime=0)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        if os.write(fd, member) != len(member):  # pragma: no cover - only on a full disk
-            raise OSError(f"short write to {path}")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsutil.append_bytes(path, member, mend=False)  # one whole gzip member or none
 
 
 def compact(store: RigStore, retention: float | None = None, now: float | None = None) -> CompactResult:

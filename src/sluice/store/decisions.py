@@ -85,16 +85,8 @@ def append_decisions(town: Town, decisions: list[dict]) -> None:
         return
     data = "".join(json.dumps(d, ensure_ascii=False, separators=(",", ":")) + "\n" for d in decisions)
     raw = data.encode("utf-8")
-    path = town.decisions_path
-    path.parent.mkdir(parents=True, exist_ok=True)
     with fsutil.file_lock(town.lock_path("decisions")):
-        fsutil.mend_torn_tail(path)  # a crash's fragment must not fuse with these lines
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk
-                raise OSError(f"short write to {path}")
-        finally:
-            os.close(fd)
+        fsutil.append_bytes(town.decisions_path, raw, mode=0o600)
         # Writers keep the counts current; readers never write.  A bad line does not undo the
         # append that just happened: whoever needs the counts reports it.
         with contextlib.suppress(StoreCorrupt):

@@ -12,7 +12,6 @@ audit); no scheduling decision is ever read back from it.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -74,17 +73,8 @@ def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None
     if not made:
         return made
     data = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in made)
-    path = town.events_path
-    path.parent.mkdir(parents=True, exist_ok=True)
     with _lock(town):
-        fsutil.mend_torn_tail(path)  # a crash's fragment must not fuse with these lines
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            raw = data.encode("utf-8")
-            if os.write(fd, raw) != len(raw):  # pragma: no cover - only on a full disk
-                raise OSError(f"short write to {path}")
-        finally:
-            os.close(fd)
+        fsutil.append_bytes(town.events_path, data.encode("utf-8"))
     return made
 
 

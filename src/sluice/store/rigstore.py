@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -407,14 +406,8 @@ class RigStore:
     def _append_locked(self, records: list[dict]) -> None:
         data = "".join(line_text(r) + "\n" for r in records).encode("utf-8")
         self._mend_torn_tail()
-        self.ephemeral_path.parent.mkdir(parents=True, exist_ok=True)
         before = self.log_signature()
-        fd = os.open(self.ephemeral_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            if os.write(fd, data) != len(data):  # pragma: no cover - only on a full disk
-                raise OSError(f"short write to {self.ephemeral_path}")
-        finally:
-            os.close(fd)
+        fsutil.append_bytes(self.ephemeral_path, data, mend=False)  # all or nothing, fsynced
         after = self.log_signature()
         if before is None or after is None or not fsutil.grew_by(before, after, len(data)):
             return  # another writer's line may be among it: the next reader reads the log
