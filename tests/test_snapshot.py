@@ -48,13 +48,15 @@ def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_town):
     assert snap["scheduler"] == status
     assert snap["queue"] == items == listing
     assert [r["id"] for r in snap["queue"]] == ["al-3", "be-1", "be-2", "al-4"]  # ready, then blocked
-    running = [{k: v for k, v in p.items() if k not in ("runtime_seconds", "logs_command")}
+    running = [{k: v for k, v in p.items() if k not in ("runtime_seconds", "logs_command", "title")}
                for p in snap["polecats"]]
     assert running == [p for p in polecats if p["state"] == "running"]
     assert sorted(p["item_id"] for p in running) == ["al-1", "al-2"]
     for row in snap["polecats"]:
         assert 0 <= row["runtime_seconds"] < 120
         assert row["logs_command"] == f"sluice polecat logs {row['id']}"
+        assert row["title"] == cli.json("item", "show", row["item_id"])["title"]
+    assert snap["executor"] == "local"  # the configured executor.kind
 
     assert snap["version"] == 1 and snap["town"] == str(cli.town)
     assert snap["rigs"]["alpha"] == {

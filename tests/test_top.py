@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -129,7 +130,7 @@ def test_once_prints_one_frame(cli, town):
     assert "[bold]not markup[/bold]" in done.stdout
     assert "more beta\\x1b[2J" in done.stdout and "\x1b[2J" not in done.stdout  # escapes shown, not run
     assert "\x1b[?1049h" not in done.stdout  # no alternate screen when printing one frame
-    rows = {line.split()[2]: line for line in done.stdout.splitlines() if line[2:6].strip().isdigit()}
+    rows = {m.group(1): line for line in done.stdout.splitlines() if (m := re.match(r"\s*\d+\s+(\S+)", line))}
     for row in cli.json("scheduler", "list"):  # each row's reason codes, as `scheduler list` gives them
         assert row["why"], row
         assert " ".join(row["why"]) in rows[row["id"]]
@@ -143,6 +144,7 @@ def test_a_bad_interval_is_a_usage_error(cli):
 
 
 def test_admission_limits_show_in_the_header():
+    from sluice.surfaces.screen import pack
     from sluice.surfaces.top import header, limits
 
     sched = {"paused": False, "mode": "deferred", "active_polecats": 1, "max_polecats": 3, "queued_total": 2,
@@ -158,5 +160,77 @@ def test_admission_limits_show_in_the_header():
         "circuit-broken: 2",
     ]
     assert limits({"paused": False}) == []
-    text = header({"scheduler": sched, "town": "/t", "at": "2026-12-01T09:00:00Z"}).plain
+    text = "\n".join(line.plain for line in pack(header({"scheduler": sched, "town": "/t",
+                                                         "at": "2026-12-01T09:00:00Z"}), 200))
     assert "budgets: town 1200/5000" in text and "throttled: web" in text
+
+
+@pytest.fixture
+def busy_town(cli, tmp_path):
+    """Three rigs, three polecats running and a dozen items queued, with ids as long as real hash ids."""
+    for name, prefix in (("frontend", "fe"), ("backend", "be"), ("docs", "doc")):
+        add_rig(cli, tmp_path, name, prefix)
+    ids = []
+    for name, prefix in (("frontend", "fe"), ("backend", "be"), ("docs", "doc")):
+        rows = [item(f"{prefix}-g8x{n}k", f"the {n}th piece of {name} work, with a title long enough to cut",
+                     priority=n % 4) for n in range(5)]
+        write_items(cli.town, name, rows)
+        ids += [r["id"] for r in rows]
+    configure(cli.town, {"scheduler.max_polecats": "3", "scheduler.batch_size": "3",
+                         "executor.command": sleeper(60)})
+    cli.run("sling", *ids)
+    cli.run("scheduler", "run")
+    yield Town(cli.town)
+    executor = get_executor(Town(cli.town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def test_once_at_80_by_24_shows_eight_queue_rows_with_whole_ids(cli, busy_town):
+    socket = f"sluice-top-test-{uuid.uuid4().hex[:8]}"
+    mux = Tmux(socket)
+    done = cli.town.parent / "top-done"
+    command = shlex.join(["sh", "-c", '"$@"; echo $? > "$0"; sleep 60', str(done),
+                          "env", f"SLUICE_TOWN={cli.town}", "COLUMNS=80", "LINES=24",
+                          sys.executable, "-m", "sluice", "top", "--once"])
+    try:
+        mux("-f", "/dev/null", "new-session", "-d", "-s", "top", "-x", "80", "-y", "24", command)
+        mux("resize-window", "-t", "top", "-x", "80", "-y", "24")
+        wait_for(lambda: done.exists() and done.read_text().strip(), timeout=60)
+        screen = mux.screen()
+    finally:
+        mux("kill-server", check=False)
+    assert done.read_text().strip() == "0", screen
+    lines = screen.splitlines()
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), screen
+    queued = [row["id"] for row in cli.json("scheduler", "list")]
+    assert len(queued) == 12
+    shown = [m.group(1) for line in lines if (m := re.match(r"\s*\d+\s+(\S+)\s", line))]
+    assert len(shown) >= 8, screen
+    assert shown == queued[:len(shown)], screen  # whole ids, in dispatch order
+    assert "executor local" in screen
+    polecats = screen[screen.index("running polecats (3)"):screen.index("rigs (3)")]
+    for row in cli.json("polecat", "list"):
+        assert row["id"] in polecats and row["item_id"] in polecats, screen
+    assert "the 0th piece of" in polecats, screen  # the running polecat's item title
+    for row in cli.json("scheduler", "list")[:len(shown)]:
+        assert f"{row['score']:.2f}" in next(line for line in lines if row["id"] in line)  # rounded
+
+
+def test_an_unknown_rig_filter_exits_1_naming_the_rig(cli, town):
+    done = cli.run("top", "--once", "--rig", "nosuch", check=False)
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("error: unknown rig 'nosuch' (known: alpha, beta)"), done.stderr
+    assert done.stdout == ""
+
+
+def test_a_launch_is_one_event_line_in_words():
+    from sluice.surfaces.top import event_section
+
+    where = {"context_id": "al-wisp-1", "item_id": "al-1", "rig": "alpha"}
+    at = "2026-01-01T00:00:01Z"
+    events = [{"at": at, "type": "Dispatched", "payload": {**where, "polecat_id": "pc-1"}},
+              {"at": at, "type": "ContextClosed", "payload": {**where, "reason": "dispatched"}},
+              {"at": "2026-01-01T00:00:02Z", "type": "Paused", "payload": {"by": "ann"}}]
+    section = event_section({"events": events})
+    assert [row[1].plain for row in section.rows] == ["paused by ann", "launched al-1 → alpha as pc-1"]

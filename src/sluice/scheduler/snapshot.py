@@ -14,7 +14,9 @@ Shape (``version`` 1)::
     {version, at, town,
      scheduler: {…scheduler status without its items…},
      queue: [… scheduler list rows, dispatch order …],
-     polecats: [… polecat list rows that still run, with runtime_seconds and logs_command …],
+     executor: the configured executor.kind,
+     polecats: [… polecat list rows that still run, with runtime_seconds, logs_command and the
+                item's title …],
      rigs: {name: {ready, blocked, queued, queued_ready, queued_blocked, running,
                    merge_queue: {queued, running, depth}}},
      decisions: [… newest first …], events: [… oldest first …]}
@@ -83,6 +85,17 @@ def _polecat(row: dict, now: float) -> dict:
     return row
 
 
+def _titles(town: Town, polecats: list[dict]) -> None:
+    """Each running polecat's item title (None when no rig has the item any more), in one lookup."""
+    try:
+        found = Stores(town).find_many(p["item_id"] for p in polecats)
+    except (SluiceError, OSError):  # a broken rig is reported under rigs; the rows just go untitled
+        found = {}
+    for row in polecats:
+        hit = found.get(row["item_id"])
+        row["title"] = hit[1].get("title") if hit else None
+
+
 def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float) -> dict:
     stores = Stores(town)
     out = {}
@@ -129,10 +142,12 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
             status["executor_error"] = str(err)
     if problem and "executor_error" not in status:
         status["executor_error"] = problem
+    _titles(town, polecats)
     return {
         "version": VERSION,
         "at": iso(datetime.fromtimestamp(now, UTC)),
         "town": str(town.root),
+        "executor": town.reload_config().executor.kind,
         "scheduler": status,
         "queue": queue,
         "polecats": polecats,

@@ -319,8 +319,9 @@ class _View:
         from sluice.surfaces.top import render
 
         done = sum(r["done"] for r in snap["rigs"].values())
-        note = (f"sluice demo  {summary.elapsed:5.1f}s   done {done}/{self.total}   "
-                f"most polecats at once {summary.max_active} (cap {CAP})   ticks {summary.ticks}"
-                + (f"   dashboard {self.url}" if self.url else ""))
+        note = [f"sluice demo  {summary.elapsed:5.1f}s", f"done {done}/{self.total}",
+                f"most polecats at once {summary.max_active} (cap {CAP})", f"ticks {summary.ticks}"]
+        if self.url:
+            note.append(f"dashboard {self.url}")
         return render(snap["town"], note=note, height=self.console.height, width=self.console.width,
                       keys=False)

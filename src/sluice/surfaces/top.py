@@ -31,13 +31,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.layout import Layout
-from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from sluice.core.text import printable
 from sluice.errors import SluiceError
+from sluice.surfaces.screen import Column, Section, frame, pack
 
 if TYPE_CHECKING:
     from sluice.api import Town
@@ -95,138 +93,164 @@ def limits(sched: dict) -> list[str]:
     return out
 
 
-def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None, note: str | None = None,
-           keys: bool = True) -> Text:
+def score_text(score) -> str:
+    """A score as people read it: two decimals (``4.03``), ``-`` when there is none."""
+    return "-" if not isinstance(score, (int, float)) else f"{score:.2f}"
+
+
+def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
+           note: str | list | None = None, keys: bool = True, message: str | None = None) -> list[Text]:
+    """The header's chunks; :func:`sluice.surfaces.screen.pack` lays them into lines (``\\n``: a new one)."""
     sched = snap["scheduler"]
-    text = Text()
-    if note:
-        text.append(note + "\n", style="bold cyan")
-    text.append("sluice top  ", style="bold")
+    chunks: list[Text] = []
+    if note:  # one line, or parts packed into as many as the width needs
+        chunks += [Text(part, style="bold cyan") for part in ([note] if isinstance(note, str) else note)]
+        chunks.append(Text("\n"))
+    title = Text("sluice top ", style="bold")
     if sched.get("paused"):
-        text.append(f" PAUSED by {plain(sched.get('paused_by') or 'unknown')} ", style="bold white on red")
+        title.append(f" PAUSED by {plain(sched.get('paused_by') or 'unknown')} ", style="bold white on red")
     else:
-        text.append(" active ", style="bold black on green")
+        title.append(" active ", style="bold black on green")
+    chunks.append(title)
     active = sched.get("active_polecats")
     cap = sched.get("max_polecats")
-    cap_text = f"{'?' if active is None else active}/{cap}" if sched.get("mode") == "deferred" else "direct"
-    text.append(f"  mode {sched.get('mode')}  polecats {cap_text}  queued {sched.get('queued_total')}"
-                f" ({sched.get('queued_ready')} ready)")
+    chunks.append(Text(f"mode {sched.get('mode')}"))
+    if sched.get("mode") == "deferred":
+        chunks.append(Text(f"polecats {'?' if active is None else active}/{cap}"))
+    else:
+        chunks.append(Text(f"polecats {'?' if active is None else active} (direct)"))
+    if snap.get("executor"):
+        chunks.append(Text(f"executor {plain(snap['executor'])}"))
+    chunks.append(Text(f"queued {sched.get('queued_total')} ({sched.get('queued_ready')} ready)"))
     if sched.get("last_dispatch_at"):
-        text.append(f"  last dispatch {str(sched['last_dispatch_at'])[11:19]}")
-    lines = limits(sched)
-    if lines:
-        text.append("\n" + "   ".join(lines), style="yellow")
+        chunks.append(Text(f"last dispatch {str(sched['last_dispatch_at'])[11:19]}"))
+    chunks += [Text(line, style="yellow") for line in limits(sched)]
     if sched.get("executor_error"):
-        text.append(f"\nexecutor: {plain(sched['executor_error'])}", style="red")
-    text.append(f"\n{plain(snap.get('town'))}  {str(snap.get('at'))[11:19]}Z", style="dim")
+        chunks.append(Text(f"executor: {plain(sched['executor_error'])}", style="red"))
+    if message:
+        chunks += [Text("\n"), Text(message, style="bold red")]
+    chunks += [Text("\n"), Text(f"{plain(snap.get('town'))}  {str(snap.get('at'))[11:19]}Z", style="dim")]
     if rig_filter:
-        text.append(f"  rig filter: {plain(rig_filter)}", style="yellow")
+        chunks.append(Text(f"rig filter: {plain(rig_filter)}", style="yellow"))
     if keys:
-        text.append("   q quit  p pause/resume  / filter by rig", style="dim")
+        chunks.append(Text("q quit  p pause/resume  / filter by rig", style="dim"))
     if prompt is not None:
-        text.append(f"\nrig to show (Enter applies, empty clears): {plain(prompt)}▏", style="bold yellow")
-    return text
+        chunks += [Text("\n"), Text(f"rig to show (Enter applies, empty clears): {plain(prompt)}▏",
+                                     style="bold yellow")]
+    return chunks
 
 
-def queue_table(snap: dict, rig_filter: str | None = None) -> Table:
+def queue_section(snap: dict, rig_filter: str | None = None) -> Section:
     rows = [r for r in snap["queue"] if not rig_filter or r.get("target_rig") == rig_filter]
-    table = Table(expand=True, box=None, pad_edge=False, header_style="bold")
-    for name, kw in (("#", {"justify": "right", "width": 3}), ("item", {"no_wrap": True}),
-                     ("rig", {"no_wrap": True}), ("score", {"justify": "right"}),
-                     ("why", {"no_wrap": True}), ("title", {"no_wrap": True, "ratio": 1})):
-        table.add_column(name, overflow="ellipsis", **kw)
-    for n, row in enumerate(rows, start=1):
-        score = row.get("score")
-        style = "dim" if row.get("blocked") else ""
-        table.add_row(str(n), Text(plain(row.get("id"))), Text(plain(row.get("target_rig"))),
-                      "-" if score is None else f"{score:g}", Text(why(row)), Text(plain(row.get("title"))),
-                      style=style)
-    return table
+    columns = [Column("#", right=True, drop=1), Column("item"), Column("rig", drop=3),
+               Column("score", right=True, drop=2), Column("why"), Column("title", flex=True)]
+    return Section(
+        f"queue ({len(rows)}) — dispatch order", columns,
+        [(str(n), Text(plain(r.get("id"))), Text(plain(r.get("target_rig"))), score_text(r.get("score")),
+          Text(why(r)), Text(plain(r.get("title")))) for n, r in enumerate(rows, start=1)],
+        min_rows=8, empty="nothing queued",
+        row_styles=["dim" if r.get("blocked") else "" for r in rows])
 
 
-def polecat_table(snap: dict, rig_filter: str | None = None) -> Table:
-    table = Table(expand=True, box=None, pad_edge=False, header_style="bold")
-    for name in ("polecat", "item", "rig", "executor", "started", "runtime", "attach / logs"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis")
-    for row in snap["polecats"]:
-        if rig_filter and row.get("rig") != rig_filter:
-            continue
-        hint = row.get("attach") or row.get("logs_command") or ""
-        table.add_row(Text(plain(row.get("id"))), Text(plain(row.get("item_id"))),
-                      Text(plain(row.get("rig"))), plain(row.get("executor")),
-                      str(row.get("started_at") or "")[11:19], runtime(row.get("runtime_seconds")),
-                      Text(plain(hint)))
-    return table
+def polecat_section(snap: dict, rig_filter: str | None = None) -> Section:
+    rows = [p for p in snap["polecats"] if not rig_filter or p.get("rig") == rig_filter]
+    columns = [Column("polecat"), Column("item"), Column("rig", drop=4), Column("executor", drop=1),
+               Column("started", drop=2), Column("runtime", right=True),
+               Column("title", flex=True, drop=5, flex_min=20), Column("attach / logs", drop=3)]
+    return Section(
+        f"running polecats ({len(rows)})", columns,
+        [(Text(plain(p.get("id"))), Text(plain(p.get("item_id"))), Text(plain(p.get("rig"))),
+          plain(p.get("executor")), str(p.get("started_at") or "")[11:19], runtime(p.get("runtime_seconds")),
+          Text(plain(p.get("title"))), Text(plain(p.get("attach") or p.get("logs_command") or "")))
+         for p in rows],
+        min_rows=3, empty="no polecat running")
 
 
-def rig_line(snap: dict, rig_filter: str | None = None) -> Text:
-    text = Text()
+def rig_section(snap: dict, rig_filter: str | None = None) -> Section:
+    columns = [Column("rig"), Column("ready", right=True), Column("blocked", right=True),
+               Column("queued", right=True), Column("running", right=True), Column("merge", right=True),
+               Column("", flex=True, flex_min=0)]
+    rows = []
     for name, rig in snap["rigs"].items():
         if rig_filter and name != rig_filter:
             continue
         if "error" in rig:
-            text.append(f"{plain(name)}: {plain(rig['error'])}  ", style="red")
+            rows.append((Text(plain(name), style="bold"), "", "", "", "", "",
+                         Text(plain(rig["error"]), style="red")))
             continue
-        text.append(plain(name), style="bold")
-        text.append(f" ready {rig['ready']} blocked {rig['blocked']} queued {rig['queued']}"
-                    f" running {rig['running']} merge {rig['merge_queue']['depth']}   ")
-    return text
+        rows.append((Text(plain(name), style="bold"), str(rig["ready"]), str(rig["blocked"]),
+                     str(rig["queued"]), str(rig["running"]), str(rig["merge_queue"]["depth"]), ""))
+    return Section(f"rigs ({len(rows)})", columns, rows, min_rows=2, empty="no rig")
 
 
-def event_lines(snap: dict, count: int, rig_filter: str | None = None) -> Text:
-    text = Text()
-    events = [e for e in snap["events"]
+def event_words(event: dict) -> str:
+    """An event as a short sentence: what happened to which item, not a dump of its payload."""
+    payload = event.get("payload") or {}
+    kind = str(event.get("type") or "")
+    item = plain(payload.get("item_id") or "")
+    rig = plain(payload.get("rig") or "")
+    where = f"{item} → {rig}" if item and rig else item or rig
+    if kind == "Dispatched":
+        polecat = plain(payload.get("polecat_id") or "")
+        return f"launched {where}" + (f" as {polecat}" if polecat else "")
+    if kind == "DispatchFailed":
+        return f"launch of {where} failed ({payload.get('failures')}): {plain(payload.get('error') or '')}"
+    if kind == "ContextClosed":
+        return f"{where} left the queue: {plain(payload.get('reason') or '')}"
+    if kind == "Enqueued":
+        return f"queued {where}"
+    if kind in ("Paused", "Resumed"):
+        return kind.lower() + (f" by {plain(payload['by'])}" if payload.get("by") else "")
+    rest = " ".join(f"{k} {plain(v)}" for k, v in payload.items()
+                    if k not in ("item_id", "rig") and isinstance(v, (str, int, float)))
+    return " ".join(part for part in (kind, where, rest) if part)
+
+
+def _one_per_launch(events: list[dict]) -> list[dict]:
+    """A launch logs ``Dispatched`` and its context's ``ContextClosed`` (reason dispatched): show one."""
+    launched = {(e.get("payload") or {}).get("context_id") for e in events if e.get("type") == "Dispatched"}
+    return [e for e in events if not (e.get("type") == "ContextClosed"
+                                      and (e.get("payload") or {}).get("reason") == "dispatched"
+                                      and (e.get("payload") or {}).get("context_id") in launched)]
+
+
+def event_section(snap: dict, rig_filter: str | None = None) -> Section:
+    events = [e for e in _one_per_launch(snap["events"])
               if not rig_filter or (e.get("payload") or {}).get("rig") in (None, rig_filter)]
-    for event in events[-count:] if count > 0 else []:
-        payload = event.get("payload") or {}
-        what = " ".join(f"{k}={plain(v)}" for k, v in payload.items() if isinstance(v, (str, int, float)))
-        if text:
-            text.append("\n")
-        text.append(str(event.get("at", ""))[11:19] + " ", style="dim")
-        text.append(plain(event.get("type")), style="bold")
-        text.append(" " + what)
-    return text
-
-
-def _lines(text: Text, width: int) -> int:
-    """How many rows ``text`` takes inside a panel ``width`` columns wide."""
-    return len(text.wrap(Console(width=max(8, width - 4)), max(8, width - 4)))
+    rows = [(Text(str(e.get("at", ""))[11:19], style="dim"), Text(event_words(e)))
+            for e in reversed(events)]  # newest first, so the rows that fit are the latest
+    return Section("events (newest first)", [Column("at"), Column("what", flex=True, flex_min=0)], rows,
+                   min_rows=2, max_rows=10, empty="no events yet", header=False)
 
 
 def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None, height: int = 40,
-           width: int = 120, note: str | None = None, keys: bool = True):
+           width: int = 120, note: str | list | None = None, keys: bool = True, message: str | None = None
+           ) -> Text:
     """One frame: header, queue in dispatch order, running polecats, rigs, the last events.
 
-    ``note`` is a first header line (the demo's progress); ``keys`` shows the key help.
+    ``note`` is a first header line (the demo's progress); ``keys`` shows the key help;
+    ``message`` an error shown under the header (a broken file, top keeps watching).
     """
-    head = header(snap, rig_filter, prompt, note, keys)
-    rigs = rig_line(snap, rig_filter)
-    events_rows = max(3, min(10, height // 5))
-    queue_count = sum(1 for r in snap["queue"] if not rig_filter or r.get("target_rig") == rig_filter)
-    polecat_count = sum(1 for p in snap["polecats"] if not rig_filter or p.get("rig") == rig_filter)
-    layout = Layout()
-    layout.split_column(
-        Layout(Panel(head, border_style="cyan"), name="header", size=_lines(head, width) + 2),
-        Layout(Panel(queue_table(snap, rig_filter), title=f"queue ({queue_count}) — dispatch order",
-                     title_align="left"), name="queue", ratio=2),
-        Layout(Panel(polecat_table(snap, rig_filter), title=f"running polecats ({polecat_count})",
-                     title_align="left"), name="polecats", ratio=1, minimum_size=4),
-        Layout(Panel(rigs, title="rigs", title_align="left"), name="rigs",
-               size=min(6, _lines(rigs, width)) + 2),
-        Layout(Panel(event_lines(snap, events_rows, rig_filter), title="events", title_align="left"),
-               name="events", size=events_rows + 2),
-    )
-    return layout
+    head = pack(header(snap, rig_filter, prompt, note, keys, message), width)
+    sections = [queue_section(snap, rig_filter), polecat_section(snap, rig_filter),
+                rig_section(snap, rig_filter), event_section(snap, rig_filter)]
+    return frame(head, sections, width, height)
 
 
 def print_once(town: Town, console: Console | None = None, rig_filter: str | None = None) -> None:
-    """Print one frame (``sluice top --once``) at the terminal's size, or 120×40 when not a terminal."""
+    """Print one frame (``sluice top --once``) at the terminal's size, or 120×40 when not a terminal.
+
+    On a terminal the frame is a line shorter than the screen, so the shell's
+    next prompt does not scroll its first line away.
+    """
+    height = None
     if console is None:
         tty = sys.stdout.isatty()
         size = os.get_terminal_size(sys.stdout.fileno()) if tty else os.terminal_size((120, 40))
         console = Console(width=size.columns, height=size.lines)
-    frame = render(town.snapshot(), rig_filter, height=console.height, width=console.width)
-    console.print(frame, height=console.height)
+        height = size.lines - 1 if tty else size.lines
+    height = height or console.height
+    console.print(render(town.snapshot(), rig_filter, height=height, width=console.width), height=height)
 
 
 def _watched(town: Town) -> tuple:
@@ -295,10 +319,8 @@ class Top:
     def frame(self):
         if self.snap is None:
             return Text("loading…")
-        layout = render(self.snap, self.rig_filter, self.prompt, self.console.height, self.console.width)
-        if self.message:
-            layout["rigs"].update(Panel(Text(self.message, style="bold"), title="rigs", title_align="left"))
-        return layout
+        return render(self.snap, self.rig_filter, self.prompt, self.console.height, self.console.width,
+                      message=self.message)
 
     def refresh(self) -> None:
         try:
@@ -372,6 +394,8 @@ class Top:
 
 
 def run_top(town: Town, once: bool = False, interval: float = 1.0, rig: str | None = None) -> None:
+    if rig is not None:
+        town.files.rig(rig)  # UnknownRig names it and the known ones (exit 1), not an empty screen
     if once:
         print_once(town, rig_filter=rig)
         return
