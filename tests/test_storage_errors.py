@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 
 from helpers import Cli
-from helpers.scheduler import add_rig, configure, ephemeral_path, events, item, open_contexts, write_items
+from helpers.scheduler import (
+    add_rig,
+    configure,
+    ephemeral_path,
+    events,
+    item,
+    open_contexts,
+    sleeper,
+    write_items,
+)
+from helpers.scheduler import fields as fields_of
 from helpers.storage import fill, small_disk
 from sluice.errors import StorageError
 from sluice.store import fsutil
@@ -69,3 +79,53 @@ def test_a_sling_of_ten_items_on_a_full_disk_queues_none_of_them(full_town, disk
     assert open_contexts(cli.town, "alpha") == []
     assert events(cli.town, "Enqueued") == []
     assert json.loads(cli.run("scheduler", "status", "--json").stdout)["queued_total"] == 0
+
+
+# -- the event log refuses: the change stands, a warning says so, patrol remembers ---------------
+
+
+def unwritable_events(town: Path) -> None:
+    """The event log as a full disk of its own: every write to it fails with ENOSPC."""
+    path = town / ".sluice" / "events" / "scheduler.jsonl"
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/full")
+
+
+@pytest.fixture
+def queue_town(cli, tmp_path):
+    add_rig(cli, tmp_path, "alpha", "al")
+    configure(cli.town, "scheduler.max_polecats", "2")
+    write_items(cli.town, "alpha", [item("al-1"), item("al-2")])
+    return cli
+
+
+def test_a_sling_the_event_log_refuses_is_acknowledged_with_a_warning(queue_town):
+    cli = queue_town
+    unwritable_events(cli.town)
+    done = cli.run("sling", "al-1", "alpha", "--json", check=False)
+    assert done.returncode == 0, done.stderr
+    assert [row["item_id"] for row in json.loads(done.stdout)["scheduled"]] == ["al-1"]
+    assert "warning:" in done.stderr and "scheduler.jsonl" in done.stderr and "Enqueued" in done.stderr
+    assert [fields_of(c)["work_bead_id"] for c in open_contexts(cli.town, "alpha")] == ["al-1"]
+    report = cli.json("patrol", "alpha")
+    assert report["events_missing"]["count"] == 1 and report["events_missing"]["types"] == {"Enqueued": 1}
+    assert "events missing: 1 event(s)" in cli.run("patrol", "alpha").stdout
+
+
+def test_a_cycle_the_event_log_refuses_still_reports_its_launch(queue_town):
+    cli = queue_town
+    configure(cli.town, "executor.command", sleeper(0.1))
+    cli.run("sling", "al-1", "alpha")
+    unwritable_events(cli.town)
+    done = cli.run("scheduler", "run", "--json", check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dispatched"] == 1
+    assert "warning:" in done.stderr and "Dispatched" in done.stderr
+    assert open_contexts(cli.town, "alpha") == []  # closed `dispatched`, as with a working log
+    assert cli.json("patrol", "alpha")["events_missing"]["types"]["Dispatched"] == 1
+
+
+def test_patrol_says_nothing_is_missing_while_the_log_takes_every_event(queue_town):
+    cli = queue_town
+    cli.run("sling", "al-1", "alpha")
+    assert cli.json("patrol", "alpha")["events_missing"] is None

@@ -26,6 +26,7 @@ from sluice.errors import (
     ReadOnlyStore,
     SlingFailed,
     SluiceError,
+    StorageError,
     StoreCorrupt,
     TownNotFound,
     UnknownItem,
@@ -46,9 +47,9 @@ __all__ = [
     "ClearResult", "ConfigError", "CycleReport", "Decision", "Decisions", "DispatchBusy", "ExecutorError",
     "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "NotARepository",
     "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
-    "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "StoreCorrupt", "Town",
-    "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__", "init_town",
-    "open_town",
+    "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "StorageError", "StoreCorrupt",
+    "Town", "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__",
+    "init_town", "open_town",
 ]
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs milliseconds here

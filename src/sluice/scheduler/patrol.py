@@ -30,6 +30,7 @@ from sluice.scheduler.dispatch import held_row
 from sluice.scheduler.pending import survey
 from sluice.scheduler.polecats import retry_due_at
 from sluice.store import contexts as ctxs
+from sluice.store import events
 from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | No
     # The same keys on every run, so a cron job's JSON lines compare: `fixed` is [] without --fix,
     # `executor_error` null while the executor answers.
     report["executor_error"] = executor_error
+    report["events_missing"] = events.missing(town)
     report["fixed"] = _fix(town, stores, rig_name, view, rigs) if fix else []
     return report
 

@@ -6,17 +6,22 @@ the events lock, so concurrent writers (a sling, a dispatch cycle, a git hook)
 never interleave inside a line and a reader never needs a lock.
 
 The log is for people and tools watching the town (a feed, the demo, an
-audit); no scheduling decision is ever read back from it.
+audit); no scheduling decision is ever read back from it.  So events are
+written after the change they report is durable, and a log that cannot take
+them (a full disk, a file that is not writable) does not undo or fail that
+change: it is a warning naming the file, and a note that ``patrol`` reports
+(:func:`missing`), so nobody mistakes a quiet log for a quiet town.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso, random_id
-from sluice.errors import StoreCorrupt
+from sluice.errors import LockBusy, StoreCorrupt
 from sluice.store import fsutil
 from sluice.store.jsonlog import tail_objects
 
@@ -52,6 +57,9 @@ SCHEDULE_SKIPPED = "ScheduleSkipped"
 MERGE_QUEUE_DEPTH = "MergeQueueDepth"
 
 
+log = logging.getLogger("sluice")
+
+
 def _lock(town: Town):
     return fsutil.file_lock(town.lock_path("events"))
 
@@ -68,14 +76,56 @@ def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = 
 
 
 def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None]]) -> list[dict]:
-    """Append several events with one write (a sling of 1,000 items is one append)."""
+    """Append several events with one write (a sling of 1,000 items is one append).
+
+    A log that refuses them is a warning and a note for ``patrol``, never an
+    error: the change they report has already happened.
+    """
     made = [make_event(event_type, payload) for event_type, payload in events]
     if not made:
         return made
     data = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in made)
-    with _lock(town):
-        fsutil.append_bytes(town.events_path, data.encode("utf-8"))
+    try:
+        with _lock(town):
+            fsutil.append_bytes(town.events_path, data.encode("utf-8"))
+    except (OSError, LockBusy) as err:
+        _note_missing(town, made, err)
     return made
+
+
+def _missing_path(town: Town):
+    return town.runtime / "events-missing.json"
+
+
+def _note_missing(town: Town, made: list[dict], err: Exception) -> None:
+    reason = getattr(err, "reason", None) or getattr(err, "strerror", None) or str(err)
+    kinds = sorted({e["type"] for e in made})
+    log.warning("%s: %d event(s) not recorded (%s): %s; the change they report is done",
+                town.events_path, len(made), ", ".join(kinds), reason)
+    note = missing(town) or {"count": 0, "since": made[0]["at"], "types": {}}
+    note["count"] += len(made)
+    note["last_at"] = made[-1]["at"]
+    note["error"] = str(err)
+    for event in made:
+        note["types"][event["type"]] = note["types"].get(event["type"], 0) + 1
+    fsutil.write_cache(_missing_path(town), json.dumps(note, sort_keys=True).encode("utf-8"))
+
+
+def missing(town: Town) -> dict | None:
+    """What the event log has missed: ``{count, since, last_at, error, types}``, or None.
+
+    Kept in ``runtime/events-missing.json`` until someone removes it (having
+    seen what ``patrol`` says); a note that cannot be written either (the
+    whole disk full) leaves the warnings on stderr as the only record.
+    """
+    try:
+        note = json.loads(_missing_path(town).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or not isinstance(note.get("count"), int) \
+            or not isinstance(note.get("types"), dict):
+        return None
+    return note
 
 
 def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
@@ -101,9 +151,6 @@ def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
         if wanted is None or event.get("type") in wanted:
             out.append(event)
     return out
-
-
-
 
 
 def recent_events(town: Town, count: int) -> list[dict]:

@@ -96,6 +96,11 @@ def _patrol_text(r: dict) -> str:
         lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
     if r.get("executor_error"):
         lines.append(f"  executor: {r['executor_error']}")
+    gone = r.get("events_missing")
+    if gone:
+        lines.append(f"  events missing: {gone['count']} event(s) since {gone['since']} could not be written"
+                     f" ({shown(gone.get('error') or '')});"
+                     " remove .sluice/runtime/events-missing.json once seen")
     return "\n".join(lines)
 
 
