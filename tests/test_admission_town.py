@@ -20,10 +20,12 @@ from helpers.scheduler import (
     write_items,
 )
 from sluice.executors.local import LocalExecutor
-from sluice.scheduler import admission
-from sluice.scheduler.control import list_queue, status
+from sluice.scheduler.breaker import broken_rows
 from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.queue import explain, list_queue, status
+from sluice.scheduler.requeue import queue_again
 from sluice.scheduler.sling import SlingOptions, sling
+from sluice.scheduler.usage import report_usage
 from sluice.store import admission_state as kept
 from sluice.store.town import Town
 
@@ -65,7 +67,7 @@ def test_rig_cap_is_never_exceeded_and_other_rigs_go_on(town):
     assert again.dispatched == 0 and again.reason == "rig-cap"
     rows = list_queue(Town(town))
     assert [r["why"] for r in rows] == [["rig-cap"], ["rig-cap"]]
-    explained = admission.explain(Town(town), "al-2")
+    explained = explain(Town(town), "al-2")
     assert explained["queued"] and not explained["would_dispatch"]
     assert [r["code"] for r in explained["reasons"]] == ["rig-cap"]
     assert "runs 2 of its 2" in explained["reasons"][0]["detail"]
@@ -85,7 +87,7 @@ def test_label_cap_and_overlap_with_real_polecats(town):
     assert report.why == {"label-cap": 1, "overlap": 1}
     why = {r["id"]: r["why"] for r in list_queue(Town(town))}
     assert why == {"al-g2": ["label-cap"], "al-auth": ["overlap"]}
-    [reason] = admission.explain(Town(town), "al-auth")["reasons"]
+    [reason] = explain(Town(town), "al-auth")["reasons"]
     assert reason["code"] == "overlap" and "al-api" in reason["detail"]
     LocalExecutor(Town(town), stop_grace=1).stop(
         next(p.id for p in LocalExecutor(Town(town)).active() if p.item_id == "al-api"))
@@ -100,12 +102,12 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(town):
     queue(town, "alpha", *(item(f"al-{n}", metadata={"estimated_tokens": 1000}) for n in range(3)))
     first = cycle(town)
     assert first.dispatched == 2 and first.why == {"budget": 1}
-    assert [r["code"] for r in admission.explain(Town(town), "al-2")["reasons"]] == ["budget"]
+    assert [r["code"] for r in explain(Town(town), "al-2")["reasons"]] == ["budget"]
     data = status(Town(town))
     assert data["budgets"] == [{"rig": None, "spent": 2000, "budget": 2500, "window": "3s"}]
     # A polecat reports what it really used: less than the estimate, so room appears at once.
     ledger = kept.read(Town(town), kept.BUDGET)["launches"]
-    report = admission.report_usage(Town(town), ledger[0]["polecat_id"], 100)
+    report = report_usage(Town(town), ledger[0]["polecat_id"], 100)
     assert report["counted"]
     assert status(Town(town))["budgets"][0]["spent"] == 1100
     assert cycle(town).dispatched == 1
@@ -128,7 +130,7 @@ def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, town):
     assert running_items(town) == ["be-1"] and report.why == {"throttled": 1}
     data = status(Town(town))
     assert [t["rig"] for t in data["throttles"]] == ["alpha"]
-    assert "429 from provider" in admission.explain(Town(town), "al-1")["reasons"][0]["detail"]
+    assert "429 from provider" in explain(Town(town), "al-1")["reasons"][0]["detail"]
     assert cli.json("scheduler", "throttle", "--clear", "--rig", "alpha")["cleared"] is True
     cycle(town)
     assert running_items(town) == ["al-1", "be-1"]
@@ -163,7 +165,7 @@ def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town):
     cycle(town)
     [row] = cli.json("scheduler", "broken")
     assert row["item_id"] == "al-1" and row["trips"] == 1 and "cannot launch" in row["last_error"]
-    assert [r["code"] for r in admission.explain(Town(town), "al-1")["reasons"]] == ["circuit-broken"]
+    assert [r["code"] for r in explain(Town(town), "al-1")["reasons"]] == ["circuit-broken"]
     time.sleep(1.1)
     report = cycle(town)  # half-open: queued again for one attempt, fails, broken again
     assert [r["item_id"] for r in report.requeued] == ["al-1"] and report.failed == 1
@@ -184,7 +186,7 @@ def test_breaker_cooldown_zero_latches(town):
     configure(town, "scheduler.breaker_cooldown", "0")
     queue(town, "alpha", item("al-1"))
     cycle(town)
-    [row] = admission.broken_rows(Town(town))
+    [row] = broken_rows(Town(town))
     assert row["next_attempt_at"] is None
     assert cycle(town).requeued == []
 
@@ -196,15 +198,15 @@ def test_explain_codes_for_items_not_in_the_queue(cli, town):
                    "score": None, "reasons": [{"code": "not-queued", "detail": out["reasons"][0]["detail"]}]}
     assert [r["code"] for r in cli.json("scheduler", "explain", "al-nope")["reasons"]] == ["missing-item"]
     sling(Town(town), ["al-dep", "al-free", "alpha"], SlingOptions())
-    blocked = admission.explain(Town(town), "al-dep")
+    blocked = explain(Town(town), "al-dep")
     assert blocked["queued"] and [r["code"] for r in blocked["reasons"]] == ["blocked"]
     assert "al-free" in blocked["reasons"][0]["detail"]
-    ready = admission.explain(Town(town), "al-free")
+    ready = explain(Town(town), "al-free")
     assert ready["would_dispatch"] and ready["reasons"] == [] and ready["score"] is not None
     cli.run("scheduler", "pause")
-    assert [r["code"] for r in admission.explain(Town(town), "al-free")["reasons"]] == ["paused"]
+    assert [r["code"] for r in explain(Town(town), "al-free")["reasons"]] == ["paused"]
     configure(town, "scheduler.max_polecats", "-1")
-    codes = [r["code"] for r in admission.explain(Town(town), "al-free")["reasons"]]
+    codes = [r["code"] for r in explain(Town(town), "al-free")["reasons"]]
     assert codes == ["paused", "direct-mode"]
     text = cli.run("scheduler", "explain", "al-free").stdout
     assert "paused:" in text and "direct-mode:" in text
@@ -222,7 +224,7 @@ def test_batch_and_capacity_reasons_match_the_plan(town):
     cycle(town)
     waiting = [r for r in list_queue(Town(town)) if r["id"] in ("al-1", "be-run")]
     assert [r["why"] for r in waiting] == [["capacity"]]
-    assert admission.explain(Town(town), waiting[0]["id"])["reasons"][0]["code"] == "capacity"
+    assert explain(Town(town), waiting[0]["id"])["reasons"][0]["code"] == "capacity"
 
 
 def test_config_keys_for_caps_and_budgets(cli, town):
@@ -258,7 +260,7 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, 
         return real_item_store(stores, item_id)
 
     monkeypatch.setattr(pending, "item_store", item_store_while_a_sling_runs)
-    record = admission.queue_again(Town(town), Stores(Town(town)), "al-race", "alpha", {}, 0)
+    record = queue_again(Town(town), Stores(Town(town)), "al-race", "alpha", {}, 0)
     assert done.wait(30)
     assert record is not None
     assert [c["id"] for c in open_contexts(town, "alpha", "al-race")] == [record["id"]]

@@ -161,14 +161,14 @@ def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, tmp_path
 
 def test_a_tick_that_launches_nothing_does_not_survey_the_queue_again(cli, tmp_path, monkeypatch):
     """Only a tick that launched something checks whether the queue drained (``QueueDrained``)."""
-    from sluice.scheduler import control
+    from sluice.scheduler import queue
     from sluice.scheduler.daemon import Daemon
 
     town_with_rigs(cli, tmp_path, ("alpha", "al"))
     configure(cli.town, "scheduler.max_polecats", "2")
     surveyed: list[bool] = []
-    real_status = control.status
-    monkeypatch.setattr(control, "status", lambda *a, **k: surveyed.append(True) or real_status(*a, **k))
+    real_status = queue.status
+    monkeypatch.setattr(queue, "status", lambda *a, **k: surveyed.append(True) or real_status(*a, **k))
     daemon = Daemon(Town(cli.town), interval=60, echo=lambda _line: None)
     daemon.tick()
     daemon.tick()

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.scheduler.dispatch import CycleReport
+    from sluice.scheduler.launching import CycleReport
     from sluice.scheduler.sling import SlingResult
     from sluice.store.kept import KeptReads
     from sluice.store.town import Town as TownFiles
@@ -75,7 +75,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The dispatcher's and sling's own result types, re-exported lazily (see the module docstring).
     if name == "CycleReport":
-        from sluice.scheduler.dispatch import CycleReport
+        from sluice.scheduler.launching import CycleReport
 
         return CycleReport
     if name == "SlingResult":
@@ -511,13 +511,13 @@ class Town:
                          ignore_backoff=ignore_backoff)
 
     def status(self) -> QueueStatus:
-        from sluice.scheduler.control import status
+        from sluice.scheduler.queue import status
 
         return QueueStatus.from_json(status(self.files, self.executor))
 
     def list(self) -> Queue:
         """The queue: ready items in dispatch order, then blocked ones."""
-        from sluice.scheduler.control import list_queue
+        from sluice.scheduler.queue import list_queue
 
         return Queue.from_json(list_queue(self.files, self.executor))
 
@@ -546,32 +546,32 @@ class Town:
 
     def explain(self, item: str) -> Explanation:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
-        from sluice.scheduler.admission import explain
+        from sluice.scheduler.queue import explain
 
         return Explanation.from_json(explain(self.files, item, self.executor))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
                  clear: bool = False) -> dict:
         """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
-        from sluice.scheduler.admission import throttle
+        from sluice.scheduler.throttles import throttle
 
         return throttle(self.files, until=until, rig=rig, reason=reason, clear=clear)
 
     def broken(self) -> list[dict]:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
-        from sluice.scheduler.admission import broken_rows
+        from sluice.scheduler.breaker import broken_rows
 
         return broken_rows(self.files)
 
     def reset(self, item: str) -> dict:
         """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
-        from sluice.scheduler.admission import reset
+        from sluice.scheduler.breaker import reset
 
         return reset(self.files, item)
 
     def polecat_usage(self, ref: str, tokens: int) -> dict:
         """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
-        from sluice.scheduler.admission import report_usage
+        from sluice.scheduler.usage import report_usage
 
         return report_usage(self.files, ref, tokens, executor=self._executor())
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sluice.core.models import apply_config_value, parse_config_value
 from sluice.executors.base import LaunchRequest
-from sluice.scheduler.dispatch import make_request
+from sluice.scheduler.launching import make_request
 from sluice.store.town import Town
 
 POLECAT = r'''

@@ -48,8 +48,12 @@ from sluice.core.text import printable
 from sluice.errors import InvalidOperation, LockBusy, SluiceError, UsageError
 from sluice.executors import get_executor
 from sluice.scheduler import notify
+from sluice.scheduler import queue as queue_model
+from sluice.scheduler.control import compact_if_long
 from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.polecats import stop_overdue
 from sluice.store import fsutil
+from sluice.store.events import QUEUE_DRAINED, emit_event
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -200,7 +204,6 @@ class Daemon:
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
         try:
-            from sluice.scheduler.control import compact_if_long
 
             for row in compact_if_long(self.town):
                 self._log(f"compacted rig {row['rig']}: {row['lines_before']} → {row['lines_after']} lines,"
@@ -226,11 +229,9 @@ class Daemon:
         """Log ``QueueDrained`` when this tick launched the last queued item."""
         if not result.get("dispatched"):
             return  # most ticks launch nothing: no need to survey the queue again
-        from sluice.scheduler.control import status
-        from sluice.store.events import QUEUE_DRAINED, emit_event
 
         try:
-            now = status(self.town, self.executor)
+            now = queue_model.status(self.town, self.executor)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
             return
@@ -256,7 +257,6 @@ class Daemon:
             return {"error": str(err)}
 
     def _stop_overdue(self) -> list:
-        from sluice.scheduler.polecats import stop_overdue
 
         try:
             stopped = stop_overdue(self.town, self._executor(), time.time())

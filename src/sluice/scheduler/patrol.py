@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import get_executor
-from sluice.scheduler.dispatch import held_row
-from sluice.scheduler.pending import survey
+from sluice.scheduler.pending import held_row, survey
 from sluice.scheduler.polecats import retry_due_at
 from sluice.store import contexts as ctxs
 from sluice.store import events

@@ -32,8 +32,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sluice.core.clock import iso
 from sluice.core.items import is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
 from sluice.errors import UnknownItem
@@ -67,6 +69,14 @@ class Held:
     reason: str
     since: str | None  # when a cycle first saw the item missing; None: not recorded yet
     closes_at: float | None  # epoch seconds when the grace runs out (None until ``since`` is recorded)
+
+
+def held_row(held: Held) -> dict:
+    """One held context as the cycle, ``scheduler list`` and patrol report it."""
+    context = held.context
+    closes_at = iso(datetime.fromtimestamp(held.closes_at, UTC)) if held.closes_at is not None else None
+    return {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+            "reason": held.reason, "missing_since": held.since, "closes_at": closes_at}
 
 
 @dataclass

@@ -43,7 +43,7 @@ from sluice.errors import (
     UsageError,
 )
 from sluice.executors import get_executor
-from sluice.scheduler.dispatch import CycleReport, Launcher, command_template
+from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
 from sluice.store import contexts as ctxs
 from sluice.store import events, fsutil
@@ -55,8 +55,6 @@ if TYPE_CHECKING:
 
 #: How many direct-launch lock stripes there are; every item maps to one of them.
 LOCK_STRIPES = 64
-SLING_LOCK = "sling"  # town-wide: held by a deferred sling from its check to its append
-SLING_LOCK_WAIT = 120.0  # seconds; a sling of 100,000 items holds the lock for a few seconds
 
 
 @dataclass
@@ -407,7 +405,7 @@ def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOpti
                 result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
         return
     enqueued: list[tuple[str, dict]] = []
-    with fsutil.file_lock(town.lock_path(SLING_LOCK), timeout=SLING_LOCK_WAIT):
+    with ctxs.sling_lock(town):
         # Under the sling lock: what is queued now, in every rig, decides.
         by_item = ctxs.open_by_item(stores, fresh=True)
         new: dict[str, list[_Work]] = {}

@@ -35,8 +35,11 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.errors import ExecutorError, SluiceError
-from sluice.scheduler import control
+from sluice.executors import get_executor
+from sluice.scheduler import queue as queue_model
+from sluice.scheduler.pending import survey
 from sluice.scheduler.polecats import RUNNING_STATES, polecat_row
+from sluice.scheduler.ranking import Work, rank_work
 from sluice.store.decisions import recent_decisions
 from sluice.store.events import recent_events
 from sluice.store.rigstore import Stores
@@ -51,8 +54,6 @@ RECENT_EVENTS = 30
 
 
 def _executor(town: Town) -> tuple[Executor | None, str | None]:
-    from sluice.executors import get_executor
-
     try:
         return get_executor(town), None
     except ExecutorError as err:
@@ -131,7 +132,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
     if executor is None:
         executor, problem = _executor(town)
     once = _OneAnswer(executor) if executor is not None else None
-    status = control.status(town, once)
+    status = queue_model.status(town, once)
     queue = status.pop("items")
     polecats: list[dict] = []
     if once is not None and "executor_error" not in status:
@@ -165,9 +166,6 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
     were slung now.  Raises :class:`~sluice.errors.UnknownItem` when no rig
     has the item.
     """
-    from sluice.scheduler.pending import survey
-    from sluice.scheduler.ranking import Work, rank_work
-
     config = town.reload_config()
     stores = Stores(town)
     store, record = stores.find(item_id)
@@ -187,7 +185,7 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
         queued = rank_work(town, stores, [Work(item=record, rig=store.rig.name,
                                                order=record.get("created_at") or "")])[0]
     blockers = next((causes for row, causes in store.blocked() if row.get("id") == item_id), [])
-    rows = [r for r in control.list_queue(town, once) if r["id"] == item_id]
+    rows = [r for r in queue_model.list_queue(town, once) if r["id"] == item_id]
     now = time.time()
     polecats = [_polecat(polecat_row(p), now) for p in (once.listing() if once is not None else [])
                 if p.item_id == item_id]

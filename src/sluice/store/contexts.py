@@ -27,7 +27,10 @@ from sluice.store import events, fsutil
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore, Stores
+    from sluice.store.town import Town
 
+SLING_LOCK = "sling"  # town-wide: held by a deferred sling from its check to its append
+SLING_LOCK_WAIT = 120.0  # seconds; a sling of 100,000 items holds the lock for a few seconds
 TITLE_PREFIX = "sling-context: "
 TITLE_LIMIT = 200  # characters, so a multi-byte title is never split inside a character
 DONE_STATUSES = frozenset({"closed", "tombstone"})
@@ -41,6 +44,15 @@ INVALID_CONTEXT = "invalid-context"
 STALE_WORK_ITEM = "stale-work-item"
 INVALID_WORK_ITEM = "invalid-work-item"
 DISPATCH_CLOSE_FAILED = "dispatch-close-failed"
+
+
+def sling_lock(town: Town) -> fsutil.FileLock:
+    """The town's sling lock: whoever checks for an open context and then creates one holds it throughout.
+
+    A deferred sling and every re-queue (the breaker, a throttle exit, a
+    reset) take it, so two of them never both find no context and both add one.
+    """
+    return fsutil.file_lock(town.lock_path(SLING_LOCK), timeout=SLING_LOCK_WAIT)
 
 
 @dataclass

@@ -1,0 +1,230 @@
+"""The one launch path: the dispatch cycle and sling's direct mode both launch through :class:`Launcher`.
+
+Intent first, then the executor: the launch intent is written on the sling
+context before the executor is asked, so a process killed at any point
+leaves either nothing launched or an intent the next survey settles with the
+executor's ``find``.  Each outcome is booked once — the ``Dispatched`` event
+and the decision log, the token budget, the context closed ``dispatched`` —
+or, for a failure, the ``DispatchFailed`` event, the failure count and, at
+the threshold, the breaker (:mod:`sluice.scheduler.breaker`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from sluice.core.clock import iso
+from sluice.core.items import effective_tokens
+from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, SluiceError
+from sluice.executors.base import LaunchRequest, substitute
+from sluice.scheduler.admission import needs_spend
+from sluice.scheduler.breaker import trip_breaker
+from sluice.scheduler.signals import Graphs
+from sluice.store import admission_state as kept
+from sluice.store import contexts as ctxs
+from sluice.store import events
+from sluice.store.decisions import append_decisions, make_decision
+from sluice.store.rigstore import Stores
+
+if TYPE_CHECKING:
+    from sluice.core.records import SlingContextFields
+    from sluice.executors.base import Executor
+    from sluice.scheduler.ranking import Work
+    from sluice.store.town import Town
+
+CLOSE_RETRY_WAITS = (0.5, 1.0)  # three attempts to close a dispatched context
+
+
+@dataclass
+class CycleReport:
+    """What one cycle planned and did; ``to_json`` is the ``scheduler run --json`` document."""
+
+    planned: list[dict] = field(default_factory=list)
+    dispatched: int = 0
+    failed: int = 0
+    skipped: int = 0
+    reason: str = "none"
+    capacity: int = 0
+    batch: int = 0
+    ready: int = 0
+    dry_run: bool = False
+    paused: bool = False
+    mode: str = "deferred"
+    launched: list[dict] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    closed: list[dict] = field(default_factory=list)
+    backing_off: int = 0
+    held: list[dict] = field(default_factory=list)
+    why: dict[str, int] = field(default_factory=dict)  # reason code -> queued items it holds back
+    requeued: list[dict] = field(default_factory=list)  # breaker cooldowns and throttle exits
+    messages: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def command_template(town: Town, executor: Executor) -> tuple[str, ...]:
+    """The polecat argv template: ``executor.command``, else the executor's own default."""
+    command = tuple(town.config.executor.command) or getattr(executor, "default_command", None) or ()
+    if not command and executor.kind == "local":
+        raise ConfigError(
+            "executor.command is not set, so no polecat can be launched; set it with"
+            ' `sluice config set executor.command \'["my-agent", "{item_id}"]\'`'
+            " (or use executor.kind demo)"
+        )
+    return tuple(command)
+
+
+def make_request(
+    town: Town, template: tuple[str, ...], item: dict, rig_name: str, context_id: str, fields=None
+) -> LaunchRequest:
+    """The launch of one polecat: argv substituted per element, context parameters in the env.
+
+    ``formula``, ``args``, ``vars`` and ``agent`` of the sling reach the polecat as
+    ``SLUICE_FORMULA`` … ``SLUICE_AGENT`` (only those that are set).
+    """
+    rig = town.rig(rig_name)
+    title = str(item.get("title") or "")
+    values = {"item_id": item["id"], "rig": rig.name, "title": title, "context_id": context_id,
+              "repo": str(rig.repo)}
+    env: dict[str, str] = {}
+    for key in ("formula", "args", "vars", "agent"):
+        value = getattr(fields, key, "") if fields is not None else ""
+        if value:
+            env[f"SLUICE_{key.upper()}"] = value
+    return LaunchRequest(
+        item_id=item["id"], rig=rig.name, title=title, context_id=context_id, repo=str(rig.repo),
+        town=str(town.root), argv=substitute(list(template), values), env=env,
+    )
+
+
+class Launcher:
+    """The one launch path: the dispatch cycle and sling's direct mode both launch through it.
+
+    For one piece of work it records the launch intent on the sling context
+    (when there is one), builds the request, asks the executor, logs the
+    ``Dispatched`` event and the decision, and closes the context
+    ``dispatched``; or it books the failure: a ``DispatchFailed`` event and,
+    on a context, the failure count and the breaker at ``max_failures``.
+    Outcomes go into ``report`` (``launched``/``dispatched``,
+    ``failures``/``failed``, ``messages``).  ExecutorUnavailable is nobody's
+    item's fault: the intent is withdrawn and the error propagates.
+    """
+
+    def __init__(self, town, stores, executor, template, max_failures, report: CycleReport,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.town = town
+        self.stores = stores
+        self.executor = executor
+        self.template = template
+        self.max_failures = max_failures
+        self.report = report
+        self.sleep = sleep
+
+    def launch(self, work: Work, fields: SlingContextFields | None = None) -> bool:
+        """Launch ``work``; True when its polecat runs (and its context, if any, is closed).
+
+        ``work.payload`` is the sling context, or None for a direct launch,
+        which then takes its parameters from ``fields``.
+        """
+        context = work.payload
+        store = self.stores.rig(context.rig) if context is not None else None
+        item = work.item
+        if context is not None:
+            fields = context.fields
+            if ctxs.mark_launch(store, context.id) is None:  # cleared or closed since the survey
+                self.report.skipped += 1
+                return False
+        context_id = context.id if context is not None else None
+        request = make_request(self.town, self.template, item, work.rig, context_id or "", fields)
+        try:
+            polecat = self.executor.launch(request)
+        except ExecutorUnavailable:
+            if context is not None:
+                ctxs.clear_launch(store, [context.id])
+            raise
+        except ExecutorError as err:
+            self._failed(work, store, f"launch failed: {err}")
+            return False
+        payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id}
+        direct = {} if context is not None else {"direct": True}
+        events.emit_event(self.town, events.DISPATCHED, {**payload, **direct})
+        append_decision(self.town, work, polecat.id)
+        self._admitted(work, polecat.id)
+        self.report.launched.append(payload)
+        if context is None or self._close_dispatched(store, context, polecat.id):
+            self.report.dispatched += 1
+            return True
+        self.report.failed += 1
+        return False
+
+    def _admitted(self, work: Work, polecat_id: str) -> None:
+        """Charge the launch to the token budgets; a half-open item that launched is healed."""
+        config = self.town.config
+        if needs_spend(config):
+            kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
+                               context_id=work.context_id or "", polecat_id=polecat_id,
+                               tokens=work.tokens if work.tokens is not None else effective_tokens(work.item),
+                               now=time.time(),
+                               window=config.scheduler.seconds("budget_window"))
+        kept.heal(self.town, work.item["id"])
+
+    def _close_dispatched(self, store, context, polecat_id: str) -> bool:
+        last_error: Exception | None = None
+        for attempt in range(len(CLOSE_RETRY_WAITS) + 1):
+            try:
+                ctxs.close(self.town, store, context.id, ctxs.DISPATCHED, {"polecat_id": polecat_id})
+                return True
+            except (OSError, SluiceError) as err:
+                last_error = err
+                if attempt < len(CLOSE_RETRY_WAITS):
+                    self.sleep(CLOSE_RETRY_WAITS[attempt])
+        message = f"dispatch succeeded but closing its context failed: {last_error}"
+        self.report.messages.append(f"warning: {context.work_id}: {message}")
+        try:  # last resort; failing that, the intent on the context still prevents a relaunch
+            ctxs.close(self.town, store, context.id, ctxs.DISPATCH_CLOSE_FAILED, {"polecat_id": polecat_id})
+        except (OSError, SluiceError):
+            self.report.messages.append(
+                f"warning: {context.id} is still open with a launch intent; the next cycle will settle it"
+            )
+        return False
+
+    def _failed(self, work: Work, store, error: str) -> None:
+        context = work.payload
+        self.report.failed += 1
+        if context is None:  # a direct launch: no context to count the failure on or to break
+            failures = 1
+        else:
+            updated = ctxs.record_failure(store, context.id, error)
+            failures = updated.failures if updated is not None else context.failures + 1
+        row = {"context_id": context.id if context is not None else None, "item_id": work.item["id"],
+               "rig": work.rig, "error": error, "failures": failures, "circuit_broken": False}
+        payload = {k: v for k, v in row.items() if k != "circuit_broken"}
+        events.emit_event(self.town, events.DISPATCH_FAILED, payload)
+        if context is not None and failures >= self.max_failures:
+            ctxs.close(self.town, store, context.id, ctxs.CIRCUIT_BROKEN, {"last_failure": error})
+            if updated is not None and updated.fields is not None:
+                trip_breaker(self.town, updated.fields, error)
+            events.emit_event(self.town, events.CIRCUIT_BROKEN, {
+                "context_id": context.id, "item_id": work.item["id"], "rig": work.rig,
+                "failures": failures, "last_failure": error})
+            row["circuit_broken"] = True
+            self.report.messages.append(
+                f"{work.item['id']}: context {context.id} failed {failures} times, circuit-broken"
+            )
+        self.report.failures.append(row)
+
+
+def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
+    """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
+    item = work.item
+    graph_id = work.graph_id if work.score is not None else Graphs(town, Stores(town)).of_record(item)
+    decision = make_decision(
+        item, town.rig(work.rig), graph_id=graph_id, score=work.score, reasons=work.reasons, at=iso(),
+        source="dispatch", context_id=getattr(work.payload, "id", None), polecat_id=polecat_id,
+    )
+    append_decisions(town, [decision])
+    return decision

@@ -1,0 +1,264 @@
+"""The queue as the next cycle sees it: ``scheduler status``, ``list`` and ``explain``.
+
+``list`` and ``status`` read the same survey the dispatch cycle acts on
+(:mod:`sluice.scheduler.pending`) and the same admission
+(:mod:`sluice.scheduler.admission`), so what they show as ready is exactly
+what the next cycle would consider, in the order it would launch it (R-L);
+``explain`` gives every reason one item would not be launched.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from sluice.core import admission as rules
+from sluice.core.admission import Reason
+from sluice.core.clock import format_duration
+from sluice.errors import ExecutorError
+from sluice.executors import get_executor
+from sluice.scheduler.admission import assess, reasons_of, why
+from sluice.scheduler.pending import held_row, item_store, survey
+from sluice.scheduler.polecats import retry_due_at
+from sluice.store import admission_state as kept
+from sluice.store import contexts as ctxs
+from sluice.store.rigstore import Stores
+from sluice.store.state import load_state
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Executor, Polecat
+    from sluice.scheduler.ranking import Work
+    from sluice.store.town import Town
+
+
+def _fresh_config(town: Town):
+    """Every control command reads the config first: a corrupt file is an error, never a default."""
+    return town.reload_config()
+
+
+def _active(
+    town: Town, executor: Executor | None
+) -> tuple[list[Polecat] | None, Executor | None, str | None]:
+    try:
+        if executor is None:
+            executor = get_executor(town)
+        return executor.active(), executor, None
+    except ExecutorError as err:
+        return None, executor, str(err)
+
+
+def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
+    context = work.payload
+    fields = context.fields
+    return {
+        "id": work.item["id"],
+        "title": work.item.get("title", ""),
+        "status": work.item.get("status", "open"),
+        "target_rig": work.rig,
+        "blocked": blocked,
+        "context_id": context.id,
+        "enqueued_at": fields.enqueued_at,
+        "dispatch_failures": fields.dispatch_failures,
+        "last_failure": fields.last_failure or None,
+        "retry_at": retry_due_at(fields, *retry),  # when the daemon tries a failed launch again
+        "score": work.score,
+        "held": None,  # or why the context waits although its item may be ready (e.g. missing-item)
+    }
+
+
+def _held_row(held) -> dict:
+    """A held context in the shape of a queue row: the item is missing, so only its id is known."""
+    context = held.context
+    fields = context.fields
+    row = held_row(held)
+    return {
+        "id": context.work_id,
+        "title": None,
+        "status": None,
+        "target_rig": fields.target_rig,
+        "blocked": True,
+        "held": held.reason,
+        "missing_since": row["missing_since"],
+        "closes_at": row["closes_at"],
+        "context_id": context.id,
+        "enqueued_at": fields.enqueued_at,
+        "dispatch_failures": fields.dispatch_failures,
+        "last_failure": fields.last_failure or None,
+        "retry_at": None,
+        "score": None,
+    }
+
+
+def queue_view(town: Town, executor: Executor | None = None, now: float | None = None):
+    """One survey and its admission, exactly as the next cycle would see them.
+
+    Returns ``(config, survey, active polecats, assessment)``; an unreachable
+    executor counts as no polecats (``status`` reports the problem).
+    """
+    return _survey(town, executor, now)[:4]
+
+
+def _survey(town: Town, executor: Executor | None, now: float | None = None):
+    config = _fresh_config(town)
+    now = time.time() if now is None else now
+    active, executor, problem = _active(town, executor)
+    stores = Stores(town)
+    find = executor.find if executor is not None and problem is None else (lambda _cid: None)
+    retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], find,
+                  now=now, backoff=retry)
+    assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
+    return config, view, active or [], assessment, problem, active
+
+
+def _queue(town: Town, executor: Executor | None):
+    config, view, _active_list, assessment, problem, active = _survey(town, executor)
+    retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    codes = why(assessment, config)
+    rows = [_row(w, False, retry) for w in view.ready + view.backing_off] + \
+        [_row(w, True, retry) for w in view.blocked]
+    rows += [_held_row(h) for h in view.held]
+    for row in rows:
+        row["why"] = [row["held"]] if row.get("held") else codes.get(row["context_id"], [])
+    return config, view, rows, active, problem, assessment
+
+
+def list_queue(town: Town, executor: Executor | None = None) -> list[dict]:
+    """Queued items, one row per item: ready ones in dispatch order, then blocked ones, then held ones.
+
+    A held row (``held: "missing-item"``) is a context whose item no rig has
+    right now; it is closed only once ``closes_at`` has passed.
+    """
+    return _queue(town, executor)[2]
+
+
+def status(town: Town, executor: Executor | None = None) -> dict:
+    config, view, rows, active, problem, assessment = _queue(town, executor)
+    state = load_state(town)
+    sched = config.scheduler
+    count = len(active) if active is not None else None
+    out = {
+        "paused": state.paused,
+        "paused_by": state.paused_by,
+        "paused_at": state.paused_at,
+        "queued_total": len(rows),
+        "queued_ready": sum(1 for r in rows if not r["blocked"]),
+        "active_polecats": count,
+        # Unknown when the executor cannot say how many polecats run: never claim free slots.
+        "capacity": max(0, sched.max_polecats - count) if count is not None else None,
+        "max_polecats": sched.max_polecats,
+        "mode": "deferred" if sched.deferred else "direct",
+        "batch_size": sched.batch_size,
+        "last_dispatch_at": state.last_dispatch_at,
+        "last_dispatch_count": state.last_dispatch_count,
+        "stale": len(view.stale),
+        "held": len(view.held),
+        "items": rows,
+        **_admission_status(town, config, assessment),
+    }
+    if problem:
+        out["executor_error"] = problem
+    return out
+
+
+def _admission_status(town: Town, config, assessment) -> dict:
+    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``."""
+    window = format_duration(config.scheduler.seconds("budget_window"))
+    caps = assessment.limits
+    budgets = []
+    if caps.town_budget:
+        budgets.append({"rig": None, "spent": assessment.spend.town, "budget": caps.town_budget,
+                        "window": window})
+    for name, budget in sorted(caps.rig_budgets.items()):
+        budgets.append({"rig": name, "spent": assessment.spend.rigs.get(name, 0), "budget": budget,
+                        "window": window})
+    return {"budgets": budgets, "throttles": kept.throttle_rows(town, assessment.now),
+            "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
+            "circuit_broken": len(kept.broken(town)), "plan_reason": assessment.admission.reason}
+
+
+# -- explain ------------------------------------------------------------------------------------
+
+
+def explain(town: Town, item_id: str, executor: Executor | None = None, now: float | None = None) -> dict:
+    """Would the next cycle launch ``item_id``, and every reason it would not (``scheduler explain``)."""
+    now = time.time() if now is None else now
+    config, view, active, assessment = queue_view(town, executor, now=now)
+    stores = Stores(town)
+    out: dict[str, Any] = {
+        "item_id": item_id,
+        "queued": False,
+        "context_id": None,
+        "would_dispatch": False,
+        "score": None,
+        "reasons": [],
+    }
+    reasons: list[Reason] = []
+    found = item_store(stores, item_id)
+    for where, works in (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked)):
+        for w in works:
+            if w.item["id"] != item_id:
+                continue
+            out.update(queued=True, context_id=w.context_id, score=w.score)
+            blockers = _blockers(found, item_id, active) if where == "blocked" else None
+            reasons = reasons_of(assessment, w, where, config, blockers)
+            out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
+            break
+        if out["queued"]:
+            break
+    if not out["queued"]:
+        for held in view.held:  # its item is missing now; the context closes after missing_grace
+            if held.context.work_id == item_id:
+                out.update(queued=True, context_id=held.context.id)
+                closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
+                reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
+                break
+    if not out["queued"]:
+        for stale in view.stale:
+            if stale.context.work_id == item_id:
+                out.update(queued=True, context_id=stale.context.id)
+                code = {
+                    ctxs.CIRCUIT_BROKEN: rules.CIRCUIT_BROKEN,
+                    ctxs.INVALID_WORK_ITEM: rules.MISSING_ITEM,
+                }.get(stale.reason, rules.NOT_QUEUED)
+                reasons.append(
+                    Reason(code, f"the next cycle closes its context ({stale.reason}: {stale.detail})")
+                )
+                break
+    if not out["queued"]:
+        entry = kept.broken(town).get(item_id)
+        if entry is not None:
+            nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
+            nxt += ")" if entry.get("next_attempt_at") is None else ""
+            reasons.append(
+                Reason(
+                    rules.CIRCUIT_BROKEN,
+                    f"{entry.get('failures')} failed launches, last: {entry.get('last_error')};"
+                    f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)",
+                )
+            )
+        elif found is None:
+            reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
+        else:
+            polecat = next((p for p in active if p.item_id == item_id), None)
+            detail = (
+                f"a polecat ({polecat.id}) is running it"
+                if polecat
+                else f"no open sling context (`sluice sling {item_id} RIG` queues it)"
+            )
+            reasons.append(Reason(rules.NOT_QUEUED, detail))
+    out["reasons"] = [r.to_json() for r in reasons]
+    return out
+
+
+def _blockers(found, item_id: str, active: list[Polecat]) -> list[str]:
+    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
+    polecat = next((p for p in active if p.item_id == item_id), None)
+    if polecat is not None:
+        return [f"its running polecat {polecat.id}"]
+    if found is None:
+        return []
+    for record, causes in found[0].blocked():
+        if record and record.get("id") == item_id:
+            return list(causes)
+    return []

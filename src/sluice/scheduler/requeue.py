@@ -1,0 +1,43 @@
+"""Queueing an item again with the parameters it was slung with: the breaker, throttle exits, reset.
+
+A re-queue is a sling of one item by the scheduler itself, so it checks and
+creates under the same sling lock (:func:`sluice.store.contexts.sling_lock`):
+a sling of the same item meanwhile cannot add a second open context.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.core.clock import iso
+from sluice.core.records import SlingContextFields
+from sluice.scheduler import pending
+from sluice.store import contexts as ctxs
+
+if TYPE_CHECKING:
+    from sluice.store.rigstore import Stores
+    from sluice.store.town import Town
+
+
+def sling_params(fields: SlingContextFields) -> dict:
+    """The parameters a re-queued item is slung with again (everything but the failure record)."""
+    keep = ("formula", "args", "vars", "agent", "force")
+    return {k: getattr(fields, k) for k in keep if getattr(fields, k)}
+
+
+def queue_again(
+    town: Town, stores: Stores, item_id: str, rig: str, params: dict, failures: int
+) -> dict | None:
+    """A new open context for ``item_id`` with ``params``; None if one is open already (idempotent)."""
+    with ctxs.sling_lock(town):
+        if ctxs.find_open(stores, item_id):
+            return None
+        found = pending.item_store(stores, item_id)
+        if found is None or rig not in {r.name for r in town.rigs()}:
+            return None
+        stamp = iso()
+        fields = SlingContextFields(
+            work_bead_id=item_id, target_rig=rig, enqueued_at=stamp, dispatch_failures=failures, **params
+        )
+        [record] = ctxs.create(stores.rig(rig), [(found[1], fields, stamp)])
+    return record

@@ -1,0 +1,139 @@
+"""Throttles: ``scheduler throttle`` by hand, and a polecat's exit code asking for one.
+
+A throttle holds new launches of one rig (or the town) until a time;
+:func:`sluice.core.admission.admit` reads the running ones.  A polecat that
+exits with ``scheduler.throttle_exit_code`` (its provider said "later")
+throttles its rig for ``scheduler.throttle_for`` and its item is queued
+again, without counting a dispatch failure.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sluice.core.clock import parse_duration
+from sluice.core.items import parse_ts
+from sluice.core.records import SlingContextFields
+from sluice.errors import SluiceError, UsageError
+from sluice.scheduler.requeue import queue_again, sling_params
+from sluice.store import admission_state as kept
+from sluice.store import contexts as ctxs
+from sluice.store import events
+from sluice.store.state import detect_actor
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Polecat
+    from sluice.store.rigstore import Stores
+    from sluice.store.town import Town
+
+
+def throttle(
+    town: Town,
+    until: str | None = None,
+    rig: str | None = None,
+    reason: str = "",
+    clear: bool = False,
+    now: float | None = None,
+) -> dict:
+    """``scheduler throttle``: hold new launches (of one rig or the town) until a time, or lift it."""
+    config = town.reload_config()
+    now = time.time() if now is None else now
+    if rig is not None and rig not in config.rigs:
+        raise UsageError(f"unknown rig {rig!r} (see `sluice rig list`)")
+    if clear:
+        if until is not None:
+            raise UsageError("clear and until do not go together", parameters=("clear", "until"))
+        cleared = kept.clear_throttle(town, rig, now)
+        if cleared:
+            events.emit_event(town, events.THROTTLE_CLEARED, {"rig": rig})
+        return {"rig": rig, "cleared": cleared, "throttles": kept.throttle_rows(town, now)}
+    if not until:
+        raise UsageError("give until TIME|DURATION (e.g. 10m, 2026-12-01T09:00:00Z) or clear",
+                         parameters=("until", "clear"))
+    end = parse_until(until, now)
+    entry = kept.set_throttle(town, end, rig, reason, detect_actor(), now)
+    payload = {"rig": rig, "until": entry["until"], "reason": entry["reason"]}
+    events.emit_event(town, events.THROTTLED, payload)
+    return {
+        "rig": rig,
+        "until": entry["until"],
+        "reason": entry["reason"],
+        "by": entry["by"],
+        "throttles": kept.throttle_rows(town, now),
+    }
+
+
+def parse_until(text: str, now: float) -> float:
+    """``10m`` (a duration from now) or an ISO time; a time in the past is refused."""
+    try:
+        end = now + parse_duration(text)
+    except ValueError:
+        stamp = parse_ts(text)
+        if stamp is None:
+            raise UsageError(f"until {text!r} is neither a duration (10m, 1h30m) nor an ISO time",
+                             parameters=("until",)) from None
+        end = stamp
+    if end <= now:
+        raise UsageError(f"until {text!r} is not in the future", parameters=("until",))
+    return end
+
+
+def settle_exits(town: Town, stores: Stores, polecats: list[Polecat], now: float | None = None) -> list[dict]:
+    """Polecats that exited with ``scheduler.throttle_exit_code``: throttle the rig, queue the item again.
+
+    The re-queue is not a dispatch failure (the polecat ran; the provider said
+    "later").  Each polecat is settled once: its id is remembered with the
+    throttle it caused.
+    """
+    now = time.time() if now is None else now
+    sched = town.config.scheduler
+    code = sched.throttle_exit_code
+    out = []
+    candidates = [
+        p for p in polecats if p.state not in ("running", "pending") and p.detail.get("exit_code") == code
+    ]
+    if not candidates:
+        return out
+    settled = set(kept.read(town, kept.THROTTLES).get("settled", []))
+    for polecat in candidates:
+        if polecat.id in settled:
+            continue
+        until = now + sched.seconds("throttle_for")
+        reason = f"polecat {polecat.id} exited with {code}"
+        kept.set_throttle(town, until, polecat.rig, reason, "sluice", now)
+        _remember_settled(town, polecat.id)
+        params = _params_of_polecat(stores, polecat)
+        record = queue_again(town, stores, polecat.item_id, polecat.rig, params, 0)
+        payload = {
+            "item_id": polecat.item_id,
+            "rig": polecat.rig,
+            "polecat_id": polecat.id,
+            "until": kept.utc(until),
+            "context_id": record["id"] if record else None,
+        }
+        events.emit_event(town, events.THROTTLED, payload)
+        out.append(payload)
+    return out
+
+
+def _remember_settled(town: Town, polecat_id: str) -> None:
+    def change(data: dict) -> None:
+        settled = data.setdefault("settled", [])
+        settled.append(polecat_id)
+        del settled[:-1000]  # only recent polecats can still be met unsettled
+
+    kept.update(town, kept.THROTTLES, change)
+
+
+def _params_of_polecat(stores: Stores, polecat: Polecat) -> dict:
+    """The sling parameters of the context that launched ``polecat`` (same parameters again)."""
+    if not polecat.context_id:
+        return {}
+    try:
+        store = stores.rig(polecat.rig)
+    except SluiceError:  # a removed rig: queue with defaults
+        return {}
+    record = ctxs.read_fresh(store).get(polecat.context_id)
+    fields = SlingContextFields.from_description(record.get("description")) if record else None
+    return sling_params(fields) if fields is not None else {}
