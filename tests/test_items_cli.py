@@ -369,7 +369,7 @@ def test_import_upserts_and_drops_tombstones(cli, rig, tmp_path, town_dir):
 
 
 def test_import_refuses_missing_and_corrupt_files(cli, rig, tmp_path, town_dir):
-    assert "no such file" in fails(cli, "item", "import", "alpha", str(tmp_path / "none.jsonl"), code=2)
+    assert "no such file" in fails(cli, "item", "import", "alpha", str(tmp_path / "none.jsonl"), code=1)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "al-1", "title": "ok"}\n{broken\n{"id": "al-2", "title": "ok"}\n')
     assert f"{bad}:2:" in fails(cli, "item", "import", "alpha", str(bad))

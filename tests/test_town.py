@@ -143,7 +143,7 @@ def test_rig_add_refuses_bad_names_and_prefixes(cli, repo, args, words):
 
 def test_rig_add_refuses_missing_or_corrupt_items_files(cli, repo, tmp_path):
     assert "no such file" in fails(cli, "rig", "add", "a", str(repo), "--items", str(tmp_path / "no.jsonl"),
-                                   code=2)
+                                   code=1)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a-1", "title": "t"}\n\n{"id": oops}\n{"id": "a-2", "title": "t"}\n')
     assert f"{bad}:3:" in fails(cli, "rig", "add", "a", str(repo), "--items", str(bad))

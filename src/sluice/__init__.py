@@ -22,6 +22,7 @@ from sluice.errors import (
     ExecutorUnavailable,
     InvalidOperation,
     LockBusy,
+    MissingFile,
     NotARepository,
     ReadOnlyStore,
     SlingFailed,
@@ -45,7 +46,8 @@ _API_NAMES = frozenset({
 
 __all__ = [
     "ClearResult", "ConfigError", "CycleReport", "Decision", "Decisions", "DispatchBusy", "ExecutorError",
-    "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "NotARepository",
+    "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "MissingFile",
+    "NotARepository",
     "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
     "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "StorageError", "StoreCorrupt",
     "Town", "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__",

@@ -72,6 +72,11 @@ class StorageError(SluiceError, OSError):
         self.parameters = ()
 
 
+class MissingFile(SluiceError):
+    """A file the request names (an export to import, a rig's item source) does not exist: exit 1, as a
+    missing rig or repository is."""
+
+
 class ReadOnlyStore(SluiceError):
     """A write to a rig whose items are an external, read-only beads export."""
 

@@ -37,10 +37,10 @@ def throttle(
     now: float | None = None,
 ) -> dict:
     """``scheduler throttle``: hold new launches (of one rig or the town) until a time, or lift it."""
-    config = town.reload_config()
+    town.reload_config()  # a broken config is refused before anything else
     now = time.time() if now is None else now
-    if rig is not None and rig not in config.rigs:
-        raise UsageError(f"unknown rig {rig!r} (see `sluice rig list`)")
+    if rig is not None:
+        town.rig(rig)  # UnknownRig, naming the known ones (exit 1), as every command says it
     if clear:
         if until is not None:
             raise UsageError("clear and until do not go together", parameters=("clear", "until"))

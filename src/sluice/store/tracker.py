@@ -15,7 +15,7 @@ from pathlib import Path
 from sluice.core.clock import iso, new_id
 from sluice.core.items import STATUSES, dependency, labels_of, normalise
 from sluice.core.readiness import id_prefix
-from sluice.errors import InvalidOperation, NotARepository, UnknownItem, UsageError
+from sluice.errors import InvalidOperation, MissingFile, NotARepository, UnknownItem, UsageError
 from sluice.store import gitview
 from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
 from sluice.store.town import Rig, Town, register_rig
@@ -38,7 +38,7 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
     if items is not None:
         items = Path(items).expanduser().resolve()
         if not items.is_file():
-            raise UsageError(f"items {items}: no such file", parameters=("items",))
+            raise MissingFile(f"items {items}: no such file", parameters=("items",))
         for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
             pass
     return register_rig(town, name, repo, prefix or name, items)
@@ -322,7 +322,7 @@ def import_items(town: Town, rig_name: str, path: Path) -> dict:
     store: RigStore = Stores(town).rig(rig_name)
     store.require_writable()  # refuse a read-only rig before reading the file
     if not Path(path).is_file():
-        raise UsageError(f"{path}: no such file")
+        raise MissingFile(f"{path}: no such file")
     incoming, tombstones = [], 0
     for _n, record, _raw in read_jsonl(Path(path)):
         if record.get("status") == "tombstone":
