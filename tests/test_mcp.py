@@ -233,3 +233,33 @@ def test_admission_tools_answer_as_the_cli(cli: Cli, queued: dict):
     assert results[3][0] and "neither a duration" in results[3][1]
     assert results[4][0]
     assert payload(results[5])["cleared"] is True
+
+
+def test_values_beyond_the_bounds_are_tool_errors_that_say_why(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [
+        ("sluice_scheduler_throttle", {"until": "999999999h"}),
+        ("sluice_schedule_policy", {"action": "set", "priority": 1e308, "cost": 1e308}),
+        ("sluice_scheduler_status", {}),
+    ])
+    assert results[0][0] and "876000h" in results[0][1] and "until" in results[0][1]
+    assert results[1][0] and "overflow" in results[1][1]
+    assert payload(results[2])["throttles"] == []
+    assert not (cli.town / ".sluice" / "schedule" / "policy.json").exists()
+
+
+def test_an_unexpected_error_is_a_tool_error_with_its_reason(cli: Cli, monkeypatch):
+    """A bug still answers the caller with what went wrong, never a reason-less error."""
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+
+    from sluice.api import Town
+    from sluice.surfaces.mcp_server import build_server
+
+    def broken(self, *args, **kwargs):
+        raise ValueError("year 11409972 is out of range")
+
+    monkeypatch.setattr(Town, "status", broken)
+    server = build_server(str(cli.town))
+    with pytest.raises(ToolError, match="internal error: ValueError: year 11409972") as raised:
+        asyncio.run(server.call_tool("sluice_scheduler_status", {}))
+    assert not isinstance(raised.value, UnexpectedToolError)  # the SDK logs no traceback for it

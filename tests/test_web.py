@@ -9,7 +9,8 @@ import pytest
 
 from helpers.polecats import configure
 from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
-from helpers.web import TOKEN, WebServer
+from helpers.web import TOKEN, WebServer, asgi_call
+from sluice.api import open_town
 from sluice.executors import get_executor
 from sluice.store.town import Town
 from sluice.surfaces.web.serve import announce, is_loopback
@@ -217,3 +218,25 @@ def test_bad_options_are_refused(cli):
     assert done.returncode == 2 and "--port" in done.stderr
     done = cli.run("web", "--token", "short", "--port", "0", check=False)
     assert done.returncode == 2 and "--token" in done.stderr
+
+
+def test_a_throttle_beyond_the_longest_duration_is_a_400_that_says_why(cli, web):
+    code, body = web.call("POST", "/api/throttle", token=TOKEN, body={"until": "999999999h"})
+    assert code == 400 and "876000h" in body["error"]
+    assert cli.json("scheduler", "status")["throttles"] == []
+
+
+def test_an_unexpected_error_is_a_json_500_naming_it_without_a_traceback(cli, capfd, monkeypatch):
+    from sluice.api import Town as ApiTown
+    from sluice.surfaces.web.app import create_app
+
+    def broken(self, *args, **kwargs):
+        raise ValueError("year 11409972 is out of range")
+
+    monkeypatch.delenv("SLUICE_DEBUG", raising=False)
+    monkeypatch.setattr(ApiTown, "snapshot", broken)
+    app = create_app(open_town(cli.town), TOKEN)
+    code, body = asgi_call(app, "GET", "/api/state")
+    assert code == 500 and body["error"].startswith("internal error: ValueError: year 11409972")
+    err = capfd.readouterr().err
+    assert "year 11409972" in err and "Traceback" not in err

@@ -128,3 +128,8 @@ def os_error_text(err: OSError) -> str:
     """``path: reason`` for an error from the operating system, in one line (no traceback)."""
     reason = err.strerror or str(err)
     return f"{err.filename}: {reason}" if err.filename else reason
+
+
+def internal_error_text(err: BaseException) -> str:
+    """What every surface says of an error sluice did not expect (a bug), in one line."""
+    return f"internal error: {type(err).__name__}: {err} (set SLUICE_DEBUG=1 for details)"

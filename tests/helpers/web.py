@@ -61,3 +61,33 @@ def _decode(raw: bytes):
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
+
+
+def asgi_call(app, method: str, path: str, headers: dict | None = None,
+              body: bytes = b"") -> tuple[int, object]:
+    """One request straight into an ASGI app, no socket: (status, decoded body).
+
+    For what a real client cannot easily make happen: a Host header of any
+    name on a server bound to every address, or an error deep inside a route.
+    """
+    import asyncio
+
+    head = {"host": "127.0.0.1:8765", **{k.lower(): v for k, v in (headers or {}).items()}}
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in head.items()],
+        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8765),
+    }
+    sent: list[dict] = []
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, _decode(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))

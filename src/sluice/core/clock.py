@@ -92,8 +92,27 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
+#: The longest duration sluice accepts anywhere (100 years).  Every duration is added to or taken
+#: from the present somewhere (a throttle's end, a budget window's start, a sleep), and this keeps
+#: each such time inside what a timestamp, a ``datetime`` and ``time.sleep`` can hold.
+MAX_DURATION = 100 * 365 * 24 * 3600.0
+MAX_DURATION_TEXT = "876000h (100 years)"
+
+
+class DurationTooLong(ValueError):
+    """A well-formed duration longer than :data:`MAX_DURATION`."""
+
+
+def check_duration(seconds: float, shown: object) -> float:
+    """``seconds`` when it is a duration sluice can compute with, else :class:`DurationTooLong`."""
+    if not seconds <= MAX_DURATION:  # also refuses NaN
+        raise DurationTooLong(f"duration {shown} is longer than the longest sluice accepts,"
+                              f" {MAX_DURATION_TEXT}")
+    return seconds
+
+
 def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration: ``500ms``, ``3s``, ``1m30s``, ``0``."""
+    """Seconds in a Go-style duration: ``500ms``, ``3s``, ``1m30s``, ``0``; at most :data:`MAX_DURATION`."""
     text = str(text).strip()
     if text == "0":
         return 0.0
@@ -105,7 +124,7 @@ def parse_duration(text: str) -> float:
         pos = match.end()
     if pos != len(text) or not text:
         raise ValueError(f"not a duration: {text!r} (expected e.g. 500ms, 3s, 1m30s)")
-    return total
+    return check_duration(total, text)
 
 
 def format_duration(seconds: float) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sluice.core.clock import format_duration, parse_duration
+from sluice.core.clock import check_duration, format_duration, parse_duration
 from sluice.core.records import json_object
 from sluice.errors import ConfigError, UsageError
 
@@ -26,7 +26,7 @@ class _Strict(BaseModel):
 
 def _duration_field(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format_duration(float(value))
+        return format_duration(check_duration(float(value), value))
     parse_duration(value)
     return str(value).strip()
 
@@ -121,7 +121,7 @@ def validation_message(err: ValidationError) -> str:
     parts = []
     for problem in err.errors():
         where = ".".join(str(p) for p in problem["loc"]) or "value"
-        parts.append(f"{where}: {problem['msg']}")
+        parts.append(f"{where}: {_problem_text(problem)}")
     return "; ".join(parts)
 
 
@@ -222,7 +222,15 @@ def apply_config_value(config: TownConfig, key: str, value: Any) -> TownConfig:
         return TownConfig.model_validate(data)
     except ValidationError as err:
         expect = CONFIG_KEYS.get(pattern, "a valid value")
-        raise UsageError(f"invalid value for {key}: {value!r} (expected {expect})") from err
+        why = "; ".join(_problem_text(problem) for problem in err.errors())
+        raise UsageError(f"invalid value for {key}: {value!r} ({why}; expected {expect})") from None
+
+
+def _problem_text(problem: dict) -> str:
+    """A pydantic problem as a person reads it: our own validators' sentence, pydantic's otherwise."""
+    if problem["type"] == "value_error":
+        return str(problem["ctx"]["error"])
+    return problem["msg"]
 
 
 def get_config_value(config: TownConfig, key: str) -> Any:

@@ -39,6 +39,9 @@ LOWEST_URGENCY_PRIORITY = 4
 #: The token estimate assumed for an item that gives none.
 DEFAULT_TOKENS = 1000
 SKIPPED_REASON = "skipped_due_to_merge_pressure"
+#: The largest weight, penalty or aging setting a policy may hold (either sign).  With every factor
+#: at most 4, a score stays below 1e7 and keeps its six decimals; a weight of 1e308 would overflow.
+MAX_WEIGHT = 1_000_000.0
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import parse_duration
+from sluice.core.clock import MAX_DURATION, MAX_DURATION_TEXT, DurationTooLong, parse_duration
 from sluice.core.items import parse_ts
 from sluice.core.records import SlingContextFields
 from sluice.errors import SluiceError, UsageError
@@ -65,9 +65,15 @@ def throttle(
 
 
 def parse_until(text: str, now: float) -> float:
-    """``10m`` (a duration from now) or an ISO time; a time in the past is refused."""
+    """``10m`` (a duration from now) or an ISO time; a time in the past, or too far ahead, is refused.
+
+    Too far is more than :data:`~sluice.core.clock.MAX_DURATION` from now: a
+    later end would be accepted here and break every cycle that reads it.
+    """
     try:
         end = now + parse_duration(text)
+    except DurationTooLong as err:
+        raise UsageError(f"until {text!r}: {err}", parameters=("until",)) from None
     except ValueError:
         stamp = parse_ts(text)
         if stamp is None:
@@ -76,6 +82,9 @@ def parse_until(text: str, now: float) -> float:
         end = stamp
     if end <= now:
         raise UsageError(f"until {text!r} is not in the future", parameters=("until",))
+    if end - now > MAX_DURATION:
+        raise UsageError(f"until {text!r} is further ahead than sluice accepts"
+                         f" ({MAX_DURATION_TEXT} from now)", parameters=("until",))
     return end
 
 

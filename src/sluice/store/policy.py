@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -27,6 +27,9 @@ from sluice.errors import ConfigError, InvalidOperation, UsageError
 from sluice.store.fsutil import atomic_write_json, file_lock
 
 WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness")
+#: A weight (or penalty, or aging setting) as the file may hold it: finite, and small enough that no
+#: score can overflow (:data:`sluice.core.scoring.MAX_WEIGHT`).
+BoundedFloat = Annotated[float, Field(ge=-scoring.MAX_WEIGHT, le=scoring.MAX_WEIGHT)]
 
 
 class PolicyWeights(BaseModel):
@@ -34,10 +37,10 @@ class PolicyWeights(BaseModel):
 
     model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
 
-    priority: float = 1.0
-    affinity: float = 0.5
-    cost: float = 0.25
-    fairness: float = 0.0
+    priority: BoundedFloat = 1.0
+    affinity: BoundedFloat = 0.5
+    cost: BoundedFloat = 0.25
+    fairness: BoundedFloat = 0.0
 
 
 class GraphOverride(BaseModel):
@@ -45,10 +48,10 @@ class GraphOverride(BaseModel):
 
     model_config = ConfigDict(validate_assignment=True, allow_inf_nan=False)
 
-    priority: float | None = None
-    affinity: float | None = None
-    cost: float | None = None
-    fairness: float | None = None
+    priority: BoundedFloat | None = None
+    affinity: BoundedFloat | None = None
+    cost: BoundedFloat | None = None
+    fairness: BoundedFloat | None = None
 
 
 class Policy(BaseModel):
@@ -58,13 +61,13 @@ class Policy(BaseModel):
 
     weights: PolicyWeights = Field(default_factory=PolicyWeights)
     merge_queue_threshold: int = 3
-    merge_pressure_penalty: float = 2.0
+    merge_pressure_penalty: BoundedFloat = 2.0
     skip_on_merge_pressure: bool = False
     graph_overrides: dict[str, GraphOverride] = Field(default_factory=dict)
     # Aging: score points per hour a context has been queued, at most ``aging_max`` (0 = off, so
     # scores stay metagit's), so low-priority work is not starved forever.
-    aging: float = Field(0.0, ge=0)
-    aging_max: float = Field(2.0, ge=0)
+    aging: float = Field(0.0, ge=0, le=scoring.MAX_WEIGHT)
+    aging_max: float = Field(2.0, ge=0, le=scoring.MAX_WEIGHT)
 
     @field_validator("merge_queue_threshold")
     @classmethod
@@ -151,6 +154,9 @@ def _weight_flag(name: str, value: Any) -> float:
     number = float(value)
     if not math.isfinite(number):
         raise UsageError(f"{name} must be a finite number (got {value!r})", parameters=(name,))
+    if abs(number) > scoring.MAX_WEIGHT:
+        raise UsageError(f"{name} must be between -{scoring.MAX_WEIGHT:g} and {scoring.MAX_WEIGHT:g}"
+                         f" (got {value!r}), so that no score can overflow", parameters=(name,))
     return number
 
 

@@ -20,12 +20,13 @@ Every other tool opens the town afresh, as the CLI does.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from sluice.errors import SlingFailed, SluiceError, UsageError, os_error_text
+from sluice.errors import SlingFailed, SluiceError, UsageError, internal_error_text, os_error_text
 from sluice.surfaces.output import to_json
 
 Limit = Annotated[StrictInt, Field(ge=1, description="How many decisions, at least 1.")]
@@ -86,6 +87,10 @@ def build_server(town_arg: str | None = None):
                 raise ToolError(str(err)) from None
             except OSError as err:  # a directory where a file belongs, no permission, a full disk
                 raise ToolError(os_error_text(err)) from None
+            except Exception as err:  # a bug: the caller gets the reason, stderr no traceback (as the CLI)
+                if os.environ.get("SLUICE_DEBUG"):
+                    raise
+                raise ToolError(internal_error_text(err)) from None
             # The very text `--json` prints: one JSON document, lists included.
             return to_json(result)
 

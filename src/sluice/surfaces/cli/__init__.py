@@ -109,7 +109,7 @@ def main() -> None:
     logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
     logger.propagate = False
 
-    from sluice.errors import SluiceError, os_error_text
+    from sluice.errors import SluiceError, internal_error_text, os_error_text
 
     try:
         # Not standalone: typer's own usage errors reach us here instead of printing a boxed panel.
@@ -136,6 +136,5 @@ def main() -> None:
     except Exception as err:  # a bug: say so plainly, keep the traceback for SLUICE_DEBUG
         if os.environ.get("SLUICE_DEBUG"):
             raise
-        detail = f"{type(err).__name__}: {err}"
-        sys.stderr.write(f"error: internal error: {detail} (set SLUICE_DEBUG=1 for details)\n")
+        sys.stderr.write(f"error: {internal_error_text(err)}\n")
         sys.exit(1)

@@ -26,6 +26,7 @@ import asyncio
 import hmac
 import json
 import os
+import sys
 from collections import deque
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -38,7 +39,8 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sluice.errors import SluiceError, UnknownItem, UnknownPolecat, UsageError
+from sluice.core.text import printable
+from sluice.errors import SluiceError, UnknownItem, UnknownPolecat, UsageError, internal_error_text
 
 if TYPE_CHECKING:
     from sluice.api import Town
@@ -219,6 +221,39 @@ class _Headers:
         await self.app(scope, receive, send_with_headers)
 
 
+class _NoTracebacks:
+    """Pure-ASGI middleware: an exception nothing expected is a JSON 500 naming it, never a traceback.
+
+    Starlette's own error middleware answers a bare 500 and has the server
+    print the traceback; a caller deserves the reason, and the terminal only
+    one line.  ``SLUICE_DEBUG=1`` lets the traceback through.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as err:
+            if os.environ.get("SLUICE_DEBUG"):
+                raise
+            text = internal_error_text(err)
+            print(f"sluice web: {scope.get('path', '')}: {printable(text)}", file=sys.stderr, flush=True)
+            if not started:
+                await JSONResponse({"error": text}, status_code=500)(scope, receive, send)
+
+
 def allowed_hosts(host: str) -> list[str]:
     if host in ("0.0.0.0", "::", ""):
         return ["*"]  # bound everywhere on purpose: any name may reach it
@@ -242,7 +277,8 @@ def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float 
         Route("/api/throttle", board.act, methods=action),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]
-    middleware = [Middleware(_Headers), Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host))]
+    middleware = [Middleware(_Headers), Middleware(_NoTracebacks),
+                  Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host))]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.dashboard = board
     return app
