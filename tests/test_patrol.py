@@ -21,7 +21,8 @@ from helpers.scheduler import (
 )
 
 KEYS = {"rig", "queued", "ready", "blocked", "failing", "stale", "duplicates", "orphaned", "held", "polecats",
-        "merge_queue", "executor_error", "events_missing", "fixed"}
+        "merge_queue", "executor_error", "events_missing", "source_stale",
+        "fixed"}
 
 
 def _append_copy(town: Path, rig: str, context: dict, new_id: str, **changes) -> dict:

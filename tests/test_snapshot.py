@@ -61,7 +61,7 @@ def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_town):
     assert snap["version"] == 1 and snap["town"] == str(cli.town)
     assert snap["rigs"]["alpha"] == {
         "ready": 3, "blocked": 1, "queued": 2, "queued_ready": 1, "queued_blocked": 1, "running": 2,
-        "merge_queue": {"queued": 1, "running": 0, "depth": 1},
+        "merge_queue": {"queued": 1, "running": 0, "depth": 1}, "source_stale": None,
     }
     assert snap["rigs"]["beta"]["queued"] == 2 and snap["rigs"]["beta"]["running"] == 0
     assert snap["rigs"]["beta"]["merge_queue"]["depth"] == 0

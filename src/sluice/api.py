@@ -343,6 +343,9 @@ class RigInfo(_Document):
     repo: str
     items: str
     read_only: bool
+    source: str  # own, export or command
+    items_command: list[str] | None = None
+    source_stale: dict | None = None  # why its items may be behind its beads store (docs/items.md)
 
 
 # -- the facade -------------------------------------------------------------------------------
@@ -379,16 +382,37 @@ class Town:
 
     # -- rigs and configuration --------------------------------------------------------------
     def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,
-                items: str | Path | None = None) -> RigInfo:
+                items: str | Path | None = None, *, items_command: str | Sequence[str] | None = None,
+                watch: Iterable[str | Path] = (), own_store: bool = False) -> RigInfo:
         """Register git repository ``repo`` as rig ``name`` (ids ``<prefix>-…`` route to it).
 
         ``items`` names a beads export to read items from (read-only); a
         ``.beads/issues.jsonl`` in the repository is found without it.
+        ``items_command`` (text split like a shell would, never run by one, or
+        an argv list) prints the items instead, refreshed when a ``watch``
+        path changes (default ``REPO/.beads``).  A repository with a beads
+        store but no export is refused unless one of these or ``own_store``
+        says what to do.
         """
         from sluice.store.tracker import add_rig, rig_row
 
-        rig = add_rig(self.files, name, Path(repo), prefix, Path(items) if items is not None else None)
+        command = list(items_command) if items_command is not None and not isinstance(items_command, str) \
+            else items_command
+        rig = add_rig(self.files, name, Path(repo), prefix, Path(items) if items is not None else None,
+                      items_command=command, watch=tuple(Path(w) for w in watch), own_store=own_store)
         return RigInfo.from_json(rig_row(self.files, rig))
+
+    def refresh_rig(self, name: str) -> dict:
+        """Run rig ``name``'s items command now; a failure is a SourceFailed naming rig and command."""
+        from sluice.store.sources import refresh
+
+        rig = self.files.rig(name)
+        if rig.command is None:
+            from sluice.errors import InvalidOperation
+
+            raise InvalidOperation(f"rig {name!r} does not read its items through a command")
+        state = refresh(self.files, rig)
+        return {"rig": name, "records": state["records"], "ok_at": state["ok_at"]}
 
     def remove_rig(self, name: str, force: bool = False) -> dict:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as

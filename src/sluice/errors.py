@@ -81,6 +81,13 @@ class ReadOnlyStore(SluiceError):
     """A write to a rig whose items are an external, read-only beads export."""
 
 
+class SourceFailed(SluiceError):
+    """A rig's item command failed, hung or printed something that is not a beads export.
+
+    Its last good snapshot keeps serving; the rig is shown ``source_stale``.
+    """
+
+
 class NotARepository(SluiceError):
     """A path given as a rig repository is not a git repository."""
 

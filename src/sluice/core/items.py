@@ -33,6 +33,19 @@ def parse_ts(value: Any) -> float | None:
     return parsed.timestamp()
 
 
+def unwrap_envelope(value: Any) -> Any:
+    """The payload of beads' JSON envelope (``{"schema_version": 1, "data": …}``), else ``value``.
+
+    The envelope is opt-in with ``BD_JSON_ENVELOPE=1`` and the default from
+    beads 2.0.  A record never has both keys and no ``id``, so nothing else is
+    mistaken for one.
+    """
+    while (isinstance(value, dict) and "data" in value and "schema_version" in value
+           and "id" not in value):
+        value = value["data"]
+    return value
+
+
 def normalise(record: dict) -> dict:
     """Beads import defaults (L3, L4) applied in place: status, type, priority, ephemeral."""
     if "wisp" in record and "ephemeral" not in record:

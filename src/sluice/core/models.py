@@ -101,10 +101,47 @@ class ExecutorConfig(_Strict):
     ray: RayConfig = Field(default_factory=RayConfig)
 
 
+class ItemsConfig(_Strict):
+    """How rigs reading their items through a command (``rig add --items-command``) refresh them."""
+
+    command_timeout: str = "30s"  # a command still running then is killed; the last snapshot serves
+    refresh: str = "30s"  # run again at least this often, and at once when a watched path changes
+    read_wait: str = "2s"  # a read command waits this long for a refresh, then serves the last snapshot
+
+    @field_validator("command_timeout", "refresh", "read_wait", mode="before")
+    @classmethod
+    def _check_durations(cls, value: Any) -> str:
+        return _duration_field(value)
+
+    def seconds(self, key: str) -> float:
+        return parse_duration(getattr(self, key))
+
+
+class RigItems(_Strict):
+    """A rig's items read through a command whose output is a beads export (docs/items.md)."""
+
+    command: list[str] = Field(min_length=1)  # an argv, run in the repository, never through a shell
+    watch: list[str] = Field(default_factory=list)  # paths whose change means run again ([]: REPO/.beads)
+    command_timeout: str | None = None  # None: items.command_timeout
+    refresh: str | None = None  # None: items.refresh
+
+    @field_validator("command")
+    @classmethod
+    def _check_command(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the command's first word names the program to run")
+        return value
+
+    @field_validator("command_timeout", "refresh", mode="before")
+    @classmethod
+    def _check_durations(cls, value: Any) -> str | None:
+        return None if value is None else _duration_field(value)
+
+
 class RigConfig(_Strict):
     repo: str
     prefix: str
-    items: str | None = None  # an external, read-only beads export
+    items: str | RigItems | None = None  # a read-only beads export (a path), or a command source
     max_polecats: int | None = Field(None, ge=1)  # None: only the town cap applies
     token_budget: int = Field(0, ge=0)  # tokens per scheduler.budget_window; 0 = no rig budget
 
@@ -114,6 +151,7 @@ class TownConfig(_Strict):
     rigs: dict[str, RigConfig] = Field(default_factory=dict)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    items: ItemsConfig = Field(default_factory=ItemsConfig)
 
 
 def validation_message(err: ValidationError) -> str:
@@ -146,6 +184,11 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.throttle_exit_code": "an integer 1..255 (a polecat exiting with it throttles its rig)",
     "scheduler.throttle_for": "a duration such as 5m",
     "scheduler.breaker_cooldown": "a duration (0 = a circuit-broken item stays broken)",
+    "items.command_timeout": "a duration (an item command still running then is killed)",
+    "items.refresh": "a duration (an item command runs again at least this often)",
+    "items.read_wait": "a duration (how long a read command waits for an item command)",
+    "rigs.NAME.items.command_timeout": "a duration, or none for items.command_timeout (command rigs only)",
+    "rigs.NAME.items.refresh": "a duration, or none for items.refresh (command rigs only)",
     "rigs.NAME.max_polecats": "an integer >= 1 (the rig's own cap under the town cap)",
     "rigs.NAME.token_budget": "an integer >= 0 (tokens per scheduler.budget_window; 0 = no budget)",
     "executor.kind": "one of local, tmux, ray, demo, memory",
@@ -164,6 +207,8 @@ def config_pattern(key: str) -> str:
     parts = key.split(".")
     if len(parts) == 3 and parts[0] == "rigs" and parts[1]:
         return f"rigs.NAME.{parts[2]}"
+    if len(parts) == 4 and parts[0] == "rigs" and parts[1] and parts[2] == "items":
+        return f"rigs.NAME.items.{parts[3]}"
     if len(parts) == 3 and parts[:2] == ["scheduler", "label_caps"] and parts[2]:
         return "scheduler.label_caps.LABEL"
     return key
@@ -191,6 +236,8 @@ def parse_config_value(key: str, raw: str) -> Any:
                 raise ValueError
         elif pattern == "scheduler.label_caps.LABEL" or key.endswith(_INTEGER_KEYS):
             value = int(raw.strip())
+        elif pattern.startswith("rigs.NAME.items.") and raw.strip().lower() in ("none", "null", ""):
+            value = None
         else:
             value = raw.strip()
         # `[]` is the default ("not set": the executor's own command, or none for local).
@@ -217,6 +264,8 @@ def apply_config_value(config: TownConfig, key: str, value: Any) -> TownConfig:
                 raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
             node[part] = {}
         node = node[part]
+        if not isinstance(node, dict):  # `rigs.NAME.items.…` of a rig reading an export file
+            raise UsageError(f"{key}: rig {parents[1]!r} does not read its items through a command")
     node[leaf] = value
     try:
         return TownConfig.model_validate(data)
@@ -243,6 +292,8 @@ def get_config_value(config: TownConfig, key: str) -> Any:
                     raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
                 return None  # a label without a cap
             node = node[part]
+        elif node is None or isinstance(node, str):  # `rigs.NAME.items.…` of a rig reading a file
+            raise UsageError(f"{key}: rig {key.split('.')[1]!r} does not read its items through a command")
         else:
             node = getattr(node, part)
     return node

@@ -195,6 +195,11 @@ class Daemon:
         with contextlib.suppress(SluiceError):
             self.town.reload_config()
         timed_out = self._stop_overdue()
+        # Command sources are refreshed here, with their whole timeout, so the cycle reads them fresh.
+        from sluice.store.sources import refresh_due
+
+        for problem in refresh_due(self.town):
+            self._log(problem)
         result = self._cycle()
         if timed_out:
             result["timed_out"] = [p.id for p in timed_out]

@@ -31,6 +31,7 @@ from sluice.scheduler.polecats import retry_due_at
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store.rigstore import Stores
+from sluice.store.sources import source_stale
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -90,6 +91,7 @@ def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | No
     # `executor_error` null while the executor answers.
     report["executor_error"] = executor_error
     report["events_missing"] = events.missing(town)
+    report["source_stale"] = source_stale(town, town.rig(rig_name))
     report["fixed"] = _fix(town, stores, rig_name, view, rigs) if fix else []
     return report
 

@@ -23,6 +23,7 @@ from sluice.scheduler.polecats import retry_due_at
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import Stores
+from sluice.store.sources import stale_rows
 from sluice.store.state import load_state
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ def status(town: Town, executor: Executor | None = None) -> dict:
         "last_dispatch_count": state.last_dispatch_count,
         "stale": len(view.stale),
         "held": len(view.held),
+        # Read-only rigs whose items may be behind their beads store (docs/items.md "Item sources").
+        "source_stale": stale_rows(town),
         "items": rows,
         **_admission_status(town, config, assessment),
     }

@@ -97,7 +97,7 @@ def _titles(town: Town, polecats: list[dict]) -> None:
         row["title"] = hit[1].get("title") if hit else None
 
 
-def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float) -> dict:
+def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float, sources: list[dict]) -> dict:
     stores = Stores(town)
     out = {}
     for store in stores.all():
@@ -110,6 +110,7 @@ def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float) -> di
             out[name] = {"error": str(err)}
             continue
         rows = [r for r in queue if r["target_rig"] == name]
+        stale = next((row for row in sources if row["rig"] == name), None)
         queued_merge, running_merge = merge.get("open", 0), merge.get("in_progress", 0)
         out[name] = {
             "ready": ready,
@@ -120,6 +121,7 @@ def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float) -> di
             "running": sum(1 for p in polecats if p["rig"] == name),
             "merge_queue": {"queued": queued_merge, "running": running_merge,
                             "depth": queued_merge + running_merge},
+            "source_stale": {k: v for k, v in stale.items() if k != "rig"} if stale else None,
         }
     return out
 
@@ -152,7 +154,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         "scheduler": status,
         "queue": queue,
         "polecats": polecats,
-        "rigs": _rigs(town, queue, polecats, now),
+        "rigs": _rigs(town, queue, polecats, now, status["source_stale"]),
         "decisions": recent_decisions(town, decisions),
         "events": recent_events(town, events),
     }

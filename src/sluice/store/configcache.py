@@ -116,6 +116,8 @@ class PlainConfig:
             executor = dict(data["executor"])
             executor["ray"] = SimpleNamespace(**executor.get("ray", {}))
             self.executor = SimpleNamespace(**executor)
+        if "items" in data:
+            self.items = SchedulerSection(**data["items"])  # the same ``seconds`` helper
         if "version" in data:
             self.version = data["version"]
 
@@ -135,7 +137,7 @@ def plain_config(town: Town) -> PlainConfig | None:
     rigs = data.get("rigs")
     if not isinstance(rigs, dict) or not all(isinstance(r, dict) for r in rigs.values()):
         return None
-    sections = (data.get("scheduler", {}), data.get("executor", {}))
+    sections = (data.get("scheduler", {}), data.get("executor", {}), data.get("items", {}))
     if not all(isinstance(section, dict) for section in sections):
         return None
     return PlainConfig(data, town.load_config)

@@ -83,12 +83,25 @@ class RigStore:
         self._log = LogTail(self.ephemeral_path)
         self._log_stale = True
         self._summary: tuple[str, tuple[set[str], bool, bool]] | None = None
+        self._refresh_source()
+
+    def _refresh_source(self) -> None:
+        if self.rig.command is not None:  # a command source: its snapshot brought up to date first
+            from sluice.store.sources import ensure_fresh
+
+            ensure_fresh(self.town, self.rig)
 
     @property
     def read_only(self) -> bool:
         return self.rig.read_only
 
     def _load(self):
+        if self.rig.command is not None and not self.durable_path.exists():
+            from sluice.store.sources import read_state, shown
+
+            error = read_state(self.town, self.rig.name).get("error") or "it has not run yet"
+            raise ConfigError(f"rig {self.rig.name!r} reads its items through"
+                              f" `{shown(self.rig.command.argv)}`, which has given no snapshot yet ({error})")
         if self.read_only and not self.durable_path.exists():
             # An own store that does not exist yet is simply empty; a vanished export is not: read as
             # empty, every queued context for its items would look orphaned and be closed.
@@ -111,6 +124,7 @@ class RigStore:
         would find the same index); the ephemeral log is read on from where
         it was (only appended lines, or all of it when it was rewritten).
         """
+        self._refresh_source()
         self.index.forget_if_changed()
         self._log_stale = True
 
@@ -368,6 +382,13 @@ class RigStore:
     # -- writing durable items --------------------------------------------------
     def require_writable(self) -> None:
         """Raise ReadOnlyStore when this rig reads its items from an external export."""
+        if self.rig.command is not None:
+            from sluice.store.sources import shown
+
+            raise ReadOnlyStore(
+                f"rig {self.rig.name!r} reads its items through `{shown(self.rig.command.argv)}`;"
+                " change items with beads, or `sluice item import` them into a rig of its own"
+            )
         if self.read_only:
             raise ReadOnlyStore(
                 f"rig {self.rig.name!r} reads its items from {self.durable_path}, a read-only beads export;"

@@ -26,11 +26,23 @@ CONFIG_NAME = "config.json"
 
 
 @dataclass(frozen=True)
+class ItemCommand:
+    """A rig's items read through a command (``rigs.NAME.items`` an object): how and how often."""
+
+    argv: tuple[str, ...]
+    watch: tuple[Path, ...]  # a change under any of these runs the command again
+    timeout: float  # seconds before a running command is killed
+    refresh: float  # seconds after which the snapshot is taken again anyway
+    read_wait: float  # seconds a read command waits for a refresh before serving the last snapshot
+
+
+@dataclass(frozen=True)
 class Rig:
     name: str
     repo: Path
     prefix: str
-    items: Path | None  # external read-only export, or None for the rig's own store
+    items: Path | None  # external read-only export (or a command's snapshot), or None for the rig's own store
+    command: ItemCommand | None = None  # set when ``items`` is the snapshot of this command's output
 
     @property
     def read_only(self) -> bool:
@@ -133,11 +145,35 @@ class Town:
         if cached is None or cached[0] is not config:
             by_name = {}
             for name, rc in sorted(config.rigs.items()):
-                items = Path(rc.items) if rc.items else None
-                by_name[name] = Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=items)
+                command = self._item_command(config, rc)
+                items = self.snapshot_path(name) if command else Path(rc.items) if rc.items else None
+                by_name[name] = Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=items,
+                                    command=command)
             cached = (config, by_name, {rig.prefix: rig for rig in by_name.values()})
             self.__dict__["_routing_cache"] = cached
         return cached[1], cached[2]
+
+    def snapshot_path(self, rig: str) -> Path:
+        """Where the output of a rig's item command is kept (read exactly like an export)."""
+        return self.runtime / "sources" / f"{rig}.jsonl"
+
+    @staticmethod
+    def _item_command(config, rc) -> ItemCommand | None:
+        spec = rc.items
+        if spec is None or isinstance(spec, str):
+            return None
+        get = spec.get if isinstance(spec, dict) else lambda key: getattr(spec, key)  # plain copy or model
+        from sluice.core.clock import parse_duration
+
+        town_items = getattr(config, "items", None)
+        def seconds(key: str) -> float:
+            own = get(key)
+            return parse_duration(own) if own is not None else town_items.seconds(key)
+
+        repo = Path(rc.repo)
+        watch = tuple(repo / w for w in get("watch")) or (repo / ".beads",)
+        return ItemCommand(tuple(get("command")), watch, seconds("command_timeout"), seconds("refresh"),
+                           town_items.seconds("read_wait"))
 
     def rigs(self) -> list[Rig]:
         return list(self._routing()[0].values())
@@ -219,7 +255,9 @@ def validate_prefix(prefix: str) -> None:
                          " (ids starting with '-' or '.' would read as options or hidden files)")
 
 
-def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None) -> Rig:
+def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None,
+                 command: dict | None = None) -> Rig:
+    """Add the rig to the config; ``command`` (a ``rigs.NAME.items`` object) makes it a command source."""
     from sluice.core.models import RigConfig
 
     validate_rig_name(name)
@@ -232,7 +270,8 @@ def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | N
             if rc.prefix == prefix:
                 raise InvalidOperation(f"prefix {prefix!r} already routes to rig {other!r}")
         rigs = dict(config.rigs)
-        rigs[name] = RigConfig(repo=str(repo), prefix=prefix, items=str(items) if items else None)
+        source = command if command is not None else str(items) if items else None
+        rigs[name] = RigConfig(repo=str(repo), prefix=prefix, items=source)
         return config.model_copy(update={"rigs": rigs})
 
     town.update_config(change)

@@ -32,20 +32,56 @@ def rig_add(
     items: Annotated[
         Path | None, typer.Option(help="Read items from this beads export (read-only).")
     ] = None,
+    items_command: Annotated[str | None, typer.Option(
+        help="Read items from what this command prints (beads JSONL or a JSON array), e.g. 'bd export';"
+             " split like a shell would, never run by one, or a JSON array of argv strings.")] = None,
+    watch: Annotated[list[Path] | None, typer.Option(
+        help="With --items-command: run it again when this path changes (repeatable; default REPO/.beads).")
+    ] = None,
+    own_store: Annotated[bool, typer.Option(
+        help="Give the rig sluice's own item store even though the repository has a beads store.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source."""
-    emit(town().add_rig(name, repo, prefix, items).to_json(), as_json,
-         lambda r: f"rig {r['name']} (prefix {r['prefix']}) → {r['repo']}"
-         + (f", items from {r['items']} (read-only)" if r["read_only"] else ""))
+    """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source.
+
+    A repository with a beads store but no export is refused (it would look
+    empty) until --items-command, --items or --own-store says where its items
+    are.
+    """
+    rig = town().add_rig(name, repo, prefix, items, items_command=items_command, watch=watch or (),
+                         own_store=own_store)
+    emit(rig.to_json(), as_json, _added_text)
+
+
+def _added_text(r: dict) -> str:
+    text = f"rig {r['name']} (prefix {r['prefix']}) → {r['repo']}"
+    if r["source"] == "command":
+        return text + f", items from `{' '.join(r['items_command'])}` (read-only, kept in {r['items']})"
+    return text + (f", items from {r['items']} (read-only)" if r["read_only"] else "")
 
 
 @rig_app.command("list")
 def rig_list(as_json: JsonOption = False) -> None:
-    """List the town's rigs."""
+    """List the town's rigs; a read-only source behind its beads store is flagged source-stale."""
     emit([rig.to_json() for rig in town().rigs()], as_json, lambda rs: "\n".join(
-        f"{r['name']:<16} {r['prefix']:<10} {r['repo']}" + ("  (read-only items)" if r["read_only"] else "")
-        for r in rs) or "no rigs registered")
+        f"{r['name']:<16} {r['prefix']:<10} {r['repo']}" + _source_text(r) for r in rs
+    ) or "no rigs registered")
+
+
+def _source_text(r: dict) -> str:
+    text = {"own": "", "export": "  (read-only items)", "command": "  (items from a command)"}[r["source"]]
+    stale = r["source_stale"]
+    return text + (f"\n    source-stale: {stale['detail']}" if stale else "")
+
+
+@rig_app.command("refresh")
+def rig_refresh(
+    name: Annotated[str, typer.Argument(help="Rig name.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Run rig NAME's items command now and keep its output (exit 1 naming the command if it fails)."""
+    emit(town().refresh_rig(name), as_json,
+         lambda r: f"rig {r['rig']}: {r['records']} records at {r['ok_at']}")
 
 
 @rig_app.command("remove")
