@@ -129,3 +129,36 @@ def test_patrol_says_nothing_is_missing_while_the_log_takes_every_event(queue_to
     cli = queue_town
     cli.run("sling", "al-1", "alpha")
     assert cli.json("patrol", "alpha")["events_missing"] is None
+
+
+# -- a read on a full disk without its index: answered from the source, said once ---------------
+
+
+def test_read_commands_on_a_full_disk_without_an_index_read_the_items_file(full_town, disk):
+    cli = full_town
+    cli.run("sling", "al-0", "al-1", "alpha")
+    for index in (cli.town / ".sluice" / "runtime" / "index").glob("*"):
+        index.unlink()
+    fill(disk)
+    status = cli.run("scheduler", "status", "--json", check=False)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["queued_total"] == 2
+    assert status.stderr.count("cannot write the index") == 1 and "alpha.sqlite" in status.stderr
+    listed = cli.run("item", "list", "alpha", "--json", check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 10
+    preview = cli.run("schedule", "next", "--preview", "--json", check=False)
+    assert preview.returncode == 0, preview.stderr
+    assert json.loads(preview.stdout)[0]["node_id"].startswith("al-")
+    slung = ("sling", *[f"al-{n}" for n in range(2, 10)], "alpha")  # more than a page: no slack left to fill
+    for command in (slung, ("schedule", "next")):  # they must write: refused by name
+        done = cli.run(*command, check=False)
+        assert done.returncode == 1 and "internal error" not in done.stderr and "Traceback" not in done.stderr
+        assert "No space left on device" in done.stderr and str(cli.town) in done.stderr
+
+
+def test_a_damaged_index_is_still_rebuilt(full_town):
+    cli = full_town
+    [index] = (cli.town / ".sluice" / "runtime" / "index").glob("alpha.sqlite")
+    index.write_bytes(b"not a database at all" * 100)
+    assert len(cli.json("item", "list", "alpha")) == 10

@@ -25,12 +25,12 @@ from sluice.errors import LockBusy, StorageError
 log = logging.getLogger("sluice")
 
 
-def storage_error(path: Path, err: OSError, doing: str = "write") -> StorageError:
+def storage_error(path: Path, err: OSError, doing: str = "write", after: str = "") -> StorageError:
     """The :class:`~sluice.errors.StorageError` for a refusal of the operating system on ``path``."""
     if isinstance(err, StorageError):
         return err
     reason = err.strerror or str(err)
-    return StorageError(path, f"cannot {doing} it: {reason}", err.errno)
+    return StorageError(path, f"cannot {doing} it: {reason}{after}", err.errno)
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -120,11 +120,12 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) 
         try:
             written = os.write(fd, data)
             if written != len(data):  # a full disk takes what fits
-                raise OSError(errno.ENOSPC, f"short write ({written} of {len(data)} bytes)")
+                fit = f"{os.strerror(errno.ENOSPC)} (only {written} of {len(data)} bytes fit)"
+                raise OSError(errno.ENOSPC, fit)
             os.fsync(fd)
         except OSError as err:
             _cut_back(fd, start)
-            raise storage_error(path, err) from None
+            raise storage_error(path, err, "append to", "; nothing of this change was written") from None
     finally:
         os.close(fd)
     if created:

@@ -19,6 +19,11 @@ groups until the next deferral ends.  A caller that keeps the index open
 between commands (the MCP server) calls :meth:`DurableIndex.forget_if_changed`
 first, which closes it when the source file is no longer the one it was
 checked against.
+
+An index that cannot be written (a full disk, a read-only runtime
+directory) costs speed, never an answer: the source is read into an index
+in memory instead, and the command says so once.  Any other refusal of
+SQLite is a :class:`~sluice.errors.StorageError` naming the index file.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any
 from sluice.core import readiness
 from sluice.core.items import effective_tokens, labels_of, normalise, to_node
 from sluice.core.readiness import Node
-from sluice.errors import StoreCorrupt
+from sluice.errors import StorageError, StoreCorrupt
 from sluice.store.fsutil import file_signature
 
 SCHEMA_VERSION = "12"  # raised whenever a rebuild would store, or refuse, something different
@@ -149,11 +154,16 @@ class DurableIndex:
         want = signature(self.source)
         conn = self._open_existing(want)
         if conn is None:
-            want = self._rebuild_settled(want)
-            conn = self._open_existing(want)
-            if conn is None:  # the source changed again while we built; use what we built
-                conn = _connect(self.db_path)
-                want = None  # not known to match anything: the next check closes it
+            try:
+                want = self._rebuild_settled(want)
+                conn = self._open_existing(want)
+                if conn is None:  # the source changed again while we built; use what we built
+                    conn = _connect(self.db_path)
+                    want = None  # not known to match anything: the next check closes it
+            except (OSError, sqlite3.Error) as err:  # the index cannot be written: answer from memory
+                if isinstance(err, OSError) and err.filename and Path(err.filename) == self.source:
+                    raise  # the source itself cannot be read: that is the answer
+                conn = self._in_memory(want, err)
         self._conn = conn
         self._conn_signature = want
         self._kept = {}
@@ -175,7 +185,7 @@ class DurableIndex:
         try:
             conn = _connect(self.db_path)
             meta = dict(conn.execute("SELECT key, value FROM meta"))
-        except sqlite3.DatabaseError:  # an old or damaged index is simply rebuilt
+        except (sqlite3.DatabaseError, StorageError):  # an old or damaged index is simply rebuilt
             if conn is not None:
                 conn.close()
             return None
@@ -187,6 +197,18 @@ class DurableIndex:
             return conn
         conn.close()
         return None
+
+    def _in_memory(self, want: str, err: Exception) -> sqlite3.Connection:
+        """The index built in memory from the source, when it cannot be written to disk."""
+        reason = getattr(err, "strerror", None) or str(err)
+        log.warning("%s: cannot write the index (%s); reading %s directly, which is slower",
+                    self.db_path, reason, self.source)
+        conn = sqlite3.connect(":memory:", check_same_thread=False, factory=_Connection)
+        conn.path = self.db_path
+        self._warnings, self._suppressed = [], 0
+        self._said = want
+        self._fill(conn, want)
+        return conn
 
     def _rebuild_settled(self, want: str) -> str:
         """Rebuild, and read the file again if it changed while it was being read.
@@ -232,31 +254,38 @@ class DurableIndex:
 
         fd, tmp = tempfile.mkstemp(prefix=self.db_path.name + ".", suffix=".tmp", dir=self.db_path.parent)
         os.close(fd)
+        conn = None
         try:
             conn = sqlite3.connect(tmp)
             conn.execute("PRAGMA journal_mode=OFF")
             conn.execute("PRAGMA synchronous=OFF")
-            conn.executescript(_SCHEMA)
-            nodes = self._insert_rows(conn)
-            self._settle(conn, nodes)
-            conn.execute(_READY_ORDER)
-            self._list_blocked(conn)
-            conn.execute(_UNDEFERRED_GROUPS)
-            conn.executescript(_INDEXES)
-            warnings = json.dumps(self._warnings_to_keep())
-            conn.executemany(
-                "INSERT INTO meta VALUES (?, ?)",
-                [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", warnings)],
-            )
-            conn.commit()
+            self._fill(conn, sig)
             conn.close()
             os.replace(tmp, self.db_path)
         except BaseException:
+            if conn is not None:
+                conn.close()
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
             raise
+
+    def _fill(self, conn: sqlite3.Connection, sig: str) -> None:
+        """Every table of the index, from one read of the source (on disk or in memory)."""
+        conn.executescript(_SCHEMA)
+        nodes = self._insert_rows(conn)
+        self._settle(conn, nodes)
+        conn.execute(_READY_ORDER)
+        self._list_blocked(conn)
+        conn.execute(_UNDEFERRED_GROUPS)
+        conn.executescript(_INDEXES)
+        warnings = json.dumps(self._warnings_to_keep())
+        conn.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", warnings)],
+        )
+        conn.commit()
 
     def _insert_rows(self, conn: sqlite3.Connection) -> dict[str, Node]:
         insert = "INSERT OR REPLACE INTO items VALUES (" + ",".join("?" * _COLUMNS) + ")"
@@ -572,7 +601,28 @@ def with_causes(record: dict, causes: list[str]) -> str:
                       ensure_ascii=False, separators=(",", ":"))
 
 
+class _Connection(sqlite3.Connection):
+    """A connection to one index whose refusals (disk I/O error, a locked or damaged file) name it."""
+
+    path: Path
+
+    def execute(self, *args):
+        try:
+            return super().execute(*args)
+        except sqlite3.Error as err:
+            raise StorageError(self.path, f"the index cannot be read: {err} (it is derived from"
+                               " the items file: removing it loses nothing)") from None
+
+    def executemany(self, *args):
+        try:
+            return super().executemany(*args)
+        except sqlite3.Error as err:
+            raise StorageError(self.path, f"the index cannot be written: {err}") from None
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # A server keeps one index open across calls that its SDK runs on different worker
     # threads, one at a time (the caller serialises them).
-    return sqlite3.connect(path, check_same_thread=False)
+    conn = sqlite3.connect(path, check_same_thread=False, factory=_Connection)
+    conn.path = path
+    return conn
