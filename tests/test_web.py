@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.request
 
 import pytest
@@ -11,9 +12,10 @@ from helpers.polecats import configure
 from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
 from helpers.web import TOKEN, WebServer, asgi_call
 from sluice.api import open_town
+from sluice.errors import UsageError
 from sluice.executors import get_executor
 from sluice.store.town import Town
-from sluice.surfaces.web.serve import announce, is_loopback
+from sluice.surfaces.web.serve import announce, is_loopback, make_web, resolve_token
 
 SCRIPT_TITLE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
 
@@ -202,6 +204,7 @@ def test_throttle_with_the_token_holds_a_rig_and_clear_lifts_it(cli, web):
 def test_announce_is_loud_off_loopback():
     class Fake:
         url, token = "http://0.0.0.0:8765/", "t0k3n-abcdef"
+        hosts, token_source = ["127.0.0.1", "localhost"], "random"
 
     out, err = [], []
     announce(Fake(), "0.0.0.0", out.append, err.append)
@@ -240,3 +243,75 @@ def test_an_unexpected_error_is_a_json_500_naming_it_without_a_traceback(cli, ca
     assert code == 500 and body["error"].startswith("internal error: ValueError: year 11409972")
     err = capfd.readouterr().err
     assert "year 11409972" in err and "Traceback" not in err
+
+
+# -- binding wide keeps the Host check; where the token comes from -------------------------------------
+
+
+def _wide(town, **kw):
+    web = make_web(open_town(town.root), host="0.0.0.0", port=0, token=TOKEN, **kw)
+    web.sock.close()
+    return web, web.server.config.app
+
+
+def test_binding_every_address_still_refuses_a_foreign_host_name(town):
+    """`Host: evil.com` is a page on another site that rebound its name to this machine."""
+    web, app = _wide(town, allow_hosts=("dash.example.org",))
+    name = socket.gethostname()
+    for host in ("evil.com", "evil.com:8765", "127.0.0.1.evil.com"):
+        assert asgi_call(app, "GET", "/api/state", headers={"Host": host})[0] == 400, host
+    for host in ("127.0.0.1:9999", "localhost", "[::1]:8765", name, f"{name}:80", "dash.example.org:443"):
+        assert asgi_call(app, "GET", "/api/logs/nope", headers={"Host": host})[0] == 404, host
+    assert "*" not in web.hosts and {"localhost", "127.0.0.1", "[::1]", name} <= set(web.hosts)
+    out, err = [], []
+    announce(web, "0.0.0.0", out.append, err.append)
+    assert any("requests must name one of" in line and name in line for line in err)
+
+
+def test_any_host_only_with_the_explicit_flag_and_a_warning(town):
+    web, app = _wide(town, allow_any_host=True)
+    assert web.hosts == ["*"]
+    assert asgi_call(app, "GET", "/api/logs/nope", headers={"Host": "evil.com"})[0] == 404
+    out, err = [], []
+    announce(web, "0.0.0.0", out.append, err.append)
+    assert any("ANY HOST NAME" in line for line in err)
+    with pytest.raises(UsageError, match="allow-any-host"):
+        _wide(town, allow_hosts=("*",))
+
+
+def test_the_token_comes_from_a_file_or_the_environment_not_only_argv(town, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file-0123456789\n")
+    assert resolve_token(token_file=str(token_file), environ={}) == ("from-a-file-0123456789",
+                                                                      f"--token-file {token_file}")
+    assert resolve_token(environ={"SLUICE_WEB_TOKEN": "from-the-env-01234"})[0] == "from-the-env-01234"
+    assert resolve_token("argv-token-0123", environ={"SLUICE_WEB_TOKEN": "x" * 12})[0] == "argv-token-0123"
+    assert resolve_token(environ={}) == (None, "random")
+    for bad in ({"token_file": str(tmp_path / "missing")}, {"token": "a" * 9, "token_file": str(token_file)}):
+        with pytest.raises(UsageError):
+            resolve_token(**bad, environ={})
+    token_file.write_text("short\n")
+    with pytest.raises(UsageError, match="--token-file"):
+        resolve_token(token_file=str(token_file), environ={})
+    token_file.write_text("from-a-file-0123456789\n")
+    for server in (WebServer(town.root, token=None, args=("--token-file", str(token_file))),
+                   WebServer(town.root, token=None, env={"SLUICE_WEB_TOKEN": "from-the-env-01234"})):
+        try:
+            from_file = "--token-file" in server.process.args
+            given = "from-a-file-0123456789" if from_file else "from-the-env-01234"
+            assert server.call("POST", "/api/pause", token="wrong-token-0000")[0] == 403
+            assert server.call("POST", "/api/pause", token=given)[0] == 200
+            assert server.call("POST", "/api/resume", token=given)[0] == 200
+        finally:
+            server.stop()
+
+
+def test_a_served_town_bound_wide_refuses_a_foreign_host(town):
+    server = WebServer(town.root, token=None, args=("--host", "0.0.0.0", "--allow-host", "dash.example.org"),
+                       env={"SLUICE_WEB_TOKEN": TOKEN})
+    try:
+        assert server.call("GET", "/api/state", headers={"Host": "evil.com"})[0] == 400
+        assert server.call("GET", "/api/state", headers={"Host": "dash.example.org:1"})[0] == 200
+        assert server.call("GET", "/api/state")[0] == 200
+    finally:
+        server.stop()

@@ -15,17 +15,21 @@ TOKEN = "test-token-0123456789"
 
 
 class WebServer:
-    def __init__(self, town: Path, token: str = TOKEN):
-        env = {**os.environ, "SLUICE_TOWN": str(town)}
+    """``token=None`` passes no ``--token`` (the token then comes from ``args`` or ``env``)."""
+
+    def __init__(self, town: Path, token: str | None = TOKEN, args: tuple[str, ...] = (),
+                 env: dict | None = None):
+        env = {**os.environ, "SLUICE_TOWN": str(town), **(env or {})}
+        given = ("--token", token) if token is not None else ()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sluice", "web", "--port", "0", "--token", token],
+            [sys.executable, "-m", "sluice", "web", "--port", "0", *given, *args],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         first = self.process.stdout.readline()
         if not first.startswith("sluice web: serving the dashboard at "):
             self.process.kill()
             raise AssertionError(f"no start-up line: {first!r} {self.process.stderr.read()}")
-        self.url = first.rsplit(" ", 1)[1].strip()
+        self.url = first.rsplit(" ", 1)[1].strip().replace("//0.0.0.0:", "//127.0.0.1:")
         self.startup = [first] + [self.process.stdout.readline() for _ in range(2)]
         assert self.url.startswith("http://127.0.0.1:")
 

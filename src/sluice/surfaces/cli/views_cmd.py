@@ -48,13 +48,21 @@ def web(
     host: Annotated[str, typer.Option(help="Address to listen on (other than loopback: announced loudly).")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8765,
-    token: Annotated[str | None, typer.Option(help="Token the actions need (default: a new random one).")]
+    token: Annotated[str | None, typer.Option(
+        help="Token the actions need (seen by every local user in ps: prefer --token-file or"
+             " SLUICE_WEB_TOKEN; default: a new random one).")] = None,
+    token_file: Annotated[str | None, typer.Option(help="Read the token from this file (its first line).")]
     = None,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        help="Also answer requests naming this host (repeatable; any port).")] = None,
+    allow_any_host: Annotated[bool, typer.Option(
+        "--allow-any-host", help="Answer any Host name (no DNS-rebinding check; warned).")] = False,
 ) -> None:
     """Serve the dashboard: the same panels as top, live in a browser, with pause/resume/clear/stop."""
     from sluice.surfaces.web.serve import run_web
 
-    run_web(town(), host=host, port=port, token=token)
+    run_web(town(), host=host, port=port, token=token, token_file=token_file,
+            allow_hosts=tuple(allow_host or ()), allow_any_host=allow_any_host)
 
 
 def register(app: typer.Typer) -> None:

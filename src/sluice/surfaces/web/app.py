@@ -13,7 +13,8 @@
   that header to another origin without a CORS preflight, which this server
   never grants, so a foreign page cannot drive the town.
 * Every other method on a known path is refused with 405; the ``Host``
-  header must name this server (DNS rebinding); responses carry a strict
+  header must name this server, whatever address it is bound to (DNS
+  rebinding: see :func:`allowed_hosts`); responses carry a strict
   Content-Security-Policy (scripts only from this server, no inline code).
 * The page is static HTML, CSS and JS shipped in the package (no build
   step, no CDN); the JS builds the DOM with ``textContent`` only, so item
@@ -254,13 +255,25 @@ class _NoTracebacks:
                 await JSONResponse({"error": text}, status_code=500)(scope, receive, send)
 
 
-def allowed_hosts(host: str) -> list[str]:
-    if host in ("0.0.0.0", "::", ""):
-        return ["*"]  # bound everywhere on purpose: any name may reach it
-    return sorted({"127.0.0.1", "localhost", "[::1]", host})
+def allowed_hosts(host: str, extra: tuple[str, ...] = (), machine: tuple[str, ...] = ()) -> list[str]:
+    """The names a request's ``Host`` may carry (any port): never every name unless ``extra`` says ``*``.
+
+    A page on another site that rebinds its DNS name to this machine sends
+    that name as its ``Host``; refusing names we do not know is what stops it,
+    and binding every address (``0.0.0.0``) changes nothing about that.  So
+    the list is the loopback names, the bound address, the machine's own
+    names and addresses (``machine``), and what ``--allow-host`` adds.
+    """
+    if "*" in extra:
+        return ["*"]
+    names = {"127.0.0.1", "localhost", "[::1]", *machine, *extra}
+    if host not in ("0.0.0.0", "::", ""):
+        names.add(host)
+    return sorted(f"[{name}]" if ":" in name and not name.startswith("[") else name.lower() for name in names)
 
 
-def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float = 1.0) -> Starlette:
+def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float = 1.0,
+               hosts: list[str] | None = None) -> Starlette:
     board = Dashboard(town, token, interval)
     action = ["POST"]
     routes = [
@@ -278,7 +291,7 @@ def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float 
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]
     middleware = [Middleware(_Headers), Middleware(_NoTracebacks),
-                  Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host))]
+                  Middleware(TrustedHostMiddleware, allowed_hosts=hosts or allowed_hosts(host))]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.dashboard = board
     return app
