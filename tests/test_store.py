@@ -19,6 +19,7 @@ import pytest
 from helpers import Cli, make_repo
 from helpers.foundation import quick_rig, quick_town
 from sluice.errors import StoreCorrupt
+from sluice.store.compaction import compact
 from sluice.store.index import DurableIndex
 from sluice.store.rigstore import RigStore, Stores, read_jsonl
 from sluice.store.town import Town
@@ -194,7 +195,7 @@ def test_malformed_middle_line_of_the_ephemeral_log_is_an_error(cli, rig, town_d
     assert done.returncode == 1 and f"{path}:2:" in done.stderr
     before = path.read_bytes()
     with pytest.raises(StoreCorrupt, match=f"{path}:2"):
-        store_of(town_dir).compact_ephemeral()  # a rewrite would drop the line: refused
+        compact(store_of(town_dir))  # a rewrite would drop the line: refused
     assert path.read_bytes() == before
     store_of(town_dir).put_ephemeral(record("al-wisp-3"))  # an append hides nothing ...
     with pytest.raises(StoreCorrupt, match=f"{path}:2"):
@@ -295,7 +296,7 @@ def test_last_line_wins_in_the_ephemeral_log_and_compaction_keeps_it(rig, town_d
     store.update_ephemeral("al-wisp-1", lambda r: {**r, "title": "v2"})
     store.put_ephemeral({**record("al-wisp-1", "v3"), "status": "closed"})
     assert store_of(town_dir).ephemeral()["al-wisp-1"]["title"] == "v3"
-    assert store.compact_ephemeral() == 2
+    assert compact(store).removed == 2
     lines = valid_jsonl(ephemeral_path(town_dir))
     assert [(r["id"], r["title"]) for r in lines] == [("al-wisp-2", "other"), ("al-wisp-1", "v3")]
 

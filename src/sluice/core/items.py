@@ -17,6 +17,7 @@ from sluice.core.clock import iso
 from sluice.core.readiness import Node
 
 STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
+DONE_STATUSES = frozenset({"closed", "tombstone"})  # a record in one of these has ended
 CONTEXT_LABEL = "sluice:sling-context"
 
 

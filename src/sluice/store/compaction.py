@@ -28,9 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sluice.core.items import is_context
+from sluice.core.items import DONE_STATUSES, is_context
 from sluice.store import fsutil
-from sluice.store.contexts import DONE_STATUSES
 from sluice.store.jsonlog import LogTail, line_text
 
 if TYPE_CHECKING:

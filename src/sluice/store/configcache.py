@@ -29,6 +29,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import parse_duration
+from sluice.store import fsutil
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
@@ -68,8 +69,6 @@ def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = C
         pass
     if not town.runtime.is_dir():
         return  # not a town laid out by `sluice init`: nothing to keep
-    from sluice.store import fsutil
-
     fsutil.write_cache(path, body.encode("utf-8"))
 
 

@@ -13,7 +13,6 @@ the context" live in one place.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,9 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import UNDATED, iso, new_id, order_text
-from sluice.core.items import CONTEXT_LABEL, DEFAULT_PRIORITY, dependency, is_context, priority_of
+from sluice.core.items import (
+    CONTEXT_LABEL,
+    DEFAULT_PRIORITY,
+    DONE_STATUSES,
+    dependency,
+    is_context,
+    priority_of,
+)
 from sluice.core.records import SlingContextFields
-from sluice.store import events, fsutil
+from sluice.store import events, fsutil, queuedigest
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore, Stores
@@ -33,7 +39,6 @@ SLING_LOCK = "sling"  # town-wide: held by a deferred sling from its check to it
 SLING_LOCK_WAIT = 120.0  # seconds; a sling of 100,000 items holds the lock for a few seconds
 TITLE_PREFIX = "sling-context: "
 TITLE_LIMIT = 200  # characters, so a multi-byte title is never split inside a character
-DONE_STATUSES = frozenset({"closed", "tombstone"})
 PROTECTED_STATUSES = frozenset({"hooked", "in_progress", "pinned"})
 
 # Close reasons (Gas Town's, with "bead" spelled "item").
@@ -165,86 +170,25 @@ def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
     A process that has not read the log yet (every CLI command) takes the open
     contexts from ``<rig>.queue.json`` beside the index, keyed by the log's
     signature: written by the last reader that parsed the log, or carried
-    over by the last sluice append (:func:`extend_digest`).  Reading every
+    over by the last sluice append (:func:`sluice.store.queuedigest.extend`).  Reading every
     version of 10,000 contexts to find the open ones was a third of a
     dispatch dry run.  A process that has read the log (the daemon, the MCP
     server, a writer) reads on from where it was, which is cheaper still.
     """
     signature = store.log_signature() if store.log_unread() else None
     if signature is not None:
-        kept = _kept_open(store, signature)
-        if kept is not None:
-            return kept
+        rows = queuedigest.rows(store.queue_digest_path, signature)
+        if rows is not None:
+            name = store.rig.name
+            return [Context(cid, name, SlingContextFields.from_object(data)) for cid, data in rows]
     records = read_fresh(store).values() if fresh else store.ephemeral().values()
     # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.
     found = [parse(store.rig.name, r) for r in records
              if r.get("status", "open") not in DONE_STATUSES and is_context(r)]
     if signature is not None and store.log_signature() == signature:  # nobody appended meanwhile
-        _keep_open(store, signature, found)
+        queuedigest.write(store.queue_digest_path, signature,
+                          [[c.id, c.fields.to_compact() if c.fields is not None else None] for c in found])
     return found
-
-
-def _digest_path(store: RigStore) -> Path:
-    return store.index_path.with_suffix(".queue.json")
-
-
-def _kept_rows(store: RigStore, signature: str) -> list | None:
-    """The ``[id, fields]`` rows of the digest kept for exactly this log, or None (no such digest)."""
-    try:
-        kept = json.loads(_digest_path(store).read_bytes())
-        if kept.get("version") != DIGEST_VERSION or kept.get("sig") != signature:
-            return None
-        rows = kept["open"]
-        if all(isinstance(row, list) and len(row) == 2 and isinstance(row[0], str) for row in rows):
-            return rows
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent, torn, foreign: read the log
-        pass
-    return None
-
-
-def _kept_open(store: RigStore, signature: str) -> list[Context] | None:
-    rows = _kept_rows(store, signature)
-    if rows is None:
-        return None
-    name = store.rig.name
-    return [Context(context_id, name, SlingContextFields.from_object(data)) for context_id, data in rows]
-
-
-def _write_digest(store: RigStore, signature: str, rows: list) -> None:
-    body = json.dumps({"version": DIGEST_VERSION, "sig": signature, "open": rows},
-                      separators=(",", ":"), ensure_ascii=False)
-    fsutil.write_cache(_digest_path(store), body.encode("utf-8"))
-
-
-def _keep_open(store: RigStore, signature: str, found: list[Context]) -> None:
-    _write_digest(store, signature, [[c.id, c.fields.to_compact() if c.fields is not None else None]
-                                     for c in found])
-
-
-def extend_digest(store: RigStore, before: str, after: str, records: list[dict]) -> None:
-    """After an append under the rig lock: the digest of the log as it was, brought up to date.
-
-    The appender knows what it wrote, so the first reader after a sling or a
-    close need not parse the whole log either (as with the log's summary).
-    The appender calls this only when the log (signature ``before``) grew by
-    exactly ``records`` into signature ``after``; without a digest of the
-    log before the append nothing is kept, and the next reader parses the log.
-    """
-    rows = _kept_rows(store, before)
-    if rows is None:
-        return
-    open_now = dict(rows)
-    for record in records:
-        if record.get("status", "open") not in DONE_STATUSES and is_context(record):
-            fields = SlingContextFields.from_description(record.get("description"))
-            open_now[record["id"]] = fields.to_compact() if fields is not None else None
-        else:
-            open_now.pop(record["id"], None)
-    _write_digest(store, after, [[context_id, data] for context_id, data in open_now.items()])
-
-
-#: The layout of ``<rig>.queue.json``; a digest of another layout is ignored and written again.
-DIGEST_VERSION = 1
 
 
 def open_contexts(stores: Stores, fresh: bool = False) -> list[Context]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, UnknownItem
-from sluice.store import fsutil
+from sluice.store import fsutil, queuedigest
 from sluice.store.index import DurableIndex, blocked_line, with_causes
 from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
 from sluice.store.town import Rig, Town
@@ -79,6 +79,7 @@ class RigStore:
         self.ephemeral_path = own / "ephemeral.jsonl"
         self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
         self.index_path = town.runtime / "index" / f"{rig.name}.sqlite"
+        self.queue_digest_path = self.index_path.with_suffix(".queue.json")  # sluice.store.queuedigest
         self.index = DurableIndex(self.index_path, self.durable_path, self._load)
         self._log = LogTail(self.ephemeral_path)
         self._log_stale = True
@@ -433,10 +434,8 @@ class RigStore:
         if before is None or after is None or not fsutil.grew_by(before, after, len(data)):
             return  # another writer's line may be among it: the next reader reads the log
         # What readers keep of the log before this append is carried over to the longer log.
-        from sluice.store.contexts import extend_digest
-
         self._extend_summary(before, after, records)
-        extend_digest(self, before, after, records)
+        queuedigest.extend(self.queue_digest_path, before, after, records)
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
@@ -479,12 +478,6 @@ class RigStore:
     def _mend_torn_tail(self) -> None:
         """Before appending: drop a torn final fragment so it cannot fuse with the new line."""
         fsutil.mend_torn_tail(self.ephemeral_path)
-
-    def compact_ephemeral(self) -> int:
-        """Rewrite the log keeping one line per record; returns lines removed."""
-        from sluice.store.compaction import compact  # a rewrite is rare; reads never pay for gzip
-
-        return compact(self).removed
 
 
 class Stores:
