@@ -234,3 +234,22 @@ def test_a_launch_is_one_event_line_in_words():
               {"at": "2026-01-01T00:00:02Z", "type": "Paused", "payload": {"by": "ann"}}]
     section = event_section({"events": events})
     assert [row[1].plain for row in section.rows] == ["paused by ann", "launched al-1 → alpha as pc-1"]
+
+
+def test_the_binding_limit_and_the_host_reading_show_in_the_header():
+    from sluice.surfaces.screen import pack
+    from sluice.surfaces.top import header, limits
+
+    sched = {"paused": False, "mode": "deferred", "active_polecats": 0, "max_polecats": 3, "queued_total": 1,
+             "queued_ready": 1, "binding": {"code": "hold-file", "detail": "/t/HOLD exists: deploy"},
+             "host": {"reading": {"load_per_core": 0.5, "free_memory": 3 << 30, "free_disk": {"/t": 5 << 30}},
+                      "fresh": False, "read_at": "2026-12-01T09:00:00Z", "hold_file": "/t/HOLD",
+                      "held": [{"code": "hold-file", "detail": "x"}]}}
+    assert limits(sched)[:2] == [
+        "binding: hold-file (/t/HOLD exists: deploy)",
+        "host: load 0.50/core; memory 3.0GiB free; disk 5.0GiB free on /t (read 2026-12-01T09:00:00Z);"
+        " hold file /t/HOLD present",
+    ]
+    text = "\n".join(line.plain for line in pack(header({"scheduler": sched, "town": "/t",
+                                                         "at": "2026-12-01T09:00:00Z"}), 200))
+    assert "binding: hold-file" in text

@@ -428,10 +428,17 @@ class Town:
 
     def config_get(self, key: str) -> Any:
         """One config value (``scheduler.max_polecats``, ``executor.command``, …)."""
-        from sluice.core.models import format_duration, get_config_value, parse_duration
+        from sluice.core.models import (
+            CONFIG_KEYS,
+            config_pattern,
+            format_duration,
+            get_config_value,
+            parse_duration,
+        )
 
         value = get_config_value(self.files.load_config(), key)
-        if key.startswith("scheduler.") and isinstance(value, str):
+        duration = "duration" in CONFIG_KEYS.get(config_pattern(key), "")
+        if key.startswith("scheduler.") and isinstance(value, str) and duration:
             value = format_duration(parse_duration(value))
         return value
 

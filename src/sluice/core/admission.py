@@ -23,6 +23,8 @@ the candidates planned before it:
   the window above its budget;
 * ``overlap`` — the item's ``touches`` overlap those of an item running or
   planned in the same rig (:func:`touches_overlap`);
+* ``hold-file``, ``host-load``, ``host-memory``, ``host-disk`` — a town-wide
+  gate (:mod:`sluice.core.gates`) holds every candidate, so nothing is planned;
 * ``capacity`` / ``batch`` — the town's free slots or the batch are used up
   (``capacity`` when the free slots are the smaller limit, ``batch`` on a tie,
   as :func:`sluice.core.plan.plan_dispatch` decides).
@@ -55,6 +57,11 @@ OVERLAP = "overlap"
 CIRCUIT_BROKEN = "circuit-broken"
 BATCH = "batch"
 MISSING_ITEM = "missing-item"
+# Town-wide gates (sluice.core.gates): every applicant is held while one holds.
+HOLD_FILE = "hold-file"
+HOST_LOAD = "host-load"
+HOST_MEMORY = "host-memory"
+HOST_DISK = "host-disk"
 
 CODES = (
     NOT_QUEUED,
@@ -71,6 +78,10 @@ CODES = (
     CIRCUIT_BROKEN,
     BATCH,
     MISSING_ITEM,
+    HOLD_FILE,
+    HOST_LOAD,
+    HOST_MEMORY,
+    HOST_DISK,
 )
 
 #: Characters that start a glob pattern; a touch is cut at the first one.
@@ -302,19 +313,22 @@ def admit(
     *,
     spend: Spend | None = None,
     throttles: Sequence[Throttle] = (),
+    gates: Sequence[Reason] = (),
     now: float,
 ) -> Admission:
     """Plan one cycle over ``applicants`` (already in rank order); see the module docstring.
 
     The plan's ``reason`` is Gas Town's (``none``, ``capacity``, ``batch``,
     ``ready``) whenever the town cap or the batch decided it, and otherwise
-    the first code that held the best-ranked applicant left out.
+    the first code that held the best-ranked applicant left out; with
+    ``gates`` (town-wide reasons, e.g. a hold file) nothing is planned and the
+    reason is the first gate's code.
     """
     if limits.batch < 1:
         plan_dispatch(0, limits.batch, ())  # raises the config error with its message
     live = [t for t in throttles if t.until > now]
     counts = _Counters(running, spend or Spend())
-    slots = max(0, min(limits.capacity, limits.batch))
+    slots = 0 if gates else max(0, min(limits.capacity, limits.batch))
     full = (
         Reason(CAPACITY, f"no free polecat slot ({limits.capacity} free)")
         if limits.capacity < limits.batch
@@ -333,8 +347,8 @@ def admit(
         known = memo.get(shape)
         if known is None:
             known = memo[shape] = _rule_reasons(a, limits, counts, live)
-        reasons = list(known)
-        if not reasons:
+        reasons = [*gates, *known]
+        if not known:
             admissible += 1
             if len(planned) < slots:
                 planned.append(a)
@@ -342,13 +356,15 @@ def admit(
                 memo.clear()
                 continue
         elif first_rule is None:
-            first_rule = reasons[0].code
-        if len(planned) >= slots:
+            first_rule = known[0].code
+        if len(planned) >= slots and not gates:
             reasons.append(full)
         held[a.key] = tuple(reasons)
 
     if not applicants:
         reason = REASON_NONE
+    elif gates:
+        reason = gates[0].code
     elif limits.capacity <= 0:
         reason = REASON_CAPACITY
     elif admissible > len(planned) or first_rule is None:

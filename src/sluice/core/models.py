@@ -35,6 +35,30 @@ def _duration_field(value: Any) -> str:
 NOTIFY_EVENTS = ("circuit-broken", "budget-exhausted", "throttled", "queue-drained", "polecat-timed-out")
 
 
+def _size_field(value: Any) -> str | None:
+    from sluice.core.gates import parse_size
+
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off", "none")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 2GiB")
+    parse_size(value)
+    return str(value).strip()
+
+
+class HostConfig(_Strict):
+    """The host guard (docs/scheduler.md "Host guard"): off until a limit is set."""
+
+    max_load: float | None = Field(None, gt=0, le=1_000_000)  # 1-minute load average per core
+    min_free_memory: str | None = None  # a size such as 2GiB
+    min_free_disk: str | None = None  # on the town's filesystem and every rig's
+
+    @field_validator("min_free_memory", "min_free_disk", mode="before")
+    @classmethod
+    def _check_sizes(cls, value: Any) -> str | None:
+        return _size_field(value)
+
+
 class SchedulerConfig(_Strict):
     max_polecats: int = Field(-1, ge=-1)
     batch_size: int = Field(1, ge=1)
@@ -56,6 +80,8 @@ class SchedulerConfig(_Strict):
     breaker_cooldown: str = "1h"
     compact_retention: str = "168h"  # closed contexts older than this leave the log at compaction
     compact_at: int = Field(50_000, ge=0)  # the daemon compacts a log longer than this (0 = never)
+    host: HostConfig = Field(default_factory=HostConfig)
+    hold_file: str = ""  # while this file exists (relative: to the town root) nothing is launched
 
     @field_validator("label_caps")
     @classmethod
@@ -189,6 +215,13 @@ CONFIG_KEYS: dict[str, str] = {
     "items.read_wait": "a duration (how long a read command waits for an item command)",
     "rigs.NAME.items.command_timeout": "a duration, or none for items.command_timeout (command rigs only)",
     "rigs.NAME.items.refresh": "a duration, or none for items.refresh (command rigs only)",
+    "scheduler.host.max_load": "a number > 0 (1-minute load average per core above which nothing launches;"
+    " off = no limit)",
+    "scheduler.host.min_free_memory": "a size such as 2GiB (free memory below which nothing launches; off)",
+    "scheduler.host.min_free_disk": "a size such as 5GiB (free disk on the town's or any rig's filesystem"
+    " below which nothing launches; off)",
+    "scheduler.hold_file": "a path (relative to the town root): while it exists nothing launches;"
+    " empty = none",
     "rigs.NAME.max_polecats": "an integer >= 1 (the rig's own cap under the town cap)",
     "rigs.NAME.token_budget": "an integer >= 0 (tokens per scheduler.budget_window; 0 = no budget)",
     "executor.kind": "one of local, tmux, ray, demo, memory",
@@ -234,6 +267,13 @@ def parse_config_value(key: str, raw: str) -> Any:
             value = json.loads(text) if text.startswith("[") else parts
             if not all(isinstance(v, str) and v in NOTIFY_EVENTS for v in value):
                 raise ValueError
+        elif key == "scheduler.host.max_load":
+            text = raw.strip().lower()
+            value = None if text in ("", "off", "none") else float(text)
+            if value is not None and not 0 < value <= 1_000_000:
+                raise ValueError
+        elif key.startswith("scheduler.host."):
+            value = _size_field(raw)
         elif pattern == "scheduler.label_caps.LABEL" or key.endswith(_INTEGER_KEYS):
             value = int(raw.strip())
         elif pattern.startswith("rigs.NAME.items.") and raw.strip().lower() in ("none", "null", ""):

@@ -33,6 +33,7 @@ from sluice.store.state import load_state
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
     from sluice.executors.base import Polecat
+    from sluice.scheduler.gates import Gates
     from sluice.scheduler.pending import Survey
     from sluice.scheduler.ranking import Work
     from sluice.store.rigstore import Stores
@@ -115,13 +116,23 @@ class Assessment:
     deferred: bool
     now: float
     planned_keys: set[str] = field(default_factory=set)
+    gates: Gates | None = None
+    paused_by: str | None = None
 
 
 def assess(
-    town: Town, stores: Stores, view: Survey, active: list[Polecat], batch: int, now: float | None = None
+    town: Town, stores: Stores, view: Survey, active: list[Polecat], batch: int, now: float | None = None,
+    gates: Gates | None = None,
 ) -> Assessment:
-    """Admit the survey's ranked ready contexts under the town's caps, budgets and throttles."""
+    """Admit the survey's ranked ready contexts under the town's caps, budgets, throttles and gates.
+
+    ``gates`` defaults to the hold file now and the last cycle's host reading
+    (:func:`sluice.scheduler.gates.current`); a real cycle passes a fresh one.
+    """
+    from sluice.scheduler import gates as gate_view
+
     now = time.time() if now is None else now
+    gates = gate_view.current(town) if gates is None else gates
     config = town.config
     window = config.scheduler.seconds("budget_window")
     spend = kept.spend(town, now, window) if needs_spend(config) else rules.Spend()
@@ -133,13 +144,24 @@ def assess(
         caps,
         spend=spend,
         throttles=throttles,
+        gates=gates.reasons,
         now=now,
     )
-    out = Assessment(
-        view, admission, caps, spend, throttles, load_state(town).paused, config.scheduler.deferred, now
-    )
+    state = load_state(town)
+    out = Assessment(view, admission, caps, spend, throttles, state.paused, config.scheduler.deferred, now,
+                     gates=gates, paused_by=state.paused_by)
     out.planned_keys = {a.key for a in admission.to_dispatch}
     return out
+
+
+def binding_of(assessment: Assessment) -> Reason | None:
+    """The one limit that stops the next launch now (``scheduler status``'s ``binding``)."""
+    from sluice.core.gates import binding
+
+    if not assessment.deferred:
+        return None
+    keys = [w.context_id or w.item["id"] for w in assessment.view.ready]
+    return binding(assessment.admission, keys, assessment.paused, assessment.paused_by)
 
 
 def backoff_reason(work: Work, config: TownConfig) -> Reason:
@@ -175,7 +197,10 @@ def reasons_of(
     elif where == "backoff":
         out.append(backoff_reason(work, config))
     elif assessment.deferred:  # in direct mode no cycle admits anything: the caps say nothing
+        # A ready item's held reasons include the gates; the others' come from the gates themselves.
         out.extend(assessment.admission.held.get(work.context_id or work.item["id"], ()))
+        return out
+    out.extend(assessment.gates.reasons if assessment.gates is not None else ())
     return out
 
 

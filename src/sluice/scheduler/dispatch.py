@@ -44,6 +44,7 @@ from sluice.core.items import parse_ts
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, UsageError
 from sluice.executors import get_executor
 from sluice.scheduler import admission
+from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import held_row, survey
@@ -143,6 +144,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
         if listing is not None:
             report.requeued += settle_exits(town, stores, listing(), now)
         report.requeued += requeue_due(town, stores, now)
+    gates = gate_view.current(town, fresh=not report.dry_run)
     active = executor.active()
     backoff = None if ignore_backoff else (sched.seconds("retry_base"), sched.seconds("retry_max"))
     view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, now=now, backoff=backoff)
@@ -150,7 +152,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
     report.capacity = max(0, sched.max_polecats - len(active))
-    assessment = admission.assess(town, stores, view, active, report.batch, now=now)
+    assessment = admission.assess(town, stores, view, active, report.batch, now=now, gates=gates)
     plan = assessment.admission
     report.ready = len(view.ready)
     report.backing_off = len(view.backing_off)
@@ -178,6 +180,8 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
             report.skipped += left
             report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
             break
+        if position and _gated(town, report, len(planned) - position):
+            break
         if not launcher.launch(work):
             continue
         record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
@@ -185,6 +189,19 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
             sleep(sched.seconds("spawn_delay"))
     admission.note_budget(town, assessment)  # after the launches, so the event counts what they spent
     return report
+
+
+def _gated(town: Town, report: CycleReport, left: int) -> bool:
+    """A hold file or the host guard that closed while this cycle launched: the rest stay queued."""
+    reasons = gate_view.current(town, fresh=True).reasons
+    if not reasons:
+        return False
+    report.skipped += left
+    for reason in reasons:
+        report.why[reason.code] = report.why.get(reason.code, 0) + left
+    report.messages.append(f"{reasons[0].code} during the cycle ({reasons[0].detail});"
+                           f" {left} planned item(s) left queued")
+    return True
 
 
 def _planned_row(work: Work) -> dict:

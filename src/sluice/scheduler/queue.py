@@ -17,7 +17,7 @@ from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
 from sluice.errors import ExecutorError
 from sluice.executors import get_executor
-from sluice.scheduler.admission import assess, reasons_of, why
+from sluice.scheduler.admission import assess, binding_of, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
 from sluice.scheduler.polecats import retry_due_at
 from sluice.store import admission_state as kept
@@ -177,7 +177,13 @@ def _admission_status(town: Town, config, assessment) -> dict:
                         "window": window})
     return {"budgets": budgets, "throttles": kept.throttle_rows(town, assessment.now),
             "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
-            "circuit_broken": len(kept.broken(town)), "plan_reason": assessment.admission.reason}
+            "circuit_broken": len(kept.broken(town)), "plan_reason": assessment.admission.reason,
+            "binding": _json_or_none(binding_of(assessment)),
+            "host": assessment.gates.to_json() if assessment.gates is not None else None}
+
+
+def _json_or_none(reason) -> dict | None:
+    return reason.to_json() if reason is not None else None
 
 
 # -- explain ------------------------------------------------------------------------------------

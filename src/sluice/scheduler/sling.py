@@ -43,6 +43,7 @@ from sluice.errors import (
     UsageError,
 )
 from sluice.executors import get_executor
+from sluice.scheduler import gates as gate_view
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
 from sluice.store import contexts as ctxs
@@ -469,6 +470,12 @@ def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOp
             row = _already(work, queued, {p.item_id: p.id for p in executor.active()})
             if row is not None:
                 result.already.append(row)
+                continue
+            # The one gate for every launch path: a hold file or the host guard holds a direct launch too.
+            held = gate_view.current(town, fresh=True).reasons
+            if held:
+                result.errors.append({"item_id": work.id, "code": held[0].code,
+                                      "error": f"not launched, {held[0].code}: {held[0].detail}"})
                 continue
             if booked.launched and delay > 0:
                 time.sleep(delay)

@@ -137,9 +137,44 @@ def queue_status_text(data: dict) -> str:
         lines.append(f"  Throttled:  {who} until {row['until']}{why}")
     if data.get("circuit_broken"):
         lines.append(f"  Broken:     {data['circuit_broken']} item(s) (`sluice scheduler broken`)")
+    binding = data.get("binding")
+    if binding:
+        detail = f": {shown(binding['detail'])}" if binding.get("detail") else ""
+        lines.append(f"  Binding:    {binding['code']}{detail}")
+    host = host_line(data.get("host"))
+    if host:
+        lines.append(f"  Host:       {host}")
     if data["items"]:
         lines += ["", queue_text(data["items"])]
     return "\n".join(lines)
+
+
+def size_text(size: int) -> str:
+    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f}{unit}iB"
+    return f"{size}B"
+
+
+def host_line(host: dict | None) -> str:
+    """The host guard's last reading and the hold file, in one line ("" when neither is set)."""
+    if not host:
+        return ""
+    parts = []
+    reading = host.get("reading")
+    if reading:
+        if reading.get("load_per_core") is not None:
+            parts.append(f"load {reading['load_per_core']:.2f}/core")
+        if reading.get("free_memory") is not None:
+            parts.append(f"memory {size_text(reading['free_memory'])} free")
+        for path, free in sorted((reading.get("free_disk") or {}).items()):
+            parts.append(f"disk {size_text(free)} free on {shown(path)}")
+        parts[-1:] = [f"{parts[-1]} (read {'now' if host.get('fresh') else host.get('read_at')})"] if parts \
+            else []
+    if host.get("hold_file"):
+        holding = any(r["code"] == "hold-file" for r in host.get("held", ()))
+        parts.append(f"hold file {shown(host['hold_file'])} {'present' if holding else 'absent'}")
+    return "; ".join(parts)
 
 
 def queue_text(rows: list[dict]) -> str:

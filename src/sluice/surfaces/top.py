@@ -73,7 +73,16 @@ def why(row: dict) -> str:
 
 def limits(sched: dict) -> list[str]:
     """Admission control's state from ``scheduler status`` as short lines (none when it is not set)."""
+    from sluice.surfaces.output import host_line
+
     out = []
+    binding = sched.get("binding")
+    if isinstance(binding, dict):
+        out.append(f"binding: {plain(binding.get('code'))}"
+                   + (f" ({plain(binding['detail'])})" if binding.get("detail") else ""))
+    host = host_line(sched.get("host"))
+    if host:
+        out.append(f"host: {host}")
     budgets = [f"{plain(b.get('rig') or 'town')} {b.get('spent')}/{b.get('budget')}"
                + (f" per {plain(b['window'])}" if b.get("window") else "")
                for b in sched.get("budgets") or [] if isinstance(b, dict)]

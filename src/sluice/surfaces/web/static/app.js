@@ -15,8 +15,34 @@ function whyOf(row) {
 }
 
 // Admission control's state from `scheduler status`, as short lines (none when it is not set).
+function hostLine(h) {
+  if (!h) return "";
+  const parts = [];
+  const r = h.reading;
+  if (r) {
+    if (r.load_per_core !== null && r.load_per_core !== undefined) parts.push("load " + r.load_per_core.toFixed(2) + "/core");
+    if (r.free_memory !== null && r.free_memory !== undefined) parts.push("memory " + size(r.free_memory) + " free");
+    for (const [path, free] of Object.entries(r.free_disk || {})) parts.push("disk " + size(free) + " free on " + path);
+    if (parts.length) parts[parts.length - 1] += " (read " + (h.fresh ? "now" : clock(h.read_at)) + ")";
+  }
+  if (h.hold_file) {
+    const holding = (h.held || []).some((x) => x.code === "hold-file");
+    parts.push("hold file " + h.hold_file + (holding ? " present" : " absent"));
+  }
+  return parts.join("; ");
+}
+
+function size(n) {
+  const units = [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+  for (const [unit, scale] of units) if (n >= scale) return (n / scale).toFixed(1) + unit;
+  return n + "B";
+}
+
 function limits(s) {
   const out = [];
+  if (s.binding) out.push("binding: " + s.binding.code + (s.binding.detail ? " (" + s.binding.detail + ")" : ""));
+  const host = hostLine(s.host);
+  if (host) out.push("host: " + host);
   const budgets = (s.budgets || []).map((b) => (b.rig || "town") + " " + b.spent + "/" + b.budget + (b.window ? " per " + b.window : ""));
   if (budgets.length) out.push("budgets: " + budgets.join(", "));
   const throttles = (s.throttles || []).map((t) => (t.rig || "town") + " until " + clock(t.until) + (t.reason ? " (" + t.reason + ")" : ""));

@@ -1,0 +1,116 @@
+"""The one limit that binds: ``scheduler status`` names it, the plan agrees, the next cycle does it.
+
+Each test sets up one kind of limit in a real town with real polecats and
+checks that ``status``'s ``binding`` has that code, equal to ``plan_reason``,
+that ``explain`` of the best-ranked waiting item names it too, and that the
+next real cycle stops for that very reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.scheduler import configure, item, sleeper, town_with_rigs, write_items
+from sluice.core import admission as rules
+from sluice.core.admission import Admission, Reason
+from sluice.core.gates import binding
+from sluice.executors.local import LocalExecutor
+from sluice.scheduler.control import pause
+from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.queue import explain, status
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.scheduler.throttles import throttle
+from sluice.store.town import Town
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "5")
+    configure(cli.town, "executor.command", sleeper(30))
+    write_items(cli.town, "alpha", [
+        item("al-1", priority=0, labels=["gpu"]),
+        item("al-2", priority=1, labels=["gpu"]),
+        item("al-3", priority=2, labels=["gpu"]),
+    ])
+    sling(Town(cli.town), ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
+    yield cli.town
+    executor = LocalExecutor(Town(cli.town), stop_grace=1)
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def agree(town, code: str) -> dict:
+    """status, explain and the next cycle all name ``code``; returns status's binding."""
+    doc = status(Town(town))
+    assert doc["binding"]["code"] == code
+    if code != rules.PAUSED:
+        assert doc["plan_reason"] == code
+    waiting = next(row for row in doc["items"] if row["why"])
+    assert code in [r["code"] for r in explain(Town(town), waiting["id"])["reasons"]]
+    report = run_cycle(Town(town))
+    assert report.reason == code
+    return doc["binding"]
+
+
+def test_capacity_binds_when_the_town_cap_is_the_smaller_limit(town):
+    configure(town, "scheduler.max_polecats", "1")
+    run_cycle(Town(town))
+    assert "free polecat slot" in agree(town, rules.CAPACITY)["detail"]
+
+
+def test_batch_binds_when_the_batch_is_the_smaller_limit(town):
+    configure(town, "scheduler.batch_size", "1")
+    assert agree(town, rules.BATCH)["detail"].startswith("ranked below")
+
+
+def test_a_rig_cap_binds(town):
+    configure(town, "rigs.alpha.max_polecats", "1")
+    run_cycle(Town(town))
+    assert "rig alpha runs 1 of its 1" in agree(town, rules.RIG_CAP)["detail"]
+
+
+def test_a_label_cap_binds(town):
+    configure(town, "scheduler.label_caps.gpu", "2")
+    run_cycle(Town(town))
+    assert "label gpu" in agree(town, rules.LABEL_CAP)["detail"]
+
+
+def test_a_budget_binds(town):
+    configure(town, "scheduler.token_budget", "10")
+    assert "town budget" in agree(town, rules.BUDGET)["detail"]
+
+
+def test_a_throttle_binds(town):
+    throttle(Town(town), until="10m", reason="provider said later")
+    assert "provider said later" in agree(town, rules.THROTTLED)["detail"]
+
+
+def test_a_pause_binds_over_every_other_limit(town):
+    configure(town, "scheduler.batch_size", "1")
+    pause(Town(town), "ops")
+    doc = status(Town(town))
+    assert doc["binding"] == {"code": rules.PAUSED, "detail": "the scheduler is paused (by ops)"}
+    assert run_cycle(Town(town)).reason == rules.PAUSED
+
+
+def test_nothing_binds_when_the_cycle_launches_everything_ready(town):
+    doc = status(Town(town))
+    assert doc["binding"] is None and doc["plan_reason"] == "ready"
+    assert run_cycle(Town(town)).dispatched == 3
+    assert status(Town(town))["binding"] is None
+
+
+def test_the_status_text_names_the_binding_limit(town, cli):
+    configure(town, "scheduler.batch_size", "1")
+    text = cli.run("scheduler", "status").stdout
+    assert "Binding:    batch: ranked below this cycle's batch of 1" in text
+
+
+def test_binding_is_the_plans_reason_with_the_best_ranked_items_detail():
+    admission = Admission((), {"b": (Reason("rig-cap", "second"),), "a": (Reason("rig-cap", "first"),)},
+                          "rig-cap")
+    assert binding(admission, ["a", "b"], paused=False) == Reason("rig-cap", "first")
+    assert binding(Admission((), {}, "none"), [], paused=False) is None
+    assert binding(Admission((), {}, "ready"), [], paused=True).code == "paused"

@@ -1,0 +1,218 @@
+"""The host guard and the hold file: real readings of this machine, real files, real polecats.
+
+Limits no machine can meet (1000 TiB free, a load of 0.000001 per core) and
+limits every machine meets (1 byte free, a load of a million per core) make
+each reason code appear or stay away whatever the machine is doing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.scheduler import configure, item, sleeper, town_with_rigs, wait_for, write_items
+from sluice.core import admission as rules
+from sluice.core.gates import parse_size
+from sluice.errors import UsageError
+from sluice.executors.local import LocalExecutor
+from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.queue import explain, status
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store.town import Town
+
+IMPOSSIBLE = {
+    "scheduler.host.min_free_memory": ("1000TiB", rules.HOST_MEMORY),
+    "scheduler.host.min_free_disk": ("1000TiB", rules.HOST_DISK),
+    "scheduler.host.max_load": ("0.000001", rules.HOST_LOAD),
+}
+ALWAYS_MET = {
+    "scheduler.host.min_free_memory": "1B",
+    "scheduler.host.min_free_disk": "1B",
+    "scheduler.host.max_load": "1000000",
+}
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "5")
+    configure(cli.town, "executor.command", sleeper(30))
+    write_items(cli.town, "alpha", [item("al-1", priority=1), item("al-2", priority=2)])
+    yield cli.town
+    executor = LocalExecutor(Town(cli.town), stop_grace=1)
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def queue(town, *ids):
+    result = sling(Town(town), [*ids, "alpha"], SlingOptions())
+    assert result.ok, result.errors
+
+
+def running(town) -> list[str]:
+    return sorted(p.item_id for p in LocalExecutor(Town(town)).active())
+
+
+@pytest.mark.parametrize("key", sorted(IMPOSSIBLE))
+def test_a_host_limit_no_machine_meets_holds_every_launch_with_its_code(town, key):
+    value, code = IMPOSSIBLE[key]
+    configure(town, key, value)
+    queue(town, "al-1", "al-2")
+    report = run_cycle(Town(town))
+    assert report.dispatched == 0 and running(town) == []
+    assert report.reason == code
+    assert report.why[code] == 2
+    reasons = explain(Town(town), "al-1")["reasons"]
+    assert [r["code"] for r in reasons] == [code]
+    assert "scheduler.host." in reasons[0]["detail"]
+    doc = status(Town(town))
+    assert doc["binding"]["code"] == code == doc["plan_reason"]
+    assert doc["host"]["reading"] is not None and doc["host"]["read_at"]
+
+
+@pytest.mark.parametrize("key", sorted(ALWAYS_MET))
+def test_a_host_limit_every_machine_meets_lets_work_go(town, key):
+    configure(town, key, ALWAYS_MET[key])
+    queue(town, "al-1", "al-2")
+    report = run_cycle(Town(town))
+    assert report.dispatched == 2
+    assert running(town) == ["al-1", "al-2"]
+    assert status(Town(town))["host"]["guard"] is True
+
+
+def test_the_read_commands_show_the_last_cycles_reading_with_its_time(town):
+    configure(town, "scheduler.host.min_free_disk", "1B")
+    queue(town, "al-1")
+    run_cycle(Town(town))
+    kept = json.loads((town / ".sluice" / "runtime" / "host-reading.json").read_text())
+    doc = status(Town(town))["host"]
+    assert doc["fresh"] is False
+    assert doc["reading"]["at"] == kept["at"]
+    assert str(town) in doc["reading"]["free_disk"]
+
+
+def test_before_any_cycle_the_read_commands_read_the_machine_themselves(town):
+    configure(town, "scheduler.host.min_free_memory", "1000TiB")
+    queue(town, "al-1")
+    doc = status(Town(town))
+    assert doc["host"]["fresh"] is True
+    assert doc["binding"]["code"] == rules.HOST_MEMORY
+
+
+def test_running_polecats_are_never_stopped_by_the_guard(town):
+    queue(town, "al-1")
+    run_cycle(Town(town))
+    assert running(town) == ["al-1"]
+    configure(town, "scheduler.host.min_free_memory", "1000TiB")
+    queue(town, "al-2")
+    report = run_cycle(Town(town))
+    assert report.dispatched == 0
+    assert running(town) == ["al-1"]
+
+
+def test_the_hold_file_holds_every_launch_and_names_its_first_line(town):
+    configure(town, "scheduler.hold_file", "HOLD")
+    (town / "HOLD").write_text("deploy in progress\nsecond line\n")
+    queue(town, "al-1")
+    report = run_cycle(Town(town))
+    assert report.dispatched == 0 and report.reason == rules.HOLD_FILE
+    [reason] = explain(Town(town), "al-1")["reasons"]
+    assert reason["code"] == rules.HOLD_FILE
+    assert reason["detail"] == f"{town / 'HOLD'} exists: deploy in progress"
+    assert status(Town(town))["binding"] == reason
+    (town / "HOLD").unlink()
+    assert run_cycle(Town(town)).dispatched == 1
+
+
+def test_the_hold_file_and_the_guard_hold_a_direct_mode_sling(town):
+    configure(town, "scheduler.max_polecats", "-1")
+    configure(town, "scheduler.hold_file", str(town / "HOLD"))
+    (town / "HOLD").write_text("")
+    result = sling(Town(town), ["al-1"], SlingOptions())
+    assert not result.ok and result.errors[0]["code"] == rules.HOLD_FILE
+    assert running(town) == []
+    (town / "HOLD").unlink()
+    configure(town, "scheduler.host.min_free_disk", "1000TiB")
+    result = sling(Town(town), ["al-1"], SlingOptions())
+    assert result.errors[0]["code"] == rules.HOST_DISK and running(town) == []
+    configure(town, "scheduler.host.min_free_disk", "off")
+    assert sling(Town(town), ["al-1"], SlingOptions()).ok
+    assert running(town) == ["al-1"]
+
+
+def test_a_sling_held_in_direct_mode_exits_1_naming_the_gate(town, cli):
+    cli.run("config", "set", "scheduler.max_polecats", "-1")
+    cli.run("config", "set", "scheduler.hold_file", "HOLD")
+    (town / "HOLD").write_text("maintenance\n")
+    done = cli.run("sling", "al-1", check=False)
+    assert done.returncode == 1
+    assert "hold-file" in done.stderr and "maintenance" in done.stderr
+    assert running(town) == []
+
+
+def test_the_hold_file_is_obeyed_by_a_running_daemon(town):
+    configure(town, "scheduler.hold_file", "HOLD")
+    (town / "HOLD").write_text("hold on\n")
+    queue(town, "al-1")
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    daemon = subprocess.Popen([sys.executable, "-m", "sluice", "daemon", "--interval", "0.2"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ticks(town, 2)
+        assert running(town) == []
+        assert _last_result(town)["reason"] == rules.HOLD_FILE
+        (town / "HOLD").unlink()
+        wait_for(lambda: running(town) == ["al-1"], timeout=60)
+        (town / "HOLD").write_text("again\n")
+        _wait_ticks(town, 1)  # the tick under way may have read the file before it came back
+        queue(town, "al-2")
+        _wait_ticks(town, 2)
+        assert running(town) == ["al-1"]
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+
+
+def _beat(town) -> dict:
+    path = town / ".sluice" / "runtime" / "daemon.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _last_result(town) -> dict:
+    return _beat(town).get("last_result") or {}
+
+
+def _wait_ticks(town, n: int) -> None:
+    """Until ``n`` more daemon ticks have finished."""
+    start = _beat(town).get("ticks", 0)
+    wait_for(lambda: _beat(town).get("ticks", 0) >= start + n and _beat(town).get("last_result"), timeout=60)
+
+
+def test_the_config_refuses_sizes_and_loads_it_cannot_use(cli, town):
+    for key, bad in (("scheduler.host.min_free_memory", "lots"), ("scheduler.host.max_load", "-1"),
+                     ("scheduler.host.max_load", "nan"), ("scheduler.host.min_free_disk", "2XB")):
+        done = cli.run("config", "set", key, bad, check=False)
+        assert done.returncode == 2, (key, bad)
+        assert key in done.stderr
+    cli.run("config", "set", "scheduler.host.min_free_memory", "2GiB")
+    assert cli.run("config", "get", "scheduler.host.min_free_memory").stdout.strip() == "2GiB"
+
+
+def test_sizes_read_binary_units():
+    assert parse_size("2GiB") == 2 << 30
+    assert parse_size("500M") == 500 << 20
+    assert parse_size("1000TiB") == 1000 << 40
+    assert parse_size("4096") == 4096
+    with pytest.raises(ValueError):
+        parse_size("2 parsecs")
+    with pytest.raises(ValueError):
+        parse_size(str(1 << 90))
+    assert UsageError  # the CLI turns the ValueError into a usage error (test above)
