@@ -531,15 +531,28 @@ class Town:
         return sling_items(self.files, list(items), rig, options, executor=self.executor)
 
     def run_cycle(self, *, dry_run: bool = False, batch: int | None = None,
-                  ignore_backoff: bool = False) -> CycleReport:
+                  ignore_backoff: bool = False, item: str | None = None) -> CycleReport:
         """One dispatch cycle now (``dry_run``: what it would do, changing nothing).
 
         Failed launches wait out their retry backoff unless ``ignore_backoff``.
+        With ``item``, only that item is launched, if every cap, budget and gate
+        allows; otherwise :class:`~sluice.scheduler.promote.NotAdmitted` (exit 1)
+        carries the reasons ``explain`` gives.
         """
         from sluice.scheduler.dispatch import run_cycle
 
         return run_cycle(self.files, batch=batch, dry_run=dry_run, executor=self.executor,
-                         ignore_backoff=ignore_backoff)
+                         ignore_backoff=ignore_backoff, item=item)
+
+    def promote(self, item: str, undo: bool = False) -> dict:
+        """Move ``item``'s queued context to the head of the dispatch order; ``undo`` puts it back.
+
+        Several promoted items go in the order they were promoted; caps and
+        gates still apply. Recorded on the context, so it survives restarts.
+        """
+        from sluice.scheduler.promote import promote
+
+        return promote(self.files, item, undo=undo)
 
     def status(self) -> QueueStatus:
         from sluice.scheduler.queue import status

@@ -123,6 +123,7 @@ class SlingContextFields(_Record):
     last_failure_at: str = ""
     launch_started_at: str = ""
     missing_since: str = ""  # when a cycle first found the work item missing from every rig
+    promoted_at: str = ""  # `scheduler promote`: ahead of score order, in the order of promotion
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     _required: ClassVar[tuple[str, ...]] = ("work_bead_id", "target_rig", "enqueued_at")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
@@ -48,6 +49,7 @@ from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import held_row, survey
+from sluice.scheduler.promote import NotAdmitted
 from sluice.scheduler.throttles import settle_exits
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
@@ -56,6 +58,7 @@ from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
+    from sluice.scheduler.pending import Survey
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
 
@@ -74,11 +77,15 @@ def run_cycle(
     daemon: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
     ignore_backoff: bool = False,
+    item: str | None = None,
 ) -> CycleReport:
     """Run (or, with ``dry_run``, preview) one dispatch cycle.
 
     A context whose last launch failed waits out its retry backoff in every
-    cycle, manual or daemon; ``ignore_backoff`` tries it at once.
+    cycle, manual or daemon; ``ignore_backoff`` tries it at once.  With
+    ``item`` the cycle launches that item only, ahead of the queue, if every
+    cap, budget and gate lets it; otherwise it raises
+    :class:`~sluice.scheduler.promote.NotAdmitted` with the reasons.
     """
     config = town.reload_config()
     daemon = daemon_mode() if daemon is None else daemon
@@ -86,7 +93,7 @@ def run_cycle(
         raise UsageError(f"batch must be >= 1 (got {batch})", parameters=("batch",))
     report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
     if dry_run:
-        return _cycle(town, report, executor, daemon, sleep, ignore_backoff)
+        return _cycle(town, report, executor, daemon, sleep, ignore_backoff, item)
     lock = fsutil.file_lock(town.lock_path("dispatch"), timeout=0)
     try:
         lock.acquire()
@@ -96,17 +103,20 @@ def run_cycle(
             return report
         raise DispatchBusy("dispatch already in progress") from None
     try:
-        return _cycle(town, report, executor, daemon, sleep, ignore_backoff)
+        return _cycle(town, report, executor, daemon, sleep, ignore_backoff, item)
     finally:
         lock.release()
 
 
 def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
-           ignore_backoff: bool) -> CycleReport:
+           ignore_backoff: bool, item: str | None = None) -> CycleReport:
     config = town.config
     sched = config.scheduler
     report.mode = "deferred" if sched.deferred else "direct"
     state = load_state(town)
+    if item is not None and (state.paused or not sched.deferred):
+        raise NotAdmitted(item, [r for r in _explained(town, item, executor)
+                                 if r.code in (rules.PAUSED, rules.DIRECT_MODE)])
     if state.paused:
         report.paused = True
         report.reason = "paused"
@@ -152,7 +162,12 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
     report.capacity = max(0, sched.max_polecats - len(active))
+    if item is not None:
+        view = _only(town, item, view, executor)
     assessment = admission.assess(town, stores, view, active, report.batch, now=now, gates=gates)
+    if item is not None and not assessment.admission.to_dispatch:
+        [work] = view.ready
+        raise NotAdmitted(item, admission.reasons_of(assessment, work, "ready", config))
     plan = assessment.admission
     report.ready = len(view.ready)
     report.backing_off = len(view.backing_off)
@@ -189,6 +204,20 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
             sleep(sched.seconds("spawn_delay"))
     admission.note_budget(town, assessment)  # after the launches, so the event counts what they spent
     return report
+
+
+def _only(town: Town, item: str, view: Survey, executor) -> Survey:
+    """The survey cut to ``item``'s ready context (``run --item``), or NotAdmitted with explain's reasons."""
+    work = next((w for w in view.ready if w.item["id"] == item), None)
+    if work is None:
+        raise NotAdmitted(item, _explained(town, item, executor))
+    return replace(view, ready=[work], blocked=[], backing_off=[])
+
+
+def _explained(town: Town, item: str, executor) -> list[rules.Reason]:
+    from sluice.scheduler.queue import explain
+
+    return [rules.Reason(r["code"], r["detail"]) for r in explain(town, item, executor)["reasons"]]
 
 
 def _gated(town: Town, report: CycleReport, left: int) -> bool:

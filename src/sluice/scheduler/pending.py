@@ -241,7 +241,7 @@ def survey(
         if item["id"] in busy_items:
             is_ready = False  # a polecat is already on it; the context waits for it to end
         work = Work(item=item, rig=fields.target_rig, order=context.order, context_id=context.id,
-                    payload=context, tokens=tokens)
+                    payload=context, tokens=tokens, promoted_at=fields.promoted_at)
         if is_ready and backoff is not None and not is_retry_due(fields, now, *backoff):
             out.backing_off.append(work)
             continue

@@ -63,6 +63,7 @@ def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
         "last_failure": fields.last_failure or None,
         "retry_at": retry_due_at(fields, *retry),  # when the daemon tries a failed launch again
         "score": work.score,
+        "promoted_at": fields.promoted_at or None,
         "held": None,  # or why the context waits although its item may be ready (e.g. missing-item)
     }
 
@@ -200,6 +201,7 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
         "context_id": None,
         "would_dispatch": False,
         "score": None,
+        "promoted_at": None,
         "reasons": [],
     }
     reasons: list[Reason] = []
@@ -208,7 +210,7 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
         for w in works:
             if w.item["id"] != item_id:
                 continue
-            out.update(queued=True, context_id=w.context_id, score=w.score)
+            out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
             blockers = _blockers(found, item_id, active) if where == "blocked" else None
             reasons = reasons_of(assessment, w, where, config, blockers)
             out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys

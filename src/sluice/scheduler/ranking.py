@@ -55,6 +55,7 @@ class Work:
     pressured: bool = False
     graph_id: str | None = None  # the item's top-level epic, filled in by rank_work
     tokens: int | None = None  # the effective token estimate: given, or filled in by rank_work
+    promoted_at: str = ""  # a promoted context goes ahead of score order, oldest promotion first
 
 
 def item_priority(item: Mapping) -> int:
@@ -125,9 +126,11 @@ def rank_work(
     for kind, order, w in members:
         s = scored[kind]
         w.score, w.reasons, w.pressured = s.score, s.reasons, s.pressured
-        keyed.append((rank_order(s.score, w.tokens, order, w.item["id"]), w))
-    keyed.sort(key=lambda pair: pair[0])
-    return [w for _key, w in keyed]
+        # Promoted work first, in the order it was promoted (`scheduler promote`), then score order.
+        promoted = (not w.promoted_at, w.promoted_at)
+        keyed.append((promoted, rank_order(s.score, w.tokens, order, w.item["id"]), w))
+    keyed.sort(key=lambda entry: entry[:2])
+    return [w for _promoted, _key, w in keyed]
 
 
 def _age_hours(order: str, now: float) -> float:

@@ -339,6 +339,16 @@ def clear_missing(store: RigStore, context_ids: Iterable[str]) -> dict[str, Cont
     return update_fields_many(store, dict.fromkeys(context_ids, change))
 
 
+def set_promoted(store: RigStore, context_id: str, stamp: str) -> Context | None:
+    """Record (``stamp``) or, with ``""``, withdraw a promotion; None when the context is not open."""
+
+    def change(fields: SlingContextFields) -> SlingContextFields:
+        fields.promoted_at = stamp
+        return fields
+
+    return update_fields(store, context_id, change)
+
+
 def record_failure(store: RigStore, context_id: str, error: str) -> Context | None:
     """Count one failed dispatch: failures + 1, the error, when; the launch intent is cleared."""
 

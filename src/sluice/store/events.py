@@ -43,6 +43,7 @@ THROTTLED = "Throttled"  # a throttle was set (by a person, MCP, or a polecat's 
 THROTTLE_CLEARED = "ThrottleCleared"
 BUDGET_EXHAUSTED = "BudgetExhausted"  # a cycle first held work for the token budget
 REQUEUED = "Requeued"  # a broken item after its cooldown or a reset, or a throttled polecat's item
+PROMOTED = "Promoted"  # `scheduler promote` (payload `undo` true: withdrawn)
 # A rig unregistered (``rig remove``):
 RIG_REMOVED = "RigRemoved"
 # Polecats stopped by the stall timeout:

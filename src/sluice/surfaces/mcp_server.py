@@ -179,9 +179,18 @@ def build_server(town_arg: str | None = None):
     def sluice_scheduler_run(
         dry_run: StrictBool = False,
         batch: Annotated[StrictInt | None, Field(ge=1, description="Override scheduler.batch_size.")] = None,
+        item_id: Annotated[str, Field(description="Launch only this item now, if admission allows.")] = "",
     ) -> dict:
-        """Run (or preview) one dispatch cycle, as `sluice scheduler run --json`."""
-        return town().run_cycle(batch=batch, dry_run=dry_run).to_json()
+        """Run (or preview) one dispatch cycle, as `sluice scheduler run [--item ID] --json`."""
+        return town().run_cycle(batch=batch, dry_run=dry_run, item=_given(item_id)).to_json()
+
+    @tool
+    def sluice_scheduler_promote(
+        item_id: Annotated[str, Field(description="The queued item to move to the head of the order.")],
+        undo: Annotated[StrictBool, Field(description="Put it back in score order.")] = False,
+    ) -> dict:
+        """Promote a queued item ahead of score order, as `sluice scheduler promote ITEM [--undo] --json`."""
+        return town().promote(item_id, undo=undo)
 
     @tool
     def sluice_scheduler_pause() -> dict:

@@ -191,6 +191,8 @@ def queue_text(rows: list[dict]) -> str:
             text = f"({row['held']}: item not found in any rig{since}{closes})"
         elif row.get("why"):
             text += f"  (waits: {', '.join(row['why'])})"
+        if row.get("promoted_at"):
+            text += "  [promoted]"
         lines.append(f"  {mark} {shown(row['id']):<16} → {shown(row['target_rig']):<12} {text}{fails}")
     return "\n".join(lines)
 
@@ -206,6 +208,8 @@ def explain_text(data: dict) -> str:
     lines = [head]
     if data["score"] is not None:
         lines.append(f"  score: {data['score']}")
+    if data.get("promoted_at"):
+        lines.append(f"  promoted: {data['promoted_at']} (ahead of score order)")
     lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
     return "\n".join(lines)
 

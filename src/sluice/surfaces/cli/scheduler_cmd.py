@@ -87,10 +87,12 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Preview; change nothing.")] = False,
     ignore_backoff: Annotated[bool, typer.Option(
         "--ignore-backoff", help="Retry failed launches now, not after their backoff.")] = False,
+    item: Annotated[str | None, typer.Option(
+        "--item", help="Launch only this item now, if every cap, budget and gate allows.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run one dispatch cycle now."""
-    report = town().run_cycle(batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff)
+    report = town().run_cycle(batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff, item=item)
     if not as_json:
         for message in report.messages:
             say(message)
@@ -139,6 +141,25 @@ def explain(
 ) -> None:
     """Would the next cycle launch ITEM, and every reason it would not."""
     emit(town().explain(item).to_json(), as_json, explain_text)
+
+
+@scheduler_app.command("promote")
+def promote(
+    item: Annotated[str, typer.Argument(help="A queued item.")],
+    undo: Annotated[bool, typer.Option("--undo", help="Put it back in score order.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Move a queued item to the head of the dispatch order (caps and gates still apply)."""
+    emit(town().promote(item, undo=undo), as_json, _promote_text)
+
+
+def _promote_text(data: dict) -> str:
+    item = shown(data["item_id"])
+    if not data["promoted"]:
+        return f"{item} is back in score order" if data["changed"] else f"{item} was not promoted"
+    when = f" (promoted {data['promoted_at']})"
+    return (f"{item} goes ahead of score order{when}" if data["changed"]
+            else f"{item} was already promoted{when}")
 
 
 @scheduler_app.command("throttle")
