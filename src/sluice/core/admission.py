@@ -57,6 +57,7 @@ OVERLAP = "overlap"
 CIRCUIT_BROKEN = "circuit-broken"
 BATCH = "batch"
 MISSING_ITEM = "missing-item"
+RIG_UNREADABLE = "rig-unreadable"  # the item's rig has a file sluice cannot read
 # Town-wide gates (sluice.core.gates): every applicant is held while one holds.
 HOLD_FILE = "hold-file"
 HOST_LOAD = "host-load"
@@ -78,6 +79,7 @@ CODES = (
     CIRCUIT_BROKEN,
     BATCH,
     MISSING_ITEM,
+    RIG_UNREADABLE,
     HOLD_FILE,
     HOST_LOAD,
     HOST_MEMORY,

@@ -48,7 +48,7 @@ from sluice.scheduler import admission
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
-from sluice.scheduler.pending import held_row, survey
+from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.promote import NotAdmitted
 from sluice.scheduler.throttles import settle_exits
 from sluice.store import contexts as ctxs
@@ -161,6 +161,8 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
     if not report.dry_run:
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
+    report.messages += [f"rig {name!r} is held (rig-unreadable): {detail}"
+                        for name, detail in view.unreadable.items()]
     report.capacity = max(0, sched.max_polecats - len(active))
     if item is not None:
         view = _only(town, item, view, executor)
@@ -177,8 +179,9 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
             report.why[code] = report.why.get(code, 0) + 1
     if view.backing_off:
         report.why[rules.BACKOFF] = len(view.backing_off)
-    if view.held:
-        report.why[rules.MISSING_ITEM] = len(view.held)
+    for held in view.held:
+        code = rules.RIG_UNREADABLE if held.reason == RIG_UNREADABLE else rules.MISSING_ITEM
+        report.why[code] = report.why.get(code, 0) + 1
     # A dry run while paused previews the cycle after resume, so its reason is the plan's; `paused`
     # stays true.  `reason: paused` means exactly "the cycle skipped planning".
     report.reason = plan.reason
@@ -248,7 +251,7 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
     stamp = iso()
     unmarked: dict[str, list] = {}
     for held in view.held:
-        if held.since is None:
+        if held.since is None and held.reason == MISSING_ITEM:
             unmarked.setdefault(held.context.rig, []).append(held)
     grace = town.config.scheduler.seconds("missing_grace")
     for rig_name, group in unmarked.items():

@@ -91,6 +91,7 @@ def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | No
     # `executor_error` null while the executor answers.
     report["executor_error"] = executor_error
     report["events_missing"] = events.missing(town)
+    report["unreadable"] = view.unreadable.get(rig_name)  # this rig's file that cannot be read, or None
     report["source_stale"] = source_stale(town, town.rig(rig_name))
     report["fixed"] = _fix(town, stores, rig_name, view, rigs) if fix else []
     return report

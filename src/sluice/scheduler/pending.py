@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso
 from sluice.core.items import is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
-from sluice.errors import UnknownItem
+from sluice.errors import StoreCorrupt, UnknownItem
 from sluice.scheduler.polecats import is_retry_due
 from sluice.scheduler.ranking import Work, rank_work
 from sluice.store import contexts as ctxs
@@ -59,6 +59,7 @@ class Stale:
 
 #: Why a queued context is held back although it is not stale (shown by list, patrol, the daemon).
 MISSING_ITEM = "missing-item"
+RIG_UNREADABLE = "rig-unreadable"
 
 
 @dataclass
@@ -69,14 +70,18 @@ class Held:
     reason: str
     since: str | None  # when a cycle first saw the item missing; None: not recorded yet
     closes_at: float | None  # epoch seconds when the grace runs out (None until ``since`` is recorded)
+    detail: str | None = None  # rig-unreadable: what cannot be read (file and line)
 
 
 def held_row(held: Held) -> dict:
     """One held context as the cycle, ``scheduler list`` and patrol report it."""
     context = held.context
     closes_at = iso(datetime.fromtimestamp(held.closes_at, UTC)) if held.closes_at is not None else None
-    return {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
-            "reason": held.reason, "missing_since": held.since, "closes_at": closes_at}
+    row = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
+           "reason": held.reason, "missing_since": held.since, "closes_at": closes_at}
+    if held.detail is not None:
+        row["detail"] = held.detail
+    return row
 
 
 @dataclass
@@ -88,9 +93,10 @@ class Survey:
     relaunch: list[Context] = field(default_factory=list)  # mid-launch, no polecat: intent to clear
     duplicates: list[Context] = field(default_factory=list)  # younger contexts of a queued item
     backing_off: list[Work] = field(default_factory=list)  # ready, but a failed launch's backoff runs
-    held: list[Held] = field(default_factory=list)  # item missing, within the grace period
+    held: list[Held] = field(default_factory=list)  # item missing (within the grace) or its rig unreadable
     reappeared: list[Context] = field(default_factory=list)  # item back: ``missing_since`` to clear
     open_total: int = 0
+    unreadable: dict[str, str] = field(default_factory=dict)  # rig → the file (and line) it cannot read
 
     @property
     def queued(self) -> list[Work]:
@@ -132,7 +138,12 @@ def items_of(stores: Stores, contexts: list[Context], now: float
             routed.setdefault(rig.name, []).append(item_id)
     for name, ids in routed.items():
         store = stores.rig(name)
-        records, ready, tokens = store.get_many_ready(ids, now)
+        try:
+            records, ready, tokens = store.get_many_ready(ids, now)
+        except (StoreCorrupt, OSError) as err:  # held, not missing: the item may well be there
+            stores.hold_unreadable(name, err)
+            found.update((item_id, UNREADABLE) for item_id in ids)
+            continue
         astray += [item_id for item_id in ids if item_id not in records]
         for item_id, record in records.items():
             if not is_context(record):  # a context is never work
@@ -141,7 +152,13 @@ def items_of(stores: Stores, contexts: list[Context], now: float
         there = item_store(stores, item_id)
         if there is not None:
             found[item_id] = (*there, item_id in there[0].ready_among(now, [item_id]), None)
+        elif stores.unreadable:
+            found[item_id] = UNREADABLE  # it may be in the rig that cannot be read
     return found
+
+
+#: What :func:`items_of` says of an item in a rig whose files cannot be read.
+UNREADABLE = "unreadable"
 
 
 def _missing(out: Survey, context: Context, now: float, grace: float) -> None:
@@ -202,6 +219,12 @@ def survey(
             out.stale.append(Stale(context, ctxs.INVALID_CONTEXT, detail))
             continue
         found = items[fields.work_bead_id]
+        if found == UNREADABLE:
+            rig = stores.town.rig_for_id(fields.work_bead_id)
+            name = rig.name if rig is not None and rig.name in stores.unreadable else min(stores.unreadable)
+            detail = f"rig {name!r} cannot be read: {stores.unreadable[name]}"
+            out.held.append(Held(context, RIG_UNREADABLE, None, None, detail))
+            continue
         if found is None:
             _missing(out, context, now, missing_grace)
             continue
@@ -248,4 +271,5 @@ def survey(
         (ready if is_ready else blocked).append(work)
     out.ready = rank_work(town, stores, ready, now=now) if ready else []
     out.blocked = rank_work(town, stores, blocked, now=now) if blocked else []
+    out.unreadable = dict(stores.unreadable)
     return out

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.core import admission as rules
 from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
-from sluice.errors import ExecutorError
+from sluice.errors import ExecutorError, StoreCorrupt
 from sluice.executors import get_executor
 from sluice.scheduler.admission import assess, binding_of, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
@@ -155,6 +155,8 @@ def status(town: Town, executor: Executor | None = None) -> dict:
         "last_dispatch_count": state.last_dispatch_count,
         "stale": len(view.stale),
         "held": len(view.held),
+        # Rigs with a file sluice cannot read (file and line): their work is held, the rest goes on.
+        "unreadable": dict(view.unreadable),
         # Read-only rigs whose items may be behind their beads store (docs/items.md "Item sources").
         "source_stale": stale_rows(town),
         "items": rows,
@@ -205,7 +207,11 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
         "reasons": [],
     }
     reasons: list[Reason] = []
-    found = item_store(stores, item_id)
+    unreadable = None
+    try:
+        found = item_store(stores, item_id)
+    except (StoreCorrupt, OSError) as err:  # its rig cannot be read: held, as the cycle holds it
+        found, unreadable = None, str(err)
     for where, works in (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked)):
         for w in works:
             if w.item["id"] != item_id:
@@ -222,7 +228,10 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
             if held.context.work_id == item_id:
                 out.update(queued=True, context_id=held.context.id)
                 closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
-                reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
+                if held.reason == rules.RIG_UNREADABLE:
+                    reasons.append(Reason(rules.RIG_UNREADABLE, held.detail or ""))
+                else:
+                    reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
                 break
     if not out["queued"]:
         for stale in view.stale:
@@ -248,6 +257,8 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
                     f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)",
                 )
             )
+        elif unreadable is not None:
+            reasons.append(Reason(rules.RIG_UNREADABLE, unreadable))
         elif found is None:
             reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
         else:

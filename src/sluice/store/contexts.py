@@ -29,6 +29,7 @@ from sluice.core.items import (
     priority_of,
 )
 from sluice.core.records import SlingContextFields
+from sluice.errors import StoreCorrupt
 from sluice.store import events, fsutil, queuedigest
 
 if TYPE_CHECKING:
@@ -192,8 +193,18 @@ def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
 
 
 def open_contexts(stores: Stores, fresh: bool = False) -> list[Context]:
-    """Open contexts of every rig: valid ones oldest first (ties by id), unparseable ones last."""
-    found = [c for store in stores.all() for c in _open_contexts_of(store, fresh)]
+    """Open contexts of every rig: valid ones oldest first (ties by id), unparseable ones last.
+
+    A rig whose log cannot be read (a malformed line, an unreadable file) is
+    left out and noted in ``stores.unreadable``: one bad rig does not stop
+    the town, and nothing of it is rewritten or closed.
+    """
+    found = []
+    for store in stores.all():
+        try:
+            found.extend(_open_contexts_of(store, fresh))
+        except (StoreCorrupt, OSError) as err:
+            stores.hold_unreadable(store.rig.name, err)
     found.sort(key=lambda c: (not c.valid, c.order, c.id))
     return found
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
-from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, UnknownItem
+from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
 from sluice.store import fsutil, queuedigest
 from sluice.store.index import DurableIndex, blocked_line, with_causes
 from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
@@ -486,6 +486,12 @@ class Stores:
     def __init__(self, town: Town):
         self.town = town
         self._open: dict[str, RigStore] = {}
+        #: Rigs with a file that cannot be read (a malformed line, an unreadable file): rig → what,
+        #: naming file and line.  Their work is held, never closed, and every other rig goes on.
+        self.unreadable: dict[str, str] = {}
+
+    def hold_unreadable(self, name: str, err: Exception) -> None:
+        self.unreadable.setdefault(name, str(err))
 
     def rig(self, name: str) -> RigStore:
         if name not in self._open:
@@ -503,8 +509,13 @@ class Stores:
             if store.get(item_id) is not None:
                 return store
         for store in self.all():
-            if store.get(item_id) is not None:
-                return store
+            if store.rig.name in self.unreadable:
+                continue
+            try:
+                if store.get(item_id) is not None:
+                    return store
+            except (StoreCorrupt, OSError) as err:  # another rig's damage does not hide this item
+                self.hold_unreadable(store.rig.name, err)
         raise UnknownItem(f"no item {item_id!r} in any rig of this town")
 
     def find(self, item_id: str) -> tuple[RigStore, dict]:

@@ -96,6 +96,8 @@ def _patrol_text(r: dict) -> str:
         lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
     if r.get("executor_error"):
         lines.append(f"  executor: {r['executor_error']}")
+    if r.get("unreadable"):
+        lines.append(f"  unreadable (rig held, rig-unreadable): {shown(r['unreadable'])}")
     gone = r.get("events_missing")
     if gone:
         lines.append(f"  events missing: {gone['count']} event(s) since {gone['since']} could not be written"

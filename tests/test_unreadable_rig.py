@@ -1,0 +1,76 @@
+"""One rig whose files cannot be read is held (``rig-unreadable``); every other rig dispatches as usual."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.scheduler import (
+    configure,
+    ephemeral_path,
+    issues_path,
+    item,
+    open_contexts,
+    sleeper,
+    town_with_rigs,
+    write_items,
+)
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
+    configure(cli.town, "scheduler.max_polecats", "4")
+    configure(cli.town, "scheduler.batch_size", "4")
+    configure(cli.town, "executor.command", sleeper(0.1))
+    write_items(cli.town, "alpha", [item("al-1"), item("al-2")])
+    write_items(cli.town, "beta", [item("be-1"), item("be-2")])
+    cli.run("sling", "al-1", "alpha")
+    cli.run("sling", "be-1", "beta")
+    return cli.town
+
+
+def test_a_malformed_line_in_one_rigs_log_holds_that_rig_only(cli, town):
+    log = ephemeral_path(town, "alpha")
+    with open(log, "ab") as fh:
+        fh.write(b'{"id": "al-wisp-bad", oops}\n')  # complete (it ends in a newline), so not a torn tail
+    damaged = log.read_bytes()
+    where = f"{log}:2"
+    cli.run("sling", "be-2", "beta")  # slinging into another rig still works
+    report = cli.json("scheduler", "run")
+    assert sorted(row["item_id"] for row in report["launched"]) == ["be-1", "be-2"]
+    assert any("rig-unreadable" in m and where in m for m in report["messages"]), report["messages"]
+    status = cli.json("scheduler", "status")
+    assert where in status["unreadable"]["alpha"]
+    patrol = cli.json("patrol", "alpha")
+    assert where in patrol["unreadable"]
+    assert cli.json("patrol", "beta")["unreadable"] is None
+    assert log.read_bytes() == damaged  # nothing of the bad rig rewritten or closed
+
+
+def test_a_malformed_line_in_one_rigs_items_holds_its_queued_work(cli, town):
+    items = issues_path(town, "alpha")
+    with open(items, "ab") as fh:
+        fh.write(b"[1, 2]\n")
+    where = f"{items}:3"
+    report = cli.json("scheduler", "run")
+    assert [row["item_id"] for row in report["launched"]] == ["be-1"]
+    [held] = report["held"]
+    assert held["item_id"] == "al-1" and held["reason"] == "rig-unreadable" and where in held["detail"]
+    assert report["why"]["rig-unreadable"] == 1
+    explained = cli.json("scheduler", "explain", "al-1")
+    assert [r["code"] for r in explained["reasons"]] == ["rig-unreadable"]
+    assert where in explained["reasons"][0]["detail"]
+    cli.json("scheduler", "run")  # and again: never closed as missing, no missing clock started
+    [context] = open_contexts(town, "alpha", "al-1")
+    assert not json.loads(context["description"]).get("missing_since")
+
+
+def test_a_torn_last_line_is_still_mended_not_held(cli, town):
+    log = ephemeral_path(town, "alpha")
+    with open(log, "ab") as fh:
+        fh.write(b'{"id": "al-wisp-torn", "tit')  # no newline: an interrupted append
+    report = cli.json("scheduler", "run")
+    assert sorted(row["item_id"] for row in report["launched"]) == ["al-1", "be-1"]
+    assert cli.json("scheduler", "status")["unreadable"] == {}
