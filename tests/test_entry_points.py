@@ -43,7 +43,7 @@ def test_usage_errors_are_one_plain_line_and_a_hint(tmp_path: Path):
     cases = [
         (("sling", "--bogus"), "error: No such option: --bogus", "try 'sluice sling --help'"),
         (("nosuch",), "error: No such command 'nosuch'.", "try 'sluice --help'"),
-        (("rig", "add"), "error: Missing argument 'name'.", "try 'sluice rig add --help'"),
+        (("rig", "add"), "error: Missing argument 'NAME'.", "try 'sluice rig add --help'"),
         (("item", "ready", "--limit", "many"), "error: Invalid value for '--limit'",
          "try 'sluice item ready --help'"),
     ]

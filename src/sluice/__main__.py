@@ -27,11 +27,12 @@ def main() -> int | None:
 
         sys.stdout.write(f"sluice {__version__}\n")
         return 0
-    from sluice.surfaces.fastcli import run
+    if "_SLUICE_COMPLETE" not in os.environ:  # a shell asking for completions goes straight to typer
+        from sluice.surfaces.fastcli import run
 
-    code = run(sys.argv[1:])
-    if code is not None:  # a hot read command, answered without typer or pydantic
-        return code
+        code = run(sys.argv[1:])
+        if code is not None:  # a hot read command, answered without typer or pydantic
+            return code
     from sluice.surfaces.cli import main as run_cli
 
     run_cli()

@@ -16,7 +16,7 @@ app = typer.Typer(
     help="A git-native scheduler for multi-agent coding workspaces.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --show-completion SHELL / --install-completion for bash, zsh and fish
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -62,6 +62,15 @@ def _register() -> None:
 
 
 _register()
+
+
+def command():
+    """The app's click command tree with readable placeholders and examples in its help (helptext)."""
+    from sluice.surfaces.cli.helptext import readable
+
+    root = typer.main.get_command(app)
+    readable(root)
+    return root
 
 
 class _StderrFormatter(logging.Formatter):
@@ -113,7 +122,7 @@ def main() -> None:
 
     try:
         # Not standalone: typer's own usage errors reach us here instead of printing a boxed panel.
-        code = app(prog_name="sluice", standalone_mode=False)
+        code = command()(prog_name="sluice", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except typer.TyperException as err:  # a bad flag, value or command name, found while parsing
         _usage_error(err)

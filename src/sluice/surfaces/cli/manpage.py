@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import typer.main
-
 from sluice import __version__
 
 PAGES = {"sluice.1": "sluice", "git-sluice.1": "git sluice"}
@@ -36,9 +34,9 @@ _EXIT_STATUS = [
 
 def render(prog: str = "sluice") -> str:
     """The manual page (roff) for the command line invoked as ``prog``."""
-    from sluice.surfaces.cli import app
+    from sluice.surfaces.cli import command as command_tree
 
-    root = typer.main.get_command(app)
+    root = command_tree()
     page_name = prog.replace(" ", "-")
     summary = _first_line(root.help or "").rstrip(".")
     out = [
@@ -63,7 +61,8 @@ def render(prog: str = "sluice") -> str:
     ]
     for path, command in _walk(root, [prog]):
         usage = " ".join([*path, *_usage(command)])
-        out += [f'.SS "{_text(usage)}"', *_paragraphs(command.help or ""), *_options(command)]
+        out += [f'.SS "{_text(usage)}"', *_paragraphs(command.help or ""), *_options(command),
+                *_examples(path, prog)]
     out.append(".SH ENVIRONMENT")
     for name, text in _ENVIRONMENT:
         out += [".TP", f".B {name}", _text(text)]
@@ -94,6 +93,16 @@ def _walk(command, path: list[str]):
     for name in sorted(subs):
         if not subs[name].hidden:
             yield from _walk(subs[name], [*path, name])
+
+
+def _examples(path: list[str], prog: str) -> list[str]:
+    from sluice.surfaces.cli.helptext import examples
+
+    lines = examples(" ".join(path[len(prog.split()):]))
+    if not lines:
+        return []
+    return [".PP", "Examples:", ".RS", ".nf", *(_text(prog + line[len("sluice"):]) for line in lines),
+            ".fi", ".RE"]
 
 
 def _options(command) -> list[str]:
