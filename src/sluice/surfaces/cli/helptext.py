@@ -85,6 +85,7 @@ EXAMPLES: dict[str, list[str]] = {
     "scheduler explain": ["scheduler explain api-2", "scheduler explain api-2 --json"],
     "scheduler list": ["scheduler list", "scheduler list --json"],
     "scheduler pause": ["scheduler pause"],
+    "scheduler promote": ["scheduler promote api-6", "scheduler promote api-6 --undo"],
     "scheduler reset": ["scheduler reset api-2"],
     "scheduler resume": ["scheduler resume"],
     "scheduler run": ["scheduler run --dry-run", "scheduler run --batch 2"],
