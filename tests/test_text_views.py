@@ -81,3 +81,40 @@ def test_schedule_and_polecat_views_escape_item_text(cli, town):
     finally:
         cli.run("polecat", "stop", ODD_ID, check=False)
         cli.run("polecat", "stop", "al-1", check=False)
+
+
+def test_explain_broken_reset_and_sling_errors_escape_ids(cli, town):
+    """The last views that printed an id raw: explain's header, broken, reset, sling's refusal."""
+    assert_safe(cli.run("scheduler", "explain", ODD_ID, check=False), r"al-\x1b[2Jodd")
+    configure(town, "executor.command", '["/nonexistent/agent-\\u001b[2J", "{item_id}"]')
+    configure(town, "scheduler.max_dispatch_failures", "1")
+    cli.run("sling", ODD_ID, "alpha")
+    cli.run("scheduler", "run", check=False)
+    done = cli.run("scheduler", "broken", check=False)
+    assert_safe(done, r"al-\x1b[2Jodd")
+    assert done.stdout.count("\n") == 2  # one row and its last error
+    assert_safe(cli.run("scheduler", "reset", ODD_ID, check=False), r"al-\x1b[2Jodd")
+    done = cli.run("sling", "al-\x1b[2Jnope\nerror: fake", "alpha", check=False)
+    assert done.returncode == 1 and r"al-\x1b[2Jnope\nerror: fake" in done.stderr
+    assert "\x1b" not in done.stderr and done.stderr.count("error:") == 2  # the fake one is escaped inline
+
+
+def test_the_daemon_log_escapes_what_it_says_of_a_polecat(cli, town):
+    configure(town, "scheduler.polecat_timeout", "1ms")  # every running polecat is overdue at once
+    cli.run("sling", ODD_ID, "alpha")
+    cli.run("scheduler", "run")
+    done = cli.run("daemon", "--once", check=False)
+    log = (town / ".sluice" / "runtime" / "daemon.log").read_text()
+    assert "over scheduler.polecat_timeout" in log and r"al-\x1b[2Jodd" in log, log
+    for raw in RAW:
+        assert raw not in log and raw not in done.stderr
+    assert all(line[:4].isdigit() for line in log.splitlines())  # each line a stamped line of its own
+
+
+def test_every_text_view_is_escaped_on_its_way_out(capsys):
+    """A view that forgets to escape a field still cannot drive the terminal: emit escapes all of it."""
+    from sluice.surfaces.output import emit
+
+    emit({"title": NASTY}, False, lambda data: f"row\t{data['title']}")
+    out = capsys.readouterr().out
+    assert out == "row\t" + r"red\x1b[31m nul\x00 rtl\u202e line" + "\nbreak\n"

@@ -162,7 +162,8 @@ class Daemon:
         self.last_result: dict | None = None
 
     def _log(self, line: str) -> None:
-        stamped = f"{iso()} {line}"
+        # One line each, whatever an id or an error message holds: a newline would fake a tick.
+        stamped = f"{iso()} {printable(line)}"
         fsutil.append_line(log_path(self.town), stamped)
         self.echo(stamped)
 

@@ -27,6 +27,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from sluice.core.text import printable_text
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -70,7 +72,7 @@ class _Held(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname.lower()}: {record.getMessage()}\n")
+        self.lines.append(printable_text(f"{record.levelname.lower()}: {record.getMessage()}") + "\n")
 
 
 def parse(args: list[str]) -> Command | None:
@@ -203,7 +205,7 @@ def run(args: list[str]) -> int | None:
     finally:
         sys.stdout = real_stdout
     try:
-        sys.stderr.write("".join(held.lines) + "".join(line + "\n" for line in say))
+        sys.stderr.write("".join(held.lines) + "".join(printable_text(line) + "\n" for line in say))
         sys.stdout.write(buffer.getvalue())
         sys.stdout.flush()
     except BrokenPipeError:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sluice.core.text import printable as shown
+from sluice.core.text import printable_text
 
 
 class RawJSON(list):
@@ -45,6 +46,8 @@ def emit(data: Any, as_json: bool, human: Callable[[Any], str | None] | None = N
         return
     text = human(data) if human is not None else to_json(data)
     if text:
+        # The last line of defence: whatever a view forgot to escape still cannot drive the terminal.
+        text = printable_text(text)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
@@ -198,13 +201,13 @@ def queue_text(rows: list[dict]) -> str:
 
 
 def explain_text(data: dict) -> str:
+    item_id, context_id = shown(data["item_id"]), shown(data["context_id"])
     if data["would_dispatch"]:
-        head = f"{data['item_id']}: the next cycle would launch it (context {data['context_id']})"
+        head = f"{item_id}: the next cycle would launch it (context {context_id})"
     elif data["queued"]:
-        head = (f"{data['item_id']}: queued (context {data['context_id']}),"
-                " but the next cycle would not launch it")
+        head = f"{item_id}: queued (context {context_id}), but the next cycle would not launch it"
     else:
-        head = f"{data['item_id']}: not queued"
+        head = f"{item_id}: not queued"
     lines = [head]
     if data["score"] is not None:
         lines.append(f"  score: {data['score']}")

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.core.text import printable_text
 from sluice.surfaces.cli import common
 
 app = typer.Typer(
@@ -75,7 +76,7 @@ def command():
 
 class _StderrFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {record.getMessage()}"
+        return printable_text(f"{record.levelname.lower()}: {record.getMessage()}")
 
 
 def _try_help(command_path: str) -> None:
@@ -140,10 +141,10 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as err:  # the machine said no (a directory where a file belongs, no permission, full disk)
-        sys.stderr.write(f"error: {os_error_text(err)}\n")
+        sys.stderr.write(f"error: {printable_text(os_error_text(err))}\n")
         sys.exit(1)
     except Exception as err:  # a bug: say so plainly, keep the traceback for SLUICE_DEBUG
         if os.environ.get("SLUICE_DEBUG"):
             raise
-        sys.stderr.write(f"error: {internal_error_text(err)}\n")
+        sys.stderr.write(f"error: {printable_text(internal_error_text(err))}\n")
         sys.exit(1)

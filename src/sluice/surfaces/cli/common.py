@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.core.text import printable_text
 from sluice.surfaces.output import RawJSON, emit, shown  # noqa: F401 - the commands import them from here
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -38,7 +39,7 @@ def town():
 
 def say(message: str) -> None:
     """A progress or status line for a person, on stderr so stdout stays data."""
-    sys.stderr.write(message + "\n")
+    sys.stderr.write(printable_text(message) + "\n")
 
 
 #: Parameters whose flag is not simply ``--`` and the name with dashes.
@@ -64,10 +65,13 @@ def flag_words(message: str, parameters: tuple[str, ...] = ()) -> str:
 
 
 def error_text(err: Exception) -> str:
-    """A library error's message, in the command line's words (see :func:`flag_words`)."""
-    return flag_words(str(err), getattr(err, "parameters", ()))
+    """A library error's message, in the command line's words (see :func:`flag_words`), safe to print.
+
+    Messages quote what was asked for (an id, a path), which may hold control characters.
+    """
+    return printable_text(flag_words(str(err), getattr(err, "parameters", ())))
 
 
 def fail(message: str, code: int = 1) -> None:
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(f"error: {printable_text(message)}\n")
     raise typer.Exit(code)

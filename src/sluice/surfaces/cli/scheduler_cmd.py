@@ -36,7 +36,7 @@ def sling(
                             dry_run=dry_run)
     if not as_json:
         for row in result.errors:
-            say(f"error: {flag_words(row['error'])}")
+            say(f"error: {shown(flag_words(row['error']))}")  # one line, whatever the id holds
     emit(result.to_json(), as_json, _sling_text)
     if not result.ok:
         raise typer.Exit(1)
@@ -195,7 +195,7 @@ def _broken_text(rows: list[dict]) -> str:
     for row in rows:
         nxt = row["next_attempt_at"] or "never (scheduler.breaker_cooldown is 0)"
         state = "  [half-open: one attempt queued]" if row["half_open"] else ""
-        lines.append(f"{row['item_id']:<16} → {row['rig']:<12} {row['failures']} failed,"
+        lines.append(f"{shown(row['item_id']):<16} → {shown(row['rig']):<12} {row['failures']} failed,"
                      f" next attempt {nxt}{state}")
         lines.append(f"    last error: {shown(row['last_error'] or '')}")
     return "\n".join(lines)
@@ -207,8 +207,8 @@ def reset(
     as_json: JsonOption = False,
 ) -> None:
     """Queue a circuit-broken item again now, with a fresh failure count."""
-    emit(town().reset(item), as_json, lambda d: f"Queued {d['item_id']} → {d['rig']} again"
-         + (f" (context {d['context_id']})" if d["context_id"] else ""))
+    emit(town().reset(item), as_json, lambda d: f"Queued {shown(d['item_id'])} → {shown(d['rig'])} again"
+         + (f" (context {shown(d['context_id'])})" if d["context_id"] else ""))
 
 
 def compact(
