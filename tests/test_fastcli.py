@@ -23,7 +23,7 @@ sys.argv = ["sluice", *sys.argv[2:]]
 runpy.run_module("sluice", run_name="__main__", alter_sys=True)
 """
 
-HEAVY = ("typer", "rich", "pydantic", "pygit2", "click")
+HEAVY = ("typer", "rich", "pydantic", "pygit2", "click", "psutil")
 # Runs what `sluice` runs up to its exit (which, after a hot command, skips every `finally`).
 PROBE = f"""
 import sys
@@ -163,7 +163,7 @@ def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
                                   ("scheduler", "explain", "al-1"), ("hooks", "report", "--rig", "alpha"),
                                   ("scheduler", "run", "--dry-run", "--json")],
                          ids=" ".join)
-def test_hot_commands_import_no_typer_rich_pydantic_or_pygit2(town, args):
+def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(town, args):
     import os
 
     env = {**os.environ, "SLUICE_TOWN": str(town)}

@@ -181,6 +181,45 @@ def test_stop_terminates_the_whole_process_group(setup, tmp_path):
     assert not executor.stop(polecat.id)
 
 
+@pytest.mark.parametrize("orphaned", [False, True], ids=["setsid-child", "setsid-orphan"])
+def test_stop_terminates_helpers_the_polecat_started_in_sessions_of_their_own(setup, tmp_path, orphaned):
+    """A ``setsid`` helper is out of the polecat's process group; an orphaned one is not even its child.
+
+    The orphan case forks a middle process that starts the helper in a new
+    session and exits at once, so the helper is reparented (on Linux, to the
+    watcher, a child subreaper) before ``stop`` is asked.
+    """
+    town, executor, repo = setup
+    pids = tmp_path / "helper.pid"
+    helper = ("import subprocess, sys, pathlib;"
+              "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+              " start_new_session=True);"
+              f"pathlib.Path({str(pids)!r}).write_text(str(h.pid))")
+    if orphaned:  # the middle process exits right after starting the helper
+        code = ("import subprocess, sys, time;"
+                f"subprocess.run([sys.executable, '-c', {helper!r}]); time.sleep(60)")
+    else:
+        code = f"{helper}; import time; time.sleep(60)"
+    polecat = executor.launch(request(town, repo, code))
+    helper_pid = int(wait_for(lambda: pids.exists() and pids.read_text()))
+    helper_start = proc_start_time(helper_pid)
+    assert os.getsid(helper_pid) != os.getsid(polecat.pid)  # out of reach of the polecat's group
+    assert executor.stop(polecat.id)
+    wait_for(lambda: not pid_alive(helper_pid, helper_start), timeout=10)
+    assert not pid_alive(polecat.pid, None)
+
+
+def test_a_record_written_before_psutil_start_times_is_still_recognised(setup):
+    """Records of polecats launched by an older sluice hold Linux clock ticks as an integer."""
+    town, executor, repo = setup
+    polecat = executor.launch(request(town, repo, "import time; time.sleep(60)"))
+    path = town.workers_dir / f"{polecat.id}.json"
+    record = json.loads(path.read_text())
+    record["start_time"] = round(record["start_time"] * os.sysconf("SC_CLK_TCK"))
+    path.write_text(json.dumps(record))
+    assert [p.id for p in executor.active()] == [polecat.id]
+
+
 def test_stop_kills_a_polecat_that_ignores_sigterm(setup):
     town, executor, repo = setup
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);" \

@@ -254,13 +254,15 @@ class Supervisor:
                            "polecats": [(r["pid"], r["item"], r["context"]) for r in live]})
 
     def _record_count(self) -> int:
+        from sluice.executors.local import pid_alive  # the executor's own reading of its records
+
         count = 0
         for path in (self.layout.town / ".sluice" / "runtime" / "workers").glob("*.json"):
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if record.get("pid") and alive(record["pid"], record.get("start_time")):
+            if record.get("pid") and pid_alive(record["pid"], record.get("start_time")):
                 count += 1
         return count
 

@@ -10,9 +10,10 @@ in ``runtime/workers/<id>.log``.
 
 A record ``runtime/workers/<id>.json`` is written *before* the process is
 started (state ``pending``) and completed with the pid and the process start
-time right after.  The start time (field 22 of ``/proc/<pid>/stat``) is what
-makes a record safe against pid reuse: a pid only counts as this polecat if
-the process under it started at the same clock tick.  The pending record is
+time right after.  The start time (seconds from boot, read through psutil:
+:mod:`sluice.executors.procs`) is what makes a record safe against pid reuse
+on every platform: a pid only counts as this polecat if the process under it
+started at the same moment.  The pending record is
 what lets a dispatcher that crashed mid-launch find the polecat instead of
 launching it again.  Finished polecats are moved by :meth:`reap` into
 ``runtime/workers/finished.jsonl`` (logs stay), so :meth:`find` still knows
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, new_id
 from sluice.errors import ExecutorError, StoreCorrupt
+from sluice.executors import procs
 from sluice.executors.base import (
     LaunchRequest,
     Polecat,
@@ -50,8 +51,7 @@ from sluice.executors.base import (
     read_finished,
     require_command,
 )
-from sluice.executors.watch import proc_stat
-from sluice.executors.watch import start_time as proc_start_time
+from sluice.executors.procs import start_time as proc_start_time
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -65,27 +65,9 @@ WATCHER = str(Path(__file__).with_name("watch.py"))
 _watchers: list[subprocess.Popen] = []  # polled now and then so finished watchers leave no zombies
 
 
-def _has_proc() -> bool:
-    return os.path.isdir("/proc/self")
-
-
-def pid_alive(pid: int, start_time: int | None) -> bool:
+def pid_alive(pid: int, start_time: float | int | None) -> bool:
     """True when ``pid`` runs (not a zombie) and, where known, started at ``start_time``."""
-    if not _has_proc():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    info = proc_stat(pid)
-    if info is None:
-        return False
-    state, started = info
-    if state in ("Z", "X", "x"):
-        return False
-    return start_time is None or started == start_time
+    return procs.alive(pid, start_time)
 
 
 class LocalExecutor:
@@ -140,8 +122,9 @@ class LocalExecutor:
         if pid_alive(pid, record.get("start_time")):
             return "running"
         watcher = record.get("watcher_pid")
-        info = proc_stat(pid)
-        reused = info is not None and record.get("start_time") is not None and info[1] != record["start_time"]
+        now = proc_start_time(pid)
+        reused = now is not None and record.get("start_time") is not None \
+            and not procs.same_start(record["start_time"], now)
         if watcher and not reused and not exit_path(self.dir, record["id"]).exists() \
                 and pid_alive(watcher, record.get("watcher_start")):
             return "running"  # ended a moment ago; its watcher is writing the exit code
@@ -287,23 +270,23 @@ class LocalExecutor:
         return None
 
     def stop(self, polecat_id: str) -> bool:
-        """SIGTERM the polecat's process group, SIGKILL it after the grace period."""
+        """SIGTERM the polecat's whole process tree, SIGKILL what is left after the grace period.
+
+        The tree is the polecat, its descendants, and the descendants its
+        watcher adopted (:func:`sluice.executors.procs.stop_tree`), so helpers
+        it started in sessions of their own stop with it.
+        """
         path = self._record_path(polecat_id)
         try:
             record = self._adopted(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             return False
         pid = record.get("pid")
-        if pid is None or not pid_alive(pid, record.get("start_time")):
+        if pid is None:
             return False
-        _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_grace
-        while time.monotonic() < deadline and pid_alive(pid, record.get("start_time")):
-            time.sleep(0.05)
-        if pid_alive(pid, record.get("start_time")):
-            _signal_group(pid, signal.SIGKILL)
-            while pid_alive(pid, record.get("start_time")) and time.monotonic() < deadline + 5:
-                time.sleep(0.02)
+        watcher = (record["watcher_pid"], record.get("watcher_start")) if record.get("watcher_pid") else None
+        if not procs.stop_tree(pid, record.get("start_time"), self.stop_grace, watcher):
+            return False
         record.update(state="stopped", finished_at=iso())
         self._write(record)
         return True
@@ -403,12 +386,3 @@ def _launch_error(program: str, err: Exception) -> str:
     if isinstance(err, PermissionError):
         return f"cannot launch {program!r}: permission denied"
     return f"cannot launch {program!r}: {getattr(err, 'strerror', None) or err}"
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError:  # not ours any more (should not happen: start time was checked)
-        pass

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
 from sluice.errors import ExecutorError, ExecutorUnavailable
+from sluice.executors import procs
 from sluice.executors.base import (
     LaunchRequest,
     Polecat,
@@ -361,26 +362,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 def _group_alive(pgid: int) -> bool:
     """Whether any process of the group still runs; zombies (already dead) do not count."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
+    return procs.group_alive(pgid)
 
 
 def _read_lines(path: Path, still_running=None, poll: float = 0.2) -> Iterator[str]:

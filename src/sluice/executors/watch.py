@@ -16,10 +16,13 @@ the next cycle settles its context as dispatched instead of launching the
 item a second time.
 
 Run as a script by path (``python -I watch.py EXIT_FILE STARTED_FILE PIPE_FD -- ARGV...``):
-it imports only the standard library, so it starts fast and cannot be broken
-by the environment of the town.  The argv is executed directly, never through
-a shell.  Stopping the polecat signals only the polecat's session; the
-watcher stays to record the signal as a negative exit code.
+it imports only the standard library and psutil (sluice's own dependency, for
+the start times), so it starts fast and cannot be broken by the environment
+of the town.  On Linux it makes itself a child subreaper, so descendants the
+polecat orphans stay under it, where ``polecat stop`` finds them.  The argv
+is executed directly, never through a shell.  Stopping the polecat signals
+its whole tree but never the watcher, which stays to record the signal as a
+negative exit code.
 """
 
 from __future__ import annotations
@@ -30,29 +33,55 @@ import subprocess
 import sys
 
 
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks) from ``/proc/<pid>/stat``; None if there is no such process.
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds from boot to 0.01 s (psutil); None if there is no such process.
 
-    The local executor reads pids the same way (it imports this), so the start
-    time written here is the one it compares to tell a reused pid.
+    Seconds from boot, not wall-clock time, so that a clock change never makes
+    a running polecat look like another process.  The local executor reads
+    pids the same way (it imports this), so the time written here is the one
+    it compares to tell a reused pid.
     """
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    # comm (field 2) is in parentheses and may hold spaces or ')' itself.
-    rest = data[data.rfind(b")") + 2 :].split()
-    try:
-        return rest[0].decode(), int(rest[19])
-    except (IndexError, ValueError):
+        proc = psutil.Process(pid)
+        return round(proc.create_time() - psutil.boot_time(), 2)
+    except (psutil.Error, ValueError):
         return None
 
 
-def start_time(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks), None if there is no such process."""
-    info = proc_stat(pid)
-    return info[1] if info else None
+def become_subreaper() -> None:
+    """On Linux, adopt the polecat's orphaned descendants (``PR_SET_CHILD_SUBREAPER``).
+
+    A helper the polecat started in a session of its own, whose parent then
+    exits, is reparented to this watcher instead of to init, so ``polecat
+    stop`` still finds it among the watcher's descendants.  Elsewhere a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def wait_for(child_pid: int) -> int:
+    """Wait for the polecat, reaping any adopted orphan on the way; its exit code (-N: signal N)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+        if pid == child_pid:
+            return os.waitstatus_to_exitcode(status)
 
 
 def write_atomically(path: str, document: dict) -> None:
@@ -67,6 +96,7 @@ def main(argv: list[str]) -> int:
     if dashes != "--" or not command:
         return 2
     report = int(fd_text)
+    become_subreaper()
     try:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError as err:
@@ -77,7 +107,8 @@ def main(argv: list[str]) -> int:
                                     "watcher_pid": os.getpid(), "watcher_start": start_time(os.getpid())})
     os.write(report, f"P{child.pid}".encode())
     os.close(report)
-    code = child.wait()
+    code = wait_for(child.pid)
+    child.returncode = code  # reaped above: Popen must not wait for it again
     write_atomically(exit_file, {"exit_code": code})
     return 0
 
