@@ -52,8 +52,9 @@ def test_dump_key_order():
         "aging",
         "aging_max",
     ]
-    assert list(dumped["weights"]) == ["priority", "affinity", "cost", "fairness"]
-    assert dumped["graph_overrides"]["g"] == dict(priority=None, affinity=None, cost=1.0, fairness=None)
+    assert list(dumped["weights"]) == ["priority", "affinity", "cost", "fairness", "deadline"]
+    assert dumped["graph_overrides"]["g"] == dict(priority=None, affinity=None, cost=1.0, fairness=None,
+                                                  deadline=None)
 
 
 def test_threshold_is_validated_on_construction_and_assignment():
@@ -161,7 +162,8 @@ def test_round_trip(paths):
     )
     assert load_policy(policy_path) == saved
     raw = json.loads(policy_path.read_text())
-    assert raw["weights"] == {"priority": 2.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.1}
+    assert raw["weights"] == {"priority": 2.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.1,
+                              "deadline": 0.0}
     assert raw["merge_queue_threshold"] == 5
     assert raw["merge_pressure_penalty"] == 1.5
     assert raw["skip_on_merge_pressure"] is True

@@ -168,7 +168,7 @@ def test_graph_overrides_change_only_their_graph(two_rigs):
     assert ids(next_json(cli, "--limit", "2", "--preview")) == ["be-b", "al-a"]
     policy = cli.json("schedule", "policy", "set", "--graph-id", "al-e1", "--priority", "3")
     assert policy["graph_overrides"] == {
-        "al-e1": {"priority": 3.0, "affinity": None, "cost": None, "fairness": None}
+        "al-e1": {"priority": 3.0, "affinity": None, "cost": None, "fairness": None, "deadline": None}
     }
     assert policy["weights"]["priority"] == 1.0  # the base weight is untouched
     got = next_json(cli, "--limit", "4", "--preview")
@@ -473,7 +473,7 @@ def test_policy_show_defaults_and_set_round_trip(two_rigs):
     cli = two_rigs
     defaults = cli.json("schedule", "policy", "show")
     assert defaults == {
-        "weights": {"priority": 1.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.0},
+        "weights": {"priority": 1.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.0, "deadline": 0.0},
         "merge_queue_threshold": 3,
         "merge_pressure_penalty": 2.0,
         "skip_on_merge_pressure": False,
@@ -495,7 +495,8 @@ def test_policy_show_defaults_and_set_round_trip(two_rigs):
         "1.5",
         "--skip-on-merge-pressure",
     )
-    assert after["weights"] == {"priority": 2.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.1}
+    assert after["weights"] == {"priority": 2.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.1,
+                                 "deadline": 0.0}
     assert (
         after["merge_queue_threshold"],
         after["merge_pressure_penalty"],

@@ -476,11 +476,20 @@ class Town:
 
         return list_items(self.files, rig, status, tuple(labels))
 
-    def ready(self, rig: str | None = None, limit: int = 100) -> ItemRows:
-        """Ready items by beads' rules, most urgent first (``limit`` 0 = all)."""
+    def ready(self, rig: str | None = None, limit: int = 100, *, labels: Iterable[str] = (),
+              labels_any: Iterable[str] = (), assignee: str | None = None, unassigned: bool = False,
+              issue_type: str | None = None, priority: int | None = None, sort: str = "priority") -> ItemRows:
+        """Ready items by beads' rules, most urgent first (``limit`` 0 = all).
+
+        The filters are ``bd ready``'s: every label of ``labels``, at least one
+        of ``labels_any``, exactly ``assignee`` (or ``unassigned``), type and
+        priority; ``sort="oldest"`` orders by creation time instead.
+        """
+        from sluice.core.items import ReadyFilter
         from sluice.store.tracker import ready
 
-        return ItemRows(ready(self.files, rig, limit))
+        where = ReadyFilter(tuple(labels), tuple(labels_any), assignee, unassigned, issue_type, priority)
+        return ItemRows(ready(self.files, rig, limit, where=where, sort=sort))
 
     def blocked(self, rig: str | None = None) -> ItemRows:
         """Blocked items, each with ``blocked_by`` (what blocks it) and ``blocked_by_count``."""

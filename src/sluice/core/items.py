@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,78 @@ def parse_ts(value: Any) -> float | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def due_in_hours(record: Mapping, now: float) -> float | None:
+    """Hours until beads' ``due_at`` (negative once past), None without a readable one."""
+    due = parse_ts(record.get("due_at"))
+    return None if due is None else (due - now) / 3600.0
+
+
+def estimated_minutes(record: Mapping) -> int | None:
+    """beads' ``estimated_minutes`` (an integer >= 0), None when absent or unusable."""
+    value = record.get("estimated_minutes")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+#: beads' gate kinds (``await_type``): what a gate item waits for before it closes.
+GATE_KINDS = ("gh:run", "gh:pr", "timer", "human", "mail", "decision")
+
+
+def gate_of(record: Mapping) -> dict | None:
+    """A gate item's ``await_type`` / ``await_id`` / ``timeout`` (nanoseconds, shown as a duration).
+
+    None for an item that is no gate.  An open gate blocks what depends on it
+    like any open blocker (B1): it is how beads makes work wait for a CI run,
+    a pull request, a timer or a person.
+    """
+    if record.get("issue_type") != "gate" and not record.get("await_type"):
+        return None
+    from sluice.core.clock import format_duration
+
+    timeout = record.get("timeout")
+    usable = isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0
+    return {"id": record.get("id"), "status": record.get("status", "open"),
+            "await_type": record.get("await_type") or None, "await_id": record.get("await_id") or None,
+            "timeout": format_duration(timeout / 1e9) if usable else None}
+
+
+def item_hints(record: Mapping, now: float) -> dict:
+    """What beads 1.x says about an item's runtime and deadline, as ``explain`` and the views show it."""
+    from sluice.core.scoring import due_text
+
+    due = due_in_hours(record, now)
+    return {"estimated_minutes": estimated_minutes(record), "due_at": record.get("due_at") if due is not None
+            else None, "due": due_text(due) if due is not None else None}
+
+
+@dataclass(frozen=True)
+class ReadyFilter:
+    """``bd ready``'s filters people use (R8, R9): all given ones must hold."""
+
+    labels: tuple[str, ...] = ()  # every one of these labels (AND)
+    labels_any: tuple[str, ...] = ()  # at least one of these labels (OR)
+    assignee: str | None = None  # exactly this assignee
+    unassigned: bool = False  # no assignee (absent or empty)
+    issue_type: str | None = None
+    priority: int | None = None  # exactly this priority
+
+    def __bool__(self) -> bool:
+        return bool(self.labels or self.labels_any or self.assignee is not None or self.unassigned
+                    or self.issue_type is not None or self.priority is not None)
+
+    def matches(self, record: Mapping) -> bool:
+        held = set(labels_of(record))
+        if not held.issuperset(self.labels) or (self.labels_any and held.isdisjoint(self.labels_any)):
+            return False
+        assignee = record.get("assignee") or ""
+        if (self.assignee is not None and assignee != self.assignee) or (self.unassigned and assignee):
+            return False
+        if self.issue_type is not None and (record.get("issue_type") or "task") != self.issue_type:
+            return False
+        return self.priority is None or priority_of(record) == self.priority
 
 
 def unwrap_envelope(value: Any) -> Any:

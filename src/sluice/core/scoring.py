@@ -2,7 +2,7 @@
 
 Every candidate gets one number::
 
-    score = round(wp*P + wa*A + wc*C + wf*F - penalty_if_pressured, 6)
+    score = round(wp*P + wa*A + wc*C + wf*F + wd*D - penalty_if_pressured, 6)
 
 * ``P = 4 - priority``: beads priority 0 is the most urgent, so it must score
   highest.  Nothing is clamped; a hand-written priority of -1 or 7 simply
@@ -12,6 +12,10 @@ Every candidate gets one number::
   fixed transform in (0, 1], so a score never depends on the rest of the set.
 * ``F`` is 1 for items on the rigs that have had the fewest decisions, and
   only when the resolved fairness weight is positive.
+* ``D`` (deadline) is 0 for an item without beads' ``due_at``, else
+  ``1 / (1 + H/24)`` with ``H`` the hours until it is due (0 once due): 1.0
+  when due or overdue, 0.5 a day ahead.  Its weight defaults to 0, so
+  scores and reasons stay metagit's until a policy turns it on.
 * A rig whose merge queue is at least ``threshold`` deep is *pressured*: its
   items lose ``penalty`` points (also in skip mode, where :func:`select` then
   turns them into skipped selections).
@@ -42,21 +46,23 @@ SKIPPED_REASON = "skipped_due_to_merge_pressure"
 #: The largest weight, penalty or aging setting a policy may hold (either sign).  With every factor
 #: at most 4, a score stays below 1e7 and keeps its six decimals; a weight of 1e308 would overflow.
 MAX_WEIGHT = 1_000_000.0
+WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness", "deadline")
 
 
 @dataclass(frozen=True)
 class Weights:
-    """The four factor weights after graph overrides have been applied."""
+    """The factor weights after graph overrides have been applied."""
 
     priority: float = 1.0
     affinity: float = 0.5
     cost: float = 0.25
     fairness: float = 0.0
+    deadline: float = 0.0
 
     def __post_init__(self) -> None:
         # A NaN weight would make every comparison false and the ranking
         # depend on input order; refuse it where it would enter.
-        for name in ("priority", "affinity", "cost", "fairness"):
+        for name in WEIGHT_NAMES:
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"weight {name} must be a finite number (got {getattr(self, name)!r})")
 
@@ -79,6 +85,7 @@ class Candidate:
     graph_id: str | None = None
     payload: object = field(default=None, compare=False)
     age_hours: float = 0.0  # how long a queued context has waited (aging); 0 for a bare item
+    due_in_hours: float | None = None  # hours until the item's due_at (negative: overdue); None: no deadline
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -153,14 +160,16 @@ def resolve_weights(policy: PolicyLike, graph_id: str | None) -> Weights:
 
     def pick(name: str) -> float:
         value = getattr(override, name, None) if override is not None else None
-        return float(getattr(base, name) if value is None else value)
+        return float(getattr(base, name, 0.0) if value is None else value)
 
-    return Weights(
-        priority=pick("priority"),
-        affinity=pick("affinity"),
-        cost=pick("cost"),
-        fairness=pick("fairness"),
-    )
+    return Weights(**{name: pick(name) for name in WEIGHT_NAMES})
+
+
+def deadline_enabled(policy: PolicyLike) -> bool:
+    """Whether any graph scores deadlines, i.e. whether items' ``due_at`` must be read."""
+    if getattr(policy.weights, "deadline", 0.0):
+        return True
+    return any(getattr(o, "deadline", None) for o in policy.graph_overrides.values())
 
 
 def fairness_enabled(policy: PolicyLike) -> bool:
@@ -206,6 +215,27 @@ def cost_factor(tokens: int) -> float:
     return 1.0 / (1.0 + tokens / 1000.0)
 
 
+def deadline_factor(due_in_hours: float | None) -> float:
+    """``D = 1 / (1 + H/24)`` for an item due in ``H`` hours (1.0 once due); 0 without a deadline."""
+    if due_in_hours is None:
+        return 0.0
+    return 1.0 / (1.0 + max(0.0, due_in_hours) / 24.0)
+
+
+def due_text(due_in_hours: float) -> str:
+    """``due in 3h``, ``due in 2d``, ``overdue by 40m``: a deadline as explain and the views say it."""
+    from sluice.core.clock import format_duration
+
+    seconds = abs(due_in_hours) * 3600.0
+    if seconds >= 2 * 86400:
+        amount = f"{round(seconds / 86400)}d"
+    elif seconds >= 3600:
+        amount = f"{round(seconds / 3600)}h"
+    else:
+        amount = format_duration(max(60.0, round(seconds / 60) * 60.0))
+    return f"due in {amount}" if due_in_hours >= 0 else f"overdue by {amount}"
+
+
 def aging_bonus(age_hours: float, aging: float, aging_max: float) -> float:
     """Points for waiting: ``aging`` per hour queued, at most ``aging_max``; 0 when aging is off."""
     if aging <= 0 or age_hours <= 0:
@@ -235,6 +265,8 @@ def _score_value(
         + weights.cost * cost_factor(c.tokens)
         + weights.fairness * (1.0 if weights.fairness > 0 and underrepresented else 0.0)
     )
+    if weights.deadline:
+        raw += weights.deadline * deadline_factor(c.due_in_hours)
     if pressured:
         raw -= penalty
     raw += bonus
@@ -289,6 +321,8 @@ def score_candidate(
         reasons.append(f"merge_pressure depth={merge_depth} threshold={threshold} penalty={float(penalty)!r}")
     if aging[0] > 0:
         reasons.append(f"aging=+{bonus:.2f}")
+    if weights.deadline and c.due_in_hours is not None:
+        reasons.append(f"deadline={deadline_factor(c.due_in_hours):.4f}({due_text(c.due_in_hours)})")
     return Scored(candidate=c, score=score, reasons=tuple(reasons), pressured=pressured)
 
 

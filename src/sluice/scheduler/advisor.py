@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 POLICY_FIELDS = frozenset({
-    "priority", "affinity", "cost", "fairness", "merge_queue_threshold", "merge_pressure_penalty",
+    "priority", "affinity", "cost", "fairness", "deadline", "merge_queue_threshold", "merge_pressure_penalty",
     "skip_on_merge_pressure", "graph_id", "aging", "aging_max",
 })
 

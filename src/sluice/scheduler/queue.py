@@ -270,7 +270,21 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
             )
             reasons.append(Reason(rules.NOT_QUEUED, detail))
     out["reasons"] = [r.to_json() for r in reasons]
+    out.update(_beads_hints(found, now))
     return out
+
+
+def _beads_hints(found, now: float) -> dict:
+    """beads 1.x's runtime hint and deadline of the item, and the gates among what blocks it."""
+    from sluice.core.items import gate_of, item_hints
+
+    if found is None:
+        return {"estimated_minutes": None, "due_at": None, "due": None, "gates": []}
+    store, record = found
+    causes = next((list(c) for row, c in store.blocked() if row and row.get("id") == record["id"]), [])
+    gates = [gate_of(r) for r in store.get_many(causes).values()]
+    own = gate_of(record)
+    return {**item_hints(record, now), "gates": ([own] if own else []) + [g for g in gates if g]}
 
 
 def _blockers(found, item_id: str, active: list[Polecat]) -> list[str]:

@@ -34,7 +34,15 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import order_of_ts, order_text
 from sluice.core.items import priority_of
-from sluice.core.scoring import Candidate, PolicyLike, Scored, rank_order, score_all
+from sluice.core.scoring import (
+    WEIGHT_NAMES,
+    Candidate,
+    PolicyLike,
+    Scored,
+    deadline_enabled,
+    rank_order,
+    score_all,
+)
 
 if TYPE_CHECKING:
     from sluice.scheduler.signals import Signals
@@ -94,12 +102,13 @@ def rank_work(
     """
     if not work:
         return []
-    from sluice.core.items import effective_tokens
+    from sluice.core.items import due_in_hours, effective_tokens
     from sluice.scheduler.signals import Signals, parent_of_record
 
     policy = policy if policy is not None else load_town_policy(town)
     signals = signals if signals is not None else Signals(town, stores)
     aging = float(getattr(policy, "aging", 0.0) or 0.0) > 0
+    deadlines = deadline_enabled(policy)
     now = time.time() if now is None else now
     # Every item's parent chain in a few batched queries, not one query per parent.
     parents = [parent_of_record(w.item) for w in work]
@@ -115,10 +124,11 @@ def rank_work(
             w.tokens = effective_tokens(w.item)
         priority, order = item_priority(w.item), order_text(w.order)
         age = _age_hours(order, now) if aging and w.context_id else 0.0
-        kind = (w.rig, w.graph_id, priority, w.tokens, age)
+        due = due_in_hours(w.item, now) if deadlines else None
+        kind = (w.rig, w.graph_id, priority, w.tokens, age, due)
         if kind not in kinds:
             kinds[kind] = Candidate(w.item["id"], priority, w.tokens, w.rig, order, w.graph_id, kind,
-                                    age_hours=age)
+                                    age_hours=age, due_in_hours=due)
         members.append((kind, order, w))
     scored = {s.candidate.payload: s
               for s in score_all(kinds.values(), policy, **signals.scoring_inputs(kind[0] for kind in kinds))}
@@ -159,6 +169,7 @@ class ReadyGroup:
     tokens: int
     count: int
     rows: Callable[[int], list[tuple[str, str]]] = field(compare=False)
+    due_in_hours: float | None = None  # only set when the policy scores deadlines
 
 
 def best_of_groups(
@@ -178,7 +189,8 @@ def best_of_groups(
     items interleave by (order, id).
     """
     representatives = [
-        Candidate(str(n), g.priority, g.tokens, g.rig, "", g.graph_id, g) for n, g in enumerate(groups)
+        Candidate(str(n), g.priority, g.tokens, g.rig, "", g.graph_id, g, due_in_hours=g.due_in_hours)
+        for n, g in enumerate(groups)
     ]
     if callable(decision_counts):  # read the log at most once, however many passes below
         decision_counts = _once(decision_counts)
@@ -246,7 +258,7 @@ def _once(read: Callable[[], Mapping[str, int]]) -> Callable[[], Mapping[str, in
 def has_graph_weights(policy) -> bool:
     """True when some graph override sets a weight, so scores depend on each item's graph."""
     return any(
-        any(getattr(o, name) is not None for name in ("priority", "affinity", "cost", "fairness"))
+        any(getattr(o, name, None) is not None for name in WEIGHT_NAMES)
         for o in policy.graph_overrides.values()
     )
 
@@ -266,9 +278,10 @@ def rank_ready(
     """
     now = time.time() if now is None else now
     by_graph = graph_id is not None or has_graph_weights(policy)
+    deadlines = deadline_enabled(policy)
     groups: list[ReadyGroup] = []
     for store in stores.all():
-        groups.extend(_rig_groups(store, signals, now, by_graph, graph_id))
+        groups.extend(_rig_groups(store, signals, now, by_graph, graph_id, deadlines))
     if not groups:
         return []
     top = best_of_groups(groups, policy, limit=limit, **signals.scoring_inputs(g.rig for g in groups))
@@ -290,9 +303,12 @@ def ready_count(store: RigStore, now: float) -> int:
 
 
 def _rig_groups(
-    store: RigStore, signals: Signals, now: float, by_graph: bool, graph_id: str | None
+    store: RigStore, signals: Signals, now: float, by_graph: bool, graph_id: str | None,
+    deadlines: bool = False,
 ) -> list[ReadyGroup]:
     rig = store.rig.name
+    if deadlines:  # the index does not keep due dates: group the ready records read whole
+        return _due_groups(store, signals, now, by_graph, graph_id)
     if not by_graph and store.index_is_exact():
         index = store.index
 
@@ -318,6 +334,30 @@ def _rig_groups(
     return [
         ReadyGroup(rig, graph, priority, tokens, len(members), _sorted_rows(members))
         for (graph, priority, tokens), members in buckets.items()
+    ]
+
+
+def _due_groups(store: RigStore, signals: Signals, now: float, by_graph: bool,
+                graph_id: str | None) -> list[ReadyGroup]:
+    """:func:`_rig_groups` with each item's deadline in its group: ready records are read whole."""
+    import json
+
+    from sluice.core.items import due_in_hours, effective_tokens, normalise
+    from sluice.scheduler.signals import parent_of_record
+
+    buckets: dict[tuple, list[tuple[bool, float, str]]] = {}
+    for priority, created_ts, item_id, raw in store.ready_raw(now, 0):
+        record = normalise(json.loads(raw))
+        graph = None
+        if by_graph:
+            graph = signals.graphs.of(item_id, record.get("issue_type") or "task", parent_of_record(record))
+        if graph_id is not None and graph != graph_id:
+            continue
+        key = (graph, priority, effective_tokens(record), due_in_hours(record, now))
+        buckets.setdefault(key, []).append((not created_ts, created_ts, item_id))
+    return [
+        ReadyGroup(store.rig.name, graph, priority, tokens, len(members), _sorted_rows(members), due)
+        for (graph, priority, tokens, due), members in buckets.items()
     ]
 
 

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
-from sluice.core.items import parse_ts
+from sluice.core.items import gate_of, item_hints, parse_ts
 from sluice.errors import ExecutorError, SluiceError
 from sluice.executors import get_executor
 from sluice.scheduler import queue as queue_model
@@ -204,6 +204,8 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
         "tokens": queued.tokens,
         "polecats": polecats,
         "decisions": [d for d in recent_decisions(town, 200) if d.get("node_id") == item_id][:10],
+        **item_hints(record, now),  # estimated_minutes, due_at, due ("due in 3h")
+        "gate": gate_of(record),
     }
     if problem:
         out["executor_error"] = problem

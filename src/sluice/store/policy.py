@@ -26,7 +26,7 @@ from sluice.core import scoring
 from sluice.errors import ConfigError, InvalidOperation, UsageError
 from sluice.store.fsutil import atomic_write_json, file_lock
 
-WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness")
+WEIGHT_NAMES = scoring.WEIGHT_NAMES
 #: A weight (or penalty, or aging setting) as the file may hold it: finite, and small enough that no
 #: score can overflow (:data:`sluice.core.scoring.MAX_WEIGHT`).
 BoundedFloat = Annotated[float, Field(ge=-scoring.MAX_WEIGHT, le=scoring.MAX_WEIGHT)]
@@ -41,6 +41,7 @@ class PolicyWeights(BaseModel):
     affinity: BoundedFloat = 0.5
     cost: BoundedFloat = 0.25
     fairness: BoundedFloat = 0.0
+    deadline: BoundedFloat = 0.0  # beads' due_at; 0 keeps every score metagit's
 
 
 class GraphOverride(BaseModel):
@@ -52,6 +53,7 @@ class GraphOverride(BaseModel):
     affinity: BoundedFloat | None = None
     cost: BoundedFloat | None = None
     fairness: BoundedFloat | None = None
+    deadline: BoundedFloat | None = None
 
 
 class Policy(BaseModel):
@@ -168,6 +170,7 @@ def set_policy(
     affinity: float | None = None,
     cost: float | None = None,
     fairness: float | None = None,
+    deadline: float | None = None,
     merge_queue_threshold: int | None = None,
     merge_pressure_penalty: float | None = None,
     skip_on_merge_pressure: bool | None = None,
@@ -184,7 +187,8 @@ def set_policy(
     The file is rewritten even when nothing changed (as metagit does), which
     also normalises a hand-edited file.
     """
-    given = {"priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness}
+    given = {"priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
+             "deadline": deadline}
     weight_updates = {name: _weight_flag(name, v) for name, v in given.items() if v is not None}
     if merge_queue_threshold is not None:
         if isinstance(merge_queue_threshold, bool) or not isinstance(merge_queue_threshold, int):

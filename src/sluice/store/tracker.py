@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.core.clock import iso, new_id
-from sluice.core.items import STATUSES, dependency, labels_of, normalise
+from sluice.core.items import STATUSES, ReadyFilter, dependency, labels_of, normalise
 from sluice.core.readiness import id_prefix
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UnknownItem, UsageError
 from sluice.store import beads_repo, gitview, sources
@@ -228,17 +228,35 @@ def list_items(town: Town, rig: str | None, status: str | None, labels: tuple[st
     return out
 
 
-def ready(town: Town, rig: str | None = None, limit: int = 100, now: float | None = None) -> list[str]:
-    """Raw JSON of ready items over one or all rigs, in beads order (limit 0 = all)."""
+SORTS = ("priority", "oldest")
+
+
+def ready(town: Town, rig: str | None = None, limit: int = 100, now: float | None = None,
+          where: ReadyFilter | None = None, sort: str = "priority") -> list[str]:
+    """Raw JSON of ready items over one or all rigs, in beads order (limit 0 = all).
+
+    ``where`` keeps only the items its filters match (``bd ready``'s
+    ``--label`` … ``--priority``); ``sort`` ``oldest`` orders by
+    ``created_at`` ascending, then id, instead of urgency (R10).
+    """
     if limit < 0:
         raise UsageError("limit must be >= 0 (0 = all)", parameters=("limit",))
+    if sort not in SORTS:
+        raise UsageError(f"sort must be one of {', '.join(SORTS)} (got {sort!r})", parameters=("sort",))
+    if where is not None and where.priority is not None:
+        validate_priority(where.priority)
     stores = Stores(town)
     chosen = [stores.rig(rig)] if rig else stores.all()
     now = time.time() if now is None else now
+    narrowed = bool(where) or sort != "priority"  # every ready row is needed before the cut
     rows = []
     for store in chosen:
-        rows.extend(store.ready_raw(now, limit))
-    if len(chosen) > 1:
+        rows.extend(store.ready_raw(now, 0 if narrowed else limit))
+    if where:
+        rows = [row for row in rows if where.matches(json.loads(row[3]))]
+    if sort == "oldest":
+        rows.sort(key=lambda r: (not r[1], r[1], r[2]))  # undated last, as everywhere else
+    elif len(chosen) > 1:
         rows.sort(key=lambda r: (r[0], -r[1], r[2]))
     if limit:
         rows = rows[:limit]

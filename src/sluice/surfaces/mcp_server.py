@@ -125,6 +125,7 @@ def build_server(town_arg: str | None = None):
         affinity: Weight = None,
         cost: Weight = None,
         fairness: Weight = None,
+        deadline: Weight = None,
         merge_queue_threshold: Annotated[StrictInt | None, Field(ge=1)] = None,
         merge_pressure_penalty: Weight = None,
         skip_on_merge_pressure: StrictBool | None = None,
@@ -133,6 +134,7 @@ def build_server(town_arg: str | None = None):
         """Show or change the scoring policy, as `sluice schedule policy show|set|unset --json`."""
         fields = {
             "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
+            "deadline": deadline,
             "merge_queue_threshold": merge_queue_threshold, "merge_pressure_penalty": merge_pressure_penalty,
             "skip_on_merge_pressure": skip_on_merge_pressure, "graph_id": _given(graph_id),
         }

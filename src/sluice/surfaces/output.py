@@ -214,6 +214,15 @@ def explain_text(data: dict) -> str:
     if data.get("promoted_at"):
         lines.append(f"  promoted: {data['promoted_at']} (ahead of score order)")
     lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
+    if data.get("estimated_minutes") is not None:
+        lines.append(f"  estimated: {data['estimated_minutes']} min (beads estimated_minutes)")
+    if data.get("due"):
+        lines.append(f"  {data['due']} ({shown(data['due_at'])})")
+    for g in data.get("gates") or ():
+        kind = shown(g["await_type"] or "an unnamed kind")
+        kind += f" {shown(g['await_id'])}" if g["await_id"] else ""
+        lines.append(f"  gate {shown(g['id'])} ({g['status']}): waits for {kind}"
+                     + (f", timeout {g['timeout']}" if g["timeout"] else ""))
     return "\n".join(lines)
 
 

@@ -67,10 +67,21 @@ def list_(
 def ready(
     rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
     limit: Annotated[int, typer.Option(help="At most N rows; 0 = all.")] = 100,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="Must carry this label (repeatable: all of them).")] = None,
+    label_any: Annotated[list[str] | None, typer.Option(
+        "--label-any", help="Must carry at least one of these labels (repeatable).")] = None,
+    assignee: Annotated[str | None, typer.Option(help="Only items assigned to this assignee.")] = None,
+    unassigned: Annotated[bool, typer.Option("--unassigned", help="Only items with no assignee.")] = False,
+    issue_type: Annotated[str | None, typer.Option("--type", help="Only items of this type.")] = None,
+    priority: Annotated[int | None, typer.Option(help="Only items of this priority (0-4).")] = None,
+    sort: Annotated[str, typer.Option(
+        help="priority (most urgent, then newest first) or oldest (created first).")] = "priority",
     as_json: JsonOption = False,
 ) -> None:
     """Items ready to work on, by beads' rules, most urgent first."""
-    rows = town().ready(rig, limit)
+    rows = town().ready(rig, limit, labels=label or (), labels_any=label_any or (), assignee=assignee,
+                        unassigned=unassigned, issue_type=issue_type, priority=priority, sort=sort)
     emit(RawJSON(rows.lines), as_json, ready_text)
 
 

@@ -62,6 +62,9 @@ def policy_set(
     affinity: Annotated[float | None, typer.Option(help="Weight of a warm rig (live worktree).")] = None,
     cost: Annotated[float | None, typer.Option(help="Weight of cheapness, 1/(1 + tokens/1000).")] = None,
     fairness: Annotated[float | None, typer.Option(help="Weight of the least-scheduled rigs.")] = None,
+    deadline: Annotated[float | None, typer.Option(
+        help="Weight of beads' due_at, 1/(1 + hours until due/24) (default 0: deadlines do not count).")
+    ] = None,
     merge_queue_threshold: Annotated[
         int | None, typer.Option(help="Merge-queue depth (>= 1) at which a rig is pressured.")
     ] = None,
@@ -84,7 +87,7 @@ def policy_set(
 ) -> None:
     """Change the scoring policy; prints the whole policy."""
     policy = town().set_policy(
-        priority=priority, affinity=affinity, cost=cost, fairness=fairness,
+        priority=priority, affinity=affinity, cost=cost, fairness=fairness, deadline=deadline,
         merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
         skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id, aging=aging,
         aging_max=aging_max)
@@ -104,6 +107,7 @@ def _policy_text(p: dict) -> str:
     w = p["weights"]
     lines = [
         f"priority={w['priority']} affinity={w['affinity']} cost={w['cost']} fairness={w['fairness']}"
+        + (f" deadline={w['deadline']}" if w.get("deadline") else "") +
         f" merge_threshold={p['merge_queue_threshold']} penalty={p['merge_pressure_penalty']}"
         f" skip_on_pressure={p['skip_on_merge_pressure']}"
     ]

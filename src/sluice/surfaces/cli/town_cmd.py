@@ -39,6 +39,7 @@ def rig_add(
         help="With --items-command: run it again when this path changes (repeatable; default REPO/.beads).")
     ] = None,
     own_store: Annotated[bool, typer.Option(
+        "--own-store",
         help="Give the rig sluice's own item store even though the repository has a beads store.")] = False,
     as_json: JsonOption = False,
 ) -> None:
