@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.foundation import quick_rig, quick_town
-from sluice.core.items import effective_tokens
+from sluice.core.items import effective_tokens, is_context
 from sluice.core.records import SlingContextFields
 from sluice.store import contexts as ctxs
-from sluice.store.fsutil import grew_by
+from sluice.store.compaction import compact
+from sluice.store.jsonlog import worth_rewriting
 from sluice.store.rigstore import RigStore, Stores
 from sluice.store.town import Town
 
@@ -33,6 +34,13 @@ def town_dir(tmp_path_factory) -> Path:
     town = quick_town(base)
     quick_rig(town, base)
     return town
+
+
+@pytest.fixture(autouse=True)
+def no_digests(town_dir):
+    """Each test rewrites the log in place, which sluice never does (it appends, or replaces the file):
+    a digest kept for the last test's log could then match the new one's bytes before its mark."""
+    store_of(town_dir).forget_digests()
 
 
 def store_of(town: Path) -> RigStore:
@@ -83,12 +91,12 @@ def test_the_digest_answers_as_reading_the_log_does(town_dir, versions, other_re
     assert all(store.log_unread() for store in again.all())  # answered without reading the log
 
 
-def test_a_digest_is_never_used_for_a_log_that_changed(town_dir):
+def test_a_digest_is_never_used_for_a_log_that_was_replaced(town_dir):
     log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
     assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a"]
-    # Appended by another writer: the log's size moved, so the digest no longer speaks for it.
+    # Appended by another writer: the digest speaks for the log up to its mark, the rest is read.
     with open(log, "a") as fh:
         fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
     assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a", "al-wisp-b"]
@@ -98,15 +106,21 @@ def test_a_digest_is_never_used_for_a_log_that_changed(town_dir):
     os.replace(replacement, log)
     assert ctxs.open_contexts(Stores(Town(town_dir))) == []
     # A damaged digest is read past, not trusted.
-    digest = store_of(town_dir).index_path.with_suffix(".queue.json")
-    signature = store_of(town_dir).log_signature()
-    for damage in ("{", "[]", json.dumps({"version": 1, "sig": signature, "open": 5})):
+    digest = store_of(town_dir).queue_digest_path
+    reader = store_of(town_dir)
+    reader.ephemeral_fresh()
+    mark = reader.log_mark()
+    for damage in ("{", "[]", json.dumps({"version": 2, "mark": mark, "open": 5}),
+                   json.dumps({"version": 2, "mark": {**mark, "guard": "zz"}, "open": [["al-wisp-b", {}]]}),
+                   json.dumps({"version": 2, "mark": {**mark, "offset": mark["offset"] + 1},
+                               "open": [["al-wisp-b", {}]]}),
+                   json.dumps({"version": 1, "mark": mark, "open": [["al-wisp-b", {}]]})):
         digest.write_text(damage)
         assert ctxs.open_contexts(Stores(Town(town_dir))) == []
 
 
-def test_a_sling_and_a_close_carry_the_digest_over_to_the_next_reader(town_dir):
-    """Writers know what they appended: the next reader finds the queue without parsing the log."""
+def test_after_a_sling_and_a_close_the_next_reader_parses_only_what_they_appended(town_dir):
+    """Writers leave the digest alone; the next reader applies the lines after its mark and keeps it."""
     log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
     assert ctxs.open_contexts(Stores(Town(town_dir))) == []  # a reader keeps the digest of the empty log
@@ -117,6 +131,8 @@ def test_a_sling_and_a_close_carry_the_digest_over_to_the_next_reader(town_dir):
     reader = Stores(Town(town_dir))
     found = ctxs.open_contexts(reader)
     assert sorted(c.work_id for c in found) == ["al-1", "al-2"] and reader.rig("alpha").log_unread()
+    kept = json.loads(store_of(town_dir).queue_digest_path.read_text())
+    assert kept["mark"]["lines"] == 0 and kept["open"] == []  # two lines behind: not worth rewriting yet
     closed, left = sorted(found, key=lambda c: c.work_id)  # equal times: ordered by their random ids
     ctxs.close(Town(town_dir), store_of(town_dir), closed.id, ctxs.CLEARED)
     reader = Stores(Town(town_dir))
@@ -125,17 +141,33 @@ def test_a_sling_and_a_close_carry_the_digest_over_to_the_next_reader(town_dir):
     assert seen(ctxs.open_contexts(Stores(Town(town_dir)))) == seen([parsed])
 
 
-def test_a_digest_is_carried_over_only_from_the_log_before_the_append(town_dir):
+def test_an_append_does_not_rewrite_the_digest(town_dir):
+    """A write costs what it writes: the digest of a long queue is not read or written by an append."""
     log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    ctxs.open_contexts(Stores(Town(town_dir)))  # the digest of this log
-    with open(log, "a") as fh:  # a line from a writer that keeps no digest
-        fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
+    ctxs.open_contexts(Stores(Town(town_dir)))
+    digest = store_of(town_dir).queue_digest_path
+    before = digest.read_bytes()
     store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    ctxs.close(Town(town_dir), store_of(town_dir), "al-wisp-a", ctxs.CLEARED)
+    assert digest.read_bytes() == before
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-c"]
+
+
+def test_a_log_cut_shorter_than_the_mark_is_read_whole(town_dir):
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    first = json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n"
+    log.write_text(first + json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
+    assert len(ctxs.open_contexts(Stores(Town(town_dir)))) == 2
+    with open(log, "r+b") as fh:  # the same file, shorter (lost writes), then a different line after it
+        fh.truncate(len(first))
+        fh.seek(0, os.SEEK_END)
+        fh.write((json.dumps(context("al-wisp-b", "closed", valid, 2)) + "\n").encode())
     reader = Stores(Town(town_dir))
-    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a", "al-wisp-b", "al-wisp-c"]
-    assert not reader.rig("alpha").log_unread()  # no digest spoke for the log: it was read
+    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a"]
+    assert not reader.rig("alpha").log_unread()  # the guard before the mark did not match: read whole
 
 
 def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monkeypatch):
@@ -183,13 +215,6 @@ def test_the_log_summary_is_not_carried_over_past_another_writers_line(town_dir,
     assert not store_of(town_dir).index_is_exact()
 
 
-def test_grew_by_compares_inode_and_size():
-    assert grew_by("7:100:5", "7:130:9", 30)
-    assert not grew_by("7:100:5", "7:131:9", 30)  # someone else's byte too
-    assert not grew_by("7:100:5", "8:130:9", 30)  # another file
-    assert not grew_by(None, "7:130:9", 30) and not grew_by("7:100:5", None, 30)
-
-
 def test_items_their_readiness_and_tokens_in_one_lookup_equal_the_separate_lookups(tmp_path):
     town = quick_town(tmp_path)
     quick_rig(town, tmp_path)
@@ -217,3 +242,121 @@ def test_items_their_readiness_and_tokens_in_one_lookup_equal_the_separate_looku
     assert records == store_of(town).get_many(ids) and "al-wisp-z" in records
     assert ready == store_of(town).ready_among(now, records) == {"al-1"}
     assert tokens == {}  # worked out from the records by whoever needs them
+
+
+# -- the digests kept at a mark always equal a whole read ------------------------------------------
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("append"), VERSIONS.filter(bool)),  # sluice's writer, under the rig lock
+    st.tuples(st.just("foreign"), VERSIONS.filter(bool)),  # another writer: mends, appends, keeps nothing
+    st.tuples(st.just("edge"), st.sampled_from(["parent-child", "waits-for", "blocks"])),
+    st.tuples(st.just("torn"), st.integers(1, 40)),  # a writer killed mid-append
+    st.tuples(st.just("read"), st.booleans()),  # a reader keeps the digests (queue, or summary too)
+    st.tuples(st.just("compact"), st.none()),
+    # a launch's writes: a process that took the queue from the digest marks and closes what it found
+    st.tuples(st.just("launch"), st.integers(0, 3)),
+), min_size=1, max_size=14)
+
+
+def whole(town: Path) -> tuple[list[tuple], tuple]:
+    """The open queue and the log summary as a reader that parses every line finds them."""
+    store = store_of(town)
+    records = store.ephemeral_fresh()
+    found = [ctxs.parse("alpha", r) for r in records.values()
+             if r.get("status", "open") not in ctxs.DONE_STATUSES and is_context(r)]
+    found.sort(key=lambda c: (not c.valid, c.order, c.id))
+    return seen(found), store._summarise(records.values())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(STEPS)
+def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(town_dir, steps):
+    """Whatever writers, crashed writers, readers and compaction did, in any order, a reader starting
+    from the kept digests (and parsing only the lines after their mark) answers as a whole read."""
+    from sluice.store import fsutil
+
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log.write_text("")
+    store_of(town_dir).forget_digests()
+    for n, (kind, arg) in enumerate(steps):
+        if kind in ("append", "foreign"):
+            lines = [context(i, status, description, n) for i, status, description in arg]
+            if kind == "append":
+                store_of(town_dir).put_ephemeral_many(lines)
+            else:
+                fsutil.mend_torn_tail(log)
+                with open(log, "a") as fh:
+                    fh.write("".join(json.dumps(r) + "\n" for r in lines))
+        elif kind == "edge":
+            dep = {"issue_id": f"al-wisp-e{n}", "depends_on_id": "al-1", "type": arg}
+            store_of(town_dir).put_ephemeral({"id": f"al-wisp-e{n}", "title": "e", "status": "open",
+                                              "dependencies": [dep]})
+        elif kind == "torn":
+            with open(log, "a") as fh:
+                fh.write(json.dumps(context("al-wisp-t", "open", "", n))[:arg])
+        elif kind == "read":
+            reader = Stores(Town(town_dir))
+            ctxs.open_contexts(reader)
+            if arg:
+                reader.rig("alpha").index_is_exact()
+        elif kind == "launch":
+            reader = Stores(Town(town_dir))
+            found = [c for c in ctxs.open_contexts(reader) if c.valid]
+            store, picked = reader.rig("alpha"), [c.id for c in found[arg:arg + 2]]
+            from_digest = store.log_unread()
+            for context_id in picked:
+                ctxs.mark_launch(store, context_id)
+            ctxs.clear_launch(store, picked)  # one append of several lines, each then read where it stands
+            ctxs.close_many(store.town, store, [(cid, ctxs.DISPATCHED, None) for cid in picked])
+            assert store.log_unread() == from_digest  # never read whole when the digest answered
+        else:
+            compact(store_of(town_dir))
+        queue, summary = whole(town_dir)
+        reader = Stores(Town(town_dir))
+        assert seen(ctxs.open_contexts(reader)) == queue
+        ids, edges, quiet = reader.rig("alpha")._ephemeral_summary()
+        # Carried forward, the summary may err only on the safe side (an edge that was once there).
+        assert ids == summary[0] and edges >= summary[1] and quiet <= summary[2]
+
+
+def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_read(town_dir):
+    """A process that took the queue from the digest marks, clears and closes contexts without ever
+    parsing the log whole: each record's latest line is read where the digest (or its own append) put it."""
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    lines = [context(f"al-wisp-{c}", "open", json.dumps({"version": 1, "work_bead_id": f"al-{n}",
+                                                          "target_rig": "alpha", "enqueued_at": STAMP}), n)
+             for n, c in enumerate("abcd")]
+    log.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ctxs.open_contexts(Stores(Town(town_dir)))  # keeps the digest
+    with open(log, "a") as fh:  # a line after the digest's mark
+        fh.write(json.dumps(context("al-wisp-a", "open", lines[1]["description"], 9)) + "\n")
+    reader = Stores(Town(town_dir))
+    store = reader.rig("alpha")
+    assert len(ctxs.open_contexts(reader)) == 4 and store.log_unread()
+    for context_id in ("al-wisp-a", "al-wisp-b", "al-wisp-c"):
+        assert ctxs.mark_launch(store, context_id) is not None
+    assert set(ctxs.clear_launch(store, ["al-wisp-a", "al-wisp-b", "al-wisp-c"])) == {
+        "al-wisp-a", "al-wisp-b", "al-wisp-c"}  # one append of three lines
+    closing = [(cid, ctxs.DISPATCHED, None) for cid in ("al-wisp-b", "al-wisp-c")]
+    assert ctxs.close_many(store.town, store, closing) == ["al-wisp-b", "al-wisp-c"]
+    assert store.log_unread()  # never read whole
+    records = store_of(town_dir).ephemeral_fresh()
+    assert ctxs.parse("alpha", records["al-wisp-a"]).fields.work_bead_id == "al-1"  # the line after the mark
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a", "al-wisp-d"]
+    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a", "al-wisp-d"]
+
+
+def test_a_digest_far_enough_behind_the_log_is_kept_again_at_its_end(town_dir):
+    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log.write_text("")
+    ctxs.open_contexts(Stores(Town(town_dir)))
+    digest = store_of(town_dir).queue_digest_path
+    fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
+    ctxs.create(store_of(town_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)] * 64)
+    ctxs.open_contexts(Stores(Town(town_dir)))
+    assert json.loads(digest.read_text())["mark"]["lines"] == 0  # 64 lines behind: parsed, not rewritten
+    ctxs.create(store_of(town_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)])
+    assert len(ctxs.open_contexts(Stores(Town(town_dir)))) == 65
+    kept = json.loads(digest.read_text())
+    assert (kept["mark"]["offset"], kept["mark"]["lines"], len(kept["open"])) == (log.stat().st_size, 65, 65)
+    assert worth_rewriting(12_501, 100_000) and not worth_rewriting(12_500, 100_000)

@@ -566,7 +566,8 @@ def test_many_bad_priorities_are_summarised_not_flooded(cli, rig, town_dir):
         assert err.count("is not an integer 0-4") == 20 and "40 more warning(s) like these" in err
 
 
-def test_an_append_keeps_the_log_summary_current_so_readers_need_not_parse_the_log(town_dir, rig):
+def test_the_reader_after_appends_brings_the_log_summary_up_to_date_from_the_lines_after_its_mark(
+        town_dir, rig):
     writer = store_of(town_dir)
     writer.put_ephemeral(record("al-wisp-a", labels=["sluice:sling-context"],
                                 dependencies=[{"issue_id": "al-wisp-a", "depends_on_id": "al-1",
@@ -578,15 +579,22 @@ def test_an_append_keeps_the_log_summary_current_so_readers_need_not_parse_the_l
                                            "type": "parent-child"}]),
     ])
     writer.update_ephemeral("al-wisp-a", lambda r: {**r, "status": "closed"})
-    kept = json.loads(writer.index_path.with_suffix(".ephemeral.json").read_text())
-    stat = os.stat(ephemeral_path(town_dir))
-    assert kept["sig"] == f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"  # the appender kept it current
+    summary_path = writer.index_path.with_suffix(".ephemeral.json")
+    stale = json.loads(summary_path.read_text())
+    assert stale["mark"]["lines"] == 1  # appenders leave it alone: an append costs what it writes
+    reader = store_of(town_dir)
+    assert not reader.index_is_exact() and reader.log_unread()  # from the kept summary and the 3 lines after
     # ... and it says what reading the whole log says.
     fresh = store_of(town_dir)
     summary = fresh._summarise(fresh.ephemeral_fresh().values())
     assert summary == ({"al-wisp-a", "al-wisp-b", "al-wisp-c"}, True, False)
-    assert (set(kept["ids"]), kept["edges"], kept["quiet"]) == summary
-    assert not store_of(town_dir).index_is_exact()
+    assert reader._ephemeral_summary() == summary
+    # Once the lines after its mark outnumber what rewriting it costs, the reader keeps it at the end.
+    writer.put_ephemeral_many([record(f"al-wisp-n{n}") for n in range(64)])
+    store_of(town_dir).index_is_exact()
+    kept = json.loads(summary_path.read_text())
+    assert kept["mark"]["offset"] == os.stat(ephemeral_path(town_dir)).st_size and kept["mark"]["lines"] == 68
+    assert set(kept["ids"]) == summary[0] | {f"al-wisp-n{n}" for n in range(64)} and kept["edges"]
 
 
 def test_ready_groups_count_deferred_candidates_by_the_clock(town_dir, rig):

@@ -118,5 +118,6 @@ def compact(store: RigStore, retention: float | None = None, now: float | None =
         if archive:
             _append_archive(store.ephemeral_path.parent / ARCHIVE_NAME, archive)
         fsutil.atomic_write_bytes(store.ephemeral_path, "".join(keep).encode("utf-8"))
+        store.forget_digests()  # their marks name the old file, whose inode a later file may reuse
     store.refresh()
     return result

@@ -31,6 +31,7 @@ from sluice.core.items import (
 from sluice.core.records import SlingContextFields
 from sluice.errors import StoreCorrupt
 from sluice.store import events, fsutil, queuedigest
+from sluice.store.jsonlog import LogTail, worth_rewriting
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore, Stores
@@ -166,30 +167,66 @@ def read_fresh(store: RigStore) -> dict[str, dict]:
 
 
 def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
-    """The rig's open contexts in log order: from its kept digest when the log is unchanged.
+    """The rig's open contexts in log order: from its kept digest and the lines appended after it.
 
     A process that has not read the log yet (every CLI command) takes the open
-    contexts from ``<rig>.queue.json`` beside the index, keyed by the log's
-    signature: written by the last reader that parsed the log, or carried
-    over by the last sluice append (:func:`sluice.store.queuedigest.extend`).  Reading every
-    version of 10,000 contexts to find the open ones was a third of a
-    dispatch dry run.  A process that has read the log (the daemon, the MCP
-    server, a writer) reads on from where it was, which is cheaper still.
+    contexts from ``<rig>.queue.json`` beside the index, kept at a mark of
+    the log (:meth:`LogTail.mark`: how far, and the bytes just before), and
+    parses only the lines appended after that mark.  Reading every version
+    of 10,000 contexts to find the open ones was a third of a dispatch dry
+    run; writers never touch the digest, so an append costs only what it
+    writes.  A process that has read the log (the daemon's cycle after its
+    first read, the MCP server, a writer) reads on from where it was.
     """
-    signature = store.log_signature() if store.log_unread() else None
-    if signature is not None:
-        rows = queuedigest.rows(store.queue_digest_path, signature)
-        if rows is not None:
-            name = store.rig.name
-            return [Context(cid, name, SlingContextFields.from_object(data)) for cid, data in rows]
+    if store.log_unread():
+        kept = _kept_open(store)
+        if kept is not None:
+            return kept
     records = read_fresh(store).values() if fresh else store.ephemeral().values()
     # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.
     found = [parse(store.rig.name, r) for r in records
              if r.get("status", "open") not in DONE_STATUSES and is_context(r)]
-    if signature is not None and store.log_signature() == signature:  # nobody appended meanwhile
-        queuedigest.write(store.queue_digest_path, signature,
-                          [[c.id, c.fields.to_compact() if c.fields is not None else None] for c in found])
+    if store.keeps("queue"):  # this process read the log whole: keep what it found
+        at = store.line_offsets()
+        queuedigest.write(store.queue_digest_path, store.log_mark(), [_row(c, at[c.id]) for c in found])
     return found
+
+
+def _row(context: Context, offset: int) -> list:
+    return [context.id, context.fields.to_compact() if context.fields is not None else None, offset]
+
+
+def _kept_open(store: RigStore) -> list[Context] | None:
+    """The open contexts from the digest and the log's lines after its mark; None: read the log whole.
+
+    The lines after the mark are applied as a whole read would apply them
+    (each id's latest version wins; closed or not a context: gone), and the
+    result is kept at the new mark, so the next reader starts from there.
+    """
+    kept = queuedigest.rows(store.queue_digest_path)
+    if kept is None:
+        return None
+    mark, rows = kept
+    tail = LogTail.resume(store.ephemeral_path, mark)
+    if tail is None:
+        return None
+    name = store.rig.name
+    offsets = {row[0]: row[2] for row in rows}
+    offsets.update(tail.at)
+    store.know_lines(tail.mark(), offsets)
+    found = {context_id: Context(context_id, name, SlingContextFields.from_object(data))
+             for context_id, data, _at in rows}
+    if tail.lines == mark["lines"]:
+        return list(found.values())
+    for record_id, record in tail.records.items():
+        if record.get("status", "open") not in DONE_STATUSES and is_context(record):
+            found[record_id] = parse(name, record)
+        else:
+            found.pop(record_id, None)
+    if worth_rewriting(tail.lines - mark["lines"], len(rows)):
+        queuedigest.write(store.queue_digest_path, tail.mark(),
+                          [_row(c, offsets[c.id]) for c in found.values()])
+    return list(found.values())
 
 
 def open_contexts(stores: Stores, fresh: bool = False) -> list[Context]:

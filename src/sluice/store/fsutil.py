@@ -82,20 +82,13 @@ def file_signature(path: Path) -> str | None:
     return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def grew_by(before: str | None, after: str | None, count: int) -> bool:
-    """Whether the file of signature ``after`` is the one of ``before`` with exactly ``count`` bytes more."""
-    if before is None or after is None:
-        return False
-    (inode, size, _mtime), (inode_now, size_now, _mtime_now) = before.split(":"), after.split(":")
-    return inode_now == inode and int(size_now) == int(size) + count
-
-
 def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     data = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
     atomic_write_bytes(path, data.encode("utf-8"), mode)
 
 
-def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) -> None:
+def append_bytes(path: Path, data: bytes, mode: int = 0o644,
+                 mend: bool = True) -> tuple[int, os.stat_result]:
     """Append ``data`` whole and durably, or not at all; the caller holds the owning lock.
 
     The bytes go in one ``write()``; the file is fsynced before this returns
@@ -105,6 +98,8 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) 
     :class:`~sluice.errors.StorageError` naming the file: a batch is never
     left half-written.  ``mend`` first cuts off a torn last line of a log
     (see :func:`mend_torn_tail`); a binary file (the gzip archive) has none.
+    Returns where the bytes start and the file's status right after them, so
+    an appender can tell that the file grew by exactly its bytes.
     """
     path = Path(path)
     try:
@@ -123,6 +118,7 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) 
                 fit = f"{os.strerror(errno.ENOSPC)} (only {written} of {len(data)} bytes fit)"
                 raise OSError(errno.ENOSPC, fit)
             os.fsync(fd)
+            after = os.fstat(fd)
         except OSError as err:
             _cut_back(fd, start)
             raise storage_error(path, err, "append to", "; nothing of this change was written") from None
@@ -130,6 +126,7 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) 
         os.close(fd)
     if created:
         fsync_dir(path.parent)
+    return start, after
 
 
 def _cut_back(fd: int, length: int) -> None:

@@ -72,10 +72,44 @@ class LogTail:
         self.path = path
         self.records: dict[str, dict] = {}
         self.positions: dict[str, int] = {}  # id → line number of its latest version
+        self.at: dict[str, int] = {}  # id → byte offset of the line holding its latest version
         self.offset = 0
         self.lines = 0
         self.inode: int | None = None
         self.guard = b""
+
+    def mark(self) -> dict:
+        """Where this reader stands, as plain JSON: what a digest of the log read so far is keyed by."""
+        return {"inode": self.inode, "offset": self.offset, "lines": self.lines, "guard": self.guard.hex()}
+
+    @classmethod
+    def resume(cls, path: Path, mark: object) -> LogTail | None:
+        """A reader that parses only what was appended after ``mark`` (its ``records`` hold just that).
+
+        None when the log no longer continues from ``mark`` (replaced, cut
+        shorter, its bytes before the mark changed) or the mark is not one:
+        then the caller reads the log whole.
+        """
+        tail = cls(path)
+        try:
+            tail.inode, tail.offset, tail.lines = mark["inode"], mark["offset"], mark["lines"]  # type: ignore[index]
+            tail.guard = bytes.fromhex(mark["guard"])  # type: ignore[index]
+        except (TypeError, KeyError, ValueError):
+            return None
+        if not all(type(v) is int and v >= 0 for v in (tail.inode, tail.offset, tail.lines)) or \
+                len(tail.guard) != min(tail.offset, cls.GUARD):
+            return None
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError:
+            return None
+        with fh:
+            if not tail._continues(fh, os.fstat(fh.fileno())):
+                return None
+            fh.seek(tail.offset)
+            data = fh.read()
+        tail._parse(data)
+        return tail
 
     def catch_up(self) -> dict[str, dict]:
         try:
@@ -128,7 +162,7 @@ class LogTail:
             if match is not None:
                 quick[index] = match.group(1)
                 versions.setdefault(match.group(1), []).append(index)
-        found: dict[str, tuple[dict, int]] = {}
+        found: dict[str, tuple[dict, int, int]] = {}
         first: dict[str, int] = {}  # id → index of its first line here: new ids keep first-seen order
         consumed = lines = 0
         for index, (begin, stop, complete) in enumerate(spans):
@@ -145,17 +179,18 @@ class LogTail:
             if not complete and record is None:
                 break  # blank text after the last newline: not a line yet
             if record is None and key is not None:
-                record, number = self._latest_standing(data, spans, versions[key][:-1])
+                record, number, begin = self._latest_standing(data, spans, versions[key][:-1])
             if record is not None:
                 record_id = record["id"]
                 seen = self._first_standing(data, spans, versions[key]) if key is not None else index
                 first[record_id] = min(first.get(record_id, seen), seen)
                 if record_id not in found or found[record_id][1] < number:
-                    found[record_id] = (record, number)
+                    found[record_id] = (record, number, begin)
             consumed, lines = stop, index + 1
         for record_id in sorted(found, key=first.__getitem__):
             self.records[record_id] = found[record_id][0]
             self.positions[record_id] = found[record_id][1]
+            self.at[record_id] = self.offset + found[record_id][2]
         if consumed:
             self.guard = (self.guard + data[:consumed])[-self.GUARD :]
             self.offset += consumed
@@ -175,14 +210,25 @@ class LogTail:
                 return index
         return indices[-1]
 
-    def _latest_standing(self, data: bytes, spans, earlier: list[int]) -> tuple[dict | None, int]:
-        """The newest of ``earlier`` lines that holds a record beads reads, with its line number."""
+    def _latest_standing(self, data: bytes, spans, earlier: list[int]) -> tuple[dict | None, int, int]:
+        """The newest of ``earlier`` lines that holds a record beads reads: it, its line number, its start."""
         for index in reversed(earlier):
             begin, stop, _complete = spans[index]
             record = parse_line(self.path, self.lines + index + 1, data[begin:stop])
             if record is not None:
-                return record, self.lines + index + 1
-        return None, 0
+                return record, self.lines + index + 1, begin
+        return None, 0, 0
+
+
+def worth_rewriting(tail_lines: int, kept: int) -> bool:
+    """Whether a digest of ``kept`` entries, ``tail_lines`` behind the log, is worth writing again.
+
+    Rewriting costs every entry, parsing the lines after the mark costs each
+    line; rewritten once those lines reach an eighth of the digest, a
+    reader's share of both stays proportional to the queue, so a daemon's
+    cycle after 40 appends does not rewrite 100,000 entries.
+    """
+    return tail_lines > max(64, kept // 8)
 
 
 #: The id at the start of a line as sluice writes records (no escapes in it, else the line is parsed).

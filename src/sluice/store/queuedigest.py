@@ -1,12 +1,14 @@
-"""The queue digest ``<rig>.queue.json``: a rig's open contexts, kept beside its index for one log.
+"""The queue digest ``<rig>.queue.json``: a rig's open contexts, kept beside its index at a mark of its log.
 
-Keyed by the ephemeral log's signature (:func:`sluice.store.fsutil.file_signature`):
-a process that has not read the log yet takes the open contexts from here
-instead of parsing every version of every context.  The last reader that
-parsed the log writes it; an append that grew the log by exactly what it
-wrote carries it over (:func:`extend`), so the first read after a sling or a
-close does not parse the log either.  A digest of another log or another
-layout is ignored, and the reader parses the log.
+A process that has not read the ephemeral log yet takes the open contexts
+from here and parses only the lines appended after the mark
+(:meth:`sluice.store.jsonlog.LogTail.mark`), instead of every version of
+every context.  Writers never touch it, so an append costs what it writes;
+the reader that parsed the log whole writes it, and a reader far enough
+behind (:func:`~sluice.store.jsonlog.worth_rewriting`) writes it again.  A
+digest of another layout, or whose mark the log no longer continues from,
+is ignored, and the reader parses the log.  See docs/formats.md for why it
+stays true under kill -9.
 """
 
 from __future__ import annotations
@@ -14,52 +16,31 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from sluice.core.items import DONE_STATUSES, is_context
-from sluice.core.records import SlingContextFields
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 #: The layout of ``<rig>.queue.json``; a digest of another layout is ignored and written again.
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2
 
 
-def rows(path: Path, signature: str) -> list | None:
-    """The ``[id, fields]`` rows of the digest kept for exactly this log, or None (no such digest)."""
+def rows(path: Path) -> tuple[dict, list] | None:
+    """The mark and ``[id, fields, offset]`` rows of the kept digest, or None (absent, torn, foreign)."""
     try:
         kept = json.loads(path.read_bytes())
-        if kept.get("version") != DIGEST_VERSION or kept.get("sig") != signature:
+        if kept.get("version") != DIGEST_VERSION:
             return None
         found = kept["open"]
-        if all(isinstance(row, list) and len(row) == 2 and isinstance(row[0], str) for row in found):
-            return found
+        if all(isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and type(row[2]) is int
+               for row in found):
+            return kept["mark"], found
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent, torn, foreign: read the log
         pass
     return None
 
 
-def write(path: Path, signature: str, open_rows: list) -> None:
-    body = json.dumps({"version": DIGEST_VERSION, "sig": signature, "open": open_rows},
+def write(path: Path, mark: dict, open_rows: list) -> None:
+    body = json.dumps({"version": DIGEST_VERSION, "mark": mark, "open": open_rows},
                       separators=(",", ":"), ensure_ascii=False)
     fsutil.write_cache(path, body.encode("utf-8"))
-
-
-def extend(path: Path, before: str, after: str, records: list[dict]) -> None:
-    """After an append under the rig lock: the digest of the log as it was, brought up to date.
-
-    The appender calls this only when the log (signature ``before``) grew by
-    exactly ``records`` into signature ``after``; without a digest of the
-    log before the append nothing is kept, and the next reader parses the log.
-    """
-    found = rows(path, before)
-    if found is None:
-        return
-    open_now = dict(found)
-    for record in records:
-        if record.get("status", "open") not in DONE_STATUSES and is_context(record):
-            fields = SlingContextFields.from_description(record.get("description"))
-            open_now[record["id"]] = fields.to_compact() if fields is not None else None
-        else:
-            open_now.pop(record["id"], None)
-    write(path, after, [[context_id, data] for context_id, data in open_now.items()])

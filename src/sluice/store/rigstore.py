@@ -14,6 +14,7 @@ and nothing is rewritten.  Reads of the durable file go through the derived
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -22,12 +23,15 @@ from pathlib import Path
 from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
-from sluice.store import fsutil, queuedigest
+from sluice.store import fsutil
 from sluice.store.index import DurableIndex, blocked_line, with_causes
-from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line
+from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line, worth_rewriting
 from sluice.store.town import Rig, Town
 
 log = logging.getLogger("sluice")
+
+#: The layout of ``<rig>.ephemeral.json``; a summary of another layout is ignored and written again.
+SUMMARY_VERSION = 2
 
 
 def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[tuple[int, dict, str]]:
@@ -84,6 +88,9 @@ class RigStore:
         self._log = LogTail(self.ephemeral_path)
         self._log_stale = True
         self._summary: tuple[str, tuple[set[str], bool, bool]] | None = None
+        self._unkept: set[str] = set()
+        # Without a whole read: a mark of the log and where the latest line of each record known stands.
+        self._sparse: tuple[dict, dict[str, int]] | None = None
         self._refresh_source()
 
     def _refresh_source(self) -> None:
@@ -138,9 +145,83 @@ class RigStore:
 
     def ephemeral_fresh(self) -> dict[str, dict]:
         """The ephemeral records as on disk now; only lines appended since the last read are parsed."""
+        if self._log.offset == 0:  # a whole read: each digest of the log may be kept from it
+            self._unkept = {"summary", "queue"}
         self._log.catch_up()
         self._log_stale = False
         return self._log.records
+
+    def know_lines(self, mark: dict, offsets: dict[str, int]) -> None:
+        """Remember, for a log not read whole, where records' latest lines stand as of ``mark``.
+
+        A reader that took the open queue from its digest hands this over, so
+        a write to those records (a launch mark, a close) reads their lines
+        and the log's end, never the whole log.
+        """
+        if self.log_unread():
+            self._sparse = (mark, offsets)
+
+    def _latest_of(self, ids: Iterable[str]) -> dict[str, dict] | None:
+        """Under the rig lock: the latest versions of ``ids``, read at their lines and from the log's end.
+
+        None (read the log whole) when the log was read whole already, no
+        place is known for one of the ids, or the log no longer continues
+        from the mark (replaced, cut, changed before it).
+        """
+        if self._sparse is None or not self.log_unread():
+            return None
+        mark, offsets = self._sparse
+        ids = list(ids)
+        tail = LogTail.resume(self.ephemeral_path, mark)
+        if tail is None:
+            self._sparse = None
+            return None
+        offsets.update(tail.at)
+        self._sparse = (tail.mark(), offsets)
+        if any(rid not in offsets for rid in ids):
+            return None
+        out = {rid: tail.records[rid] for rid in ids if rid in tail.records}
+        with open(self.ephemeral_path, "rb") as fh:
+            for rid in ids:
+                if rid in out:
+                    continue
+                fh.seek(offsets[rid])
+                try:
+                    record = parse_line(self.ephemeral_path, 0, fh.readline())
+                except (TornLine, StoreCorrupt):
+                    record = None
+                if record is None or record["id"] != rid:  # not where it was said to be: read whole
+                    self._sparse = None
+                    return None
+                out[rid] = record
+        return out
+
+    def _note_append(self, start: int, end: int, inode: int, records: list[dict], data: bytes) -> None:
+        """After an append of ``data`` at byte ``start``: the known lines and the mark move past it."""
+        if self._sparse is None:
+            return
+        mark, offsets = self._sparse
+        if mark["inode"] != inode or mark["offset"] != start or end != start + len(data):
+            self._sparse = None  # a mended tail or another writer's bytes: the mark no longer fits
+            return
+        at = start
+        for record, line in zip(records, data.split(b"\n"), strict=False):
+            offsets[record["id"]] = at
+            at += len(line) + 1
+        guard = (bytes.fromhex(mark["guard"]) + data)[-LogTail.GUARD:]
+        self._sparse = ({"inode": inode, "offset": end, "lines": mark["lines"] + len(records),
+                         "guard": guard.hex()}, offsets)
+
+    def keeps(self, digest: str) -> bool:
+        """True once after a whole read of the log for ``digest`` ("summary", "queue"): keep yours now.
+
+        A digest is written by the reader that parsed the whole log, whichever
+        digest made it read, so the next process finds both.
+        """
+        if digest in self._unkept and self._log.inode is not None:
+            self._unkept.discard(digest)
+            return True
+        return False
 
     def get(self, item_id: str) -> dict | None:
         # A log not read yet is only read when its summary says it holds the id.
@@ -221,7 +302,7 @@ class RigStore:
             return set(), False, True
         if self._summary is not None and self._summary[0] == sig:
             return self._summary[1]
-        self._summary = (sig, self._read_summary(sig))
+        self._summary = (sig, self._read_summary())
         return self._summary[1]
 
     def log_unread(self) -> bool:
@@ -229,27 +310,41 @@ class RigStore:
         return self._log.inode is None
 
     def log_signature(self) -> str | None:
-        """The log's :func:`~sluice.store.fsutil.file_signature`, which its kept digests are keyed by."""
+        """The log's :func:`~sluice.store.fsutil.file_signature` (what the in-memory summary is keyed by)."""
         return fsutil.file_signature(self.ephemeral_path)
+
+    def line_offsets(self) -> dict[str, int]:
+        """Where each record's latest line starts, as this store has read the log."""
+        return self._log.at
+
+    def log_mark(self) -> dict | None:
+        """How far this store has read its log (:meth:`LogTail.mark`); None before a first read."""
+        return None if self.log_unread() else self._log.mark()
 
     @property
     def _summary_path(self) -> Path:
         return self.index_path.with_suffix(".ephemeral.json")
 
-    def _kept_summary(self, sig: str) -> tuple[set[str], bool, bool] | None:
+    def forget_digests(self) -> None:
+        """After the log is replaced: drop what is kept of the old one (a reader would reject it anyway)."""
+        for path in (self._summary_path, self.queue_digest_path):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def _kept_summary(self) -> tuple[dict, tuple[set[str], bool, bool]] | None:
         try:
             kept = json.loads(self._summary_path.read_bytes())
-            if kept.get("sig") == sig:
-                return set(kept["ids"]), bool(kept["edges"]), bool(kept["quiet"])
+            if kept.get("version") == SUMMARY_VERSION:
+                return kept["mark"], (set(kept["ids"]), bool(kept["edges"]), bool(kept["quiet"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         return None
 
-    def _keep_summary(self, sig: str, summary: tuple[set[str], bool, bool]) -> None:
+    def _keep_summary(self, mark: dict, summary: tuple[set[str], bool, bool]) -> None:
         ids, edges, quiet = summary
-        body = json.dumps({"sig": sig, "ids": sorted(ids), "edges": edges, "quiet": quiet})
+        body = json.dumps({"version": SUMMARY_VERSION, "mark": mark, "ids": sorted(ids), "edges": edges,
+                           "quiet": quiet})
         fsutil.write_cache(self._summary_path, body.encode("utf-8"))
-        self._summary = (sig, summary)
 
     @staticmethod
     def _summarise(records: Iterable[dict]) -> tuple[set[str], bool, bool]:
@@ -261,29 +356,36 @@ class RigStore:
                     for record in records for dep in record.get("dependencies") or ())
         return {record["id"] for record in records}, edges, quiet
 
-    def _read_summary(self, sig: str) -> tuple[set[str], bool, bool]:
-        kept = self._kept_summary(sig)
-        if kept is not None:
-            return kept
-        summary = self._summarise(self.ephemeral_fresh().values())
-        if self.log_signature() == sig:
-            self._keep_summary(sig, summary)
-        return summary
+    def _read_summary(self) -> tuple[set[str], bool, bool]:
+        """The summary kept at some earlier point of the log, brought up to date from the lines after it.
 
-    def _extend_summary(self, before: str, after: str, records: list[dict]) -> None:
-        """After an append under the rig lock: bring a summary of the log as it was up to date.
-
-        Appenders know what they wrote, so the next reader need not parse the
-        whole log to learn it.  The result may only err on the safe side: an
-        edge once in the log still counts after a later version drops it,
-        which sends readers down the exact (slower) path, never a wrong one.
+        Writers never touch it (an append costs what it writes); the first
+        reader after them parses only the appended lines and keeps the
+        result.  Carried forward, it may only err on the safe side: an edge
+        once in the log still counts after a later version drops it, which
+        sends readers down the exact (slower) path, never a wrong one.
         """
-        summary = self._summary[1] if self._summary is not None and self._summary[0] == before else None
-        summary = summary or self._kept_summary(before)
-        if summary is None:
-            return
-        ids, edges, quiet = self._summarise(records)
-        self._keep_summary(after, (summary[0] | ids, summary[1] or edges, summary[2] and quiet))
+        if not self.log_unread():  # read already: what is in memory is exact and costs no file
+            summary = self._summarise(self.ephemeral_fresh().values())
+            if self.keeps("summary"):
+                self._keep_summary(self._log.mark(), summary)
+            return summary
+        kept = self._kept_summary()
+        if kept is not None:
+            mark, summary = kept
+            tail = LogTail.resume(self.ephemeral_path, mark)
+            if tail is not None:
+                if tail.lines != mark["lines"]:
+                    ids, edges, quiet = self._summarise(tail.records.values())
+                    kept_ids = len(summary[0])
+                    summary = (summary[0] | ids, summary[1] or edges, summary[2] and quiet)
+                    if worth_rewriting(tail.lines - mark["lines"], kept_ids):
+                        self._keep_summary(tail.mark(), summary)
+                return summary
+        summary = self._summarise(self.ephemeral_fresh().values())
+        if self.keeps("summary"):
+            self._keep_summary(self._log.mark(), summary)
+        return summary
 
     def ready_raw(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready items in beads order."""
@@ -428,14 +530,8 @@ class RigStore:
     def _append_locked(self, records: list[dict]) -> None:
         data = "".join(line_text(r) + "\n" for r in records).encode("utf-8")
         self._mend_torn_tail()
-        before = self.log_signature()
-        fsutil.append_bytes(self.ephemeral_path, data, mend=False)  # all or nothing, fsynced
-        after = self.log_signature()
-        if before is None or after is None or not fsutil.grew_by(before, after, len(data)):
-            return  # another writer's line may be among it: the next reader reads the log
-        # What readers keep of the log before this append is carried over to the longer log.
-        self._extend_summary(before, after, records)
-        queuedigest.extend(self.queue_digest_path, before, after, records)
+        start, stat = fsutil.append_bytes(self.ephemeral_path, data, mend=False)  # all or nothing, fsynced
+        self._note_append(start, stat.st_size, stat.st_ino, records, data)
 
     def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
         """Apply ``change`` to the latest version under the lock; None from it means no write."""
@@ -462,7 +558,9 @@ class RigStore:
         if not changes:
             return written
         with fsutil.file_lock(self.lock_path):
-            current = self.ephemeral_fresh()
+            current = self._latest_of(changes)
+            if current is None:
+                current = self.ephemeral_fresh()
             for record_id, change in changes.items():
                 record = current.get(record_id)
                 if record is None:

@@ -1,0 +1,207 @@
+"""Time dispatch cycles that launch polecats, at several queue sizes, for one or more source trees.
+
+Usage:  python benchmarks/bench_launch.py [--sizes 1000,10000,100000] [--cycles 3] [--batch 20]
+                                          [--drain 10000] [--drain-seconds 60]
+                                          [--tree NAME=SRC ...] [--work DIR] [--json]
+
+For each size N a town is built once: one rig reading a read-only beads
+export of N + a margin of plain open items, ``executor.command ["true"]``,
+``scheduler.max_polecats 1000``, ``scheduler.batch_size`` ``--batch``, and N
+contexts queued (``sling`` in chunks that fit a command line).  For each
+tree (``--tree before=/old/src --tree after=src``; default: this checkout's
+``src``) a copy of that town runs ``--cycles`` real cycles,
+``python -m sluice scheduler run --json`` with ``PYTHONPATH`` set to the
+tree, each launching ``--batch`` polecats through the local executor
+(process start, launch intent and close included).  A tree's first command
+on a copy is a dry run, so each tree starts from the caches it writes
+itself.  Reported: the median cycle's wall time, its cost per launch, and
+that cost against the tree's cost at the smallest size (the flat-cost
+target is 1.5×).
+
+``--drain N`` then starts ``sluice daemon --interval 0.01`` on a fresh copy
+with N queued (per tree) and counts launches for ``--drain-seconds`` (or
+until the queue is empty): the sustained launch rate.
+
+The trees run alternately, cycle by cycle, so a slow spell of a shared
+machine falls on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STAMP = "2026-01-01T00:00:00Z"
+CHUNK = 10_000  # ids per sling command: well inside ARG_MAX
+
+
+def run(src: Path, town: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(town)}
+    done = subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise SystemExit(f"sluice {' '.join(args[:3])} … failed: {done.stderr.strip()[-400:]}")
+    return done
+
+
+def build(base: Path, src: Path, queued: int, batch: int) -> Path:
+    """A town with one read-only rig of ``queued`` + margin items and ``queued`` contexts slung."""
+    town, repo, export = base / "town", base / "repo", base / "export" / "issues.jsonl"
+    if (base / "built").exists():
+        return town
+    shutil.rmtree(base, ignore_errors=True)
+    export.parent.mkdir(parents=True)
+    git = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=git)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
+                   env=git)
+    ids = [f"ln-w{k:06d}" for k in range(queued)]
+    with export.open("w") as fh:
+        for k, item_id in enumerate(ids):
+            fh.write(json.dumps({"id": item_id, "title": f"work item {k}", "status": "open",
+                                 "priority": k % 5, "issue_type": "task", "created_at": STAMP,
+                                 "updated_at": STAMP}) + "\n")
+    run(src, town, "init", str(town))
+    run(src, town, "rig", "add", "bench", str(repo), "--prefix", "ln", "--items", str(export))
+    for key, value in (("scheduler.max_polecats", "1000"), ("scheduler.batch_size", str(batch)),
+                       ("executor.command", '["true"]')):
+        run(src, town, "config", "set", key, value)
+    for start in range(0, queued, CHUNK):
+        run(src, town, "sling", *ids[start:start + CHUNK], "bench")
+    (base / "built").touch()
+    return town
+
+
+def copy_town(town: Path, into: Path) -> Path:
+    shutil.rmtree(into, ignore_errors=True)
+    shutil.copytree(town, into, symlinks=True)
+    return into
+
+
+def cycle(src: Path, town: Path) -> tuple[float, int]:
+    began = time.perf_counter()
+    done = run(src, town, "scheduler", "run", "--json")
+    elapsed = time.perf_counter() - began
+    return elapsed, int(json.loads(done.stdout)["dispatched"])
+
+
+def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, batch: int) -> dict:
+    first = next(iter(trees.values()))
+    found: dict[str, dict[int, dict]] = {name: {} for name in trees}
+    for n in sizes:
+        town = build(work / f"town-{n}", first, n, batch)
+        copies = {name: copy_town(town, work / f"run-{n}-{name}") for name in trees}
+        for name, src in trees.items():
+            run(src, copies[name], "scheduler", "run", "--dry-run", "--json")  # its own caches
+        seen: dict[str, list[tuple[float, int]]] = {name: [] for name in trees}
+        for _ in range(cycles):
+            for name, src in trees.items():
+                seen[name].append(cycle(src, copies[name]))
+        for name in trees:
+            wall = statistics.median(w for w, _ in seen[name])
+            launched = statistics.median(k for _, k in seen[name])
+            found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1)}
+            shutil.rmtree(copies[name], ignore_errors=True)
+    return found
+
+
+def dispatched_count(town: Path) -> int:
+    log = town / ".sluice" / "events" / "scheduler.jsonl"
+    try:
+        return log.read_bytes().count(b'"Dispatched"')
+    except FileNotFoundError:
+        return 0
+
+
+def drain(work: Path, trees: dict[str, Path], queued: int, seconds: float, batch: int) -> dict:
+    first = next(iter(trees.values()))
+    town = build(work / f"town-{queued}", first, queued, batch)
+    out = {}
+    for name, src in trees.items():
+        copy = copy_town(town, work / f"drain-{name}")
+        env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(copy)}
+        began = time.perf_counter()
+        daemon = subprocess.Popen([sys.executable, "-m", "sluice", "daemon", "--interval", "0.01"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        count = 0
+        while time.perf_counter() - began < seconds and count < queued:
+            time.sleep(0.5)
+            count = dispatched_count(copy)
+        elapsed = time.perf_counter() - began
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        out[name] = {"launched": count, "seconds": elapsed, "rate": count / elapsed}
+        shutil.rmtree(copy, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=20)
+    parser.add_argument("--drain", type=int, default=10_000,
+                        help="queued contexts for the daemon; 0 skips it")
+    parser.add_argument("--drain-seconds", type=float, default=60.0)
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
+    parser.add_argument("--work", type=Path, default=None, help="build the towns here and keep them")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    trees = {}
+    for spec in args.tree or [f"this={HERE.parent / 'src'}"]:
+        name, _, src = spec.partition("=")
+        trees[name] = Path(src).resolve()
+        if not (trees[name] / "sluice" / "__init__.py").is_file():
+            raise SystemExit(f"--tree {spec}: {trees[name]} holds no sluice package")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(trees[name])], check=False,
+                       capture_output=True)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-launch-"))
+    work.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]
+    try:
+        found = {"launches": launches(work, trees, sizes, args.cycles, args.batch) if sizes else {}}
+        found["drain"] = drain(work, trees, args.drain, args.drain_seconds, args.batch) if args.drain else {}
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    found["load"] = [load, os.getloadavg()[0]]
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return
+    print(f"load average {load:.1f} before, {found['load'][1]:.1f} after; {os.cpu_count()} CPUs")
+    if sizes:
+        print()
+        heads = [f"{n}: cycle of {args.batch} / per launch / vs {sizes[0]:,}" for n in trees]
+        print(f"| queued | {' | '.join(heads)} |")
+        print("|---|" + "---|" * len(trees))
+        for n in sizes:
+            cells = []
+            for name in trees:
+                row, base = found["launches"][name][n], found["launches"][name][sizes[0]]
+                cells.append(f"{row['cycle']:.2f} s / {row['per_launch'] * 1000:.0f} ms / "
+                             f"{row['per_launch'] / base['per_launch']:.2f}×")
+            print(f"| {n:,} | {' | '.join(cells)} |")
+    if args.drain:
+        print()
+        print(f"daemon draining {args.drain:,} queued contexts:")
+        for name, row in found["drain"].items():
+            print(f"  {name}: {row['launched']:,} launches in {row['seconds']:.1f} s = {row['rate']:.1f}/s")
+
+
+if __name__ == "__main__":
+    main()
