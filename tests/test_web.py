@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.error
 import urllib.request
 
 import pytest
@@ -315,3 +316,58 @@ def test_a_served_town_bound_wide_refuses_a_foreign_host(town):
         assert server.call("GET", "/api/state")[0] == 200
     finally:
         server.stop()
+
+
+# -- one snapshot per change for every open stream, and a bound on open streams ------------------------
+
+
+def _next_state(stream) -> dict:
+    data, kind = None, ""
+    for raw in stream:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: ") and kind == "state":
+            data = json.loads(line[6:])
+        elif line == "" and data is not None:
+            return data
+    raise AssertionError("stream ended")
+
+
+def test_open_streams_share_one_snapshot_per_change_and_are_bounded(cli, tmp_path, monkeypatch):
+    from sluice.api import Town as ApiTown
+
+    add_rig(cli, tmp_path, "alpha", "al")
+    write_items(cli.town, "alpha", [item("al-1", "first")])
+    computed = []
+    real = ApiTown.snapshot
+
+    def counted(self, *args, **kwargs):
+        computed.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ApiTown, "snapshot", counted)
+    # A long interval: only a change of a watched file computes the snapshot again.
+    web = make_web(open_town(cli.town), port=0, token=TOKEN, interval=600, max_streams=3)
+    web.start()
+    url = web.url + "api/events"
+    try:
+        streams = [urllib.request.urlopen(url, timeout=30) for _ in range(3)]
+        assert all(_next_state(s)["scheduler"]["paused"] is False for s in streams)
+        assert len(computed) == 1  # three streams, one snapshot
+        with pytest.raises(urllib.error.HTTPError) as refused:  # a fourth stream is over the bound
+            urllib.request.urlopen(url, timeout=30)
+        assert refused.value.code == 503
+        assert "too many open event streams (3)" in refused.value.read().decode()
+        cli.run("scheduler", "pause")
+        assert all(_next_state(s)["scheduler"]["paused"] is True for s in streams)
+        assert len(computed) <= 3  # the change (state file, then event log): not once per stream
+        streams.pop().close()
+        board = web.server.config.app.state.dashboard
+        assert wait_for(lambda: board.feed.streams == 2, timeout=20)  # a closed stream frees its place
+        with urllib.request.urlopen(url, timeout=30) as again:
+            assert _next_state(again)["scheduler"]["paused"] is True
+        for stream in streams:
+            stream.close()
+    finally:
+        web.stop()

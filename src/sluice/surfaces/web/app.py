@@ -4,8 +4,10 @@
   what ``sluice snapshot --json`` prints; ``GET /api/events`` streams it as
   server-sent events (``event: state``) whenever it changes — at once when
   the state file, the event log or the polecat records change, else at most
-  once per interval (runtimes tick).  ``GET /api/explain/{item}`` explains one
-  item; ``GET /api/logs/{polecat}`` is the tail of a polecat's output.
+  once per interval (runtimes tick) — computed once for every open stream
+  (:mod:`sluice.surfaces.web.feed`), at most ``max_streams`` of them.
+  ``GET /api/explain/{item}`` explains one item; ``GET /api/logs/{polecat}``
+  is the tail of a polecat's output.
 * Actions — ``POST /api/pause``, ``/api/resume``, ``/api/clear/{item}``,
   ``/api/stop/{polecat}``, ``/api/throttle`` — need ``Authorization: Bearer
   TOKEN``.  The token is compared in constant time; a missing or wrong one is
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import os
 import sys
 from collections import deque
@@ -42,12 +43,14 @@ from starlette.staticfiles import StaticFiles
 
 from sluice.core.text import printable
 from sluice.errors import SluiceError, UnknownItem, UnknownPolecat, UsageError, internal_error_text
+from sluice.surfaces.web.feed import DEFAULT_MAX_STREAMS, Feed
 
 if TYPE_CHECKING:
     from sluice.api import Town
 
 STATIC = resources.files("sluice.surfaces.web") / "static"
 LOG_TAIL = 200
+KEEPALIVE = 5.0  # seconds: a stream with nothing new still sends a comment this often
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
        " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
@@ -71,12 +74,13 @@ def _error(err: Exception, status: int = 400) -> JSONResponse:
 class Dashboard:
     """The routes, bound to one town and one token."""
 
-    def __init__(self, town: Town, token: str, interval: float = 1.0):
+    def __init__(self, town: Town, token: str, interval: float = 1.0, max_streams: int = DEFAULT_MAX_STREAMS):
         if not token:
             raise UsageError("the dashboard needs a token for its actions")
         self.town = town
         self.token = token.encode("utf-8")
         self.interval = interval
+        self.feed = Feed(self._snapshot, lambda: _watched(self.town), interval, max_streams)
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:
@@ -89,27 +93,25 @@ class Dashboard:
             return _error(err, 500)
 
     async def events(self, request: Request) -> Response:
+        feed = self.feed
+        if not feed.join():
+            return JSONResponse({"error": f"too many open event streams ({feed.max_streams}); close one,"
+                                          " or read /api/state"}, status_code=503,
+                                headers={"Retry-After": "5"})
+
         async def stream():
-            last_sent = None
-            seen = None
-            next_at = 0.0
-            loop = asyncio.get_running_loop()
-            yield "retry: 2000\n\n"
-            while not await request.is_disconnected():
-                watched = await asyncio.to_thread(_watched, self.town)
-                if watched != seen or loop.time() >= next_at:
-                    seen, next_at = watched, loop.time() + self.interval
-                    try:
-                        data = json.dumps(await asyncio.to_thread(self._snapshot), ensure_ascii=False)
-                        kind = "state"
-                    except SluiceError as err:
-                        data, kind = json.dumps({"error": str(err)}), "problem"
-                    if data != last_sent:
-                        last_sent = data
-                        yield f"event: {kind}\ndata: {data}\n\n"
+            try:
+                yield "retry: 2000\n\n"
+                sent = 0
+                while not await request.is_disconnected():
+                    version, message = await feed.next_after(sent, min(self.interval, KEEPALIVE))
+                    if version != sent:
+                        sent = version
+                        yield message
                     else:
                         yield ": unchanged\n\n"
-                await asyncio.sleep(0.25)
+            finally:
+                feed.leave()
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
@@ -273,8 +275,8 @@ def allowed_hosts(host: str, extra: tuple[str, ...] = (), machine: tuple[str, ..
 
 
 def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float = 1.0,
-               hosts: list[str] | None = None) -> Starlette:
-    board = Dashboard(town, token, interval)
+               hosts: list[str] | None = None, max_streams: int = DEFAULT_MAX_STREAMS) -> Starlette:
+    board = Dashboard(town, token, interval, max_streams)
     action = ["POST"]
     routes = [
         Route("/", board.page, methods=["GET"]),

@@ -134,7 +134,7 @@ class Web:
 
 def make_web(town: Town, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, token: str | None = None,
              interval: float = 1.0, token_file: str | None = None, allow_hosts: tuple[str, ...] = (),
-             allow_any_host: bool = False) -> Web:
+             allow_any_host: bool = False, max_streams: int | None = None) -> Web:
     import uvicorn
 
     from sluice.surfaces.web.app import allowed_hosts, create_app
@@ -150,7 +150,8 @@ def make_web(town: Town, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, tok
     hosts = allowed_hosts(host, (*allow_hosts, *(("*",) if allow_any_host else ())), machine)
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
-    app = create_app(town, token, host=host, interval=interval, hosts=hosts)
+    app = create_app(town, token, host=host, interval=interval, hosts=hosts,
+                     **({"max_streams": max_streams} if max_streams is not None else {}))
     config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
                             timeout_graceful_shutdown=1, lifespan="off")
     shown = f"[{host}]" if ":" in host else host
