@@ -38,8 +38,8 @@ TOUCHES = ("src/api/**", "src/web/*", "docs/*.md", "src/api/auth.py", "tests/**"
 
 def build_town(root: Path, items: int) -> Path:
     from sluice.scheduler.sling import SlingOptions, sling
+    from sluice.store.rigs import add_rig
     from sluice.store.town import Town, init_town
-    from sluice.store.tracker import add_rig
 
     town_dir = root / "town"
     init_town(town_dir)

@@ -144,7 +144,7 @@ def test_show_is_one_object_and_unknown_ids_fail(cli, rig):
 
 
 def test_list_filters_by_rig_status_and_labels(cli, rig, town_dir, tmp_path):
-    from sluice.store.tracker import add_rig
+    from sluice.store.rigs import add_rig
 
     add_rig(Town(town_dir), "beta", make_repo(tmp_path / "repos" / "beta"), "be")
     a = create(cli, "--title", "a", "--label", "x", "--label", "y")

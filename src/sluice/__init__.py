@@ -27,6 +27,7 @@ from sluice.errors import (
     ReadOnlyStore,
     SlingFailed,
     SluiceError,
+    SourceFailed,
     StorageError,
     StoreCorrupt,
     TownNotFound,
@@ -49,7 +50,8 @@ __all__ = [
     "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "MissingFile",
     "NotARepository",
     "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
-    "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "StorageError", "StoreCorrupt",
+    "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "SourceFailed",
+    "StorageError", "StoreCorrupt",
     "Town", "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__",
     "init_town", "open_town",
 ]

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.launching import CycleReport
+    from sluice.scheduler.mergequeue import MergeQueue
     from sluice.scheduler.sling import SlingResult
     from sluice.store.kept import KeptReads
     from sluice.store.town import Town as TownFiles
@@ -394,7 +395,7 @@ class Town:
         store but no export is refused unless one of these or ``own_store``
         says what to do.
         """
-        from sluice.store.tracker import add_rig, rig_row
+        from sluice.store.rigs import add_rig, rig_row
 
         command = list(items_command) if items_command is not None and not isinstance(items_command, str) \
             else items_command
@@ -417,12 +418,12 @@ class Town:
     def remove_rig(self, name: str, force: bool = False) -> dict:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
         ``rig-removed``).  The rig's store moves to ``.sluice/removed/`` (``store`` in the result)."""
-        from sluice.scheduler.rigs import remove_rig
+        from sluice.store.rigs import remove_rig
 
         return remove_rig(self.files, name, force)
 
     def rigs(self) -> list[RigInfo]:
-        from sluice.store.tracker import rig_rows
+        from sluice.store.rigs import rig_rows
 
         return [RigInfo.from_json(row) for row in rig_rows(self.files)]
 
@@ -637,6 +638,13 @@ class Town:
         from sluice.scheduler.control import compact
 
         return compact(self.files, rig)
+
+    def hooks_report(self, rig: str | None = None, repo: str | Path | None = None,
+                     hook: str = "") -> MergeQueue:
+        """A rig's merge-queue depth (name ``rig`` or its ``repo``), logged as a ``MergeQueueDepth`` event."""
+        from sluice.scheduler.mergequeue import report
+
+        return report(self.files, rig, Path(repo) if repo is not None else None, hook)
 
     # -- watching ---------------------------------------------------------------------------
     def snapshot(self) -> dict:

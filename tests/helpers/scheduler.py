@@ -16,8 +16,8 @@ STAMP = "2026-01-01T00:00:00Z"
 
 def add_rig(cli: Cli, tmp_path: Path, name: str, prefix: str) -> Path:
     """A real git repository registered as a rig (through the library: fixtures stay fast)."""
+    from sluice.store.rigs import add_rig as register
     from sluice.store.town import Town
-    from sluice.store.tracker import add_rig as register
 
     repo = make_repo(tmp_path / "repos" / name)
     register(Town(cli.town), name, repo, prefix)

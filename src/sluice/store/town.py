@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import ConfigError, InvalidOperation, TownNotFound, UnknownItem, UnknownRig, UsageError
+from sluice.errors import ConfigError, TownNotFound, UnknownItem, UnknownRig, UsageError
 from sluice.store import configcache, fsutil
 
 if TYPE_CHECKING:
@@ -253,27 +253,3 @@ def validate_prefix(prefix: str) -> None:
     if not prefix[0].isalnum():
         raise UsageError(f"invalid prefix {prefix!r}: it must start with a letter or digit"
                          " (ids starting with '-' or '.' would read as options or hidden files)")
-
-
-def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None,
-                 command: dict | None = None) -> Rig:
-    """Add the rig to the config; ``command`` (a ``rigs.NAME.items`` object) makes it a command source."""
-    from sluice.core.models import RigConfig
-
-    validate_rig_name(name)
-    validate_prefix(prefix)
-
-    def change(config: TownConfig) -> TownConfig:
-        if name in config.rigs:
-            raise InvalidOperation(f"rig {name!r} is already registered")
-        for other, rc in config.rigs.items():
-            if rc.prefix == prefix:
-                raise InvalidOperation(f"prefix {prefix!r} already routes to rig {other!r}")
-        rigs = dict(config.rigs)
-        source = command if command is not None else str(items) if items else None
-        rigs[name] = RigConfig(repo=str(repo), prefix=prefix, items=source)
-        return config.model_copy(update={"rigs": rigs})
-
-    town.update_config(change)
-    town.rig_dir(name).mkdir(parents=True, exist_ok=True)
-    return town.rig(name)

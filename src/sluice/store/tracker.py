@@ -1,4 +1,4 @@
-"""The small item tracker: what `sluice item …` and `sluice rig …` do.
+"""The small item tracker: what `sluice item …` does (a rig's life is :mod:`sluice.store.rigs`).
 
 Scheduling never writes an item; only these functions do, and only in rigs
 that keep their own store.  Rigs whose items come from a beads export are
@@ -15,100 +15,14 @@ from pathlib import Path
 from sluice.core.clock import iso, new_id
 from sluice.core.items import STATUSES, ReadyFilter, dependency, labels_of, normalise
 from sluice.core.readiness import id_prefix
-from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UnknownItem, UsageError
-from sluice.store import beads_repo, gitview, sources
+from sluice.errors import InvalidOperation, MissingFile, UnknownItem, UsageError
 from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
-from sluice.store.sources import parse_command
-from sluice.store.town import ItemCommand, Rig, Town, register_rig, validate_prefix, validate_rig_name
+from sluice.store.town import Town
 
 DEP_TYPES_KNOWN = (
     "blocks", "conditional-blocks", "waits-for", "parent-child", "related", "discovered-from",
     "tracks", "relates-to", "replies-to", "duplicates", "supersedes",
 )  # fmt: skip
-
-
-def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items: Path | None = None,
-            items_command: str | list[str] | None = None, watch: tuple[Path, ...] = (),
-            own_store: bool = False) -> Rig:
-    """Register a git repository and choose where its items come from.
-
-    ``items`` names a beads export to read (read-only); ``items_command`` a
-    command printing one (:mod:`sluice.store.sources`), run once now so a
-    failing command registers nothing; ``own_store`` gives the rig sluice's
-    own store.  Without any of them a ``.beads/issues.jsonl`` in the
-    repository is read, a rig without beads gets its own store, and a beads
-    store with no export is refused (it would look empty), naming the ways on.
-    """
-    repo = Path(repo).expanduser().resolve()
-    opened = gitview.open_repo(repo)  # not a repository ⇒ NotARepository, nothing registered
-    if opened.workdir and Path(opened.workdir).resolve() != repo:
-        # The .git directory of a work tree: polecats would run inside .git.
-        raise NotARepository(f"{repo}: this is the git directory of {opened.workdir}; register the work tree")
-    if (items is not None) + (items_command is not None) + bool(own_store) > 1:
-        raise UsageError("give at most one of items, items_command and own_store",
-                         parameters=("items", "items_command", "own_store"))
-    if watch and items_command is None:
-        raise UsageError("watch goes with items_command", parameters=("watch", "items_command"))
-    if items_command is not None:
-        return _add_command_rig(town, name, repo, prefix or name, parse_command(items_command), watch)
-    if items is None and not own_store:
-        if beads_repo.export_path(repo).is_file():
-            items = beads_repo.export_path(repo)
-        elif parts := beads_repo.store_parts(repo):
-            raise InvalidOperation(beads_repo.refusal(name, repo, parts))
-    if items is not None:
-        items = Path(items).expanduser().resolve()
-        if not items.is_file():
-            raise MissingFile(f"items {items}: no such file", parameters=("items",))
-        for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
-            pass
-    return register_rig(town, name, repo, prefix or name, items)
-
-
-def _add_command_rig(town: Town, name: str, repo: Path, prefix: str, argv: list[str],
-                     watch: tuple[Path, ...]) -> Rig:
-    """Run the command once (a failure registers nothing), then register the rig reading its snapshot."""
-    validate_rig_name(name)
-    validate_prefix(prefix)
-    if name in town.reload_config().rigs:
-        raise InvalidOperation(f"rig {name!r} is already registered")
-    spec = {"command": argv, "watch": [str(Path(w).expanduser().resolve()) for w in watch]}
-    every = town.config.items
-    watched = tuple(Path(w) for w in spec["watch"]) or (repo / ".beads",)
-    command = ItemCommand(tuple(argv), watched, every.seconds("command_timeout"), every.seconds("refresh"),
-                          every.seconds("read_wait"))
-    trial = Rig(name=name, repo=repo, prefix=prefix, items=town.snapshot_path(name), command=command)
-    try:
-        sources.refresh(town, trial)
-    except SourceFailed as err:
-        for path in (town.snapshot_path(name), sources.state_path(town, name)):
-            path.unlink(missing_ok=True)
-        said = str(err).replace("; the last snapshot keeps serving", "; nothing was registered")
-        raise SourceFailed(said) from None
-    return register_rig(town, name, repo, prefix, None, command=spec)
-
-
-def rig_row(town: Town, rig: Rig) -> dict:
-    """One rig as `rig add` / `rig list` print it: ``items`` is the file its items are read from.
-
-    ``source`` says where they come from (``own``, ``export`` or ``command``);
-    ``source_stale`` is null, or why they may be behind the beads store.
-    """
-    own = town.rig_dir(rig.name) / "issues.jsonl"
-    return {
-        "name": rig.name,
-        "prefix": rig.prefix,
-        "repo": str(rig.repo),
-        "items": str(rig.items) if rig.items else str(own),
-        "read_only": rig.read_only,
-        "source": "command" if rig.command else "export" if rig.items else "own",
-        "items_command": list(rig.command.argv) if rig.command else None,
-        "source_stale": sources.source_stale(town, rig),
-    }
-
-
-def rig_rows(town: Town) -> list[dict]:
-    return [rig_row(town, rig) for rig in town.rigs()]
 
 
 @dataclass

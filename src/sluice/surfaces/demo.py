@@ -108,8 +108,9 @@ def _git(*args: str, cwd: Path) -> None:
 def build_town(root: Path):
     """A fresh town under ``root`` with three rigs, their epics and tasks; returns (town, epic ids)."""
     from sluice.core.models import apply_config_value
+    from sluice.store.rigs import add_rig
     from sluice.store.town import init_town
-    from sluice.store.tracker import NewItem, add_dependency, add_rig, create_item
+    from sluice.store.tracker import NewItem, add_dependency, create_item
 
     town = init_town(root / "town")
     epics = []

@@ -150,16 +150,8 @@ def _answer(command: Command):
         case ("scheduler", "explain"):
             return town.explain(args[0]).to_json(), as_json, output.explain_text, []
         case ("hooks", "report"):
-            from pathlib import Path
-
-            from sluice.surfaces.githooks import report
-
-            repo = options.get("--repo")
-            queue = report(town.files, options.get("--rig"), Path(repo) if repo is not None else None,
-                           options.get("--hook", ""))
-            data = {"rig": queue.rig, "queued": queue.queued, "running": queue.running,
-                    "threshold": queue.threshold}
-            return data, as_json, None, [queue.line()]
+            queue = town.hooks_report(options.get("--rig"), options.get("--repo"), options.get("--hook", ""))
+            return queue.to_json(), as_json, None, [queue.line()]
         case ("scheduler", "run"):
             batch = options.get("--batch")
             report = town.run_cycle(batch=int(batch) if batch is not None else None, dry_run=True,

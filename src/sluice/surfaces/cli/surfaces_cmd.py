@@ -55,13 +55,10 @@ def hooks_report(
     as_json: JsonOption = False,
 ) -> None:
     """Print the rig's merge-queue depth on stderr and log a MergeQueueDepth event."""
-    from sluice.surfaces.githooks import report
-
-    queue = report(town().files, rig, repo, hook)
+    queue = town().hooks_report(rig, repo, hook)
     say(queue.line())
     if as_json:
-        emit({"rig": queue.rig, "queued": queue.queued, "running": queue.running,
-              "threshold": queue.threshold}, True)
+        emit(queue.to_json(), True)
 
 
 
