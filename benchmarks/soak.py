@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,10 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="where to build the town (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the town and history afterwards")
     parser.add_argument("--kill-every", type=float, nargs=2, default=(2.0, 5.0), metavar=("MIN", "MAX"))
+    parser.add_argument("--disk-full", type=float, default=10.0, metavar="SECONDS",
+                        help="how long the town's disk is full (0: no such phase)")
+    parser.add_argument("--events-unwritable", type=float, default=10.0, metavar="SECONDS",
+                        help="how long the event log cannot be written (0: no such phase)")
     args = parser.parse_args(argv)
 
     root = args.dir or Path(tempfile.mkdtemp(prefix=f"sluice-soak-{args.seed}-"))
     root.mkdir(parents=True, exist_ok=True)
+    phases, skipped = _phases(root, args)
     config = Config()
     soak_dir = root / "soak"
     polecat = [sys.executable, "-S", str(POLECAT), str(soak_dir), str(args.seed),
@@ -58,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
                  for name in layout.repos if name != "ex"}
 
     supervisor = Supervisor(layout, args.seed, config.cap, config.features, stall=6.0)
-    supervisor.run(args.minutes * 60, kill_every=tuple(args.kill_every))
+    try:
+        supervisor.run(args.minutes * 60, kill_every=tuple(args.kill_every), phases=phases)
+    except BaseException:
+        _unmount(root)
+        raise
 
     ev = inv.gather(layout)
     ids = json.loads((layout.soak / "ids.json").read_text())
@@ -79,15 +89,57 @@ def main(argv: list[str] | None = None) -> int:
         ("no traceback, no internal error", inv.no_crash(ev, layout)),
     ]
     stats = statistics(ev, supervisor, args, time.time() - started, torn_left, config)
+    said = [r.get("error") or "" for r in ev.records]
+    effects = {"disk-full": f"{sum('No space left' in e for e in said)} call(s) refused by name",
+               "events-unwritable": f"{sum('event(s) not recorded' in e for e in said)} warning(s)"}
+    stats["phases"] = [f"{p['name']} {p.get('seconds', 0):g} s ({effects[p['name']]})"
+                       for p in supervisor.phases] + skipped
     violations = sum(len(found) for _name, found in checks)
     print_table(stats, checks, args)
     (soak_dir / "result.json").write_text(json.dumps({"stats": stats, "violations": {
         name: found for name, found in checks if found}}, indent=2, default=str))
     if not args.keep and not violations:
+        _unmount(root)
         shutil.rmtree(root, ignore_errors=True)
     elif violations:
         print(f"town and history kept in {root}", file=sys.stderr)
     return 1 if violations else 0
+
+
+def _phases(root: Path, args) -> tuple[tuple[tuple[str, float, float], ...], list[str]]:
+    """The phases to run, at a third and two thirds of the run, and why any is skipped.
+
+    The disk-full phase needs the town on a disk of its own: a small tmpfs
+    mounted where the town is built (root only).
+    """
+    seconds = args.minutes * 60
+    phases, skipped = [], []
+    if args.disk_full > 0:
+        town = root / "town"
+        town.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(town)],
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            phases.append(("disk-full", seconds / 3, args.disk_full))
+        else:
+            skipped.append(f"disk-full skipped (no tmpfs: {done.stderr.strip() or done.returncode})")
+    if args.events_unwritable > 0:
+        probe = root / "immutable-probe"
+        probe.touch()
+        done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True) \
+            if shutil.which("chattr") else None
+        if done is not None and done.returncode == 0:
+            subprocess.run(["chattr", "-i", str(probe)], check=True)
+            phases.append(("events-unwritable", 2 * seconds / 3, args.events_unwritable))
+        else:
+            why = "no chattr" if done is None else done.stderr.strip() or str(done.returncode)
+            skipped.append(f"events-unwritable skipped (cannot make a file immutable: {why})")
+        probe.unlink()
+    return tuple(phases), skipped
+
+
+def _unmount(root: Path) -> None:
+    subprocess.run(["umount", "-l", str(root / "town")], capture_output=True, check=False)
 
 
 def statistics(ev: inv.Evidence, sup: Supervisor, args, elapsed: float, torn_left: int,
@@ -128,6 +180,7 @@ def print_table(stats: dict, checks, args) -> None:
         ("launches / polecats started", f"{stats['launches']} / {stats['polecats_started']} "
                                         + _counts(stats["by_kind"])),
         ("contexts closed", _counts(stats["contexts_closed"])),
+        ("phases without a disk", ", ".join(stats.get("phases", [])) or "none"),
         ("max polecats alive", f"{stats['max_alive']} (cap {stats['cap']}, {stats['samples']} samples)"
                                + (f" by rig {_counts(stats['max_by_rig'])}" if stats["max_by_rig"] else "")),
     ]

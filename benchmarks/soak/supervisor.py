@@ -8,6 +8,11 @@ take, it appends a copy of the last record cut short by a random number of
 bytes — exactly the tail a writer killed in the middle of its ``write()``
 leaves behind.
 
+Two phases take the disk away for a while: **disk-full** fills the small
+tmpfs the town lives on (a filler file beside ``.sluice``) and frees it
+again; **events-unwritable** makes the event log immutable (``chattr +i``,
+which holds even for root) and writable again.  No log is torn meanwhile.
+
 Each second it samples which polecats are alive (from the polecats' own
 start records, checked against ``/proc`` with their start time, so a reused
 pid is never counted) and what the executor's records say, for the cap checks.
@@ -125,6 +130,7 @@ class Supervisor:
         self.kills: Counter = Counter()
         self.restarts: Counter = Counter()
         self.tears: list[str] = []
+        self.phases: list[dict] = []  # every phase run: name, seconds, what it left
         self.samples = Samples()
         ids = json.loads((layout.soak / "ids.json").read_text())
         self.polecats = Polecats(layout.history / "polecats.jsonl", ids.get("labels", {}))
@@ -268,7 +274,8 @@ class Supervisor:
 
     # -- the run -----------------------------------------------------------------
     def run(self, seconds: float, kill_every: tuple[float, float] = (2.0, 5.0),
-            tear_every: float = 60.0) -> None:
+            tear_every: float = 60.0, phases: tuple[tuple[str, float, float], ...] = ()) -> None:
+        """``phases``: (name, start, length) in seconds from the start, run one at a time."""
         self.start("daemon")
         for name in ROLES:
             self.start(name)
@@ -276,6 +283,8 @@ class Supervisor:
         next_sample = began + 1.0
         next_kill = began + self.rng.uniform(*kill_every)
         next_tear = began + tear_every / 2
+        waiting = sorted(phases, key=lambda phase: phase[1])
+        current: tuple[str, float] | None = None  # the phase on, and when it ends
         try:
             while (now := time.monotonic()) < began + seconds:
                 if now >= next_sample:
@@ -284,13 +293,57 @@ class Supervisor:
                 if now >= next_kill:
                     self.kill_one()
                     next_kill = now + self.rng.uniform(*kill_every)
-                if now >= next_tear:
+                if current is None and waiting and now >= began + waiting[0][1]:
+                    name, _start, length = waiting.pop(0)
+                    self.begin_phase(name)
+                    current = (name, now + length)
+                elif current is not None and now >= current[1]:
+                    self.end_phase(current[0])
+                    current = None
+                if now >= next_tear and current is None:
                     self.tear_a_log()
                     next_tear = now + tear_every
                 self.restart_dead()
                 time.sleep(0.1)
-        finally:  # whatever happened, leave no process of the soak behind
+        finally:  # whatever happened, leave no process of the soak behind, and the disk as it was
+            if current is not None:
+                self.end_phase(current[0])
             self.stop()
+
+    # -- phases without a disk -----------------------------------------------------
+    def begin_phase(self, name: str) -> None:
+        self.phases.append({"name": name, "began": time.time()})
+        self.chaos.write("phase", name=name, state="begin")
+        if name == "disk-full":
+            filler = self.layout.town / ".filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                chunk = b"\0" * (1 << 20)
+                while len(chunk) >= 512:
+                    try:
+                        if os.write(fd, chunk) < len(chunk):
+                            chunk = chunk[: len(chunk) // 2]
+                    except OSError:
+                        chunk = chunk[: len(chunk) // 2]
+            finally:
+                os.close(fd)
+        elif name == "events-unwritable":
+            from sluice.store.town import Town
+
+            events = Town(self.layout.town).events_path
+            events.parent.mkdir(parents=True, exist_ok=True)
+            events.touch()
+            subprocess.run(["chattr", "+i", str(events)], check=True)
+
+    def end_phase(self, name: str) -> None:
+        if name == "disk-full":
+            (self.layout.town / ".filler").unlink(missing_ok=True)
+        elif name == "events-unwritable":
+            from sluice.store.town import Town
+
+            subprocess.run(["chattr", "-i", str(Town(self.layout.town).events_path)], check=True)
+        self.phases[-1]["seconds"] = round(time.time() - self.phases[-1]["began"], 1)
+        self.chaos.write("phase", name=name, state="end")
 
     def stop(self) -> None:
         """Workers killed, daemon stopped cleanly, in-flight cycles finished, polecats ended."""
