@@ -10,7 +10,7 @@ from helpers import ROOT
 SRC = ROOT / "src"
 DOC = ROOT / "docs" / "architecture.md"
 # Rule codes as the code cites them: beads' load, blocked, ready and listing rules, Gas Town's families.
-RULE_CODE = re.compile(r"\b(?:[BK]\d|R\d{1,2}|L\d|R-[A-M])\b")
+RULE_CODE = re.compile(r"\b(?:[BK]\d|R\d{1,2}|L\d|R-[A-M]\d?)\b")
 # Citations of files that are not in the repository.
 OUTSIDE = re.compile(r"\.\./shared|\bDESIGN\b|§|\b\w+\.go\b")
 

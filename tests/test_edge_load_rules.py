@@ -23,7 +23,7 @@ from helpers import Cli
 from helpers.beads_rules import Rules
 from helpers.foundation import quick_rig, quick_town
 from sluice.core.items import edges, normalise, to_node
-from sluice.core.readiness import blocked_nodes, index_nodes, ready_nodes
+from sluice.core.readiness import blocked_nodes, ready_nodes
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
 
@@ -43,7 +43,7 @@ def record(item_id: str, *deps: tuple[str, str], **extra) -> dict:
 
 
 def pure(records: list[dict]) -> tuple[list[str], dict[str, list[str]]]:
-    nodes = index_nodes(to_node(normalise(json.loads(json.dumps(r)))) for r in records)
+    nodes = {n.id: n for n in (to_node(normalise(json.loads(json.dumps(r)))) for r in records)}
     ready = [n.id for n in ready_nodes(nodes, NOW)]
     return ready, {n.id: causes for n, causes in blocked_nodes(nodes)}
 

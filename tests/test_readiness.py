@@ -17,7 +17,6 @@ from sluice.core.readiness import (
     blocked_nodes,
     blocked_state,
     deferred_parents,
-    index_nodes,
     is_ready_candidate,
     ready_nodes,
     ready_order,
@@ -38,7 +37,7 @@ def edge(dep_type: str, target: str, gate: str | None = None) -> tuple[str, str,
 
 
 def graph(*nodes: Node) -> dict[str, Node]:
-    return index_nodes(nodes)
+    return {node.id: node for node in nodes}
 
 
 def blocked_ids(nodes) -> set[str]:
@@ -427,7 +426,7 @@ def graphs(draw):
                 deps=tuple(d for d in deps if d[1] != nid),
             )
         )
-    return index_nodes(nodes)
+    return {node.id: node for node in nodes}
 
 
 @settings(max_examples=150, deadline=None)

@@ -16,7 +16,6 @@ from sluice.core.scoring import (
     Selection,
     Weights,
     effective_tokens,
-    fairness_enabled,
     rank,
     rank_key,
     resolve_weights,
@@ -446,8 +445,6 @@ def test_fairness_override_applies_only_to_its_graph():
     by_id = {s.candidate.item_id: s for s in ranked}
     assert by_id["f-1"].reasons[-1] == "fairness=1" and by_id["f-1"].score == 3.125
     assert all(not r.startswith("fairness") for r in by_id["o-1"].reasons)
-    assert fairness_enabled(policy)
-    assert not fairness_enabled(StubPolicy())
 
 
 def test_no_rig_means_no_affinity_and_no_pressure():

@@ -77,8 +77,10 @@ def plan_dispatch(capacity: int, batch: int, pending: Sequence[T]) -> DispatchPl
 def is_circuit_broken(failures: int, max_failures: int) -> bool:
     """True once an item has failed as often as the breaker allows.
 
-    There is no decay and no half-open state (Gas Town R-H4): a broken
-    context is closed, and re-slinging the item starts a fresh count.
+    The count never decays (R-H4): a broken context is closed.  Gas Town
+    stops there; sluice's breaker (``sluice.scheduler.breaker``) queues the
+    item again once ``scheduler.breaker_cooldown`` has passed, one failure
+    short of the threshold (half-open), and a re-sling starts a fresh count.
     """
     return failures >= max_failures
 

@@ -17,7 +17,7 @@ index may cache :func:`blocked_state` but must re-check deferral at query time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Statuses in which an item no longer holds anything up (B0, B1).
@@ -203,8 +203,3 @@ def blocked_nodes(
             rows.append((node, causes))
     rows.sort(key=lambda row: ready_order(row[0]))
     return rows
-
-
-def index_nodes(nodes: Iterable[Node]) -> dict[str, Node]:
-    """Nodes keyed by id; a later node with the same id replaces an earlier one."""
-    return {node.id: node for node in nodes}

@@ -172,16 +172,6 @@ def deadline_enabled(policy: PolicyLike) -> bool:
     return any(getattr(o, "deadline", None) for o in policy.graph_overrides.values())
 
 
-def fairness_enabled(policy: PolicyLike) -> bool:
-    """Whether any graph could score fairness, i.e. whether decision history matters.
-
-    Lets a caller skip reading the decision log when fairness is off.
-    """
-    if policy.weights.fairness > 0:
-        return True
-    return any((o.fairness or 0.0) > 0 for o in policy.graph_overrides.values())
-
-
 # --------------------------------------------------------------------------
 # Factors
 

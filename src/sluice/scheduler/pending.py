@@ -95,7 +95,6 @@ class Survey:
     backing_off: list[Work] = field(default_factory=list)  # ready, but a failed launch's backoff runs
     held: list[Held] = field(default_factory=list)  # item missing (within the grace) or its rig unreadable
     reappeared: list[Context] = field(default_factory=list)  # item back: ``missing_since`` to clear
-    open_total: int = 0
     unreadable: dict[str, str] = field(default_factory=dict)  # rig → the file (and line) it cannot read
 
     @property
@@ -120,8 +119,8 @@ def items_of(stores: Stores, contexts: list[Context], now: float
     """:func:`item_store` for every valid context's item at once, with whether the item is ready
     and its effective tokens when the index keeps them (None: work them out from the record).
 
-    One index query per few hundred ids and rig instead of one per context:
-    at 10,000 queued contexts the single-row lookups were half of a cycle.
+    One index query per few hundred ids and rig instead of one per context, so
+    a cycle over a long queue pays per query, not per context (docs/performance.md).
     """
     found: dict[str, tuple[RigStore, dict, bool, int | None] | None] = {}
     routed: dict[str, list[str]] = {}
@@ -204,7 +203,6 @@ def survey(
     contexts = ctxs.open_contexts(stores, fresh=True)
     items = items_of(stores, contexts, now)
     for context in contexts:
-        out.open_total += 1
         if not context.valid:
             out.stale.append(Stale(context, ctxs.INVALID_CONTEXT, "description is not a valid sling context"))
             continue

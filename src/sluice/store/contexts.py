@@ -172,10 +172,9 @@ def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
     A process that has not read the log yet (every CLI command) takes the open
     contexts from ``<rig>.queue.json`` beside the index, kept at a mark of
     the log (:meth:`LogTail.mark`: how far, and the bytes just before), and
-    parses only the lines appended after that mark.  Reading every version
-    of 10,000 contexts to find the open ones was a third of a dispatch dry
-    run; writers never touch the digest, so an append costs only what it
-    writes.  A process that has read the log (the daemon's cycle after its
+    parses only the lines appended after that mark, instead of every version
+    of every context (docs/performance.md); writers never touch the digest,
+    so an append costs only what it writes.  A process that has read the log (the daemon's cycle after its
     first read, the MCP server, a writer) reads on from where it was.
     """
     if store.log_unread():

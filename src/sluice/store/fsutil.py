@@ -249,10 +249,6 @@ class FileLock:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing the only descriptor of the open file drops its flock
 
-    @property
-    def is_locked(self) -> bool:
-        return self._fd is not None
-
     def __enter__(self) -> FileLock:
         return self.acquire()
 

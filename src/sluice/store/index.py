@@ -530,8 +530,8 @@ class DurableIndex:
                 self._kept["ready_groups"] = (since, until, groups)
             if since <= now_ts and (now_ts == since or now_ts < until):
                 return list(groups)
-        # The kept counts of undeferred candidates plus the deferred ones ready now (a partial index):
-        # counting every candidate of a 100,000-item rig took about 10 ms, per rig and per command.
+        # The kept counts of undeferred candidates plus the deferred ones ready now (a partial index),
+        # so no command counts every candidate of a large rig again (docs/performance.md).
         sql = (
             "SELECT priority, tokens, sum(n) FROM (SELECT priority, tokens, n FROM undeferred_groups"
             f" UNION ALL SELECT priority, tokens, count(*) FROM items WHERE {_DEFERRED} AND {_READY}"

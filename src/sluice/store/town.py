@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import ConfigError, TownNotFound, UnknownItem, UnknownRig, UsageError
+from sluice.errors import ConfigError, TownNotFound, UnknownRig, UsageError
 from sluice.store import configcache, fsutil
 
 if TYPE_CHECKING:
@@ -195,12 +195,6 @@ class Town:
                 return rig
             cut = item_id.rfind("-", 0, cut)
         return None
-
-    def require_rig_for_id(self, item_id: str) -> Rig:
-        rig = self.rig_for_id(item_id)
-        if rig is None:
-            raise UnknownItem(f"item {item_id!r}: its prefix routes to no rig in this town")
-        return rig
 
 
 def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Town:

@@ -19,11 +19,6 @@ from sluice.errors import InvalidOperation, MissingFile, UnknownItem, UsageError
 from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
 from sluice.store.town import Town
 
-DEP_TYPES_KNOWN = (
-    "blocks", "conditional-blocks", "waits-for", "parent-child", "related", "discovered-from",
-    "tracks", "relates-to", "replies-to", "duplicates", "supersedes",
-)  # fmt: skip
-
 
 @dataclass
 class NewItem:

@@ -72,6 +72,3 @@ def error_text(err: Exception) -> str:
     return printable_text(flag_words(str(err), getattr(err, "parameters", ())))
 
 
-def fail(message: str, code: int = 1) -> None:
-    sys.stderr.write(f"error: {printable_text(message)}\n")
-    raise typer.Exit(code)
