@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -308,3 +309,23 @@ def test_a_context_description_that_is_not_text_is_an_invalid_context(descriptio
     from sluice.core.records import SlingContextFields
 
     assert SlingContextFields.from_description(description) is None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "directory", "dangling link"])
+def test_a_config_that_is_not_a_regular_file_is_named_never_read_or_waited_on(cli, town_dir, kind):
+    config = town_dir / ".sluice" / "config.json"
+    config.unlink()
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "directory":
+        config.mkdir()
+    else:
+        config.symlink_to("/dev/zero" if kind == "link to /dev/zero" else town_dir / "nowhere.json")
+    for argv in (("rig", "list"), ("scheduler", "status"), ("item", "ready")):
+        done = cli.run(*argv, check=False, timeout=60)  # a FIFO once blocked every command forever
+        assert done.returncode == 1, (argv, done.stderr)
+        assert str(config) in done.stderr and "not a sluice town" not in done.stderr, done.stderr
+        expected = {"fifo": "is a FIFO", "directory": "is a directory",
+                    "dangling link": "which does not exist",
+                    "link to /dev/zero": "is a character device (a symbolic link to /dev/zero)"}[kind]
+        assert expected in done.stderr, done.stderr

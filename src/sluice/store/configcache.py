@@ -74,8 +74,10 @@ def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = C
 
 def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
     """The validated document kept for ``source`` as it is now, or None."""
+    from sluice.store import fsutil
+
     try:
-        text = source.read_bytes()
+        text = fsutil.read_regular(source)
     except FileNotFoundError:
         text = ABSENT
     except OSError:

@@ -17,6 +17,7 @@ import errno
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,37 @@ def storage_error(path: Path, err: OSError, doing: str = "write", after: str = "
         return err
     reason = err.strerror or str(err)
     return StorageError(path, f"cannot {doing} it: {reason}{after}", err.errno)
+
+
+class NotRegularFile(OSError):
+    """A path that should be a file and is a FIFO, a device, a socket or a directory."""
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` when it is a regular file (or a link to one); else :class:`NotRegularFile`.
+
+    A FIFO would block a plain read forever and ``/dev/zero`` would fill the
+    memory, so the file is opened without blocking and its kind checked on
+    the open descriptor (no race with a rename) before anything is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            if os.path.islink(path):
+                kind += f" (a symbolic link to {os.readlink(path)})"
+            raise NotRegularFile(errno.EINVAL, f"is {kind}, not a regular file", str(path))
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:

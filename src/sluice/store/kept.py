@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from sluice.store import fsutil
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
 
@@ -42,7 +43,7 @@ class KeptReads:
         """The town and its stores, with everything that changed on disk since the last call forgotten."""
         town = Town(self.root)
         try:
-            text = town.config_path.read_bytes()
+            text = fsutil.read_regular(town.config_path)
         except OSError:
             text = None  # the fresh town below reports it as every command does
         if self._town is None or self._stores is None or text is None or text != self._config_text:

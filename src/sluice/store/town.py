@@ -114,10 +114,16 @@ class Town:
     def load_config(self) -> TownConfig:
         """The config file, fully validated (a bad file is a ConfigError naming it)."""
         try:
-            raw = self.config_path.read_bytes()  # the plain copy is keyed by these exact bytes
+            raw = fsutil.read_regular(self.config_path)  # the plain copy is keyed by these exact bytes
             text = raw.decode("utf-8")
         except FileNotFoundError:
+            if os.path.islink(self.config_path):
+                target = os.readlink(self.config_path)
+                raise ConfigError(f"{self.config_path}: is a symbolic link to {target},"
+                                  " which does not exist") from None
             raise ConfigError(f"{self.config_path}: missing (run `sluice init`)") from None
+        except fsutil.NotRegularFile as err:
+            raise ConfigError(f"{self.config_path}: {err.strerror}; the config must be a JSON file") from None
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"{self.config_path}: cannot read ({err})") from None
         from sluice.core.models import TownConfig, load_model
@@ -197,19 +203,25 @@ class Town:
         return None
 
 
+def _has_config(path: Path) -> bool:
+    """Whether a town's config is there at all: whatever it is (a FIFO, a dangling link), the town is
+    found, and reading its config says what is wrong with it."""
+    return os.path.lexists(path)
+
+
 def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Town:
     """The town from ``--town``, else ``SLUICE_TOWN``, else the nearest parent of the cwd."""
     given = explicit or os.environ.get("SLUICE_TOWN")
     if given:
         town = Town(Path(given).expanduser())
-        if not town.config_path.is_file():
+        if not _has_config(town.config_path):
             raise TownNotFound(
                 f"{town.root} is not a sluice town (no .sluice/{CONFIG_NAME}; run `sluice init`)"
             )
         return town
     here = (cwd or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if (candidate / ".sluice" / CONFIG_NAME).is_file():
+        if _has_config(candidate / ".sluice" / CONFIG_NAME):
             return Town(candidate)
     raise TownNotFound(
         f"no sluice town found from {here} (run `sluice init`, give the town's path, or set SLUICE_TOWN)"
