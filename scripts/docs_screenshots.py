@@ -1,4 +1,4 @@
-"""Regenerate docs/img/top.png and docs/img/web.png from a live demo town.
+"""Regenerate docs/img/top.png, top-80x24.png, web.png (1400×900) and web-800.png (800×600) from a demo town.
 
 Run with the project's venv: ``.venv/bin/python scripts/docs_screenshots.py``.
 It needs Debian's chromium and chromium-driver (scripts/test installs them)
@@ -41,10 +41,12 @@ def main() -> None:
     town, epics = build_town(root)
     os.environ["SLUICE_TOWN"] = str(town.root)
     try:
+        facade = Facade(town)
+        facade.config_set("scheduler.token_budget", "400000")  # so the header shows admission's lines too
+        facade.config_set("scheduler.label_caps.docs", "1")
         sling(town, epics)
         Daemon(town, interval=1.0, echo=lambda _line: None).tick()
         time.sleep(2)
-        facade = Facade(town)
 
         console = Console(file=io.StringIO(), record=True, width=128, height=44, force_terminal=True,
                           color_system="truecolor")
@@ -53,6 +55,14 @@ def main() -> None:
         console.save_svg(str(svg), title="sluice top")
         subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--screenshot={IMG / 'top.png'}", "--window-size=1300,1060", svg.as_uri()],
+                       check=True, capture_output=True, timeout=120)
+        small = Console(file=io.StringIO(), record=True, width=80, height=24, force_terminal=True,
+                        color_system="truecolor")
+        small.print(render(facade.snapshot(), height=24, width=80), height=24)
+        svg = root / "top-80x24.svg"
+        small.save_svg(str(svg), title="sluice top at 80×24")
+        subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--screenshot={IMG / 'top-80x24.png'}", "--window-size=840,620", svg.as_uri()],
                        check=True, capture_output=True, timeout=120)
 
         web = make_web(facade, port=0, token="docs-screenshot-token")
@@ -64,14 +74,18 @@ def main() -> None:
         os.environ.setdefault("SE_OFFLINE", "true")
         options = Options()
         options.binary_location = CHROMIUM
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1300",
-                     "--hide-scrollbars"):
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"):
             options.add_argument(flag)
         driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
         try:
-            driver.get(web.url)
-            time.sleep(3)
-            driver.save_screenshot(str(IMG / "web.png"))
+            for name, (width, height) in (("web.png", (1400, 900)), ("web-800.png", (800, 600))):
+                driver.set_window_size(width, height)
+                driver.get(web.url)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not driver.execute_script(
+                        "return document.querySelectorAll('#queue tr[data-item]').length"):
+                    time.sleep(0.2)
+                driver.save_screenshot(str(IMG / name))
         finally:
             driver.quit()
             web.stop()
@@ -80,7 +94,7 @@ def main() -> None:
         for polecat in executor.active():
             executor.stop(polecat.id)
         shutil.rmtree(root, ignore_errors=True)
-    print(f"wrote {IMG / 'top.png'} and {IMG / 'web.png'}", file=sys.stderr)
+    print(f"wrote top.png, top-80x24.png, web.png and web-800.png in {IMG}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from helpers.scheduler import (
     town_with_rigs,
     write_items,
 )
+from sluice.store.state import detect_actor
 
 LIST_KEYS = {"id", "title", "status", "target_rig", "blocked", "context_id", "enqueued_at",
              "dispatch_failures"}
@@ -122,7 +123,7 @@ def test_clear_closes_every_open_context_and_nothing_else(cli, town):
     assert issues_path(town, "alpha").read_bytes() == items
     assert (town / ".sluice" / "runtime" / "scheduler-state.json").read_bytes() == state
     assert cli.run("scheduler", "clear").stdout.strip() == "Scheduler is already empty."
-    assert events(town, "Cleared")[0]["payload"] == {"item_id": None, "count": 3}
+    assert events(town, "Cleared")[0]["payload"] == {"item_id": None, "count": 3, "by": detect_actor()}
 
 
 def test_clear_item_closes_its_duplicates_in_every_rig(cli, town):

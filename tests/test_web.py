@@ -108,6 +108,21 @@ def test_actions_with_the_token_act(cli, web, town):
     assert code == 404 and "no polecat" in body["error"]
 
 
+def test_every_action_from_the_page_is_recorded_as_sluice_web(cli, web, town):
+    running = cli.json("polecat", "list")[0]
+    for path, body in [("/api/pause", None), ("/api/resume", None), ("/api/throttle", {"until": "1h"}),
+                       ("/api/throttle", {"clear": True}), ("/api/clear/al-2", None),
+                       (f"/api/stop/{running['id']}", None)]:
+        code, _ = web.call("POST", path, token=TOKEN, body=body)
+        assert code == 200, path
+    wanted = {"Paused", "Resumed", "Throttled", "ThrottleCleared", "Cleared", "PolecatStopped"}
+    lines = town.events_path.read_text().splitlines()
+    recorded = [json.loads(line) for line in lines]
+    by = {e["type"]: e["payload"].get("by") for e in recorded if e["type"] in wanted}
+    assert by == dict.fromkeys(wanted, "sluice web"), by
+    wait_for(lambda: not get_executor(town).active())
+
+
 def test_unknown_methods_are_refused(cli, web):
     before = _observable(cli)
     for method, path in [

@@ -76,12 +76,39 @@ def _text(driver, selector: str) -> str:
     return driver.execute_script(f"return document.querySelector({selector!r}).textContent")
 
 
+def _alert(driver):
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        alert = driver.switch_to.alert
+        alert.text  # noqa: B018 - raises while there is none
+        return alert
+    except NoAlertPresentException:
+        return None
+
+
+def test_a_token_link_pasted_into_an_open_tab_is_taken(cli, web, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(web.url)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tr[data-item]")) == 3, timeout=30)
+    assert "connecting" not in browser.find_element(By.ID, "state").get_attribute("class")
+    browser.execute_script("location.hash = arguments[0]", f"token={TOKEN}")  # what pasting the link does
+    wait_for(lambda: "token" not in browser.current_url, timeout=15)
+    assert browser.find_element(By.ID, "token").get_attribute("value") == TOKEN
+    browser.find_element(By.ID, "pause").click()
+    wait_for(lambda: cli.json("scheduler", "status")["paused"] is True, timeout=15)
+    assert cli.json("scheduler", "status")["paused_by"] == "sluice web"
+
+
 def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     browser.get(web.url)
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)
     rows = [r.get_attribute("data-item") for r in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")]
+    assert browser.execute_script(  # numbers and their headers line up on the right
+        "return getComputedStyle(document.querySelector('#queue th.num')).textAlign") == "right"
     assert rows == [r["id"] for r in cli.json("scheduler", "list")]  # the CLI's dispatch order
 
     # An agent's title is text: shown literally, nothing injected, nothing run.
@@ -91,11 +118,14 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
     assert browser.title == "sluice"
 
     # A polecat appears live after a sling and a cycle, without reloading the page.
-    assert browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr") == []
+    assert browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]") == []
+    assert _text(browser, "#polecats td.empty") == "no polecat running"  # an empty table says so
     cli.run("scheduler", "run")
-    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr")) == 1, timeout=30)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]")) == 1,
+             timeout=30)
     running = cli.json("polecat", "list")[0]
-    row = browser.find_element(By.CSS_SELECTOR, "#polecats tbody tr")
+    row = browser.find_element(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]")
+    assert running["item_id"] in row.text and "first" in row.text  # with its item's title
     assert row.get_attribute("data-polecat") == running["id"]
     assert _errors(browser) == [], "the page logged console errors"
 
@@ -135,7 +165,14 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     browser.get(f"{web.url}#token={TOKEN}")
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)
     assert "token" not in browser.current_url  # dropped from the address bar
-    browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="be-1"] button').click()
+    button = browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="be-1"] button')
+    button.click()  # asks first; saying no changes nothing
+    alert = wait_for(lambda: _alert(browser), timeout=15)
+    assert "be-1" in alert.text
+    alert.dismiss()
+    assert [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2", "be-1"]
+    button.click()
+    wait_for(lambda: _alert(browser), timeout=15).accept()
     wait_for(lambda: [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2"], timeout=15)
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 2, timeout=15)
     assert _errors(browser) == []

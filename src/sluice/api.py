@@ -581,16 +581,17 @@ class Town:
 
         return PauseState.from_json(pause(self.files, actor))
 
-    def resume(self) -> PauseState:
+    def resume(self, actor: str | None = None) -> PauseState:
+        """Let cycles launch again; ``actor`` is who resumed (the ``Resumed`` event's ``by``)."""
         from sluice.scheduler.control import resume
 
-        return PauseState.from_json(resume(self.files))
+        return PauseState.from_json(resume(self.files, actor))
 
-    def clear(self, item: str | None = None) -> ClearResult:
+    def clear(self, item: str | None = None, actor: str | None = None) -> ClearResult:
         """Close every queued context, or only ``item``'s (in every rig); no item is touched."""
         from sluice.scheduler.control import clear
 
-        return ClearResult.from_json(clear(self.files, item))
+        return ClearResult.from_json(clear(self.files, item, actor))
 
     def patrol(self, rig: str, fix: bool = False) -> PatrolReport:
         """One rig's queue health; ``fix`` closes its stale and duplicate contexts only."""
@@ -605,11 +606,11 @@ class Town:
         return Explanation.from_json(explain(self.files, item, self.executor))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
-                 clear: bool = False) -> dict:
+                 clear: bool = False, actor: str | None = None) -> dict:
         """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
         from sluice.scheduler.throttles import throttle
 
-        return throttle(self.files, until=until, rig=rig, reason=reason, clear=clear)
+        return throttle(self.files, until=until, rig=rig, reason=reason, clear=clear, actor=actor)
 
     def broken(self) -> list[dict]:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
@@ -677,11 +678,11 @@ class Town:
 
         return list_polecats(self.files, self._executor())
 
-    def stop_polecat(self, ref: str) -> list[dict]:
-        """Stop polecat ``ref``, or every running polecat of item ``ref``."""
+    def stop_polecat(self, ref: str, actor: str | None = None) -> list[dict]:
+        """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
         from sluice.scheduler.polecats import stop_polecats
 
-        return stop_polecats(self.files, ref, self._executor())
+        return stop_polecats(self.files, ref, self._executor(), actor)
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
         from sluice.scheduler.polecats import polecat_logs

@@ -15,7 +15,7 @@ from sluice.store import events
 from sluice.store.compaction import compact as compact_log
 from sluice.store.compaction import line_count
 from sluice.store.rigstore import Stores
-from sluice.store.state import set_paused, set_resumed
+from sluice.store.state import detect_actor, set_paused, set_resumed
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
@@ -34,16 +34,16 @@ def pause(town: Town, actor: str | None = None) -> dict:
     return {"paused": True, "paused_by": state.paused_by, "paused_at": state.paused_at, "changed": changed}
 
 
-def resume(town: Town) -> dict:
+def resume(town: Town, actor: str | None = None) -> dict:
     _fresh_config(town)
     _state, changed = set_resumed(town)
     if changed:
-        events.emit_event(town, events.RESUMED, {})
+        events.emit_event(town, events.RESUMED, {"by": actor or detect_actor()})
     # The keys of `pause`, so a caller reads one shape: after a resume nobody has it paused.
     return {"paused": False, "paused_by": None, "paused_at": None, "changed": changed}
 
 
-def clear(town: Town, item_id: str | None = None) -> dict:
+def clear(town: Town, item_id: str | None = None, actor: str | None = None) -> dict:
     """Close every open context (``cleared``), or every one for ``item_id`` in every rig.
 
     An ``item_id`` that no rig has and no open context names is :class:`UnknownItem`
@@ -70,7 +70,8 @@ def clear(town: Town, item_id: str | None = None) -> dict:
             continue
         closed.extend({"context_id": c.id, "item_id": c.work_id, "rig": c.rig} for c in found if c.id in done)
     if closed:
-        events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed)})
+        events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed),
+                                                 "by": actor or detect_actor()})
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}
 
 

@@ -89,8 +89,15 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
     return by_item
 
 
-def stop_polecats(town: Town, ref: str, executor: Executor | None = None) -> list[dict]:
-    """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped."""
+def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor: str | None = None
+                  ) -> list[dict]:
+    """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped.
+
+    Each stop is a ``PolecatStopped`` event naming who asked (``actor``, default the user).
+    """
+    from sluice.store import events
+    from sluice.store.state import detect_actor
+
     executor = executor or get_executor(town)
     found = resolve(executor, ref)
     running = [p for p in found if p.state in RUNNING_STATES] or found[:1]
@@ -101,6 +108,9 @@ def stop_polecats(town: Town, ref: str, executor: Executor | None = None) -> lis
         row["stopped"] = stopped
         if stopped:
             row["state"] = "stopped"
+            events.emit_event(town, events.POLECAT_STOPPED, {
+                "polecat_id": polecat.id, "item_id": polecat.item_id, "rig": polecat.rig,
+                "by": actor or detect_actor()})
         rows.append(row)
     return rows
 

@@ -35,8 +35,12 @@ def throttle(
     reason: str = "",
     clear: bool = False,
     now: float | None = None,
+    actor: str | None = None,
 ) -> dict:
-    """``scheduler throttle``: hold new launches (of one rig or the town) until a time, or lift it."""
+    """``scheduler throttle``: hold new launches (of one rig or the town) until a time, or lift it.
+
+    ``actor`` is who is asking (default: :func:`~sluice.store.state.detect_actor`).
+    """
     town.reload_config()  # a broken config is refused before anything else
     now = time.time() if now is None else now
     if rig is not None:
@@ -46,14 +50,14 @@ def throttle(
             raise UsageError("clear and until do not go together", parameters=("clear", "until"))
         cleared = kept.clear_throttle(town, rig, now)
         if cleared:
-            events.emit_event(town, events.THROTTLE_CLEARED, {"rig": rig})
+            events.emit_event(town, events.THROTTLE_CLEARED, {"rig": rig, "by": actor or detect_actor()})
         return {"rig": rig, "cleared": cleared, "throttles": kept.throttle_rows(town, now)}
     if not until:
         raise UsageError("give until TIME|DURATION (e.g. 10m, 2026-12-01T09:00:00Z) or clear",
                          parameters=("until", "clear"))
     end = parse_until(until, now)
-    entry = kept.set_throttle(town, end, rig, reason, detect_actor(), now)
-    payload = {"rig": rig, "until": entry["until"], "reason": entry["reason"]}
+    entry = kept.set_throttle(town, end, rig, reason, actor or detect_actor(), now)
+    payload = {"rig": rig, "until": entry["until"], "reason": entry["reason"], "by": entry["by"]}
     events.emit_event(town, events.THROTTLED, payload)
     return {
         "rig": rig,

@@ -48,6 +48,7 @@ PROMOTED = "Promoted"  # `scheduler promote` (payload `undo` true: withdrawn)
 RIG_REMOVED = "RigRemoved"
 # Polecats stopped by the stall timeout:
 POLECAT_TIMED_OUT = "PolecatTimedOut"
+POLECAT_STOPPED = "PolecatStopped"  # `polecat stop` (or the web's stop), with who asked
 # Seen by the daemon after a tick (announced by ``scheduler.notify``): it launched the last
 # queued item; a token budget became spent.
 QUEUE_DRAINED = "QueueDrained"

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 STATIC = resources.files("sluice.surfaces.web") / "static"
 LOG_TAIL = 200
 KEEPALIVE = 5.0  # seconds: a stream with nothing new still sends a comment this often
+ACTOR = "sluice web"  # who every action from the page is recorded as
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
        " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
@@ -172,14 +173,15 @@ class Dashboard:
         return JSONResponse(result)
 
     def _do(self, action: str, params: dict, body: dict):
+        """Every action is recorded as done by ``sluice web`` (the events' and the state's ``by``)."""
         if action == "pause":
-            return self.town.pause(actor="sluice web").to_json()
+            return self.town.pause(actor=ACTOR).to_json()
         if action == "resume":
-            return self.town.resume().to_json()
+            return self.town.resume(actor=ACTOR).to_json()
         if action == "clear":
-            return self.town.clear(params["item"]).to_json()
+            return self.town.clear(params["item"], actor=ACTOR).to_json()
         if action == "stop":
-            return self.town.stop_polecat(params["polecat"])
+            return self.town.stop_polecat(params["polecat"], actor=ACTOR)
         return self._throttle(body)
 
     def _throttle(self, body: dict):
@@ -191,7 +193,8 @@ class Dashboard:
             if body.get(key) is not None and not isinstance(body[key], str):
                 raise UsageError(f"throttle {key} must be a string")
         return self.town.throttle(until=body.get("until"), rig=body.get("rig"),
-                                  reason=body.get("reason") or "", clear=body.get("clear") is True)
+                                  reason=body.get("reason") or "", clear=body.get("clear") is True,
+                                  actor=ACTOR)
 
     # -- the page ------------------------------------------------------------------
     async def page(self, request: Request) -> Response:

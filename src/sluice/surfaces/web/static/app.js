@@ -5,13 +5,20 @@ let current = null;
 let rigFilter = "";
 let openLog = null;
 
-function whyOf(row) {
-  if (Array.isArray(row.why) && row.why.length) return row.why.join(" ");
-  if (typeof row.why === "string" && row.why) return row.why;
+function whyCodes(row) {
+  if (Array.isArray(row.why) && row.why.length) return row.why.map(String);
+  if (typeof row.why === "string" && row.why) return [row.why];
   const parts = [row.blocked ? "blocked" : "ready"];
   if (row.dispatch_failures) parts.push("failed×" + row.dispatch_failures);
   if (row.retry_at) parts.push("retry " + clock(row.retry_at));
-  return parts.join(" ");
+  return parts;
+}
+
+// Each reason code in a box of its own, so that several never read as one word.
+function whyOf(row) {
+  const span = el("span");
+  for (const code of whyCodes(row)) span.appendChild(el("span", code, "code"));
+  return span;
 }
 
 // Admission control's state from `scheduler status`, as short lines (none when it is not set).
@@ -84,7 +91,7 @@ function drawHeader(snap) {
   badge.className = "badge" + (s.paused ? " paused" : "");
   const cap = s.mode === "deferred" ? (s.active_polecats === null ? "?" : s.active_polecats) + "/" + s.max_polecats : "direct";
   document.getElementById("summary").textContent =
-    "mode " + s.mode + " · polecats " + cap + " · queued " + s.queued_total + " (" + s.queued_ready + " ready)" +
+    "mode " + s.mode + " · polecats " + cap + (snap.executor ? " · executor " + snap.executor : "") + " · queued " + s.queued_total + " (" + s.queued_ready + " ready)" +
     (s.last_dispatch_at ? " · last dispatch " + clock(s.last_dispatch_at) : "");
   const lines = limits(s);
   if (s.executor_error) lines.push("executor: " + s.executor_error);
@@ -110,17 +117,19 @@ function drawQueue(snap) {
   clear(body);
   const rows = snap.queue.filter((r) => !rigFilter || r.target_rig === rigFilter);
   document.getElementById("queue-count").textContent = "(" + rows.length + ")";
+  if (!rows.length) emptyRow(body, 7, rigFilter ? "nothing queued for " + rigFilter : "nothing queued");
   rows.forEach((r, i) => {
     const tr = el("tr", null, r.blocked ? "blocked" : "");
     tr.dataset.item = r.id;
     cell(tr, i + 1, "num");
     cell(tr, itemLink(r.id));
     cell(tr, r.target_rig);
-    const score = cell(tr, r.score === null || r.score === undefined ? "-" : Number(r.score.toFixed(3)), "num");
+    const score = cell(tr, r.score === null || r.score === undefined ? "-" : r.score.toFixed(2), "num");
     score.title = String(r.score);
     cell(tr, whyOf(r), "why");
     cell(tr, r.title, "title");
     cell(tr, button("clear", async () => {
+      if (!confirm("Clear " + r.id + " from the queue? Its sling context closes as cleared; the item stays.")) return;
       const done = await act("/api/clear/" + encodeURIComponent(r.id));
       if (done) say("cleared " + r.id + " (" + done.cleared + " context(s))");
     }));
@@ -143,11 +152,13 @@ function drawPolecats(snap) {
   clear(body);
   const rows = snap.polecats.filter((p) => !rigFilter || p.rig === rigFilter);
   document.getElementById("polecat-count").textContent = "(" + rows.length + ")";
+  if (!rows.length) emptyRow(body, 9, "no polecat running");
   for (const p of rows) {
     const tr = el("tr");
     tr.dataset.polecat = p.id;
     cell(tr, p.id, "mono");
     cell(tr, itemLink(p.item_id));
+    cell(tr, p.title, "title");
     cell(tr, p.rig);
     cell(tr, p.executor);
     cell(tr, clock(p.started_at));
@@ -155,6 +166,7 @@ function drawPolecats(snap) {
     cell(tr, p.attach || p.logs_command, "mono");
     const actions = cell(tr, button("log", () => showLog(p.id)));
     actions.appendChild(button("stop", async () => {
+      if (!confirm("Stop polecat " + p.id + " (working on " + p.item_id + ")?")) return;
       const done = await act("/api/stop/" + encodeURIComponent(p.id));
       if (done) say("stopped " + p.id);
     }));
@@ -165,6 +177,7 @@ function drawPolecats(snap) {
 function drawRigs(snap) {
   const body = document.querySelector("#rigs tbody");
   clear(body);
+  if (!Object.keys(snap.rigs).length) emptyRow(body, 6, "no rig registered");
   for (const [name, r] of Object.entries(snap.rigs)) {
     if (rigFilter && name !== rigFilter) continue;
     const tr = el("tr");
@@ -175,19 +188,43 @@ function drawRigs(snap) {
   }
 }
 
-function drawLog(id, entries, line) {
+function drawLog(id, entries, line, empty) {
   const list = document.getElementById(id);
   clear(list);
+  if (!entries.length) list.appendChild(el("li", empty, "empty"));
   for (const entry of entries) list.appendChild(line(entry));
+}
+
+// An event as a short sentence, as `sluice top` says it (sluice.surfaces.top.event_words).
+function eventWords(e) {
+  const p = e.payload || {};
+  const where = p.item_id && p.rig ? p.item_id + " → " + p.rig : (p.item_id || p.rig || "");
+  const by = p.by ? " by " + p.by : "";
+  switch (e.type) {
+    case "Dispatched": return "launched " + where + (p.polecat_id ? " as " + p.polecat_id : "");
+    case "DispatchFailed": return "launch of " + where + " failed (" + p.failures + "): " + (p.error || "");
+    case "ContextClosed": return where + " left the queue: " + (p.reason || "");
+    case "Enqueued": return "queued " + where;
+    case "Paused": case "Resumed": return e.type.toLowerCase() + by;
+    default: {
+      const rest = Object.entries(p).filter(([k, v]) => k !== "item_id" && k !== "rig" && v !== null && typeof v !== "object")
+        .map(([k, v]) => k + " " + v);
+      return [e.type, where, ...rest].filter(Boolean).join(" ");
+    }
+  }
+}
+
+// A launch logs Dispatched and its context's ContextClosed (reason dispatched): one line is enough.
+function onePerLaunch(events) {
+  const launched = new Set(events.filter((e) => e.type === "Dispatched").map((e) => (e.payload || {}).context_id));
+  return events.filter((e) => !(e.type === "ContextClosed" && (e.payload || {}).reason === "dispatched"
+                                && launched.has((e.payload || {}).context_id)));
 }
 
 function eventLine(e) {
   const li = el("li");
   li.appendChild(el("span", clock(e.at) + " ", "dim"));
-  li.appendChild(el("strong", e.type));
-  const payload = e.payload || {};
-  const parts = Object.entries(payload).filter(([, v]) => v !== null && typeof v !== "object").map(([k, v]) => k + "=" + v);
-  li.appendChild(el("span", " " + parts.join(" ")));
+  li.appendChild(el("span", eventWords(e)));
   return li;
 }
 
@@ -206,8 +243,8 @@ function draw(snap) {
   drawQueue(snap);
   drawPolecats(snap);
   drawRigs(snap);
-  drawLog("events", snap.events.slice().reverse().filter((e) => !rigFilter || !e.payload || !e.payload.rig || e.payload.rig === rigFilter), eventLine);
-  drawLog("decisions", snap.decisions, decisionLine);
+  drawLog("events", onePerLaunch(snap.events).reverse().filter((e) => !rigFilter || !e.payload || !e.payload.rig || e.payload.rig === rigFilter), eventLine, "no events yet");
+  drawLog("decisions", snap.decisions, decisionLine, "no decisions yet");
 }
 
 function connect() {

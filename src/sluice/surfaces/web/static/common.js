@@ -29,9 +29,24 @@ const TOKEN_KEY = "sluice-token";
 function takeTokenFromUrl() {
   const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (match) {
-    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+    const value = decodeURIComponent(match[1]);
+    sessionStorage.setItem(TOKEN_KEY, value);
     history.replaceState(null, "", location.pathname + location.search);
+    const input = document.getElementById("token");
+    if (input) input.value = value;
+    say("token taken from the address");
   }
+}
+// A token link pasted into a tab already showing the page changes only the hash: take it then too.
+window.addEventListener("hashchange", takeTokenFromUrl);
+
+// A table with no rows says so in one row across its columns.
+function emptyRow(body, columns, text) {
+  const tr = el("tr");
+  const td = el("td", text, "empty");
+  td.colSpan = columns;
+  tr.appendChild(td);
+  body.appendChild(tr);
 }
 function token() {
   const input = document.getElementById("token");
