@@ -162,3 +162,26 @@ def test_a_damaged_index_is_still_rebuilt(full_town):
     [index] = (cli.town / ".sluice" / "runtime" / "index").glob("alpha.sqlite")
     index.write_bytes(b"not a database at all" * 100)
     assert len(cli.json("item", "list", "alpha")) == 10
+
+
+def test_the_mcp_tools_answer_or_refuse_by_name_on_a_full_disk_without_an_index(full_town, disk):
+    from test_mcp import session_calls
+
+    cli = full_town
+    cli.run("sling", "al-0", "alpha")
+    for index in (cli.town / ".sluice" / "runtime" / "index").glob("*"):
+        index.unlink()
+    fill(disk)
+    _names, results = session_calls({"SLUICE_TOWN": str(cli.town)}, [
+        ("sluice_scheduler_status", {}),
+        ("sluice_scheduler_list", {}),
+        ("sluice_schedule_next", {"preview": True}),
+        ("sluice_patrol", {"rig": "alpha"}),
+        ("sluice_sling", {"item_ids": [f"al-{n}" for n in range(1, 10)], "rig": "alpha"}),
+    ])
+    for is_error, text in results[:4]:
+        assert not is_error, text
+    assert json.loads(results[0][1])["queued_total"] == 1
+    is_error, text = results[4]
+    assert is_error and "No space left on device" in text and "ephemeral.jsonl" in text
+    assert "internal error" not in text and "Traceback" not in text

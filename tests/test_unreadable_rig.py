@@ -43,6 +43,7 @@ def test_a_malformed_line_in_one_rigs_log_holds_that_rig_only(cli, town):
     assert any("rig-unreadable" in m and where in m for m in report["messages"]), report["messages"]
     status = cli.json("scheduler", "status")
     assert where in status["unreadable"]["alpha"]
+    assert f"Unreadable: rig alpha held (rig-unreadable): {where}" in cli.run("scheduler", "status").stdout
     patrol = cli.json("patrol", "alpha")
     assert where in patrol["unreadable"]
     assert cli.json("patrol", "beta")["unreadable"] is None
@@ -74,3 +75,13 @@ def test_a_torn_last_line_is_still_mended_not_held(cli, town):
     report = cli.json("scheduler", "run")
     assert sorted(row["item_id"] for row in report["launched"]) == ["al-1", "be-1"]
     assert cli.json("scheduler", "status")["unreadable"] == {}
+
+
+def test_the_views_show_the_held_rig_where_its_row_would_be(cli, town):
+    log = ephemeral_path(town, "alpha")
+    with open(log, "ab") as fh:
+        fh.write(b"not json\n")
+    rigs = cli.json("snapshot")["rigs"]  # what sluice top and sluice web draw their rig tables from
+    held = rigs["alpha"]["error"]
+    assert held.startswith("held (rig-unreadable): ") and f"{log}:2" in held
+    assert "error" not in rigs["beta"] and rigs["beta"]["queued"] == 1

@@ -97,11 +97,15 @@ def _titles(town: Town, polecats: list[dict]) -> None:
         row["title"] = hit[1].get("title") if hit else None
 
 
-def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float, sources: list[dict]) -> dict:
+def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float, sources: list[dict],
+          unreadable: dict[str, str]) -> dict:
     stores = Stores(town)
     out = {}
     for store in stores.all():
         name = store.rig.name
+        if name in unreadable:  # held by the scheduler: the views say so where the rig's row would be
+            out[name] = {"error": f"held (rig-unreadable): {unreadable[name]}"}
+            continue
         try:
             ready = len(store.ready_raw(now, 0))
             blocked = len(store.blocked_raw())
@@ -154,7 +158,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         "scheduler": status,
         "queue": queue,
         "polecats": polecats,
-        "rigs": _rigs(town, queue, polecats, now, status["source_stale"]),
+        "rigs": _rigs(town, queue, polecats, now, status["source_stale"], status["unreadable"]),
         "decisions": recent_decisions(town, decisions),
         "events": recent_events(town, events),
     }

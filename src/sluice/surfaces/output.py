@@ -130,7 +130,9 @@ def queue_status_text(data: dict) -> str:
     if data["stale"]:
         lines.append(f"  Stale:      {data['stale']} context(s) the next cycle will close")
     if data.get("held"):
-        lines.append(f"  Held:       {data['held']} context(s) whose item is missing (missing-item)")
+        lines.append(f"  Held:       {data['held']} context(s) whose item is missing or unreadable")
+    for rig, detail in (data.get("unreadable") or {}).items():
+        lines.append(f"  Unreadable: rig {shown(rig)} held (rig-unreadable): {shown(detail)}")
     for row in data.get("budgets", []):
         who = "town" if row["rig"] is None else f"rig {row['rig']}"
         lines.append(f"  Budget:     {who}: {row['spent']} / {row['budget']} tokens per {row['window']}")
