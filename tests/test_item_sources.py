@@ -216,10 +216,17 @@ def test_a_read_never_waits_long_for_a_slow_command(cli, beads_repo, printer, tm
     export = write_export(tmp_path / "export.jsonl", [record("be-1")])
     _added(cli, beads_repo, printer, export)
     cli.run("config", "set", "items.read_wait", "0s")
+    cli.run("config", "set", "items.command_timeout", "3s")  # the refresh left running ends soon after
     set_mode(beads_repo, "hang")  # the watched path changed: due
     started = time.monotonic()
     assert [r["id"] for r in cli.json("item", "ready", "be")] == ["be-1"]  # the last snapshot, at once
     assert time.monotonic() - started < 30  # far below the 30 s command timeout
+    # The child the read started finishes the refresh: killed at its timeout, the rig is source-stale.
+    deadline = time.monotonic() + 90
+    while cli.json("rig", "list")[0]["source_stale"] is None:
+        assert time.monotonic() < deadline, "the refresh left to the child never finished"
+        time.sleep(0.2)
+    assert "did not finish within 3s" in cli.json("rig", "list")[0]["source_stale"]["detail"]
 
 
 def test_output_that_shrinks_then_recovers_keeps_queued_work_queued(cli, beads_repo, printer, tmp_path):

@@ -15,7 +15,6 @@ nothing in the repository is written.
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 #: The parts of ``.beads/`` that are the store itself, newest beads first.
@@ -51,6 +50,8 @@ def store_parts(repo: Path) -> list[str]:
 
 def refusal(name: str, repo: Path, parts: list[str]) -> str:
     """Why ``rig add`` will not give this rig an empty store, and the three ways on."""
+    import shlex
+
     found = ", ".join(part + "/" if (beads_dir(repo) / part).is_dir() else part for part in parts)
     quoted_repo, quoted_name = shlex.quote(str(repo)), shlex.quote(name)
     return (

@@ -27,23 +27,24 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import format_duration, iso
 from sluice.core.items import unwrap_envelope
-from sluice.errors import SourceFailed, StoreCorrupt, UsageError, os_error_text
+from sluice.errors import LockBusy, SourceFailed, StoreCorrupt, UsageError, os_error_text
 from sluice.store import beads_repo, fsutil
 from sluice.store.jsonlog import TornLine, parse_line
 
 if TYPE_CHECKING:
+    import subprocess
+
     from sluice.store.town import Rig, Town
+
+# subprocess, tempfile and shlex are imported where a command runs: every read command checks
+# whether a source is due, and most of the time that is a stat and a small JSON read.
 
 log = logging.getLogger("sluice")
 
@@ -54,6 +55,8 @@ def parse_command(spec: str | list[str]) -> list[str]:
     Split, never run by a shell: ``bd export | jq`` is the three words
     ``bd``, ``export`` and ``|`` … passed to ``bd``.
     """
+    import shlex
+
     if isinstance(spec, list):
         argv = spec
     else:
@@ -69,6 +72,8 @@ def parse_command(spec: str | list[str]) -> list[str]:
 
 
 def shown(argv) -> str:
+    import shlex
+
     return shlex.join(argv)
 
 
@@ -95,6 +100,9 @@ def _fail(rig: Rig, text: str) -> SourceFailed:
 
 def run_command(rig: Rig) -> bytes:
     """The command's standard output; SourceFailed when it cannot start, fails or outlives its timeout."""
+    import subprocess
+    import tempfile
+
     command = rig.command
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
@@ -119,6 +127,8 @@ def run_command(rig: Rig) -> bytes:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -225,6 +235,13 @@ def ensure_fresh(town: Town, rig: Rig) -> None:
         except SourceFailed as err:
             log.warning(str(err))
         return
+    try:
+        with fsutil.file_lock(_lock_path(town, rig.name), timeout=0):
+            pass
+    except LockBusy:
+        return  # a refresh is running already (another reader's child, the daemon): serve what there is
+    import subprocess
+
     proc = subprocess.Popen([sys.executable, "-m", "sluice.store.sources", str(town.root), rig.name],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -286,7 +303,9 @@ def main(argv: list[str]) -> int:
     if rig.command is None:
         return 0
     try:
-        refresh(town, rig, only_if_due=True)
+        refresh(town, rig, lock_timeout=0, only_if_due=True)
+    except LockBusy:
+        return 0  # another refresh got there first
     except SourceFailed:
         return 1
     return 0
