@@ -39,6 +39,7 @@ from sluice.errors import (
     ExecutorError,
     InvalidOperation,
     SluiceError,
+    StoreCorrupt,
     UnknownItem,
     UsageError,
 )
@@ -419,7 +420,12 @@ def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOpti
         for rig_name in sorted(new):
             works_here = new[rig_name]
             specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
-            for work, record in zip(works_here, ctxs.create(stores.rig(rig_name), specs), strict=True):
+            try:
+                created = ctxs.create(stores.rig(rig_name), specs)
+            except (StoreCorrupt, OSError) as err:  # this rig's log refused all of them; the others stand
+                result.errors.extend({"item_id": work.id, "error": str(err)} for work in works_here)
+                continue
+            for work, record in zip(works_here, created, strict=True):
                 row = {"item_id": work.id, "context_id": record["id"], "rig": work.rig}
                 result.scheduled.append(row)
                 enqueued.append((events.ENQUEUED, {"context_id": record["id"], "item_id": work.id,

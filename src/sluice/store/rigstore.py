@@ -575,7 +575,11 @@ class RigStore:
 
     def _mend_torn_tail(self) -> None:
         """Before appending: drop a torn final fragment so it cannot fuse with the new line."""
-        fsutil.mend_torn_tail(self.ephemeral_path)
+        try:
+            fsutil.mend_torn_tail(self.ephemeral_path)
+        except OSError as err:
+            raise fsutil.storage_error(self.ephemeral_path, err, "append to",
+                                       "; nothing of this change was written") from None
 
 
 class Stores:
