@@ -21,6 +21,38 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+def boot_seconds() -> float | None:
+    """Seconds since the machine booted, on a clock no wall-clock change moves; None where there is none.
+
+    Linux's ``CLOCK_BOOTTIME`` (it counts time suspended, as a process's start
+    time in ``/proc`` does), so a runtime measured on it survives an NTP step
+    or a hand-set date in either direction.
+    """
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None
+
+
+def runtime_seconds(started_epoch: float | None, now_epoch: float, started_boot: float | None = None,
+                    now_boot: float | None = None) -> float | None:
+    """How long something has run: on the boot clock when both ends are known there, else by wall clock.
+
+    The wall clock jumps (a forward step would make every polecat look hours
+    old, a backward one would make them look not yet started); the boot clock
+    does not, so it wins whenever the executor recorded a start on it.  Never
+    negative; None when no start is known.
+    """
+    if started_boot is not None and now_boot is not None:
+        return max(0.0, now_boot - float(started_boot))
+    if started_epoch is None:
+        return None
+    return max(0.0, now_epoch - started_epoch)
+
+
 def iso(ts: datetime | None = None) -> str:
     """UTC RFC 3339 with microseconds, the timestamp format sluice writes."""
     ts = ts or now_utc()

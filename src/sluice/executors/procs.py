@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 from sluice.executors.watch import start_time
 
-__all__ = ["alive", "group_alive", "same_start", "start_time", "stop_tree"]
+__all__ = ["alive", "group_alive", "same_start", "seconds_from_boot", "start_time", "stop_tree"]
 
 #: Start times are kept to 0.01 s (the clock tick of Linux); closer than this is the same moment.
 _SAME = 0.006
@@ -38,6 +38,13 @@ def _ticks_per_second() -> float:
         return float(os.sysconf("SC_CLK_TCK"))
     except (ValueError, OSError, AttributeError):
         return 100.0
+
+
+def seconds_from_boot(recorded: object) -> float | None:
+    """A recorded start time in seconds from boot (old records hold Linux clock ticks); None if unreadable."""
+    if isinstance(recorded, bool) or not isinstance(recorded, (int, float)):
+        return None
+    return recorded / _ticks_per_second() if isinstance(recorded, int) else float(recorded)
 
 
 def same_start(recorded: float | int, now: float) -> bool:

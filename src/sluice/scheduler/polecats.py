@@ -24,11 +24,12 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import iso
+from sluice.core.clock import boot_seconds, iso, runtime_seconds
 from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
 from sluice.errors import ExecutorError, UnknownPolecat, UsageError
 from sluice.executors import get_executor
+from sluice.executors.procs import seconds_from_boot
 from sluice.store.events import POLECAT_TIMED_OUT, emit_event
 
 if TYPE_CHECKING:
@@ -143,19 +144,38 @@ def polecat_logs(
 # -- stall timeout ------------------------------------------------------------------
 
 
-def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | datetime) -> list[Polecat]:
-    """Active polecats that started ``timeout_seconds`` or more before ``now`` (none when the timeout is 0).
+def polecat_runtime(polecat: Polecat | dict, now: float | datetime,
+                    now_boot: float | None = None) -> float | None:
+    """How long ``polecat`` has run, in seconds: from its process start on the boot clock when the
+    executor recorded one (a local polecat), else from ``started_at`` by the wall clock.
 
-    A polecat whose start time is unknown (e.g. a tmux session without a
-    record) is never judged overdue: there is nothing to measure from.
+    ``now_boot`` is :func:`sluice.core.clock.boot_seconds` read with ``now``
+    (None: no boot clock, measure by the wall clock).
+    """
+    if isinstance(polecat, dict):
+        started_at, detail = polecat.get("started_at"), polecat.get("detail") or {}
+    else:
+        started_at, detail = polecat.started_at, polecat.detail
+    return runtime_seconds(parse_ts(started_at), _epoch(now), seconds_from_boot(detail.get("start_time")),
+                           now_boot)
+
+
+def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | datetime,
+                     now_boot: float | None = None) -> list[Polecat]:
+    """Active polecats that have run ``timeout_seconds`` or more at ``now`` (none when the timeout is 0).
+
+    Runtimes are measured as :func:`polecat_runtime` does, so a step of the
+    wall clock (forward: every polecat would look overdue at once; backward:
+    none ever would) changes nothing for a polecat with a recorded process
+    start.  A polecat whose start time is unknown (e.g. a tmux session
+    without a record) is never judged overdue: there is nothing to measure from.
     """
     if timeout_seconds <= 0:
         return []
-    limit = _epoch(now) - timeout_seconds
     out = []
     for polecat in executor.active():
-        started = parse_ts(polecat.started_at)
-        if started is not None and started <= limit:
+        runtime = polecat_runtime(polecat, now, now_boot)
+        if runtime is not None and runtime >= timeout_seconds:
             out.append(polecat)
     return out
 
@@ -165,7 +185,7 @@ def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[
     scheduler = town.load_config().scheduler  # fresh: a long-lived daemon sees `config set` at once
     timeout = scheduler.seconds("polecat_timeout")
     stopped = []
-    for polecat in overdue_polecats(executor, timeout, now):
+    for polecat in overdue_polecats(executor, timeout, now, boot_seconds()):
         if not executor.stop(polecat.id):
             continue  # it ended on its own meanwhile
         emit_event(

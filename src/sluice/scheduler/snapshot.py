@@ -32,20 +32,20 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import iso
-from sluice.core.items import gate_of, item_hints, parse_ts
+from sluice.core.clock import boot_seconds, iso
+from sluice.core.items import gate_of, item_hints
 from sluice.errors import ExecutorError, SluiceError
 from sluice.executors import get_executor
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.pending import survey
-from sluice.scheduler.polecats import RUNNING_STATES, polecat_row
+from sluice.scheduler.polecats import RUNNING_STATES, polecat_row, polecat_runtime
 from sluice.scheduler.ranking import Work, rank_work
 from sluice.store.decisions import recent_decisions
 from sluice.store.events import recent_events
 from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
-    from sluice.executors.base import Executor
+    from sluice.executors.base import Executor, Polecat
     from sluice.store.town import Town
 
 VERSION = 1
@@ -79,9 +79,10 @@ class _OneAnswer:
         return [p for p in self.listing() if p.state in RUNNING_STATES]
 
 
-def _polecat(row: dict, now: float) -> dict:
-    started = parse_ts(row["started_at"])
-    row["runtime_seconds"] = None if started is None else round(max(0.0, now - started), 1)
+def _polecat(polecat: Polecat, now: float, now_boot: float | None) -> dict:
+    row = polecat_row(polecat)
+    runtime = polecat_runtime(polecat, now, now_boot)  # by the boot clock where known: no date step moves it
+    row["runtime_seconds"] = None if runtime is None else round(runtime, 1)
     row["logs_command"] = shlex.join(["sluice", "polecat", "logs", row["id"]])
     return row
 
@@ -144,7 +145,8 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
     if once is not None and "executor_error" not in status:
         try:
             listed = sorted(once.listing(), key=lambda p: (p.started_at, p.id))
-            polecats = [_polecat(polecat_row(p), now) for p in listed if p.state in RUNNING_STATES]
+            boot = boot_seconds()
+            polecats = [_polecat(p, now, boot) for p in listed if p.state in RUNNING_STATES]
         except ExecutorError as err:
             status["executor_error"] = str(err)
     if problem and "executor_error" not in status:
@@ -193,7 +195,8 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
     blockers = next((causes for row, causes in store.blocked() if row.get("id") == item_id), [])
     rows = [r for r in queue_model.list_queue(town, once) if r["id"] == item_id]
     now = time.time()
-    polecats = [_polecat(polecat_row(p), now) for p in (once.listing() if once is not None else [])
+    boot = boot_seconds()
+    polecats = [_polecat(p, now, boot) for p in (once.listing() if once is not None else [])
                 if p.item_id == item_id]
     out = {
         "item": record,

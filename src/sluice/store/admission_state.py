@@ -127,10 +127,16 @@ def report_usage(town: Town, polecat_id: str, tokens: int, item_id: str | None =
 
 
 def spend(town: Town, now: float, window: float) -> Spend:
-    """Tokens charged inside the window ending at ``now``, town-wide and per rig."""
+    """Tokens charged inside the window ending at ``now``, town-wide and per rig.
+
+    A charge stamped after ``now`` means the wall clock was set back since;
+    it counts until ``now`` is a window past it or a window before it, so a
+    clock set back by a day holds the budget for at most two windows, not a
+    day and a window.
+    """
     total, rigs = 0, {}
     for entry in read(town, BUDGET).get("launches", []):
-        if entry.get("at_ts", 0) > now - window:
+        if now - window < entry.get("at_ts", 0) <= now + window:
             tokens = int(entry.get("tokens", 0))
             total += tokens
             rigs[entry.get("rig", "")] = rigs.get(entry.get("rig", ""), 0) + tokens
