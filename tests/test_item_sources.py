@@ -194,7 +194,13 @@ def test_a_failing_refresh_keeps_serving_the_last_snapshot_marked_source_stale(
     assert stale["kind"] == "command-failed" and says in stale["detail"]
     assert cli.json("scheduler", "status")["source_stale"][0]["rig"] == "be"
     assert cli.json("patrol", "be")["source_stale"]["kind"] == "command-failed"
-    assert cli.json("snapshot")["rigs"]["be"]["source_stale"]["kind"] == "command-failed"
+    snap = cli.json("snapshot")
+    assert snap["rigs"]["be"]["source_stale"]["kind"] == "command-failed"
+    status_text = cli.run("scheduler", "status").stdout
+    assert "Source stale: rig be (command-failed): rig 'be': items command" in status_text
+    from sluice.surfaces.top import rig_section
+
+    assert "source stale (command-failed)" in str(rig_section(snap).rows[0][-1])
     set_mode(beads_repo, "ok")
     cli.run("rig", "refresh", "be")
     assert cli.json("rig", "list")[0]["source_stale"] is None

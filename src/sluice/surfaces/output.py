@@ -133,6 +133,8 @@ def queue_status_text(data: dict) -> str:
         lines.append(f"  Held:       {data['held']} context(s) whose item is missing or unreadable")
     for rig, detail in (data.get("unreadable") or {}).items():
         lines.append(f"  Unreadable: rig {shown(rig)} held (rig-unreadable): {shown(detail)}")
+    for row in data.get("source_stale") or ():
+        lines.append(f"  Source stale: rig {shown(row['rig'])} ({row['kind']}): {shown(row['detail'])}")
     for row in data.get("budgets", []):
         who = "town" if row["rig"] is None else f"rig {row['rig']}"
         lines.append(f"  Budget:     {who}: {row['spent']} / {row['budget']} tokens per {row['window']}")

@@ -187,8 +187,10 @@ def rig_section(snap: dict, rig_filter: str | None = None) -> Section:
             rows.append((Text(plain(name), style="bold"), "", "", "", "", "",
                          Text(plain(rig["error"]), style="red")))
             continue
+        stale = rig.get("source_stale")
+        note = Text(f"source stale ({plain(stale['kind'])})", style="yellow") if stale else ""
         rows.append((Text(plain(name), style="bold"), str(rig["ready"]), str(rig["blocked"]),
-                     str(rig["queued"]), str(rig["running"]), str(rig["merge_queue"]["depth"]), ""))
+                     str(rig["queued"]), str(rig["running"]), str(rig["merge_queue"]["depth"]), note))
     return Section(f"rigs ({len(rows)})", columns, rows, min_rows=2, empty="no rig")
 
 

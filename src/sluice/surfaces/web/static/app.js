@@ -95,6 +95,7 @@ function drawHeader(snap) {
     (s.last_dispatch_at ? " · last dispatch " + clock(s.last_dispatch_at) : "");
   const lines = limits(s);
   if (s.executor_error) lines.push("executor: " + s.executor_error);
+  for (const row of s.source_stale || []) lines.push("rig " + row.rig + " source stale (" + row.kind + "): " + row.detail);
   document.getElementById("limits").textContent = lines.join(" · ");
 }
 
