@@ -38,7 +38,8 @@ finally:
 
 
 def run(town, path: str, *args: str) -> subprocess.CompletedProcess:
-    env_town = {"SLUICE_TOWN": str(town)}
+    # Strict on the fast side: a fast answer that crashed must show, not be covered by typer's.
+    env_town = {"SLUICE_TOWN": str(town), **({"SLUICE_FAST_STRICT": "1"} if path == "fast" else {})}
     import os
 
     return subprocess.run([sys.executable, "-c", RUNNER, path, *args], capture_output=True, text=True,
@@ -218,3 +219,63 @@ def test_a_config_with_crlf_line_ends_is_read_from_its_plain_copy(town):
                           text=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1] == "HEAVY="
+
+
+# One plain, successful form of every command the fast path claims; each must be answered by it.
+ANSWERED = {
+    ("item", "ready"): ["item", "ready", "--json"],
+    ("item", "blocked"): ["item", "blocked"],
+    ("item", "show"): ["item", "show", "al-1", "--json"],
+    ("schedule", "next"): ["schedule", "next", "--preview"],
+    ("scheduler", "status"): ["scheduler", "status", "--json"],
+    ("scheduler", "list"): ["scheduler", "list"],
+    ("scheduler", "explain"): ["scheduler", "explain", "al-1"],
+    ("hooks", "report"): ["hooks", "report", "--rig", "alpha", "--json"],
+    ("scheduler", "run"): ["scheduler", "run", "--dry-run", "--json"],
+}
+
+
+def test_every_command_the_fast_path_claims_is_answered_by_it(town, monkeypatch, capsys):
+    """Strict mode: nothing falls back to typer, so a fast answer that broke fails here."""
+    from sluice.surfaces import fastcli
+
+    assert set(ANSWERED) == set(fastcli.COMMANDS)
+    monkeypatch.setenv("SLUICE_TOWN", str(town))
+    monkeypatch.setenv(fastcli.STRICT_ENV, "1")
+    for name, args in ANSWERED.items():
+        assert fastcli.run(args) == 0, name
+        assert capsys.readouterr().out, name
+
+
+def test_strict_mode_raises_what_the_fast_path_would_hand_to_typer(town, monkeypatch):
+    from sluice.surfaces import fastcli
+
+    monkeypatch.setenv("SLUICE_TOWN", str(town))
+
+    def broken(_command):
+        raise RuntimeError("a bug in the fast path")
+
+    monkeypatch.setattr(fastcli, "_answer", broken)
+    assert fastcli.run(["scheduler", "list"]) is None  # quietly: typer answers instead
+    monkeypatch.setenv(fastcli.STRICT_ENV, "1")
+    with pytest.raises(RuntimeError, match="a bug in the fast path"):
+        fastcli.run(["scheduler", "list"])
+
+
+def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(town, monkeypatch, capsys):
+    """``schedule next`` records its decisions first: a failed print exits 1 instead of asking typer."""
+    from sluice.store.decisions import recent_decisions
+    from sluice.store.town import Town
+    from sluice.surfaces import fastcli, output
+
+    monkeypatch.setenv("SLUICE_TOWN", str(town))
+    before = len(recent_decisions(Town(town), 1000))
+
+    def broken(*_args, **_kwargs):
+        raise ValueError("cannot print")
+
+    monkeypatch.setattr(output, "emit", broken)
+    assert fastcli.run(["schedule", "next", "--json"]) == 1
+    assert "the answer could not be written: cannot print" in capsys.readouterr().err
+    assert len(recent_decisions(Town(town), 1000)) == before + 1
+    assert fastcli.run(["schedule", "next", "--preview"]) is None  # a read still hands over

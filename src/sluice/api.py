@@ -43,6 +43,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
+
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.launching import CycleReport
@@ -477,7 +479,7 @@ class Town:
 
         return list_items(self.files, rig, status, tuple(labels))
 
-    def ready(self, rig: str | None = None, limit: int = 100, *, labels: Iterable[str] = (),
+    def ready(self, rig: str | None = None, limit: int = READY_LIMIT, *, labels: Iterable[str] = (),
               labels_any: Iterable[str] = (), assignee: str | None = None, unassigned: bool = False,
               issue_type: str | None = None, priority: int | None = None, sort: str = "priority") -> ItemRows:
         """Ready items by beads' rules, most urgent first (``limit`` 0 = all).
@@ -690,7 +692,7 @@ class Town:
         return polecat_logs(self.files, ref, follow=follow, executor=self._executor())
 
     # -- advisory scoring -------------------------------------------------------------------
-    def next(self, limit: int = 1, graph_id: str | None = None, preview: bool = False) -> Decisions:
+    def next(self, limit: int = NEXT_LIMIT, graph_id: str | None = None, preview: bool = False) -> Decisions:
         """Score the ready items and say which should go next; ``preview`` records nothing."""
         from sluice.scheduler.advisor import next_decisions
 

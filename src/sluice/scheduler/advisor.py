@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.defaults import NEXT_LIMIT
 from sluice.errors import UsageError
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 
 
 def next_decisions(
-    town: Town, graph_id: str | None = None, limit: int = 1, preview: bool = False, now: float | None = None,
-    stores: Stores | None = None,
+    town: Town, graph_id: str | None = None, limit: int = NEXT_LIMIT, preview: bool = False,
+    now: float | None = None, stores: Stores | None = None,
 ) -> list[dict]:
     """Up to ``limit`` decisions over the ready items (of graph ``graph_id`` when given).
 

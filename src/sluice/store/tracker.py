@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.core.clock import iso, new_id
+from sluice.core.defaults import READY_LIMIT
 from sluice.core.items import STATUSES, ReadyFilter, dependency, labels_of, normalise
 from sluice.core.readiness import id_prefix
 from sluice.errors import InvalidOperation, MissingFile, UnknownItem, UsageError
@@ -140,7 +141,7 @@ def list_items(town: Town, rig: str | None, status: str | None, labels: tuple[st
 SORTS = ("priority", "oldest")
 
 
-def ready(town: Town, rig: str | None = None, limit: int = 100, now: float | None = None,
+def ready(town: Town, rig: str | None = None, limit: int = READY_LIMIT, now: float | None = None,
           where: ReadyFilter | None = None, sort: str = "priority") -> list[str]:
     """Raw JSON of ready items over one or all rigs, in beads order (limit 0 = all).
 

@@ -15,8 +15,12 @@ answering returns None, and the caller hands the whole command line to
 typer, which parses and fails exactly as it always does.  Every library call
 here either only reads or raises before it writes (``schedule next`` records
 its decisions, ``hooks report`` its event, as their last step), so trying
-twice changes nothing.  Warnings logged while answering are held back and
-said only when the answer stands.
+twice changes nothing.  Once such a write happened, the answer is never
+handed to typer again: should printing it fail, the command says so and
+exits 1 rather than record twice.  Warnings logged while answering are held
+back and said only when the answer stands.  With ``SLUICE_FAST_STRICT=1``
+(the tests set it) a failure other than a refusal raises instead of falling
+back, so a fast path that always fails cannot pass as one typer covers for.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
 from sluice.core.text import printable_text
+from sluice.errors import SluiceError
+
+#: Set (to 1) in tests: a fast answer that fails for any reason but a refusal (a SluiceError, which
+#: typer repeats and reports) raises instead of falling back, so a broken fast path cannot hide.
+STRICT_ENV = "SLUICE_FAST_STRICT"
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,12 @@ def parse(args: list[str]) -> Command | None:
     return command
 
 
+def writes(command: Command) -> bool:
+    """Whether answering records something: ``schedule next`` its decisions, ``hooks report`` its event."""
+    return command.name == ("hooks", "report") or (
+        command.name == ("schedule", "next") and "--preview" not in command.flags)
+
+
 def _answer(command: Command):
     """(data, as_json, text formatter, stderr lines) of a command, from the library."""
     from sluice.api import open_town
@@ -134,14 +150,14 @@ def _answer(command: Command):
         case ("item", "show"):
             return town.item(args[0]), as_json, output.item_text, []
         case ("item", "ready"):
-            rows = town.ready(args[0] if args else None, int(options.get("--limit", "100")))
+            rows = town.ready(args[0] if args else None, int(options.get("--limit", READY_LIMIT)))
             return output.RawJSON(rows.lines), as_json, output.ready_text, []
         case ("item", "blocked"):
             rows = town.blocked(args[0] if args else None)
             return output.RawJSON(rows.lines), as_json, output.blocked_text, []
         case ("schedule", "next"):
-            decisions = town.next(limit=int(options.get("--limit", "1")), graph_id=options.get("--graph-id"),
-                                  preview="--preview" in command.flags)
+            limit, preview = int(options.get("--limit", NEXT_LIMIT)), "--preview" in command.flags
+            decisions = town.next(limit=limit, graph_id=options.get("--graph-id"), preview=preview)
             return decisions.to_json(), as_json, output.next_text, []
         case ("scheduler", "status"):
             return town.status().to_json(), as_json, output.queue_status_text, []
@@ -175,9 +191,14 @@ def run(args: list[str]) -> int | None:
     # it leaves is freed with the process; in a test process collection resumes afterwards.
     collecting = gc.isenabled()
     gc.disable()
+    strict = os.environ.get(STRICT_ENV) == "1"
     try:
         data, as_json, human, say = _answer(command)
+    except SluiceError:
+        return None  # refused before anything was written: typer says so, as it always does
     except Exception:
+        if strict:
+            raise
         return None
     finally:
         logger.removeHandler(held)
@@ -192,7 +213,13 @@ def run(args: list[str]) -> int | None:
     try:
         if human is not None or as_json:
             output.emit(data, as_json, human)
-    except Exception:
+    except Exception as err:
+        if strict:
+            raise
+        if writes(command):  # its decisions or event are recorded: answering again would record twice
+            sys.stdout = real_stdout
+            sys.stderr.write(printable_text(f"error: the answer could not be written: {err}") + "\n")
+            return 1
         return None  # a formatting bug: typer answers again and reports it plainly
     finally:
         sys.stdout = real_stdout

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
+from sluice.core.defaults import NEXT_LIMIT
 from sluice.errors import SlingFailed, SluiceError, UsageError, internal_error_text, os_error_text
 from sluice.surfaces.output import to_json
 
@@ -104,7 +105,7 @@ def build_server(town_arg: str | None = None):
     @tool
     def sluice_schedule_next(
         graph_id: Annotated[str, Field(description="Only items under this top-level epic.")] = "",
-        limit: Limit = 1,
+        limit: Limit = NEXT_LIMIT,
         preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
     ) -> list[dict]:
         """Score ready work and return the next decision(s), as `sluice schedule next --json`."""

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.core.defaults import READY_LIMIT
 from sluice.surfaces.cli.common import JsonOption, RawJSON, emit, shown, town
 from sluice.surfaces.output import blocked_text, item_lines, item_text, ready_text
 
@@ -66,7 +67,7 @@ def list_(
 @item_app.command("ready")
 def ready(
     rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
-    limit: Annotated[int, typer.Option(help="At most N rows; 0 = all.")] = 100,
+    limit: Annotated[int, typer.Option(help="At most N rows; 0 = all.")] = READY_LIMIT,
     label: Annotated[list[str] | None, typer.Option(
         "--label", help="Must carry this label (repeatable: all of them).")] = None,
     label_any: Annotated[list[str] | None, typer.Option(

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.core.defaults import NEXT_LIMIT
 from sluice.surfaces.cli.common import JsonOption, emit, shown, town
 from sluice.surfaces.output import next_text
 
@@ -23,7 +24,7 @@ def next_(
     graph_id: Annotated[
         str | None, typer.Option("--graph-id", help="Only items under this top-level epic.")
     ] = None,
-    limit: Annotated[int, typer.Option(help="How many decisions (skipped ones count).")] = 1,
+    limit: Annotated[int, typer.Option(help="How many decisions (skipped ones count).")] = NEXT_LIMIT,
     preview: Annotated[bool, typer.Option("--preview", help="Decide, but record nothing.")] = False,
     as_json: JsonOption = False,
 ) -> None:
