@@ -6,7 +6,8 @@ builds a town of three rigs (one a read-only beads export) with a few
 thousand items, then for M minutes runs four slingers, the daemon (1 s
 interval, a cap, stall timeout, retry backoff, and whichever admission
 features this sluice accepts), a tracker, a controller (pause/resume,
-patrols with --fix, compaction, manual cycles) and a chaos that SIGKILLs a
+patrols with --fix, compaction, manual cycles), an exporter (rewriting the
+read-only export under running work) and a chaos that SIGKILLs a
 random one of them every few seconds and tears a log once a minute.
 Afterwards it checks every promise (see docs/reliability.md), prints one
 table, and exits 1 naming each violation with the seed that replays it.
@@ -78,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         ("no sling launched twice", inv.one_launch_per_sling(ev)),
         ("every acknowledged sling accounted for", inv.acked_slings_accounted(ev)),
         ("one open context per item", inv.one_open_context_per_item(ev)),
-        ("caps never exceeded (sampled 1/s)", inv.caps_held(supervisor.samples)),
+        ("caps never exceeded (sampled 1/s), exports edited under running work",
+         inv.caps_held(supervisor.samples)),
+        ("one run record per launch, every end an outcome", inv.runs_recorded(ev)),
         ("token budget never exceeded", inv.budget_held(ev, ids["tokens"], BUDGET, BUDGET_SECONDS)
          if "scheduler.token_budget" in config.features else []),
         ("every file parses", parse_findings),

@@ -269,7 +269,11 @@ def test_the_daemon_ticks_in_process_with_an_executor_object(town):
     assert [r.item_id for r in town.executor.requests] == [item["id"]]
     town.executor.finish(item["id"])
     assert town.daemon(interval=1, once=True) == 0  # reaps the finished polecat
-    assert town.polecats() == []
+    assert town.polecats(running=True) == []
+    [ended] = town.polecats()  # its run stays listed for an hour, with how it ended
+    assert (ended["item_id"], ended["outcome"], ended["exit_code"]) == (item["id"], "ok", 0)
+    [run] = town.runs()
+    assert run["outcome"] == "ok" and run["runtime_seconds"] >= 0
 
 
 def test_library_errors_name_parameters_and_the_cli_names_flags(town):

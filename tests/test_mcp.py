@@ -18,7 +18,7 @@ TOOLS = {
     "sluice_schedule_next", "sluice_schedule_status", "sluice_schedule_policy", "sluice_sling",
     "sluice_scheduler_status", "sluice_scheduler_list", "sluice_scheduler_run", "sluice_scheduler_pause",
     "sluice_scheduler_resume", "sluice_scheduler_clear", "sluice_patrol", "sluice_scheduler_explain",
-    "sluice_scheduler_throttle", "sluice_scheduler_broken",
+    "sluice_scheduler_throttle", "sluice_scheduler_broken", "sluice_runs", "sluice_feed",
 }  # fmt: skip
 
 
@@ -233,6 +233,20 @@ def test_admission_tools_answer_as_the_cli(cli: Cli, queued: dict):
     assert results[3][0] and "neither a duration" in results[3][1]
     assert results[4][0]
     assert payload(results[5])["cleared"] is True
+
+
+def test_runs_and_feed_tools_answer_as_the_cli(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [
+        ("sluice_runs", {}),
+        ("sluice_feed", {"kind": "enqueued"}),
+        ("sluice_runs", {"outcome": "exploded"}),
+        ("sluice_feed", {"since": "soon"}),
+    ])
+    assert payload(results[0]) == cli.json("runs") == []
+    assert payload(results[1]) == cli.json("feed", "--kind", "enqueued") and payload(results[1])
+    assert results[2][0] and "not one of" in results[2][1]
+    assert results[3][0] and "not a duration" in results[3][1]
 
 
 def test_values_beyond_the_bounds_are_tool_errors_that_say_why(cli: Cli, queued: dict):

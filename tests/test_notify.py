@@ -73,7 +73,7 @@ def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, not
     assert any(line.startswith("notify circuit-broken (") and line.endswith("sent") for line in lines)
 
 
-def test_queue_drained_and_polecat_timed_out(cli, town, notifier):
+def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, town, notifier):
     script, out = notifier
     configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60),
                          "scheduler.polecat_timeout": "1s"})
@@ -85,9 +85,11 @@ def test_queue_drained_and_polecat_timed_out(cli, town, notifier):
     assert _notified(out)[0]["stdin"]["payload"] == {"dispatched": 1}
     time.sleep(1.2)
     daemon.tick()
-    assert [n["argv"] for n in _notified(out)][1] == ["polecat-timed-out", "al-1", "alpha"]
+    assert [n["argv"] for n in _notified(out)][1] == ["run-timed-out", "al-1", "alpha"]
+    sent = _notified(out)[1]["stdin"]
+    assert sent["type"] == "PolecatExited" and sent["payload"]["outcome"] == "timed-out"
     daemon.tick()
-    assert len(_notified(out)) == 2  # each event is announced once
+    assert len(_notified(out)) == 2  # each event is announced once; PolecatTimedOut is not chosen by default
 
 
 def test_only_the_chosen_events_and_not_the_history(cli, town, notifier):

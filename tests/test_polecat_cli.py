@@ -15,7 +15,7 @@ from sluice.store.town import Town
 
 ROW_KEYS = {
     "id", "item_id", "rig", "context_id", "executor", "started_at", "state", "pid", "exit_code", "log_path",
-    "attach",
+    "attach", "outcome", "run_id", "ended_at", "runtime_seconds",
 }
 
 
@@ -123,6 +123,11 @@ def test_a_finished_polecat_keeps_its_exit_status_and_its_logs_by_item_after_rea
     records = [json.loads(line) for line in
                (Town(cli.town).workers_dir / finished).read_text().splitlines()]
     assert {r["item_id"]: r["exit_code"] for r in records} == {"al-ok": 0, "al-bad": 1}
-    assert cli.json("polecat", "list") == []
+    # reaped: the runs that ended in the last hour stay listed, with their outcome and exit status
+    ended = {r["item_id"]: r for r in cli.json("polecat", "list")}
+    assert {i: (r["state"], r["outcome"], r["exit_code"]) for i, r in ended.items()} == {
+        "al-ok": ("exited", "ok", 0), "al-bad": ("failed", "failed", 1)}
+    assert all(set(r) >= ROW_KEYS and r["run_id"] for r in ended.values())
+    assert cli.json("polecat", "list", "--running") == []
     # reaped: the log is still found by item id, not only by polecat id
     assert cli.run("polecat", "logs", "al-bad").stdout.splitlines() == ["ending al-bad"]

@@ -50,7 +50,9 @@ def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_town):
     assert [r["id"] for r in snap["queue"]] == ["al-3", "be-1", "be-2", "al-4"]  # ready, then blocked
     running = [{k: v for k, v in p.items() if k not in ("runtime_seconds", "logs_command", "title")}
                for p in snap["polecats"]]
-    assert running == [p for p in polecats if p["state"] == "running"]
+    assert running == [{k: v for k, v in p.items() if k != "runtime_seconds"}
+                       for p in polecats if p["state"] == "running"]
+    assert {p["item_id"]: p["title"] for p in snap["polecats"]} == {"al-1": "first", "al-2": "second"}
     assert sorted(p["item_id"] for p in running) == ["al-1", "al-2"]
     for row in snap["polecats"]:
         assert 0 <= row["runtime_seconds"] < 120

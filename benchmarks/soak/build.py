@@ -171,6 +171,7 @@ def write_ids(layout: Layout, generated: dict[str, list[dict]]) -> None:
     ids = {
         "rigs": [name for name, _prefix in RIGS],
         "read_only": RIGS[0][0],
+        "export": str(layout.export),
         "work": [r["id"] for r in every if r["issue_type"] not in ("epic", "convoy")],
         "epics": [r["id"] for r in every if r["issue_type"] == "epic"],
         "convoys": [r["id"] for r in every if r["issue_type"] == "convoy"],

@@ -193,6 +193,81 @@ def one_open_context_per_item(ev: Evidence) -> list[str]:
     return out
 
 
+def runs_recorded(ev: Evidence) -> list[str]:
+    """Every launch has exactly one run record, and every run that ended has an outcome that fits.
+
+    Asks ``sluice runs`` first, which records the ends nobody had looked at
+    yet (every polecat has ended by now).  A launch that never started (no
+    pid: crash recovery settled it) must have no record.
+    """
+    done = cli(ev.layout, "runs", "--limit", "0", "--json")
+    if done.returncode != 0:
+        return [f"sluice runs exited {done.returncode}: {done.stderr.strip()[-300:]}"]
+    runs_dir = ev.layout.town / ".sluice" / "runs"
+    latest: dict[str, dict] = {}
+    for record in _run_records(runs_dir):
+        latest[record["run_id"]] = record
+    by_polecat = defaultdict(list)
+    for record in latest.values():
+        by_polecat[record.get("polecat_id")].append(record["run_id"])
+    out = []
+    for polecat_id, record in sorted(ev.launches.items()):
+        started = record.get("pid") is not None
+        count = len(by_polecat.get(polecat_id, []))
+        if started and count != 1:
+            out.append(f"polecat {polecat_id} ({record.get('item_id')}): {count} run records")
+        elif not started and count:
+            out.append(f"polecat {polecat_id} never started, but has {count} run record(s)")
+    unknown = sorted(set(by_polecat) - set(ev.launches))
+    out += [f"run record of polecat {p}, which the executor never launched" for p in unknown[:10]]
+    fits = {"ok": lambda c: c == 0, "throttled": lambda c: c == 75,
+            "failed": lambda c: c not in (None, 0, 75), "timed-out": lambda c: True,
+            "stopped": lambda c: True, "vanished": lambda c: c is None}
+    for record in latest.values():
+        outcome, code = record.get("outcome"), record.get("exit_code")
+        if outcome not in fits:
+            out.append(f"run {record['run_id']} ({record.get('item_id')}): outcome {outcome!r} after every"
+                       " polecat ended")
+        elif not fits[outcome](code):
+            out.append(f"run {record['run_id']} ({record.get('item_id')}): {outcome} with exit {code}")
+        elif not record.get("ended_at"):
+            out.append(f"run {record['run_id']}: ended {outcome} without ended_at")
+    return out
+
+
+def _run_records(runs_dir: Path) -> list[dict]:
+    """The run log's records, its archive's first (older), in order; only objects with a run_id."""
+    import gzip
+    import zlib
+
+    out: list[dict] = []
+    archive = runs_dir / "runs.archive.jsonl.gz"
+    data = archive.read_bytes() if archive.exists() else b""
+    while data:
+        unpack = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text = unpack.decompress(data) + unpack.flush()
+        except (zlib.error, gzip.BadGzipFile):
+            break
+        data = unpack.unused_data if unpack.eof else b""
+        out += _run_lines(text)
+    log = runs_dir / "runs.jsonl"
+    out += _run_lines(log.read_bytes() if log.exists() else b"")
+    return out
+
+
+def _run_lines(data: bytes) -> list[dict]:
+    out = []
+    for line in data.split(b"\n"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "run_id" in record:
+            out.append(record)
+    return out
+
+
 def caps_held(samples) -> list[str]:
     return [f"at {s['t']:.1f}: " + "; ".join(s["broken"]) for s in samples.over]
 

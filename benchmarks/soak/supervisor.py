@@ -35,7 +35,7 @@ from soak.build import Layout
 from soak.history import History
 
 HERE = Path(__file__).resolve().parent
-ROLES = ("slinger-0", "slinger-1", "slinger-2", "slinger-3", "tracker", "controller")
+ROLES = ("slinger-0", "slinger-1", "slinger-2", "slinger-3", "tracker", "controller", "exporter")
 TARGETS = (*ROLES, "daemon", "cycle")
 
 
@@ -374,3 +374,6 @@ class Supervisor:
         deadline = time.monotonic() + 10
         while self.polecats.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
+        pristine = self.layout.soak / "export.pristine"
+        if pristine.exists() and self.layout.export is not None:  # the exporter may have died mid-edit
+            self.layout.export.write_bytes(pristine.read_bytes())

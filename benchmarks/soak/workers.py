@@ -170,7 +170,60 @@ def controller(w: Worker) -> None:
             w.call("list", ["scheduler", "list", "--json"])
 
 
-ROLES = {"slinger": slinger, "tracker": tracker, "controller": controller}
+def exporter(w: Worker) -> None:
+    """Rewrites the read-only export under running work, as an outside tracker does, then puts it back.
+
+    Either the running export items lose their labels and ``metadata.touches``
+    for a moment, or the file is cut to nothing for a moment.  Admission must
+    go on counting the running items with what they launched with, so the
+    supervisor's cap and overlap samples hold.  Only *running* items are
+    edited (they cannot launch meanwhile), so no launch ever sees the edit.
+    The pristine file is kept beside the history and put back first thing on
+    every (re)start, so a kill mid-edit leaves nothing changed for long.
+    """
+    export = Path(w.ids["export"])
+    pristine = w.soak / "export.pristine"
+    if not pristine.exists():
+        pristine.write_bytes(export.read_bytes())
+    original = pristine.read_bytes()
+    temp = w.soak / "export.soak-tmp"  # beside the history: a kill mid-write leaves nothing in the repo
+    put_back(export, original, temp)
+    prefix = w.ids["read_only"] + "-"
+    while True:
+        w.pause(1.0, 3.0)
+        _code, rows = w.call("running", ["polecat", "list", "--running", "--json"])
+        running = {r["item_id"] for r in rows or [] if str(r.get("item_id", "")).startswith(prefix)}
+        if not running:
+            continue
+        if w.rng.random() < 0.3:
+            w.hist.write("export-edit", how="emptied", items=sorted(running))
+            with open(export, "r+b") as fh:  # in place, as a tool that truncates and rewrites does
+                fh.truncate(0)
+        else:
+            w.hist.write("export-edit", how="labels-and-touches-dropped", items=sorted(running))
+            put_back(export, stripped(original, running), temp)
+        w.pause(0.5, 2.0)
+        put_back(export, original, temp)
+        w.hist.write("export-restore")
+
+
+def stripped(data: bytes, items: set[str]) -> bytes:
+    out = []
+    for line in data.splitlines():
+        record = json.loads(line)
+        if record.get("id") in items:
+            record["labels"] = []
+            record["metadata"] = {k: v for k, v in (record.get("metadata") or {}).items() if k != "touches"}
+        out.append(json.dumps(record))
+    return ("\n".join(out) + "\n").encode()
+
+
+def put_back(path: Path, data: bytes, temp: Path) -> None:
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+ROLES = {"slinger": slinger, "tracker": tracker, "controller": controller, "exporter": exporter}
 
 
 def main(argv: list[str]) -> None:

@@ -674,20 +674,38 @@ class Town:
         return run_daemon(self.files, interval=interval, once=once, timeout=timeout, executor=self.executor)
 
     # -- polecats ---------------------------------------------------------------------------
-    def polecats(self) -> list[dict]:
-        """Every polecat the executor has a record of, running or finished (until reaped)."""
-        from sluice.scheduler.polecats import list_polecats
+    def polecats(self, running: bool = False) -> list[dict]:
+        """The running polecats, then finished ones and the runs that ended in the last hour.
 
-        return list_polecats(self.files, self._executor())
+        ``running`` keeps only the live ones.  Ended rows carry ``outcome`` and ``exit_code``.
+        """
+        from sluice.scheduler.ends import polecat_listing
+
+        return polecat_listing(self.files, self._executor(), running_only=running)
+
+    def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
+             since: str | None = None, limit: int = 100) -> list[dict]:
+        """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
+        from sluice.scheduler.ends import runs_listing
+
+        return runs_listing(self.files, self._executor(), item=item, rig=rig, outcome=outcome,
+                            since=_duration(since, "since"), limit=limit)
+
+    def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,
+             limit: int = 100) -> list[dict]:
+        """The event log in words, oldest first (``sluice feed --json``): ``{at, type, text, event}`` rows."""
+        from sluice.scheduler.feed import feed
+
+        return feed(self.files, rig=rig, kind=kind, since=_duration(since, "since"), limit=limit)
 
     def stop_polecat(self, ref: str, actor: str | None = None) -> list[dict]:
         """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
-        from sluice.scheduler.polecats import stop_polecats
+        from sluice.scheduler.ends import stop_polecats
 
         return stop_polecats(self.files, ref, self._executor(), actor)
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
-        from sluice.scheduler.polecats import polecat_logs
+        from sluice.scheduler.ends import polecat_logs
 
         return polecat_logs(self.files, ref, follow=follow, executor=self._executor())
 
@@ -727,6 +745,20 @@ class Town:
         from sluice.scheduler.advisor import policy_unset
 
         return PolicyInfo.from_json(policy_unset(self.files, graph_id))
+
+
+def _duration(text: str | None, name: str) -> float | None:
+    """A duration argument (``1h``, ``30m``) in seconds; a bad one is a usage error naming it."""
+    if text is None:
+        return None
+    from sluice.core.clock import parse_duration
+    from sluice.errors import UsageError
+
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise UsageError(f"{name} {text!r} is not a duration (e.g. 30m, 1h, 2h30m)",
+                         parameters=(name,)) from None
 
 
 def open_town(path: str | Path | None = None, executor: Executor | None = None) -> Town:

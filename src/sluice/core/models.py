@@ -31,8 +31,12 @@ def _duration_field(value: Any) -> str:
     return str(value).strip()
 
 
-#: The events ``scheduler.notify`` can be run on (``scheduler.notify_on``; all of them by default).
-NOTIFY_EVENTS = ("circuit-broken", "budget-exhausted", "throttled", "queue-drained", "polecat-timed-out")
+#: The events ``scheduler.notify`` can be run on (``scheduler.notify_on``).
+NOTIFY_EVENTS = ("circuit-broken", "budget-exhausted", "throttled", "queue-drained", "polecat-timed-out",
+                 "run-failed", "run-timed-out", "run-vanished")
+#: The default choice: all but ``polecat-timed-out``, which ``run-timed-out`` announces already
+#: (the same stall, seen as the run's end), so a stall is not announced twice.
+DEFAULT_NOTIFY_ON = tuple(e for e in NOTIFY_EVENTS if e != "polecat-timed-out")
 
 
 def _size_field(value: Any) -> str | None:
@@ -69,7 +73,7 @@ class SchedulerConfig(_Strict):
     retry_max: str = "10m"
     missing_grace: str = "10m"
     notify: list[str] = Field(default_factory=list)  # argv template run on chosen events; [] = none
-    notify_on: list[str] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    notify_on: list[str] = Field(default_factory=lambda: list(DEFAULT_NOTIFY_ON))
     notify_timeout: str = "10s"
     # Admission (docs/scheduler.md "Admission"): caps per label, token budgets, throttles, breaker.
     label_caps: dict[str, int] = Field(default_factory=dict)
@@ -78,6 +82,7 @@ class SchedulerConfig(_Strict):
     throttle_exit_code: int = Field(75, ge=1, le=255)
     throttle_for: str = "5m"
     breaker_cooldown: str = "1h"
+    retry_failed_runs: int = Field(0, ge=0)  # requeue an item whose run failed, up to N times (0 = never)
     compact_retention: str = "168h"  # closed contexts older than this leave the log at compaction
     compact_at: int = Field(50_000, ge=0)  # the daemon compacts a log longer than this (0 = never)
     host: HostConfig = Field(default_factory=HostConfig)
@@ -210,6 +215,7 @@ CONFIG_KEYS: dict[str, str] = {
     "scheduler.throttle_exit_code": "an integer 1..255 (a polecat exiting with it throttles its rig)",
     "scheduler.throttle_for": "a duration such as 5m",
     "scheduler.breaker_cooldown": "a duration (0 = a circuit-broken item stays broken)",
+    "scheduler.retry_failed_runs": "an integer >= 0 (retries of a failed run; 0 = none)",
     "items.command_timeout": "a duration (an item command still running then is killed)",
     "items.refresh": "a duration (an item command runs again at least this often)",
     "items.read_wait": "a duration (how long a read command waits for an item command)",
@@ -232,7 +238,7 @@ CONFIG_KEYS: dict[str, str] = {
 
 
 _INTEGER_KEYS = ("max_polecats", "batch_size", "max_dispatch_failures", "token_budget", "throttle_exit_code",
-                 "compact_at")
+                 "compact_at", "retry_failed_runs")
 
 
 def config_pattern(key: str) -> str:

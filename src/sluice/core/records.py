@@ -119,6 +119,7 @@ class SlingContextFields(_Record):
     agent: str = ""
     force: bool = False
     dispatch_failures: int = 0
+    run_failures: int = 0  # failed runs of the item since it was slung (retries carry it over)
     last_failure: str = ""
     last_failure_at: str = ""
     launch_started_at: str = ""
@@ -131,6 +132,8 @@ class SlingContextFields(_Record):
     def _validate(self) -> None:
         if self.dispatch_failures < 0:
             raise RecordError(f"dispatch_failures: must be >= 0 (got {self.dispatch_failures})")
+        if self.run_failures < 0:
+            raise RecordError(f"run_failures: must be >= 0 (got {self.run_failures})")
 
     def to_description(self) -> str:
         """The compact JSON written into the context's description."""

@@ -184,7 +184,7 @@ code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 tmp = exit_path + ".tmp"
 stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 with open(tmp, "w") as fh:
-    fh.write(json.dumps({"exit_code": code, "finished_at": stamp}))
+    fh.write(json.dumps({"exit_code": code, "finished_at": stamp, "finished_ts": time.time()}))
 os.replace(tmp, exit_path)
 os._exit(code if code >= 0 else 128 - code)
 """
@@ -196,7 +196,7 @@ def exit_path(workers_dir: Path, polecat_id: str) -> Path:
 
 
 def read_exit(workers_dir: Path, polecat_id: str) -> dict | None:
-    """``{"exit_code", "finished_at"}`` of a finished polecat, or None while unknown."""
+    """``{"exit_code", "finished_at", "finished_ts"}`` of a finished polecat, or None while unknown."""
     try:
         data = json.loads(exit_path(workers_dir, polecat_id).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -204,7 +204,9 @@ def read_exit(workers_dir: Path, polecat_id: str) -> dict | None:
     code = data.get("exit_code") if isinstance(data, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
         return None
-    return {"exit_code": code, "finished_at": data.get("finished_at")}
+    ts = data.get("finished_ts")
+    ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
+    return {"exit_code": code, "finished_at": data.get("finished_at"), "finished_ts": ts}
 
 
 def ended_state(exit_code: int | None) -> str:

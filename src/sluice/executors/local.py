@@ -132,9 +132,9 @@ class LocalExecutor:
 
     def _polecat(self, record: dict, state: str | None = None) -> Polecat:
         if record.get("exit_code") is None and record.get("watcher_pid"):
-            code = self._exit_code(record)
-            if code is not None:
-                record = {**record, "exit_code": code}
+            finished = read_exit(self.dir, record["id"])
+            if finished is not None:
+                record = {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"]}
         return Polecat(
             id=record["id"],
             executor=self.kind,
@@ -147,7 +147,7 @@ class LocalExecutor:
             log_path=record.get("log_path"),
             detail={
                 k: record[k]
-                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title")
+                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title", "ended_ts")
                 if record.get(k) is not None
             },
         )
@@ -330,7 +330,9 @@ class LocalExecutor:
                 if not path.exists():
                     continue
                 if record.get("exit_code") is None:
-                    record["exit_code"] = self._exit_code(record)
+                    finished = read_exit(self.dir, record["id"])
+                    if finished is not None:
+                        record.update(exit_code=finished["exit_code"], ended_ts=finished["finished_ts"])
                 record["state"] = state
                 record.setdefault("finished_at", iso())
                 fsutil.append_json(self.dir / FINISHED_LOG, record)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
@@ -90,7 +91,8 @@ class MemoryExecutor:
             if output:
                 self._logs[polecat.id].extend(output.splitlines())
             done = replace(polecat, state="exited",
-                           detail={**polecat.detail, "exit_code": exit_code, "finished_at": iso()})
+                           detail={**polecat.detail, "exit_code": exit_code, "finished_at": iso(),
+                                   "ended_ts": time.time()})
             self._polecats[polecat.id] = done
             return done
 

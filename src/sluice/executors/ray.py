@@ -173,6 +173,8 @@ class RayExecutor:
                 "message": job.message,
                 "exit_code": getattr(job, "driver_exit_code", None),
                 "node_id": getattr(job, "driver_node_id", None),
+                "started_ts": job.start_time / 1000 if job.start_time else None,
+                "ended_ts": job.end_time / 1000 if getattr(job, "end_time", None) else None,
                 "address": self.address,
             },
         )

@@ -164,7 +164,8 @@ class TmuxExecutor:
             state = "exited"
         if session not in live and record.get("exit_code") is None:
             ended = read_exit(self.town.workers_dir, session)  # written by the pane's supervisor
-            record = {**record, "exit_code": ended["exit_code"] if ended else None}
+            record = {**record, "exit_code": ended["exit_code"] if ended else None,
+                      "ended_ts": ended["finished_ts"] if ended else record.get("ended_ts")}
         if state == "exited":
             state = ended_state(record.get("exit_code"))
         return Polecat(
@@ -182,6 +183,7 @@ class TmuxExecutor:
                 "session": session,
                 "attach": self.attach_command(session) if state == "running" else None,
                 "exit_code": record.get("exit_code"),
+                "ended_ts": record.get("ended_ts"),
             },
         )
 
@@ -317,7 +319,8 @@ class TmuxExecutor:
                 path = self._record_path(record["id"])
                 if not path.exists():
                     continue
-                finished = {**record, "state": polecat.state, "exit_code": polecat.detail.get("exit_code")}
+                finished = {**record, "state": polecat.state, "exit_code": polecat.detail.get("exit_code"),
+                            "ended_ts": polecat.detail.get("ended_ts")}
                 fsutil.append_json(self.town.workers_dir / FINISHED_LOG, finished)
                 path.unlink()
                 exit_path(self.town.workers_dir, record["id"]).unlink(missing_ok=True)

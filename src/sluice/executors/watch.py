@@ -6,8 +6,10 @@ sluice process is its parent and its exit status would be lost.  The local
 executor therefore starts this small watcher (in a session of its own), which
 starts the polecat in *another* new session, writes the polecat's pid to a
 pipe the launcher reads, waits, and writes ``{"exit_code": N}`` atomically
-to the file named by its first argument.  The exit code is what lets a
-polecat ask for a throttle by exiting with ``scheduler.throttle_exit_code``.
+to the file named by its first argument, with the moment it saw the exit
+(``finished_ts``, epoch seconds: the run's own end, whenever sluice looks).
+The exit code is what lets a polecat ask for a throttle by exiting with
+``scheduler.throttle_exit_code``.
 
 Before it reports the pid, it writes ``STARTED_FILE`` (both pids and their
 start times): a launcher killed between starting the watcher and recording
@@ -31,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 
 def start_time(pid: int) -> float | None:
@@ -109,7 +112,7 @@ def main(argv: list[str]) -> int:
     os.close(report)
     code = wait_for(child.pid)
     child.returncode = code  # reaped above: Popen must not wait for it again
-    write_atomically(exit_file, {"exit_code": code})
+    write_atomically(exit_file, {"exit_code": code, "finished_ts": time.time()})
     return 0
 
 

@@ -11,6 +11,10 @@ turns the answer into reasons:
 * :func:`reasons_of` and :func:`why` — why a queued item waits
   (``explain`` and ``list --json``'s ``why``);
 * :func:`note_budget` — ``BudgetExhausted`` once per spell.
+
+Running work is counted from its run record (labels, touches, rig frozen at
+launch), never from the item file as it is now: an export cut short or an
+item edited under a running polecat cannot open a cap or the overlap gate.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from sluice.scheduler.pending import item_store
 from sluice.scheduler.polecats import retry_due_at
 from sluice.store import admission_state as kept
 from sluice.store import events
+from sluice.store.runs import RUNNING, read_runs
 from sluice.store.state import load_state
 
 if TYPE_CHECKING:
@@ -71,9 +76,21 @@ def applicant(work: Work) -> Applicant:
 
 
 def running(stores: Stores, active: list[Polecat]) -> list[Running]:
-    """The running polecats with their items' labels and touches (an item gone counts bare)."""
+    """The running polecats with the labels and touches frozen in their run records.
+
+    A polecat without a run record (launched before run records, or a tmux
+    session nobody recorded) falls back to its item as it is now.
+    """
+    recorded = {r["polecat_id"]: r for r in read_runs(stores.town).values() if r.get("outcome") == RUNNING} \
+        if active else {}
     out = []
     for polecat in active:
+        run = recorded.get(polecat.id)
+        if run is not None:
+            out.append(Running(item_id=run["item_id"], rig=run.get("rig") or polecat.rig,
+                               labels=frozenset(run.get("labels") or ()),
+                               touches=tuple(run.get("touches") or ())))
+            continue
         found = item_store(stores, polecat.item_id) if polecat.item_id else None
         record = found[1] if found else {}
         out.append(
@@ -170,9 +187,18 @@ def backoff_reason(work: Work, config: TownConfig) -> Reason:
     at = retry_due_at(fields, sched.seconds("retry_base"), sched.seconds("retry_max"))
     return Reason(
         rules.BACKOFF,
-        f"{fields.dispatch_failures} failed launch(es); next attempt at {at}"
+        f"{_failures_text(fields)}; next attempt at {at}"
         " (`scheduler run --ignore-backoff` tries now)",
     )
+
+
+def _failures_text(fields) -> str:
+    parts = []
+    if fields.dispatch_failures:
+        parts.append(f"{fields.dispatch_failures} failed launch(es)")
+    if fields.run_failures:
+        parts.append(f"{fields.run_failures} failed run(s)")
+    return " and ".join(parts) or "a failure"
 
 
 def reasons_of(

@@ -5,8 +5,11 @@ A context that failed ``scheduler.max_dispatch_failures`` launches closes
 (:mod:`sluice.store.admission_state`).  Once ``scheduler.breaker_cooldown``
 has passed, :func:`requeue_due` queues it again one failure short of the
 threshold — one more failure trips it again, with a longer cooldown; a
-launch heals it.  ``scheduler reset ITEM`` forgets the record and queues the
-item with a fresh count.
+launch heals it.  An item whose *runs* failed past
+``scheduler.retry_failed_runs`` (:mod:`sluice.scheduler.ends`) is booked
+the same way, with ``broken_by: runs``, and comes back for one more run.
+``scheduler reset ITEM`` forgets the record and queues the item with a
+fresh count.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 
-def trip_breaker(town: Town, fields: SlingContextFields, error: str, now: float | None = None) -> dict:
-    """Book that ``fields``' item was circuit-broken, so a cooldown can bring it back."""
+def trip_breaker(town: Town, fields: SlingContextFields, error: str, now: float | None = None,
+                 run_failures: int | None = None) -> dict:
+    """Book that ``fields``' item was circuit-broken, so a cooldown can bring it back.
+
+    ``run_failures`` given: its runs failed (not its launches), and ``scheduler broken`` says so.
+    """
     now = time.time() if now is None else now
     base = town.config.scheduler.seconds("breaker_cooldown")
     return kept.trip(
@@ -39,6 +46,8 @@ def trip_breaker(town: Town, fields: SlingContextFields, error: str, now: float 
         sling=sling_params(fields),
         base=base,
         now=now,
+        run_failures=fields.run_failures if run_failures is None else run_failures,
+        broken_by="launches" if run_failures is None else "runs",
     )
 
 
@@ -46,9 +55,15 @@ def requeue_due(town: Town, stores: Stores, now: float | None = None) -> list[di
     """Queue every broken item whose cooldown has passed for one attempt (half-open)."""
     now = time.time() if now is None else now
     out = []
-    one_more = max(town.config.scheduler.max_dispatch_failures - 1, 0)
+    sched = town.config.scheduler
+    one_more = max(sched.max_dispatch_failures - 1, 0)
     for entry in kept.due(town, now):
-        record = queue_again(town, stores, entry["item_id"], entry["rig"], entry.get("sling", {}), one_more)
+        if entry.get("broken_by") == "runs":  # one more run: another failure breaks it again
+            carried, failures = {"run_failures": sched.retry_failed_runs}, 0
+        else:
+            carried, failures = {}, one_more
+        record = queue_again(town, stores, entry["item_id"], entry["rig"], entry.get("sling", {}), failures,
+                             **carried)
         kept.mark_half_open(town, entry["item_id"])
         if record is not None:
             payload = {
@@ -94,6 +109,9 @@ def broken_rows(town: Town) -> list[dict]:
                 "item_id": entry["item_id"],
                 "rig": entry.get("rig"),
                 "failures": entry.get("failures"),
+                "dispatch_failures": entry.get("failures"),
+                "run_failures": entry.get("run_failures", 0),
+                "broken_by": entry.get("broken_by", "launches"),
                 "last_error": entry.get("last_error"),
                 "broken_at": entry.get("broken_at"),
                 "trips": entry.get("trips"),

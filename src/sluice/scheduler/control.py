@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from sluice.store import contexts as ctxs
 from sluice.store import events
+from sluice.store import runs as runlog
 from sluice.store.compaction import compact as compact_log
 from sluice.store.compaction import line_count
 from sluice.store.rigstore import Stores
@@ -82,7 +83,10 @@ def compact(town: Town, rig: str | None = None) -> dict:
     targets = [stores.rig(town.rig(rig).name)] if rig is not None else stores.all()
     retention = config.scheduler.seconds("compact_retention")
     rows = [compact_log(store, retention).to_json() for store in targets]
-    return {"retention": config.scheduler.compact_retention, "rigs": rows}
+    out = {"retention": config.scheduler.compact_retention, "rigs": rows}
+    if rig is None:  # the run log is the town's, archived by the same retention
+        out["runs"] = runlog.compact(town, retention).to_json()
+    return out
 
 
 def compact_if_long(town: Town) -> list[dict]:
@@ -91,5 +95,8 @@ def compact_if_long(town: Town) -> list[dict]:
     if sched.compact_at <= 0:
         return []
     retention = sched.seconds("compact_retention")
-    return [compact_log(store, retention).to_json() for store in Stores(town).all()
+    rows = [compact_log(store, retention).to_json() for store in Stores(town).all()
             if line_count(store) > sched.compact_at]
+    if runlog.line_count(town) > sched.compact_at:
+        rows.append({"rig": "(run log)", **runlog.compact(town, retention).to_json()})
+    return rows

@@ -47,7 +47,7 @@ from sluice.core.clock import iso
 from sluice.core.text import printable
 from sluice.errors import InvalidOperation, LockBusy, SluiceError, UsageError
 from sluice.executors import get_executor
-from sluice.scheduler import notify
+from sluice.scheduler import ends, notify, runs
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.control import compact_if_long
 from sluice.scheduler.dispatch import run_cycle
@@ -126,7 +126,13 @@ def describe(result: dict, reaped: int) -> str:
         text = (f"dispatched {result.get('dispatched', 0)}, failed {result.get('failed', 0)},"
                 f" skipped {result.get('skipped', 0)} (reason: {result.get('reason')},"
                 f" capacity {result.get('capacity')}, ready {result.get('ready')})")
-    return text + _held(result) + _reaping(result, reaped)
+    return text + _held(result) + _runs(result) + _reaping(result, reaped)
+
+
+def _runs(result: dict) -> str:
+    """``; runs: 3 ok, 1 failed``: the runs that ended since the last tick (failed launches are above)."""
+    text = runs.counts_text(result.get("runs") or {})
+    return f"; runs: {text}" if text else ""
 
 
 def _held(result: dict) -> str:
@@ -160,6 +166,10 @@ class Daemon:
         self.started_at = iso()
         self.ticks = 0
         self.last_result: dict | None = None
+        try:  # runs that ended before the daemon started are history, not this tick's news
+            self._runs_seen = set(runs.ended_ids(town))
+        except SluiceError:
+            self._runs_seen = set()
 
     def _log(self, line: str) -> None:
         # One line each, whatever an id or an error message holds: a newline would fake a tick.
@@ -206,11 +216,19 @@ class Daemon:
             result["timed_out"] = [p.id for p in timed_out]
         reaped = 0
         try:
-            reaped = len(self._executor().reap())
+            executor = self._executor()
+            ends.settle(self.town, executor)  # ends are recorded before reaping forgets the polecats
+            reaped = len(executor.reap())
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
+        try:  # ended by anyone since the last tick: the cycle, this tick, a `polecat list` meanwhile
+            ended = runs.ended_ids(self.town)
+            result["runs"] = runs.count_new(ended, self._runs_seen)
+            self._runs_seen = set(ended)
+        except SluiceError as err:
+            result["runs"] = {}
+            result.setdefault("reap_error", str(err))
         try:
-
             for row in compact_if_long(self.town):
                 self._log(f"compacted rig {row['rig']}: {row['lines_before']} → {row['lines_after']} lines,"
                           f" {row['archived']} archived")
@@ -224,6 +242,7 @@ class Daemon:
                 summary[key] = result[key]
         summary["held"] = len(result.get("held") or [])
         summary["reaped"] = reaped
+        summary["runs"] = result.get("runs") or {}
         self.last_result = summary
         self._beat(last_tick_at=at)
         self._log(f"tick {self.ticks}: {describe(result, reaped)}")
@@ -265,7 +284,8 @@ class Daemon:
     def _stop_overdue(self) -> list:
 
         try:
-            stopped = stop_overdue(self.town, self._executor(), time.time())
+            stopped = stop_overdue(self.town, self._executor(), time.time(),
+                                   on_stop=lambda p: ends.end_polecat(self.town, p, "timed-out"))
         except SluiceError as err:
             self._log(f"stall check skipped: {err}")
             return []

@@ -44,13 +44,12 @@ from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, UsageError
 from sluice.executors import get_executor
-from sluice.scheduler import admission
+from sluice.scheduler import admission, ends, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.promote import NotAdmitted
-from sluice.scheduler.throttles import settle_exits
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
 from sluice.store.rigstore import Stores
@@ -148,11 +147,12 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
         report.messages.append(f"warning: {err}")
     now = time.time()
     if not report.dry_run:
-        # Polecats that asked for a throttle (exit code) and broken items whose cooldown ended
-        # are queued again before the survey, so this very cycle sees them.
-        listing = getattr(executor, "listing", None)  # only executors that keep finished records
-        if listing is not None:
-            report.requeued += settle_exits(town, stores, listing(), now)
+        # Ended runs are recorded and acted on (a throttle exit, a retry of a failed run), and broken
+        # items whose cooldown ended are queued again, before the survey, so this very cycle sees them.
+        for record in ends.settle(town, executor, stores, now):
+            report.ended.append({k: record.get(k) for k in ("run_id", "item_id", "outcome", "exit_code")})
+            if record.get("requeued"):
+                report.requeued.append(record["requeued"])
         report.requeued += requeue_due(town, stores, now)
     gates = gate_view.current(town, fresh=not report.dry_run)
     active = executor.active()
@@ -279,6 +279,7 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
             (context.id, ctxs.DISPATCHED, {"polecat_id": polecat.id, "reconciled": True}))
         rows[context.id] = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
                             "reason": ctxs.DISPATCHED, "polecat_id": polecat.id}
+    runs.record_reconciled(town, stores, view.launched)  # before the close: a crash here repeats only this
     closed: set[str] = set()
     for rig_name, batch in closes.items():
         closed.update(ctxs.close_many(town, stores.rig(rig_name), batch))

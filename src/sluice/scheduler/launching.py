@@ -20,6 +20,7 @@ from sluice.core.clock import iso
 from sluice.core.items import effective_tokens
 from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, SluiceError
 from sluice.executors.base import LaunchRequest, substitute
+from sluice.scheduler import runs
 from sluice.scheduler.admission import needs_spend
 from sluice.scheduler.breaker import trip_breaker
 from sluice.scheduler.signals import Graphs
@@ -59,7 +60,8 @@ class CycleReport:
     backing_off: int = 0
     held: list[dict] = field(default_factory=list)
     why: dict[str, int] = field(default_factory=dict)  # reason code -> queued items it holds back
-    requeued: list[dict] = field(default_factory=list)  # breaker cooldowns and throttle exits
+    requeued: list[dict] = field(default_factory=list)  # breaker cooldowns, throttle exits, run retries
+    ended: list[dict] = field(default_factory=list)  # runs whose end this cycle recorded
     messages: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -140,6 +142,7 @@ class Launcher:
                 return False
         context_id = context.id if context is not None else None
         request = make_request(self.town, self.template, item, work.rig, context_id or "", fields)
+        started = time.time()
         try:
             polecat = self.executor.launch(request)
         except ExecutorUnavailable:
@@ -149,9 +152,14 @@ class Launcher:
         except ExecutorError as err:
             self._failed(work, store, f"launch failed: {err}")
             return False
-        payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id}
+        tokens = work.tokens if work.tokens is not None else effective_tokens(item)
+        run = runs.record_launch(self.town, item, work.rig, polecat, started=started, tokens=tokens,
+                                 fields=fields)
+        payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id,
+                   "run_id": run["run_id"]}
         direct = {} if context is not None else {"direct": True}
-        events.emit_event(self.town, events.DISPATCHED, {**payload, **direct})
+        scored = {"score": work.score} if work.score is not None else {}
+        events.emit_event(self.town, events.DISPATCHED, {**payload, **direct, **scored})
         append_decision(self.town, work, polecat.id)
         self._admitted(work, polecat.id)
         self.report.launched.append(payload)

@@ -4,8 +4,8 @@ The notifier is an argv template (``scheduler.notify``), never a shell
 command line: each element has ``{event}``, ``{item_id}``, ``{rig}`` and
 ``{town}`` substituted on its own, and the event goes to its stdin as one
 JSON document ``{event, type, event_id, at, town, payload}``.  It runs for the
-events named in ``scheduler.notify_on`` (default: all of
-:data:`~sluice.core.models.NOTIFY_EVENTS`), which are these lifecycle events:
+events named in ``scheduler.notify_on`` (default:
+:data:`~sluice.core.models.DEFAULT_NOTIFY_ON`, all but ``polecat-timed-out``), chosen from these:
 
 =====================  ============================================
 notify name            event type in ``events/scheduler.jsonl``
@@ -15,6 +15,9 @@ notify name            event type in ``events/scheduler.jsonl``
 ``throttled``          ``Throttled``
 ``queue-drained``      ``QueueDrained`` (a daemon tick launched the last queued item)
 ``polecat-timed-out``  ``PolecatTimedOut``
+``run-failed``         ``PolecatExited`` with outcome ``failed``
+``run-timed-out``      ``PolecatExited`` with outcome ``timed-out``
+``run-vanished``       ``PolecatExited`` with outcome ``vanished``
 =====================  ============================================
 
 **Where it runs, and why there.**  The daemon calls :func:`notify_new_events`
@@ -51,7 +54,18 @@ EVENT_TYPES = {
     events.QUEUE_DRAINED: "queue-drained",
     events.POLECAT_TIMED_OUT: "polecat-timed-out",
 }
+#: ``PolecatExited`` is announced by its outcome; an ``ok``, ``stopped`` or ``throttled`` end is not.
+RUN_OUTCOMES = {"failed": "run-failed", "timed-out": "run-timed-out", "vanished": "run-vanished"}
 PER_TICK = 10
+
+
+def notify_name(event: dict) -> str | None:
+    """The ``scheduler.notify_on`` name of an event, None when no one can choose it."""
+    kind = event.get("type", "")
+    if kind == events.POLECAT_EXITED:
+        payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
+        return RUN_OUTCOMES.get(payload.get("outcome"))
+    return EVENT_TYPES.get(kind)
 PLACEHOLDERS = ("event", "item_id", "rig", "town")
 
 
@@ -175,7 +189,7 @@ def notify_new_events(town: Town) -> list[Outcome]:
     timeout = scheduler.seconds("notify_timeout") or 10.0
     outcomes: list[Outcome] = []
     for event, end in pending:
-        name = EVENT_TYPES.get(event.get("type", ""))
+        name = notify_name(event)
         if template and name in wanted:
             if len(outcomes) >= PER_TICK:
                 break  # the rest wait for the next tick

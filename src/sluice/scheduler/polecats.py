@@ -19,7 +19,7 @@ Times are epoch seconds (``time.time()``) or aware datetimes; both are accepted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -47,8 +47,8 @@ def _epoch(now: float | datetime) -> float:
 # -- control -----------------------------------------------------------------------
 
 
-def polecat_row(polecat: Polecat) -> dict:
-    """The row of ``sluice polecat list --json``."""
+def polecat_row(polecat: Polecat, run: dict | None = None) -> dict:
+    """The row of ``sluice polecat list --json`` (``outcome``/``run_id`` from its run record)."""
     return {
         "id": polecat.id,
         "item_id": polecat.item_id,
@@ -61,6 +61,28 @@ def polecat_row(polecat: Polecat) -> dict:
         "exit_code": polecat.detail.get("exit_code"),  # None while running, or when unknown
         "log_path": polecat.log_path,
         "attach": polecat.detail.get("attach"),
+        "outcome": run.get("outcome") if run else ("running" if polecat.state in RUNNING_STATES else None),
+        "run_id": run.get("run_id") if run else None,
+        "ended_at": run.get("ended_at") if run else None,
+        "runtime_seconds": run.get("runtime_seconds") if run else None,
+    }
+
+
+#: The executor's state word for a run that ended with each outcome (rows of reaped polecats).
+STATE_OF_OUTCOME = {"ok": "exited", "failed": "failed", "throttled": "failed", "timed-out": "stopped",
+                    "stopped": "stopped", "vanished": "lost"}
+
+
+def run_row(run: dict) -> dict:
+    """An ended run as a ``polecat list`` row, in the same shape as a live polecat's."""
+    return {
+        "id": run.get("polecat_id"), "item_id": run.get("item_id"), "rig": run.get("rig"),
+        "context_id": run.get("context_id"), "executor": run.get("executor"),
+        "started_at": run.get("started_at"),
+        "state": STATE_OF_OUTCOME.get(run.get("outcome"), "exited"), "pid": None,
+        "exit_code": run.get("exit_code"), "log_path": None, "attach": None, "outcome": run.get("outcome"),
+        "run_id": run.get("run_id"), "ended_at": run.get("ended_at"),
+        "runtime_seconds": run.get("runtime_seconds"),
     }
 
 
@@ -90,11 +112,12 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
     return by_item
 
 
-def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor: str | None = None
-                  ) -> list[dict]:
+def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor: str | None = None,
+                  on_stop: Callable[[Polecat, dict], object] | None = None) -> list[dict]:
     """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped.
 
     Each stop is a ``PolecatStopped`` event naming who asked (``actor``, default the user).
+    ``on_stop(polecat, row)`` runs right after each stop (its run is recorded ``stopped`` there).
     """
     from sluice.store import events
     from sluice.store.state import detect_actor
@@ -109,6 +132,8 @@ def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor:
         row["stopped"] = stopped
         if stopped:
             row["state"] = "stopped"
+            if on_stop is not None:
+                on_stop(polecat, row)
             events.emit_event(town, events.POLECAT_STOPPED, {
                 "polecat_id": polecat.id, "item_id": polecat.item_id, "rig": polecat.rig,
                 "by": actor or detect_actor()})
@@ -180,14 +205,21 @@ def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | da
     return out
 
 
-def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[Polecat]:
-    """Stop every polecat past ``scheduler.polecat_timeout`` and log ``PolecatTimedOut`` for each."""
+def stop_overdue(town: Town, executor: Executor, now: float | datetime,
+                 on_stop: Callable[[Polecat], object] | None = None) -> list[Polecat]:
+    """Stop every polecat past ``scheduler.polecat_timeout`` and log ``PolecatTimedOut`` for each.
+
+    ``on_stop`` is called for each right after it stopped (the daemon records its run ``timed-out``
+    there, before anyone else could take the stop for a plain ``stopped``).
+    """
     scheduler = town.load_config().scheduler  # fresh: a long-lived daemon sees `config set` at once
     timeout = scheduler.seconds("polecat_timeout")
     stopped = []
     for polecat in overdue_polecats(executor, timeout, now, boot_seconds()):
         if not executor.stop(polecat.id):
             continue  # it ended on its own meanwhile
+        if on_stop is not None:
+            on_stop(polecat)
         emit_event(
             town,
             POLECAT_TIMED_OUT,
@@ -210,12 +242,14 @@ def stop_overdue(town: Town, executor: Executor, now: float | datetime) -> list[
 
 
 def _retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> float | None:
-    if fields.dispatch_failures <= 0:
+    """Failed launches and failed runs (a retried run) back off alike, counted together."""
+    failures = fields.dispatch_failures + fields.run_failures
+    if failures <= 0:
         return None
     last = parse_ts(fields.last_failure_at)
     if last is None:
         return None  # a failure without a time (older contexts): nothing to wait from
-    return next_attempt_at(last, fields.dispatch_failures, base, maximum)
+    return next_attempt_at(last, failures, base, maximum)
 
 
 def retry_due_at(fields: SlingContextFields, base: float, maximum: float) -> str | None:

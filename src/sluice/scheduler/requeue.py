@@ -26,9 +26,13 @@ def sling_params(fields: SlingContextFields) -> dict:
 
 
 def queue_again(
-    town: Town, stores: Stores, item_id: str, rig: str, params: dict, failures: int
+    town: Town, stores: Stores, item_id: str, rig: str, params: dict, failures: int, **carried
 ) -> dict | None:
-    """A new open context for ``item_id`` with ``params``; None if one is open already (idempotent)."""
+    """A new open context for ``item_id`` with ``params``; None if one is open already (idempotent).
+
+    ``carried`` are further context fields (a retried run's ``run_failures``
+    and ``last_failure_at``, from which its backoff runs).
+    """
     with ctxs.sling_lock(town):
         if ctxs.find_open(stores, item_id):
             return None
@@ -37,7 +41,8 @@ def queue_again(
             return None
         stamp = iso()
         fields = SlingContextFields(
-            work_bead_id=item_id, target_rig=rig, enqueued_at=stamp, dispatch_failures=failures, **params
+            work_bead_id=item_id, target_rig=rig, enqueued_at=stamp, dispatch_failures=failures,
+            **params, **carried,
         )
         [record] = ctxs.create(stores.rig(rig), [(found[1], fields, stamp)])
     return record

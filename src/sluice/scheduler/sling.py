@@ -8,7 +8,9 @@ Guards, in order, per item: it exists and is work (not a context, not a type
 that is never dispatched); the rig its prefix routes to is the target (else
 ``force``); it is not closed or tombstoned (``force`` does not help); it
 is not hooked, in progress or pinned (else ``force``, which the context
-remembers so the dispatcher honours it).  Then idempotency: an item with an
+remembers so the dispatcher honours it); its latest run did not end ``ok``
+with the item unchanged since (``already-ran``, else ``force``: sluice never
+marks an item, so it remembers runs instead).  Then idempotency: an item with an
 open context in *any* rig, or with a running polecat, is "already" queued.
 
 Idempotency holds across processes: in deferred mode the check and the
@@ -32,12 +34,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, now_utc
-from sluice.core.items import is_context, labels_of, tracked_ids
+from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.records import SlingContextFields
 from sluice.errors import (
     ExecutorError,
-    InvalidOperation,
     SluiceError,
     StoreCorrupt,
     UnknownItem,
@@ -184,7 +185,7 @@ def sling_items(town: Town, item_ids: list[str], rig: str | None = None, options
         town.rig(rig)  # an unknown rig is an error before anything is looked up
     result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)
     stores = Stores(town)
-    works = _expand(town, stores, item_ids, rig, options, result)
+    works = _expand(town, stores, item_ids, rig, options, result, executor)
     if not works:
         return result
     if result.mode == "direct":
@@ -208,7 +209,7 @@ def _kind(item: dict) -> str:
 
 
 def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, options: SlingOptions,
-            result: SlingResult) -> list[_Work]:
+            result: SlingResult, executor: Executor | None = None) -> list[_Work]:
     works: list[_Work] = []
     seen: set[str] = set()
 
@@ -218,6 +219,7 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
             works.append(_Work(item, target))
 
     found = stores.find_many(item_ids)  # a few queries per rig, not one per item
+    ran = _Ran(town, executor)
     epics = [i for i in item_ids if rig is None and i in found and _kind(found[i][1]) == "epic"]
     children = _children(stores, epics)  # one scan per rig for every epic named
     for item_id in item_ids:
@@ -233,9 +235,16 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
         if kind == "task":
             try:
                 target = rig or _routed_rig(town, item_id)
-                _guard(town, item, target, options.force)
             except SluiceError as err:
                 result.errors.append({"item_id": item_id, "error": str(err)})
+                continue
+            refusal = _refusal(town, item, target, options.force, ran)
+            if refusal is not None:
+                row = {"item_id": item_id, "error": refusal.message}
+                if refusal.reason:
+                    row["reason"] = refusal.reason
+                    row["run_id"] = refusal.run_id
+                result.errors.append(row)
                 continue
             add(item, target)
             continue
@@ -248,11 +257,11 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
         if not members:
             result.skipped.append({"item_id": item_id, "reason": f"{kind} has no open items to sling"})
         for member in members:
-            _add_member(town, member, options, result, add)
+            _add_member(town, member, options, result, add, ran)
     return works
 
 
-def _add_member(town: Town, member: dict, options: SlingOptions, result: SlingResult, add) -> None:
+def _add_member(town: Town, member: dict, options: SlingOptions, result: SlingResult, add, ran: _Ran) -> None:
     """An epic's child or a convoy's tracked item: refused members are skipped, not errors."""
     member_id = member["id"]
     home = town.rig_for_id(member_id)
@@ -260,7 +269,7 @@ def _add_member(town: Town, member: dict, options: SlingOptions, result: SlingRe
         result.skipped.append({"item_id": member_id, "reason": (
             f"cannot resolve a rig from its prefix {id_prefix(member_id).rstrip('-')!r} (no rig has it)")})
         return
-    refusal = _refusal(town, member, home.name, options.force)
+    refusal = _refusal(town, member, home.name, options.force, ran)
     if refusal is not None:
         result.skipped.append({"item_id": member_id, "reason": refusal.brief})
         return
@@ -281,16 +290,62 @@ def _routed_rig(town: Town, item_id: str) -> str:
 class _Refusal:
     message: str  # the error of an item named on the command line
     brief: str  # the skip reason of an epic's or convoy's member
+    reason: str = ""  # a code for the error row (``already-ran``)
+    run_id: str | None = None
 
 
-def _guard(town: Town, item: dict, target: str, force: bool) -> None:
-    """Raise InvalidOperation when :func:`_refusal` refuses the item."""
-    refusal = _refusal(town, item, target, force)
-    if refusal is not None:
-        raise InvalidOperation(refusal.message)
+class _Ran:
+    """Each item's latest run, read once per sling and only if an item gets that far.
+
+    A run still recorded as running may have ended unseen: then its end is
+    recorded first (once per sling), as any command that looks does.
+    """
+
+    def __init__(self, town: Town, executor: Executor | None):
+        self.town = town
+        self.executor = executor
+        self._latest: dict[str, dict] | None = None
+        self._settled = False
+
+    def latest(self, item_id: str) -> dict | None:
+        from sluice.scheduler.ends import settle
+        from sluice.scheduler.runs import latest_by_item
+
+        if self._latest is None:
+            self._latest = latest_by_item(self.town)
+        run = self._latest.get(item_id)
+        if run is not None and run.get("outcome") == "running" and not self._settled:
+            self._settled = True
+            try:
+                settle(self.town, self.executor or get_executor(self.town))
+            except SluiceError:  # an executor that cannot be asked: the run counts as running
+                return run
+            self._latest = latest_by_item(self.town)
+            run = self._latest.get(item_id)
+        return run
 
 
-def _refusal(town: Town, item: dict, target: str, force: bool) -> _Refusal | None:
+def _already_ran(item: dict, ran: _Ran) -> _Refusal | None:
+    """Refuse an item whose latest run ended ``ok`` and which has not changed since.
+
+    sluice never marks the item (it never writes one), so this is how an agent
+    that succeeded but left its item open is not run a second time.  A later
+    ``updated_at`` (someone touched the item) or a failed last run lets it go.
+    """
+    run = ran.latest(item["id"])
+    if run is None or run.get("outcome") != "ok":
+        return None
+    ended, updated = parse_ts(run.get("ended_at")), parse_ts(item.get("updated_at"))
+    if ended is None or (updated is not None and updated > ended):
+        return None
+    item_id = item["id"]
+    return _Refusal(f"item {item_id} already ran: run {run['run_id']} ended ok at {run['ended_at']} and the"
+                    " item has not changed since (override with force)",
+                    f"already ran (run {run['run_id']} ended ok at {run['ended_at']})",
+                    "already-ran", run["run_id"])
+
+
+def _refusal(town: Town, item: dict, target: str, force: bool, ran: _Ran | None = None) -> _Refusal | None:
     """The guards of the module docstring, written once; None when the item may go to ``target``.
 
     Idempotency, the fourth guard, is :func:`_already`: it needs the queue,
@@ -320,6 +375,8 @@ def _refusal(town: Town, item: dict, target: str, force: bool) -> _Refusal | Non
         who = f" to {item['assignee']}" if item.get("assignee") else ""
         return _Refusal(f"item {item_id} is already {status}{who} (override with force)",
                         f"{status} (override with force)")
+    if ran is not None and not force:
+        return _already_ran(item, ran)
     return None
 
 

@@ -17,6 +17,7 @@ Shape (``version`` 1)::
      executor: the configured executor.kind,
      polecats: [… polecat list rows that still run, with runtime_seconds, logs_command and the
                 item's title …],
+     runs: [… the latest run records, newest first (failures: outcome failed, timed-out, vanished) …],
      rigs: {name: {ready, blocked, queued, queued_ready, queued_blocked, running,
                    merge_queue: {queued, running, depth}}},
      decisions: [… newest first …], events: [… oldest first …]}
@@ -36,6 +37,7 @@ from sluice.core.clock import boot_seconds, iso
 from sluice.core.items import gate_of, item_hints
 from sluice.errors import ExecutorError, SluiceError
 from sluice.executors import get_executor
+from sluice.scheduler import ends, runs
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.pending import survey
 from sluice.scheduler.polecats import RUNNING_STATES, polecat_row, polecat_runtime
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 VERSION = 1
 RECENT_DECISIONS = 20
 RECENT_EVENTS = 30
+RECENT_RUNS = 20
 
 
 def _executor(town: Town) -> tuple[Executor | None, str | None]:
@@ -79,8 +82,8 @@ class _OneAnswer:
         return [p for p in self.listing() if p.state in RUNNING_STATES]
 
 
-def _polecat(polecat: Polecat, now: float, now_boot: float | None) -> dict:
-    row = polecat_row(polecat)
+def _polecat(polecat: Polecat, now: float, now_boot: float | None, run: dict | None = None) -> dict:
+    row = polecat_row(polecat, run)
     runtime = polecat_runtime(polecat, now, now_boot)  # by the boot clock where known: no date step moves it
     row["runtime_seconds"] = None if runtime is None else round(runtime, 1)
     row["logs_command"] = shlex.join(["sluice", "polecat", "logs", row["id"]])
@@ -139,6 +142,11 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
     if executor is None:
         executor, problem = _executor(town)
     once = _OneAnswer(executor) if executor is not None else None
+    if once is not None:
+        try:  # a view that looks records what has ended, as any command does
+            ends.settle(town, once, now=now)
+        except (SluiceError, OSError) as err:
+            problem = problem or str(err)
     status = queue_model.status(town, once)
     queue = status.pop("items")
     polecats: list[dict] = []
@@ -146,7 +154,9 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         try:
             listed = sorted(once.listing(), key=lambda p: (p.started_at, p.id))
             boot = boot_seconds()
-            polecats = [_polecat(p, now, boot) for p in listed if p.state in RUNNING_STATES]
+            recorded = runs.running_records(town)
+            polecats = [_polecat(p, now, boot, recorded.get(p.id)) for p in listed
+                        if p.state in RUNNING_STATES]
         except ExecutorError as err:
             status["executor_error"] = str(err)
     if problem and "executor_error" not in status:
@@ -160,6 +170,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         "scheduler": status,
         "queue": queue,
         "polecats": polecats,
+        "runs": runs.history(town, limit=RECENT_RUNS, now=now),
         "rigs": _rigs(town, queue, polecats, now, status["source_stale"], status["unreadable"]),
         "decisions": recent_decisions(town, decisions),
         "events": recent_events(town, events),
@@ -210,6 +221,7 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
         "graph_id": queued.graph_id,
         "tokens": queued.tokens,
         "polecats": polecats,
+        "runs": runs.history(town, item=item_id, limit=10),
         "decisions": [d for d in recent_decisions(town, 200) if d.get("node_id") == item_id][:10],
         **item_hints(record, now),  # estimated_minutes, due_at, due ("due in 3h")
         "gate": gate_of(record),

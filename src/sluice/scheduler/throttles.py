@@ -2,9 +2,9 @@
 
 A throttle holds new launches of one rig (or the town) until a time;
 :func:`sluice.core.admission.admit` reads the running ones.  A polecat that
-exits with ``scheduler.throttle_exit_code`` (its provider said "later")
-throttles its rig for ``scheduler.throttle_for`` and its item is queued
-again, without counting a dispatch failure.
+exits with ``scheduler.throttle_exit_code`` (its provider said "later"), from
+any executor, throttles its rig for ``scheduler.throttle_for`` and its item
+is queued again, without counting a failure (:func:`throttle_exit`).
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import MAX_DURATION, MAX_DURATION_TEXT, DurationTooLong, parse_duration
 from sluice.core.items import parse_ts
-from sluice.core.records import SlingContextFields
-from sluice.errors import SluiceError, UsageError
-from sluice.scheduler.requeue import queue_again, sling_params
+from sluice.errors import UsageError
+from sluice.scheduler.requeue import queue_again
 from sluice.store import admission_state as kept
-from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store.state import detect_actor
 
 if TYPE_CHECKING:
-    from sluice.executors.base import Polecat
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
@@ -92,61 +89,26 @@ def parse_until(text: str, now: float) -> float:
     return end
 
 
-def settle_exits(town: Town, stores: Stores, polecats: list[Polecat], now: float | None = None) -> list[dict]:
-    """Polecats that exited with ``scheduler.throttle_exit_code``: throttle the rig, queue the item again.
+def throttle_exit(town: Town, stores: Stores, run: dict, params: dict, run_failures: int = 0,
+                  now: float | None = None) -> dict:
+    """A run that ended with ``scheduler.throttle_exit_code``: throttle its rig, queue its item again.
 
     The re-queue is not a dispatch failure (the polecat ran; the provider said
-    "later").  Each polecat is settled once: its id is remembered with the
-    throttle it caused.
+    "later").  It happens once per run: only the caller that recorded the
+    run's end (:mod:`sluice.scheduler.ends`) gets here, from any executor.
     """
     now = time.time() if now is None else now
     sched = town.config.scheduler
-    code = sched.throttle_exit_code
-    out = []
-    candidates = [
-        p for p in polecats if p.state not in ("running", "pending") and p.detail.get("exit_code") == code
-    ]
-    if not candidates:
-        return out
-    settled = set(kept.read(town, kept.THROTTLES).get("settled", []))
-    for polecat in candidates:
-        if polecat.id in settled:
-            continue
-        until = now + sched.seconds("throttle_for")
-        reason = f"polecat {polecat.id} exited with {code}"
-        kept.set_throttle(town, until, polecat.rig, reason, "sluice", now)
-        _remember_settled(town, polecat.id)
-        params = _params_of_polecat(stores, polecat)
-        record = queue_again(town, stores, polecat.item_id, polecat.rig, params, 0)
-        payload = {
-            "item_id": polecat.item_id,
-            "rig": polecat.rig,
-            "polecat_id": polecat.id,
-            "until": kept.utc(until),
-            "context_id": record["id"] if record else None,
-        }
-        events.emit_event(town, events.THROTTLED, payload)
-        out.append(payload)
-    return out
-
-
-def _remember_settled(town: Town, polecat_id: str) -> None:
-    def change(data: dict) -> None:
-        settled = data.setdefault("settled", [])
-        settled.append(polecat_id)
-        del settled[:-1000]  # only recent polecats can still be met unsettled
-
-    kept.update(town, kept.THROTTLES, change)
-
-
-def _params_of_polecat(stores: Stores, polecat: Polecat) -> dict:
-    """The sling parameters of the context that launched ``polecat`` (same parameters again)."""
-    if not polecat.context_id:
-        return {}
-    try:
-        store = stores.rig(polecat.rig)
-    except SluiceError:  # a removed rig: queue with defaults
-        return {}
-    record = ctxs.read_fresh(store).get(polecat.context_id)
-    fields = SlingContextFields.from_description(record.get("description")) if record else None
-    return sling_params(fields) if fields is not None else {}
+    until = now + sched.seconds("throttle_for")
+    reason = f"polecat {run['polecat_id']} exited with {run['exit_code']}"
+    kept.set_throttle(town, until, run["rig"], reason, "sluice", now)
+    record = queue_again(town, stores, run["item_id"], run["rig"], params, 0, run_failures=run_failures)
+    payload = {
+        "item_id": run["item_id"],
+        "rig": run["rig"],
+        "polecat_id": run["polecat_id"],
+        "until": kept.utc(until),
+        "context_id": record["id"] if record else None,
+    }
+    events.emit_event(town, events.THROTTLED, payload)
+    return payload

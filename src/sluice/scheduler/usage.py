@@ -2,7 +2,7 @@
 
 The budget ledger (:mod:`sluice.store.admission_state`) books each launch at
 its estimate; ``polecat usage`` replaces the estimate, also for a polecat the
-executor has reaped already.
+executor has reaped already, and sets ``tokens_used`` on the run's record.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from sluice.errors import UnknownPolecat, UsageError
 from sluice.executors import get_executor
 from sluice.scheduler.polecats import resolve
 from sluice.store import admission_state as kept
+from sluice.store import runs as runlog
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -29,11 +30,26 @@ def report_usage(town: Town, ref: str, tokens: int, executor: Executor | None = 
     except UnknownPolecat:  # reaped already: the budget ledger still knows its launch
         polecat_id = None
     entry = kept.report_usage(town, polecat_id or ref, tokens, item_id=None if polecat_id else ref)
-    if entry is None and polecat_id is None:
+    run = _latest_run_of(town, polecat_id, ref)
+    if run is not None:  # the run record keeps what was used, whether or not the window still counts it
+        runlog.update(town, run["run_id"], {"tokens_used": tokens})
+    if entry is None and polecat_id is None and run is None:
         raise UnknownPolecat(f"no polecat with id or item id {ref!r} (see `sluice polecat list`)")
     return {
-        "polecat_id": entry["polecat_id"] if entry else polecat_id,
-        "item_id": entry["item_id"] if entry else None,
+        "polecat_id": entry["polecat_id"] if entry else polecat_id or (run or {}).get("polecat_id"),
+        "item_id": entry["item_id"] if entry else (run or {}).get("item_id"),
         "tokens": tokens,
         "counted": entry is not None,
+        "run_id": run["run_id"] if run else None,
     }
+
+
+def _latest_run_of(town: Town, polecat_id: str | None, ref: str) -> dict | None:
+    """The run of polecat ``polecat_id``, else the newest run of polecat or item ``ref``."""
+    found = None
+    for record in runlog.read_runs(town).values():
+        mine = record.get("polecat_id") in (polecat_id, ref)
+        mine = mine or (polecat_id is None and record.get("item_id") == ref)
+        if mine and (found is None or (record.get("started_at") or "") >= (found.get("started_at") or "")):
+            found = record
+    return found

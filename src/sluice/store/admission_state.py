@@ -220,8 +220,14 @@ def trip(
     sling: dict,
     base: float,
     now: float,
+    run_failures: int = 0,
+    broken_by: str = "launches",
 ) -> dict:
-    """Book a break of ``item_id``: one more trip, a longer cooldown, the next attempt."""
+    """Book a break of ``item_id``: one more trip, a longer cooldown, the next attempt.
+
+    ``broken_by`` says whether its launches or its runs failed (``failures``
+    counts failed launches, ``run_failures`` failed runs).
+    """
 
     def change(data: dict) -> dict:
         items = data.setdefault("items", {})
@@ -232,6 +238,8 @@ def trip(
             "item_id": item_id,
             "rig": rig,
             "failures": failures,
+            "run_failures": run_failures,
+            "broken_by": broken_by,
             "last_error": last_error,
             "broken_at": utc(now),
             "trips": trips,

@@ -49,6 +49,9 @@ RIG_REMOVED = "RigRemoved"
 # Polecats stopped by the stall timeout:
 POLECAT_TIMED_OUT = "PolecatTimedOut"
 POLECAT_STOPPED = "PolecatStopped"  # `polecat stop` (or the web's stop), with who asked
+# Every end of a run, once, when it is recorded (payload: run_id, polecat_id, item_id, rig, context_id,
+# exit_code, outcome, runtime_seconds, attempt):
+POLECAT_EXITED = "PolecatExited"
 # Seen by the daemon after a tick (announced by ``scheduler.notify``): it launched the last
 # queued item; a token budget became spent.
 QUEUE_DRAINED = "QueueDrained"

@@ -235,6 +235,29 @@ def build_server(town_arg: str | None = None):
         return town().broken()
 
     @tool
+    def sluice_runs(
+        item_id: Annotated[str, Field(description="Only runs of this item.")] = "",
+        rig: Annotated[str, Field(description="Only runs on this rig.")] = "",
+        outcome: Annotated[str, Field(description="Only this outcome (running, ok, failed, throttled,"
+                                                  " timed-out, stopped, vanished).")] = "",
+        since: Annotated[str, Field(description="Only runs that started or ended this recently (1h).")] = "",
+        limit: Annotated[int, Field(ge=0, description="At most this many (0 = all).")] = 100,
+    ) -> list[dict]:
+        """The run history, newest first, as `sluice runs --json`."""
+        return town().runs(item=_given(item_id), rig=_given(rig), outcome=_given(outcome),
+                           since=_given(since), limit=limit)
+
+    @tool
+    def sluice_feed(
+        rig: Annotated[str, Field(description="Only events of this rig.")] = "",
+        kind: Annotated[str, Field(description="Only this event type (PolecatExited, Dispatched, …).")] = "",
+        since: Annotated[str, Field(description="Only events this recent (30m).")] = "",
+        limit: Annotated[int, Field(ge=0, description="The last this many (0 = all).")] = 100,
+    ) -> list[dict]:
+        """The event log in words, oldest first, as `sluice feed --json`."""
+        return town().feed(rig=_given(rig), kind=_given(kind), since=_given(since), limit=limit)
+
+    @tool
     def sluice_patrol(
         rig: Annotated[str, Field(description="Rig to patrol.")],
         fix: Annotated[StrictBool, Field(description="Close stale and duplicate contexts.")] = False,

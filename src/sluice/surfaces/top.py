@@ -175,6 +175,27 @@ def polecat_section(snap: dict, rig_filter: str | None = None) -> Section:
         min_rows=3, empty="no polecat running")
 
 
+FAILED_OUTCOMES = ("failed", "timed-out", "vanished")
+
+
+def runs_section(snap: dict, rig_filter: str | None = None) -> Section:
+    """The runs that ended most recently, failures marked ``!`` (and red)."""
+    rows = [r for r in snap.get("runs") or () if r.get("outcome") != "running"
+            and (not rig_filter or r.get("rig") == rig_filter)]
+    columns = [Column("ended"), Column("item"), Column("rig", drop=3), Column("outcome"),
+               Column("exit", right=True), Column("runtime", right=True), Column("polecat", drop=2),
+               Column("", flex=True, flex_min=0)]
+    return Section(
+        f"recent runs ({len(rows)})", columns,
+        [(str(r.get("ended_at") or "")[11:19], Text(plain(r.get("item_id"))), Text(plain(r.get("rig"))),
+          ("! " if r.get("outcome") in FAILED_OUTCOMES else "  ") + plain(r.get("outcome")),
+          "" if r.get("exit_code") is None else str(r["exit_code"]), runtime(r.get("runtime_seconds")),
+          Text(plain(r.get("polecat_id"))), "")
+         for r in rows],
+        min_rows=2, max_rows=6, empty="no run ended yet",
+        row_styles=["red" if r.get("outcome") in FAILED_OUTCOMES else "" for r in rows])
+
+
 def rig_section(snap: dict, rig_filter: str | None = None) -> Section:
     columns = [Column("rig"), Column("ready", right=True), Column("blocked", right=True),
                Column("queued", right=True), Column("running", right=True), Column("merge", right=True),
@@ -210,6 +231,11 @@ def event_words(event: dict) -> str:
         return f"{where} left the queue: {plain(payload.get('reason') or '')}"
     if kind == "Enqueued":
         return f"queued {where}"
+    if kind == "PolecatExited":
+        code = payload.get("exit_code")
+        return (f"{item} ended {plain(payload.get('outcome') or '')}"
+                + (f" (exit {code})" if code is not None else "")
+                + (f" after {runtime(payload['runtime_seconds'])}" if payload.get("runtime_seconds") else ""))
     if kind in ("Paused", "Resumed"):
         return kind.lower() + (f" by {plain(payload['by'])}" if payload.get("by") else "")
     rest = " ".join(f"{k} {plain(v)}" for k, v in payload.items()
@@ -244,7 +270,10 @@ def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
     """
     head = pack(header(snap, rig_filter, prompt, note, keys, message), width)
     sections = [queue_section(snap, rig_filter), polecat_section(snap, rig_filter),
-                rig_section(snap, rig_filter), event_section(snap, rig_filter)]
+                rig_section(snap, rig_filter)]
+    if any(r.get("outcome") != "running" for r in snap.get("runs") or ()):  # none ended yet: no room taken
+        sections.append(runs_section(snap, rig_filter))
+    sections.append(event_section(snap, rig_filter))
     return frame(head, sections, width, height)
 
 

@@ -50,6 +50,7 @@ def _register() -> None:
         demo_cmd,
         items_cmd,
         polecat_cmd,
+        runs_cmd,
         schedule_cmd,
         scheduler_cmd,
         surfaces_cmd,
@@ -57,8 +58,8 @@ def _register() -> None:
         views_cmd,
     )
 
-    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, polecat_cmd, surfaces_cmd, demo_cmd,
-                   views_cmd):
+    for module in (town_cmd, items_cmd, scheduler_cmd, schedule_cmd, polecat_cmd, runs_cmd, surfaces_cmd,
+                   demo_cmd, views_cmd):
         module.register(app)
 
 

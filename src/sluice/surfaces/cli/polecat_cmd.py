@@ -16,23 +16,45 @@ RefArgument = Annotated[str, typer.Argument(help="A polecat id, or the id of the
 
 
 @polecat_app.command("list")
-def polecat_list(as_json: JsonOption = False) -> None:
-    """Every polecat the executor has a record of: running, pending or finished (until reaped)."""
-    emit(town().polecats(), as_json, _list_text)
+def polecat_list(
+    as_json: JsonOption = False,
+    running: Annotated[bool, typer.Option("--running", help="Only the live polecats.")] = False,
+) -> None:
+    """The running polecats, then the runs that ended in the last hour with outcome and exit status."""
+    emit(town().polecats(running=running), as_json, _list_text)
 
 
 def _list_text(rows: list[dict]) -> str:
     if not rows:
         return "No polecats."
     lines = [f"{'ID':<28} {'ITEM':<14} {'RIG':<12} {'STATE':<8} {'PID':>7}  STARTED"]
-    for row in rows:
+    live = [r for r in rows if r["state"] in ("running", "pending")]
+    for row in live:
         pid = str(row["pid"]) if row["pid"] is not None else "-"
         lines.append(f"{shown(row['id']):<28} {shown(row['item_id']) or '-':<14}"
                      f" {shown(row['rig']) or '-':<12} {row['state']:<8}"
                      f" {pid:>7}  {row['started_at'] or '-'}")
-        if row["attach"] and row["state"] in ("running", "pending"):
+        if row["attach"]:
             lines.append(f"    attach: {row['attach']}")
+    ended = [r for r in rows if r not in live]
+    if ended:
+        lines.append("")
+        lines.append(f"Ended (last hour):\n{'ID':<28} {'ITEM':<14} {'RIG':<12} {'STATE':<8} {'OUTCOME':<10}"
+                     f" {'EXIT':>5}  RUNTIME")
+        for row in ended:
+            code = str(row["exit_code"]) if row["exit_code"] is not None else "-"
+            mark = "!" if row.get("outcome") in ("failed", "timed-out", "vanished") else " "
+            lines.append(f"{shown(row['id']):<28} {shown(row['item_id']) or '-':<14}"
+                         f" {shown(row['rig']) or '-':<12} {row['state']:<8}"
+                         f" {mark}{row.get('outcome') or '-':<9} {code:>5}"
+                         f"  {_runtime(row.get('runtime_seconds'))}")
     return "\n".join(lines)
+
+
+def _runtime(seconds: float | None) -> str:
+    from sluice.core.clock import format_duration
+
+    return "-" if seconds is None else format_duration(round(seconds))
 
 
 @polecat_app.command("stop")

@@ -175,6 +175,28 @@ function drawPolecats(snap) {
   }
 }
 
+const FAILED_OUTCOMES = ["failed", "timed-out", "vanished"];
+
+function drawRuns(snap) {
+  const body = document.querySelector("#runs tbody");
+  clear(body);
+  const rows = (snap.runs || []).filter((r) => r.outcome !== "running" && (!rigFilter || r.rig === rigFilter));
+  document.getElementById("run-count").textContent = "(" + rows.length + ")";
+  if (!rows.length) emptyRow(body, 7, "no run ended yet");
+  for (const r of rows) {
+    const failed = FAILED_OUTCOMES.includes(r.outcome);
+    const tr = el("tr", null, failed ? "failed" : "");
+    cell(tr, clock(r.ended_at));
+    cell(tr, itemLink(r.item_id));
+    cell(tr, r.rig);
+    cell(tr, (failed ? "! " : "") + r.outcome);
+    cell(tr, r.exit_code === null ? "" : r.exit_code, "num");
+    cell(tr, runtime(r.runtime_seconds), "num");
+    cell(tr, r.polecat_id, "mono");
+    body.appendChild(tr);
+  }
+}
+
 function drawRigs(snap) {
   const body = document.querySelector("#rigs tbody");
   clear(body);
@@ -243,6 +265,7 @@ function draw(snap) {
   drawRigChoice(snap);
   drawQueue(snap);
   drawPolecats(snap);
+  drawRuns(snap);
   drawRigs(snap);
   drawLog("events", onePerLaunch(snap.events).reverse().filter((e) => !rigFilter || !e.payload || !e.payload.rig || e.payload.rig === rigFilter), eventLine, "no events yet");
   drawLog("decisions", snap.decisions, decisionLine, "no decisions yet");

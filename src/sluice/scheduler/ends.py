@@ -1,0 +1,240 @@
+"""The end of a run: recorded once, from the executor's own record of the exit, and acted on.
+
+* **Settling** (:func:`settle`): any command that looks — the cycle, the
+  daemon tick, ``runs``, ``polecat list``, a sling, the views — compares the
+  running run records with the executor's polecats (local ``.exit`` files,
+  tmux supervisors, Ray job states) and records each end with its outcome
+  (:func:`sluice.scheduler.runs.outcome_of`).  ``runtime_seconds`` runs from
+  the launch to the exit the executor saw, not to the moment someone looked.
+* **Follow-ups**, once per end (the run log hands each ended record to one
+  caller only): a ``PolecatExited`` event; for ``throttled`` a throttle on
+  the rig and the item queued again (:func:`sluice.scheduler.throttles.throttle_exit`);
+  for a failed, timed-out or vanished run, with ``scheduler.retry_failed_runs
+  = N``, the item queued again with the launch backoff up to N times, then
+  broken (``run_failures``, :mod:`sluice.scheduler.breaker`).
+* **Polecat control with its runs**: ``polecat list`` with the runs that
+  ended in the last hour, ``polecat stop`` recording ``stopped``, ``polecat
+  logs ITEM`` finding the item's latest run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from sluice.core.items import parse_ts
+from sluice.core.records import SlingContextFields
+from sluice.errors import ExecutorUnavailable, SluiceError, UnknownPolecat
+from sluice.executors import get_executor
+from sluice.scheduler import polecats as control
+from sluice.scheduler.breaker import trip_breaker
+from sluice.scheduler.requeue import queue_again, sling_params
+from sluice.scheduler.runs import history, outcome_of, running_records, stamp
+from sluice.scheduler.throttles import throttle_exit
+from sluice.store import contexts as ctxs
+from sluice.store import events
+from sluice.store import runs as log
+from sluice.store.rigstore import Stores
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Executor, Polecat
+    from sluice.store.town import Town
+
+
+def _end_fields(record: dict, outcome: str, code: int | None, ended: float | None, started: float | None,
+                now: float) -> dict:
+    start = started if started is not None else parse_ts(record.get("started_at"))
+    runtime = round(max(ended - start, 0.0), 3) if ended is not None and start is not None else None
+    return {"ended_at": stamp(ended if ended is not None else now), "runtime_seconds": runtime,
+            "exit_code": code, "outcome": outcome}
+
+
+def settle(town: Town, executor: Executor, stores: Stores | None = None,
+           now: float | None = None) -> list[dict]:
+    """Record the end of every running run whose polecat has ended; act on each end once.
+
+    An executor that cannot be reached leaves the runs as they are (they are
+    settled when it answers).  A run whose polecat the executor no longer
+    knows at all vanished, unless the run belongs to another executor (the
+    town switched executors, or an in-memory one of another process).
+    """
+    now = time.time() if now is None else now
+    running = running_records(town)
+    if not running:
+        return []
+    try:
+        polecats = {p.id: p for p in executor.listing()}
+        if any(pid not in polecats for pid in running):
+            finished = getattr(executor, "finished", None)
+            for polecat in (finished() if finished is not None else []):
+                polecats.setdefault(polecat.id, polecat)
+    except (ExecutorUnavailable, SluiceError, OSError):
+        return []
+    code = town.config.scheduler.throttle_exit_code
+    ends: dict[str, dict] = {}
+    for polecat_id, record in running.items():
+        polecat = polecats.get(polecat_id)
+        if polecat is None:
+            if record.get("executor") != executor.kind or executor.kind == "memory":
+                continue
+            ends[record["run_id"]] = _end_fields(record, log.VANISHED, None, None, None, now)
+            continue
+        ended = outcome_of(polecat, code)
+        if ended is None:
+            continue
+        fields = _end_fields(record, *ended, polecat.detail.get("ended_ts"), polecat.detail.get("started_ts"),
+                             now)
+        if polecat.executor == "ray" and polecat.detail.get("node_id"):
+            fields["host"] = str(polecat.detail["node_id"])
+        ends[record["run_id"]] = fields
+    return finish(town, ends, stores)
+
+
+def end_polecat(town: Town, polecat: Polecat, outcome: str, now: float | None = None) -> list[dict]:
+    """Record that ``polecat`` ended with ``outcome`` now (``polecat stop``, the stall timeout)."""
+    now = time.time() if now is None else now
+    record = running_records(town).get(polecat.id)
+    if record is None:
+        return []
+    return finish(town, {record["run_id"]: _end_fields(record, outcome, polecat.detail.get("exit_code"),
+                                                        now, None, now)})
+
+
+def finish(town: Town, ends: dict[str, dict], stores: Stores | None = None) -> list[dict]:
+    """Append the ends and do each one's follow-ups; the records this call ended."""
+    ended = log.end(town, ends)
+    if not ended:
+        return []
+    events.emit_events(town, [(events.POLECAT_EXITED, exited_payload(r)) for r in ended])
+    stores = stores or Stores(town)
+    for record in ended:
+        try:
+            record["requeued"] = follow_up(town, stores, record)
+        except SluiceError as err:  # a follow-up that cannot run never loses the end itself
+            record["requeued"] = None
+            record["follow_up_error"] = str(err)
+    return ended
+
+
+def exited_payload(record: dict) -> dict:
+    return {k: record.get(k) for k in ("run_id", "polecat_id", "item_id", "rig", "context_id", "exit_code",
+                                       "outcome", "runtime_seconds", "attempt")}
+
+
+# -- follow-ups ------------------------------------------------------------------------
+
+
+def _context_fields(stores: Stores, record: dict) -> SlingContextFields | None:
+    """The fields of the context that launched the run (a direct launch has none)."""
+    context_id = record.get("context_id")
+    if not context_id:
+        return None
+    try:
+        store = stores.rig(record["rig"])
+    except SluiceError:  # a removed rig
+        return None
+    found = ctxs.read_fresh(store).get(context_id)
+    return SlingContextFields.from_description(found.get("description")) if found else None
+
+
+def follow_up(town: Town, stores: Stores, record: dict) -> dict | None:
+    """Throttle and requeue a throttled run; retry or break a failed one.  The requeue row, if any."""
+    outcome = record["outcome"]
+    if outcome not in (log.THROTTLED, *log.FAILURES):
+        return None
+    sched = town.config.scheduler
+    fields = _context_fields(stores, record)
+    params = sling_params(fields) if fields is not None else {}
+    so_far = fields.run_failures if fields is not None else 0
+    item_id, rig = record["item_id"], record["rig"]
+    if outcome == log.THROTTLED:
+        return {**throttle_exit(town, stores, record, params, so_far), "why": "throttle-exit"}
+    if sched.retry_failed_runs <= 0:
+        return None
+    failures = so_far + 1
+    error = describe_end(record)
+    if failures <= sched.retry_failed_runs:
+        again = queue_again(town, stores, item_id, rig, params, 0, run_failures=failures,
+                            last_failure=error, last_failure_at=record["ended_at"])
+        payload = {"item_id": item_id, "rig": rig, "context_id": again["id"] if again else None,
+                   "why": "run-failed", "run_failures": failures, "run_id": record["run_id"]}
+        events.emit_event(town, events.REQUEUED, payload)
+        return payload
+    base = fields or SlingContextFields(work_bead_id=item_id, target_rig=rig,
+                                        enqueued_at=record["started_at"])
+    trip_breaker(town, base, error, time.time(), run_failures=failures)
+    events.emit_event(town, events.CIRCUIT_BROKEN, {
+        "item_id": item_id, "rig": rig, "context_id": record.get("context_id"),
+        "failures": base.dispatch_failures, "run_failures": failures, "broken_by": "runs",
+        "last_failure": error})
+    return None
+
+
+def describe_end(record: dict) -> str:
+    """``run r-… failed (exit 3)``: one phrase for an ended run."""
+    code = record.get("exit_code")
+    status = f" (exit {code})" if code is not None else ""
+    return f"run {record['run_id']} {record['outcome']}{status}"
+
+
+# -- what the commands show ---------------------------------------------------------------------
+
+
+RECENT_RUNS = 3600.0  # ended runs `polecat list` shows under the running polecats
+
+
+def runs_listing(town: Town, executor: Executor, *, item: str | None = None, rig: str | None = None,
+                 outcome: str | None = None, since: float | None = None, limit: int = 100) -> list[dict]:
+    """``sluice runs``: record what has ended, then the history."""
+    town.reload_config()
+    settle(town, executor)
+    return history(town, item=item, rig=rig, outcome=outcome, since=since, limit=limit)
+
+
+def polecat_listing(town: Town, executor: Executor | None = None, running_only: bool = False,
+                    now: float | None = None) -> list[dict]:
+    """``polecat list``: the running polecats (oldest first), finished ones the executor still keeps,
+    then the runs that ended in the last hour (newest first), each with its outcome.
+
+    Ends are recorded first, so a polecat that has just exited shows how it ended.
+    """
+    executor = executor or get_executor(town)
+    now = time.time() if now is None else now
+    settle(town, executor, now=now)
+    polecats = sorted(executor.listing(), key=lambda p: (p.started_at, p.id))
+    by_polecat = {r.get("polecat_id"): r for r in history(town, limit=0)[::-1]}
+    live = [control.polecat_row(p, by_polecat.get(p.id)) for p in polecats
+            if p.state in control.RUNNING_STATES]
+    if running_only:
+        return live
+    kept = [control.polecat_row(p, by_polecat.get(p.id)) for p in polecats
+            if p.state not in control.RUNNING_STATES]
+    shown = {row["id"] for row in live + kept}
+    ended = [control.run_row(r) for r in history(town, since=RECENT_RUNS, limit=0, now=now)
+             if r.get("outcome") != log.RUNNING and r.get("polecat_id") not in shown]
+    return live + kept + ended
+
+
+def stop_polecats(town: Town, ref: str, executor: Executor | None = None,
+                  actor: str | None = None) -> list[dict]:
+    """``polecat stop``: stop polecat ``ref`` (or item ``ref``'s running ones); their runs end ``stopped``."""
+
+    def record(polecat: Polecat, row: dict) -> None:
+        ended = end_polecat(town, polecat, log.STOPPED)
+        row.update(outcome=log.STOPPED, run_id=ended[0]["run_id"] if ended else None)
+
+    return control.stop_polecats(town, ref, executor, actor, on_stop=record)
+
+
+def polecat_logs(town: Town, ref: str, follow: bool = False,
+                 executor: Executor | None = None) -> Iterator[str]:
+    """``polecat logs``: by polecat id, else the item's polecat, else the item's latest run."""
+    executor = executor or get_executor(town)
+    try:
+        control.resolve(executor, ref)
+    except UnknownPolecat:
+        latest = history(town, item=ref, limit=1)
+        if latest:  # an item whose polecat the executor forgot: its latest run's log
+            ref = latest[0]["polecat_id"]
+    return control.polecat_logs(town, ref, follow=follow, executor=executor)

@@ -1,0 +1,88 @@
+"""`sluice runs` and `sluice feed`: what happened after each launch, and the event log in words."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from sluice.surfaces.cli.common import JsonOption, emit, shown, town
+
+SinceOption = Annotated[str | None, typer.Option("--since", help="Only this recent: a duration (30m, 2h).")]
+RigOption = Annotated[str | None, typer.Option("--rig", help="Only this rig.")]
+FAILED = ("failed", "timed-out", "vanished")
+
+
+def runs(
+    item: Annotated[str | None, typer.Option("--item", help="Only runs of this item.")] = None,
+    rig: RigOption = None,
+    outcome: Annotated[str | None, typer.Option("--outcome", help=(
+        "Only this outcome: running, ok, failed, throttled, timed-out, stopped, vanished."))] = None,
+    since: SinceOption = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many (0 = all).")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """The run history, newest first: one record per launch, with its outcome and exit status."""
+    emit(town().runs(item=item, rig=rig, outcome=outcome, since=since, limit=limit), as_json, _runs_text)
+
+
+def _runs_text(rows: list[dict]) -> str:
+    from sluice.core.clock import format_duration
+
+    if not rows:
+        return "No runs."
+    lines = [f"  {'RUN':<14} {'ITEM':<14} {'RIG':<12} {'OUTCOME':<10} {'EXIT':>5} {'RUNTIME':>9}  STARTED"]
+    for row in rows:
+        code = str(row["exit_code"]) if row.get("exit_code") is not None else "-"
+        runtime = row.get("runtime_seconds")
+        took = format_duration(round(runtime)) if runtime is not None else "-"
+        mark = "! " if row.get("outcome") in FAILED else "  "
+        lines.append(f"{mark}{shown(row['run_id']):<14} {shown(row.get('item_id')) or '-':<14}"
+                     f" {shown(row.get('rig')) or '-':<12} {row.get('outcome'):<10} {code:>5} {took:>9}"
+                     f"  {row.get('started_at') or '-'}")
+    return "\n".join(lines)
+
+
+def feed(
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing events as they come.")] = (
+        False),
+    rig: RigOption = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="Only this event type (PolecatExited …).")] = (
+        None),
+    since: SinceOption = None,
+    limit: Annotated[int, typer.Option("--limit", help="The last this many (0 = all).")] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """The event log as a readable stream, one line per event; --follow tails it live."""
+    from sluice.scheduler.feed import follow as follow_feed
+    from sluice.scheduler.feed import line, log_end
+
+    the_town = town()
+    start = log_end(the_town.files) if follow else None  # before the last events are read: none lost
+    rows = the_town.feed(rig=rig, kind=kind, since=since, limit=limit)
+    if not follow:
+        emit(rows, as_json, lambda rs: "\n".join(line(r) for r in rs) or "No events.")
+        return
+    for row in rows:
+        _print(row, as_json)
+    seen = {r["event"].get("event_id") for r in rows}
+    try:
+        for row in follow_feed(the_town.files, rig=rig, kind=kind, start=start, seen=seen):
+            _print(row, as_json)
+    except KeyboardInterrupt:
+        return
+
+
+def _print(row: dict, as_json: bool) -> None:
+    """One row at a time (JSON lines with --follow --json: the stream has no end to close an array)."""
+    from sluice.scheduler.feed import line
+
+    sys.stdout.write((json.dumps(row, ensure_ascii=False) if as_json else line(row)) + "\n")
+    sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("runs")(runs)
+    app.command("feed")(feed)

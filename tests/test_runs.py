@@ -1,0 +1,380 @@
+"""Run records in a real town: caps that remember running work, outcomes, retries, sling's memory."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from helpers import make_repo
+from helpers.scheduler import (
+    add_rig,
+    configure,
+    events,
+    fields,
+    issues_path,
+    item,
+    open_contexts,
+    python_command,
+    sleeper,
+    town_with_rigs,
+    wait_for,
+    write_items,
+)
+from sluice.executors import get_executor
+from sluice.executors.local import LocalExecutor
+from sluice.scheduler.daemon import Daemon
+from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.launching import make_request
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store import admission_state as kept
+from sluice.store import contexts as ctxs
+from sluice.store import runs as runlog
+from sluice.store.rigstore import Stores
+from sluice.store.town import Town
+
+# Exits with the status its item's title names ("exit 3"), after one line of output.
+BY_TITLE = ("import os, sys; print('working on', os.environ['SLUICE_ITEM_ID']);"
+            " sys.exit(int(sys.argv[1].split()[-1]))")
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+    configure(cli.town, "scheduler.max_polecats", "10")
+    configure(cli.town, "scheduler.batch_size", "10")
+    configure(cli.town, "executor.command", sleeper(30))
+    yield cli.town
+    stop_all(cli.town)
+
+
+def stop_all(town) -> None:
+    executor = LocalExecutor(Town(town), stop_grace=1)
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+
+
+def queue(town, rig, *records) -> None:
+    write_items(town, rig, list(records))
+    result = sling(Town(town), [*(r["id"] for r in records), rig], SlingOptions())
+    assert result.ok, result.errors
+
+
+def cycle(town, **kw):
+    return run_cycle(Town(town), **kw)
+
+
+def running_items(town) -> list[str]:
+    return sorted(p.item_id for p in LocalExecutor(Town(town)).active())
+
+
+def records(town) -> list[dict]:
+    """Every run's latest version, read straight from the file."""
+    path = runlog.log_path(Town(town))
+    latest: dict[str, dict] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        record = json.loads(line)
+        latest[record["run_id"]] = record
+    return list(latest.values())
+
+
+def finished(town) -> None:
+    wait_for(lambda: not LocalExecutor(Town(town)).active(), timeout=30)
+
+
+def rewrite(town, rig, *records_) -> None:
+    """The item file as a tracker leaves it after an edit: rewritten whole."""
+    issues_path(town, rig).write_text("".join(json.dumps(r) + "\n" for r in records_))
+
+
+# -- admission counts running work from its run record --------------------------------------------
+
+
+def test_a_label_cap_holds_while_the_running_items_export_is_cut_to_nothing(cli, tmp_path):
+    repo = make_repo(tmp_path / "repos" / "ext")
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(item("ex-1", labels=["area:db"])) + "\n")
+    cli.run("rig", "add", "ext", str(repo), "--prefix", "ex", "--items", str(export))
+    add_rig(cli, tmp_path, "own", "ow")
+    write_items(cli.town, "own", [item("ow-1", labels=["area:db"])])
+    for key, value in (("scheduler.max_polecats", "4"), ("scheduler.batch_size", "4"),
+                       ("scheduler.label_caps.area:db", "1"), ("executor.command", '["/bin/sleep", "30"]')):
+        configure(cli.town, key, value)
+    try:
+        cli.run("sling", "ex-1", "ext")
+        assert cycle(cli.town).dispatched == 1
+        cli.run("sling", "ow-1", "own")
+        held = cycle(cli.town)
+        assert held.dispatched == 0 and held.why == {"label-cap": 1}
+        export.write_bytes(b"")  # the tracker rewrites its export: for a moment it is empty
+        again = cycle(cli.town)
+        assert again.dispatched == 0 and again.why == {"label-cap": 1}
+        assert running_items(cli.town) == ["ex-1"]
+        [run] = records(cli.town)
+        assert run["labels"] == ["area:db"] and run["outcome"] == "running"
+    finally:
+        stop_all(cli.town)
+
+
+def test_a_label_cap_holds_when_the_running_item_is_edited_to_drop_its_label(town):
+    configure(town, "scheduler.label_caps.gpu", "1")
+    queue(town, "alpha", item("al-1", labels=["gpu"], priority=0))
+    assert cycle(town).dispatched == 1
+    queue(town, "alpha", item("al-2", labels=["gpu"]))
+    rewrite(town, "alpha", item("al-1", labels=[], priority=0), item("al-2", labels=["gpu"]))
+    report = cycle(town)
+    assert report.dispatched == 0 and report.why == {"label-cap": 1}
+    assert running_items(town) == ["al-1"]
+
+
+def test_the_overlap_gate_holds_when_the_running_items_touches_are_edited_away(town):
+    shared = {"touches": ["src/db/**"]}
+    queue(town, "alpha", item("al-a", metadata=shared, priority=0))
+    assert cycle(town).dispatched == 1
+    queue(town, "alpha", item("al-b", metadata={"touches": ["src/db/schema.py"]}))
+    rewrite(town, "alpha", item("al-a", metadata={}, priority=0),
+            item("al-b", metadata={"touches": ["src/db/schema.py"]}))
+    report = cycle(town)
+    assert report.dispatched == 0 and report.why == {"overlap": 1}
+    [run] = records(town)
+    assert run["touches"] == ["src/db/**"]
+
+
+# -- every launch is a record, every end an outcome -----------------------------------------------
+
+
+def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, town):
+    configure(town, "executor.command", python_command(BY_TITLE, "{title}"))
+    queue(town, "alpha", item("al-1", title="exit 3"), item("al-2", title="exit 0"))
+    lines: list[str] = []
+    daemon = Daemon(Town(town), interval=1.0, echo=lines.append)
+    counted: dict[str, int] = {}
+    reaped = 0
+    for _ in range(2):  # the polecats end during the first tick or before the second
+        daemon.tick()
+        for outcome, n in daemon.last_result["runs"].items():
+            counted[outcome] = counted.get(outcome, 0) + n
+        reaped += daemon.last_result["reaped"]
+        finished(town)
+    assert counted == {"ok": 1, "failed": 1} and reaped == 2
+    assert any("runs: " in line and "failed" in line for line in lines)
+    assert LocalExecutor(Town(town)).listing() == []
+
+    rows = cli.json("runs")
+    ends = sorted((r["item_id"], r["outcome"], r["exit_code"]) for r in rows)
+    assert ends == [("al-1", "failed", 3), ("al-2", "ok", 0)]
+    failed = next(r for r in rows if r["item_id"] == "al-1")
+    assert set(failed) == set(runlog.FIELDS)
+    assert 0 <= failed["runtime_seconds"] < 30 and failed["attempt"] == 1 and failed["ended_at"]
+    assert cli.json("runs", "--outcome", "failed") == [failed]
+    assert "! " in cli.run("runs").stdout.splitlines()[1] + cli.run("runs").stdout.splitlines()[2]
+
+    listed = {r["item_id"]: r for r in cli.json("polecat", "list")}
+    assert (listed["al-1"]["state"], listed["al-1"]["outcome"], listed["al-1"]["exit_code"]) == (
+        "failed", "failed", 3)
+    assert "Ended (last hour)" in cli.run("polecat", "list").stdout
+    assert cli.run("polecat", "logs", "al-1").stdout.splitlines() == ["working on al-1"]
+
+    [exited] = [e for e in events(town, "PolecatExited") if e["payload"]["item_id"] == "al-1"]
+    assert exited["payload"]["outcome"] == "failed" and exited["payload"]["exit_code"] == 3
+    assert exited["payload"]["runtime_seconds"] == failed["runtime_seconds"]
+    feed = cli.run("feed").stdout
+    assert any("al-1 failed after" in line and "(exit 3)" in line for line in feed.splitlines())
+    assert [r["type"] for r in cli.json("feed", "--kind", "polecat-exited")] == ["PolecatExited"] * 2
+    snap = cli.json("snapshot")
+    assert {r["item_id"]: r["outcome"] for r in snap["runs"]} == {"al-1": "failed", "al-2": "ok"}
+    daemon.tick()  # nothing new ended: no runs on the line, nothing counted twice
+    assert "runs:" not in lines[-1]
+    assert len(events(town, "PolecatExited")) == 2
+
+
+def test_an_end_is_recorded_once_by_whichever_command_looks_first(cli, town):
+    configure(town, "executor.command", python_command("raise SystemExit(4)"))
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    finished(town)
+    [row] = cli.json("polecat", "list")  # the first to look records the end
+    assert (row["outcome"], row["exit_code"]) == ("failed", 4)
+    cli.json("runs")
+    cycle(town)
+    assert len(events(town, "PolecatExited")) == 1
+    assert [r["outcome"] for r in records(town)] == ["failed"]
+    assert len(runlog.log_path(Town(town)).read_text().splitlines()) == 2  # its launch and its end
+
+
+def test_stopped_and_timed_out_runs_say_so(cli, town):
+    queue(town, "alpha", item("al-1"), item("al-2"))
+    cycle(town)
+    cli.json("polecat", "stop", "al-1")
+    configure(town, "scheduler.polecat_timeout", "1s")
+    wait_for(lambda: any(p.item_id == "al-2" for p in LocalExecutor(Town(town)).active()))
+    daemon = Daemon(Town(town), interval=1.0, echo=lambda line: None)
+    wait_for(lambda: daemon.tick() and "al-2" not in running_items(town), timeout=30)
+    outcomes = {r["item_id"]: r["outcome"] for r in records(town)}
+    assert outcomes == {"al-1": "stopped", "al-2": "timed-out"}
+
+
+def test_a_launch_interrupted_after_the_executor_started_it_gets_exactly_one_record(town):
+    queue(town, "alpha", item("al-1"))
+    the_town = Town(town)
+    stores = Stores(the_town)
+    [context] = ctxs.open_contexts(stores)
+    ctxs.mark_launch(stores.rig("alpha"), context.id)  # the cycle recorded its intent …
+    executor = get_executor(the_town)
+    template = tuple(the_town.config.executor.command)
+    executor.launch(make_request(the_town, template, item("al-1"), "alpha", context.id))  # … and died here
+    assert records(town) == []
+    report = cycle(town)
+    assert report.dispatched == 0 and [c["reason"] for c in report.closed] == ["dispatched"]
+    [run] = records(town)
+    assert run["item_id"] == "al-1" and run["outcome"] == "running" and run["context_id"] == context.id
+    cycle(town)
+    assert len(records(town)) == 1
+
+
+def test_a_launch_that_never_started_gets_no_record(town):
+    configure(town, "executor.command", json.dumps(["/nonexistent/agent"]))
+    queue(town, "alpha", item("al-1"))
+    report = cycle(town)
+    assert report.failed == 1 and records(town) == []
+
+
+# -- retries of failed runs -----------------------------------------------------------------------
+
+
+def test_a_failing_run_is_retried_up_to_n_times_then_broken_with_run_failures(cli, town):
+    configure(town, "executor.command", python_command("raise SystemExit(3)"))
+    configure(town, "scheduler.retry_failed_runs", "2")
+    configure(town, "scheduler.retry_base", "0s")
+    queue(town, "alpha", item("al-1"))
+    for _ in range(3):
+        cycle(town)
+        finished(town)
+    cycle(town)  # records the third failure: broken
+    runs = sorted(records(town), key=lambda r: r["attempt"])
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "failed"), (3, "failed")]
+    assert open_contexts(town, "alpha") == []
+    [broken] = cli.json("scheduler", "broken")
+    assert (broken["broken_by"], broken["run_failures"], broken["dispatch_failures"]) == ("runs", 3, 0)
+    assert [e["payload"]["run_failures"] for e in events(town, "Requeued")] == [1, 2]
+    [tripped] = events(town, "CircuitBroken")
+    assert tripped["payload"]["broken_by"] == "runs"
+    cli.json("scheduler", "reset", "al-1")
+    [context] = open_contexts(town, "alpha")
+    assert fields(context).get("run_failures", 0) == 0 and "al-1" not in kept.broken(Town(town))
+
+
+def test_a_retried_run_waits_out_the_launch_backoff(cli, town):
+    configure(town, "executor.command", python_command("raise SystemExit(3)"))
+    configure(town, "scheduler.retry_failed_runs", "1")
+    configure(town, "scheduler.retry_base", "1h")
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    finished(town)
+    report = cycle(town)
+    assert report.dispatched == 0 and report.why == {"backoff": 1}
+    [context] = open_contexts(town, "alpha")
+    assert fields(context)["run_failures"] == 1 and fields(context).get("dispatch_failures", 0) == 0
+    [reason] = cli.json("scheduler", "explain", "al-1")["reasons"]
+    assert reason["code"] == "backoff" and "1 failed run(s)" in reason["detail"]
+
+
+def test_failed_runs_are_not_retried_by_default(town):
+    configure(town, "executor.command", python_command("raise SystemExit(3)"))
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    finished(town)
+    cycle(town)
+    assert open_contexts(town, "alpha") == [] and events(town, "Requeued") == []
+
+
+# -- sling remembers ------------------------------------------------------------------------------
+
+
+def test_sling_refuses_an_item_whose_last_run_ended_ok_unless_forced(cli, town):
+    configure(town, "executor.command", python_command(BY_TITLE, "{title}"))
+    write_items(town, "alpha", [item("al-ok", title="exit 0"), item("al-bad", title="exit 3"),
+                                item("al-epic", issue_type="epic"),
+                                item("al-kid", title="exit 0", deps=[("parent-child", "al-epic")])])
+    cli.run("sling", "al-ok", "al-bad", "al-kid", "alpha")
+    cycle(town)
+    finished(town)
+    again = cli.run("sling", "al-ok", "alpha", "--json", check=False)
+    assert again.returncode == 1
+    [error] = json.loads(again.stdout)["errors"]
+    ok_run = next(r for r in records(town) if r["item_id"] == "al-ok")
+    assert error["reason"] == "already-ran" and error["run_id"] == ok_run["run_id"]
+    assert ok_run["run_id"] in error["error"] and ok_run["ended_at"] in error["error"]
+    assert cli.json("sling", "al-bad", "alpha")["scheduled"]  # a failed last run does not block
+    epic = cli.json("sling", "al-epic")
+    [skipped] = epic["skipped"]
+    assert skipped["item_id"] == "al-kid" and "already ran" in skipped["reason"]
+    forced = cli.json("sling", "al-ok", "alpha", "--force")
+    assert [r["item_id"] for r in forced["scheduled"]] == ["al-ok"]
+
+
+def test_an_item_changed_since_its_run_may_be_slung_again(cli, town):
+    configure(town, "executor.command", python_command("pass"))
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    finished(town)
+    cli.json("runs")
+    cli.run("item", "update", "al-1", "--priority", "1")  # a person looked at it again
+    assert cli.json("sling", "al-1", "alpha")["scheduled"]
+
+
+# -- tmux outcomes (Ray: test_runs_ray.py) ---------------------------------------------------------
+
+
+def test_tmux_polecats_end_as_run_records_and_their_throttle_exit_is_acted_on(cli, town):
+    configure(town, "executor.kind", "tmux")
+    configure(town, "executor.command", python_command(BY_TITLE, "{title}"))
+    queue(town, "alpha", item("al-ok", title="exit 0"), item("al-bad", title="exit 3"),
+          item("al-slow", title="exit 75"))
+    tmux = get_executor(Town(town))
+    try:
+        assert cycle(town).dispatched == 3
+        wait_for(lambda: not tmux.active(), timeout=30)
+        report = cycle(town)
+        outcomes = {r["item_id"]: (r["outcome"], r["exit_code"]) for r in records(town)}
+        assert outcomes == {"al-ok": ("ok", 0), "al-bad": ("failed", 3), "al-slow": ("throttled", 75)}
+        assert [t.rig for t in kept.throttles(Town(town), time.time())] == ["alpha"]
+        assert [fields(c)["work_bead_id"] for c in open_contexts(town, "alpha")] == ["al-slow"]
+        assert report.why == {"throttled": 1}
+        assert all(r["runtime_seconds"] is not None and r["host"] for r in records(town))
+    finally:
+        for polecat in tmux.active():
+            tmux.stop(polecat.id)
+
+
+# -- the feed -------------------------------------------------------------------------------------
+
+
+def test_feed_follow_prints_each_new_event_once_in_words(cli, town):
+    import select
+    import subprocess
+
+    from helpers.scheduler import sluice_env
+    from sluice.store.events import emit_event
+
+    env = {**sluice_env(), "SLUICE_TOWN": str(town)}
+    argv = [sys.executable, "-m", "sluice", "feed", "--follow", "--kind", "PolecatExited"]
+    follower = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        emit_event(Town(town), "Enqueued", {"item_id": "al-9", "rig": "alpha"})  # another kind: not shown
+        emit_event(Town(town), "PolecatExited", {"item_id": "al-9", "polecat_id": "pc-x", "outcome": "failed",
+                                                 "exit_code": 3, "runtime_seconds": 449.2})
+        ready, _, _ = select.select([follower.stdout], [], [], 60)
+        assert ready, "feed --follow printed nothing"
+        line = follower.stdout.readline()
+        assert line.endswith("al-9 failed after 7m29s (exit 3) [pc-x]\n") and line[2] == ":"
+        emit_event(Town(town), "PolecatExited", {"item_id": "al-10", "outcome": "ok", "exit_code": 0})
+        ready, _, _ = select.select([follower.stdout], [], [], 60)
+        assert ready and "al-10 finished" in follower.stdout.readline()
+    finally:
+        follower.terminate()
+        follower.wait(timeout=30)
+    assert cli.run("feed", "--kind", "nonsense", check=False).returncode == 2
+    assert cli.run("feed", "--since", "soon", check=False).returncode == 2
