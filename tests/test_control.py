@@ -78,6 +78,30 @@ def test_empty_list_and_status(cli, town):
         "deferred", 3, 3, 0)
 
 
+def test_views_show_the_first_rows_and_count_them_all(cli, town):
+    """status, list and snapshot cost what they show: a slice of the rows, every count exact."""
+    cli.run("sling", "al-b", "al-c", "al-d", "be-1")
+    every = cli.json("scheduler", "list")
+    assert len(every) == 4
+    status = cli.json("scheduler", "status", "--limit", "2")
+    assert status["items"] == cli.json("scheduler", "list", "--limit", "2") == every[:2]
+    assert (status["items_total"], status["truncated"], status["queued_total"]) == (4, True, 4)
+    assert status["queued_ready"] == sum(1 for row in every if not row["blocked"])
+    assert "… and 2 more" in cli.run("scheduler", "status", "--limit", "2").stdout
+    whole = cli.json("scheduler", "status")  # the default shows 50 rows: all four here
+    assert whole["items"] == every and whole["truncated"] is False
+    assert cli.json("scheduler", "status", "--limit", "0")["items"] == every
+    assert cli.json("scheduler", "list", "--limit", "2", "--offset", "3") == every[3:]
+    assert cli.json("scheduler", "list", "--offset", "9") == []
+    snap, full = cli.json("snapshot", "--limit", "1"), cli.json("snapshot")
+    assert snap["queue"] == every[:1]
+    assert (snap["scheduler"]["items_total"], snap["scheduler"]["truncated"]) == (4, True)
+    assert full["queue"] == every and full["scheduler"]["truncated"] is False
+    assert snap["rigs"] == full["rigs"] and full["rigs"]["alpha"]["queued"] == 3  # counts of every row
+    done = cli.run("scheduler", "list", "--offset", "-1", check=False)
+    assert done.returncode == 2 and "--offset must be >= 0" in done.stderr
+
+
 def test_status_counts_and_text(cli, town):
     cli.run("sling", "al-b", "al-d", "alpha")
     status = cli.json("scheduler", "status")

@@ -566,16 +566,17 @@ class Town:
 
         return promote(self.files, item, undo=undo)
 
-    def status(self) -> QueueStatus:
+    def status(self, limit: int = 50) -> QueueStatus:
+        """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
         from sluice.scheduler.queue import status
 
-        return QueueStatus.from_json(status(self.files, self.executor))
+        return QueueStatus.from_json(status(self.files, self.executor, limit))
 
-    def list(self) -> Queue:
-        """The queue: ready items in dispatch order, then blocked ones."""
+    def list(self, limit: int = 0, offset: int = 0) -> Queue:
+        """The queue: ready items in dispatch order, then blocked ones; ``limit`` rows from ``offset``."""
         from sluice.scheduler.queue import list_queue
 
-        return Queue.from_json(list_queue(self.files, self.executor))
+        return Queue.from_json(list_queue(self.files, self.executor, limit, offset))
 
     def pause(self, actor: str | None = None) -> PauseState:
         """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
@@ -650,11 +651,14 @@ class Town:
         return report(self.files, rig, Path(repo) if repo is not None else None, hook)
 
     # -- watching ---------------------------------------------------------------------------
-    def snapshot(self) -> dict:
-        """The town's state as one document: what ``sluice snapshot --json``, ``top`` and ``web`` show."""
+    def snapshot(self, limit: int = 0) -> dict:
+        """The town's state as one document: what ``sluice snapshot --json``, ``top`` and ``web`` show.
+
+        ``limit`` keeps the queue's first rows only (0: all); counts stay exact.
+        """
         from sluice.scheduler.snapshot import snapshot
 
-        return snapshot(self.files, self.executor)
+        return snapshot(self.files, self.executor, limit=limit)
 
     def item_detail(self, item_id: str) -> dict:
         """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""

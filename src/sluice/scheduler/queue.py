@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.core import admission as rules
 from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
-from sluice.errors import ExecutorError, StoreCorrupt
+from sluice.errors import ExecutorError, StoreCorrupt, UsageError
 from sluice.executors import get_executor
 from sluice.scheduler.admission import assess, binding_of, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
@@ -113,29 +113,69 @@ def _survey(town: Town, executor: Executor | None, now: float | None = None):
     return config, view, active or [], assessment, problem, active
 
 
-def _queue(town: Town, executor: Executor | None):
+def _queue(town: Town, executor: Executor | None, limit: int = 0, offset: int = 0):
+    """The survey and the queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
+
+    Only the rows shown are built and given their reasons, so a view of the
+    first 50 of 100,000 queued items does not write out the other 99,950;
+    the counts (every row, ready rows, per rig) come from the survey itself.
+    """
+    for name, value in (("limit", limit), ("offset", offset)):
+        if value < 0:
+            raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
     config, view, _active_list, assessment, problem, active = _survey(town, executor)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
+    total = len(entries) + len(view.held)
+    stop = offset + limit if limit > 0 else total
+    rows = [_row(w, blocked, retry) for w, blocked in entries[offset:stop]]
+    rows += [_held_row(h) for h in view.held[max(0, offset - len(entries)):max(0, stop - len(entries))]]
     codes = why(assessment, config)
-    rows = [_row(w, False, retry) for w in view.ready + view.backing_off] + \
-        [_row(w, True, retry) for w in view.blocked]
-    rows += [_held_row(h) for h in view.held]
     for row in rows:
         row["why"] = [row["held"]] if row.get("held") else codes.get(row["context_id"], [])
-    return config, view, rows, active, problem, assessment
+    counts = QueueCounts(total, len(view.ready) + len(view.backing_off))
+    for work, blocked in entries:
+        counts.add(work.rig, blocked)
+    for held in view.held:
+        counts.add(held.context.fields.target_rig, True)
+    return config, view, rows, active, problem, assessment, counts
 
 
-def list_queue(town: Town, executor: Executor | None = None) -> list[dict]:
+class QueueCounts:
+    """Exact counts of the whole queue, whatever slice of its rows a view shows."""
+
+    def __init__(self, total: int, ready: int):
+        self.total = total
+        self.ready = ready
+        self.rigs: dict[str, list[int]] = {}  # rig → [ready, blocked]
+
+    def add(self, rig: str, blocked: bool) -> None:
+        self.rigs.setdefault(rig, [0, 0])[blocked] += 1
+
+
+def list_queue(town: Town, executor: Executor | None = None, limit: int = 0, offset: int = 0) -> list[dict]:
     """Queued items, one row per item: ready ones in dispatch order, then blocked ones, then held ones.
 
-    A held row (``held: "missing-item"``) is a context whose item no rig has
-    right now; it is closed only once ``closes_at`` has passed.
+    ``limit`` rows from ``offset`` (``limit`` 0: every row).  A held row
+    (``held: "missing-item"``) is a context whose item no rig has right now;
+    it is closed only once ``closes_at`` has passed.
     """
-    return _queue(town, executor)[2]
+    return _queue(town, executor, limit, offset)[2]
 
 
-def status(town: Town, executor: Executor | None = None) -> dict:
-    config, view, rows, active, problem, assessment = _queue(town, executor)
+#: ``scheduler status`` lists this many queue rows unless asked for another number (0: all).
+STATUS_ROWS = 50
+
+
+def status(town: Town, executor: Executor | None = None, limit: int = STATUS_ROWS) -> dict:
+    return status_with_counts(town, executor, limit)[0]
+
+
+def status_with_counts(town: Town, executor: Executor | None = None, limit: int = STATUS_ROWS
+                       ) -> tuple[dict, QueueCounts]:
+    """``scheduler status`` with its first ``limit`` queue rows (``items_total``, ``truncated``),
+    and the whole queue's counts (the snapshot's per-rig figures)."""
+    config, view, rows, active, problem, assessment, counts = _queue(town, executor, limit)
     state = load_state(town)
     sched = config.scheduler
     count = len(active) if active is not None else None
@@ -143,8 +183,8 @@ def status(town: Town, executor: Executor | None = None) -> dict:
         "paused": state.paused,
         "paused_by": state.paused_by,
         "paused_at": state.paused_at,
-        "queued_total": len(rows),
-        "queued_ready": sum(1 for r in rows if not r["blocked"]),
+        "queued_total": counts.total,
+        "queued_ready": counts.ready,
         "active_polecats": count,
         # Unknown when the executor cannot say how many polecats run: never claim free slots.
         "capacity": max(0, sched.max_polecats - count) if count is not None else None,
@@ -160,11 +200,13 @@ def status(town: Town, executor: Executor | None = None) -> dict:
         # Read-only rigs whose items may be behind their beads store (docs/items.md "Item sources").
         "source_stale": stale_rows(town),
         "items": rows,
+        "items_total": counts.total,
+        "truncated": len(rows) < counts.total,
         **_admission_status(town, config, assessment),
     }
     if problem:
         out["executor_error"] = problem
-    return out
+    return out, counts
 
 
 def _admission_status(town: Town, config, assessment) -> dict:

@@ -13,7 +13,8 @@ Shape (``version`` 1)::
 
     {version, at, town,
      scheduler: {…scheduler status without its items…},
-     queue: [… scheduler list rows, dispatch order …],
+     queue: [… scheduler list rows, dispatch order (the first --limit of them:
+             scheduler.items_total counts them all, scheduler.truncated) …],
      executor: the configured executor.kind,
      polecats: [… polecat list rows that still run, with runtime_seconds, logs_command and the
                 item's title …],
@@ -101,7 +102,7 @@ def _titles(town: Town, polecats: list[dict]) -> None:
         row["title"] = hit[1].get("title") if hit else None
 
 
-def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float, sources: list[dict],
+def _rigs(town: Town, counts, polecats: list[dict], now: float, sources: list[dict],
           unreadable: dict[str, str]) -> dict:
     stores = Stores(town)
     out = {}
@@ -117,15 +118,15 @@ def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float, sourc
         except (SluiceError, OSError) as err:  # one broken rig must not blank the whole view
             out[name] = {"error": str(err)}
             continue
-        rows = [r for r in queue if r["target_rig"] == name]
+        queued_ready, queued_blocked = counts.rigs.get(name, (0, 0))
         stale = next((row for row in sources if row["rig"] == name), None)
         queued_merge, running_merge = merge.get("open", 0), merge.get("in_progress", 0)
         out[name] = {
             "ready": ready,
             "blocked": blocked,
-            "queued": len(rows),
-            "queued_ready": sum(1 for r in rows if not r["blocked"]),
-            "queued_blocked": sum(1 for r in rows if r["blocked"]),
+            "queued": queued_ready + queued_blocked,
+            "queued_ready": queued_ready,
+            "queued_blocked": queued_blocked,
             "running": sum(1 for p in polecats if p["rig"] == name),
             "merge_queue": {"queued": queued_merge, "running": running_merge,
                             "depth": queued_merge + running_merge},
@@ -135,8 +136,12 @@ def _rigs(town: Town, queue: list[dict], polecats: list[dict], now: float, sourc
 
 
 def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = RECENT_DECISIONS,
-             events: int = RECENT_EVENTS) -> dict:
-    """The town's state as one JSON-ready dict; see the module docstring for its shape."""
+             events: int = RECENT_EVENTS, limit: int = 0) -> dict:
+    """The town's state as one JSON-ready dict; see the module docstring for its shape.
+
+    ``limit`` keeps the first rows of the queue only (0: all); the counts
+    (``scheduler.queued_total`` and ``items_total``, every rig's) stay exact.
+    """
     now = time.time()
     problem = None
     if executor is None:
@@ -147,7 +152,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
             ends.settle(town, once, now=now)
         except (SluiceError, OSError) as err:
             problem = problem or str(err)
-    status = queue_model.status(town, once)
+    status, counts = queue_model.status_with_counts(town, once, limit)
     queue = status.pop("items")
     polecats: list[dict] = []
     if once is not None and "executor_error" not in status:
@@ -171,7 +176,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         "queue": queue,
         "polecats": polecats,
         "runs": runs.history(town, limit=RECENT_RUNS, now=now),
-        "rigs": _rigs(town, queue, polecats, now, status["source_stale"], status["unreadable"]),
+        "rigs": _rigs(town, counts, polecats, now, status["source_stale"], status["unreadable"]),
         "decisions": recent_decisions(town, decisions),
         "events": recent_events(town, events),
     }

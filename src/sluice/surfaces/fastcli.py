@@ -55,8 +55,8 @@ COMMANDS = {
     ("item", "blocked"): Spec((0, 1)),
     ("item", "show"): Spec((1, 1)),
     ("schedule", "next"): Spec((0, 0), ("--graph-id", "--limit"), ("--preview", "--json"), ("--limit",)),
-    ("scheduler", "status"): Spec(),
-    ("scheduler", "list"): Spec(),
+    ("scheduler", "status"): Spec((0, 0), ("--limit",), integers=("--limit",)),
+    ("scheduler", "list"): Spec((0, 0), ("--limit", "--offset"), integers=("--limit", "--offset")),
     ("scheduler", "explain"): Spec((1, 1)),
     ("hooks", "report"): Spec((0, 0), ("--rig", "--repo", "--hook")),
     # Only the dry run, which reads: a real cycle launches, and is never tried twice.
@@ -160,9 +160,11 @@ def _answer(command: Command):
             decisions = town.next(limit=limit, graph_id=options.get("--graph-id"), preview=preview)
             return decisions.to_json(), as_json, output.next_text, []
         case ("scheduler", "status"):
-            return town.status().to_json(), as_json, output.queue_status_text, []
+            return town.status(int(options.get("--limit", "50"))).to_json(), as_json, \
+                output.queue_status_text, []
         case ("scheduler", "list"):
-            return town.list().to_json(), as_json, output.queue_text, []
+            rows = town.list(int(options.get("--limit", "0")), int(options.get("--offset", "0")))
+            return rows.to_json(), as_json, output.queue_text, []
         case ("scheduler", "explain"):
             return town.explain(args[0]).to_json(), as_json, output.explain_text, []
         case ("hooks", "report"):

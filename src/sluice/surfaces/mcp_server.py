@@ -169,14 +169,19 @@ def build_server(town_arg: str | None = None):
         return result.to_json()
 
     @tool
-    def sluice_scheduler_status() -> dict:
+    def sluice_scheduler_status(
+        limit: Annotated[StrictInt, Field(ge=0, description="List the first N queued items; 0 = all.")] = 50,
+    ) -> dict:
         """The dispatcher's state and queue, as `sluice scheduler status --json`."""
-        return town().status().to_json()
+        return town().status(limit).to_json()
 
     @tool
-    def sluice_scheduler_list() -> list[dict]:
+    def sluice_scheduler_list(
+        limit: Annotated[StrictInt, Field(ge=0, description="At most N rows; 0 = all.")] = 0,
+        offset: Annotated[StrictInt, Field(ge=0, description="Skip the first K rows.")] = 0,
+    ) -> list[dict]:
         """Queued items in dispatch order, as `sluice scheduler list --json`."""
-        return town().list().to_json()
+        return town().list(limit, offset).to_json()
 
     @tool
     def sluice_scheduler_run(

@@ -153,6 +153,9 @@ def queue_status_text(data: dict) -> str:
         lines.append(f"  Host:       {host}")
     if data["items"]:
         lines += ["", queue_text(data["items"])]
+    if data.get("truncated"):
+        lines.append(f"… and {data['items_total'] - len(data['items'])} more"
+                     " (`sluice scheduler list` shows every one; `--limit 0` here)")
     return "\n".join(lines)
 
 

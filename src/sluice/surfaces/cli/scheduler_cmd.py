@@ -70,15 +70,22 @@ def _sling_text(data: dict) -> str:
 
 
 @scheduler_app.command("status")
-def status(as_json: JsonOption = False) -> None:
+def status(
+    limit: Annotated[int, typer.Option(help="List the first N queued items; 0 = all.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
     """Pause state, queue size, active polecats and capacity."""
-    emit(town().status().to_json(), as_json, queue_status_text)
+    emit(town().status(limit).to_json(), as_json, queue_status_text)
 
 
 @scheduler_app.command("list")
-def list_(as_json: JsonOption = False) -> None:
+def list_(
+    limit: Annotated[int, typer.Option(help="At most N rows; 0 = all.")] = 0,
+    offset: Annotated[int, typer.Option(help="Skip the first K rows.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
     """Queued items in dispatch order (ready first, then blocked)."""
-    emit(town().list().to_json(), as_json, queue_text)
+    emit(town().list(limit, offset).to_json(), as_json, queue_text)
 
 
 @scheduler_app.command("run")

@@ -9,9 +9,12 @@ import typer
 from sluice.surfaces.cli.common import JsonOption, emit, town
 
 
-def snapshot(as_json: JsonOption = False) -> None:
+def snapshot(
+    limit: Annotated[int, typer.Option(help="Only the first N queue rows; 0 = all (counts stay exact).")] = 0,
+    as_json: JsonOption = False,
+) -> None:
     """The town's state in one document: scheduler, queue, polecats, rigs, decisions, events."""
-    emit(town().snapshot(), as_json, _snapshot_text)
+    emit(town().snapshot(limit), as_json, _snapshot_text)
 
 
 def _snapshot_text(snap: dict) -> str:
