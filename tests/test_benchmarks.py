@@ -62,3 +62,15 @@ def test_bench_million_builds_a_town_of_real_rigs_and_reports_every_command(tmp_
         assert row in done.stdout
     assert (tmp_path / "work" / "repos" / "rig1" / ".git").is_dir()  # each rig over its own git repository
     assert (tmp_path / "work" / "built").read_text() == "2x300"  # kept for the next run to reuse
+
+
+def test_bench_sources_compares_a_command_source_with_its_file(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_sources.py"), "--items", "200", "--runs", "1",
+         "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["items"] == 200
+    assert all(found[key] > 0 for key in ("ready_file_s", "ready_command_s", "ready_due_s", "rig_refresh_s"))
