@@ -5,7 +5,10 @@ The functions and classes behind them are in the ``helpers`` package.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,12 @@ from helpers import beads_data as beads_data_path
 # tests launch inherit it, and the executor tests compare every SLUICE_* variable a polecat sees.
 BEADS_DATA = beads_data_path()
 os.environ.pop(BEADS_DATA_VAR, None)
+# Every town the tests make notes itself in the per-user town registry (sluice.store.registry): a
+# fresh one under a temporary state directory, never the real home's. XDG_STATE_HOME rather than
+# SLUICE_REGISTRY, so the SLUICE_* variables a polecat sees stay the ones sluice sets.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="sluice-test-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], True)
+os.environ.pop("SLUICE_REGISTRY", None)
 
 # Speed is measured by benchmarks, never by timed assertions: no per-example deadline, which a
 # busy machine (or two xdist workers on two cores) would otherwise turn into random failures.

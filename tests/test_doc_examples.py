@@ -151,6 +151,7 @@ def run_page(page: str, tmp_path: Path) -> tuple[list[Block], dict[str, list[int
     env.update({
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         "HOME": str(tmp_path),  # no personal git or sluice settings
+        "XDG_STATE_HOME": str(tmp_path / "state"),  # nor the user's town registry
         "GIT_CONFIG_NOSYSTEM": "1",
         "COLUMNS": "120",
         "PYTHONPATH": str(ROOT / "src"),

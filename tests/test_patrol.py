@@ -21,7 +21,7 @@ from helpers.scheduler import (
 )
 
 KEYS = {"rig", "queued", "ready", "blocked", "failing", "stale", "duplicates", "orphaned", "held", "polecats",
-        "merge_queue", "executor_error", "events_missing", "source_stale", "unreadable",
+        "merge_queue", "executor_error", "events_missing", "source_stale", "unreadable", "other_towns",
         "fixed"}
 
 

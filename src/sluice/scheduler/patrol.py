@@ -30,6 +30,7 @@ from sluice.scheduler.pending import held_row, survey
 from sluice.scheduler.polecats import retry_due_at
 from sluice.store import contexts as ctxs
 from sluice.store import events
+from sluice.store.rigs import other_towns
 from sluice.store.rigstore import Stores
 from sluice.store.sources import source_stale
 
@@ -93,6 +94,7 @@ def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | No
     report["events_missing"] = events.missing(town)
     report["unreadable"] = view.unreadable.get(rig_name)  # this rig's file that cannot be read, or None
     report["source_stale"] = source_stale(town, town.rig(rig_name))
+    report["other_towns"] = other_towns(town, town.rig(rig_name))  # they dispatch its items too
     report["fixed"] = _fix(town, stores, rig_name, view, rigs) if fix else []
     return report
 

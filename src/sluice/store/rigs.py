@@ -26,17 +26,20 @@ while it goes.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
-from sluice.store import beads_repo, events, fsutil, gitview, sources
+from sluice.store import beads_repo, events, fsutil, gitview, registry, sources
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import Stores, read_jsonl
 from sluice.store.sources import parse_command
 from sluice.store.town import ItemCommand, Rig, Town, validate_prefix, validate_rig_name
+
+log = logging.getLogger("sluice")
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
@@ -150,7 +153,17 @@ def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | N
 
     town.update_config(change)
     town.rig_dir(name).mkdir(parents=True, exist_ok=True)
-    return town.rig(name)
+    rig = town.rig(name)
+    others = other_towns(town, rig)
+    if others:
+        log.warning(registry.sharing_warning(str(rig.repo), others))
+    return rig
+
+
+def other_towns(town: Town, rig: Rig) -> list[str]:
+    """The other towns of this user that have ``rig``'s repository too (noting this town's on the way)."""
+    shared = registry.note_town(town.root, [r.repo for r in town.rigs()])
+    return shared.get(str(Path(rig.repo).resolve()), [])
 
 
 def removed_dir(town: Town) -> Path:

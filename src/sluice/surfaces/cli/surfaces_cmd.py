@@ -93,6 +93,9 @@ def _patrol_text(r: dict) -> str:
         lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
     if r.get("executor_error"):
         lines.append(f"  executor: {r['executor_error']}")
+    for other in r.get("other_towns") or ():
+        lines.append(f"  shared: this rig's repository is also a rig of town {shown(other)}: both towns"
+                     " would dispatch its items (remove the rig from one of them)")
     if r.get("unreadable"):
         lines.append(f"  unreadable (rig held, rig-unreadable): {shown(r['unreadable'])}")
     gone = r.get("events_missing")
