@@ -65,7 +65,8 @@ def read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace ``path`` by a rename; ``durable``: fsync the data before it and the directory after."""
     path = Path(path)
     import tempfile  # here, not at the top: read-only commands never write, and start faster
 
@@ -78,7 +79,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as err:
@@ -89,14 +91,20 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         if isinstance(err, OSError):
             raise storage_error(path, err) from None
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def write_cache(path: Path, data: bytes) -> None:
     """Replace a cache file atomically, or not at all: a cache that cannot be written
-    (a read-only or full runtime directory) only costs the next reader its speed."""
+    (a read-only or full runtime directory) only costs the next reader its speed.
+
+    Not fsynced: a power cut may leave the old cache, or an empty or cut one,
+    which every reader takes for no cache (each checks what it reads), so
+    durability would buy nothing and cost a cycle two fsyncs per cache.
+    """
     with contextlib.suppress(OSError):
-        atomic_write_bytes(path, data)
+        atomic_write_bytes(path, data, durable=False)
 
 
 def file_signature(path: Path) -> str | None:
