@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ev = inv.gather(layout)
     ids = json.loads((layout.soak / "ids.json").read_text())
     parse_findings, torn_left = inv.files_parse(ev)
+    gate_findings, gate_intervals = inv.gates_held(ev)
+    agree_findings, agreements = inv.views_agree(ev)
     checks = [
         ("no item runs in two polecats at once", inv.no_overlap(ev)),
         ("no sling launched twice", inv.one_launch_per_sling(ev)),
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         ("work items changed only by the tracker", inv.items_only_changed_by_tracker(ev, own_items)),
         ("scheduler status agrees with a recount", inv.status_agrees(layout, ev, config.cap, 3)),
         ("no traceback, no internal error", inv.no_crash(ev, layout)),
+        (f"no launch while a gate holds ({gate_intervals} holds)", gate_findings),
+        (f"status, explain and the next cycle agree ({agreements} unchanged reads)", agree_findings),
     ]
     stats = statistics(ev, supervisor, args, time.time() - started, torn_left, config)
     said = [r.get("error") or "" for r in ev.records]

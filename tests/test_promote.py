@@ -9,11 +9,11 @@ import pytest
 
 from helpers.scheduler import configure, events, item, sleeper, town_with_rigs, write_items
 from sluice.core import admission as rules
-from sluice.errors import InvalidOperation
+from sluice.errors import InvalidOperation, NotAdmitted
 from sluice.executors.local import LocalExecutor
 from sluice.scheduler.control import pause
 from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.promote import NotAdmitted, promote
+from sluice.scheduler.promote import promote
 from sluice.scheduler.queue import explain, list_queue
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store.town import Town

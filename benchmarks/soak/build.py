@@ -32,6 +32,10 @@ TOUCHES = ("src/api/", "docs/")
 BUDGET, BUDGET_WINDOW = 60_000, "30s"  # tokens per window: a few launches' worth, so it binds
 HUGE_TITLE = 140 * 1024  # longer than the kernel passes as one argument: the launch is refused
 
+#: The soak's hold file (relative to the town) and the guard's two settings (always met, never met).
+HOLD_FILE = "HOLD"
+GUARD_OFF, GUARD_ON = "1B", "1000TiB"
+
 
 @dataclass
 class Layout:
@@ -207,6 +211,11 @@ def configure(layout: Layout, polecat_argv: list[str], config: Config) -> None:
         "scheduler.missing_grace": "30s",
         "scheduler.compact_retention": "20s",  # so compaction archives contexts during the run
         "scheduler.compact_at": "3000",  # and the daemon compacts on its own too
+        # The gates the controller toggles at random (soak.workers.toggle_gate): a hold file, and a
+        # host guard always met until it is switched to a limit no machine meets.
+        "scheduler.hold_file": HOLD_FILE,
+        "scheduler.host.min_free_memory": GUARD_OFF,
+        "scheduler.host.max_load": "1000000",
     }
     for key, value in optional.items():
         if sluice(layout.town, "config", "set", key, value, check=False).returncode == 0:

@@ -443,3 +443,69 @@ def budget_held(ev: Evidence, tokens: dict[str, int], budget: int, window: float
         if spent > budget:
             out.append(f"{spent} tokens launched in {window:g}s up to {polecat}, budget {budget}")
     return out
+
+
+#: A cycle that read the gates just before one went up may still finish the launch it is making.
+GATE_SLACK = 10.0
+
+
+def gates_held(ev: Evidence) -> tuple[list[str], int]:
+    """No polecat starts while the hold file or the host guard is up, past the slack.
+
+    Returns (findings, holds recorded).
+    """
+    marks = sorted(ev.ops("gate-on", "gate-off"), key=lambda r: r["t"])
+    intervals = []
+    for n, mark in enumerate(marks):
+        if mark["op"] != "gate-on":
+            continue
+        end = next((m["t"] for m in marks[n + 1:] if m["gate"] == mark["gate"]), float("inf"))
+        intervals.append((mark["gate"], mark["t"], end))
+    out = []
+    for start in ev.ops("start"):
+        for gate, on, off in intervals:
+            if on + GATE_SLACK < start["t"] < off:
+                out.append(f"{start.get('context')}: a polecat started {start['t'] - on:.1f}s into a"
+                           f" {gate} hold")
+    return out, len(intervals)
+
+
+def views_agree(ev: Evidence) -> tuple[list[str], int]:
+    """status's binding and plan_reason, explain and a dry run agree when nothing changed between the reads.
+
+    Readings taken while a throttle or a retry backoff could end between the
+    reads are not compared (time alone changes those answers).
+    """
+    out, compared = [], 0
+    for r in ev.ops("agreement"):
+        if not r.get("unchanged") or r.get("throttles"):
+            continue
+        soon = [stamp for stamp in r.get("retry_at") or [] if abs(_epoch(stamp) - r["t"]) < 30]
+        if soon:
+            continue
+        compared += 1
+        binding, reason = r.get("binding"), r.get("plan_reason")
+        when = f"at {r['t']:.1f}"
+        if r.get("cycle_reason") != reason:
+            out.append(f"{when}: status plan_reason {reason}, the dry run's reason {r.get('cycle_reason')}")
+        if r.get("paused"):
+            if not binding or binding.get("code") != "paused":
+                out.append(f"{when}: paused, but status binds {binding}")
+        elif reason in ("none", "ready"):
+            if binding is not None:
+                out.append(f"{when}: plan_reason {reason}, yet status binds {binding}")
+        elif not binding or binding.get("code") != reason:
+            out.append(f"{when}: plan_reason {reason}, status binds {binding}")
+        if binding and r.get("item") and binding.get("code") not in r.get("explain", []):
+            out.append(f"{when}: status binds {binding.get('code')},"
+                       f" explain {r['item']} says {r.get('explain')}")
+    return out, compared
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return 0.0

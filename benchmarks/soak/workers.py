@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from soak.build import GUARD_OFF, GUARD_ON, HOLD_FILE
 from soak.history import History
 
 
@@ -151,6 +152,7 @@ def remove_dependency(w: Worker, rig: str, item: str) -> None:
 def controller(w: Worker) -> None:
     """Pause/resume, patrols with --fix, compaction, manual cycles and status reads at random moments."""
     compact = run_cli(["compact", "--help"])[0] == 0
+    gates = run_cli(["config", "get", "scheduler.hold_file"])[1].strip() == HOLD_FILE
     while True:
         w.pause(1.0, 4.0)
         roll = w.rng.random()
@@ -165,9 +167,78 @@ def controller(w: Worker) -> None:
             w.call("compact", ["compact", "--json"])
         elif roll < 0.7:
             w.call("run", ["scheduler", "run", "--json"])
+        elif roll < 0.8 and gates:
+            toggle_gate(w)
         else:
             w.call("status", ["scheduler", "status", "--json"])
             w.call("list", ["scheduler", "list", "--json"])
+            if gates:
+                agreement(w)
+
+
+def toggle_gate(w: Worker) -> None:
+    """Turn the hold file or the host guard on or off; the history says only what surely held.
+
+    ``gate-on`` is written after the gate is up, ``gate-off`` before it comes
+    down, so every interval between them had the gate up the whole time (a
+    kill in between leaves an interval unrecorded, never a wrong one).
+    """
+    town = Path(os.environ["SLUICE_TOWN"])
+    if w.rng.random() < 0.5:
+        hold = town / HOLD_FILE
+        if hold.exists():
+            w.hist.write("gate-off", gate="hold-file")
+            hold.unlink(missing_ok=True)
+        else:
+            hold.write_text(f"soak hold by {w.role}\n")
+            w.hist.write("gate-on", gate="hold-file")
+        return
+    code, out, _err = run_cli(["config", "get", "scheduler.host.min_free_memory"])
+    if code == 0 and out.strip() == GUARD_ON:
+        w.hist.write("gate-off", gate="host-memory")
+        w.call("guard", ["config", "set", "scheduler.host.min_free_memory", GUARD_OFF])
+    else:
+        code, _data = w.call("guard", ["config", "set", "scheduler.host.min_free_memory", GUARD_ON])
+        if code == 0:
+            w.hist.write("gate-on", gate="host-memory")
+
+
+def agreement(w: Worker) -> None:
+    """status, explain and the next cycle's plan (a dry run), read back to back with the town unchanged."""
+    town = Path(os.environ["SLUICE_TOWN"])
+    before, t0 = town_state(town), time.time()
+    _code, status = w.call("status", ["scheduler", "status", "--json"])
+    _code, plan = w.call("run", ["scheduler", "run", "--dry-run", "--json"])
+    waiting = next((r for r in (status or {}).get("items", []) if r.get("why") and not r["blocked"]), None)
+    explained = None
+    if waiting is not None:
+        _code, explained = w.call("explain", ["scheduler", "explain", waiting["id"], "--json"])
+    unchanged = town_state(town) == before and status is not None and plan is not None
+    w.hist.write("agreement", unchanged=unchanged, seconds=round(time.time() - t0, 3),
+                 binding=(status or {}).get("binding"), plan_reason=(status or {}).get("plan_reason"),
+                 paused=(status or {}).get("paused"), throttles=bool((status or {}).get("throttles")),
+                 retry_at=[r["retry_at"] for r in (status or {}).get("items", []) if r.get("retry_at")],
+                 cycle_reason=(plan or {}).get("reason"), item=waiting and waiting["id"],
+                 explain=[r["code"] for r in (explained or {}).get("reasons", [])])
+
+
+def town_state(town: Path) -> list[tuple[str, int, int]]:
+    """Every file a read command looks at, by size and time: equal twice means nothing changed between."""
+    out = []
+    for path in sorted((town / ".sluice").rglob("*")):
+        # Logs that no admission rule reads, and caches and heartbeats, change without changing the plan.
+        if path.suffix in (".lock", ".log") or "index" in path.parts or "events" in path.parts \
+                or path.name in ("daemon.json", "decisions.jsonl") or path.name.endswith("-cache.json"):
+            continue
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            out.append((str(path), stat.st_size, stat.st_mtime_ns))
+    hold = town / HOLD_FILE
+    out.append((str(hold), int(hold.exists()), 0))
+    return out
 
 
 def exporter(w: Worker) -> None:

@@ -23,6 +23,7 @@ from sluice.errors import (
     InvalidOperation,
     LockBusy,
     MissingFile,
+    NotAdmitted,
     NotARepository,
     ReadOnlyStore,
     SlingFailed,
@@ -48,7 +49,7 @@ _API_NAMES = frozenset({
 __all__ = [
     "ClearResult", "ConfigError", "CycleReport", "Decision", "Decisions", "DispatchBusy", "ExecutorError",
     "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "MissingFile",
-    "NotARepository",
+    "NotARepository", "NotAdmitted",
     "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
     "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "SourceFailed",
     "StorageError", "StoreCorrupt",

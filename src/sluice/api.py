@@ -169,6 +169,16 @@ class QueueStatus(_Document):
     last_dispatch_count: int
     executor_error: str | None = None
 
+    @property
+    def binding(self) -> dict | None:
+        """The one limit that stops the next launch now, ``{"code", "detail"}``; None when none does."""
+        return self.document.get("binding")
+
+    @property
+    def host(self) -> dict | None:
+        """The hold file and the host guard: limits, the last reading and its time, what holds."""
+        return self.document.get("host")
+
     @cached_property
     def items(self) -> list[QueueEntry]:
         return _entries(self.document["items"])
@@ -548,7 +558,7 @@ class Town:
 
         Failed launches wait out their retry backoff unless ``ignore_backoff``.
         With ``item``, only that item is launched, if every cap, budget and gate
-        allows; otherwise :class:`~sluice.scheduler.promote.NotAdmitted` (exit 1)
+        allows; otherwise :class:`~sluice.errors.NotAdmitted` (exit 1)
         carries the reasons ``explain`` gives.
         """
         from sluice.scheduler.dispatch import run_cycle

@@ -96,6 +96,20 @@ class InvalidOperation(SluiceError):
     """The operation is understood but refused (cycle, closed item, guard)."""
 
 
+class NotAdmitted(InvalidOperation):
+    """``scheduler run --item``: admission does not let the item go now.
+
+    ``reasons`` holds the reasons (each with ``code`` and ``detail``), the
+    ones ``scheduler explain`` gives.
+    """
+
+    def __init__(self, item_id: str, reasons: list):
+        self.item_id = item_id
+        self.reasons = list(reasons)
+        said = "; ".join(f"{r.code}: {r.detail}" if r.detail else r.code for r in self.reasons)
+        super().__init__(f"{item_id} not launched: {said or 'not admitted'}")
+
+
 class DispatchBusy(SluiceError):
     """Another dispatch cycle holds the dispatch lock."""
 

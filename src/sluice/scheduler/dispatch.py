@@ -42,14 +42,13 @@ from typing import TYPE_CHECKING
 from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
-from sluice.errors import ConfigError, DispatchBusy, LockBusy, UsageError
+from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, UsageError
 from sluice.executors import get_executor
 from sluice.scheduler import admission, ends, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
-from sluice.scheduler.promote import NotAdmitted
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
 from sluice.store.rigstore import Stores
@@ -84,7 +83,7 @@ def run_cycle(
     cycle, manual or daemon; ``ignore_backoff`` tries it at once.  With
     ``item`` the cycle launches that item only, ahead of the queue, if every
     cap, budget and gate lets it; otherwise it raises
-    :class:`~sluice.scheduler.promote.NotAdmitted` with the reasons.
+    :class:`~sluice.errors.NotAdmitted` with the reasons.
     """
     config = town.reload_config()
     daemon = daemon_mode() if daemon is None else daemon

@@ -8,34 +8,24 @@ were promoted, and score order follows (:func:`sluice.scheduler.ranking.rank_wor
 ``--undo`` withdraws it.  A promotion changes only the order: every cap,
 budget, throttle and gate still applies to a promoted item.
 
-``run --item`` (:func:`run_one`) is the same wish for right now: launch that
-one item in a cycle of its own, if admission lets it — otherwise
-:class:`NotAdmitted` carries the reasons, the same ones ``explain`` gives.
+``run --item`` (:func:`sluice.scheduler.dispatch.run_cycle` with ``item``)
+is the same wish for right now: launch that one item in a cycle of its own,
+if admission lets it — otherwise :class:`~sluice.errors.NotAdmitted` carries
+the reasons, the same ones ``explain`` gives.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.core.admission import Reason
 from sluice.core.clock import iso
-from sluice.errors import InvalidOperation, SluiceError
+from sluice.errors import InvalidOperation
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
-
-
-class NotAdmitted(SluiceError):
-    """``run --item``: admission does not let the item go now; ``reasons`` says why."""
-
-    def __init__(self, item_id: str, reasons: list[Reason]):
-        self.item_id = item_id
-        self.reasons = reasons
-        said = "; ".join(f"{r.code}: {r.detail}" if r.detail else r.code for r in reasons) or "not admitted"
-        super().__init__(f"{item_id} not launched: {said}")
 
 
 def promote(town: Town, item_id: str, undo: bool = False) -> dict:

@@ -313,6 +313,7 @@ def explain(town: Town, item_id: str, executor: Executor | None = None, now: flo
             reasons.append(Reason(rules.NOT_QUEUED, detail))
     out["reasons"] = [r.to_json() for r in reasons]
     out.update(_beads_hints(found, now))
+    out["host"] = assessment.gates.to_json() if assessment.gates is not None else None
     return out
 
 
