@@ -71,11 +71,15 @@ def main(argv: list[str] | None = None) -> int:
         _unmount(root)
         raise
 
+    quiet_findings, quiet_rounds = inv.quiet_agreement(layout, args.seed) \
+        if "scheduler.hold_file" in config.features else ([], 0)
     ev = inv.gather(layout)
     ids = json.loads((layout.soak / "ids.json").read_text())
     parse_findings, torn_left = inv.files_parse(ev)
     gate_findings, gate_intervals = inv.gates_held(ev)
     agree_findings, agreements = inv.views_agree(ev)
+    agree_findings += quiet_findings
+    agreements += quiet_rounds
     checks = [
         ("no item runs in two polecats at once", inv.no_overlap(ev)),
         ("no sling launched twice", inv.one_launch_per_sling(ev)),

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -509,3 +510,58 @@ def _epoch(stamp: str) -> float:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except (ValueError, AttributeError):
         return 0.0
+
+
+def quiet_agreement(layout: Layout, rng_seed: int, rounds: int = 8) -> tuple[list[str], int]:
+    """After the run, with every process stopped: gates and a pause set at random, then the three reads.
+
+    Nothing changes the town between the reads here, so status's binding and
+    plan_reason, explain of the first waiting item and a dry run must agree
+    every time.  The town is left as it was found (no hold, guard met, the
+    pause state restored).
+    """
+    import random
+
+    from soak.build import GUARD_OFF, GUARD_ON, HOLD_FILE
+
+    rng = random.Random(rng_seed)
+    hold = layout.town / HOLD_FILE
+    paused = json.loads(cli(layout, "scheduler", "status", "--json").stdout or "{}").get("paused", False)
+    out, compared = [], 0
+    try:
+        for n in range(rounds):
+            hold.unlink(missing_ok=True)
+            if rng.random() < 0.4:
+                hold.write_text(f"quiet round {n}\n")
+            cli(layout, "config", "set", "scheduler.host.min_free_memory",
+                GUARD_ON if rng.random() < 0.3 else GUARD_OFF)
+            cli(layout, "scheduler", "pause" if rng.random() < 0.2 else "resume", "--json")
+            status = json.loads(cli(layout, "scheduler", "status", "--json").stdout)
+            plan = json.loads(cli(layout, "scheduler", "run", "--dry-run", "--json").stdout)
+            waiting = next((r for r in status["items"] if r.get("why") and not r["blocked"]), None)
+            explained = json.loads(cli(layout, "scheduler", "explain", waiting["id"], "--json").stdout) \
+                if waiting is not None else {"reasons": []}
+            record = {"op": "agreement", "t": time.time(), "unchanged": True, "binding": status["binding"],
+                      "plan_reason": status["plan_reason"], "paused": status["paused"],
+                      "throttles": bool(status.get("throttles")),
+                      "retry_at": [r["retry_at"] for r in status["items"] if r.get("retry_at")],
+                      "cycle_reason": plan["reason"], "item": waiting and waiting["id"],
+                      "explain": [r["code"] for r in explained["reasons"]]}
+            found, counted = views_agree(_Only([record]))
+            out += [f"quiet round {n}: {f}" for f in found]
+            compared += counted
+    finally:
+        hold.unlink(missing_ok=True)
+        cli(layout, "config", "set", "scheduler.host.min_free_memory", GUARD_OFF)
+        cli(layout, "scheduler", "pause" if paused else "resume", "--json")
+    return out, compared
+
+
+class _Only:
+    """Evidence holding only the given history records."""
+
+    def __init__(self, records: list[dict]):
+        self.records = records
+
+    def ops(self, *names: str) -> list[dict]:
+        return [r for r in self.records if r.get("op") in names]
