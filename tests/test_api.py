@@ -182,7 +182,7 @@ def test_failed_launches_trip_the_breaker(town):
     second = town.run_cycle(ignore_backoff=True)
     assert second.failures[0]["circuit_broken"] is True
     assert town.explain(item["id"]).codes == ["circuit-broken"]
-    assert [row["item_id"] for row in town.broken()] == [item["id"]]
+    assert [row.item_id for row in town.broken()] == [item["id"]]
     assert len(town.list()) == 0
 
 
@@ -326,3 +326,20 @@ def test_every_error_is_reachable_from_the_package_and_named_in_the_docs():
         assert issubclass(getattr(sluice, name), sluice.SluiceError), name
         named = f"`{name}`" in errors_section or f"`sluice.{name}`" in errors_section
         assert named, f"docs/api.md's Errors section does not name {name}"
+
+
+def test_every_name_of_the_facade_is_reachable_from_the_package():
+    import sluice
+    from sluice import api
+
+    for name in api.__all__:
+        assert name in sluice.__all__ and getattr(sluice, name) is getattr(api, name), name
+
+
+def test_a_result_whose_document_lost_a_field_fails_at_once():
+    """A key renamed on one side is a KeyError when the result is made, never a silent None."""
+    from sluice.api import ResetResult
+
+    assert ResetResult.from_json({"item_id": "al-1", "rig": "alpha", "context_id": None, "reset": True}).reset
+    with pytest.raises(KeyError, match="context_id"):
+        ResetResult.from_json({"item_id": "al-1", "rig": "alpha", "context": None, "reset": True})

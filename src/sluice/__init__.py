@@ -41,20 +41,20 @@ from sluice.errors import (
 __version__ = "0.1.0"
 
 _API_NAMES = frozenset({
-    "ClearResult", "CycleReport", "Decision", "Decisions", "ItemRows", "PatrolReport", "PauseState",
-    "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "RigInfo", "ScheduleStatus", "SlingResult", "Town",
-    "init_town", "open_town",
+    "BrokenItem", "BrokenItems", "ClearResult", "CompactResult", "CycleReport", "Decision", "Decisions",
+    "Explanation", "ItemRows", "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry",
+    "QueueStatus", "ResetResult", "RigInfo", "RigRemoved", "ScheduleStatus", "SlingResult",
+    "ThrottleState", "Town", "UsageReport", "init_town", "open_town",
 })
 
 __all__ = [
-    "ClearResult", "ConfigError", "CycleReport", "Decision", "Decisions", "DispatchBusy", "ExecutorError",
-    "ExecutorUnavailable", "InvalidOperation", "ItemRows", "LockBusy", "MemoryExecutor", "MissingFile",
-    "NotARepository", "NotAdmitted",
+    "BrokenItem", "BrokenItems", "ClearResult", "CompactResult", "ConfigError", "CycleReport", "Decision",
+    "Decisions", "DispatchBusy", "ExecutorError", "ExecutorUnavailable", "Explanation", "InvalidOperation",
+    "ItemRows", "LockBusy", "MemoryExecutor", "MissingFile", "NotARepository", "NotAdmitted",
     "PatrolReport", "PauseState", "PolicyInfo", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore",
-    "RigInfo", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError", "SourceFailed",
-    "StorageError", "StoreCorrupt",
-    "Town", "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "__version__",
-    "init_town", "open_town",
+    "ResetResult", "RigInfo", "RigRemoved", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError",
+    "SourceFailed", "StorageError", "StoreCorrupt", "ThrottleState", "Town", "TownNotFound", "UnknownItem",
+    "UnknownPolecat", "UnknownRig", "UsageError", "UsageReport", "__version__", "init_town", "open_town",
 ]
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs milliseconds here
@@ -62,10 +62,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from sluice.api import (
+        BrokenItem,
+        BrokenItems,
         ClearResult,
+        CompactResult,
         CycleReport,
         Decision,
         Decisions,
+        Explanation,
         ItemRows,
         PatrolReport,
         PauseState,
@@ -73,10 +77,14 @@ if TYPE_CHECKING:
         Queue,
         QueueEntry,
         QueueStatus,
+        ResetResult,
         RigInfo,
+        RigRemoved,
         ScheduleStatus,
         SlingResult,
+        ThrottleState,
         Town,
+        UsageReport,
         init_town,
         open_town,
     )

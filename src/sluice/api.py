@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +54,10 @@ if TYPE_CHECKING:
     from sluice.store.town import Town as TownFiles
 
 __all__ = [
+    "BrokenItem",
+    "BrokenItems",
     "ClearResult",
+    "CompactResult",
     "CycleReport",
     "Decision",
     "Decisions",
@@ -66,10 +69,14 @@ __all__ = [
     "Queue",
     "QueueEntry",
     "QueueStatus",
+    "ResetResult",
     "RigInfo",
+    "RigRemoved",
     "ScheduleStatus",
     "SlingResult",
+    "ThrottleState",
     "Town",
+    "UsageReport",
     "init_town",
     "open_town",
 ]
@@ -97,7 +104,17 @@ def __getattr__(name: str) -> Any:
 
 
 def _scalars(cls, doc: dict) -> dict:
-    return {f.name: doc.get(f.name) for f in fields(cls) if f.name != "document"}
+    """The document's values of the class's fields: a field without a default must be there.
+
+    A key renamed on one side raises ``KeyError`` at once instead of reading as None.
+    """
+    out = {}
+    for f in fields(cls):
+        if f.name == "document":
+            continue
+        if (f.default is MISSING and f.default_factory is MISSING) or f.name in doc:
+            out[f.name] = doc[f.name]
+    return out
 
 
 @dataclass(frozen=True)
@@ -324,6 +341,102 @@ class PatrolReport(_Document):
 
 
 @dataclass(frozen=True)
+class ThrottleState(_Document):
+    """``scheduler throttle``: the throttle set (``until``, ``reason``, ``by``) or whether one was
+    ``cleared``, and every throttle running now."""
+
+    rig: str | None
+    until: str | None = None
+    reason: str | None = None
+    by: str | None = None
+    cleared: bool | None = None
+
+    @property
+    def throttles(self) -> list[dict]:
+        return self.document["throttles"]
+
+
+@dataclass(frozen=True)
+class BrokenItem(_Document):
+    """One circuit-broken item of ``scheduler broken``; ``next_attempt_at`` None: never by itself."""
+
+    item_id: str
+    rig: str | None
+    failures: int | None
+    last_error: str | None
+    broken_at: str | None
+    trips: int | None
+    next_attempt_at: str | None
+    half_open: bool
+
+
+@dataclass(frozen=True)
+class BrokenItems(_Document):
+    """``scheduler broken``: every circuit-broken item, oldest first (iterate it)."""
+
+    @cached_property
+    def items(self) -> list[BrokenItem]:
+        return [BrokenItem.from_json(row) for row in self.document]
+
+    def __iter__(self) -> Iterator[BrokenItem]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    @classmethod
+    def from_json(cls, doc: list) -> BrokenItems:  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class ResetResult(_Document):
+    """``scheduler reset``: the item queued again, in which rig, under which open context."""
+
+    item_id: str
+    rig: str
+    context_id: str | None
+    reset: bool
+
+
+@dataclass(frozen=True)
+class UsageReport(_Document):
+    """``polecat usage``: the tokens booked for a launch; ``counted`` false when no launch was found."""
+
+    polecat_id: str | None
+    item_id: str | None
+    tokens: int
+    counted: bool
+
+
+@dataclass(frozen=True)
+class CompactResult(_Document):
+    """``compact``: the retention used and one row per rig compacted (lines kept, removed, archived)."""
+
+    retention: str
+
+    @property
+    def rigs(self) -> list[dict]:
+        return self.document["rigs"]
+
+
+@dataclass(frozen=True)
+class RigRemoved(_Document):
+    """``rig remove``: the rig unregistered, where its own store was moved (``store``), and the
+    contexts a forced removal closed."""
+
+    name: str
+    prefix: str
+    repo: str
+    items: str | None
+    store: str | None
+
+    @property
+    def closed(self) -> list[dict]:
+        return self.document["closed"]
+
+
+@dataclass(frozen=True)
 class ItemRows:
     """``item ready`` / ``item blocked``: item records, kept as the JSON text they were read as.
 
@@ -427,12 +540,12 @@ class Town:
         state = refresh(self.files, rig)
         return {"rig": name, "records": state["records"], "ok_at": state["ok_at"]}
 
-    def remove_rig(self, name: str, force: bool = False) -> dict:
+    def remove_rig(self, name: str, force: bool = False) -> RigRemoved:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
         ``rig-removed``).  The rig's store moves to ``.sluice/removed/`` (``store`` in the result)."""
         from sluice.store.rigs import remove_rig
 
-        return remove_rig(self.files, name, force)
+        return RigRemoved.from_json(remove_rig(self.files, name, force))
 
     def rigs(self) -> list[RigInfo]:
         from sluice.store.rigs import rig_rows
@@ -619,31 +732,32 @@ class Town:
         return Explanation.from_json(explain(self.files, item, self.executor))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
-                 clear: bool = False, actor: str | None = None) -> dict:
+                 clear: bool = False, actor: str | None = None) -> ThrottleState:
         """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
         from sluice.scheduler.throttles import throttle
 
-        return throttle(self.files, until=until, rig=rig, reason=reason, clear=clear, actor=actor)
+        return ThrottleState.from_json(
+            throttle(self.files, until=until, rig=rig, reason=reason, clear=clear, actor=actor))
 
-    def broken(self) -> list[dict]:
+    def broken(self) -> BrokenItems:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
         from sluice.scheduler.breaker import broken_rows
 
-        return broken_rows(self.files)
+        return BrokenItems.from_json(broken_rows(self.files))
 
-    def reset(self, item: str) -> dict:
+    def reset(self, item: str) -> ResetResult:
         """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
         from sluice.scheduler.breaker import reset
 
-        return reset(self.files, item)
+        return ResetResult.from_json(reset(self.files, item))
 
-    def polecat_usage(self, ref: str, tokens: int) -> dict:
+    def polecat_usage(self, ref: str, tokens: int) -> UsageReport:
         """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
         from sluice.scheduler.usage import report_usage
 
-        return report_usage(self.files, ref, tokens, executor=self._executor())
+        return UsageReport.from_json(report_usage(self.files, ref, tokens, executor=self._executor()))
 
-    def compact(self, rig: str | None = None) -> dict:
+    def compact(self, rig: str | None = None) -> CompactResult:
         """Rewrite every rig's ephemeral log (or ``rig``'s) to one line per record.
 
         Contexts closed longer ago than ``scheduler.compact_retention`` move
@@ -651,7 +765,7 @@ class Town:
         """
         from sluice.scheduler.control import compact
 
-        return compact(self.files, rig)
+        return CompactResult.from_json(compact(self.files, rig))
 
     def hooks_report(self, rig: str | None = None, repo: str | Path | None = None,
                      hook: str = "") -> MergeQueue:

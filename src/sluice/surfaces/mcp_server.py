@@ -232,12 +232,12 @@ def build_server(town_arg: str | None = None):
         clear: Annotated[StrictBool, Field(description="Lift the throttle instead.")] = False,
     ) -> dict:
         """Hold new launches until a time, as `sluice scheduler throttle --json`."""
-        return town().throttle(until=_given(until), rig=_given(rig), reason=reason, clear=clear)
+        return town().throttle(until=_given(until), rig=_given(rig), reason=reason, clear=clear).to_json()
 
     @tool
     def sluice_scheduler_broken() -> list[dict]:
         """Circuit-broken items with failures, last error and next attempt, as `sluice scheduler broken`."""
-        return town().broken()
+        return town().broken().to_json()
 
     @tool
     def sluice_runs(

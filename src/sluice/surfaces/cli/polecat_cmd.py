@@ -73,7 +73,7 @@ def polecat_usage(
     as_json: JsonOption = False,
 ) -> None:
     """Report what a polecat really used; it replaces the estimate in the token budget."""
-    emit(town().polecat_usage(ref, tokens), as_json, lambda d: (
+    emit(town().polecat_usage(ref, tokens).to_json(), as_json, lambda d: (
         f"{d['polecat_id']} ({d['item_id']}): {d['tokens']} tokens counted" if d["counted"]
         else f"{d['polecat_id']} ({d['item_id']}): launched outside the budget window; nothing to count"))
 

@@ -179,7 +179,7 @@ def throttle(
     as_json: JsonOption = False,
 ) -> None:
     """Hold new launches (of one rig or the town) until a time; running polecats go on."""
-    emit(town().throttle(until=until, rig=rig, reason=reason, clear=clear), as_json, _throttle_text)
+    emit(town().throttle(until=until, rig=rig, reason=reason, clear=clear).to_json(), as_json, _throttle_text)
 
 
 def _throttle_text(data: dict) -> str:
@@ -192,7 +192,7 @@ def _throttle_text(data: dict) -> str:
 @scheduler_app.command("broken")
 def broken(as_json: JsonOption = False) -> None:
     """Circuit-broken items: failures, last error, and when each is tried again."""
-    emit(town().broken(), as_json, _broken_text)
+    emit(town().broken().to_json(), as_json, _broken_text)
 
 
 def _broken_text(rows: list[dict]) -> str:
@@ -214,7 +214,8 @@ def reset(
     as_json: JsonOption = False,
 ) -> None:
     """Queue a circuit-broken item again now, with a fresh failure count."""
-    emit(town().reset(item), as_json, lambda d: f"Queued {shown(d['item_id'])} → {shown(d['rig'])} again"
+    emit(town().reset(item).to_json(), as_json,
+         lambda d: f"Queued {shown(d['item_id'])} → {shown(d['rig'])} again"
          + (f" (context {shown(d['context_id'])})" if d["context_id"] else ""))
 
 
@@ -223,7 +224,7 @@ def compact(
     as_json: JsonOption = False,
 ) -> None:
     """Rewrite ephemeral logs to one line per record; archive contexts closed before the retention."""
-    emit(town().compact(rig), as_json, _compact_text)
+    emit(town().compact(rig).to_json(), as_json, _compact_text)
 
 
 def _compact_text(data: dict) -> str:

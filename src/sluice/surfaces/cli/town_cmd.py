@@ -94,7 +94,7 @@ def rig_remove(
     as_json: JsonOption = False,
 ) -> None:
     """Unregister rig NAME; its store moves to .sluice/removed/, its repository is not touched."""
-    emit(town().remove_rig(name, force), as_json, _removed_text)
+    emit(town().remove_rig(name, force).to_json(), as_json, _removed_text)
 
 
 def _removed_text(r: dict) -> str:

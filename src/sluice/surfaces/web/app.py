@@ -194,7 +194,7 @@ class Dashboard:
                 raise UsageError(f"throttle {key} must be a string")
         return self.town.throttle(until=body.get("until"), rig=body.get("rig"),
                                   reason=body.get("reason") or "", clear=body.get("clear") is True,
-                                  actor=ACTOR)
+                                  actor=ACTOR).to_json()
 
     # -- the page ------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
