@@ -211,3 +211,27 @@ def test_a_sling_over_two_rigs_reports_the_rig_whose_log_refused_and_keeps_the_o
     assert [fields_of(c)["work_bead_id"] for c in open_contexts(cli.town, "alpha")] == ["al-1"]
     assert open_contexts(cli.town, "beta") == []
     assert [e["payload"]["item_id"] for e in events(cli.town, "Enqueued")] == ["al-1"]
+
+
+def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_town):
+    import shutil
+    import subprocess
+
+    cli = queue_town
+    configure(cli.town, "executor.command", sleeper(0.1))
+    cli.run("sling", "al-1", "alpha")
+    log = cli.town / ".sluice" / "schedule" / "decisions.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(log)]).returncode != 0:
+        pytest.skip("cannot make a file immutable here (chattr +i needs CAP_LINUX_IMMUTABLE)")
+    try:
+        done = cli.run("scheduler", "run", "--json", check=False)
+    finally:
+        subprocess.run(["chattr", "-i", str(log)], check=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["dispatched"] == 1
+    assert any("al-1 launched, but its decision was not written" in m and str(log) in m
+               for m in report["messages"]), report["messages"]
+    assert open_contexts(cli.town, "alpha") == []

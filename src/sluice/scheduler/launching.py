@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso
 from sluice.core.items import effective_tokens
@@ -153,21 +153,31 @@ class Launcher:
             self._failed(work, store, f"launch failed: {err}")
             return False
         tokens = work.tokens if work.tokens is not None else effective_tokens(item)
-        run = runs.record_launch(self.town, item, work.rig, polecat, started=started, tokens=tokens,
-                                 fields=fields)
+        run = self._after_launch(work, "its run record", lambda: runs.record_launch(
+            self.town, item, work.rig, polecat, started=started, tokens=tokens, fields=fields))
         payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id,
-                   "run_id": run["run_id"]}
+                   "run_id": run["run_id"] if run is not None else None}
         direct = {} if context is not None else {"direct": True}
         scored = {"score": work.score} if work.score is not None else {}
         events.emit_event(self.town, events.DISPATCHED, {**payload, **direct, **scored})
-        append_decision(self.town, work, polecat.id)
-        self._admitted(work, polecat.id)
+        self._after_launch(work, "its decision", lambda: append_decision(self.town, work, polecat.id))
+        self._after_launch(work, "its budget charge", lambda: self._admitted(work, polecat.id))
         self.report.launched.append(payload)
         if context is None or self._close_dispatched(store, context, polecat.id):
             self.report.dispatched += 1
             return True
         self.report.failed += 1
         return False
+
+    def _after_launch(self, work: Work, what: str, write: Callable[[], Any]) -> Any:
+        """Bookkeeping after a launch: the polecat runs whatever happens here, so the cycle reports it
+        launched, and a record the disk refuses is a warning in the report, not a failure of the cycle."""
+        try:
+            return write()
+        except OSError as err:
+            item_id = work.item["id"]
+            self.report.messages.append(f"warning: {item_id} launched, but {what} was not written: {err}")
+            return None
 
     def _admitted(self, work: Work, polecat_id: str) -> None:
         """Charge the launch to the token budgets; a half-open item that launched is healed."""
