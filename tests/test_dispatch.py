@@ -447,34 +447,8 @@ def test_sling_parameters_reach_the_polecat_environment(cli, town, tmp_path, exe
 # -- the cycle's bookkeeping, with an in-memory executor ------------------------------------------
 
 
-class FakeExecutor:
-    """Launches nothing; fails the items it is told to, with a counted or an uncounted error."""
-
-    kind = "fake"
-    default_command = ("agent", "{item_id}")
-
-    def __init__(self, fail: dict[str, Exception] | None = None):
-        self.fail = fail or {}
-        self.launched: list[str] = []
-
-    def launch(self, request):
-        from sluice.executors.base import Polecat
-
-        if request.item_id in self.fail:
-            raise self.fail[request.item_id]
-        self.launched.append(request.item_id)
-        return Polecat(id=f"pc-{request.item_id}", executor=self.kind, item_id=request.item_id,
-                       rig=request.rig, context_id=request.context_id, started_at="2026-01-01T00:00:00Z")
-
-    def active(self):
-        return []
-
-    def find(self, context_id):
-        return None
-
-
 def test_spawn_delay_only_follows_successful_launches(cli, town):
-    from sluice.errors import ExecutorError
+    from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
 
     write_items(town, "alpha", [item("al-1"), item("al-2"), item("al-3"), item("al-4")])
@@ -483,21 +457,26 @@ def test_spawn_delay_only_follows_successful_launches(cli, town):
     configure(cli.town, "scheduler.spawn_delay", "250ms")
     cli.run("sling", "al-1", "al-2", "al-3", "al-4", "alpha")
     sleeps: list[float] = []
-    executor = FakeExecutor({"al-1": ExecutorError("no slot"), "al-3": ExecutorError("no slot")})
+    executor = MemoryExecutor()
+    executor.fail_next("al-1", "no slot")
+    executor.fail_next("al-3", "no slot")
     report = run_cycle(Town(town), executor=executor, sleep=sleeps.append)
     assert (report.dispatched, report.failed) == (2, 2)
-    assert executor.launched == ["al-2", "al-4"]
+    assert [p.item_id for p in executor.active()] == ["al-2", "al-4"]
     assert sleeps == [0.25]  # after al-2 only: not after failures, not after the last launch
 
 
 def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, town):
     from sluice.errors import ExecutorUnavailable
+    from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
 
     write_items(town, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
+    executor = MemoryExecutor()
+    executor.fail_next("al-1", "cluster unreachable", unavailable=True)  # at the launch itself
     with pytest.raises(ExecutorUnavailable, match="cluster unreachable"):
-        run_cycle(Town(town), executor=FakeExecutor({"al-1": ExecutorUnavailable("cluster unreachable")}))
+        run_cycle(Town(town), executor=executor)
     f = fields(context_of(town, "al-1"))
     assert not f.get("dispatch_failures") and not f.get("launch_started_at")
     assert context_of(town, "al-1")["status"] == "open" and events(town, "DispatchFailed") == []

@@ -55,7 +55,7 @@ class MemoryExecutor:
         self._lock = threading.Lock()
         self._polecats: dict[str, Polecat] = {}
         self._logs: dict[str, list[str]] = {}
-        self._failures: dict[str, list[str]] = {}
+        self._failures: dict[str, list[ExecutorError]] = {}
         self._numbers = itertools.count(1)
         #: Every launch request received, in order (successful or not).
         self.requests: list[LaunchRequest] = []
@@ -79,10 +79,13 @@ class MemoryExecutor:
             cls._shared.pop(str(town.root), None)
 
     # -- arranging outcomes (tests) -------------------------------------------
-    def fail_next(self, item_id: str, error: str = "launch refused", times: int = 1) -> None:
-        """Make the next ``times`` launches for ``item_id`` fail with ``error`` (a counted failure)."""
+    def fail_next(self, item_id: str, error: str = "launch refused", times: int = 1,
+                  unavailable: bool = False) -> None:
+        """Make the next ``times`` launches for ``item_id`` fail with ``error``: a counted failure, or
+        with ``unavailable`` the executor refusing as a whole at that launch (never counted)."""
+        kind = ExecutorUnavailable if unavailable else ExecutorError
         with self._lock:
-            self._failures.setdefault(item_id, []).extend([error] * times)
+            self._failures.setdefault(item_id, []).extend(kind(error) for _ in range(times))
 
     def finish(self, ref: str, exit_code: int = 0, output: str = "") -> Polecat:
         """End a running polecat (by polecat id or item id): it stops holding a slot."""
@@ -117,7 +120,7 @@ class MemoryExecutor:
             self.requests.append(request)
             pending = self._failures.get(request.item_id)
             if pending:
-                raise ExecutorError(pending.pop(0))
+                raise pending.pop(0)
             check_launchable(request.argv, env)
             polecat_id = f"mem-{next(self._numbers)}"
             polecat = Polecat(
