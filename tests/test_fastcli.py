@@ -83,6 +83,12 @@ CASES = [
     ("item", "ready", "alpha", "beta"),
     ("item", "ready", "--bogus"),
     ("item", "ready", "--help"),
+    ("item", "ready", "--priority", "1", "--json"),
+    ("item", "ready", "--type", "task", "--unassigned", "--sort", "oldest"),
+    ("item", "ready", "--label", "x", "--label-any", "y", "--assignee", "ann", "--json"),
+    ("item", "ready", "--label", "x", "--label", "y"),
+    ("item", "ready", "--sort", "hybrid"),
+    ("item", "ready", "--priority", "9"),
     ("item", "blocked"),
     ("item", "blocked", "--json"),
     ("item", "blocked", "beta"),
@@ -163,6 +169,7 @@ def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
 
 
 @pytest.mark.parametrize("args", [("item", "ready"), ("item", "ready", "--json", "--limit", "0"),
+                                  ("item", "ready", "--priority", "1", "--sort", "oldest", "--unassigned"),
                                   ("item", "blocked", "--json"), ("item", "show", "al-2"), ("--version",),
                                   ("schedule", "next", "--json"), ("schedule", "next", "--preview"),
                                   ("scheduler", "status", "--json"), ("scheduler", "list"),

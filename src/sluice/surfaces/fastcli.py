@@ -50,8 +50,10 @@ class Spec:
     integers: tuple[str, ...] = field(default=())
 
 
+READY_OPTIONS = ("--limit", "--label", "--label-any", "--assignee", "--type", "--priority", "--sort")
 COMMANDS = {
-    ("item", "ready"): Spec((0, 1), ("--limit",), integers=("--limit",)),
+    # bd ready's filters too, each given once (a repeated --label goes to typer).
+    ("item", "ready"): Spec((0, 1), READY_OPTIONS, ("--json", "--unassigned"), ("--limit", "--priority")),
     ("item", "blocked"): Spec((0, 1)),
     ("item", "show"): Spec((1, 1)),
     ("schedule", "next"): Spec((0, 0), ("--graph-id", "--limit"), ("--preview", "--json"), ("--limit",)),
@@ -150,7 +152,15 @@ def _answer(command: Command):
         case ("item", "show"):
             return town.item(args[0]), as_json, output.item_text, []
         case ("item", "ready"):
-            rows = town.ready(args[0] if args else None, int(options.get("--limit", READY_LIMIT)))
+            given = options.get
+            rows = town.ready(
+                args[0] if args else None, int(given("--limit", READY_LIMIT)),
+                labels=[given("--label")] if "--label" in options else (),
+                labels_any=[given("--label-any")] if "--label-any" in options else (),
+                assignee=given("--assignee"), unassigned="--unassigned" in command.flags,
+                issue_type=given("--type"),
+                priority=int(options["--priority"]) if "--priority" in options else None,
+                sort=given("--sort", "priority"))
             return output.RawJSON(rows.lines), as_json, output.ready_text, []
         case ("item", "blocked"):
             rows = town.blocked(args[0] if args else None)
