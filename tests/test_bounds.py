@@ -141,3 +141,11 @@ def test_any_policy_inside_the_bounds_scores_every_item_finitely(w, penalty, pri
     scored = scoring.score_candidate(candidate, scoring.Weights(*w), warm=True, underrepresented=True,
                                      merge_depth=5, threshold=1, penalty=penalty, aging=(aging, aging))
     assert abs(scored.score) < 1e7
+
+
+@pytest.mark.parametrize("value", ['{"agent_slot": Infinity}', '{"agent_slot": NaN}', '{"agent_slot": -1}'])
+def test_ray_resources_must_be_finite_amounts(cli, town_dir, value):
+    before = _config(town_dir).read_bytes()
+    done = cli.run("config", "set", "executor.ray.resources", value, check=False)
+    assert done.returncode == 2 and "executor.ray.resources" in done.stderr, done.stderr
+    assert _config(town_dir).read_bytes() == before

@@ -11,7 +11,7 @@ parse without importing pydantic.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -122,8 +122,9 @@ class SchedulerConfig(_Strict):
 
 
 class RayConfig(_Strict):
+    # Finite and not negative: `config set` reads JSON, which Python lets spell Infinity and NaN.
     address: str = "http://127.0.0.1:8265"
-    resources: dict[str, float] = Field(default_factory=dict)
+    resources: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
 
 
 class ExecutorConfig(_Strict):
