@@ -141,6 +141,11 @@ def test_an_open_gate_blocks_its_dependents_and_explain_names_its_kind(cli, expo
     text = cli.run("scheduler", "explain", "be-1").stdout
     assert "gate be-g (open): waits for gh:pr 42, timeout 30m" in text
     assert "estimated: 45 min" in text and "due in 3h" in text
+    from sluice.api import open_town
+
+    detail = open_town(cli.town).item_detail("be-1")  # the item page of the views
+    assert (detail["due"], detail["estimated_minutes"], detail["gate"]) == ("due in 3h", 45, None)
+    assert open_town(cli.town).item_detail("be-g")["gate"]["await_type"] == "gh:pr"
     export_rig([{**gate, "status": "closed", "closed_at": "2026-11-02T10:00:00Z"}, work])
     assert [r["id"] for r in cli.json("item", "ready", "be")] == ["be-1"]  # the closed gate releases it
 

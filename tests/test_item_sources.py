@@ -265,9 +265,12 @@ def test_per_rig_items_settings_apply_only_to_command_rigs(cli, beads_repo, prin
 
 # -- real exports through a command ----------------------------------------------------------
 
-FILES = {
+FILES = {  # the six real exports, by the prefix their rig routes (as in test_beads_data)
     "steveyegge__beads.issues.jsonl": "bd",
+    "steveyegge__beads@2026-01-14.issues.jsonl": "bd",
+    "steveyegge__gastown.issues.jsonl": "gt",
     "steveyegge__gastown@2026-01-07.issues.jsonl": "gt",
+    "artifact-keeper__artifact-keeper.issues.jsonl": "artifact-keeper",
     "asermax__ralph-tui.issues.jsonl": "ralph",
 }
 

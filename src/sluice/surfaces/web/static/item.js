@@ -35,7 +35,11 @@ async function load() {
   clear(facts);
   const shown = { rig: data.rig, status: item.status, priority: item.priority, type: item.issue_type,
                   assignee: item.assignee, graph: data.graph_id, tokens: data.tokens, created: item.created_at,
-                  updated: item.updated_at, labels: (item.labels || []).join(", ") };
+                  updated: item.updated_at, labels: (item.labels || []).join(", "),
+                  due: data.due ? data.due + " (" + data.due_at + ")" : null,
+                  estimated: data.estimated_minutes === null ? null : data.estimated_minutes + " min",
+                  gate: data.gate ? (data.gate.await_type || "gate") + (data.gate.await_id ? " " + data.gate.await_id : "")
+                    + (data.gate.timeout ? ", timeout " + data.gate.timeout : "") : null };
   for (const [k, v] of Object.entries(shown)) {
     if (v === undefined || v === null || v === "") continue;
     const tr = el("tr");
