@@ -330,7 +330,7 @@ def repos_untouched(layout: Layout, before: dict[str, dict]) -> list[str]:
 
 def status_agrees(layout: Layout, ev: Evidence, cap: int, max_failures: int) -> list[str]:
     """The final ``scheduler status`` against a recount from the files."""
-    done = cli(layout, "scheduler", "status", "--json")
+    done = cli(layout, "scheduler", "status", "--limit", "0", "--json")  # every row, not the first 50
     try:
         status = json.loads(done.stdout)
     except ValueError:
