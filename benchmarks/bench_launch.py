@@ -14,9 +14,16 @@ tree (``--tree before=/old/src --tree after=src``; default: this checkout's
 tree, each launching ``--batch`` polecats through the local executor
 (process start, launch intent and close included).  A tree's first command
 on a copy is a dry run, so each tree starts from the caches it writes
-itself.  Reported: the median cycle's wall time, its cost per launch, and
-that cost against the tree's cost at the smallest size (the flat-cost
-target is 1.5×).
+itself.  Reported: the median cycle's wall time and the CPU time of its
+process (the polecats and their watchers are not its children), its cost
+per launch, and that cost against the tree's cost at the smallest size
+(the flat-cost target is 1.5×; on a shared machine CPU time is the figure
+that holds still).
+
+After the cycles, each tree's copy times the views at that size
+(``scheduler status --json``, ``scheduler list --json --limit 50``,
+``snapshot --json --limit 50``; a tree without ``--limit`` answers every
+row, and the table says so).
 
 ``--drain N`` then starts ``sluice daemon --interval 0.01`` on a fresh copy
 with N queued (per tree) and counts launches for ``--drain-seconds`` (or
@@ -88,11 +95,18 @@ def copy_town(town: Path, into: Path) -> Path:
     return into
 
 
-def cycle(src: Path, town: Path) -> tuple[float, int]:
+def cycle(src: Path, town: Path) -> tuple[float, int, float]:
+    """(wall s, launches, CPU s of the cycle's process) of one real cycle."""
+    env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(town)}
     began = time.perf_counter()
-    done = run(src, town, "scheduler", "run", "--json")
+    proc = subprocess.Popen([sys.executable, "-m", "sluice", "scheduler", "run", "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read()
+    _pid, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - began
-    return elapsed, int(json.loads(done.stdout)["dispatched"])
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"scheduler run failed in {town}")
+    return elapsed, int(json.loads(out)["dispatched"]), usage.ru_utime + usage.ru_stime
 
 
 def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, batch: int) -> dict:
@@ -103,16 +117,41 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
         copies = {name: copy_town(town, work / f"run-{n}-{name}") for name in trees}
         for name, src in trees.items():
             run(src, copies[name], "scheduler", "run", "--dry-run", "--json")  # its own caches
-        seen: dict[str, list[tuple[float, int]]] = {name: [] for name in trees}
+        seen: dict[str, list[tuple[float, int, float]]] = {name: [] for name in trees}
         for _ in range(cycles):
             for name, src in trees.items():
                 seen[name].append(cycle(src, copies[name]))
+        views: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
+        for _ in range(cycles):
+            for name, src in trees.items():
+                for view, argv in VIEWS.items():
+                    views[name].setdefault(view, []).append(timed(src, copies[name], argv))
         for name in trees:
-            wall = statistics.median(w for w, _ in seen[name])
-            launched = statistics.median(k for _, k in seen[name])
-            found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1)}
+            wall = statistics.median(w for w, _, _ in seen[name])
+            launched = statistics.median(k for _, k, _ in seen[name])
+            cpu = statistics.median(c for _, _, c in seen[name])
+            medians = {view: statistics.median(times) for view, times in views[name].items()}
+            found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1),
+                              "cpu": cpu, "cpu_per_launch": cpu / max(launched, 1), "views": medians}
             shutil.rmtree(copies[name], ignore_errors=True)
     return found
+
+
+#: The views timed at each size; a tree that does not know ``--limit`` answers the whole queue instead.
+VIEWS = {"status": ["scheduler", "status", "--json"],
+         "list --limit 50": ["scheduler", "list", "--json", "--limit", "50"],
+         "snapshot --limit 50": ["snapshot", "--json", "--limit", "50"]}
+
+
+def timed(src: Path, town: Path, argv: list[str]) -> float:
+    """Wall seconds of one view; negative when the tree refused ``--limit`` and answered everything."""
+    began = time.perf_counter()
+    if run(src, town, *argv, check=False).returncode == 0:
+        return time.perf_counter() - began
+    whole = argv[:argv.index("--limit")] if "--limit" in argv else argv
+    began = time.perf_counter()
+    run(src, town, *whole)
+    return -(time.perf_counter() - began)
 
 
 def dispatched_count(town: Path) -> int:
@@ -186,15 +225,23 @@ def main() -> None:
     print(f"load average {load:.1f} before, {found['load'][1]:.1f} after; {os.cpu_count()} CPUs")
     if sizes:
         print()
-        heads = [f"{n}: cycle of {args.batch} / per launch / vs {sizes[0]:,}" for n in trees]
+        heads = [f"{n}: cycle of {args.batch} (cpu) / per launch (cpu) / cpu vs {sizes[0]:,}" for n in trees]
         print(f"| queued | {' | '.join(heads)} |")
         print("|---|" + "---|" * len(trees))
         for n in sizes:
             cells = []
             for name in trees:
                 row, base = found["launches"][name][n], found["launches"][name][sizes[0]]
-                cells.append(f"{row['cycle']:.2f} s / {row['per_launch'] * 1000:.0f} ms / "
-                             f"{row['per_launch'] / base['per_launch']:.2f}×")
+                cells.append(f"{row['cycle']:.2f} s ({row['cpu']:.2f}) / {row['per_launch'] * 1000:.0f} ms"
+                             f" ({row['cpu_per_launch'] * 1000:.0f}) /"
+                             f" {row['cpu_per_launch'] / base['cpu_per_launch']:.2f}×")
+            print(f"| {n:,} | {' | '.join(cells)} |")
+        print()
+        print(f"| queued | {' | '.join(f'{n}: ' + ' / '.join(VIEWS) for n in trees)} |")
+        print("|---|" + "---|" * len(trees))
+        for n in sizes:
+            cells = [" / ".join(f"{abs(t):.2f} s" + (" (all rows)" if t < 0 else "")
+                                for t in found["launches"][name][n]["views"].values()) for name in trees]
             print(f"| {n:,} | {' | '.join(cells)} |")
     if args.drain:
         print()
