@@ -188,3 +188,20 @@ def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, 
     assert status["executor_error"] and status["active_polecats"] is None
     assert status["capacity"] is None  # unknown, never "3 free"
     assert "unknown active, unknown free of 3" in cli.run("scheduler", "status").stdout
+
+
+def test_a_clear_closes_a_big_queue_a_chunk_at_a_time_and_names_every_item(cli, town, monkeypatch):
+    """A clear holds one chunk's records, lines and events at a time; what it closes and logs is the same."""
+    from sluice.api import open_town
+    from sluice.scheduler import control
+
+    monkeypatch.setattr(control, "CLEAR_CHUNK", 2)
+    cli.run("sling", "al-b", "al-c", "al-d", "be-1")
+    queued = {row["context_id"]: row["id"] for row in cli.json("scheduler", "list")}
+    result = open_town(cli.town).clear()
+    assert result.to_json()["cleared"] == 4 and cli.json("scheduler", "list") == []
+    events_log = cli.town / ".sluice" / "events" / "scheduler.jsonl"
+    closed = [json.loads(line)["payload"] for line in events_log.read_text().splitlines()
+              if '"ContextClosed"' in line]
+    assert {e["context_id"]: e["item_id"] for e in closed} == queued
+    assert all(e["reason"] == "cleared" for e in closed)

@@ -44,6 +44,9 @@ def resume(town: Town, actor: str | None = None) -> dict:
     return {"paused": False, "paused_by": None, "paused_at": None, "changed": changed}
 
 
+CLEAR_CHUNK = 2_000  # contexts closed per append by a clear
+
+
 def clear(town: Town, item_id: str | None = None, actor: str | None = None) -> dict:
     """Close every open context (``cleared``), or every one for ``item_id`` in every rig.
 
@@ -63,13 +66,18 @@ def clear(town: Town, item_id: str | None = None, actor: str | None = None) -> d
     if item_id is not None and not matched:
         stores.for_id(item_id)  # raises UnknownItem when no rig has it
     for rig_name, found in by_rig.items():
-        try:  # one lock, one read and one append per rig, however many contexts
-            wanted = [(c.id, ctxs.CLEARED, None) for c in found]
-            done = set(ctxs.close_many(town, stores.rig(rig_name), wanted))
-        except OSError as err:
-            failed.extend({"context_id": c.id, "error": str(err)} for c in found)
-            continue
-        closed.extend({"context_id": c.id, "item_id": c.work_id, "rig": c.rig} for c in found if c.id in done)
+        # A few thousand contexts per lock, read and append: linear in the queue, and a clear of
+        # 100,000 holds one chunk's records, lines and events at a time, not all of them.
+        for start in range(0, len(found), CLEAR_CHUNK):
+            chunk = found[start:start + CLEAR_CHUNK]
+            try:
+                wanted = [(c.id, ctxs.CLEARED, {"item_id": c.work_id}) for c in chunk]
+                done = set(ctxs.close_many(town, stores.rig(rig_name), wanted))
+            except OSError as err:
+                failed.extend({"context_id": c.id, "error": str(err)} for c in chunk)
+                continue
+            closed.extend({"context_id": c.id, "item_id": c.work_id, "rig": c.rig}
+                          for c in chunk if c.id in done)
     if closed:
         events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed),
                                                  "by": actor or detect_actor()})
