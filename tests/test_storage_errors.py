@@ -235,3 +235,26 @@ def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_town)
     assert any("al-1 launched, but its decision was not written" in m and str(log) in m
                for m in report["messages"]), report["messages"]
     assert open_contexts(cli.town, "alpha") == []
+
+
+def test_a_daemon_whose_log_and_heartbeat_refuse_keeps_dispatching(queue_town):
+    import shutil
+    import subprocess
+
+    cli = queue_town
+    configure(cli.town, "executor.command", sleeper(0.1))
+    cli.run("sling", "al-1", "alpha")
+    runtime = cli.town / ".sluice" / "runtime"
+    kept = [runtime / "daemon.log", runtime / "daemon.json"]
+    for path in kept:
+        path.write_text("")
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", *map(str, kept)]).returncode != 0:
+        pytest.skip("cannot make a file immutable here (chattr +i needs CAP_LINUX_IMMUTABLE)")
+    try:
+        done = cli.run("daemon", "--once", check=False)
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, kept)], check=True)
+    assert done.returncode == 0, done.stderr
+    assert "tick 1: dispatched 1" in done.stderr
+    assert "warning:" in done.stderr and "daemon.log" in done.stderr and "daemon.json" in done.stderr
+    assert open_contexts(cli.town, "alpha") == []

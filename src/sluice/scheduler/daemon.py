@@ -174,15 +174,22 @@ class Daemon:
     def _log(self, line: str) -> None:
         # One line each, whatever an id or an error message holds: a newline would fake a tick.
         stamped = f"{iso()} {printable(line)}"
-        fsutil.append_line(log_path(self.town), stamped)
+        try:
+            fsutil.append_line(log_path(self.town), stamped)
+        except OSError as err:  # a full disk must not stop the daemon: it says so where it can
+            self.echo(f"{iso()} warning: {printable(str(err))}")
         self.echo(stamped)
 
     def _beat(self, **extra) -> None:
-        fsutil.atomic_write_json(heartbeat_path(self.town), {
+        beat = {
             "pid": os.getpid(), "started_at": self.started_at, "interval": self.interval,
             "ticks": self.ticks, "last_tick_at": extra.pop("last_tick_at", None) or self._last_tick_at(),
             "last_result": self.last_result, **extra,
-        })
+        }
+        try:
+            fsutil.atomic_write_json(heartbeat_path(self.town), beat)
+        except OSError as err:  # the heartbeat goes stale (status reports it); the daemon goes on
+            self.echo(f"{iso()} warning: {printable(str(err))}")
 
     def _last_tick_at(self) -> str | None:
         beat = read_heartbeat(self.town) or {}
