@@ -169,6 +169,7 @@ def statistics(ev: inv.Evidence, sup: Supervisor, args, elapsed: float, torn_lef
         "restarts": sum(sup.restarts.values()), "torn_writes": len(sup.tears), "torn_tails_left": torn_left,
         "sling_calls": calls["sling"], "slings_acknowledged": scheduled, "clears": calls["clear"],
         "tracker_changes": calls["close"] + calls["reopen"] + calls["dep-add"] + calls["dep-remove"],
+        "export_edits": len(ev.ops("export-edit")),
         "pauses": calls["pause"], "patrols": calls["patrol"], "compactions": calls["compact"],
         "launches": len(ev.launches), "polecats_started": sum(starts.values()), "by_kind": dict(starts),
         "exit_codes": {str(k): v for k, v in ends.items()}, "contexts_closed": dict(reasons),
@@ -186,6 +187,7 @@ def print_table(stats: dict, checks, args) -> None:
                                    f" ({stats['torn_tails_left']} torn tail(s) left unmended)"),
         ("sling calls / acknowledged", f"{stats['sling_calls']} / {stats['slings_acknowledged']} contexts"),
         ("clears / tracker changes", f"{stats['clears']} / {stats['tracker_changes']}"),
+        ("export edits under running work", str(stats["export_edits"])),
         ("pauses / patrols / compactions",
          f"{stats['pauses']} / {stats['patrols']} / {stats['compactions']}"),
         ("launches / polecats started", f"{stats['launches']} / {stats['polecats_started']} "

@@ -378,3 +378,20 @@ def test_feed_follow_prints_each_new_event_once_in_words(cli, town):
         follower.wait(timeout=30)
     assert cli.run("feed", "--kind", "nonsense", check=False).returncode == 2
     assert cli.run("feed", "--since", "soon", check=False).returncode == 2
+
+
+def test_a_launch_settled_as_never_started_gets_no_record(town):
+    queue(town, "alpha", item("al-1"))
+    the_town = Town(town)
+    stores = Stores(the_town)
+    [context] = ctxs.open_contexts(stores)
+    ctxs.mark_launch(stores.rig("alpha"), context.id)
+    # The launcher died after writing its pending record and before the polecat started.
+    record = {"id": "pc-lost", "executor": "local", "state": "pending", "item_id": "al-1", "rig": "alpha",
+              "context_id": context.id, "launcher_pid": 2 ** 22 + 7, "created_ts": time.time() - 3600,
+              "started_at": "2026-12-01T00:00:00.000000Z"}
+    (the_town.workers_dir / "pc-lost.json").write_text(json.dumps(record))
+    assert get_executor(the_town).find(context.id).state == "lost"
+    report = cycle(town)
+    assert [c["reason"] for c in report.closed] == ["dispatched"]  # crash recovery settles it
+    assert records(town) == []

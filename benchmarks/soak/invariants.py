@@ -198,8 +198,9 @@ def runs_recorded(ev: Evidence) -> list[str]:
     """Every launch has exactly one run record, and every run that ended has an outcome that fits.
 
     Asks ``sluice runs`` first, which records the ends nobody had looked at
-    yet (every polecat has ended by now).  A launch that never started (no
-    pid: crash recovery settled it) must have no record.
+    yet (every polecat has ended by now).  A launch the executor never saw
+    start (no pid) has no record, or one that ended ``vanished``: it was
+    reconciled while still pending, and what became of it nobody recorded.
     """
     done = cli(ev.layout, "runs", "--limit", "0", "--json")
     if done.returncode != 0:
@@ -217,8 +218,10 @@ def runs_recorded(ev: Evidence) -> list[str]:
         count = len(by_polecat.get(polecat_id, []))
         if started and count != 1:
             out.append(f"polecat {polecat_id} ({record.get('item_id')}): {count} run records")
-        elif not started and count:
-            out.append(f"polecat {polecat_id} never started, but has {count} run record(s)")
+        elif not started and count and (count > 1 or latest[by_polecat[polecat_id][0]].get("outcome")
+                                        != "vanished"):
+            out.append(f"polecat {polecat_id} never started, but has {count} run record(s)"
+                       " that did not end vanished")
     unknown = sorted(set(by_polecat) - set(ev.launches))
     out += [f"run record of polecat {p}, which the executor never launched" for p in unknown[:10]]
     fits = {"ok": lambda c: c == 0, "throttled": lambda c: c == 75,

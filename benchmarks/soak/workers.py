@@ -261,7 +261,7 @@ def exporter(w: Worker) -> None:
     put_back(export, original, temp)
     prefix = w.ids["read_only"] + "-"
     while True:
-        w.pause(1.0, 3.0)
+        w.pause(0.3, 1.0)
         _code, rows = w.call("running", ["polecat", "list", "--running", "--json"])
         running = {r["item_id"] for r in rows or [] if str(r.get("item_id", "")).startswith(prefix)}
         if not running:

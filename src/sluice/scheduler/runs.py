@@ -87,7 +87,12 @@ def record_launch(town: Town, item: dict, rig: str, polecat: Polecat, *, started
 
 
 def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[dict]:
-    """Run records for polecats an interrupted launch had started (none is written twice)."""
+    """Run records for polecats an interrupted launch had started (none is written twice).
+
+    A polecat the executor reports ``lost`` never started: crash recovery
+    settles its launch, and it is not a run.
+    """
+    found = [(context, polecat) for context, polecat in found if polecat.state != "lost"]
     if not found:
         return []
     known = {r.get("polecat_id") for r in log.read_runs(town).values()}
