@@ -294,3 +294,19 @@ def test_readiness_on_a_command_source_equals_the_same_export_read_from_a_file(
                         cli.run("item", "list", "--json").stdout))
     assert answers[0] == answers[1]
     assert json.loads(answers[0][0])  # the comparison is not of two empty answers
+
+
+def test_the_daemon_refreshes_due_sources_and_logs_a_failure(cli, beads_repo, printer, tmp_path):
+    export = write_export(tmp_path / "export.jsonl", [record("be-1")])
+    _added(cli, beads_repo, printer, export)
+    cli.run("config", "set", "rigs.be.items.refresh", "1h")
+    write_export(export, [record("be-1"), record("be-2")])
+    (beads_repo / ".beads" / "embeddeddolt" / "be" / "journal").write_bytes(b"a write")  # due
+    cli.run("daemon", "--once")
+    snapshot = cli.town / ".sluice" / "runtime" / "sources" / "be.jsonl"
+    assert [json.loads(line)["id"] for line in snapshot.read_text().splitlines()] == ["be-1", "be-2"]
+    set_mode(beads_repo, "fail")
+    cli.run("daemon", "--once")
+    logged = (cli.town / ".sluice" / "runtime" / "daemon.log").read_text()
+    assert "rig 'be': items command" in logged and "exited with status 3" in logged  # the daemon's own line
+    assert [json.loads(line)["id"] for line in snapshot.read_text().splitlines()] == ["be-1", "be-2"]
