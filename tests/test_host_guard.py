@@ -216,3 +216,33 @@ def test_sizes_read_binary_units():
     with pytest.raises(ValueError):
         parse_size(str(1 << 90))
     assert UsageError  # the CLI turns the ValueError into a usage error (test above)
+
+
+PSUTIL_PROBE = """
+import sys
+sys.argv = ["sluice", *sys.argv[1:]]
+from sluice.__main__ import main
+try:
+    main()
+finally:
+    sys.stderr.write("PSUTIL=" + str("psutil" in sys.modules) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("args", [("scheduler", "status", "--json"), ("scheduler", "explain", "al-2"),
+                                  ("scheduler", "list"), ("scheduler", "run", "--dry-run", "--json")],
+                         ids=" ".join)
+def test_hot_reads_show_the_kept_reading_without_importing_psutil(town, args):
+    configure(town, "scheduler.host.min_free_memory", "1B")
+    configure(town, "scheduler.host.max_load", "1000000")
+    configure(town, "scheduler.hold_file", "HOLD")
+    queue(town, "al-1", "al-2")
+    run_cycle(Town(town), batch=1)  # reads the machine and keeps the reading
+    for polecat in LocalExecutor(Town(town), stop_grace=1).active():  # a liveness check may import it
+        LocalExecutor(Town(town), stop_grace=1).stop(polecat.id)
+    LocalExecutor(Town(town)).reap()
+    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    done = subprocess.run([sys.executable, "-c", PSUTIL_PROBE, *args], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "PSUTIL=False"

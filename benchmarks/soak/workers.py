@@ -165,9 +165,9 @@ def controller(w: Worker) -> None:
             w.call("patrol", ["patrol", rig, "--fix", "--json"], rig=rig)
         elif roll < 0.6 and compact:
             w.call("compact", ["compact", "--json"])
-        elif roll < 0.7:
+        elif roll < 0.65:
             w.call("run", ["scheduler", "run", "--json"])
-        elif roll < 0.8 and gates:
+        elif roll < 0.85 and gates:
             toggle_gate(w)
         else:
             w.call("status", ["scheduler", "status", "--json"])
