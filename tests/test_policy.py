@@ -304,3 +304,18 @@ def test_a_policy_nested_too_deeply_to_parse_is_a_config_error_naming_the_file(t
     policy_path.write_text('{"weights": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(ConfigError, match=r"policy\.json: invalid JSON"):
         load_policy(policy_path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "dangling link"])
+def test_a_policy_that_is_not_a_regular_file_is_named_never_waited_on(tmp_path, kind):
+    import os
+
+    path = tmp_path / "policy.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "link to /dev/zero" else tmp_path / "nowhere.json")
+    expected = {"fifo": "is a FIFO", "link to /dev/zero": "is a character device",
+                "dangling link": "which does not exist"}[kind]
+    with pytest.raises(ConfigError, match=expected):
+        load_policy(path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sluice.core import scoring
 from sluice.errors import ConfigError, InvalidOperation, UsageError
-from sluice.store.fsutil import atomic_write_json, file_lock
+from sluice.store.fsutil import NotRegularFile, atomic_write_json, file_lock, read_regular
 
 WEIGHT_NAMES = scoring.WEIGHT_NAMES
 #: A weight (or penalty, or aging setting) as the file may hold it: finite, and small enough that no
@@ -101,9 +102,14 @@ def read_policy(path: Path) -> tuple[bytes | None, Policy]:
     """The policy and the exact bytes it was read from (None: no file, the defaults)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path)  # a FIFO or /dev/zero is named, never waited on or read forever
     except FileNotFoundError:
+        if path.is_symlink():  # a link to nothing is a mistake to name, not "no policy, the defaults"
+            target = os.readlink(path)
+            raise ConfigError(f"{path}: is a symbolic link to {target}, which does not exist") from None
         return None, Policy()
+    except NotRegularFile as exc:
+        raise ConfigError(f"{path}: {exc.strerror}; the policy must be a JSON file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the policy file ({exc})") from None
     try:
