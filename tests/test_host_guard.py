@@ -133,6 +133,8 @@ def test_the_hold_file_and_the_guard_hold_a_direct_mode_sling(town):
     configure(town, "scheduler.max_polecats", "-1")
     configure(town, "scheduler.hold_file", str(town / "HOLD"))
     (town / "HOLD").write_text("")
+    preview = sling(Town(town), ["al-1"], SlingOptions(dry_run=True))
+    assert preview.dispatched == [] and preview.skipped[0]["reason"].startswith("hold-file: ")
     result = sling(Town(town), ["al-1"], SlingOptions())
     assert not result.ok and result.errors[0]["code"] == rules.HOLD_FILE
     assert running(town) == []

@@ -516,10 +516,13 @@ def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOp
     queued = ctxs.open_by_item(stores, fresh=True)
     if options.dry_run:
         running = _running_items(executor, town)
+        held = gate_view.current(town).reasons  # the last cycle's reading: a dry run reads only
         for work in works:
             row = _already(work, queued, running)
             if row is not None:
                 result.already.append(row)
+            elif held:
+                result.skipped.append({"item_id": work.id, "reason": f"{held[0].code}: {held[0].detail}"})
             else:
                 result.dispatched.append({"item_id": work.id, "rig": work.rig, "polecat_id": None})
         return
