@@ -313,7 +313,7 @@ def materialise(town: Path, state: dict[str, bytes], into: Path) -> Path:
 
 def queued_items(town: Path) -> tuple[set[str] | None, str]:
     """The items queued in ``town`` by ``scheduler status`` (None and the error when it fails)."""
-    done = run(town, ["scheduler", "status", "--json"], check=False)
+    done = run(town, ["scheduler", "status", "--limit", "0", "--json"], check=False)
     if done.returncode != 0 or "internal error" in done.stderr or "Traceback" in done.stderr:
         return None, done.stderr.strip()
     return {row["id"] for row in json.loads(done.stdout)["items"]}, ""

@@ -258,3 +258,17 @@ def test_a_daemon_whose_log_and_heartbeat_refuse_keeps_dispatching(queue_town):
     assert "tick 1: dispatched 1" in done.stderr
     assert "warning:" in done.stderr and "daemon.log" in done.stderr and "daemon.json" in done.stderr
     assert open_contexts(cli.town, "alpha") == []
+
+
+def test_a_read_only_index_directory_costs_speed_not_the_answer(queue_town):
+    cli = queue_town
+    index = cli.town / ".sluice" / "runtime" / "index"
+    for old in index.glob("*"):
+        old.unlink()
+    with small_disk(index, "1m", read_only=True):
+        listed = cli.run("item", "list", "alpha", "--json", check=False)
+        status = cli.run("scheduler", "status", "--json", check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(row["id"] for row in json.loads(listed.stdout)) == ["al-1", "al-2"]
+    assert "cannot write the index" in listed.stderr and "Read-only file system" in listed.stderr
+    assert status.returncode == 0, status.stderr

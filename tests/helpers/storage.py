@@ -17,12 +17,14 @@ import pytest
 
 
 @contextlib.contextmanager
-def small_disk(path: Path, size: str = "4m") -> Iterator[Path]:
-    """``path`` as the mount point of a tmpfs of ``size`` bytes (``4m``, ``512k``), unmounted afterwards."""
+def small_disk(path: Path, size: str = "4m", read_only: bool = False) -> Iterator[Path]:
+    """``path`` as the mount point of a tmpfs of ``size`` bytes (``4m``, ``512k``), unmounted afterwards;
+    ``read_only``: mounted read-only (every write refused with EROFS, root's too)."""
     path.mkdir(parents=True, exist_ok=True)
     if shutil.which("mount") is None:
         pytest.skip("no mount command here, so no small disk to fill")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+    options = f"size={size}" + (",ro" if read_only else "")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"mounting a tmpfs is not permitted here ({done.stderr.strip() or done.returncode})")
