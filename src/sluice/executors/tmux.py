@@ -284,14 +284,12 @@ class TmuxExecutor:
         return self._polecat(newest, self.sessions())
 
     def stop(self, polecat_id: str) -> bool:
-        """SIGTERM the pane's process group, SIGKILL what is left after a grace period, end the session."""
+        """SIGTERM the pane's whole tree (its process group and every descendant, ``setsid`` helpers
+        included), SIGKILL what is left after a grace period, end the session."""
         pid = self.sessions().get(polecat_id)
         if pid is None:
             return False
-        _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while _group_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        procs.stop_tree(pid, None, STOP_GRACE_SECONDS)
         if _group_alive(pid):
             _signal_group(pid, signal.SIGKILL)
         self._tmux("kill-session", "-t", f"={polecat_id}")
