@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -54,7 +55,9 @@ def test_list_rows_ready_in_rank_order_then_blocked(cli, town):
     assert first["enqueued_at"] == fields(open_contexts(town, "alpha", "al-c")[0])["enqueued_at"]
     assert cli.json("scheduler", "list") == rows  # deterministic
     text = cli.run("scheduler", "list").stdout
-    assert "Scheduled work (4 item(s))" in text and "blocked al-b" in text
+    assert "Scheduled work (4 item(s))" in text and re.search(r"\bblocked +al-b\b", text)
+    header = ["#", "STATE", "ITEM", "RIG", "PRI", "SCORE", "WAITS", "FOR", "TITLE"]
+    assert text.splitlines()[2].split() == header
 
 
 def test_titles_cannot_forge_rows_or_drive_the_terminal(cli, town):

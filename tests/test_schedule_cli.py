@@ -270,7 +270,9 @@ def test_text_output_is_one_line_per_decision(two_rigs):
     cli = two_rigs
     write_items(cli.town, "alpha", [item("al-1", priority=0, title="First"), item("al-2", minute=1)])
     lines = cli.run("schedule", "next", "--limit", "2", "--preview").stdout.splitlines()
-    assert lines == ["next\tal-1\t4.125\t-\talpha\tFirst", "next\tal-2\t2.125\t-\talpha\twork al-2"]
+    assert lines == ["DECISION  ITEM  SCORE  GRAPH  RIG    TITLE",  # a header over aligned columns
+                     "next      al-1   4.12  -      alpha  First",
+                     "next      al-2   2.12  -      alpha  work al-2"]
 
 
 # -- fairness (metagit never tested it) ---------------------------------------------------
@@ -422,10 +424,11 @@ def test_status_reports_policy_ready_count_recent_decisions_and_merge_pressure(t
     assert cli.json("schedule", "status", "--recent", "10")["recent_decisions"][-1] == first[0]
     assert cli.json("schedule", "status", "--recent", "0")["recent_decisions"] == []
     assert cli.run("schedule", "status", "--recent", "-1", check=False).returncode == 2
-    assert cli.run("schedule", "status").stdout.splitlines()[:2] == [
-        "ready=3 recent=3",
-        "merge_pressure=alpha:1",
-    ]
+    text = cli.run("schedule", "status").stdout.splitlines()
+    assert text[:5] == ["Schedule status", "", "  Ready items:       3",
+                        "  Recent decisions:  3 shown (newest first)",
+                        "  Merge pressure:    alpha (1 in its merge queue)"]
+    assert text[7].split() == ["AT", "DECISION", "ITEM", "SCORE", "BY"]
 
 
 def test_status_reads_only_the_end_of_a_long_log(two_rigs):
@@ -510,7 +513,11 @@ def test_policy_show_defaults_and_set_round_trip(two_rigs):
         is False
     )
     text = cli.run("schedule", "policy", "show").stdout
-    assert text.startswith("priority=2.0 affinity=0.5 cost=0.25 fairness=0.1 merge_threshold=5 penalty=1.5")
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()[3:] if line.strip()}
+    assert text.startswith("Scoring policy\n\n  SETTING")
+    weights = (rows["priority"], rows["affinity"], rows["cost"], rows["fairness"])
+    assert weights == ("2.0", "0.5", "0.25", "0.1")
+    assert (rows["merge_queue_threshold"], rows["merge_pressure_penalty"]) == ("5", "1.5")
 
 
 def test_a_threshold_below_one_is_refused_on_set_and_on_load(two_rigs):

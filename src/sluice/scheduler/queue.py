@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.core import admission as rules
 from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
+from sluice.core.items import priority_of
 from sluice.errors import ExecutorError, StoreCorrupt, UsageError
 from sluice.executors import get_executor
 from sluice.scheduler.admission import assess, binding_of, reasons_of, why
@@ -62,6 +63,7 @@ def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
         "dispatch_failures": fields.dispatch_failures,
         "last_failure": fields.last_failure or None,
         "retry_at": retry_due_at(fields, *retry),  # when the daemon tries a failed launch again
+        "priority": priority_of(work.item),
         "score": work.score,
         "promoted_at": fields.promoted_at or None,
         "held": None,  # or why the context waits although its item may be ready (e.g. missing-item)
@@ -87,6 +89,7 @@ def _held_row(held) -> dict:
         "dispatch_failures": fields.dispatch_failures,
         "last_failure": fields.last_failure or None,
         "retry_at": None,
+        "priority": None,
         "score": None,
     }
 

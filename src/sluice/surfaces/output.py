@@ -51,6 +51,31 @@ def emit(data: Any, as_json: bool, human: Callable[[Any], str | None] | None = N
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+# -- text for people ---------------------------------------------------------------
+
+
+def table(header: list[str], rows: list[list[str]], right: tuple[int, ...] = (), indent: str = ""
+          ) -> list[str]:
+    """Rows under a header, each column as wide as its widest cell, numbers (``right``) right-aligned.
+
+    Cells are text already shown (escaped); the last column is not padded, so
+    a long title costs nothing to the columns before it.
+    """
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        padded = [c.rjust(w) if i in right else c.ljust(w)
+                  for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return (indent + "  ".join(padded)).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def score_text(score) -> str:
+    """A score as people read it, to two decimals (``4.03``); the JSON keeps every digit."""
+    return "-" if not isinstance(score, (int, float)) or isinstance(score, bool) else f"{score:.2f}"
+
+
 # -- items as text ------------------------------------------------------------------
 
 
@@ -98,12 +123,55 @@ def ready_text(rows) -> str:
 def next_text(decisions: list[dict]) -> str:
     if not decisions:
         return "No ready items."
-    return "\n".join(
-        f"{'skipped' if d['skipped'] else 'next'}\t{shown(d['node_id'])}\t{d['score']}"
-        f"\t{shown(d['graph_id']) or '-'}\t{d['dispatch_hints']['project']}"
-        f"\t{shown(d['dispatch_hints']['title'])}"
-        for d in decisions
-    )
+    rows = [["skipped" if d["skipped"] else "next", shown(d["node_id"]), score_text(d["score"]),
+             shown(d["graph_id"]) or "-", shown(d["dispatch_hints"]["project"]),
+             shown(d["dispatch_hints"]["title"])] for d in decisions]
+    return "\n".join(table(["DECISION", "ITEM", "SCORE", "GRAPH", "RIG", "TITLE"], rows, right=(2,)))
+
+
+def schedule_status_text(data: dict) -> str:
+    """``schedule status``: the ready count, merge pressure, then the recent decisions as a table."""
+    recent = data["recent_decisions"]
+    lines = ["Schedule status", "", f"  Ready items:       {data['ready_count']}",
+             f"  Recent decisions:  {len(recent)} shown (newest first)"]
+    pressure = data["merge_pressure"]
+    lines.append("  Merge pressure:    " + (", ".join(f"{shown(rig)} ({n} in its merge queue)"
+                                                   for rig, n in pressure.items()) or "none"))
+    weights = data["policy"]["weights"]
+    lines.append("  Weights:           " + ", ".join(f"{k} {v}" for k, v in weights.items() if v is not None))
+    if recent:
+        rows = [[shown(d.get("at")), "skipped" if d.get("skipped") else "next", shown(d.get("node_id")),
+                 score_text(d.get("score")), shown(d.get("source") or "schedule next")] for d in recent]
+        lines += ["", *table(["AT", "DECISION", "ITEM", "SCORE", "BY"], rows, right=(3,), indent="  ")]
+    return "\n".join(lines)
+
+
+def policy_text(p: dict) -> str:
+    """``schedule policy show``: one line per setting, with what it does; graph overrides below."""
+    w = p["weights"]
+    settings = [
+        ("priority", w["priority"], "weight of urgency (4 - priority)"),
+        ("affinity", w["affinity"], "weight of a warm rig"),
+        ("cost", w["cost"], "weight of cheapness, 1/(1 + tokens/1000)"),
+        ("fairness", w["fairness"], "weight of the least-scheduled rigs"),
+    ]
+    if w.get("deadline") is not None:
+        settings.append(("deadline", w["deadline"], "weight of a near due_at"))
+    settings += [
+        ("merge_queue_threshold", p["merge_queue_threshold"], "merge-queue depth that pressures a rig"),
+        ("merge_pressure_penalty", p["merge_pressure_penalty"], "points a pressured rig loses"),
+        ("skip_on_merge_pressure", p["skip_on_merge_pressure"], "pressured items are skipped, not chosen"),
+    ]
+    for key in ("aging", "aging_max"):
+        if key in p:
+            settings.append((key, p[key], "points per hour queued" if key == "aging" else "at most this"))
+    rows = [[name, json.dumps(value) if isinstance(value, bool) else str(value), what]
+            for name, value, what in settings]
+    lines = ["Scoring policy", "", *table(["SETTING", "VALUE", "MEANING"], rows, right=(1,), indent="  ")]
+    for graph, o in p["graph_overrides"].items():
+        set_weights = ", ".join(f"{k} {v}" for k, v in o.items() if v is not None) or "no weights"
+        lines.append(f"  graph {shown(graph)}: {set_weights}")
+    return "\n".join(lines)
 
 
 def queue_status_text(data: dict) -> str:
@@ -190,21 +258,24 @@ def host_line(host: dict | None) -> str:
 def queue_text(rows: list[dict]) -> str:
     if not rows:
         return "Nothing scheduled.\n(Deferred dispatch is on when scheduler.max_polecats > 0.)"
-    lines = [f"Scheduled work ({len(rows)} item(s))", ""]
-    for row in rows:
-        mark = "held   " if row.get("held") else "blocked" if row["blocked"] else "ready  "
+    out = []
+    for n, row in enumerate(rows, start=1):
+        mark = "held" if row.get("held") else "blocked" if row["blocked"] else "ready"
         fails = f"  [{row['dispatch_failures']} failed]" if row["dispatch_failures"] else ""
         text = shown(row["title"])
         if row.get("held"):
             since = f" since {row['missing_since']}" if row.get("missing_since") else ""
             closes = f", closed at {row['closes_at']} if still missing" if row.get("closes_at") else ""
             text = f"({row['held']}: item not found in any rig{since}{closes})"
-        elif row.get("why"):
-            text += f"  (waits: {', '.join(row['why'])})"
         if row.get("promoted_at"):
             text += "  [promoted]"
-        lines.append(f"  {mark} {shown(row['id']):<16} → {shown(row['target_rig']):<12} {text}{fails}")
-    return "\n".join(lines)
+        priority = row.get("priority")
+        out.append([str(n), mark, shown(row["id"]), shown(row["target_rig"]),
+                    "-" if priority is None else f"P{priority}", score_text(row.get("score")),
+                    ", ".join(map(shown, row.get("why") or ())) or "-", text + fails])
+    header = ["#", "STATE", "ITEM", "RIG", "PRI", "SCORE", "WAITS FOR", "TITLE"]
+    return "\n".join([f"Scheduled work ({len(rows)} item(s)) in dispatch order", "",
+                      *table(header, out, right=(0, 5), indent="  ")])
 
 
 def explain_text(data: dict) -> str:

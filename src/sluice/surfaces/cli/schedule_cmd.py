@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from sluice.core.defaults import NEXT_LIMIT
-from sluice.surfaces.cli.common import JsonOption, emit, shown, town
-from sluice.surfaces.output import next_text
+from sluice.surfaces.cli.common import JsonOption, emit, town
+from sluice.surfaces.output import next_text, policy_text, schedule_status_text
 
 schedule_app = typer.Typer(
     help="Advisory scoring: which ready item should go next. Advice only: it launches nothing"
@@ -38,23 +38,13 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Policy, ready count, recent decisions (newest first) and merge pressure."""
-    emit(town().schedule_status(recent=recent).to_json(), as_json, _status_text)
-
-
-def _status_text(data: dict) -> str:
-    lines = [f"ready={data['ready_count']} recent={len(data['recent_decisions'])}"]
-    if data["merge_pressure"]:
-        lines.append("merge_pressure=" + ",".join(f"{rig}:{n}" for rig, n in data["merge_pressure"].items()))
-    for d in data["recent_decisions"]:
-        lines.append(f"  {shown(d.get('at'))}  {'skipped' if d.get('skipped') else 'next':<7}"
-                     f" {shown(d.get('node_id'))}  {shown(d.get('score'))}")
-    return "\n".join(lines)
+    emit(town().schedule_status(recent=recent).to_json(), as_json, schedule_status_text)
 
 
 @policy_app.command("show")
 def policy_show(as_json: JsonOption = False) -> None:
     """The scoring policy in force (defaults when there is no policy file)."""
-    emit(town().policy().to_json(), as_json, _policy_text)
+    emit(town().policy().to_json(), as_json, policy_text)
 
 
 @policy_app.command("set")
@@ -92,7 +82,7 @@ def policy_set(
         merge_queue_threshold=merge_queue_threshold, merge_pressure_penalty=merge_pressure_penalty,
         skip_on_merge_pressure=skip_on_merge_pressure, graph_id=graph_id, aging=aging,
         aging_max=aging_max)
-    emit(policy.to_json(), as_json, lambda p: "policy updated\n" + _policy_text(p))
+    emit(policy.to_json(), as_json, lambda p: "policy updated\n" + policy_text(p))
 
 
 @policy_app.command("unset")
@@ -101,21 +91,7 @@ def policy_unset(
     as_json: JsonOption = False,
 ) -> None:
     """Remove one graph's weight overrides (its items use the base weights again); prints the policy."""
-    emit(town().unset_policy(graph_id).to_json(), as_json, lambda p: "policy updated\n" + _policy_text(p))
-
-
-def _policy_text(p: dict) -> str:
-    w = p["weights"]
-    lines = [
-        f"priority={w['priority']} affinity={w['affinity']} cost={w['cost']} fairness={w['fairness']}"
-        + (f" deadline={w['deadline']}" if w.get("deadline") else "") +
-        f" merge_threshold={p['merge_queue_threshold']} penalty={p['merge_pressure_penalty']}"
-        f" skip_on_pressure={p['skip_on_merge_pressure']}"
-    ]
-    for graph, o in p["graph_overrides"].items():
-        set_weights = " ".join(f"{k}={v}" for k, v in o.items() if v is not None) or "(no weights)"
-        lines.append(f"  graph {graph}: {set_weights}")
-    return "\n".join(lines)
+    emit(town().unset_policy(graph_id).to_json(), as_json, lambda p: "policy updated\n" + policy_text(p))
 
 
 def register(app: typer.Typer) -> None:
