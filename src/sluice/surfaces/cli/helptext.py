@@ -38,6 +38,7 @@ METAVARS = {
     "token_file": "FILE",
     "allow_host": "HOST",
     "town": "PATH",
+    "since": "DURATION",
 }
 
 #: A few typical command lines per command (without the leading ``sluice``), shown under its help.
@@ -48,6 +49,7 @@ EXAMPLES: dict[str, list[str]] = {
                    "config set executor.command '[\"my-agent\", \"--item\", \"{item_id}\"]'"],
     "daemon": ["daemon", "daemon --once", "daemon --interval 60 --timeout 120"],
     "demo": ["demo", "demo --web --port 0", "demo --work-seconds 1-3 --keep"],
+    "feed": ["feed", "feed --follow --rig api", "feed --kind PolecatExited --since 2h"],
     "hooks install": ["hooks install api"],
     "hooks report": ["hooks report --rig api", "hooks report --repo . --hook pre-push --json"],
     "hooks uninstall": ["hooks uninstall api"],
@@ -80,10 +82,11 @@ EXAMPLES: dict[str, list[str]] = {
     "schedule policy show": ["schedule policy show", "schedule policy show --json"],
     "schedule policy unset": ["schedule policy unset --graph-id api-4"],
     "schedule status": ["schedule status", "schedule status --recent 10"],
+    "runs": ["runs", "runs --item api-3", "runs --outcome failed --since 1h --json"],
     "scheduler broken": ["scheduler broken"],
     "scheduler clear": ["scheduler clear", "scheduler clear --item api-2"],
     "scheduler explain": ["scheduler explain api-2", "scheduler explain api-2 --json"],
-    "scheduler list": ["scheduler list", "scheduler list --json"],
+    "scheduler list": ["scheduler list", "scheduler list --limit 20 --json"],
     "scheduler pause": ["scheduler pause"],
     "scheduler promote": ["scheduler promote api-6", "scheduler promote api-6 --undo"],
     "scheduler reset": ["scheduler reset api-2"],
