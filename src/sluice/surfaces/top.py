@@ -2,9 +2,13 @@
 
 Everything on screen comes from ``Town.snapshot()`` (:mod:`sluice.api`),
 the document ``sluice snapshot --json`` prints, so top never disagrees with
-the CLI; ``p`` calls the facade's ``pause``/``resume``.  The frame is
-redrawn once a second, at once when the state file, the event log or the
-polecat records change, and at once on a resize.
+the CLI; ``p`` calls the facade's ``pause``/``resume``.  A new snapshot is
+taken at once when the signature of the town's sources moves
+(:mod:`sluice.surfaces.watching`: config, state, logs, polecat records,
+each rig's log and items), else only after the backstop; the frame is
+redrawn every interval with the running polecats' runtimes ticked, and at
+once on a resize — so an idle top costs a few stat calls a second, not a
+survey of the queue.
 
 * It runs on the terminal's alternate screen (rich ``Live(screen=True)``):
   each frame replaces the last in one write, so nothing flickers and the
@@ -36,6 +40,7 @@ from rich.text import Text
 from sluice.core.text import printable
 from sluice.errors import SluiceError
 from sluice.surfaces.screen import Column, Section, frame, pack
+from sluice.surfaces.watching import BACKSTOP, Sources
 
 if TYPE_CHECKING:
     from sluice.api import Town
@@ -293,19 +298,6 @@ def print_once(town: Town, console: Console | None = None, rig_filter: str | Non
     console.print(render(town.snapshot(), rig_filter, height=height, width=console.width), height=height)
 
 
-def _watched(town: Town) -> tuple:
-    """What changes when the town does: the state file, the event log, the polecat records."""
-    out = []
-    files = town.files
-    for path in (files.state_path, files.events_path, files.workers_dir):
-        try:
-            st = os.stat(path)
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
-
-
 class _Keys:
     """Single key presses from a terminal, without echo; nothing at all when stdin is not one."""
 
@@ -354,17 +346,29 @@ class Top:
         self.prompt: str | None = None
         self.message: str | None = None
         self.snap: dict | None = None
+        self.taken = 0.0  # when (monotonic) the snapshot was taken
         self.dirty = True
 
     def frame(self):
         if self.snap is None:
             return Text("loading…")
-        return render(self.snap, self.rig_filter, self.prompt, self.console.height, self.console.width,
+        return render(self.ticked(), self.rig_filter, self.prompt, self.console.height, self.console.width,
                       message=self.message)
+
+    def ticked(self) -> dict:
+        """The snapshot with its running polecats' runtimes moved on to now (no new survey for that)."""
+        late = time.monotonic() - self.taken
+        if late < 0.5 or not self.snap.get("polecats"):
+            return self.snap
+        polecats = [{**p, "runtime_seconds": p["runtime_seconds"] + late}
+                    if isinstance(p.get("runtime_seconds"), int | float) else p
+                    for p in self.snap["polecats"]]
+        return {**self.snap, "polecats": polecats}
 
     def refresh(self) -> None:
         try:
             self.snap = self.take(self.town)
+            self.taken = time.monotonic()
             self.message = None
         except SluiceError as err:  # a broken file is shown, and top keeps watching for the fix
             self.message = f"error: {err}"
@@ -409,21 +413,26 @@ class Top:
         try:
             with _Keys() as keys, Live(console=self.console, screen=True, auto_refresh=False,
                                        redirect_stdout=False, redirect_stderr=False) as live:
+                sources = Sources(self.town.files)
                 seen = None
-                next_at = 0.0
+                next_at = drawn_at = 0.0
                 while True:
                     now = time.monotonic()
-                    watched = _watched(self.town)
+                    watched = sources.signature()
                     if self.dirty or now >= next_at or watched != seen:
                         seen = watched
                         self.refresh()
                         self.dirty = False
-                        next_at = now + self.interval
+                        next_at = now + max(self.interval, BACKSTOP)
+                        drawn_at = now + self.interval
+                        live.update(self.frame(), refresh=True)
+                    elif now >= drawn_at:  # the clock moved on: the same snapshot, runtimes ticked
+                        drawn_at = now + self.interval
                         live.update(self.frame(), refresh=True)
                     elif resized:
                         resized.clear()
                         live.update(self.frame(), refresh=True)
-                    data = keys.read(0.1)
+                    data = keys.read(0.25)
                     if data:
                         if not self.key(data):
                             return

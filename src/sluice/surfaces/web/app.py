@@ -2,9 +2,9 @@
 
 * ``GET /api/state`` is :func:`sluice.scheduler.snapshot.snapshot`, exactly
   what ``sluice snapshot --json`` prints; ``GET /api/events`` streams it as
-  server-sent events (``event: state``) whenever it changes — at once when
-  the state file, the event log or the polecat records change, else at most
-  once per interval (runtimes tick) — computed once for every open stream
+  server-sent events (``event: state``) whenever it changes — when a source
+  file's signature moves (:mod:`sluice.surfaces.watching`), else after its
+  backstop (the page ticks runtimes itself) — computed once for every open stream
   (:mod:`sluice.surfaces.web.feed`), at most ``max_streams`` of them.
   ``GET /api/explain/{item}`` explains one item; ``GET /api/logs/{polecat}``
   is the tail of a polecat's output.
@@ -43,6 +43,7 @@ from starlette.staticfiles import StaticFiles
 
 from sluice.core.text import printable
 from sluice.errors import SluiceError, UnknownItem, UnknownPolecat, UsageError, internal_error_text
+from sluice.surfaces.watching import Sources
 from sluice.surfaces.web.feed import DEFAULT_MAX_STREAMS, Feed
 
 if TYPE_CHECKING:
@@ -54,18 +55,6 @@ KEEPALIVE = 5.0  # seconds: a stream with nothing new still sends a comment this
 ACTOR = "sluice web"  # who every action from the page is recorded as
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
        " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-
-
-def _watched(town: Town) -> tuple:
-    out = []
-    files = town.files
-    for path in (files.state_path, files.events_path, files.workers_dir, files.config_path):
-        try:
-            st = os.stat(path)
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
 
 
 def _error(err: Exception, status: int = 400) -> JSONResponse:
@@ -81,7 +70,8 @@ class Dashboard:
         self.town = town
         self.token = token.encode("utf-8")
         self.interval = interval
-        self.feed = Feed(self._snapshot, lambda: _watched(self.town), interval, max_streams)
+        sources = Sources(town.files)
+        self.feed = Feed(self._snapshot, sources.signature, interval, max_streams)
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:

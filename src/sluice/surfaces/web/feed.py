@@ -2,10 +2,11 @@
 
 Each stream used to compute the whole snapshot itself every second, so ten
 open tabs cost ten surveys of the queue a second.  Now one task, running
-while at least one stream is open, watches the town's files and computes
-the snapshot when one of them changed (or once per interval, since
-runtimes and clocks tick without a file changing); every stream sends the
-newest message it has not sent yet.  The number of open streams is
+while at least one stream is open, watches the signature of the town's
+sources (:mod:`sluice.surfaces.watching`) and computes the snapshot when it
+changed, or after the backstop for what moves with the clock alone (the
+page ticks runtimes itself); every stream sends the newest message it has
+not sent yet.  The number of open streams is
 bounded, so a page left open in many tabs, or a misbehaving client, cannot
 pile up connections: one past the bound is answered 503 at once.
 """
@@ -17,6 +18,7 @@ import json
 from collections.abc import Callable
 
 from sluice.errors import SluiceError
+from sluice.surfaces.watching import BACKSTOP
 
 POLL = 0.25  # seconds between looks at the watched files
 DEFAULT_MAX_STREAMS = 32
@@ -69,7 +71,7 @@ class Feed:
         while self.streams > 0:
             watched = await asyncio.to_thread(self.watched)
             if watched != seen or loop.time() >= next_at:
-                seen, next_at = watched, loop.time() + self.interval
+                seen, next_at = watched, loop.time() + max(self.interval, BACKSTOP)
                 try:
                     snapshot = await asyncio.to_thread(self.compute)
                     data, kind = json.dumps(snapshot, ensure_ascii=False), "state"

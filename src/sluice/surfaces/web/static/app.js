@@ -259,8 +259,18 @@ function decisionLine(d) {
   return li;
 }
 
+// The server sends a snapshot when the town changes; running polecats' runtimes tick here meanwhile.
+let receivedAt = Date.now();
+setInterval(() => {
+  if (!current || !(current.polecats || []).length) return;
+  const late = (Date.now() - receivedAt) / 1000;
+  drawPolecats({...current, polecats: current.polecats.map((p) => (
+    typeof p.runtime_seconds === "number" ? {...p, runtime_seconds: p.runtime_seconds + late} : p))});
+}, 1000);
+
 function draw(snap) {
   current = snap;
+  receivedAt = Date.now();
   drawHeader(snap);
   drawRigChoice(snap);
   drawQueue(snap);

@@ -1,0 +1,59 @@
+"""What a live view watches to know the town changed: the signature of every file a snapshot reads.
+
+``top`` and the web feed used to compute the whole snapshot (a survey of
+the queue) every second, changed or not: about half a core on a few
+thousand queued items.  Now they compute it again when this signature
+moves — the config, the state and admission files, the policy, the event,
+decision and run logs, the polecat records (their directory), and each
+rig's ephemeral log and items file — and
+otherwise only every :data:`BACKSTOP` seconds, for what moves with the
+clock alone (a deferral or a backoff ending, a host reading); polecat
+runtimes tick on screen without a new snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.errors import SluiceError
+from sluice.store.fsutil import file_signature
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.store.town import Town
+
+#: Seconds between snapshots when no watched file changed.
+BACKSTOP = 30.0
+
+
+class Sources:
+    """The signature of a town's sources, cheap enough to take several times a second (stat calls)."""
+
+    def __init__(self, town: Town):
+        self.town = town
+        self._config: str | None = None
+        self._rig_paths: tuple[Path, ...] = ()
+
+    def _paths(self) -> tuple[Path, ...]:
+        town = self.town
+        config = file_signature(town.config_path)
+        if config != self._config:  # the rigs, and where their items are, come from the config
+            self._config = config
+            try:
+                paths = []
+                for rig in town.rigs():
+                    own = town.rig_dir(rig.name)
+                    items = rig.items if rig.items is not None else own / "issues.jsonl"
+                    paths += [own / "ephemeral.jsonl", items]
+                self._rig_paths = tuple(paths)
+            except SluiceError:  # a broken config: the view shows the error and watches for the fix
+                self._rig_paths = ()
+        # Files, not the runtime directory: read commands keep caches there, and a view that
+        # counted their writes as changes would survey again after its own snapshot.
+        admission = tuple(town.runtime / f"{name}.json" for name in ("budget", "throttles", "breaker"))
+        return (town.config_path, town.state_path, town.events_path, town.workers_dir, *admission,
+                town.policy_path, town.decisions_path, town.dir / "runs" / "runs.jsonl", *self._rig_paths)
+
+    def signature(self) -> tuple:
+        return tuple(file_signature(path) for path in self._paths())
