@@ -118,3 +118,29 @@ def test_every_text_view_is_escaped_on_its_way_out(capsys):
     emit({"title": NASTY}, False, lambda data: f"row\t{data['title']}")
     out = capsys.readouterr().out
     assert out == "row\t" + r"red\x1b[31m nul\x00 rtl\u202e line" + "\nbreak\n"
+
+
+# Where a command-line module may write to a stream itself, and why; anything else goes through
+# output.emit / output.write_text (stdout) or common.say (stderr), which escape what they print.
+RAW_WRITERS = {
+    ("__init__.py", "sys.stdout.write"): "the version line",
+    ("__init__.py", "sys.stderr.write"): "the error edge, each message escaped where it is written",
+    ("common.py", "sys.stderr.write"): "`say` itself, which escapes",
+    ("polecat_cmd.py", "sys.stdout.write"): "`polecat logs`: the polecat's own output, as it wrote it",
+    ("runs_cmd.py", "sys.stdout.write"): "`feed --follow --json`: JSON lines",
+}
+
+
+def test_no_command_prints_around_the_escaping_helpers():
+    """A new view cannot forget to escape: a test names every place that writes to a stream."""
+    import re
+    from pathlib import Path
+
+    import sluice.surfaces.cli as cli_package
+
+    found = set()
+    for module in sorted(Path(cli_package.__file__).parent.glob("*.py")):
+        text = module.read_text(encoding="utf-8")
+        for writer in re.findall(r"\b(sys\.std(?:out|err)\.write|typer\.echo|print)\(", text):
+            found.add((module.name, writer))
+    assert found <= set(RAW_WRITERS), sorted(found - set(RAW_WRITERS))

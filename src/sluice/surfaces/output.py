@@ -46,9 +46,17 @@ def emit(data: Any, as_json: bool, human: Callable[[Any], str | None] | None = N
         return
     text = human(data) if human is not None else to_json(data)
     if text:
-        # The last line of defence: whatever a view forgot to escape still cannot drive the terminal.
-        text = printable_text(text)
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        write_text(text)
+
+
+def write_text(text: str) -> None:
+    """Text for a person on stdout, every unsafe character escaped: the one way a view prints.
+
+    The last line of defence: whatever a view forgot to escape field by field
+    still cannot drive the terminal.
+    """
+    text = printable_text(text)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 # -- text for people ---------------------------------------------------------------

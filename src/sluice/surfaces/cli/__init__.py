@@ -88,9 +88,9 @@ def _usage_error(err: typer.TyperException) -> None:
     """One plain ``error: …`` line and where to look, exit 2; bare ``sluice`` still shows the help."""
     ctx = getattr(err, "ctx", None)
     if type(err).__name__ == "NoArgsIsHelpError":  # a group named without a command: its help is the answer
-        sys.stderr.write(err.format_message().rstrip("\n") + "\n")
+        sys.stderr.write(printable_text(err.format_message().rstrip("\n")) + "\n")
         sys.exit(2)
-    sys.stderr.write(f"error: {err.format_message()}\n")
+    sys.stderr.write(f"error: {printable_text(err.format_message())}\n")
     if ctx is not None:
         _try_help(ctx.command_path)
     sys.exit(getattr(err, "exit_code", 2))

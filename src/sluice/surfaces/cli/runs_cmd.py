@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, shown, town
+from sluice.surfaces.output import write_text
 
 SinceOption = Annotated[str | None, typer.Option("--since", help="Only this recent: a duration (30m, 2h).")]
 RigOption = Annotated[str | None, typer.Option("--rig", help="Only this rig.")]
@@ -79,7 +80,10 @@ def _print(row: dict, as_json: bool) -> None:
     """One row at a time (JSON lines with --follow --json: the stream has no end to close an array)."""
     from sluice.scheduler.feed import line
 
-    sys.stdout.write((json.dumps(row, ensure_ascii=False) if as_json else line(row)) + "\n")
+    if as_json:
+        sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+    else:
+        write_text(line(row))
     sys.stdout.flush()
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, town
+from sluice.surfaces.output import write_text
 
 rig_app = typer.Typer(help="Register and list rigs (git repositories with work items).", no_args_is_help=True)
 config_app = typer.Typer(help="Read and change town configuration.", no_args_is_help=True)
@@ -111,7 +112,7 @@ def config_get(key: Annotated[str, typer.Argument(help="e.g. scheduler.max_polec
     import json
 
     value = town().config_get(key)
-    typer.echo(json.dumps(value) if isinstance(value, (list, dict)) else value)
+    write_text(json.dumps(value) if isinstance(value, (list, dict)) else "" if value is None else str(value))
 
 
 @config_app.command(
@@ -123,7 +124,7 @@ def config_set(
 ) -> None:
     """Set one config value; a bad value is refused naming the key and what it accepts."""
     town().config_set(key, value)
-    typer.echo(f"Set {key} = {value}")
+    write_text(f"Set {key} = {value}")
 
 
 def register(app: typer.Typer) -> None:
