@@ -19,6 +19,7 @@ TOOLS = {
     "sluice_scheduler_status", "sluice_scheduler_list", "sluice_scheduler_run", "sluice_scheduler_pause",
     "sluice_scheduler_resume", "sluice_scheduler_clear", "sluice_patrol", "sluice_scheduler_explain",
     "sluice_scheduler_throttle", "sluice_scheduler_broken", "sluice_runs", "sluice_feed",
+    "sluice_scheduler_promote",
 }  # fmt: skip
 
 
@@ -277,3 +278,20 @@ def test_an_unexpected_error_is_a_tool_error_with_its_reason(cli: Cli, monkeypat
     with pytest.raises(ToolError, match="internal error: ValueError: year 11409972") as raised:
         asyncio.run(server.call_tool("sluice_scheduler_status", {}))
     assert not isinstance(raised.value, UnexpectedToolError)  # the SDK logs no traceback for it
+
+
+def test_promote_and_run_one_item_answer_as_the_cli(cli: Cli, queued: dict):
+    env = {"SLUICE_TOWN": str(cli.town)}
+    _names, results = session_calls(env, [
+        ("sluice_scheduler_promote", {"item_id": queued["first"]}),
+        ("sluice_scheduler_run", {"item_id": queued["second"], "dry_run": True}),
+        ("sluice_scheduler_run", {"item_id": queued["first"], "dry_run": True}),
+        ("sluice_scheduler_promote", {"item_id": queued["first"], "undo": True}),
+    ])
+    promoted = payload(results[0])
+    assert promoted["promoted"] is True and promoted["changed"] is True and promoted["promoted_at"]
+    is_error, text = results[1]  # not queued: the reason is in the error, as explain says it
+    assert is_error and "not launched" in text and "not-queued" in text
+    assert [row["item_id"] for row in payload(results[2])["planned"]] == [queued["first"]]
+    assert payload(results[3])["changed"] is True
+    assert cli.json("scheduler", "list")[0]["promoted_at"] is None
