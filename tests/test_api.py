@@ -343,3 +343,31 @@ def test_a_result_whose_document_lost_a_field_fails_at_once():
     assert ResetResult.from_json({"item_id": "al-1", "rig": "alpha", "context_id": None, "reset": True}).reset
     with pytest.raises(KeyError, match="context_id"):
         ResetResult.from_json({"item_id": "al-1", "rig": "alpha", "context": None, "reset": True})
+
+
+def test_one_call_reads_the_config_once_and_asks_the_executor_once(town, monkeypatch):
+    """A Session per call: status reads config.json once and asks for the running polecats once."""
+    from sluice.store.town import Town as TownFiles
+
+    town.config_set("scheduler.max_polecats", "2")
+    town.sling([town.create_item("api", "queued")["id"]])
+    reads, asks = [], []
+    real_reload, real_active = TownFiles.reload_config, town.executor.active
+    monkeypatch.setattr(TownFiles, "reload_config", lambda self: reads.append(1) or real_reload(self))
+    monkeypatch.setattr(town.executor, "active", lambda: asks.append(1) or real_active())
+    for call in (town.status, town.list, lambda: town.explain("api-nope")):
+        reads.clear()
+        asks.clear()
+        call()
+        assert (len(reads), len(asks)) == (1, 1), call
+
+
+def test_an_executor_that_cannot_be_asked_is_kept_as_the_session_problem(town):
+    from sluice.scheduler.session import Session
+
+    town.config_set("scheduler.max_polecats", "2")
+    town.executor.unavailable = "cluster down"
+    session = Session(town.files, town.executor)
+    assert session.active is None and session.problem == "cluster down"
+    assert session.find("any-context") is None
+    assert town.status().executor_error == "cluster down"

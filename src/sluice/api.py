@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.launching import CycleReport
     from sluice.scheduler.mergequeue import MergeQueue
+    from sluice.scheduler.session import Session
     from sluice.scheduler.sling import SlingResult
     from sluice.store.kept import KeptReads
     from sluice.store.town import Town as TownFiles
@@ -499,6 +500,12 @@ class Town:
             self._kept = KeptReads(self.files.root)
         return self._kept
 
+    def _session(self) -> Session:
+        """This call's context (sluice.scheduler.session): the config read once, one ``now``."""
+        from sluice.scheduler.session import Session
+
+        return Session(self.files, self.executor)
+
     def _executor(self) -> Executor:
         if self.executor is not None:
             return self.executor
@@ -693,13 +700,13 @@ class Town:
         """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
         from sluice.scheduler.queue import status
 
-        return QueueStatus.from_json(status(self.files, self.executor, limit))
+        return QueueStatus.from_json(status(self._session(), limit=limit))
 
     def list(self, limit: int = 0, offset: int = 0) -> Queue:
         """The queue: ready items in dispatch order, then blocked ones; ``limit`` rows from ``offset``."""
         from sluice.scheduler.queue import list_queue
 
-        return Queue.from_json(list_queue(self.files, self.executor, limit, offset))
+        return Queue.from_json(list_queue(self._session(), limit=limit, offset=offset))
 
     def pause(self, actor: str | None = None) -> PauseState:
         """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
@@ -729,7 +736,7 @@ class Town:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
         from sluice.scheduler.queue import explain
 
-        return Explanation.from_json(explain(self.files, item, self.executor))
+        return Explanation.from_json(explain(self._session(), item))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
                  clear: bool = False, actor: str | None = None) -> ThrottleState:

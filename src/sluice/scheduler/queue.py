@@ -9,21 +9,19 @@ what the next cycle would consider, in the order it would launch it (R-L);
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.core import admission as rules
 from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
 from sluice.core.items import priority_of
-from sluice.errors import ExecutorError, StoreCorrupt, UsageError
-from sluice.executors import get_executor
+from sluice.errors import StoreCorrupt, UsageError
 from sluice.scheduler.admission import assess, binding_of, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
 from sluice.scheduler.polecats import retry_due_at
+from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
-from sluice.store.rigstore import Stores
 from sluice.store.sources import stale_rows
 from sluice.store.state import load_state
 
@@ -31,22 +29,6 @@ if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
-
-
-def _fresh_config(town: Town):
-    """Every control command reads the config first: a corrupt file is an error, never a default."""
-    return town.reload_config()
-
-
-def _active(
-    town: Town, executor: Executor | None
-) -> tuple[list[Polecat] | None, Executor | None, str | None]:
-    try:
-        if executor is None:
-            executor = get_executor(town)
-        return executor.active(), executor, None
-    except ExecutorError as err:
-        return None, executor, str(err)
 
 
 def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
@@ -94,29 +76,26 @@ def _held_row(held) -> dict:
     }
 
 
-def queue_view(town: Town, executor: Executor | None = None, now: float | None = None):
+def queue_view(where: Town | Session, executor: Executor | None = None, now: float | None = None):
     """One survey and its admission, exactly as the next cycle would see them.
 
     Returns ``(config, survey, active polecats, assessment)``; an unreachable
     executor counts as no polecats (``status`` reports the problem).
     """
-    return _survey(town, executor, now)[:4]
+    return _survey(Session.of(where, executor, now))[:4]
 
 
-def _survey(town: Town, executor: Executor | None, now: float | None = None):
-    config = _fresh_config(town)
-    now = time.time() if now is None else now
-    active, executor, problem = _active(town, executor)
-    stores = Stores(town)
-    find = executor.find if executor is not None and problem is None else (lambda _cid: None)
+def _survey(session: Session):
+    town, config, stores, now = session.files, session.config, session.stores, session.now
+    active = session.active
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
-    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], find,
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], session.find,
                   now=now, backoff=retry)
     assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
-    return config, view, active or [], assessment, problem, active
+    return config, view, active or [], assessment, session.problem, active
 
 
-def _queue(town: Town, executor: Executor | None, limit: int = 0, offset: int = 0):
+def _queue(session: Session, limit: int = 0, offset: int = 0):
     """The survey and the queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
 
     Only the rows shown are built and given their reasons, so a view of the
@@ -126,7 +105,7 @@ def _queue(town: Town, executor: Executor | None, limit: int = 0, offset: int = 
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
-    config, view, _active_list, assessment, problem, active = _survey(town, executor)
+    config, view, _active_list, assessment, problem, active = _survey(session)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
     total = len(entries) + len(view.held)
@@ -156,29 +135,32 @@ class QueueCounts:
         self.rigs.setdefault(rig, [0, 0])[blocked] += 1
 
 
-def list_queue(town: Town, executor: Executor | None = None, limit: int = 0, offset: int = 0) -> list[dict]:
+def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0, offset: int = 0
+               ) -> list[dict]:
     """Queued items, one row per item: ready ones in dispatch order, then blocked ones, then held ones.
 
     ``limit`` rows from ``offset`` (``limit`` 0: every row).  A held row
     (``held: "missing-item"``) is a context whose item no rig has right now;
     it is closed only once ``closes_at`` has passed.
     """
-    return _queue(town, executor, limit, offset)[2]
+    return _queue(Session.of(where, executor), limit, offset)[2]
 
 
 #: ``scheduler status`` lists this many queue rows unless asked for another number (0: all).
 STATUS_ROWS = 50
 
 
-def status(town: Town, executor: Executor | None = None, limit: int = STATUS_ROWS) -> dict:
-    return status_with_counts(town, executor, limit)[0]
+def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS) -> dict:
+    return status_with_counts(where, executor, limit)[0]
 
 
-def status_with_counts(town: Town, executor: Executor | None = None, limit: int = STATUS_ROWS
+def status_with_counts(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS
                        ) -> tuple[dict, QueueCounts]:
     """``scheduler status`` with its first ``limit`` queue rows (``items_total``, ``truncated``),
     and the whole queue's counts (the snapshot's per-rig figures)."""
-    config, view, rows, active, problem, assessment, counts = _queue(town, executor, limit)
+    session = Session.of(where, executor)
+    town = session.files
+    config, view, rows, active, problem, assessment, counts = _queue(session, limit)
     state = load_state(town)
     sched = config.scheduler
     count = len(active) if active is not None else None
@@ -237,11 +219,12 @@ def _json_or_none(reason) -> dict | None:
 # -- explain ------------------------------------------------------------------------------------
 
 
-def explain(town: Town, item_id: str, executor: Executor | None = None, now: float | None = None) -> dict:
+def explain(where: Town | Session, item_id: str, executor: Executor | None = None,
+            now: float | None = None) -> dict:
     """Would the next cycle launch ``item_id``, and every reason it would not (``scheduler explain``)."""
-    now = time.time() if now is None else now
-    config, view, active, assessment = queue_view(town, executor, now=now)
-    stores = Stores(town)
+    session = Session.of(where, executor, now)
+    town, stores, now = session.files, session.stores, session.now
+    config, view, active, assessment = _survey(session)[:4]
     out: dict[str, Any] = {
         "item_id": item_id,
         "queued": False,
