@@ -133,7 +133,7 @@ def test_once_prints_one_frame(cli, town):
     rows = {m.group(1): line for line in done.stdout.splitlines() if (m := re.match(r"\s*\d+\s+(\S+)", line))}
     for row in cli.json("scheduler", "list"):  # each row's reason codes, as `scheduler list` gives them
         assert row["why"], row
-        assert " ".join(row["why"]) in rows[row["id"]]
+        assert ", ".join(row["why"]) in rows[row["id"]]
     only = cli.run("top", "--once", "--rig", "beta").stdout
     assert "be-1" in only and "al-2" not in only
 

@@ -65,7 +65,7 @@ def why(row: dict) -> str:
     """The queue row's reason codes (``why``), or what the row itself says when there are none."""
     codes = row.get("why")
     if isinstance(codes, (list, tuple)) and codes:
-        return " ".join(plain(c) for c in codes)
+        return ", ".join(plain(c) for c in codes)
     if isinstance(codes, str) and codes:
         return plain(codes)
     parts = ["blocked" if row.get("blocked") else "ready"]
