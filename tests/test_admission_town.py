@@ -195,7 +195,9 @@ def test_explain_codes_for_items_not_in_the_queue(cli, town):
     write_items(town, "alpha", [item("al-free"), item("al-dep", deps=[("blocks", "al-free")])])
     out = cli.json("scheduler", "explain", "al-free")
     assert out == {"item_id": "al-free", "queued": False, "context_id": None, "would_dispatch": False,
-                   "score": None, "reasons": [{"code": "not-queued", "detail": out["reasons"][0]["detail"]}]}
+                   "score": None, "promoted_at": None, "host": out["host"],
+                   "estimated_minutes": None, "due_at": None, "due": None, "gates": [],
+                   "reasons": [{"code": "not-queued", "detail": out["reasons"][0]["detail"]}]}
     assert [r["code"] for r in cli.json("scheduler", "explain", "al-nope")["reasons"]] == ["missing-item"]
     sling(Town(town), ["al-dep", "al-free", "alpha"], SlingOptions())
     blocked = explain(Town(town), "al-dep")
