@@ -210,7 +210,8 @@ def test_a_deferral_that_ends_between_calls_frees_its_item(cli: Cli, rig: str):
     async def script(call: Call):
         # The deferral's end is set once the server is up, so a slow start cannot outlast it.
         until = (datetime.now(UTC) + timedelta(seconds=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        write_items(cli.town, rig, [item("al-later", priority=0, defer_until=until), item("al-now", priority=2)])
+        write_items(cli.town, rig,
+                    [item("al-later", priority=0, defer_until=until), item("al-now", priority=2)])
         assert ids(await call(*NEXT)) == ["al-now"]
         assert ids(await call(*NEXT)) == ["al-now"]  # kept, with the deferral's end looked up
         assert (await call("sluice_schedule_status", {}))["ready_count"] == 1
