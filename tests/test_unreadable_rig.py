@@ -85,3 +85,20 @@ def test_the_views_show_the_held_rig_where_its_row_would_be(cli, town):
     held = rigs["alpha"]["error"]
     assert held.startswith("held (rig-unreadable): ") and f"{log}:2" in held
     assert "error" not in rigs["beta"] and rigs["beta"]["queued"] == 1
+
+
+def test_schedule_next_and_the_daemons_compaction_pass_the_held_rig_by(cli, town):
+    log = ephemeral_path(town, "alpha")
+    with open(log, "ab") as fh:
+        fh.write(b"not json\n")
+    damaged = log.read_bytes()
+    decisions = cli.json("schedule", "next", "--preview", "--limit", "5")
+    assert decisions and {d["node_id"][:3] for d in decisions} <= {"al-", "be-"}
+    from sluice.scheduler.control import compact_if_long
+    from sluice.store.town import Town
+
+    cli.run("sling", "be-2", "beta")  # two lines in beta's log, past compact_at
+    configure(town, "scheduler.compact_at", "1")
+    rows = compact_if_long(Town(town))
+    assert [row["rig"] for row in rows] == ["beta"]
+    assert log.read_bytes() == damaged

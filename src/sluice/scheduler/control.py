@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.errors import StoreCorrupt
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store import runs as runlog
@@ -103,8 +104,14 @@ def compact_if_long(town: Town) -> list[dict]:
     if sched.compact_at <= 0:
         return []
     retention = sched.seconds("compact_retention")
-    rows = [compact_log(store, retention).to_json() for store in Stores(town).all()
-            if line_count(store) > sched.compact_at]
+    rows = []
+    for store in Stores(town).all():
+        if line_count(store) <= sched.compact_at:
+            continue
+        try:
+            rows.append(compact_log(store, retention).to_json())
+        except StoreCorrupt:  # a rig that cannot be read is held, never rewritten; the others are compacted
+            continue
     if runlog.line_count(town) > sched.compact_at:
         rows.append({"rig": "(run log)", **runlog.compact(town, retention).to_json()})
     return rows

@@ -43,6 +43,7 @@ from sluice.core.scoring import (
     rank_order,
     score_all,
 )
+from sluice.errors import StoreCorrupt
 
 if TYPE_CHECKING:
     from sluice.scheduler.signals import Signals
@@ -281,7 +282,10 @@ def rank_ready(
     deadlines = deadline_enabled(policy)
     groups: list[ReadyGroup] = []
     for store in stores.all():
-        groups.extend(_rig_groups(store, signals, now, by_graph, graph_id, deadlines))
+        try:
+            groups.extend(_rig_groups(store, signals, now, by_graph, graph_id, deadlines))
+        except (StoreCorrupt, OSError) as err:  # a rig that cannot be read is held; the others are scored
+            stores.hold_unreadable(store.rig.name, err)
     if not groups:
         return []
     top = best_of_groups(groups, policy, limit=limit, **signals.scoring_inputs(g.rig for g in groups))
