@@ -32,7 +32,8 @@ needs_boot_clock = pytest.mark.skipif(boot_seconds() is None, reason="no boot cl
        jump=st.floats(-4e9, 4e9))
 def test_a_runtime_on_the_boot_clock_ignores_any_wall_clock_step(started_boot, ran, started_wall, jump):
     now_wall = started_wall + ran + jump
-    assert runtime_seconds(started_wall, now_wall, started_boot, started_boot + ran) == pytest.approx(ran)
+    measured = runtime_seconds(started_wall, now_wall, started_boot, started_boot + ran)
+    assert measured == pytest.approx(ran, abs=1e-6)
 
 
 @given(started=st.floats(0, 4e9), now=st.floats(0, 4e9))
@@ -91,3 +92,16 @@ def test_budget_spend_set_back_by_a_day_holds_at_most_two_windows(town_dir):
     assert kept.spend(town, now - window / 2, window).town == 500  # set back a little: still charged
     assert kept.spend(town, now - 86400, window).town == 0  # set back a day: not held for a day and an hour
     assert kept.spend(town, now + window + 1, window).town == 0
+
+
+def test_a_throttle_set_back_by_a_day_is_lifted_not_held_for_a_day(town_dir):
+    town = Town(town_dir)
+    now = time.time()
+    kept.set_throttle(town, now + 300, "alpha", "429", "test", now)
+    assert [t.rig for t in kept.throttles(town, now + 299)] == ["alpha"]
+    assert [t.rig for t in kept.throttles(town, now - 120)] == ["alpha"]  # set back a little: still held
+    assert kept.throttles(town, now - 86400) == []  # set back a day: not held for a day and five minutes
+    assert kept.throttle_rows(town, now - 86400) == []
+    assert kept.throttles(town, now + 300) == []
+    [row] = kept.throttle_rows(town, now)
+    assert "at_ts" not in row and "until_ts" not in row

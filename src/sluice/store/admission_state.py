@@ -162,6 +162,7 @@ def set_throttle(town: Town, until: float, rig: str | None, reason: str, by: str
             "reason": reason,
             "by": by,
             "at": utc(now),
+            "at_ts": now,
         }
         data["throttles"][key] = entry
         return entry
@@ -177,15 +178,33 @@ def clear_throttle(town: Town, rig: str | None, now: float) -> bool:
     return update(town, THROTTLES, change)
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _holds(entry: dict, now: float) -> bool:
+    """Whether a throttle holds at ``now``: before its end, and never longer than it was set for.
+
+    A ``now`` before the moment it was set means the wall clock was set back
+    since; it then holds only while ``now`` is within its own length of that
+    moment, so a clock set back by a day lifts a 5-minute throttle instead of
+    holding the rig for a day and five minutes.
+    """
+    until, set_at = _number(entry.get("until_ts")), _number(entry.get("at_ts"))
+    if until is None or until <= now:
+        return False
+    return set_at is None or now >= set_at - (until - set_at)
+
+
 def _drop_ended(data: dict, now: float) -> None:
-    data["throttles"] = {k: v for k, v in data.get("throttles", {}).items() if v.get("until_ts", 0) > now}
+    data["throttles"] = {k: v for k, v in data.get("throttles", {}).items() if _holds(v, now)}
 
 
 def throttles(town: Town, now: float) -> list[Throttle]:
     """The throttles still running at ``now``."""
     out = []
     for entry in read(town, THROTTLES).get("throttles", {}).values():
-        if entry.get("until_ts", 0) > now:
+        if _holds(entry, now):
             out.append(
                 Throttle(until=float(entry["until_ts"]), rig=entry.get("rig"), reason=entry.get("reason", ""))
             )
@@ -193,9 +212,9 @@ def throttles(town: Town, now: float) -> list[Throttle]:
 
 
 def throttle_rows(town: Town, now: float) -> list[dict]:
-    rows = [v for v in read(town, THROTTLES).get("throttles", {}).values() if v.get("until_ts", 0) > now]
+    rows = [v for v in read(town, THROTTLES).get("throttles", {}).values() if _holds(v, now)]
     return [
-        {k: v for k, v in row.items() if k != "until_ts"}
+        {k: v for k, v in row.items() if k not in ("until_ts", "at_ts")}
         for row in sorted(rows, key=lambda r: r["rig"] or "")
     ]
 
