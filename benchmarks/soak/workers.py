@@ -131,6 +131,7 @@ def tracker(w: Worker) -> None:
 
 def remove_dependency(w: Worker, rig: str, item: str) -> None:
     """There is no ``item dep remove`` command: drop one edge with the store's own locked rewrite."""
+    from sluice.errors import SluiceError
     from sluice.store.rigstore import RigStore
     from sluice.store.town import find_town
 
@@ -145,7 +146,11 @@ def remove_dependency(w: Worker, rig: str, item: str) -> None:
                 removed.append(deps.pop(w.rng.randrange(len(deps))))
 
     w.hist.write("intent", change="dep-remove", item=item)
-    store.mutate_durable(change)
+    try:
+        store.mutate_durable(change)
+    except SluiceError as err:  # refused whole (the disk-full phase): the file is as it was
+        w.hist.write("dep-remove", item=item, code=1, removed=[], error=str(err)[-300:])
+        return
     w.hist.write("dep-remove", item=item, code=0, removed=removed)
 
 
