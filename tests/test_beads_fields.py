@@ -199,3 +199,34 @@ def test_the_python_api_takes_the_same_filters(cli, export_rig):
     assert [r["id"] for r in town.ready(unassigned=True, labels_any=["ui", "x"])] == ["be-1"]
     assert [r["id"] for r in town.ready(assignee="ann", sort="oldest")] == ["be-2"]
     assert town.set_policy(deadline=0.5).weights["deadline"] == 0.5
+
+
+def _rig():
+    from sluice.store.town import ItemCommand, Rig
+
+    return Rig("be", Path("/nowhere"), "be", Path("/nowhere/s.jsonl"),
+               ItemCommand(("bd", "export"), (), 30.0, 30.0, 2.0))
+
+
+ids_strategy = st.lists(st.integers(0, 999).map(lambda n: f"be-{n}"), unique=True, max_size=6)
+
+
+@given(ids_strategy)
+def test_jsonl_an_array_and_an_envelope_of_the_same_records_keep_the_same_records(ids):
+    from sluice.store.sources import snapshot_bytes
+
+    records = [record(i) for i in ids]
+    jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
+    forms = [jsonl, json.dumps(records, indent=2).encode(),
+             json.dumps({"schema_version": 1, "data": records}).encode()]
+    kept = [snapshot_bytes(_rig(), form) for form in forms]
+    assert kept[0] == (jsonl, len(ids))  # JSONL is kept byte for byte
+    for body, count in kept:
+        assert count == len(ids) and [json.loads(line) for line in body.splitlines()] == records
+
+
+def test_one_pretty_printed_record_is_read_as_one_record():
+    from sluice.store.sources import snapshot_bytes
+
+    body, count = snapshot_bytes(_rig(), json.dumps(record("be-1"), indent=2).encode())
+    assert count == 1 and json.loads(body)["id"] == "be-1"

@@ -152,11 +152,13 @@ def snapshot_bytes(rig: Rig, data: bytes) -> tuple[bytes, int]:
     body = text.strip()
     if body[:1] in ("[", "{"):
         try:
-            value = unwrap_envelope(json.loads(body))
+            printed = json.loads(body)
         except (ValueError, RecursionError):
-            value = None  # several lines: JSONL
+            printed = None  # several lines: JSONL
+        value = unwrap_envelope(printed)
         if isinstance(value, dict):
-            value = [value]
+            # One bare record on one line is a one-line export, kept as printed.
+            value = None if value is printed and "\n" not in body else [value]
         if isinstance(value, list):
             lines = [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in value]
         elif value is not None:
