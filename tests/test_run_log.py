@@ -140,3 +140,29 @@ def test_run_ends_are_announced_by_outcome_and_feed_says_them_in_words():
     hostile = {"type": "Enqueued", "at": "x", "payload": {"item_id": "evil\x1b[2J", "rig": "api"}}
     assert "\x1b" not in feed.row(hostile)["text"]
     assert feed.describe({"type": "SomethingNew", "payload": {"a": 1}}).startswith("SomethingNew")
+
+
+def test_the_digest_follows_the_log_across_processes_and_rebuilds_when_deleted(town):
+    runlog.append(town, [record("a"), record("b")])
+    first = runlog.digest(town)
+    assert sorted(first.running) == ["a", "b"] and first.totals == {}
+    runlog.end(town, {"a": {"outcome": "failed", "exit_code": 3, "ended_at": "2026-12-01T10:05:00.000000Z"}})
+    runlog._memo.clear()  # as another process: only the cache file and the log
+    after = runlog.digest(town)
+    assert sorted(after.running) == ["b"] and after.totals == {"failed": 1}
+    assert after.latest["al-a"]["outcome"] == "failed"
+    runlog.update(town, "a", {"tokens_used": 5})  # a later version of an ended run counts no second end
+    runlog._memo.clear()
+    assert runlog.digest(town).totals == {"failed": 1}
+    runlog.digest_path(town).unlink()
+    runlog._memo.clear()
+    rebuilt = runlog.digest(town)
+    assert (sorted(rebuilt.running), rebuilt.totals) == (["b"], {"failed": 1})
+
+
+def test_newest_first_reads_back_from_the_end_and_skips_a_torn_tail(town):
+    runlog.append(town, [record(f"r{n}") for n in range(3000)])  # more than one block
+    with open(runlog.log_path(town), "ab") as fh:
+        fh.write(b'{"run_id": "torn"')
+    ids = [r["run_id"] for r in runlog.newest_first(town)]
+    assert ids == [f"r{n}" for n in reversed(range(3000))]

@@ -167,9 +167,9 @@ class Daemon:
         self.ticks = 0
         self.last_result: dict | None = None
         try:  # runs that ended before the daemon started are history, not this tick's news
-            self._runs_seen = set(runs.ended_ids(town))
+            self._runs_seen = runs.totals(town)
         except SluiceError:
-            self._runs_seen = set()
+            self._runs_seen = {}
 
     def _log(self, line: str) -> None:
         # One line each, whatever an id or an error message holds: a newline would fake a tick.
@@ -229,9 +229,9 @@ class Daemon:
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
         try:  # ended by anyone since the last tick: the cycle, this tick, a `polecat list` meanwhile
-            ended = runs.ended_ids(self.town)
+            ended = runs.totals(self.town)
             result["runs"] = runs.count_new(ended, self._runs_seen)
-            self._runs_seen = set(ended)
+            self._runs_seen = ended
         except SluiceError as err:
             result["runs"] = {}
             result.setdefault("reap_error", str(err))

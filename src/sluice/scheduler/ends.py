@@ -203,7 +203,8 @@ def polecat_listing(town: Town, executor: Executor | None = None, running_only: 
     now = time.time() if now is None else now
     settle(town, executor, now=now)
     polecats = sorted(executor.listing(), key=lambda p: (p.started_at, p.id))
-    by_polecat = {r.get("polecat_id"): r for r in history(town, limit=0)[::-1]}
+    recent = history(town, since=RECENT_RUNS, limit=0, now=now)
+    by_polecat = {**{r.get("polecat_id"): r for r in recent[::-1]}, **running_records(town)}
     live = [control.polecat_row(p, by_polecat.get(p.id)) for p in polecats
             if p.state in control.RUNNING_STATES]
     if running_only:
@@ -211,7 +212,7 @@ def polecat_listing(town: Town, executor: Executor | None = None, running_only: 
     kept = [control.polecat_row(p, by_polecat.get(p.id)) for p in polecats
             if p.state not in control.RUNNING_STATES]
     shown = {row["id"] for row in live + kept}
-    ended = [control.run_row(r) for r in history(town, since=RECENT_RUNS, limit=0, now=now)
+    ended = [control.run_row(r) for r in recent
              if r.get("outcome") != log.RUNNING and r.get("polecat_id") not in shown]
     return live + kept + ended
 

@@ -110,9 +110,8 @@ def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[di
 
 
 def running_records(town: Town) -> dict[str, dict]:
-    """Runs still running, by polecat id."""
-    return {r["polecat_id"]: r for r in log.read_runs(town).values() if r.get("outcome") == log.RUNNING}
-
+    """Runs still running, by polecat id (from the digest: no cycle parses the whole log)."""
+    return {r["polecat_id"]: r for r in log.digest(town).running.values()}
 
 
 # -- outcomes ---------------------------------------------------------------------------
@@ -142,9 +141,19 @@ def outcome_of(polecat: Polecat, throttle_code: int) -> tuple[str, int | None] |
 # -- reading --------------------------------------------------------------------------
 
 
+#: An end can be recorded well after the process ended (nobody looked); a look back by time reads
+#: this much further before it stops.
+LATE = 3600.0
+
+
 def history(town: Town, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
             since: float | None = None, limit: int = 100, now: float | None = None) -> list[dict]:
-    """Run records newest first, filtered; ``since`` in seconds (started or ended that recently)."""
+    """Run records newest first, filtered; ``since`` in seconds (started or ended that recently).
+
+    Read from the end of the log backwards, stopping once ``limit`` runs are
+    found or the lines are older than ``since`` (and :data:`LATE`), so the
+    views and ``polecat list`` cost what they show, not the whole history.
+    """
     from sluice.errors import UsageError
 
     if outcome is not None and outcome not in log.OUTCOMES:
@@ -154,46 +163,43 @@ def history(town: Town, *, item: str | None = None, rig: str | None = None, outc
         raise UsageError(f"limit must be >= 0 (got {limit})", parameters=("limit",))
     now = time.time() if now is None else now
     cutoff = now - since if since is not None else None
-    rows = []
-    for record in reversed(list(log.read_runs(town).values())):
+    rows: list[dict] = []
+    seen: set[str] = set()
+    for record in log.newest_first(town):
+        if record["run_id"] in seen:
+            continue  # an older version of a run already met
+        seen.add(record["run_id"])
+        last = parse_ts(record.get("ended_at")) or parse_ts(record.get("started_at")) or 0
+        if cutoff is not None and last < cutoff - LATE:
+            break
         if item is not None and record.get("item_id") != item:
             continue
         if rig is not None and record.get("rig") != rig:
             continue
         if outcome is not None and record.get("outcome") != outcome:
             continue
-        if cutoff is not None:
-            last = parse_ts(record.get("ended_at")) or parse_ts(record.get("started_at")) or 0
-            if last < cutoff and record.get("outcome") != log.RUNNING:
-                continue
+        if cutoff is not None and last < cutoff and record.get("outcome") != log.RUNNING:
+            continue
         rows.append(dict(record))
+        if limit and len(rows) >= limit:
+            break
     rows.sort(key=lambda r: r.get("started_at") or "", reverse=True)
-    return rows[:limit] if limit else rows
+    return rows
 
 
 def latest_by_item(town: Town) -> dict[str, dict]:
-    """Each item's latest run (by start)."""
-    out: dict[str, dict] = {}
-    for record in log.read_runs(town).values():
-        item_id = record.get("item_id")
-        prior = out.get(item_id)
-        if prior is None or (record.get("started_at") or "") >= (prior.get("started_at") or ""):
-            out[item_id] = record
-    return out
+    """Each item's latest run (``run_id``, ``outcome``, ``started_at``, ``ended_at``), from the digest."""
+    return log.digest(town).latest
 
 
-def ended_ids(town: Town) -> dict[str, str]:
-    """run id → outcome of every ended run (the daemon counts those it had not seen)."""
-    return {rid: r["outcome"] for rid, r in log.read_runs(town).items() if r.get("outcome") != log.RUNNING}
+def totals(town: Town) -> dict[str, int]:
+    """Ends recorded so far by outcome (the daemon's tick line counts the difference)."""
+    return dict(log.digest(town).totals)
 
 
-def count_new(ended: dict[str, str], seen: set[str]) -> dict[str, int]:
-    """Ended runs not in ``seen``, counted by outcome."""
-    counts: dict[str, int] = {}
-    for run_id, outcome in ended.items():
-        if run_id not in seen:
-            counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
+def count_new(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    """Ends by outcome recorded between two :func:`totals` (a compaction in between counts none)."""
+    return {o: n - before.get(o, 0) for o, n in now.items() if n > before.get(o, 0)}
 
 
 def counts_text(counts: dict[str, int]) -> str:

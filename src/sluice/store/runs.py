@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,6 +155,135 @@ def read_runs(town: Town) -> dict[str, dict]:
     return tail.runs
 
 
+# -- the digest: what every cycle needs, without parsing the whole log ----------------------------
+
+DIGEST_VERSION = 1
+
+
+def digest_path(town: Town) -> Path:
+    return town.runtime / "runs-digest.json"
+
+
+@dataclass
+class Digest:
+    """What the scheduler reads on every cycle, kept at a mark of the log (a cache: safe to delete).
+
+    ``running`` are the runs still running (run id → record: what admission
+    counts and what ends are looked for), ``latest`` each item's latest run
+    (``run_id``, ``outcome``, ``started_at``, ``ended_at``: what sling checks),
+    ``totals`` the ends seen by outcome (what the daemon's tick line counts).
+    A reader parses only the lines after ``offset`` (same inode, not shorter);
+    any other file is read whole again.
+    """
+
+    inode: int | None = None
+    offset: int = 0
+    lines: int = 0
+    running: dict[str, dict] = field(default_factory=dict)
+    latest: dict[str, dict] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, record: dict, fresh: bool) -> None:
+        run_id, outcome = record["run_id"], record.get("outcome")
+        if outcome == RUNNING:
+            self.running[run_id] = record
+        elif self.running.pop(run_id, None) is not None or fresh:
+            self.totals[outcome] = self.totals.get(outcome, 0) + 1
+        item = record.get("item_id")
+        prior = self.latest.get(item)
+        started = record.get("started_at") or ""
+        if prior is None or prior["run_id"] == run_id or started >= prior["started_at"]:
+            self.latest[item] = {"run_id": run_id, "outcome": outcome, "started_at": started,
+                                 "ended_at": record.get("ended_at")}
+
+
+def digest(town: Town) -> Digest:
+    """The digest caught up with the log: its cached copy plus the lines appended since."""
+    path = log_path(town)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Digest()
+    kept = _memo.get(path)  # this process's own copy, at least as fresh as the cache it read
+    if kept is None or kept.inode != st.st_ino or st.st_size < kept.offset:
+        kept = _load_digest(town)
+    if kept is None or kept.inode != st.st_ino or st.st_size < kept.offset:
+        kept = None
+    if kept is not None and kept.offset == st.st_size:
+        _memo[path] = kept
+        return kept
+    with open(path, "rb") as fh:
+        fh.seek(kept.offset if kept is not None else 0)
+        data = fh.read()
+    start_line = kept.lines + 1 if kept is not None else 1
+    records, used = _parse(path, data, start_line)
+    if kept is None:  # read whole: each run once, as its latest version
+        kept = Digest(inode=st.st_ino)
+        latest: dict[str, dict] = {}
+        for record in records:
+            latest[record["run_id"]] = record
+        for record in latest.values():
+            kept.apply(record, fresh=True)
+    else:
+        for record in records:
+            kept.apply(record, fresh=False)
+    kept.offset += used
+    kept.lines += data[:used].count(b"\n")
+    document = {"version": DIGEST_VERSION, "inode": kept.inode, "offset": kept.offset, "lines": kept.lines,
+                "running": kept.running, "latest": kept.latest, "totals": kept.totals}
+    fsutil.write_cache(digest_path(town), json.dumps(document, separators=(",", ":")).encode("utf-8"))
+    _memo[path] = kept
+    return kept
+
+
+_memo: dict[Path, Digest] = {}
+
+
+def _load_digest(town: Town) -> Digest | None:
+    try:
+        data = json.loads(digest_path(town).read_bytes())
+        if data.get("version") != DIGEST_VERSION:
+            return None
+        return Digest(inode=data["inode"], offset=int(data["offset"]), lines=int(data["lines"]),
+                      running=dict(data["running"]), latest=dict(data["latest"]), totals=dict(data["totals"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # no cache, or one cut short: read the log
+
+
+def newest_first(town: Town) -> Iterator[dict]:
+    """Record versions from the end of the log backwards (newest line first), reading only what is asked.
+
+    A long log is read block by block from its end, so a reader that wants
+    the last hour's runs or the latest hundred stops early.  The bytes after
+    the last newline are an append in progress: not there yet.
+    """
+    try:
+        fh = open(log_path(town), "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with fh:
+        position = fh.seek(0, os.SEEK_END)
+        pending, first = b"", True
+        while position > 0:
+            start = max(0, position - TAIL_BLOCK)
+            fh.seek(start)
+            lines = (fh.read(position - start) + pending).split(b"\n")
+            position = start
+            if first:
+                lines, first = lines[:-1], False  # after the last newline: torn, or nothing
+            pending = lines.pop(0) if start > 0 and lines else b""
+            for raw in reversed(lines):
+                try:
+                    record = json.loads(raw) if raw.strip() else None
+                except ValueError:
+                    continue  # the whole-log readers name a bad line; a backwards look skips it
+                if isinstance(record, dict) and isinstance(record.get("run_id"), str):
+                    yield record
+
+
+TAIL_BLOCK = 1 << 16
+
+
 def end(town: Town, ends: dict[str, dict]) -> list[dict]:
     """Append the ended version of each run in ``ends`` (run id → changed fields) that still runs.
 
@@ -164,7 +293,7 @@ def end(town: Town, ends: dict[str, dict]) -> list[dict]:
     if not ends:
         return []
     with _lock(town):
-        current = read_runs(town)
+        current = digest(town).running  # caught up under the lock: exactly what still runs
         out = []
         for run_id, changes in ends.items():
             record = current.get(run_id)
