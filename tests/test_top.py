@@ -255,3 +255,25 @@ def test_the_binding_limit_and_the_host_reading_show_in_the_header():
     text = "\n".join(line.plain for line in pack(header({"scheduler": sched, "town": "/t",
                                                          "at": "2026-12-01T09:00:00Z"}), 200))
     assert "binding: hold-file" in text
+
+
+def test_recent_runs_show_with_failures_marked_and_only_once_one_ended():
+    from sluice.surfaces.top import render, runs_section
+
+    runs = [{"run_id": "r2", "polecat_id": "pc-2", "item_id": "al-2", "rig": "alpha", "outcome": "failed",
+             "exit_code": 3, "runtime_seconds": 449.2, "ended_at": "2026-12-01T14:09:40.000000Z"},
+            {"run_id": "r1", "polecat_id": "pc-1", "item_id": "al-1", "rig": "alpha", "outcome": "ok",
+             "exit_code": 0, "runtime_seconds": 12.0, "ended_at": "2026-12-01T14:01:00.000000Z"},
+            {"run_id": "r3", "polecat_id": "pc-3", "item_id": "al-3", "rig": "alpha", "outcome": "running",
+             "exit_code": None, "runtime_seconds": None, "ended_at": None}]
+    section = runs_section({"runs": runs})
+    assert section.title == "recent runs (2)"
+    assert [(str(row[1]), row[3], row[4]) for row in section.rows] == [("al-2", "! failed", "3"),
+                                                                       ("al-1", "  ok", "0")]
+    assert section.row_styles == ["red", ""]
+    snap = {"scheduler": {"paused": False, "mode": "deferred", "active_polecats": 0, "max_polecats": 2,
+                          "queued_total": 0, "queued_ready": 0},
+            "town": "/t", "at": "2026-12-01T14:10:00Z", "queue": [], "polecats": [], "rigs": {},
+            "events": [], "runs": runs}
+    assert "recent runs (2)" in render(snap).plain
+    assert "recent runs" not in render({**snap, "runs": runs[2:]}).plain  # nothing ended: no room taken
