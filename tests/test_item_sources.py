@@ -310,3 +310,14 @@ def test_the_daemon_refreshes_due_sources_and_logs_a_failure(cli, beads_repo, pr
     logged = (cli.town / ".sluice" / "runtime" / "daemon.log").read_text()
     assert "rig 'be': items command" in logged and "exited with status 3" in logged  # the daemon's own line
     assert [json.loads(line)["id"] for line in snapshot.read_text().splitlines()] == ["be-1", "be-2"]
+
+
+def test_rig_remove_deletes_a_command_rigs_snapshot_only(cli, beads_repo, printer, tmp_path):
+    export = write_export(tmp_path / "export.jsonl", [record("be-1")])
+    _added(cli, beads_repo, printer, export)
+    sources = cli.town / ".sluice" / "runtime" / "sources"
+    assert sorted(p.name for p in sources.iterdir()) == ["be.jsonl", "be.state.json"]
+    before = export.read_bytes()
+    cli.run("rig", "remove", "be")
+    assert list(sources.iterdir()) == [] and export.read_bytes() == before
+    assert (beads_repo / ".beads" / "metadata.json").exists()

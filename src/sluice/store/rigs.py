@@ -232,8 +232,14 @@ def _move_store_aside(town: Town, name: str) -> Path | None:
 
 
 def _drop_index(town: Town, name: str) -> None:
+    """Delete what is derived from the rig's items: its index, and a command rig's snapshot and state.
+
+    A snapshot is only a copy of what the command printed; the items stay in beads.
+    """
     base = town.runtime / "index" / f"{name}.sqlite"
-    for path in (base, base.with_name(base.name + "-wal"), base.with_name(base.name + "-shm")):
+    snapshot = town.snapshot_path(name)
+    for path in (base, base.with_name(base.name + "-wal"), base.with_name(base.name + "-shm"), snapshot,
+                 sources.state_path(town, name)):
         try:
             path.unlink()
         except FileNotFoundError:
