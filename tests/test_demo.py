@@ -57,8 +57,10 @@ def test_a_signalled_demo_removes_its_town_and_stops_its_polecats(tmp_path: Path
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
+    # A suite started in the background inherits SIGINT ignored (POSIX), and so would the demo.
     demo = subprocess.Popen([sys.executable, "-m", "sluice", "demo", "--work-seconds", "20", "--json"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not list(scratch.glob("sluice-demo-*/town/.sluice/runtime/workers/*.json")):
