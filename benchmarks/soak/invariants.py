@@ -519,13 +519,15 @@ def quiet_agreement(layout: Layout, rng_seed: int, rounds: int = 8) -> tuple[lis
     """After the run, with every process stopped: gates and a pause set at random, then the three reads.
 
     Nothing changes the town between the reads here, so status's binding and
-    plan_reason, explain of the first waiting item and a dry run must agree
+    plan_reason, explain of the best-ranked item the binding limit holds and a
+    dry run must agree
     every time.  The town is left as it was found (no hold, guard met, the
     pause state restored).
     """
     import random
 
     from soak.build import GUARD_OFF, GUARD_ON, HOLD_FILE
+    from soak.workers import first_held
 
     rng = random.Random(rng_seed)
     hold = layout.town / HOLD_FILE
@@ -541,7 +543,7 @@ def quiet_agreement(layout: Layout, rng_seed: int, rounds: int = 8) -> tuple[lis
             cli(layout, "scheduler", "pause" if rng.random() < 0.2 else "resume", "--json")
             status = json.loads(cli(layout, "scheduler", "status", "--json").stdout)
             plan = json.loads(cli(layout, "scheduler", "run", "--dry-run", "--json").stdout)
-            waiting = next((r for r in status["items"] if r.get("why") and not r["blocked"]), None)
+            waiting = first_held(status)
             explained = json.loads(cli(layout, "scheduler", "explain", waiting["id"], "--json").stdout) \
                 if waiting is not None else {"reasons": []}
             record = {"op": "agreement", "t": time.time(), "unchanged": True, "binding": status["binding"],

@@ -214,7 +214,7 @@ def agreement(w: Worker) -> None:
     before, t0 = town_state(town), time.time()
     _code, status = w.call("status", ["scheduler", "status", "--json"])
     _code, plan = w.call("run", ["scheduler", "run", "--dry-run", "--json"])
-    waiting = next((r for r in (status or {}).get("items", []) if r.get("why") and not r["blocked"]), None)
+    waiting = first_held(status)
     explained = None
     if waiting is not None:
         _code, explained = w.call("explain", ["scheduler", "explain", waiting["id"], "--json"])
@@ -225,6 +225,13 @@ def agreement(w: Worker) -> None:
                  retry_at=[r["retry_at"] for r in (status or {}).get("items", []) if r.get("retry_at")],
                  cycle_reason=(plan or {}).get("reason"), item=waiting and waiting["id"],
                  explain=[r["code"] for r in (explained or {}).get("reasons", [])])
+
+
+def first_held(status: dict | None) -> dict | None:
+    """The best-ranked ready row held by the binding limit (by anything, when nothing binds)."""
+    code = ((status or {}).get("binding") or {}).get("code")
+    rows = [r for r in (status or {}).get("items", []) if r.get("why") and not r["blocked"]]
+    return next((r for r in rows if code is None or code in r["why"]), None)
 
 
 def town_state(town: Path) -> list[tuple[str, int, int]]:
