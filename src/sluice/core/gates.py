@@ -48,7 +48,9 @@ def parse_size(text: str | int) -> int:
         if match is None:
             raise ValueError(f"not a size: {text!r} (e.g. 2GiB, 500MiB, 1073741824)")
         number, unit = match.groups()
-        value = int(float(number) * _UNITS[unit.upper()])
+        scale = _UNITS[unit.upper()]
+        # Whole numbers stay integers: a float would round byte counts past 2**53.
+        value = int(number) * scale if "." not in number else int(float(number) * scale)
     if not 0 <= value <= MAX_SIZE:
         raise ValueError(f"size out of range: {text!r}")
     return value
