@@ -395,3 +395,13 @@ def test_a_launch_settled_as_never_started_gets_no_record(town):
     report = cycle(town)
     assert [c["reason"] for c in report.closed] == ["dispatched"]  # crash recovery settles it
     assert records(town) == []
+
+
+def test_runtime_is_the_process_own_time_not_the_time_until_someone_looked(cli, town):
+    configure(town, "executor.command", python_command("import time; time.sleep(1.0)"))
+    queue(town, "alpha", item("al-1"))
+    cycle(town)
+    finished(town)
+    time.sleep(2.0)  # nobody looks for a while after it ended (the test is that gap)
+    [run] = cli.json("runs")
+    assert run["outcome"] == "ok" and 0.9 <= run["runtime_seconds"] < 2.9  # looked at after 3 s or more

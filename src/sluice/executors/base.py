@@ -204,9 +204,12 @@ def read_exit(workers_dir: Path, polecat_id: str) -> dict | None:
     code = data.get("exit_code") if isinstance(data, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
         return None
-    ts = data.get("finished_ts")
-    ts = float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
-    return {"exit_code": code, "finished_at": data.get("finished_at"), "finished_ts": ts}
+    def seconds(key: str) -> float | None:
+        value = data.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return {"exit_code": code, "finished_at": data.get("finished_at"), "finished_ts": seconds("finished_ts"),
+            "finished_boot": seconds("finished_boot")}
 
 
 def ended_state(exit_code: int | None) -> str:

@@ -134,7 +134,8 @@ class LocalExecutor:
         if record.get("exit_code") is None and record.get("watcher_pid"):
             finished = read_exit(self.dir, record["id"])
             if finished is not None:
-                record = {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"]}
+                record = {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"],
+                          "ended_boot": finished["finished_boot"]}
         return Polecat(
             id=record["id"],
             executor=self.kind,
@@ -147,7 +148,8 @@ class LocalExecutor:
             log_path=record.get("log_path"),
             detail={
                 k: record[k]
-                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title", "ended_ts")
+                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title", "ended_ts",
+                          "ended_boot")
                 if record.get(k) is not None
             },
         )
@@ -332,7 +334,8 @@ class LocalExecutor:
                 if record.get("exit_code") is None:
                     finished = read_exit(self.dir, record["id"])
                     if finished is not None:
-                        record.update(exit_code=finished["exit_code"], ended_ts=finished["finished_ts"])
+                        record.update(exit_code=finished["exit_code"], ended_ts=finished["finished_ts"],
+                                      ended_boot=finished["finished_boot"])
                 record["state"] = state
                 record.setdefault("finished_at", iso())
                 fsutil.append_json(self.dir / FINISHED_LOG, record)

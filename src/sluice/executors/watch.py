@@ -112,7 +112,10 @@ def main(argv: list[str]) -> int:
     os.close(report)
     code = wait_for(child.pid)
     child.returncode = code  # reaped above: Popen must not wait for it again
-    write_atomically(exit_file, {"exit_code": code, "finished_ts": time.time()})
+    exited = {"exit_code": code, "finished_ts": time.time()}
+    if hasattr(time, "CLOCK_BOOTTIME"):  # the end on the clock the start time is on: no date step moves it
+        exited["finished_boot"] = time.clock_gettime(time.CLOCK_BOOTTIME)
+    write_atomically(exit_file, exited)
     return 0
 
 

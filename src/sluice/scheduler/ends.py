@@ -85,6 +85,12 @@ def settle(town: Town, executor: Executor, stores: Stores | None = None,
             continue
         fields = _end_fields(record, *ended, polecat.detail.get("ended_ts"), polecat.detail.get("started_ts"),
                              now)
+        ended_boot, ended_ts = polecat.detail.get("ended_boot"), polecat.detail.get("ended_ts")
+        if ended_boot is not None and ended_ts is not None and polecat.detail.get("start_time") is not None:
+            # the process's own start and exit on the boot clock: a date step during the run moves nothing
+            own = control.polecat_runtime(polecat, ended_ts, ended_boot)
+            if own is not None:
+                fields["runtime_seconds"] = round(own, 3)
         if polecat.executor == "ray" and polecat.detail.get("node_id"):
             fields["host"] = str(polecat.detail["node_id"])
         ends[record["run_id"]] = fields
