@@ -10,6 +10,7 @@ recorded no process start.  Jumps are made by handing the functions a
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
@@ -42,16 +43,19 @@ def test_without_a_boot_start_the_wall_clock_decides_and_never_goes_negative(sta
     assert runtime_seconds(None, now) is None
 
 
-@pytest.fixture
-def local_town(cli, rig, tmp_path):
+@pytest.fixture(params=["local", "tmux"])
+def local_town(request, cli, rig, tmp_path):
+    """A town whose polecats are real processes on this machine (local or in tmux)."""
     script, reports = install_polecat(tmp_path / "polecat")
-    configure(cli.town, {"executor.kind": "local",
+    configure(cli.town, {"executor.kind": request.param,
                          "executor.command": json.dumps(polecat_command(script, reports, 60))})
     town = Town(cli.town)
     yield town, reports
     executor = get_executor(Town(cli.town))
     for polecat in executor.active():
         executor.stop(polecat.id)
+    if request.param == "tmux":
+        subprocess.run(["tmux", "-L", executor.socket, "kill-server"], capture_output=True)
 
 
 @needs_boot_clock

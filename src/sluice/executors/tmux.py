@@ -184,6 +184,7 @@ class TmuxExecutor:
                 "attach": self.attach_command(session) if state == "running" else None,
                 "exit_code": record.get("exit_code"),
                 "ended_ts": record.get("ended_ts"),
+                "start_time": record.get("start_time"),
             },
         )
 
@@ -258,7 +259,8 @@ class TmuxExecutor:
             raise ExecutorError(f"tmux could not start session {name}: {done.stderr.strip()}")
         pid = done.stdout.strip()
         if pid.isdigit():
-            record["pid"] = int(pid)
+            # Its start from boot, too: runtimes are measured on the boot clock, which no date change moves.
+            record["pid"], record["start_time"] = int(pid), proc_start_time(int(pid))
             fsutil.atomic_write_json(record_path, record)
         return self._polecat(record, {name: record["pid"]})
 
