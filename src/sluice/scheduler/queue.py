@@ -27,6 +27,8 @@ from sluice.store.state import load_state
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
+    from sluice.scheduler.admission import Assessment
+    from sluice.scheduler.pending import Survey
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
 
@@ -82,20 +84,24 @@ def queue_view(where: Town | Session, executor: Executor | None = None, now: flo
     Returns ``(config, survey, active polecats, assessment)``; an unreachable
     executor counts as no polecats (``status`` reports the problem).
     """
-    return _survey(Session.of(where, executor, now))[:4]
+    session = Session.of(where, executor, now)
+    view, assessment = _survey(session)
+    return session.config, view, session.active or [], assessment
 
 
-def _survey(session: Session):
+def _survey(session: Session) -> tuple[Survey, Assessment]:
+    """One survey and its admission in ``session``; the config, polecats and problem are the session's."""
     town, config, stores, now = session.files, session.config, session.stores, session.now
     active = session.active
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], session.find,
                   now=now, backoff=retry)
     assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
-    return config, view, active or [], assessment, session.problem, active
+    return view, assessment
 
 
-def _queue(session: Session, limit: int = 0, offset: int = 0):
+def _queue(session: Session, limit: int = 0, offset: int = 0
+           ) -> tuple[Survey, Assessment, list[dict], QueueCounts]:
     """The survey and the queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
 
     Only the rows shown are built and given their reasons, so a view of the
@@ -105,7 +111,8 @@ def _queue(session: Session, limit: int = 0, offset: int = 0):
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
-    config, view, _active_list, assessment, problem, active = _survey(session)
+    config = session.config
+    view, assessment = _survey(session)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
     total = len(entries) + len(view.held)
@@ -120,7 +127,7 @@ def _queue(session: Session, limit: int = 0, offset: int = 0):
         counts.add(work.rig, blocked)
     for held in view.held:
         counts.add(held.context.fields.target_rig, True)
-    return config, view, rows, active, problem, assessment, counts
+    return view, assessment, rows, counts
 
 
 class QueueCounts:
@@ -160,7 +167,8 @@ def status_with_counts(where: Town | Session, executor: Executor | None = None, 
     and the whole queue's counts (the snapshot's per-rig figures)."""
     session = Session.of(where, executor)
     town = session.files
-    config, view, rows, active, problem, assessment, counts = _queue(session, limit)
+    view, assessment, rows, counts = _queue(session, limit)
+    config, active, problem = session.config, session.active, session.problem
     state = load_state(town)
     sched = config.scheduler
     count = len(active) if active is not None else None
@@ -224,7 +232,8 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     """Would the next cycle launch ``item_id``, and every reason it would not (``scheduler explain``)."""
     session = Session.of(where, executor, now)
     town, stores, now = session.files, session.stores, session.now
-    config, view, active, assessment = _survey(session)[:4]
+    view, assessment = _survey(session)
+    config, active = session.config, session.active or []
     out: dict[str, Any] = {
         "item_id": item_id,
         "queued": False,
