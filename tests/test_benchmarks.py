@@ -74,3 +74,15 @@ def test_bench_sources_compares_a_command_source_with_its_file(tmp_path: Path):
     found = json.loads(done.stdout)
     assert found["items"] == 200
     assert all(found[key] > 0 for key in ("ready_file_s", "ready_command_s", "ready_due_s", "rig_refresh_s"))
+
+
+def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
+    """The launch benchmark at a tiny size: every cycle launches its batch, every view answers."""
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_launch.py"), "--sizes", "12", "--cycles", "1",
+            "--batch", "4", "--drain", "0", "--work", str(tmp_path / "work"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)["launches"]["this"]["12"]
+    assert row["launched"] == 4 and row["cycle"] > 0 and row["cpu"] > 0
+    assert set(row["views"]) == {"status", "list --limit 50", "snapshot --limit 50"}
+    assert all(seconds > 0 for seconds in row["views"].values())  # this tree knows --limit
