@@ -1,0 +1,383 @@
+"""Forecasts: how long a queued item will run, and when it will start and finish.
+
+Two pure pieces, both over plain values so they can be pinned down by table
+tests and hypothesis properties:
+
+* :class:`Model` learns runtimes and token use from run records, per *kind*
+  of run.  A kind is a rig, an issue type and a label; an item is forecast
+  from the most specific level of ``rig+type+label → rig+type → rig → town``
+  that holds at least ``min_samples`` runs, over the last ``window`` runs of
+  that kind.  Medians and the 90th percentile are used (not means), so one
+  run that hung for a day does not move the forecast of every other.  A
+  ``timed-out`` run is a *censored* sample — it lasted at least as long as it
+  ran — and enters through a Kaplan–Meier estimate rather than as if it had
+  finished then; ``throttled``, ``stopped`` and ``vanished`` runs say nothing
+  about how long the work takes and are left out.  With no such history the
+  item's own ``estimated_minutes`` is used, then a default.
+
+* :func:`simulate` replays the dispatch order under the caps, batch size,
+  spawn delay, the daemon's tick interval and throttles, from the running
+  polecats' remaining time, and says when each queued item starts and ends.
+
+Every forecast says what it stands on (``basis``: level and sample count), so
+an operator can tell a learned figure from a guess.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sluice.errors import ConfigError
+
+#: Outcomes whose runtime is a finished sample, and the one that is a lower bound.
+COUNTED = ("ok", "failed")
+CENSORED = "timed-out"
+
+LEVEL_LABEL = "rig+type+label"
+LEVEL_TYPE = "rig+type"
+LEVEL_RIG = "rig"
+LEVEL_TOWN = "town"
+LEVEL_ESTIMATE = "estimated_minutes"
+LEVEL_DEFAULT = "default"
+
+DEFAULT_MIN_SAMPLES = 5
+DEFAULT_WINDOW = 200
+DEFAULT_RUNTIME = 15 * 60.0
+#: The least time a running polecat is assumed still to need: one past its median is not done yet.
+REMAINING_FLOOR = 30.0
+
+
+# --------------------------------------------------------------------------
+# Quantiles
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (non-empty): always a value that was seen."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def censored_quantile(samples: Sequence[tuple[float, bool]], q: float) -> float:
+    """The ``q`` quantile of ``(value, censored)`` samples by the Kaplan–Meier estimate.
+
+    A censored value says only "at least this long"; it leaves the risk set
+    without being an event.  When censoring leaves the distribution short of
+    ``q`` (every long run timed out), the answer is the largest value seen:
+    a lower bound, never a figure smaller than what was observed.
+    """
+    ordered = sorted(samples, key=lambda s: (s[0], s[1]))  # at a tie, events before censorings
+    at_risk = len(ordered)
+    survival = 1.0
+    for value, censored in ordered:
+        if not censored:
+            survival *= (at_risk - 1) / at_risk
+            if 1.0 - survival >= q - 1e-12:
+                return float(value)
+        at_risk -= 1
+    return float(ordered[-1][0])
+
+
+# --------------------------------------------------------------------------
+# Samples and the model
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One ended run as the model sees it."""
+
+    rig: str
+    issue_type: str
+    labels: tuple[str, ...]
+    runtime: float
+    censored: bool = False
+    tokens: int | None = None
+
+
+def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | None = None) -> Sample | None:
+    """The sample a run record gives, or None when its outcome says nothing about runtime.
+
+    ``issue_type`` comes from the record when it carries one, else from the
+    caller (the item's type); ``timeout`` is the polecat timeout, the least a
+    ``timed-out`` run lasted even when its recorded runtime is shorter.
+    Tokens are the reported usage, else the launch estimate.
+    """
+    outcome = record.get("outcome")
+    if outcome not in COUNTED and outcome != CENSORED:
+        return None
+    runtime = record.get("runtime_seconds")
+    censored = outcome == CENSORED
+    if not _number(runtime):
+        if not (censored and timeout):
+            return None
+        runtime = timeout
+    runtime = float(runtime)
+    if censored and timeout:
+        runtime = max(runtime, float(timeout))
+    if runtime < 0:
+        return None
+    tokens = record.get("tokens_used")
+    if not _number(tokens):
+        tokens = record.get("tokens_estimated")
+    labels = record.get("labels") or ()
+    return Sample(
+        rig=str(record.get("rig") or ""),
+        issue_type=str(record.get("issue_type") or issue_type or "task"),
+        labels=tuple(sorted({str(label) for label in labels if isinstance(label, str)})),
+        runtime=runtime,
+        censored=censored,
+        tokens=int(tokens) if _number(tokens) and tokens >= 0 else None,
+    )
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one item is expected to take, and what that expectation stands on."""
+
+    runtime_p50: float
+    runtime_p90: float
+    tokens_p50: int | None
+    tokens_p90: int | None
+    level: str
+    samples: int
+    kind: str = ""
+
+    @property
+    def basis(self) -> dict:
+        return {"level": self.level, "samples": self.samples}
+
+
+@dataclass
+class Model:
+    """Recent samples per kind; ``estimate`` picks the most specific kind with enough of them.
+
+    Feed it samples oldest first (:meth:`add`, or :func:`learn`); each kind
+    keeps only its last ``window``, so an old regime ages out and memory stays
+    bounded however long the history.
+    """
+
+    window: int = DEFAULT_WINDOW
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    kinds: dict[tuple, deque] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ConfigError(f"forecast.window must be >= 1 (got {self.window})")
+        if self.min_samples < 1:
+            raise ConfigError(f"forecast.min_samples must be >= 1 (got {self.min_samples})")
+
+    def add(self, sample: Sample) -> None:
+        keys = [(LEVEL_TOWN,), (LEVEL_RIG, sample.rig), (LEVEL_TYPE, sample.rig, sample.issue_type)]
+        keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
+        for key in keys:
+            runs = self.kinds.get(key)
+            if runs is None:
+                runs = self.kinds[key] = deque(maxlen=self.window)
+            runs.append(sample)
+
+    def estimate(self, rig: str, issue_type: str | None = None, labels: Iterable[str] = (),
+                 estimated_minutes: float | None = None, default_runtime: float = DEFAULT_RUNTIME,
+                 tokens_estimated: int | None = None) -> Estimate:
+        """The forecast for an item of this rig, type and labels.
+
+        Of an item's labels, the one whose kind holds the most runs speaks
+        (ties to the first label by name), so the figure is the best-founded
+        one the item's own labels allow.
+        """
+        issue_type = issue_type or "task"
+        by_label = [(LEVEL_LABEL, rig, issue_type, label) for label in sorted(set(labels))]
+        by_label.sort(key=lambda key: -len(self.kinds.get(key, ())))
+        for key in [*by_label, (LEVEL_TYPE, rig, issue_type), (LEVEL_RIG, rig), (LEVEL_TOWN,)]:
+            runs = self.kinds.get(key)
+            if runs is not None and len(runs) >= self.min_samples:
+                return _estimate(runs, key)
+        if estimated_minutes is not None and estimated_minutes >= 0:
+            seconds = float(estimated_minutes) * 60.0
+            return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, LEVEL_ESTIMATE, 0)
+        return Estimate(default_runtime, default_runtime, tokens_estimated, tokens_estimated,
+                        LEVEL_DEFAULT, 0)
+
+
+def _estimate(runs: Sequence[Sample], key: tuple) -> Estimate:
+    times = [(s.runtime, s.censored) for s in runs]
+    tokens = [s.tokens for s in runs if s.tokens is not None]
+    return Estimate(
+        runtime_p50=censored_quantile(times, 0.5),
+        runtime_p90=censored_quantile(times, 0.9),
+        tokens_p50=int(quantile(tokens, 0.5)) if tokens else None,
+        tokens_p90=int(quantile(tokens, 0.9)) if tokens else None,
+        level=key[0],
+        samples=len(runs),
+        kind="/".join(key[1:]) or LEVEL_TOWN,
+    )
+
+
+def learn(samples: Iterable[Sample | None], window: int = DEFAULT_WINDOW,
+          min_samples: int = DEFAULT_MIN_SAMPLES) -> Model:
+    """A model of ``samples`` (oldest first; Nones, from :func:`sample_of`, are skipped)."""
+    model = Model(window=window, min_samples=min_samples)
+    for sample in samples:
+        if sample is not None:
+            model.add(sample)
+    return model
+
+
+def remaining(runtime_p50: float, elapsed: float, floor: float = REMAINING_FLOOR) -> float:
+    """How much longer a running polecat is expected to take: its median less what it has run, floored."""
+    return max(floor, runtime_p50 - max(0.0, elapsed))
+
+
+# --------------------------------------------------------------------------
+# The queue simulation
+
+#: ``why`` of an item that no slot can ever take (its rig's or the town's cap is 0).
+WHY_NO_CAPACITY = "capacity"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """One queued item in dispatch order; ``why`` set means it cannot start (blocked, paused, broken)."""
+
+    item_id: str
+    rig: str
+    runtime_p50: float
+    runtime_p90: float
+    not_before: float = 0.0  # the end of a throttle that holds it
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running polecat: the slots it holds until ``remaining`` seconds from now."""
+
+    rig: str
+    remaining: float
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds dispatch: caps (None is no cap), batch per tick, spawn delay, tick interval."""
+
+    town_cap: int | None = None
+    rig_caps: Mapping[str, int] = field(default_factory=dict)
+    batch_size: int = 3
+    spawn_delay: float = 0.0
+    interval: float = 60.0
+    first_tick: float | None = None  # the next daemon tick; None: now
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"scheduler.batch_size must be >= 1 (got {self.batch_size})")
+        if not self.interval > 0:
+            raise ConfigError(f"the daemon interval must be > 0 (got {self.interval})")
+        if self.spawn_delay < 0:
+            raise ConfigError(f"scheduler.spawn_delay must be >= 0 (got {self.spawn_delay})")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """When one queued item is expected to start and finish (None: it cannot start, see ``why``)."""
+
+    item_id: str
+    rig: str
+    position: int
+    start_at: float | None
+    done_at: float | None
+    done_p90_at: float | None
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueForecast:
+    at: float
+    slots: tuple[Slot, ...]
+    drain_at: float | None  # when the last expected run (queued or running) ends; None: nothing to wait for
+    drain_p90_at: float | None
+
+
+def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (),
+             limits: Limits = Limits()) -> QueueForecast:
+    """Replay dispatch over ``queue`` (in dispatch order) from ``now``; the same inputs give the same answer.
+
+    Launches happen only at daemon ticks (``first_tick`` then every
+    ``interval``), at most ``batch_size`` a tick, ``spawn_delay`` apart.  At
+    a tick the queue is walked in order and an item is launched when the
+    town and its rig have a free slot and no throttle holds it; an item that
+    cannot go is passed over, as dispatch passes it over, and waits for a
+    later tick.  A slot is held for the median runtime (the p90 only widens
+    each item's own finish).  Ticks at which nothing can change are skipped,
+    so a long queue costs a walk per launch, not per tick.
+    """
+    first = max(now, limits.first_tick if limits.first_tick is not None else now)
+    cap = limits.town_cap
+    busy: list[tuple[float, str]] = []  # (ends at, rig) of every held slot
+    per_rig: dict[str, int] = {}
+    drain, drain_p90 = None, None
+    for run in running:
+        end = now + max(0.0, run.remaining)
+        heapq.heappush(busy, (end, run.rig))
+        per_rig[run.rig] = per_rig.get(run.rig, 0) + 1
+        drain = end if drain is None else max(drain, end)
+        drain_p90 = drain
+
+    slots: list[Slot | None] = [None] * len(queue)
+    pending: list[int] = []
+    for position, item in enumerate(queue):
+        why = item.why
+        if why is None and ((cap is not None and cap <= 0) or limits.rig_caps.get(item.rig, 1) <= 0):
+            why = WHY_NO_CAPACITY
+        if why is not None:
+            slots[position] = Slot(item.item_id, item.rig, position + 1, None, None, None, why)
+        else:
+            pending.append(position)
+
+    tick_number = 0
+    while pending:
+        tick = first + tick_number * limits.interval
+        while busy and busy[0][0] <= tick:
+            _, rig = heapq.heappop(busy)
+            per_rig[rig] -= 1
+        launched = 0
+        left: list[int] = []
+        for index, position in enumerate(pending):
+            if launched >= limits.batch_size or (cap is not None and len(busy) >= cap):
+                left.extend(pending[index:])
+                break
+            item = queue[position]
+            rig_cap = limits.rig_caps.get(item.rig)
+            if item.not_before > tick or (rig_cap is not None and per_rig.get(item.rig, 0) >= rig_cap):
+                left.append(position)
+                continue
+            start = tick + launched * limits.spawn_delay
+            done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
+            heapq.heappush(busy, (done, item.rig))
+            per_rig[item.rig] = per_rig.get(item.rig, 0) + 1
+            slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
+            drain = done if drain is None else max(drain, done)
+            drain_p90 = done_p90 if drain_p90 is None else max(drain_p90, done_p90)
+            launched += 1
+        pending = left
+        if not pending:
+            break
+        if launched:
+            tick_number += 1
+            continue
+        # Nothing could go: the next tick that matters is the first after a slot frees or a throttle ends.
+        events = [busy[0][0]] if busy else []
+        events += [queue[p].not_before for p in pending if queue[p].not_before > tick]
+        if not events:  # cannot happen with caps above 0; kept so a bad input cannot loop forever
+            for position in pending:
+                stuck = queue[position]
+                slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
+                                       WHY_NO_CAPACITY)
+            break
+        tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
+    return QueueForecast(now, tuple(s for s in slots if s is not None), drain, drain_p90)
