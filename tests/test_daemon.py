@@ -50,7 +50,13 @@ def start_daemon(town, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, town):
+def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, town, tmp_path):
+    # The polecat works until the test lets it finish, so the first tick cannot reap it already.
+    release = tmp_path / "release"
+    configure(cli.town, "executor.command", python_command(
+        "import os, time; print('working', flush=True)\n"
+        "deadline = time.time() + 120\n"
+        f"while not os.path.exists({str(release)!r}) and time.time() < deadline: time.sleep(0.05)"))
     cli.run("sling", "al-1", "alpha")
     done = cli.run("daemon", "--once")
     assert "tick 1: dispatched 1" in done.stderr
@@ -64,6 +70,7 @@ def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, town):
     workers = town / ".sluice" / "runtime" / "workers"
     assert len(list(workers.glob("*.json"))) == 1
     wait_for(lambda: "working" in "".join(p.read_text() for p in workers.glob("*.log")))
+    release.touch()
     wait_for(lambda: not LocalExecutor(Town(town)).active())
     again = cli.run("daemon", "--once")
     assert "reaped 1 finished polecat(s)" in again.stderr
