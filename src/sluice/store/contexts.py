@@ -427,7 +427,7 @@ def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -
     if not specs:
         return []
     with fsutil.file_lock(creation_lock_path(store)):
-        allocate = id_allocator(store, list(read_fresh(store)), len(specs))
+        allocate = id_allocator(store, store.log_ids(), len(specs))
         records = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
         store.put_ephemeral_many(records)
     return records

@@ -305,6 +305,18 @@ class RigStore:
         self._summary = (sig, self._read_summary())
         return self._summary[1]
 
+    def log_ids(self) -> set[str]:
+        """Every record id in the ephemeral log now, without parsing the whole log when it is unread.
+
+        The kept summary and the lines after its mark give exactly the ids a
+        whole read gives (ids only leave the log when compaction replaces
+        it, and then the summary is read past), so a sling picking new ids
+        under the creation lock does not parse 100,000 queued contexts.
+        """
+        if self.log_unread():
+            return set(self._ephemeral_summary()[0])
+        return set(self.ephemeral_fresh())
+
     def log_unread(self) -> bool:
         """True until this store first reads its ephemeral log (then it only reads what is appended)."""
         return self._log.inode is None
