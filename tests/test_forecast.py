@@ -57,10 +57,15 @@ def test_tokens_are_the_reported_usage_else_the_launch_estimate():
     assert sample_of(run()).tokens is None
 
 
-def test_the_type_comes_from_the_record_else_the_caller_else_task():
+def test_the_type_comes_from_the_record_else_the_caller_else_it_is_unknown():
     assert sample_of(run(issue_type="bug"), issue_type="feature").issue_type == "bug"
     assert sample_of(run(), issue_type="feature").issue_type == "feature"
-    assert sample_of(run()).issue_type == "task"
+    assert sample_of(run()).issue_type is None
+
+
+def test_a_run_of_unknown_type_counts_for_its_rig_and_the_town_only():
+    model = learn([Sample("api", None, ("slow",), 60.0)] * 5)
+    assert model.estimate("api", "task", ["slow"]).level == "rig"
 
 
 # --------------------------------------------------------------------------

@@ -391,6 +391,34 @@ class BrokenItems(_Document):
 
 
 @dataclass(frozen=True)
+class ItemForecast(_Document):
+    """One queued item's expected start and finish (None: it cannot start, see ``why``)."""
+
+    item_id: str
+    rig: str
+    position: int
+    start_at: str | None
+    done_at: str | None
+    done_p90_at: str | None
+    runtime_p50: float
+    runtime_p90: float
+    tokens_p50: int | None
+
+
+@dataclass(frozen=True)
+class Forecast(_Document):
+    """``scheduler forecast``: when each queued item starts and finishes, and when the queue drains."""
+
+    at: str
+    drain_at: str | None
+    drain_p90_at: str | None
+
+    @cached_property
+    def items(self) -> list[ItemForecast]:
+        return [ItemForecast.from_json(row) for row in self.document["items"]]
+
+
+@dataclass(frozen=True)
 class ResetResult(_Document):
     """``scheduler reset``: the item queued again, in which rig, under which open context."""
 
@@ -737,6 +765,12 @@ class Town:
         from sluice.scheduler.queue import explain
 
         return Explanation.from_json(explain(self._session(), item))
+
+    def forecast(self, limit: int = 0) -> Forecast:
+        """When each queued item is expected to start and finish, from the run history (0: every item)."""
+        from sluice.scheduler.forecast import forecast
+
+        return Forecast.from_json(forecast(self._session(), limit=limit))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
                  clear: bool = False, actor: str | None = None) -> ThrottleState:

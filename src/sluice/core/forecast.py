@@ -91,7 +91,7 @@ class Sample:
     """One ended run as the model sees it."""
 
     rig: str
-    issue_type: str
+    issue_type: str | None  # None: not known (the run log does not keep it); counted by rig and town only
     labels: tuple[str, ...]
     runtime: float
     censored: bool = False
@@ -102,7 +102,7 @@ def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | N
     """The sample a run record gives, or None when its outcome says nothing about runtime.
 
     ``issue_type`` comes from the record when it carries one, else from the
-    caller (the item's type); ``timeout`` is the polecat timeout, the least a
+    caller (the item's type), else is unknown; ``timeout`` is the polecat timeout, the least a
     ``timed-out`` run lasted even when its recorded runtime is shorter.
     Tokens are the reported usage, else the launch estimate.
     """
@@ -126,7 +126,7 @@ def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | N
     labels = record.get("labels") or ()
     return Sample(
         rig=str(record.get("rig") or ""),
-        issue_type=str(record.get("issue_type") or issue_type or "task"),
+        issue_type=record.get("issue_type") or issue_type or None,
         labels=tuple(sorted({str(label) for label in labels if isinstance(label, str)})),
         runtime=runtime,
         censored=censored,
@@ -175,8 +175,10 @@ class Model:
             raise ConfigError(f"forecast.min_samples must be >= 1 (got {self.min_samples})")
 
     def add(self, sample: Sample) -> None:
-        keys = [(LEVEL_TOWN,), (LEVEL_RIG, sample.rig), (LEVEL_TYPE, sample.rig, sample.issue_type)]
-        keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
+        keys = [(LEVEL_TOWN,), (LEVEL_RIG, sample.rig)]
+        if sample.issue_type is not None:
+            keys.append((LEVEL_TYPE, sample.rig, sample.issue_type))
+            keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
         for key in keys:
             runs = self.kinds.get(key)
             if runs is None:

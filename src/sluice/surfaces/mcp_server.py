@@ -218,6 +218,13 @@ def build_server(town_arg: str | None = None):
         return town().clear(_given(item_id)).to_json()
 
     @tool
+    def sluice_scheduler_forecast(
+        limit: Annotated[StrictInt, Field(ge=0, description="At most N items; 0 = all.")] = 0,
+    ) -> dict:
+        """When each queued item is expected to start and finish, as `sluice scheduler forecast --json`."""
+        return town().forecast(limit).to_json()
+
+    @tool
     def sluice_scheduler_explain(
         item_id: Annotated[str, Field(min_length=1, description="The work item to explain.")],
     ) -> dict:

@@ -286,6 +286,26 @@ def queue_text(rows: list[dict]) -> str:
                       *table(header, out, right=(0, 5), indent="  ")])
 
 
+def forecast_text(data: dict) -> str:
+    """One line per queued item: expected start, finish (p90) and what the figure stands on."""
+    def hhmm(at: str | None) -> str:
+        return at[11:16] if at else "-"
+
+    lines = [f"{'POS':>4}  {'ITEM':<14} {'RIG':<10} {'START':>5}  {'DONE':>5}  {'P90':>5}  BASIS"]
+    for row in data["items"]:
+        basis = row["basis"]
+        why = f"  (cannot start: {row['why']})" if row.get("why") else ""
+        lines.append(f"{row['position']:>4}  {shown(row['item_id']):<14} {shown(row['rig']):<10} "
+                     f"{hhmm(row['start_at']):>5}  {hhmm(row['done_at']):>5}  {hhmm(row['done_p90_at']):>5}  "
+                     f"{basis['level']} ({basis['samples']} runs){why}")
+    daemon = "" if data["daemon"]["running"] else " (no daemon seen: assuming one"
+    daemon += f" every {data['daemon']['interval']:g}s)" if daemon else ""
+    drain = f"queue drains ≈{data['drain_at']} (p90 {data['drain_p90_at']})" if data["drain_at"] else (
+        "nothing queued or running")
+    lines.append(f"{drain}{daemon}; times UTC")
+    return "\n".join(lines)
+
+
 def explain_text(data: dict) -> str:
     item_id, context_id = shown(data["item_id"]), shown(data["context_id"])
     if data["would_dispatch"]:

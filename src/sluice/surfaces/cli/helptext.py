@@ -86,6 +86,7 @@ EXAMPLES: dict[str, list[str]] = {
     "scheduler broken": ["scheduler broken"],
     "scheduler clear": ["scheduler clear", "scheduler clear --item api-2"],
     "scheduler explain": ["scheduler explain api-2", "scheduler explain api-2 --json"],
+    "scheduler forecast": ["scheduler forecast", "scheduler forecast --limit 10 --json"],
     "scheduler list": ["scheduler list", "scheduler list --limit 20 --json"],
     "scheduler pause": ["scheduler pause"],
     "scheduler promote": ["scheduler promote api-6", "scheduler promote api-6 --undo"],

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, flag_words, say, shown, town
-from sluice.surfaces.output import cycle_text, explain_text, queue_status_text, queue_text
+from sluice.surfaces.output import cycle_text, explain_text, forecast_text, queue_status_text, queue_text
 
 scheduler_app = typer.Typer(
     help="Deferred dispatch: queue status, dispatch cycles, pause, clear. This launches polecats"
@@ -139,6 +139,15 @@ def _clear_text(data: dict) -> str:
         lines.append(f"Cleared {data['cleared']} context(s) from the scheduler" if data["cleared"]
                      else "Scheduler is already empty.")
     return "\n".join(lines)
+
+
+@scheduler_app.command("forecast")
+def forecast(
+    limit: Annotated[int, typer.Option(help="At most N items; 0 = all.")] = 0,
+    as_json: JsonOption = False,
+) -> None:
+    """When each queued item is expected to start and finish, learned from the run history."""
+    emit(town().forecast(limit).to_json(), as_json, forecast_text)
 
 
 @scheduler_app.command("explain")

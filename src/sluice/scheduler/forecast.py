@@ -1,0 +1,103 @@
+"""``scheduler forecast``: when each queued item is expected to start and finish.
+
+The readings (queue in dispatch order, running runs, caps, throttles, the
+daemon's interval, the run history) are gathered here; every decision is
+:mod:`sluice.core.forecast`'s, so what is learned and how the queue is
+replayed is tested on plain values.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.core import admission as rules
+from sluice.core import forecast as model
+from sluice.core.items import estimated_minutes, parse_ts
+from sluice.scheduler import daemon
+from sluice.scheduler.runs import stamp
+from sluice.scheduler.session import Session
+from sluice.store import admission_state as kept
+from sluice.store import runs as log
+from sluice.store.state import load_state
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Executor
+    from sluice.store.town import Town
+
+
+def learn(town: Town, timeout: float | None = None, types: dict[str, str] | None = None) -> model.Model:
+    """The model of the town's run history (the log as one process keeps it, read incrementally)."""
+    types = types or {}
+    return model.learn(model.sample_of(r, types.get(r.get("item_id", "")), timeout)
+                       for r in log.read_runs(town).values())
+
+
+def forecast(where: Town | Session, executor: Executor | None = None, limit: int = 0,
+             now: float | None = None) -> dict:
+    """``scheduler forecast``: the queue replayed under today's caps from the learned runtimes."""
+    from sluice.scheduler.queue import _survey
+
+    session = Session.of(where, executor, now)
+    town, config, now = session.files, session.config, session.now
+    view, assessment = _survey(session)
+    sched = config.scheduler
+    timeout = sched.seconds("polecat_timeout") or None
+    works = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
+    types = {w.item["id"]: w.item.get("issue_type") or "task" for w, _ in works}
+    learned = learn(town, timeout, types)
+    default = model.DEFAULT_RUNTIME
+    paused = load_state(town).paused
+
+    throttle_end: dict[str | None, float] = {}
+    for throttle in kept.throttles(town, now):
+        throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
+
+    queue, estimates = [], []
+    for work, why in works:
+        item = work.item
+        minutes = estimated_minutes(item)
+        if minutes is None and isinstance(item.get("metadata"), dict):
+            minutes = estimated_minutes(item["metadata"])
+        estimate = learned.estimate(work.rig, item.get("issue_type"), item.get("labels") or (), minutes,
+                                    default, work.tokens)
+        estimates.append(estimate)
+        held_until = max(throttle_end.get(None, 0.0), throttle_end.get(work.rig, 0.0))
+        queue.append(model.Queued(item["id"], work.rig, estimate.runtime_p50, estimate.runtime_p90,
+                                  not_before=held_until, why=rules.PAUSED if paused else why))
+
+    running = []
+    for record in log.digest(town).running.values():
+        estimate = learned.estimate(record.get("rig") or "", record.get("issue_type"),
+                                    record.get("labels") or (), default_runtime=default)
+        started = parse_ts(record.get("started_at"))
+        elapsed = now - started if started is not None else 0.0
+        running.append(model.Running(record.get("rig") or "", model.remaining(estimate.runtime_p50, elapsed)))
+
+    beat = daemon.read_heartbeat(town) or {}
+    interval = beat.get("interval") if isinstance(beat.get("interval"), (int, float)) else None
+    limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(assessment.limits.rig_caps),
+                          batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
+                          interval=float(interval or daemon.DEFAULT_INTERVAL))
+    result = model.simulate(now, queue, running, limits)
+    items = []
+    for slot, estimate in zip(result.slots, estimates, strict=True):
+        row = {
+            "item_id": slot.item_id, "rig": slot.rig, "position": slot.position,
+            "start_at": _at(slot.start_at), "done_at": _at(slot.done_at),
+            "done_p90_at": _at(slot.done_p90_at),
+            "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
+            "tokens_p50": estimate.tokens_p50, "basis": {**estimate.basis, "kind": estimate.kind},
+        }
+        if slot.why is not None:
+            row["why"] = slot.why
+        items.append(row)
+    return {
+        "at": stamp(now), "drain_at": _at(result.drain_at), "drain_p90_at": _at(result.drain_p90_at),
+        # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
+        "daemon": {"running": bool(beat), "interval": limits.interval},
+        "items_total": len(items), "items": items[:limit] if limit else items,
+    }
+
+
+def _at(epoch: float | None) -> str | None:
+    return None if epoch is None else stamp(epoch)

@@ -1,0 +1,77 @@
+"""`scheduler forecast` on a real town: the queue, the run log and the caps as sluice keeps them."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from helpers import make_repo
+from sluice.store import runs as log
+
+
+def record(item_id: str, **extra) -> dict:
+    return {"_type": "issue", "id": item_id, "title": f"work {item_id}", "status": "open", "priority": 2,
+            "issue_type": "task", "created_at": "2026-11-01T10:00:00Z", "updated_at": "2026-11-01T10:00:00Z",
+            **extra}
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    export = tmp_path / "issues.jsonl"
+    items = [record("be-1"), record("be-2"), record("be-3", estimated_minutes=5),
+             record("be-4", dependencies=[{"issue_id": "be-4", "depends_on_id": "be-9", "type": "blocks",
+                                           "created_at": "2026-11-01T10:00:00Z"}]),
+             record("be-9")]
+    export.write_text("".join(json.dumps(r) + "\n" for r in items))
+    cli.run("rig", "add", "be", str(make_repo(tmp_path / "repos" / "be")), "--items", str(export))
+    cli.run("config", "set", "scheduler.max_polecats", "1")
+    cli.run("config", "set", "scheduler.batch_size", "1")
+    return cli
+
+
+def history(cli, runtime: float, count: int, labels=()) -> None:
+    from sluice.api import open_town
+
+    files = open_town(cli.town).files
+    log.append(files, [{"run_id": f"r{runtime:g}-{n}", "polecat_id": f"pc-{n}", "item_id": f"be-old{n}",
+                        "rig": "be", "started_at": "2026-11-30T20:00:00Z", "ended_at": "2026-11-30T20:10:00Z",
+                        "runtime_seconds": runtime, "exit_code": 0, "outcome": "ok", "tokens_estimated": 100,
+                        "tokens_used": 400 + n, "labels": list(labels), "touches": [], "attempt": 1}
+                       for n in range(count)])
+
+
+def seconds(at: str) -> float:
+    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_learned_runtime_spaces_the_queue_under_a_cap_of_one(town):
+    history(town, 600.0, 6)
+    for item in ("be-1", "be-2", "be-4"):
+        town.run("sling", item)
+    out = town.json("scheduler", "forecast")
+    first, second, blocked = out["items"]
+    assert first["basis"]["level"] == "rig" and first["basis"]["samples"] == 6
+    assert (first["runtime_p50"], first["tokens_p50"]) == (600.0, 402)
+    assert seconds(second["start_at"]) >= seconds(first["done_at"])  # one slot: strictly one after another
+    assert (blocked["item_id"], blocked["start_at"], blocked["why"]) == ("be-4", None, "blocked")
+    assert out["drain_at"] == second["done_at"] and out["daemon"]["running"] is False
+    assert "be-2" in town.run("scheduler", "forecast").stdout
+
+
+def test_with_no_history_the_item_estimate_then_the_default_speaks(town):
+    town.run("sling", "be-3")
+    town.run("sling", "be-1")
+    by_id = {row["item_id"]: row for row in town.json("scheduler", "forecast")["items"]}
+    assert (by_id["be-3"]["runtime_p50"], by_id["be-3"]["basis"]["level"]) == (300.0, "estimated_minutes")
+    assert (by_id["be-1"]["runtime_p50"], by_id["be-1"]["basis"]["level"]) == (900.0, "default")
+
+
+def test_a_paused_town_starts_nothing_and_limit_cuts_the_rows(town):
+    town.run("sling", "be-1")
+    town.run("sling", "be-2")
+    town.run("scheduler", "pause")
+    out = town.json("scheduler", "forecast", "--limit", "1")
+    assert out["items_total"] == 2 and len(out["items"]) == 1
+    assert (out["items"][0]["start_at"], out["items"][0]["why"]) == (None, "paused")
