@@ -31,14 +31,14 @@ def town(cli, tmp_path):
     return cli
 
 
-def history(cli, runtime: float, count: int, labels=()) -> None:
+def history(cli, runtime: float, count: int, labels=(), **extra) -> None:
     from sluice.api import open_town
 
     files = open_town(cli.town).files
     log.append(files, [{"run_id": f"r{runtime:g}-{n}", "polecat_id": f"pc-{n}", "item_id": f"be-old{n}",
                         "rig": "be", "started_at": "2026-11-30T20:00:00Z", "ended_at": "2026-11-30T20:10:00Z",
                         "runtime_seconds": runtime, "exit_code": 0, "outcome": "ok", "tokens_estimated": 100,
-                        "tokens_used": 400 + n, "labels": list(labels), "touches": [], "attempt": 1}
+                        "tokens_used": 400 + n, "labels": list(labels), "touches": [], "attempt": 1, **extra}
                        for n in range(count)])
 
 
@@ -75,3 +75,12 @@ def test_a_paused_town_starts_nothing_and_limit_cuts_the_rows(town):
     out = town.json("scheduler", "forecast", "--limit", "1")
     assert out["items_total"] == 2 and len(out["items"]) == 1
     assert (out["items"][0]["start_at"], out["items"][0]["why"]) == (None, "paused")
+
+
+def test_runs_of_the_items_kind_speak_before_the_rigs(town):
+    history(town, 600.0, 6)
+    history(town, 60.0, 5, labels=["quick"], issue_type="task")
+    town.run("sling", "be-1")
+    row = town.json("scheduler", "forecast")["items"][0]
+    assert row["basis"] == {"level": "rig+type", "samples": 5, "kind": "be/task"}
+    assert row["runtime_p50"] == 60.0

@@ -166,7 +166,7 @@ def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, town
     ends = sorted((r["item_id"], r["outcome"], r["exit_code"]) for r in rows)
     assert ends == [("al-1", "failed", 3), ("al-2", "ok", 0)]
     failed = next(r for r in rows if r["item_id"] == "al-1")
-    assert set(failed) == set(runlog.FIELDS)
+    assert set(failed) == set(runlog.FIELDS) and failed["issue_type"] == "task"
     assert 0 <= failed["runtime_seconds"] < 30 and failed["attempt"] == 1 and failed["ended_at"]
     assert cli.json("runs", "--outcome", "failed") == [failed]
     assert "! " in cli.run("runs").stdout.splitlines()[1] + cli.run("runs").stdout.splitlines()[2]

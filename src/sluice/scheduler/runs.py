@@ -71,6 +71,7 @@ def new_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens
         "labels": sorted(labels_of(item)),
         "touches": list(touches_of(item)),
         "attempt": attempt,
+        "issue_type": item.get("issue_type") or None,  # the forecast's kind: rig, type, label
     }
 
 
