@@ -405,3 +405,31 @@ def test_runtime_is_the_process_own_time_not_the_time_until_someone_looked(cli, 
     time.sleep(2.0)  # nobody looks for a while after it ended (the test is that gap)
     [run] = cli.json("runs")
     assert run["outcome"] == "ok" and 0.9 <= run["runtime_seconds"] < 2.9  # looked at after 3 s or more
+
+
+# -- the forecast learns from real runs -----------------------------------------------------------
+
+SLEEP_BY_TITLE = "import sys, time; time.sleep(float(sys.argv[1].split()[-1]))"
+
+
+def test_the_forecast_learns_two_kinds_of_real_runs_apart(cli, town):
+    configure(town, "executor.command", python_command(SLEEP_BY_TITLE, "{title}"))
+    fast = [item(f"al-f{n}", title="sleep 0.1", issue_type="bug") for n in range(5)]
+    slow = [item(f"al-s{n}", title="sleep 2.0", issue_type="feature") for n in range(5)]
+    queue(town, "alpha", *fast, *slow)
+    daemon = Daemon(Town(town), interval=1.0, echo=lambda line: None)
+    daemon.tick()
+    finished(town)
+    daemon.tick()  # reaps and records every end
+    assert sorted(r["outcome"] for r in records(town)) == ["ok"] * 10
+    queue(town, "alpha", item("al-f9", title="sleep 0.1", issue_type="bug"),
+          item("al-s9", title="sleep 2.0", issue_type="feature"))
+    rows = {row["item_id"]: row for row in cli.json("scheduler", "forecast")["items"]}
+    quick, long = rows["al-f9"], rows["al-s9"]
+    assert quick["basis"] == {"level": "rig+type", "samples": 5, "kind": "alpha/bug"}
+    assert long["basis"] == {"level": "rig+type", "samples": 5, "kind": "alpha/feature"}
+    assert long["runtime_p50"] >= 2.0 and quick["runtime_p90"] < long["runtime_p50"]
+    ran = {r["item_id"]: r["runtime_seconds"] for r in records(town)}
+    # Each kind's runs lie on its own side: a fast run is shorter than the slow kind's median, and so on.
+    assert all(ran[f["id"]] < long["runtime_p50"] for f in fast)
+    assert all(ran[s["id"]] > quick["runtime_p90"] for s in slow)
