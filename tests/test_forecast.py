@@ -290,3 +290,11 @@ def test_the_simulation_is_deterministic(rows, running, cap, interval):
     held = [Running(r, float(t)) for r, t in running]
     args = (0.0, build(rows), held, Limits(town_cap=cap, interval=interval))
     assert simulate(*args) == simulate(*args)
+
+
+def test_a_kind_learns_what_is_added_after_it_was_estimated():
+    model = learn(samples(5, runtime=10.0))
+    assert model.estimate("api").runtime_p50 == 10.0
+    for sample in samples(6, runtime=500.0):
+        model.add(sample)
+    assert model.estimate("api").runtime_p50 == 500.0

@@ -167,6 +167,7 @@ class Model:
     window: int = DEFAULT_WINDOW
     min_samples: int = DEFAULT_MIN_SAMPLES
     kinds: dict[tuple, deque] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple, Estimate] = field(default_factory=dict, repr=False)  # per kind, until the next add
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -184,6 +185,7 @@ class Model:
             if runs is None:
                 runs = self.kinds[key] = deque(maxlen=self.window)
             runs.append(sample)
+            self._cache.pop(key, None)
 
     def estimate(self, rig: str, issue_type: str | None = None, labels: Iterable[str] = (),
                  estimated_minutes: float | None = None, default_runtime: float = DEFAULT_RUNTIME,
@@ -200,7 +202,10 @@ class Model:
         for key in [*by_label, (LEVEL_TYPE, rig, issue_type), (LEVEL_RIG, rig), (LEVEL_TOWN,)]:
             runs = self.kinds.get(key)
             if runs is not None and len(runs) >= self.min_samples:
-                return _estimate(runs, key)
+                found = self._cache.get(key)
+                if found is None:
+                    found = self._cache[key] = _estimate(runs, key)
+                return found
         if estimated_minutes is not None and estimated_minutes >= 0:
             seconds = float(estimated_minutes) * 60.0
             return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, LEVEL_ESTIMATE, 0)
