@@ -94,6 +94,8 @@ def test_schedule_next_and_the_daemons_compaction_pass_the_held_rig_by(cli, town
     damaged = log.read_bytes()
     decisions = cli.json("schedule", "next", "--preview", "--limit", "5")
     assert decisions and {d["node_id"][:3] for d in decisions} <= {"al-", "be-"}
+    said = cli.run("schedule", "next", "--preview", "--limit", "5").stderr
+    assert "rig alpha left out (rig-unreadable)" in said and f"{log}:2" in said  # said, not dropped
     from sluice.scheduler.control import compact_if_long
     from sluice.store.town import Town
 

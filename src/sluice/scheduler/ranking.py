@@ -26,6 +26,7 @@ item ids only from the groups that reach the requested top, oldest first.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -281,11 +282,19 @@ def rank_ready(
     by_graph = graph_id is not None or has_graph_weights(policy)
     deadlines = deadline_enabled(policy)
     groups: list[ReadyGroup] = []
+    readable = 0
+    first_error: Exception | None = None
     for store in stores.all():
         try:
             groups.extend(_rig_groups(store, signals, now, by_graph, graph_id, deadlines))
+            readable += 1
         except (StoreCorrupt, OSError) as err:  # a rig that cannot be read is held; the others are scored
             stores.hold_unreadable(store.rig.name, err)
+            # Said, never dropped in silence: the answer leaves that rig's items out.
+            logging.getLogger("sluice").warning("rig %s left out (rig-unreadable): %s", store.rig.name, err)
+            first_error = first_error or err
+    if first_error is not None and not readable:
+        raise first_error  # no rig could be read: there is no answer to give, only the error
     if not groups:
         return []
     top = best_of_groups(groups, policy, limit=limit, **signals.scoring_inputs(g.rig for g in groups))
