@@ -25,6 +25,7 @@ an operator can tell a learned figure from a guess.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -346,45 +347,73 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
         else:
             pending.append(position)
 
+    # Items passed over at an earlier tick wait in ``waiting`` (in order); all of them come before
+    # ``pending[cursor:]``, which no tick has reached yet.  A tick walks only as far as it can launch.
+    waiting: list[int] = []
+    cursor = 0
+    throttle_ends = sorted({item.not_before for item in queue})
     tick_number = 0
-    while pending:
+    while waiting or cursor < len(pending):
         tick = first + tick_number * limits.interval
         while busy and busy[0][0] <= tick:
             _, rig = heapq.heappop(busy)
             per_rig[rig] -= 1
         launched = 0
-        left: list[int] = []
-        for index, position in enumerate(pending):
-            if launched >= limits.batch_size or (cap is not None and len(busy) >= cap):
-                left.extend(pending[index:])
+        kept: list[int] = []
+        for index, position in enumerate(waiting):
+            if not (launched < limits.batch_size and (cap is None or len(busy) < cap)):
+                kept.extend(waiting[index:])
                 break
-            item = queue[position]
-            rig_cap = limits.rig_caps.get(item.rig)
-            if item.not_before > tick or (rig_cap is not None and per_rig.get(item.rig, 0) >= rig_cap):
-                left.append(position)
-                continue
-            start = tick + launched * limits.spawn_delay
-            done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
-            heapq.heappush(busy, (done, item.rig))
-            per_rig[item.rig] = per_rig.get(item.rig, 0) + 1
-            slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
-            drain = done if drain is None else max(drain, done)
-            drain_p90 = done_p90 if drain_p90 is None else max(drain_p90, done_p90)
-            launched += 1
-        pending = left
-        if not pending:
+            if _goes(queue[position], tick, limits, per_rig):
+                drain, drain_p90 = _launch(queue, position, tick, launched, limits, busy, per_rig, slots,
+                                           drain, drain_p90)
+                launched += 1
+            else:
+                kept.append(position)
+        else:
+            while cursor < len(pending) and launched < limits.batch_size and (cap is None or len(busy) < cap):
+                position = pending[cursor]
+                cursor += 1
+                if _goes(queue[position], tick, limits, per_rig):
+                    drain, drain_p90 = _launch(queue, position, tick, launched, limits, busy, per_rig, slots,
+                                               drain, drain_p90)
+                    launched += 1
+                else:
+                    kept.append(position)
+        waiting = kept
+        if not waiting and cursor >= len(pending):
             break
         if launched:
             tick_number += 1
             continue
         # Nothing could go: the next tick that matters is the first after a slot frees or a throttle ends.
         events = [busy[0][0]] if busy else []
-        events += [queue[p].not_before for p in pending if queue[p].not_before > tick]
+        later = bisect.bisect_right(throttle_ends, tick)
+        if later < len(throttle_ends):
+            events.append(throttle_ends[later])
         if not events:  # cannot happen with caps above 0; kept so a bad input cannot loop forever
-            for position in pending:
+            for position in waiting + pending[cursor:]:
                 stuck = queue[position]
                 slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
                                        WHY_NO_CAPACITY)
             break
         tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
     return QueueForecast(now, tuple(s for s in slots if s is not None), drain, drain_p90)
+
+
+def _goes(item: Queued, tick: float, limits: Limits, per_rig: dict[str, int]) -> bool:
+    """Whether dispatch would launch ``item`` at ``tick``: no throttle holds it, its rig has a free slot."""
+    rig_cap = limits.rig_caps.get(item.rig)
+    return item.not_before <= tick and (rig_cap is None or per_rig.get(item.rig, 0) < rig_cap)
+
+
+def _launch(queue, position, tick, launched, limits, busy, per_rig, slots, drain, drain_p90):
+    """Book the launch of ``queue[position]`` as the tick's ``launched``-th; the new drain times."""
+    item = queue[position]
+    start = tick + launched * limits.spawn_delay
+    done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
+    heapq.heappush(busy, (done, item.rig))
+    per_rig[item.rig] = per_rig.get(item.rig, 0) + 1
+    slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
+    return (done if drain is None else max(drain, done),
+            done_p90 if drain_p90 is None else max(drain_p90, done_p90))
