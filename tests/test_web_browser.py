@@ -91,13 +91,13 @@ def test_a_token_link_pasted_into_an_open_tab_is_taken(cli, web, browser):
     from selenium.webdriver.common.by import By
 
     browser.get(web.url)
-    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tr[data-item]")) == 3, timeout=30)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tr[data-item]")) == 3, timeout=60)
     assert "connecting" not in browser.find_element(By.ID, "state").get_attribute("class")
     browser.execute_script("location.hash = arguments[0]", f"token={TOKEN}")  # what pasting the link does
-    wait_for(lambda: "token" not in browser.current_url, timeout=15)
+    wait_for(lambda: "token" not in browser.current_url, timeout=60)
     assert browser.find_element(By.ID, "token").get_attribute("value") == TOKEN
     browser.find_element(By.ID, "pause").click()
-    wait_for(lambda: cli.json("scheduler", "status")["paused"] is True, timeout=15)
+    wait_for(lambda: cli.json("scheduler", "status")["paused"] is True, timeout=60)
     assert cli.json("scheduler", "status")["paused_by"] == "sluice web"
 
 
@@ -105,7 +105,7 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     browser.get(web.url)
-    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=60)
     rows = [r.get_attribute("data-item") for r in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")]
     assert browser.execute_script(  # numbers and their headers line up on the right
         "return getComputedStyle(document.querySelector('#queue th.num')).textAlign") == "right"
@@ -122,7 +122,7 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
     assert _text(browser, "#polecats td.empty") == "no polecat running"  # an empty table says so
     cli.run("scheduler", "run")
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]")) == 1,
-             timeout=30)
+             timeout=60)
     running = cli.json("polecat", "list")[0]
     row = browser.find_element(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]")
     assert running["item_id"] in row.text and "first" in row.text  # with its item's title
@@ -131,14 +131,14 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
 
     # Pause without the token is refused and changes nothing.
     browser.find_element(By.ID, "pause").click()
-    wait_for(lambda: "refused (403)" in _text(browser, "#message"), timeout=15)
+    wait_for(lambda: "refused (403)" in _text(browser, "#message"), timeout=60)
     assert cli.json("scheduler", "status")["paused"] is False
     assert "active" in _text(browser, "#state")
 
     # With the token it pauses, and the header shows it from the stream.
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "pause").click()
-    wait_for(lambda: _text(browser, "#state").startswith("PAUSED by sluice web"), timeout=15)
+    wait_for(lambda: _text(browser, "#state").startswith("PAUSED by sluice web"), timeout=60)
     assert cli.json("scheduler", "status")["paused"] is True
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -151,7 +151,7 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     from selenium.webdriver.common.by import By
 
     browser.get(web.url + "item/al-2")
-    wait_for(lambda: _text(browser, "#score") != "", timeout=30)
+    wait_for(lambda: _text(browser, "#score") != "", timeout=60)
     assert _text(browser, "#item-title") == SCRIPT_TITLE and browser.title == "sluice · al-2"
     reasons = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#reasons li")]
     assert reasons[0] == "priority=2" and any(r.startswith("cost=") for r in reasons)
@@ -163,16 +163,16 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
                    or ["nothing: the next cycle launches it"])
 
     browser.get(f"{web.url}#token={TOKEN}")
-    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=30)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=60)
     assert "token" not in browser.current_url  # dropped from the address bar
     button = browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="be-1"] button')
     button.click()  # asks first; saying no changes nothing
-    alert = wait_for(lambda: _alert(browser), timeout=15)
+    alert = wait_for(lambda: _alert(browser), timeout=60)
     assert "be-1" in alert.text
     alert.dismiss()
     assert [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2", "be-1"]
     button.click()
-    wait_for(lambda: _alert(browser), timeout=15).accept()
-    wait_for(lambda: [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2"], timeout=15)
-    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 2, timeout=15)
+    wait_for(lambda: _alert(browser), timeout=60).accept()
+    wait_for(lambda: [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2"], timeout=60)
+    wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 2, timeout=60)
     assert _errors(browser) == []
