@@ -84,3 +84,19 @@ def test_runs_of_the_items_kind_speak_before_the_rigs(town):
     row = town.json("scheduler", "forecast")["items"][0]
     assert row["basis"] == {"level": "rig+type", "samples": 5, "kind": "be/task"}
     assert row["runtime_p50"] == 60.0
+
+
+def test_a_live_daemon_sets_the_ticks_and_a_stale_heartbeat_is_no_daemon(town):
+    from sluice.api import open_town
+    from sluice.scheduler.daemon import heartbeat_path
+    from sluice.scheduler.runs import stamp
+
+    town.run("sling", "be-1")
+    path = heartbeat_path(open_town(town.town).files)
+    now = datetime.now().timestamp()
+    path.write_text(json.dumps({"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 20)}))
+    out = town.json("scheduler", "forecast")
+    assert out["daemon"] == {"running": True, "interval": 60.0}
+    assert abs(seconds(out["items"][0]["start_at"]) - (now + 40)) < 0.01  # the next tick, 40 s from now
+    path.write_text(json.dumps({"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 3600)}))
+    assert town.json("scheduler", "forecast")["daemon"] == {"running": False, "interval": 180.0}

@@ -73,11 +73,10 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
         elapsed = now - started if started is not None else 0.0
         running.append(model.Running(record.get("rig") or "", model.remaining(estimate.runtime_p50, elapsed)))
 
-    beat = daemon.read_heartbeat(town) or {}
-    interval = beat.get("interval") if isinstance(beat.get("interval"), (int, float)) else None
+    interval, next_tick = _daemon(town, now)
     limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(assessment.limits.rig_caps),
                           batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
-                          interval=float(interval or daemon.DEFAULT_INTERVAL))
+                          interval=interval or daemon.DEFAULT_INTERVAL, first_tick=next_tick)
     result = model.simulate(now, queue, running, limits)
     items = []
     for slot, estimate in zip(result.slots, estimates, strict=True):
@@ -94,9 +93,25 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
     return {
         "at": stamp(now), "drain_at": _at(result.drain_at), "drain_p90_at": _at(result.drain_p90_at),
         # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
-        "daemon": {"running": bool(beat), "interval": limits.interval},
+        "daemon": {"running": interval is not None, "interval": limits.interval},
         "items_total": len(items), "items": items[:limit] if limit else items,
     }
+
+
+def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:
+    """The running daemon's interval and next tick, or (None, None) when its heartbeat is absent or stale.
+
+    A heartbeat whose last tick is more than three intervals old is a daemon
+    that died without cleaning up: the forecast then assumes one from now.
+    """
+    beat = daemon.read_heartbeat(town) or {}
+    interval = beat.get("interval")
+    last = parse_ts(beat.get("last_tick_at"))
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0 or last is None:
+        return None, None
+    if now - last > 3 * interval:
+        return None, None
+    return float(interval), max(now, last + interval)
 
 
 def _at(epoch: float | None) -> str | None:
