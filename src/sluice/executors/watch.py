@@ -15,7 +15,9 @@ Before it reports the pid, it writes ``STARTED_FILE`` (both pids and their
 start times): a launcher killed between starting the watcher and recording
 the pid leaves a polecat the executor still finds, watches and can stop, so
 the next cycle settles its context as dispatched instead of launching the
-item a second time.
+item a second time.  Room for that record is taken before the polecat starts,
+so a full disk refuses the launch instead of leaving a polecat running that
+no record names (whose launch the cycle would count as failed and retry).
 
 Run as a script by path (``python -I watch.py EXIT_FILE STARTED_FILE PIPE_FD -- ARGV...``):
 it imports only the standard library and psutil (sluice's own dependency, for
@@ -94,20 +96,68 @@ def write_atomically(path: str, document: dict) -> None:
     os.replace(temp, path)
 
 
+# Room for the started record, taken before the polecat starts (see ``main``).
+_STARTED_ROOM = 512
+
+
+def reserve(path: str) -> None:
+    """Write ``path``'s temp file at its full size now, so filling it in later needs no new space."""
+    temp = f"{path}.tmp"
+    with open(temp, "wb") as fh:
+        fh.write(b" " * _STARTED_ROOM)
+
+
+def fill_reserved(path: str, document: dict) -> None:
+    """Overwrite the reserved temp file in place (JSON padded with spaces) and rename it over ``path``."""
+    data = json.dumps(document).encode()
+    temp = f"{path}.tmp"
+    if len(data) > _STARTED_ROOM:
+        write_atomically(path, document)
+        return
+    fd = os.open(temp, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data.ljust(_STARTED_ROOM), 0)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(f"{path}.tmp")
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     exit_file, started_file, fd_text, dashes, *command = argv
     if dashes != "--" or not command:
         return 2
     report = int(fd_text)
     become_subreaper()
+    # A polecat must never run unrecorded: a launch this watcher cannot record is refused before
+    # it starts (a full disk fails here), and one whose record still fails is stopped and refused.
     try:
+        reserve(started_file)
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError as err:
+        _discard(started_file)
         os.write(report, f"E{err.errno or 0}".encode())
         os.close(report)
         return 127
-    write_atomically(started_file, {"pid": child.pid, "start_time": start_time(child.pid),
-                                    "watcher_pid": os.getpid(), "watcher_start": start_time(os.getpid())})
+    try:
+        fill_reserved(started_file, {"pid": child.pid, "start_time": start_time(child.pid),
+                                     "watcher_pid": os.getpid(), "watcher_start": start_time(os.getpid())})
+    except BaseException as err:
+        try:
+            os.killpg(child.pid, 9)
+        except OSError:
+            pass
+        wait_for(child.pid)
+        _discard(started_file)
+        os.write(report, f"E{getattr(err, 'errno', 0) or 0}".encode())
+        os.close(report)
+        return 127
     os.write(report, f"P{child.pid}".encode())
     os.close(report)
     code = wait_for(child.pid)
