@@ -169,16 +169,7 @@ def test_the_event_stream_sends_the_snapshot_and_then_changes(cli, web):
         assert stream.headers["Content-Type"].startswith("text/event-stream")
 
         def next_state() -> dict:
-            data, kind = None, ""
-            for raw in stream:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("event: "):
-                    kind = line[7:]
-                elif line.startswith("data: ") and kind == "state":
-                    data = json.loads(line[6:])
-                elif line == "" and data is not None:
-                    return data
-            raise AssertionError("stream ended")
+            return _next_state(stream)
 
         first = next_state()
         assert first["scheduler"]["paused"] is False

@@ -98,15 +98,15 @@ def _lines(path: Path) -> list[dict]:
         return []
 
 
-def _records_in(data: bytes) -> list[dict]:
-    """The records (objects with an id) on the complete, parseable lines of ``data``."""
+def _records_in(data: bytes, key: str = "id") -> list[dict]:
+    """The records (objects with ``key``) on the complete, parseable lines of ``data``."""
     out = []
     for line in data.split(b"\n"):
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "id" in record:
+        if isinstance(record, dict) and key in record:
             out.append(record)
     return out
 
@@ -254,21 +254,9 @@ def _run_records(runs_dir: Path) -> list[dict]:
         except (zlib.error, gzip.BadGzipFile):
             break
         data = unpack.unused_data if unpack.eof else b""
-        out += _run_lines(text)
+        out += _records_in(text, "run_id")
     log = runs_dir / "runs.jsonl"
-    out += _run_lines(log.read_bytes() if log.exists() else b"")
-    return out
-
-
-def _run_lines(data: bytes) -> list[dict]:
-    out = []
-    for line in data.split(b"\n"):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "run_id" in record:
-            out.append(record)
+    out += _records_in(log.read_bytes() if log.exists() else b"", "run_id")
     return out
 
 
