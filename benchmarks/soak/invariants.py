@@ -68,7 +68,7 @@ def gather(layout: Layout) -> Evidence:
     return ev
 
 
-def archived(path: Path) -> list[dict]:
+def archived(path: Path, key: str = "id") -> list[dict]:
     """Records compaction moved to its gzip archive (concatenated members; a torn last one is cut)."""
     import gzip
     import zlib
@@ -86,7 +86,7 @@ def archived(path: Path) -> list[dict]:
         if not unpack.eof:
             break
         data = unpack.unused_data
-        out += _records_in(text)
+        out += _records_in(text, key)
     return out
 
 
@@ -241,20 +241,7 @@ def runs_recorded(ev: Evidence) -> list[str]:
 
 def _run_records(runs_dir: Path) -> list[dict]:
     """The run log's records, its archive's first (older), in order; only objects with a run_id."""
-    import gzip
-    import zlib
-
-    out: list[dict] = []
-    archive = runs_dir / "runs.archive.jsonl.gz"
-    data = archive.read_bytes() if archive.exists() else b""
-    while data:
-        unpack = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            text = unpack.decompress(data) + unpack.flush()
-        except (zlib.error, gzip.BadGzipFile):
-            break
-        data = unpack.unused_data if unpack.eof else b""
-        out += _records_in(text, "run_id")
+    out = archived(runs_dir / "runs.archive.jsonl.gz", "run_id")
     log = runs_dir / "runs.jsonl"
     out += _records_in(log.read_bytes() if log.exists() else b"", "run_id")
     return out

@@ -249,12 +249,13 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
         found = item_store(stores, item_id)
     except (StoreCorrupt, OSError) as err:  # its rig cannot be read: held, as the cycle holds it
         found, unreadable = None, str(err)
+    causes = _causes(found, item_id)  # read once: the blocked reason and the gates both name them
     for where, works in (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked)):
         for w in works:
             if w.item["id"] != item_id:
                 continue
             out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
-            blockers = _blockers(found, item_id, active) if where == "blocked" else None
+            blockers = _blockers(causes, item_id, active) if where == "blocked" else None
             reasons = reasons_of(assessment, w, where, config, blockers)
             out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
             break
@@ -307,32 +308,36 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
             )
             reasons.append(Reason(rules.NOT_QUEUED, detail))
     out["reasons"] = [r.to_json() for r in reasons]
-    out.update(_beads_hints(found, now))
+    out.update(_beads_hints(found, causes, now))
     out["host"] = assessment.gates.to_json() if assessment.gates is not None else None
     return out
 
 
-def _beads_hints(found, now: float) -> dict:
+def _beads_hints(found, causes: list[str], now: float) -> dict:
     """beads 1.x's runtime hint and deadline of the item, and the gates among what blocks it."""
     from sluice.core.items import gate_of, item_hints
 
     if found is None:
         return {"estimated_minutes": None, "due_at": None, "due": None, "gates": []}
     store, record = found
-    causes = next((list(c) for row, c in store.blocked() if row and row.get("id") == record["id"]), [])
     gates = [gate_of(r) for r in store.get_many(causes).values()]
     own = gate_of(record)
     return {**item_hints(record, now), "gates": ([own] if own else []) + [g for g in gates if g]}
 
 
-def _blockers(found, item_id: str, active: list[Polecat]) -> list[str]:
-    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
-    polecat = next((p for p in active if p.item_id == item_id), None)
-    if polecat is not None:
-        return [f"its running polecat {polecat.id}"]
+def _causes(found, item_id: str) -> list[str]:
+    """The ids that block ``item_id`` in its rig (none when it is not blocked or not found)."""
     if found is None:
         return []
     for record, causes in found[0].blocked():
         if record and record.get("id") == item_id:
             return list(causes)
     return []
+
+
+def _blockers(causes: list[str], item_id: str, active: list[Polecat]) -> list[str]:
+    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
+    polecat = next((p for p in active if p.item_id == item_id), None)
+    if polecat is not None:
+        return [f"its running polecat {polecat.id}"]
+    return causes
