@@ -6,6 +6,7 @@ Only root may mount one; elsewhere the tests that need it skip with a one-line r
 from __future__ import annotations
 
 import contextlib
+import gc
 import errno
 import os
 import shutil
@@ -35,7 +36,14 @@ def small_disk(path: Path, size: str = "4m", read_only: bool = False) -> Iterato
 
 
 def fill(disk: Path, leave: int = 0) -> Path:
-    """Fill ``disk`` to the last byte, then free ``leave`` bytes again (tmpfs counts whole pages)."""
+    """Fill ``disk`` to the last byte, then free ``leave`` bytes again (tmpfs counts whole pages).
+
+    Commands run inside the test's process leave their index connections to
+    the garbage collector; one still open keeps a deleted index's pages in
+    use, and its collection mid-test would free them.  Collected first, so
+    the disk is as full as a real command, whose process has exited, finds it.
+    """
+    gc.collect()
     filler = disk / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
