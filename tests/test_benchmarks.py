@@ -86,3 +86,20 @@ def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
     assert row["launched"] == 4 and row["cycle"] > 0 and row["cpu"] > 0
     assert set(row["views"]) == {"status", "list --limit 50", "snapshot --limit 50"}
     assert all(seconds > 0 for seconds in row["views"].values())  # this tree knows --limit
+
+
+def test_bench_watcher_starts_real_watched_polecats_for_each_tree(tmp_path: Path):
+    src = str(ROOT / "src")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_watcher.py"), "--launches", "3", "--rounds", "1",
+            "--tree", f"a={src}", "--tree", f"b={src}", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"a", "b"} and all(r["wall_ms"] > 0 and r["cpu_ms"] > 0 for r in result.values())
+
+
+def test_bench_watcher_names_a_tree_that_cannot_launch(tmp_path: Path):
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_watcher.py"), "--launches", "1", "--rounds", "1",
+            "--tree", f"gone={tmp_path / 'no-src'}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "no-src" in done.stderr and "Traceback" not in done.stderr

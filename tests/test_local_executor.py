@@ -56,6 +56,36 @@ def test_launch_records_the_process_and_runs_it_in_its_own_session(setup):
     assert executor.find("al-wisp-1").id == polecat.id and executor.find("al-wisp-2") is None
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, which only Linux has")
+def test_a_polecat_inherits_only_its_stdio_and_default_signal_dispositions(setup):
+    town, executor, repo = setup
+    # a shell, not Python, as the polecat: Python ignores SIGPIPE itself at start
+    script = "grep SigIgn /proc/$$/status; readlink /proc/$$/fd/0; ls /proc/$$/fd"
+    polecat = executor.launch(LaunchRequest(item_id="al-1", rig="alpha", title="t", context_id="al-wisp-1",
+                                            repo=str(repo), town=str(town.root),
+                                            argv=("/bin/sh", "-c", script)))
+    wait_for(lambda: executor.find("al-wisp-1").state != "running")  # ended: its whole output is logged
+    ignored, stdin, *fds = list(executor.logs(polecat.id))
+    # this interpreter ignores SIGPIPE, and an ignored signal stays ignored across exec: the watcher
+    # sets it back, or a broken pipe would never end the polecat's pipelines
+    own = Path("/proc/self/status").read_text().splitlines()
+    assert int(dict(line.split(":", 1) for line in own)["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1))
+    assert not int(ignored.split(":")[1], 16) & (1 << (signal.SIGPIPE - 1))
+    assert stdin.strip() == os.devnull
+    assert sorted(int(fd) for fd in fds) == [0, 1, 2]  # stdio only: not the watcher's report pipe
+
+
+def test_start_times_read_from_the_kernel_equal_psutil_s(setup):
+    import psutil
+
+    from sluice.executors.watch import start_time
+
+    for pid in (os.getpid(), 1):
+        proc = psutil.Process(pid)
+        assert start_time(pid) == round(proc.create_time() - psutil.boot_time(), 2)
+    assert start_time(2**22 + 12345) is None  # beyond pid_max: no such process
+
+
 def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(setup):
     town, executor, repo = setup
     polecat = executor.launch(request(town, repo, "print('done'); raise SystemExit(3)"))

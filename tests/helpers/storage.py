@@ -6,8 +6,8 @@ Only root may mount one; elsewhere the tests that need it skip with a one-line r
 from __future__ import annotations
 
 import contextlib
-import gc
 import errno
+import gc
 import os
 import shutil
 import subprocess

@@ -4,7 +4,7 @@ A recorded polecat is a pid *and* the moment its process started
 (:func:`sluice.executors.watch.start_time`: seconds from boot, which no
 clock change moves); a pid only counts as the polecat while the process
 under it started at that moment, so a reused pid is never mistaken for it,
-on Linux and macOS alike.  Nothing here reads ``/proc`` by hand.
+on Linux and macOS alike.
 
 Stopping takes the whole tree.  A polecat that starts helpers in sessions
 of their own (``setsid``) puts them out of reach of its process group; and a

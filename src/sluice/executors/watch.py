@@ -19,33 +19,53 @@ item a second time.  Room for that record is taken before the polecat starts,
 so a full disk refuses the launch instead of leaving a polecat running that
 no record names (whose launch the cycle would count as failed and retry).
 
-Run as a script by path (``python -I watch.py EXIT_FILE STARTED_FILE PIPE_FD -- ARGV...``):
-it imports only the standard library and psutil (sluice's own dependency, for
-the start times), so it starts fast and cannot be broken by the environment
-of the town.  On Linux it makes itself a child subreaper, so descendants the
-polecat orphans stay under it, where ``polecat stop`` finds them.  The argv
-is executed directly, never through a shell.  Stopping the polecat signals
-its whole tree but never the watcher, which stays to record the signal as a
-negative exit code.
+Run as a script by path (``python -I watch.py EXIT_FILE STARTED_FILE PIPE_FD -- ARGV...``).
+Every launch waits for it to report, so before it does it imports only
+``os``, ``sys``, ``time``, ``_signal`` and ``ctypes`` (for the subreaper):
+the polecat is spawned with ``os.posix_spawnp`` (not ``subprocess``), start
+times are read from ``/proc`` on Linux (psutil, sluice's own dependency,
+elsewhere) and its two small records are written without ``json`` —
+together those imports cost more than the interpreter's own start.  It
+cannot be broken by the environment of the town.  On Linux it makes itself
+a child subreaper, so descendants the polecat orphans stay under it, where
+``polecat stop`` finds them.  The argv is executed directly, never through a
+shell.  Stopping the polecat signals its whole tree but never the watcher,
+which stays to record the signal as a negative exit code.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 
+try:  # the C module itself: ``signal`` wraps it in enums, whose import costs a third of the start
+    import _signal as signals
+except ImportError:  # pragma: no cover - an interpreter without it
+    import signal as signals
+
 
 def start_time(pid: int) -> float | None:
-    """When ``pid`` started, in seconds from boot to 0.01 s (psutil); None if there is no such process.
+    """When ``pid`` started, in seconds from boot to 0.01 s; None if there is no such process.
 
     Seconds from boot, not wall-clock time, so that a clock change never makes
     a running polecat look like another process.  The local executor reads
     pids the same way (it imports this), so the time written here is the one
-    it compares to tell a reused pid.
+    it compares to tell a reused pid.  On Linux the kernel's own count of
+    clock ticks in ``/proc/PID/stat`` (what psutil reads too, without its
+    import); elsewhere psutil.
     """
+    if _CLOCK_TICKS:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            return None
+        fields = stat.rpartition(b")")[2].split()  # the name before it may hold spaces and ")"
+        try:
+            return round(int(fields[19]) / _CLOCK_TICKS, 2)  # field 22, starttime
+        except (IndexError, ValueError):
+            return None
     import psutil
 
     try:
@@ -53,6 +73,18 @@ def start_time(pid: int) -> float | None:
         return round(proc.create_time() - psutil.boot_time(), 2)
     except (psutil.Error, ValueError):
         return None
+
+
+def _clock_ticks() -> int:
+    if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/stat"):
+        return 0
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return 0
+
+
+_CLOCK_TICKS = _clock_ticks()
 
 
 def become_subreaper() -> None:
@@ -89,10 +121,22 @@ def wait_for(child_pid: int) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+def to_json(document: dict[str, int | float | None]) -> str:
+    """A flat record of numbers as JSON (the only shape the watcher writes), without importing json."""
+    def value(v: int | float | None) -> str:
+        if v is None:
+            return "null"
+        if not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+            raise ValueError(f"not a finite number: {v!r}")
+        return repr(v)
+
+    return "{" + ", ".join(f'"{key}": {value(v)}' for key, v in document.items()) + "}"
+
+
 def write_atomically(path: str, document: dict) -> None:
     temp = f"{path}.tmp"
     with open(temp, "w", encoding="utf-8") as fh:
-        json.dump(document, fh)
+        fh.write(to_json(document))
     os.replace(temp, path)
 
 
@@ -109,7 +153,7 @@ def reserve(path: str) -> None:
 
 def fill_reserved(path: str, document: dict) -> None:
     """Overwrite the reserved temp file in place (JSON padded with spaces) and rename it over ``path``."""
-    data = json.dumps(document).encode()
+    data = to_json(document).encode()
     temp = f"{path}.tmp"
     if len(data) > _STARTED_ROOM:
         write_atomically(path, document)
@@ -129,6 +173,29 @@ def _discard(path: str) -> None:
         pass
 
 
+# Python ignores these at start; an ignored signal stays ignored across exec, so they are set back
+# to their defaults for the polecat (as subprocess does), or a broken pipe would not end its pipelines.
+_RESTORED = tuple(getattr(signals, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
+                  if hasattr(signals, name))
+
+
+def spawn(command: list[str], report: int) -> int:
+    """Start the polecat in a session of its own, stdin from /dev/null, without the report pipe; its pid.
+
+    The command is looked up on ``PATH`` and executed directly, never through
+    a shell; a program that cannot be executed is the ``OSError`` of the spawn.
+    """
+    try:
+        return os.posix_spawnp(command[0], command, os.environ, setsid=True, setsigdef=_RESTORED,
+                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                             (os.POSIX_SPAWN_CLOSE, report)])
+    except (AttributeError, NotImplementedError):  # no posix_spawn, or no setsid for it, here
+        import subprocess
+
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True,
+                                close_fds=True).pid
+
+
 def main(argv: list[str]) -> int:
     exit_file, started_file, fd_text, dashes, *command = argv
     if dashes != "--" or not command:
@@ -139,29 +206,28 @@ def main(argv: list[str]) -> int:
     # it starts (a full disk fails here), and one whose record still fails is stopped and refused.
     try:
         reserve(started_file)
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        child = spawn(command, report)
     except OSError as err:
         _discard(started_file)
         os.write(report, f"E{err.errno or 0}".encode())
         os.close(report)
         return 127
     try:
-        fill_reserved(started_file, {"pid": child.pid, "start_time": start_time(child.pid),
+        fill_reserved(started_file, {"pid": child, "start_time": start_time(child),
                                      "watcher_pid": os.getpid(), "watcher_start": start_time(os.getpid())})
     except BaseException as err:
         try:
-            os.killpg(child.pid, 9)
+            os.killpg(child, 9)
         except OSError:
             pass
-        wait_for(child.pid)
+        wait_for(child)
         _discard(started_file)
         os.write(report, f"E{getattr(err, 'errno', 0) or 0}".encode())
         os.close(report)
         return 127
-    os.write(report, f"P{child.pid}".encode())
+    os.write(report, f"P{child}".encode())
     os.close(report)
-    code = wait_for(child.pid)
-    child.returncode = code  # reaped above: Popen must not wait for it again
+    code = wait_for(child)
     exited = {"exit_code": code, "finished_ts": time.time()}
     if hasattr(time, "CLOCK_BOOTTIME"):  # the end on the clock the start time is on: no date step moves it
         exited["finished_boot"] = time.clock_gettime(time.CLOCK_BOOTTIME)
