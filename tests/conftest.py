@@ -1,6 +1,10 @@
-"""Shared fixtures: real towns, real git repositories, the real CLI.
+"""Shared fixtures: real towns, real git repositories, the real CLI, a clock and executor the test drives.
 
-The functions and classes behind them are in the ``helpers`` package.
+One family, one name per type: ``town_dir`` is the town's directory (a
+``Path``), ``cli`` runs the real entry point against it, ``rig`` adds a rig;
+``clock`` is the wall clock the test moves by hand, and ``memory`` the
+town's in-memory executor on that clock.  The functions and classes behind
+them are in the ``helpers`` package.
 """
 
 from __future__ import annotations
@@ -9,13 +13,19 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
 from helpers import BEADS_DATA_VAR, Cli, beads_data_missing_reason, make_repo
 from helpers import beads_data as beads_data_path
+
+if TYPE_CHECKING:
+    from sluice.executors.memory import ManualClock, MemoryExecutor
 
 # Read the exports' location once, then keep the variable out of the environment: polecats the
 # tests launch inherit it, and the executor tests compare every SLUICE_* variable a polecat sees.
@@ -62,3 +72,41 @@ def beads_data() -> Path:
     if not path.is_dir():
         pytest.skip(beads_data_missing_reason(path))
     return path
+
+
+@pytest.fixture
+def clock(monkeypatch) -> ManualClock:
+    """The wall clock of this test, standing still until ``clock.advance(seconds)``.
+
+    ``time.time()`` and :func:`sluice.core.clock.now_utc` (so every ``iso()``
+    stamp) read it, in this process: a budget window slides, a cooldown or a
+    throttle ends, a polecat overruns its timeout without a real second
+    passing, however loaded the machine.  Timeouts of the test's own waits run
+    on ``time.monotonic``, which it leaves alone.
+    """
+    from sluice.core import clock as sluice_clock
+    from sluice.executors.memory import ManualClock
+
+    manual = ManualClock()
+    monkeypatch.setattr(time, "time", manual.time)
+    monkeypatch.setattr(sluice_clock, "now_utc", manual.now_utc)
+    return manual
+
+
+@pytest.fixture
+def memory(town_dir: Path, clock: ManualClock) -> Iterator[MemoryExecutor]:
+    """The town's executor (``executor.kind = "memory"``) on the test's clock.
+
+    Polecats are records: a launch starts none, a run ends when the test
+    says (``memory.finish(item_id, exit_code)``), a launch fails when it
+    arranged so (``memory.fail_next(item_id)``).  Every call in this process
+    (the library, in-process CLI commands) sees the same instance.
+    """
+    from helpers.scheduler import configure
+    from sluice.executors.memory import MemoryExecutor
+    from sluice.store.town import Town
+
+    configure(town_dir, "executor.kind", "memory")
+    executor = MemoryExecutor(clock).serve(Town(town_dir))
+    yield executor
+    MemoryExecutor.forget_town(Town(town_dir))

@@ -1,9 +1,15 @@
-"""Admission in a real town: sleeping polecats, real stores, the CLI and the library on one survey."""
+"""Admission in a real town: real stores, the CLI and the library on one survey.
+
+Polecats are the in-memory executor's records and time is the test's clock
+(the ``memory`` and ``clock`` fixtures): a run ends with the exit code the
+test gives, a window or cooldown passes when the test advances the clock, so
+nothing here waits for a process or for real seconds.
+"""
 
 from __future__ import annotations
 
 import json
-import time
+from pathlib import Path
 
 import pytest
 
@@ -13,13 +19,11 @@ from helpers.scheduler import (
     fields,
     item,
     open_contexts,
-    python_command,
-    sleeper,
     town_with_rigs,
     wait_for,
     write_items,
 )
-from sluice.executors.local import LocalExecutor
+from sluice.executors import get_executor
 from sluice.scheduler.breaker import broken_rows
 from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.queue import explain, list_queue, status
@@ -27,19 +31,16 @@ from sluice.scheduler.requeue import queue_again
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.scheduler.usage import report_usage
 from sluice.store import admission_state as kept
+from sluice.store import fsutil
 from sluice.store.town import Town
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def town(cli, tmp_path, memory):
     town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
     configure(cli.town, "scheduler.max_polecats", "10")
     configure(cli.town, "scheduler.batch_size", "10")
-    configure(cli.town, "executor.command", sleeper(30))
-    yield cli.town
-    executor = LocalExecutor(Town(cli.town), stop_grace=1)
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    return cli.town
 
 
 def queue(town, rig, *records):
@@ -49,7 +50,8 @@ def queue(town, rig, *records):
 
 
 def running_items(town) -> list[str]:
-    return sorted(p.item_id for p in LocalExecutor(Town(town)).active())
+    """What the town's own executor counts as running (the one every cycle asks)."""
+    return sorted(p.item_id for p in get_executor(Town(town)).active())
 
 
 def cycle(town, **kw):
@@ -73,7 +75,7 @@ def test_rig_cap_is_never_exceeded_and_other_rigs_go_on(town):
     assert "runs 2 of its 2" in explained["reasons"][0]["detail"]
 
 
-def test_label_cap_and_overlap_with_real_polecats(town):
+def test_label_cap_and_overlap_with_running_polecats(town, memory):
     configure(town, "scheduler.label_caps.gpu", "1")
     queue(town, "alpha",
           item("al-g1", labels=["gpu"], priority=0),
@@ -89,16 +91,14 @@ def test_label_cap_and_overlap_with_real_polecats(town):
     assert why == {"al-g2": ["label-cap"], "al-auth": ["overlap"]}
     [reason] = explain(Town(town), "al-auth")["reasons"]
     assert reason["code"] == "overlap" and "al-api" in reason["detail"]
-    LocalExecutor(Town(town), stop_grace=1).stop(
-        next(p.id for p in LocalExecutor(Town(town)).active() if p.item_id == "al-api"))
+    memory.finish("al-api")
     cycle(town)
     assert "al-auth" in running_items(town) and "al-g2" not in running_items(town)
 
 
-def test_budget_exhaustion_and_recovery_as_the_window_slides(town):
+def test_budget_exhaustion_and_recovery_as_the_window_slides(town, clock):
     configure(town, "scheduler.token_budget", "2500")
     configure(town, "scheduler.budget_window", "3s")
-    configure(town, "executor.command", sleeper(0.1))
     queue(town, "alpha", *(item(f"al-{n}", metadata={"estimated_tokens": 1000}) for n in range(3)))
     first = cycle(town)
     assert first.dispatched == 2 and first.why == {"budget": 1}
@@ -116,7 +116,9 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(town):
     assert cycle(town).reason == "budget"
     assert cycle(town).reason == "budget"
     assert len(events(town, "BudgetExhausted")) == 2  # once per spell: the first, and after the report
-    time.sleep(3.1)  # the window slides past the first launches
+    clock.advance(2.9)  # the first launches are still inside the window
+    assert cycle(town).reason == "budget"
+    clock.advance(0.2)  # and now the window has slid past them
     assert cycle(town).dispatched == 1
 
 
@@ -138,13 +140,11 @@ def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, town):
     assert bad.returncode == 2 and "neither a duration" in bad.stderr
 
 
-def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(town):
-    configure(town, "executor.command", python_command("raise SystemExit(75)"))
+def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(town, memory, clock):
     configure(town, "scheduler.throttle_for", "2s")
     queue(town, "alpha", item("al-1"))
     assert cycle(town).dispatched == 1
-    wait_for(lambda: not LocalExecutor(Town(town)).active())
-    wait_for(lambda: any(p.detail.get("exit_code") == 75 for p in LocalExecutor(Town(town)).listing()))
+    memory.finish("al-1", exit_code=75)
     report = cycle(town)
     assert [r["item_id"] for r in report.requeued] == ["al-1"]
     [context] = open_contexts(town, "alpha", "al-1")
@@ -152,13 +152,14 @@ def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(town):
     assert report.dispatched == 0 and report.why == {"throttled": 1}
     assert cycle(town).requeued == []  # settled once
     assert events(town, "Throttled")
-    time.sleep(2.1)
-    configure(town, "executor.command", sleeper(30))
+    clock.advance(1.9)
+    assert cycle(town).why == {"throttled": 1}  # the throttle lasts its two seconds
+    clock.advance(0.2)
     assert cycle(town).dispatched == 1
 
 
-def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town):
-    configure(town, "executor.command", json.dumps(["/nonexistent/agent", "{item_id}"]))
+def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town, memory, clock):
+    memory.fail_next("al-1", "cannot launch '/nonexistent/agent': no such file or command", times=2)
     configure(town, "scheduler.max_dispatch_failures", "1")
     configure(town, "scheduler.breaker_cooldown", "1s")
     queue(town, "alpha", item("al-1"))
@@ -166,13 +167,14 @@ def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town):
     [row] = cli.json("scheduler", "broken")
     assert row["item_id"] == "al-1" and row["trips"] == 1 and "cannot launch" in row["last_error"]
     assert [r["code"] for r in explain(Town(town), "al-1")["reasons"]] == ["circuit-broken"]
-    time.sleep(1.1)
+    clock.advance(0.9)
+    assert cycle(town).requeued == []  # still cooling down
+    clock.advance(0.2)
     report = cycle(town)  # half-open: queued again for one attempt, fails, broken again
     assert [r["item_id"] for r in report.requeued] == ["al-1"] and report.failed == 1
     [row] = kept.broken(Town(town)).values()
     assert row["trips"] == 2 and row["cooldown"] == 2.0
     # A person resets it; with a working agent it launches and the breaker forgets it.
-    configure(town, "executor.command", sleeper(30))
     out = cli.json("scheduler", "reset", "al-1")
     assert out["context_id"]
     assert fields(open_contexts(town, "alpha", "al-1")[0]).get("dispatch_failures", 0) == 0
@@ -180,14 +182,15 @@ def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town):
     assert cli.json("scheduler", "broken") == []
 
 
-def test_breaker_cooldown_zero_latches(town):
-    configure(town, "executor.command", json.dumps(["/nonexistent/agent"]))
+def test_breaker_cooldown_zero_latches(town, memory, clock):
+    memory.fail_next("al-1")
     configure(town, "scheduler.max_dispatch_failures", "1")
     configure(town, "scheduler.breaker_cooldown", "0")
     queue(town, "alpha", item("al-1"))
     cycle(town)
     [row] = broken_rows(Town(town))
     assert row["next_attempt_at"] is None
+    clock.advance(365 * 86400.0)
     assert cycle(town).requeued == []
 
 
@@ -248,19 +251,36 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, 
     """queue_again checks and creates under the sling lock, as a sling does: no duplicate context."""
     import threading
 
+    from sluice.errors import LockBusy
     from sluice.scheduler import pending
+    from sluice.store import contexts as ctxs
     from sluice.store.rigstore import Stores
 
     write_items(town, "alpha", [item("al-race")])
-    real_item_store = pending.item_store
-    done = threading.Event()
+    real_item_store, real_acquire = pending.item_store, fsutil.FileLock.acquire
+    sling_lock = str(Town(town).lock_path(ctxs.SLING_LOCK))
+    waits, done = threading.Event(), threading.Event()
+
+    def acquire(lock):
+        if lock.lock_file == sling_lock and threading.current_thread() is not threading.main_thread():
+            waits.set()  # the sling asks for the lock
+        return real_acquire(lock)
 
     def item_store_while_a_sling_runs(stores, item_id):
         # A sling of the same item, from another thread, between queue_again's check and its create.
+        try:
+            with fsutil.file_lock(Path(sling_lock), timeout=0):
+                held = False
+        except LockBusy:
+            held = True
         threading.Thread(target=lambda: (sling(Town(town), ["al-race"], SlingOptions()), done.set())).start()
-        done.wait(2.0)  # it finishes at once when nothing holds the sling lock
+        if held:  # the sling waits for queue_again once it asks for the lock (or ends, if it never asks)
+            wait_for(lambda: waits.is_set() or done.is_set(), timeout=30)
+        else:  # nothing holds it: the sling runs to its end first
+            assert done.wait(30)
         return real_item_store(stores, item_id)
 
+    monkeypatch.setattr(fsutil.FileLock, "acquire", acquire)
     monkeypatch.setattr(pending, "item_store", item_store_while_a_sling_runs)
     record = queue_again(Town(town), Stores(Town(town)), "al-race", "alpha", {}, 0)
     assert done.wait(30)

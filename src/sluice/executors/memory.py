@@ -19,7 +19,16 @@ Two ways to use it:
 
 Launch failures can be arranged in advance with :meth:`fail_next` (counted
 against the item, like a program that is not found) or by setting
-``unavailable`` (the executor as a whole is unusable, never counted).
+``unavailable`` (the executor as a whole is unusable, never counted); a run
+ends when :meth:`MemoryExecutor.finish` gives its exit code.
+
+Its times come from a clock, the real one unless it is given a
+:class:`ManualClock`: then time moves only when the test moves it
+(:meth:`ManualClock.advance`), so a budget window sliding, a throttle or a
+breaker cooldown ending, a polecat running past its timeout take no real
+seconds.  The scheduler reads ``time.time()`` and
+:func:`sluice.core.clock.now_utc`; a test that wants the whole town on the
+manual clock points both at it (the suite's ``clock`` fixture does).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
 from sluice.core.clock import iso
@@ -41,6 +51,26 @@ if TYPE_CHECKING:
 RUNNING_STATES = ("running", "pending")
 
 
+class ManualClock:
+    """Wall-clock time that stands still until :meth:`advance` moves it (epoch seconds)."""
+
+    def __init__(self, start: float | None = None):
+        self.now = time.time() if start is None else float(start)
+
+    def time(self) -> float:
+        return self.now
+
+    def now_utc(self) -> datetime:
+        return datetime.fromtimestamp(self.now, UTC)
+
+    def advance(self, seconds: float) -> float:
+        """Move time forward (never back: a clock that jumps back is its own test)."""
+        if seconds < 0:
+            raise ValueError("a manual clock only moves forward")
+        self.now += seconds
+        return self.now
+
+
 class MemoryExecutor:
     """Polecats as in-memory records; see the module docstring."""
 
@@ -51,7 +81,8 @@ class MemoryExecutor:
     _shared: ClassVar[dict[str, MemoryExecutor]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, clock: ManualClock | None = None) -> None:
+        self.clock = clock
         self._lock = threading.Lock()
         self._polecats: dict[str, Polecat] = {}
         self._logs: dict[str, list[str]] = {}
@@ -72,11 +103,23 @@ class MemoryExecutor:
                 executor = cls._shared[key] = cls()
             return executor
 
+    def serve(self, town: Town) -> MemoryExecutor:
+        """Make this instance the one :meth:`for_town` hands out for ``town`` in this process."""
+        with self._shared_lock:
+            self._shared[str(town.root)] = self
+        return self
+
     @classmethod
     def forget_town(cls, town: Town) -> None:
         """Drop the shared instance of ``town`` (its polecats vanish)."""
         with cls._shared_lock:
             cls._shared.pop(str(town.root), None)
+
+    def _time(self) -> float:
+        return self.clock.time() if self.clock is not None else time.time()
+
+    def _stamp(self, ts: float) -> str:
+        return iso(datetime.fromtimestamp(ts, UTC))
 
     # -- arranging outcomes (tests) -------------------------------------------
     def fail_next(self, item_id: str, error: str = "launch refused", times: int = 1,
@@ -93,9 +136,10 @@ class MemoryExecutor:
             polecat = self._resolve(ref)
             if output:
                 self._logs[polecat.id].extend(output.splitlines())
+            ended = self._time()
             done = replace(polecat, state="exited",
-                           detail={**polecat.detail, "exit_code": exit_code, "finished_at": iso(),
-                                   "ended_ts": time.time()})
+                           detail={**polecat.detail, "exit_code": exit_code,
+                                   "finished_at": self._stamp(ended), "ended_ts": ended})
             self._polecats[polecat.id] = done
             return done
 
@@ -123,10 +167,12 @@ class MemoryExecutor:
                 raise pending.pop(0)
             check_launchable(request.argv, env)
             polecat_id = f"mem-{next(self._numbers)}"
+            started = self._time()
             polecat = Polecat(
                 id=polecat_id, executor=self.kind, item_id=request.item_id, rig=request.rig,
-                context_id=request.context_id, started_at=iso(), state="running",
-                detail={"argv": list(request.argv), "env": env, "title": request.title},
+                context_id=request.context_id, started_at=self._stamp(started), state="running",
+                detail={"argv": list(request.argv), "env": env, "title": request.title,
+                        "started_ts": started},
             )
             self._polecats[polecat_id] = polecat
             self._logs[polecat_id] = []
