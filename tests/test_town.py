@@ -69,7 +69,8 @@ def test_rig_add_and_list(cli, town_dir, repo, tmp_path):
     row = cli.json("rig", "add", "alpha", str(repo), "--prefix", "al")
     own_store = str(town_dir.resolve() / ".sluice" / "rigs" / "alpha" / "issues.jsonl")
     assert row == {"name": "alpha", "prefix": "al", "repo": str(repo.resolve()), "items": own_store,
-                   "read_only": False, "source": "own", "items_command": None, "source_stale": None}
+                   "read_only": False, "source": "own", "items_command": None, "source_stale": None,
+                   "remote": None}
     beta = make_repo(tmp_path / "repos" / "beta")
     assert cli.json("rig", "add", "beta", str(beta))["prefix"] == "beta"  # prefix defaults to the name
     rows = cli.json("rig", "list")

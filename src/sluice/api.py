@@ -501,6 +501,7 @@ class RigInfo(_Document):
     source: str  # own, export or command
     items_command: list[str] | None = None
     source_stale: dict | None = None  # why its items may be behind its beads store (docs/items.md)
+    remote: str | None = None  # the URL workspaces on other machines clone it from
 
 
 # -- the facade -------------------------------------------------------------------------------
@@ -544,7 +545,8 @@ class Town:
     # -- rigs and configuration --------------------------------------------------------------
     def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,
                 items: str | Path | None = None, *, items_command: str | Sequence[str] | None = None,
-                watch: Iterable[str | Path] = (), own_store: bool = False) -> RigInfo:
+                watch: Iterable[str | Path] = (), own_store: bool = False,
+                remote: str | None = None) -> RigInfo:
         """Register git repository ``repo`` as rig ``name`` (ids ``<prefix>-…`` route to it).
 
         ``items`` names a beads export to read items from (read-only); a
@@ -553,14 +555,16 @@ class Town:
         an argv list) prints the items instead, refreshed when a ``watch``
         path changes (default ``REPO/.beads``).  A repository with a beads
         store but no export is refused unless one of these or ``own_store``
-        says what to do.
+        says what to do.  ``remote`` is the URL a workspace on another machine
+        clones the rig from (default: the repository's ``origin``, if any).
         """
         from sluice.store.rigs import add_rig, rig_row
 
         command = list(items_command) if items_command is not None and not isinstance(items_command, str) \
             else items_command
         rig = add_rig(self.files, name, Path(repo), prefix, Path(items) if items is not None else None,
-                      items_command=command, watch=tuple(Path(w) for w in watch), own_store=own_store)
+                      items_command=command, watch=tuple(Path(w) for w in watch), own_store=own_store,
+                      remote=remote)
         return RigInfo.from_json(rig_row(self.files, rig))
 
     def refresh_rig(self, name: str) -> dict:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sluice.core.clock import check_duration, format_duration, parse_duration
 from sluice.core.records import json_object
+from sluice.core.workspaces import DEFAULT_BRANCH, template_problem
 from sluice.errors import ConfigError, UsageError
 
 
@@ -131,6 +132,19 @@ class ExecutorConfig(_Strict):
     kind: Literal["local", "tmux", "ray", "demo", "memory"] = "local"
     command: list[str] = Field(default_factory=list)
     ray: RayConfig = Field(default_factory=RayConfig)
+    # Per-run workspaces (docs/executors.md "Workspaces"): "repo" runs polecats in the rig's checkout.
+    workspace: Literal["repo", "clone"] = "repo"
+    workspace_root: str = ""  # "": runtime/workspaces/<host>; relative: to the town root
+    workspace_keep: int = Field(5, ge=0)  # workspaces kept (unsaved work, failed runs) per rig
+    workspace_branch: str = DEFAULT_BRANCH
+
+    @field_validator("workspace_branch")
+    @classmethod
+    def _check_branch(cls, value: str) -> str:
+        problem = template_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class ItemsConfig(_Strict):
@@ -176,6 +190,15 @@ class RigConfig(_Strict):
     items: str | RigItems | None = None  # a read-only beads export (a path), or a command source
     max_polecats: int | None = Field(None, ge=1)  # None: only the town cap applies
     token_budget: int = Field(0, ge=0)  # tokens per scheduler.budget_window; 0 = no rig budget
+    workspace: Literal["repo", "clone"] | None = None  # None: executor.workspace
+    remote: str | None = None  # the URL a workspace on another machine clones from (`rig add --remote`)
+
+    @field_validator("remote")
+    @classmethod
+    def _check_remote(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value.startswith("-") or "\x00" in value):
+            raise ValueError("a remote is a URL or path git can clone, and does not start with '-'")
+        return value
 
 
 class TownConfig(_Strict):
@@ -235,11 +258,21 @@ CONFIG_KEYS: dict[str, str] = {
     "executor.command": 'a JSON array of argv strings, e.g. ["my-agent", "{item_id}"]',
     "executor.ray.address": "a Ray dashboard address, e.g. http://127.0.0.1:8265",
     "executor.ray.resources": 'a JSON object of resource amounts, e.g. {"agent_slot": 1}',
+    "executor.workspace": "repo (polecats run in the rig's checkout) or clone (each run in a fresh clone)",
+    "executor.workspace_root": "a directory for workspaces (relative: to the town root; empty ="
+    " .sluice/runtime/workspaces/<host>)",
+    "executor.workspace_keep": "an integer >= 0 (workspaces kept per rig for unsaved work or failed runs)",
+    "executor.workspace_branch": "a branch template holding {item_id} (and {rig}), e.g. sluice/{item_id}",
+    "rigs.NAME.workspace": "repo, clone, or none for executor.workspace",
+    "rigs.NAME.remote": "a URL workspaces on other machines clone the rig from; none = not set",
 }
 
 
 _INTEGER_KEYS = ("max_polecats", "batch_size", "max_dispatch_failures", "token_budget", "throttle_exit_code",
-                 "compact_at", "retry_failed_runs")
+                 "compact_at", "retry_failed_runs", "workspace_keep")
+
+
+_NONE_KEYS = ("rigs.NAME.workspace", "rigs.NAME.remote")  # `none` unsets them
 
 
 def config_pattern(key: str) -> str:
@@ -283,7 +316,8 @@ def parse_config_value(key: str, raw: str) -> Any:
             value = _size_field(raw)
         elif pattern == "scheduler.label_caps.LABEL" or key.endswith(_INTEGER_KEYS):
             value = int(raw.strip())
-        elif pattern.startswith("rigs.NAME.items.") and raw.strip().lower() in ("none", "null", ""):
+        elif (pattern.startswith("rigs.NAME.items.") or pattern in _NONE_KEYS) \
+                and raw.strip().lower() in ("none", "null", ""):
             value = None
         else:
             value = raw.strip()

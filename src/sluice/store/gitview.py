@@ -94,6 +94,17 @@ def head_commit(path: Path) -> str | None:
     return str(repo.head.target)
 
 
+def origin_url(path: Path) -> str | None:
+    """The URL of the repository's ``origin`` remote, None when it has none (read from its config)."""
+    pygit2 = _pygit2()
+    repo = open_repo(path)
+    try:
+        url = repo.remotes["origin"].url
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+    return url or None
+
+
 def linked_worktrees(path: Path) -> list[Worktree]:
     """Live linked worktrees (prunable ones, whose directory is gone, are skipped)."""
     repo = open_repo(path)

@@ -50,8 +50,12 @@ REMOVED_DIR = "removed"  # under .sluice/: stores of removed rigs, kept
 
 def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items: Path | None = None,
             items_command: str | list[str] | None = None, watch: tuple[Path, ...] = (),
-            own_store: bool = False) -> Rig:
+            own_store: bool = False, remote: str | None = None) -> Rig:
     """Register a git repository and choose where its items come from.
+
+    ``remote`` is the URL workspaces on other machines clone the rig from
+    (default: the repository's ``origin``, when it has one); it is stored as
+    given and never contacted here.
 
     ``items`` names a beads export to read (read-only); ``items_command`` a
     command printing one (:mod:`sluice.store.sources`), run once now so a
@@ -65,13 +69,17 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
     if opened.workdir and Path(opened.workdir).resolve() != repo:
         # The .git directory of a work tree: polecats would run inside .git.
         raise NotARepository(f"{repo}: this is the git directory of {opened.workdir}; register the work tree")
+    if remote is not None and (not remote.strip() or remote.startswith("-")):
+        raise UsageError(f"invalid remote {remote!r}: a URL or path git can clone, not starting with '-'",
+                         parameters=("remote",))
+    remote = remote if remote is not None else gitview.origin_url(repo)
     if (items is not None) + (items_command is not None) + bool(own_store) > 1:
         raise UsageError("give at most one of items, items_command and own_store",
                          parameters=("items", "items_command", "own_store"))
     if watch and items_command is None:
         raise UsageError("watch goes with items_command", parameters=("watch", "items_command"))
     if items_command is not None:
-        return _add_command_rig(town, name, repo, prefix or name, parse_command(items_command), watch)
+        return _add_command_rig(town, name, repo, prefix or name, parse_command(items_command), watch, remote)
     if items is None and not own_store:
         if beads_repo.export_path(repo).is_file():
             items = beads_repo.export_path(repo)
@@ -83,11 +91,11 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
             raise MissingFile(f"items {items}: no such file", parameters=("items",))
         for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
             pass
-    return register_rig(town, name, repo, prefix or name, items)
+    return register_rig(town, name, repo, prefix or name, items, remote=remote)
 
 
 def _add_command_rig(town: Town, name: str, repo: Path, prefix: str, argv: list[str],
-                     watch: tuple[Path, ...]) -> Rig:
+                     watch: tuple[Path, ...], remote: str | None) -> Rig:
     """Run the command once (a failure registers nothing), then register the rig reading its snapshot."""
     validate_rig_name(name)
     validate_prefix(prefix)
@@ -106,7 +114,7 @@ def _add_command_rig(town: Town, name: str, repo: Path, prefix: str, argv: list[
             path.unlink(missing_ok=True)
         said = str(err).replace("; the last snapshot keeps serving", "; nothing was registered")
         raise SourceFailed(said) from None
-    return register_rig(town, name, repo, prefix, None, command=spec)
+    return register_rig(town, name, repo, prefix, None, command=spec, remote=remote)
 
 
 def rig_row(town: Town, rig: Rig) -> dict:
@@ -125,6 +133,7 @@ def rig_row(town: Town, rig: Rig) -> dict:
         "source": "command" if rig.command else "export" if rig.items else "own",
         "items_command": list(rig.command.argv) if rig.command else None,
         "source_stale": sources.source_stale(town, rig),
+        "remote": rig.remote,
     }
 
 
@@ -133,7 +142,7 @@ def rig_rows(town: Town) -> list[dict]:
 
 
 def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | None,
-                 command: dict | None = None) -> Rig:
+                 command: dict | None = None, remote: str | None = None) -> Rig:
     """Add the rig to the config; ``command`` (a ``rigs.NAME.items`` object) makes it a command source."""
     from sluice.core.models import RigConfig  # pydantic: only a write of the config pays for it
 
@@ -148,7 +157,7 @@ def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | N
                 raise InvalidOperation(f"prefix {prefix!r} already routes to rig {other!r}")
         rigs = dict(config.rigs)
         source = command if command is not None else str(items) if items else None
-        rigs[name] = RigConfig(repo=str(repo), prefix=prefix, items=source)
+        rigs[name] = RigConfig(repo=str(repo), prefix=prefix, items=source, remote=remote)
         return config.model_copy(update={"rigs": rigs})
 
     town.update_config(change)

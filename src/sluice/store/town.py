@@ -43,6 +43,8 @@ class Rig:
     prefix: str
     items: Path | None  # external read-only export (or a command's snapshot), or None for the rig's own store
     command: ItemCommand | None = None  # set when ``items`` is the snapshot of this command's output
+    remote: str | None = None  # the URL a workspace on another machine clones from (``rig add --remote``)
+    workspace: str | None = None  # the rig's own ``rigs.NAME.workspace``; None: ``executor.workspace``
 
     @property
     def read_only(self) -> bool:
@@ -154,7 +156,8 @@ class Town:
                 command = self._item_command(config, rc)
                 items = self.snapshot_path(name) if command else Path(rc.items) if rc.items else None
                 by_name[name] = Rig(name=name, repo=Path(rc.repo), prefix=rc.prefix, items=items,
-                                    command=command)
+                                    command=command, remote=getattr(rc, "remote", None),
+                                    workspace=getattr(rc, "workspace", None))
             cached = (config, by_name, {rig.prefix: rig for rig in by_name.values()})
             self.__dict__["_routing_cache"] = cached
         return cached[1], cached[2]

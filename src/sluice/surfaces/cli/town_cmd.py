@@ -42,6 +42,9 @@ def rig_add(
     own_store: Annotated[bool, typer.Option(
         "--own-store",
         help="Give the rig sluice's own item store even though the repository has a beads store.")] = False,
+    remote: Annotated[str | None, typer.Option(
+        help="URL a workspace on another machine clones the rig from (default: the repository's origin).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Register REPO as rig NAME; a `.beads/issues.jsonl` there becomes its read-only item source.
@@ -51,7 +54,7 @@ def rig_add(
     are.
     """
     rig = town().add_rig(name, repo, prefix, items, items_command=items_command, watch=watch or (),
-                         own_store=own_store)
+                         own_store=own_store, remote=remote)
     emit(rig.to_json(), as_json, _added_text)
 
 
