@@ -726,7 +726,7 @@ class Town:
         """
         from sluice.scheduler.promote import promote
 
-        return promote(self.files, item, undo=undo)
+        return promote(self._session(), item, undo=undo)
 
     def status(self, limit: int = 50) -> QueueStatus:
         """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
@@ -744,25 +744,25 @@ class Town:
         """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
         from sluice.scheduler.control import pause
 
-        return PauseState.from_json(pause(self.files, actor))
+        return PauseState.from_json(pause(self._session(), actor))
 
     def resume(self, actor: str | None = None) -> PauseState:
         """Let cycles launch again; ``actor`` is who resumed (the ``Resumed`` event's ``by``)."""
         from sluice.scheduler.control import resume
 
-        return PauseState.from_json(resume(self.files, actor))
+        return PauseState.from_json(resume(self._session(), actor))
 
     def clear(self, item: str | None = None, actor: str | None = None) -> ClearResult:
         """Close every queued context, or only ``item``'s (in every rig); no item is touched."""
         from sluice.scheduler.control import clear
 
-        return ClearResult.from_json(clear(self.files, item, actor))
+        return ClearResult.from_json(clear(self._session(), item, actor))
 
     def patrol(self, rig: str, fix: bool = False) -> PatrolReport:
         """One rig's queue health; ``fix`` closes its stale and duplicate contexts only."""
         from sluice.scheduler.patrol import patrol
 
-        return PatrolReport.from_json(patrol(self.files, rig, fix, executor=self.executor))
+        return PatrolReport.from_json(patrol(self._session(), rig, fix))
 
     def explain(self, item: str) -> Explanation:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
@@ -782,25 +782,25 @@ class Town:
         from sluice.scheduler.throttles import throttle
 
         return ThrottleState.from_json(
-            throttle(self.files, until=until, rig=rig, reason=reason, clear=clear, actor=actor))
+            throttle(self._session(), until=until, rig=rig, reason=reason, clear=clear, actor=actor))
 
     def broken(self) -> BrokenItems:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
         from sluice.scheduler.breaker import broken_rows
 
-        return BrokenItems.from_json(broken_rows(self.files))
+        return BrokenItems.from_json(broken_rows(self._session()))
 
     def reset(self, item: str) -> ResetResult:
         """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
         from sluice.scheduler.breaker import reset
 
-        return ResetResult.from_json(reset(self.files, item))
+        return ResetResult.from_json(reset(self._session(), item))
 
     def polecat_usage(self, ref: str, tokens: int) -> UsageReport:
         """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
         from sluice.scheduler.usage import report_usage
 
-        return UsageReport.from_json(report_usage(self.files, ref, tokens, executor=self._executor()))
+        return UsageReport.from_json(report_usage(self._session(), ref, tokens))
 
     def compact(self, rig: str | None = None) -> CompactResult:
         """Rewrite every rig's ephemeral log (or ``rig``'s) to one line per record.
@@ -810,7 +810,7 @@ class Town:
         """
         from sluice.scheduler.control import compact
 
-        return CompactResult.from_json(compact(self.files, rig))
+        return CompactResult.from_json(compact(self._session(), rig))
 
     def hooks_report(self, rig: str | None = None, repo: str | Path | None = None,
                      hook: str = "") -> MergeQueue:
@@ -875,12 +875,12 @@ class Town:
         """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
         from sluice.scheduler.ends import stop_polecats
 
-        return stop_polecats(self.files, ref, self._executor(), actor)
+        return stop_polecats(self._session(), ref, actor=actor)
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
         from sluice.scheduler.ends import polecat_logs
 
-        return polecat_logs(self.files, ref, follow=follow, executor=self._executor())
+        return polecat_logs(self._session(), ref, follow=follow)
 
     # -- advisory scoring -------------------------------------------------------------------
     def next(self, limit: int = NEXT_LIMIT, graph_id: str | None = None, preview: bool = False) -> Decisions:

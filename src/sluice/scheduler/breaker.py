@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation
 from sluice.scheduler.requeue import queue_again, sling_params
+from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -78,10 +79,10 @@ def requeue_due(town: Town, stores: Stores, now: float | None = None) -> list[di
     return out
 
 
-def reset(town: Town, item_id: str) -> dict:
+def reset(where: Town | Session, item_id: str) -> dict:
     """``scheduler reset ITEM``: forget the breaker record and queue the item now with a fresh count."""
-    town.reload_config()
-    stores = Stores(town)
+    session = Session.of(where)
+    town, stores = session.files, session.stores
     entry = kept.broken(town).get(item_id)
     if entry is None:
         raise InvalidOperation(f"{item_id} is not circuit-broken (see `sluice scheduler broken`)")
@@ -99,9 +100,9 @@ def reset(town: Town, item_id: str) -> dict:
     return {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "reset": True}
 
 
-def broken_rows(town: Town) -> list[dict]:
+def broken_rows(where: Town | Session) -> list[dict]:
     """``scheduler broken``: every circuit-broken item, when it is tried next (None: never by itself)."""
-    town.reload_config()
+    town = Session.of(where).files
     rows = []
     for entry in sorted(kept.broken(town).values(), key=lambda e: (e.get("broken_at", ""), e["item_id"])):
         rows.append(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import StoreCorrupt
+from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store import runs as runlog
@@ -22,22 +23,20 @@ from sluice.store.state import detect_actor, set_paused, set_resumed
 if TYPE_CHECKING:
     from sluice.store.town import Town
 
-
-def _fresh_config(town: Town):
-    """Every control command reads the config first: a corrupt file is an error, never a default."""
-    return town.reload_config()
+# Every control command opens its session first, which reads the config: a corrupt file is an
+# error, never a default.
 
 
-def pause(town: Town, actor: str | None = None) -> dict:
-    _fresh_config(town)
+def pause(where: Town | Session, actor: str | None = None) -> dict:
+    town = Session.of(where).files
     state, changed = set_paused(town, actor)
     if changed:
         events.emit_event(town, events.PAUSED, {"by": state.paused_by})
     return {"paused": True, "paused_by": state.paused_by, "paused_at": state.paused_at, "changed": changed}
 
 
-def resume(town: Town, actor: str | None = None) -> dict:
-    _fresh_config(town)
+def resume(where: Town | Session, actor: str | None = None) -> dict:
+    town = Session.of(where).files
     _state, changed = set_resumed(town)
     if changed:
         events.emit_event(town, events.RESUMED, {"by": actor or detect_actor()})
@@ -48,15 +47,15 @@ def resume(town: Town, actor: str | None = None) -> dict:
 CLEAR_CHUNK = 2_000  # contexts closed per append by a clear
 
 
-def clear(town: Town, item_id: str | None = None, actor: str | None = None) -> dict:
+def clear(where: Town | Session, item_id: str | None = None, actor: str | None = None) -> dict:
     """Close every open context (``cleared``), or every one for ``item_id`` in every rig.
 
     An ``item_id`` that no rig has and no open context names is :class:`UnknownItem`
     (a typo must not read as "nothing to clear"); the contexts of an item that has
     gone missing are still cleared.
     """
-    _fresh_config(town)
-    stores = Stores(town)
+    session = Session.of(where)
+    town, stores = session.files, session.stores
     closed, failed = [], []
     by_rig: dict[str, list] = {}
     matched = 0
@@ -85,10 +84,10 @@ def clear(town: Town, item_id: str | None = None, actor: str | None = None) -> d
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}
 
 
-def compact(town: Town, rig: str | None = None) -> dict:
+def compact(where: Town | Session, rig: str | None = None) -> dict:
     """Compact every rig's ephemeral log (or ``rig``'s), archiving contexts closed before the retention."""
-    config = _fresh_config(town)
-    stores = Stores(town)
+    session = Session.of(where)
+    town, config, stores = session.files, session.config, session.stores
     targets = [stores.rig(town.rig(rig).name)] if rig is not None else stores.all()
     retention = config.scheduler.seconds("compact_retention")
     rows = [compact_log(store, retention).to_json() for store in targets]

@@ -31,6 +31,7 @@ from sluice.scheduler import polecats as control
 from sluice.scheduler.breaker import trip_breaker
 from sluice.scheduler.requeue import queue_again, sling_params
 from sluice.scheduler.runs import history, outcome_of, running_records, stamp
+from sluice.scheduler.session import Session
 from sluice.scheduler.throttles import throttle_exit
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -223,25 +224,28 @@ def polecat_listing(town: Town, executor: Executor | None = None, running_only: 
     return live + kept + ended
 
 
-def stop_polecats(town: Town, ref: str, executor: Executor | None = None,
+def stop_polecats(where: Town | Session, ref: str, executor: Executor | None = None,
                   actor: str | None = None) -> list[dict]:
     """``polecat stop``: stop polecat ``ref`` (or item ``ref``'s running ones); their runs end ``stopped``."""
+    session = Session.of(where, executor)
+    town = session.files
 
     def record(polecat: Polecat, row: dict) -> None:
         ended = end_polecat(town, polecat, log.STOPPED)
         row.update(outcome=log.STOPPED, run_id=ended[0]["run_id"] if ended else None)
 
-    return control.stop_polecats(town, ref, executor, actor, on_stop=record)
+    return control.stop_polecats(session, ref, actor=actor, on_stop=record)
 
 
-def polecat_logs(town: Town, ref: str, follow: bool = False,
+def polecat_logs(where: Town | Session, ref: str, follow: bool = False,
                  executor: Executor | None = None) -> Iterator[str]:
     """``polecat logs``: by polecat id, else the item's polecat, else the item's latest run."""
-    executor = executor or get_executor(town)
+    session = Session.of(where, executor)
+    town, executor = session.files, session.require_executor()
     try:
         control.resolve(executor, ref)
     except UnknownPolecat:
         latest = history(town, item=ref, limit=1)
         if latest:  # an item whose polecat the executor forgot: its latest run's log
             ref = latest[0]["polecat_id"]
-    return control.polecat_logs(town, ref, follow=follow, executor=executor)
+    return control.polecat_logs(session, ref, follow=follow)

@@ -25,13 +25,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorUnavailable
-from sluice.executors import get_executor
 from sluice.scheduler.pending import held_row, survey
 from sluice.scheduler.polecats import retry_due_at
+from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store.rigs import other_towns
-from sluice.store.rigstore import Stores
 from sluice.store.sources import source_stale
 
 if TYPE_CHECKING:
@@ -71,13 +70,13 @@ def _stale_row(stale: Stale) -> dict:
     return {**_context_row(stale.context), "reason": stale.reason, "detail": stale.detail}
 
 
-def patrol(town: Town, rig_name: str, fix: bool = False, executor: Executor | None = None) -> dict:
+def patrol(where: Town | Session, rig_name: str, fix: bool = False, executor: Executor | None = None) -> dict:
     """The patrol report for ``rig_name``; with ``fix``, close its stale and duplicate contexts."""
-    town.reload_config()
+    session = Session.of(where, executor)
+    town, stores = session.files, session.stores
     town.rig(rig_name)  # an unknown rig is an error, not an empty report
-    sched = town.config.scheduler
-    stores = Stores(town)
-    executor = executor or get_executor(town)
+    sched = session.config.scheduler
+    executor = session.require_executor()
     executor_error = None
     try:
         active = executor.active()

@@ -28,8 +28,8 @@ from sluice.core.clock import boot_seconds, iso, runtime_seconds
 from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
 from sluice.errors import ExecutorError, UnknownPolecat, UsageError
-from sluice.executors import get_executor
 from sluice.executors.procs import seconds_from_boot
+from sluice.scheduler.session import Session
 from sluice.store.events import POLECAT_TIMED_OUT, emit_event
 
 if TYPE_CHECKING:
@@ -86,9 +86,9 @@ def run_row(run: dict) -> dict:
     }
 
 
-def list_polecats(town: Town, executor: Executor | None = None) -> list[dict]:
+def list_polecats(where: Town | Session, executor: Executor | None = None) -> list[dict]:
     """Every polecat the town's executor has a record of, oldest first."""
-    polecats = (executor or get_executor(town)).listing()
+    polecats = Session.of(where, executor).require_executor().listing()
     return [polecat_row(p) for p in sorted(polecats, key=lambda p: (p.started_at, p.id))]
 
 
@@ -112,7 +112,7 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
     return by_item
 
 
-def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor: str | None = None,
+def stop_polecats(where: Town | Session, ref: str, executor: Executor | None = None, actor: str | None = None,
                   on_stop: Callable[[Polecat, dict], object] | None = None) -> list[dict]:
     """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped.
 
@@ -122,7 +122,8 @@ def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor:
     from sluice.store import events
     from sluice.store.state import detect_actor
 
-    executor = executor or get_executor(town)
+    session = Session.of(where, executor)
+    town, executor = session.files, session.require_executor()
     found = resolve(executor, ref)
     running = [p for p in found if p.state in RUNNING_STATES] or found[:1]
     rows = []
@@ -142,13 +143,13 @@ def stop_polecats(town: Town, ref: str, executor: Executor | None = None, actor:
 
 
 def polecat_logs(
-    town: Town, ref: str, follow: bool = False, executor: Executor | None = None
+    where: Town | Session, ref: str, follow: bool = False, executor: Executor | None = None
 ) -> Iterator[str]:
     """The output of polecat ``ref`` (or of the newest polecat of item ``ref``), line by line.
 
     An id missing from the listing is still tried: a reaped polecat's log stays.
     """
-    executor = executor or get_executor(town)
+    executor = Session.of(where, executor).require_executor()
     unknown: UnknownPolecat | None = None
     try:
         polecat_id = resolve(executor, ref)[0].id

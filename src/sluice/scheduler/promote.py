@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
 from sluice.errors import InvalidOperation
+from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
-from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
 
 
-def promote(town: Town, item_id: str, undo: bool = False) -> dict:
+def promote(where: Town | Session, item_id: str, undo: bool = False) -> dict:
     """Move ``item_id``'s open context to the head of the dispatch order (``undo``: back to score order)."""
-    town.reload_config()
-    stores = Stores(town)
+    session = Session.of(where)
+    town, stores = session.files, session.stores
     found = sorted(ctxs.find_open(stores, item_id), key=lambda c: (c.order, c.id))
     if not found:
         stores.for_id(item_id)  # UnknownItem for a typo, before "not queued"

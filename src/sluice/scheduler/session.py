@@ -38,6 +38,7 @@ class Session:
         self._executor = executor
         self._resolved = executor is not None
         self.problem: str | None = None  # why the executor could not be had or asked
+        self._refusal: ExecutorError | None = None  # the error that said so, for require_executor
 
     @classmethod
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
@@ -52,8 +53,16 @@ class Session:
             try:
                 self._executor = get_executor(self.files)
             except ExecutorError as err:
-                self.problem = str(err)
+                self.problem, self._refusal = str(err), err
         return self._executor
+
+    def require_executor(self) -> Executor:
+        """The executor, for a command that cannot do without it: its refusal is raised, not kept."""
+        executor = self.executor
+        if executor is None:
+            assert self._refusal is not None
+            raise self._refusal
+        return executor
 
     @cached_property
     def active(self) -> list[Polecat] | None:

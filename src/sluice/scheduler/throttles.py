@@ -16,6 +16,7 @@ from sluice.core.clock import MAX_DURATION, MAX_DURATION_TEXT, DurationTooLong, 
 from sluice.core.items import parse_ts
 from sluice.errors import UsageError
 from sluice.scheduler.requeue import queue_again
+from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import events
 from sluice.store.state import detect_actor
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def throttle(
-    town: Town,
+    where: Town | Session,
     until: str | None = None,
     rig: str | None = None,
     reason: str = "",
@@ -38,8 +39,8 @@ def throttle(
 
     ``actor`` is who is asking (default: :func:`~sluice.store.state.detect_actor`).
     """
-    town.reload_config()  # a broken config is refused before anything else
-    now = time.time() if now is None else now
+    session = Session.of(where, now=now)  # reads the config: a broken one is refused before anything else
+    town, now = session.files, session.now
     if rig is not None:
         town.rig(rig)  # UnknownRig, naming the known ones (exit 1), as every command says it
     if clear:

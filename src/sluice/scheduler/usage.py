@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import UnknownPolecat, UsageError
-from sluice.executors import get_executor
 from sluice.scheduler.polecats import resolve
+from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import runs as runlog
 
@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 
-def report_usage(town: Town, ref: str, tokens: int, executor: Executor | None = None) -> dict:
+def report_usage(where: Town | Session, ref: str, tokens: int, executor: Executor | None = None) -> dict:
     """``polecat usage ITEM|ID --tokens N``: replace the launch's estimate with what was really used."""
-    town.reload_config()
+    session = Session.of(where, executor)
+    town = session.files
     if tokens < 0:
         raise UsageError(f"tokens must be >= 0 (got {tokens})", parameters=("tokens",))
     try:
-        polecat_id = resolve(executor or get_executor(town), ref)[0].id
+        polecat_id = resolve(session.require_executor(), ref)[0].id
     except UnknownPolecat:  # reaped already: the budget ledger still knows its launch
         polecat_id = None
     entry = kept.report_usage(town, polecat_id or ref, tokens, item_id=None if polecat_id else ref)
