@@ -66,6 +66,20 @@ def rig(cli: Cli, tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
+def ray_cluster():
+    """One real Ray head for the whole session (tests/helpers/ray_cluster.py), however many modules use it.
+
+    Defined here, not imported into each module: an imported fixture is a new definition per
+    module, and each would start a head of its own.
+    """
+    from helpers.ray_cluster import start_cluster, stop_cluster
+
+    cluster = start_cluster()
+    yield cluster
+    stop_cluster(cluster)
+
+
+@pytest.fixture(scope="session")
 def beads_data() -> Path:
     """The public beads exports (``SLUICE_BEADS_DATA``); tests that need them skip without them."""
     path = BEADS_DATA

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from helpers.polecats import configure, gone, install_polecat, polecat_command, report, request, wait_for
-from helpers.ray_cluster import AGENT_SLOTS, free_port, ray_cluster
+from helpers.ray_cluster import AGENT_SLOTS, free_port
 from helpers.scheduler import contexts, fields, item, write_items
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import get_executor
@@ -17,7 +17,6 @@ from sluice.executors.ray import NOT_INSTALLED, RayExecutor, entrypoint
 from sluice.store.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
-_ = ray_cluster  # the session fixture, used by name below
 
 
 def use_ray(cli, address: str, command: list[str], resources: dict | None = None) -> None:

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from helpers.ray_cluster import ray_cluster
 from helpers.scheduler import configure, fields, item, open_contexts, wait_for, write_items
 from sluice.executors import get_executor
 from sluice.scheduler.dispatch import run_cycle
@@ -16,7 +15,6 @@ from sluice.store import runs as runlog
 from sluice.store.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
-_ = ray_cluster  # the session fixture, used by name below
 
 BY_TITLE = ("import os, sys; print('working on', os.environ['SLUICE_ITEM_ID']);"
             " sys.exit(int(sys.argv[1].split()[-1]))")

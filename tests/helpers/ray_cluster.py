@@ -1,4 +1,4 @@
-"""A real single-node Ray cluster for the Ray executor tests.
+"""A real Ray cluster for the Ray executor tests: a head, and a second node that sees less.
 
 ``ray start --head --block`` runs in its own process group with every port
 chosen free (so it never collides with another cluster on the machine), a
@@ -6,6 +6,11 @@ short private temp dir (Ray's unix sockets must fit in 107 bytes), two CPUs
 and two ``agent_slot`` resources.  The fixture waits until the Jobs API
 answers, and at teardown ends exactly the process group it started — not
 ``ray stop``, which would stop every Ray process of the user on the machine.
+
+:func:`add_node` joins a second node with ``ray start --address …`` inside a
+mount namespace of its own (``unshare -m``) where the given directories are
+covered by empty tmpfs mounts: a machine that shares nothing with the town
+but the loopback network.  Both nodes listen on 127.0.0.1 only.
 
 Ray is an optional extra; these tests FAIL (they do not skip) when it is
 missing, because CI installs ``git-sluice[ray]`` and a silent skip would hide a
@@ -53,9 +58,19 @@ class RayCluster:
     address: str  # the dashboard (Jobs API) address
     process: subprocess.Popen
     temp_dir: Path
+    gcs: str = ""  # what another node joins: 127.0.0.1:<port>
 
     def client(self):
         return require_ray()(self.address)
+
+
+@dataclass
+class RayNode:
+    """A node joined to a cluster; ``node_id`` is how Ray (and a run record's ``host``) names it."""
+
+    node_id: str
+    process: subprocess.Popen
+    log_path: Path
 
 
 def _ray_binary() -> str:
@@ -66,9 +81,19 @@ def _ray_binary() -> str:
     return found
 
 
-def start_cluster() -> RayCluster:
-    require_ray()
-    temp_dir = Path(tempfile.mkdtemp(prefix="sray", dir="/tmp"))
+#: How soon the head calls a silent node dead (Ray's default is about a minute): a node killed by a
+#: test is noticed in seconds, and a loaded machine still answers a check within its timeout.
+HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "5000",
+                 "RAY_health_check_failure_threshold": "5"}
+
+#: Run inside ``unshare -m``: cover each directory before ``--`` with an empty tmpfs, then become
+#: the command after it.  The mounts are private to the namespace (unshare's default propagation).
+HIDE = 'while [ "$1" != -- ]; do mount -t tmpfs -o size=1m sluice-hidden "$1" || exit 1; shift; done; ' \
+       'shift; exec "$@"'
+
+
+def _node_ports(head: bool) -> tuple[list[str], dict[str, int]]:
+    """Every port a node opens, chosen free: its worker range and one port per listener."""
     base = free_port()
     worker_ports = range(base, base + 201)  # Ray refuses to start if another port falls in here
     picked: set[int] = set()
@@ -80,18 +105,28 @@ def start_cluster() -> RayCluster:
                 picked.add(port)
                 return port
 
-    dashboard = other_port()
-    ports = {
-        "--port": other_port(),
-        "--dashboard-port": dashboard,
-        "--ray-client-server-port": other_port(),
-        "--dashboard-agent-listen-port": other_port(),
-        "--dashboard-agent-grpc-port": other_port(),
-        "--runtime-env-agent-port": other_port(),
-        "--metrics-export-port": other_port(),
-        "--node-manager-port": other_port(),
-        "--object-manager-port": other_port(),
-    }
+    names = ["--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+             "--metrics-export-port", "--node-manager-port", "--object-manager-port"]
+    if head:
+        names += ["--port", "--dashboard-port", "--ray-client-server-port"]
+    ports = {name: other_port() for name in names}
+    argv = ["--min-worker-port", str(base), "--max-worker-port", str(base + 200)]
+    for flag, port in ports.items():
+        argv += [flag, str(port)]
+    return argv, ports
+
+
+def _popen(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(extra_env or {})}
+    env.pop("RAY_ADDRESS", None)
+    log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the node
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def start_cluster() -> RayCluster:
+    require_ray()
+    temp_dir = Path(tempfile.mkdtemp(prefix="sray", dir="/tmp"))
+    port_argv, ports = _node_ports(head=True)
     argv = [
         _ray_binary(), "start", "--head", "--block",
         "--node-ip-address", "127.0.0.1",
@@ -101,16 +136,12 @@ def start_cluster() -> RayCluster:
         "--resources", json.dumps({"agent_slot": AGENT_SLOTS}),
         "--object-store-memory", str(80 * 1024 * 1024),
         "--temp-dir", str(temp_dir),
-        "--min-worker-port", str(base), "--max-worker-port", str(base + 200),
         "--disable-usage-stats",
+        *port_argv,
     ]  # fmt: skip
-    for flag, port in ports.items():
-        argv += [flag, str(port)]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    log = open(temp_dir / "ray-start.log", "wb")  # noqa: SIM115 - lives as long as the cluster
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    cluster = RayCluster(f"http://127.0.0.1:{dashboard}", process, temp_dir)
+    process = _popen(argv, temp_dir / "ray-start.log", HEALTH_CHECKS)
+    cluster = RayCluster(f"http://127.0.0.1:{ports['--dashboard-port']}", process, temp_dir,
+                         f"127.0.0.1:{ports['--port']}")
     deadline = time.monotonic() + START_TIMEOUT
     last = None
     while time.monotonic() < deadline:
@@ -128,29 +159,98 @@ def start_cluster() -> RayCluster:
 
 
 def stop_cluster(cluster: RayCluster) -> None:
-    """End what this fixture started: ``ray start`` first, then any descendant left over.
+    """End what this fixture started: ``ray start`` first, then any descendant left over."""
+    _end(cluster.process)
+    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
 
-    ``ray start --block`` shuts its cluster down when it gets SIGTERM.  Ray's
-    workers run in sessions of their own, so the leftovers are found as
-    descendants of the process we started (collected before it ends), by pid.
+
+def add_node(cluster: RayCluster, resources: dict[str, float], hidden: list[Path]) -> RayNode:
+    """Join a node to ``cluster`` that cannot see ``hidden``; returns once the head lists it alive.
+
+    The node shares the head's Ray temp dir: Ray reads a job's log through
+    the agent of the node that ran it but from the session directory the
+    head named, which only this keeps right on one machine.  (It is Ray's
+    own directory, not the town's: the node still sees nothing of the town.)
     """
-    family = _descendants(cluster.process.pid)
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("the two-node Ray tests need `unshare` (util-linux) to hide directories from a node")
+    port_argv, _ = _node_ports(head=False)
+    argv = [
+        unshare, "-m", "sh", "-c", HIDE, "sh", *map(str, hidden), "--",
+        _ray_binary(), "start", "--block", "--address", cluster.gcs,
+        "--node-ip-address", "127.0.0.1",
+        "--num-cpus", "1",
+        "--resources", json.dumps(resources),
+        "--object-store-memory", str(80 * 1024 * 1024),
+        "--temp-dir", str(cluster.temp_dir),
+        "--disable-usage-stats",
+        *port_argv,
+    ]  # fmt: skip
+    log_path = cluster.temp_dir / f"ray-node-{port_argv[1]}.log"
+    process = _popen(argv, log_path)
+    deadline = time.monotonic() + START_TIMEOUT
+    last: Exception | None = None
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            found = [node for node in alive_nodes(cluster) if not node["head"] and all(
+                node["resources"].get(key) == value for key, value in resources.items())]
+        except Exception as err:  # the state API answers 5xx while the node registers
+            found, last = [], err
+        if found:
+            return RayNode(found[0]["node_id"], process, log_path)
+        time.sleep(0.5)
+    output = log_path.read_text(errors="replace")[-3000:]
+    _end(process)
+    pytest.fail(f"the second Ray node did not join within {START_TIMEOUT:g}s ({last})\n{output}")
+
+
+def alive_nodes(cluster: RayCluster) -> list[dict]:
+    """The head's live nodes: ``node_id``, ``head`` and ``resources`` (totals) of each."""
+    from ray.util.state import list_nodes
+
+    nodes = list_nodes(address=cluster.address, timeout=30)
+    return [{"node_id": n.node_id, "head": n.is_head_node, "resources": dict(n.resources_total or {})}
+            for n in nodes if n.state == "ALIVE"]
+
+
+def stop_node(node: RayNode, kill: bool = False) -> list[int]:
+    """End the node's processes (their pids are returned); ``kill`` does it the way a machine
+    disappears: SIGKILL to all of them at once, no goodbye to the head."""
+    return _end(node.process, kill=kill)
+
+
+def _end(process: subprocess.Popen, kill: bool = False) -> list[int]:
+    """End ``process`` and every descendant it had, by pid — nothing this fixture did not start.
+
+    ``ray start --block`` shuts its node down when it gets SIGTERM.  Ray's
+    workers run in sessions of their own, so the leftovers are found as
+    descendants of the process we started (collected before it ends).
+    """
+    family = _descendants(process.pid)
+    if kill:
+        for pid in [process.pid, *family]:
+            _kill(pid)
     try:
-        cluster.process.terminate()
-        cluster.process.wait(timeout=30)
+        process.terminate()
+        process.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        cluster.process.kill()
-        cluster.process.wait(timeout=10)
+        process.kill()
+        process.wait(timeout=10)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(pid) for pid in family):
         time.sleep(0.2)
     for pid in family:
         if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
+            _kill(pid)
+    return [process.pid, *family]
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -181,10 +281,3 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    cluster = start_cluster()
-    yield cluster
-    stop_cluster(cluster)
