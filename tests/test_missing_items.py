@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -86,7 +85,7 @@ def test_an_export_truncated_and_emptied_under_the_daemon_loses_no_queued_work(c
     assert closed == []
 
 
-def test_missing_since_is_written_once_and_the_context_closes_after_the_grace(cli, export):
+def test_missing_since_is_written_once_and_the_context_closes_after_the_grace(cli, export, clock):
     configure(cli.town, "scheduler.missing_grace", "1m")
     export.write_bytes(b"")
     first = cli.json("scheduler", "run")
@@ -100,7 +99,9 @@ def test_missing_since_is_written_once_and_the_context_closes_after_the_grace(cl
     again = {fields(c)["work_bead_id"]: fields(c)["missing_since"] for c in open_contexts(cli.town, "ext")}
     assert again == since  # written once
     configure(cli.town, "scheduler.missing_grace", "1s")  # the grace runs from the first sighting
-    time.sleep(1.1)
+    clock.advance(0.9)
+    assert cli.json("scheduler", "run")["closed"] == []
+    clock.advance(0.2)
     last = cli.json("scheduler", "run")
     assert sorted(row["item_id"] for row in last["closed"]) == sorted(WORK)
     assert {row["reason"] for row in last["closed"]} == {"invalid-work-item"}

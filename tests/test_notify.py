@@ -1,4 +1,9 @@
-"""`scheduler.notify`: a real notifier script run by the daemon on chosen events, never breaking a tick."""
+"""`scheduler.notify`: a real notifier script run by the daemon on chosen events, never breaking a tick.
+
+The notifier is a real process; the polecats are the in-memory executor's
+records on the test's clock (the ``memory`` and ``clock`` fixtures), since
+what is tested is which events are announced, not how a polecat runs.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, python_command, sleeper, write_items
+from helpers.scheduler import add_rig, item, python_command, write_items
 from sluice.executors import get_executor
 from sluice.scheduler.daemon import Daemon
 from sluice.store.events import emit_event
@@ -26,13 +31,10 @@ with open(out, "a") as fh:
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def town(cli, tmp_path, memory):
     add_rig(cli, tmp_path, "alpha", "al")
     write_items(cli.town, "alpha", [item("al-1", "first; rm -rf / $(boom)")])
-    yield Town(cli.town)
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    return Town(cli.town)
 
 
 @pytest.fixture
@@ -54,13 +56,15 @@ def _notified(out: Path) -> list[dict]:
 
 
 def _daemon(town: Town, lines: list[str]) -> Daemon:
-    return Daemon(town, interval=1.0, echo=lambda line: lines.append(line.split(" ", 1)[1]))
+    """A daemon over the town's in-memory executor: handed it, the daemon runs each cycle in this process."""
+    return Daemon(town, interval=1.0, echo=lambda line: lines.append(line.split(" ", 1)[1]),
+                  executor=get_executor(town))
 
 
-def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, notifier):
+def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, notifier, memory):
     script, out = notifier
-    configure(cli.town, {"scheduler.max_polecats": "1", "scheduler.max_dispatch_failures": "1",
-                         "executor.command": json.dumps(["/nonexistent/agent", "{item_id}"])})
+    memory.fail_next("al-1", "cannot launch '/nonexistent/agent': no such file or command")
+    configure(cli.town, {"scheduler.max_polecats": "1", "scheduler.max_dispatch_failures": "1"})
     _use(cli, script, out)
     cli.run("sling", "al-1", "alpha")
     lines: list[str] = []
@@ -73,17 +77,19 @@ def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, not
     assert any(line.startswith("notify circuit-broken (") and line.endswith("sent") for line in lines)
 
 
-def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, town, notifier):
+def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, town, notifier, clock):
     script, out = notifier
-    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60),
-                         "scheduler.polecat_timeout": "1s"})
+    configure(cli.town, {"scheduler.max_polecats": "1", "scheduler.polecat_timeout": "1s"})
     _use(cli, script, out)
     cli.run("sling", "al-1", "alpha")
     daemon = _daemon(town, [])
     daemon.tick()
     assert [n["argv"][0] for n in _notified(out)] == ["queue-drained"]
     assert _notified(out)[0]["stdin"]["payload"] == {"dispatched": 1}
-    time.sleep(1.2)
+    clock.advance(0.9)
+    daemon.tick()
+    assert len(_notified(out)) == 1  # not yet past its timeout
+    clock.advance(0.3)
     daemon.tick()
     assert [n["argv"] for n in _notified(out)][1] == ["run-timed-out", "al-1", "alpha"]
     sent = _notified(out)[1]["stdin"]
@@ -95,7 +101,7 @@ def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, town, 
 def test_only_the_chosen_events_and_not_the_history(cli, town, notifier):
     script, out = notifier
     emit_event(town, "CircuitBroken", {"item_id": "al-0", "rig": "alpha"})  # before the daemon: history
-    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    configure(cli.town, {"scheduler.max_polecats": "1"})
     _use(cli, script, out, notify_on="circuit-broken,polecat-timed-out")
     cli.run("sling", "al-1", "alpha")
     daemon = _daemon(town, [])
@@ -107,7 +113,7 @@ def test_only_the_chosen_events_and_not_the_history(cli, town, notifier):
 
 
 def test_a_failing_a_missing_and_a_hanging_notifier_are_logged_and_the_tick_goes_on(cli, town, tmp_path):
-    configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(60)})
+    configure(cli.town, {"scheduler.max_polecats": "1"})
     cli.run("config", "set", "scheduler.notify_timeout", "500ms")
     lines: list[str] = []
     daemon = _daemon(town, lines)
@@ -144,8 +150,8 @@ def test_config_refuses_unknown_events(cli):
 def test_the_daemon_announces_a_token_budget_running_out(cli, town, notifier):
     script, out = notifier
     write_items(cli.town, "alpha", [item("al-2", "second")])
-    configure(cli.town, {"scheduler.max_polecats": "2", "executor.command": sleeper(60),
-                         "scheduler.token_budget": "1000"})  # one item's default estimate
+    # a budget of one item's default estimate
+    configure(cli.town, {"scheduler.max_polecats": "2", "scheduler.token_budget": "1000"})
     _use(cli, script, out, notify_on="budget-exhausted")
     cli.run("sling", "al-1", "al-2", "alpha")
     daemon = _daemon(town, [])
