@@ -103,3 +103,17 @@ def test_bench_watcher_names_a_tree_that_cannot_launch(tmp_path: Path):
             "--tree", f"gone={tmp_path / 'no-src'}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "no-src" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_forecast_learns_from_real_runs_and_scores_the_held_out_ones(tmp_path: Path):
+    """The forecast benchmark at a tiny size: real polecats run, each figure is measured for both sides."""
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_forecast.py"), "--runs", "12", "--queue", "4",
+            "--cap", "2", "--train-cap", "6", "--scale", "0.1", "--interval", "0.2", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert (found["train"], found["held_out"]) == (6, 6)
+    for side in ("model", "baseline"):
+        assert found[side]["p50_error"] >= 0 and 0 <= found[side]["within_p90"] <= 1
+    [drain] = found["drains"]
+    assert drain["items"] == 4 and drain["real"] > 0 and drain["predicted"] > 0

@@ -14,10 +14,12 @@ from sluice.core.forecast import (
     Queued,
     Running,
     Sample,
+    censored_mean,
     censored_quantile,
     learn,
     quantile,
     remaining,
+    residual_median,
     sample_of,
     simulate,
 )
@@ -298,3 +300,49 @@ def test_a_kind_learns_what_is_added_after_it_was_estimated():
     for sample in samples(6, runtime=500.0):
         model.add(sample)
     assert model.estimate("api").runtime_p50 == 500.0
+
+
+# --------------------------------------------------------------------------
+# Means, what is left of a running run, and slots held for the mean
+
+
+def test_censored_mean_without_censoring_is_the_plain_mean_and_a_lower_bound_with_it():
+    assert censored_mean([(1.0, False), (2.0, False), (6.0, False)]) == 3.0
+    # All runs timed out at 100 s: they lasted at least that long.
+    assert censored_mean([(100.0, True)] * 3) == 100.0
+    assert censored_mean([(10.0, False), (100.0, True)]) == 55.0
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e5), st.booleans()), min_size=1, max_size=40))
+def test_censored_mean_lies_between_the_least_and_the_longest_value(samples):
+    values = [v for v, _ in samples]
+    assert min(values) - 1e-6 <= censored_mean(samples) <= max(values) + 1e-6
+
+
+def test_what_is_left_of_a_run_is_judged_by_the_runs_that_lasted_as_long():
+    samples = [(float(v), False) for v in (10, 20, 30, 40, 400)]
+    assert residual_median(samples, 0.0) == 30.0  # the plain median
+    assert residual_median(samples, 25.0) == 15.0  # of 30, 40, 400: half ended by 40
+    assert residual_median(samples, 35.0) == 5.0  # of 40 and 400, by nearest rank as every quantile here
+    assert residual_median(samples, 45.0) == 355.0  # past 40 only the 400 s run is left to judge by
+    assert residual_median(samples, 500.0) is None
+
+
+def test_a_running_polecat_past_every_run_of_its_kind_waits_the_floor_or_its_median():
+    model = learn(samples(5, runtime=2.0))
+    assert model.left("api", 1.0) == 1.0
+    assert model.left("api", 9.0) == 2.0  # a one-second kind is not held for a floor meant for minutes
+    assert learn(samples(5, runtime=600.0)).left("api", 900.0, floor=30.0) == 30.0
+    assert Model().left("api", 100.0, default_runtime=900.0) == 800.0
+
+
+def test_an_estimate_carries_the_mean_and_the_slot_is_held_for_it():
+    model = learn([Sample("api", "task", (), v) for v in (10.0, 10.0, 10.0, 10.0, 60.0)])
+    estimate = model.estimate("api")
+    assert (estimate.runtime_p50, estimate.runtime_mean) == (10.0, 20.0)
+    queue = [Queued(f"it-{n}", "api", 10.0, 60.0, runtime_mean=20.0) for n in range(2)]
+    forecast = simulate(0.0, queue, limits=Limits(town_cap=1, interval=1.0))
+    first, second = forecast.slots
+    assert (first.start_at, first.done_at) == (0.0, 10.0)  # its own median finish
+    assert second.start_at == 20.0  # the slot frees when a run of its kind ends on average
+    assert forecast.drain_at == 40.0 and forecast.drain_p90_at == 80.0

@@ -83,6 +83,25 @@ def censored_quantile(samples: Sequence[tuple[float, bool]], q: float) -> float:
     return float(ordered[-1][0])
 
 
+def censored_mean(samples: Sequence[tuple[float, bool]]) -> float:
+    """The mean of ``(value, censored)`` samples (non-empty): the area under their Kaplan–Meier survival.
+
+    Without censoring it is the plain mean.  The area is taken up to the
+    longest value seen, so runs that all timed out count as lasting their
+    timeout: a lower bound, like :func:`censored_quantile`'s.
+    """
+    ordered = sorted(samples, key=lambda s: (s[0], s[1]))
+    at_risk = len(ordered)
+    survival, area, last = 1.0, 0.0, 0.0
+    for value, censored in ordered:
+        area += survival * (value - last)
+        last = value
+        if not censored:
+            survival *= (at_risk - 1) / at_risk
+        at_risk -= 1
+    return float(area)
+
+
 # --------------------------------------------------------------------------
 # Samples and the model
 
@@ -150,6 +169,9 @@ class Estimate:
     level: str
     samples: int
     kind: str = ""
+    #: The mean runtime (Kaplan–Meier, up to the longest run seen): what a slot is held for in the
+    #: replay, since a queue drains by the sum of its runtimes, and a sum goes by the mean, not the median.
+    runtime_mean: float | None = None
 
     @property
     def basis(self) -> dict:
@@ -188,10 +210,8 @@ class Model:
             runs.append(sample)
             self._cache.pop(key, None)
 
-    def estimate(self, rig: str, issue_type: str | None = None, labels: Iterable[str] = (),
-                 estimated_minutes: float | None = None, default_runtime: float = DEFAULT_RUNTIME,
-                 tokens_estimated: int | None = None) -> Estimate:
-        """The forecast for an item of this rig, type and labels.
+    def _kind(self, rig: str, issue_type: str | None, labels: Iterable[str]) -> tuple | None:
+        """The most specific kind of this rig, type and labels that holds ``min_samples`` runs, or None.
 
         Of an item's labels, the one whose kind holds the most runs speaks
         (ties to the first label by name), so the figure is the best-founded
@@ -203,15 +223,46 @@ class Model:
         for key in [*by_label, (LEVEL_TYPE, rig, issue_type), (LEVEL_RIG, rig), (LEVEL_TOWN,)]:
             runs = self.kinds.get(key)
             if runs is not None and len(runs) >= self.min_samples:
-                found = self._cache.get(key)
-                if found is None:
-                    found = self._cache[key] = _estimate(runs, key)
-                return found
+                return key
+        return None
+
+    def estimate(self, rig: str, issue_type: str | None = None, labels: Iterable[str] = (),
+                 estimated_minutes: float | None = None, default_runtime: float = DEFAULT_RUNTIME,
+                 tokens_estimated: int | None = None) -> Estimate:
+        """The forecast for an item of this rig, type and labels (see :meth:`_kind` for which runs speak)."""
+        key = self._kind(rig, issue_type, labels)
+        if key is not None:
+            found = self._cache.get(key)
+            if found is None:
+                found = self._cache[key] = _estimate(self.kinds[key], key)
+            return found
         if estimated_minutes is not None and estimated_minutes >= 0:
             seconds = float(estimated_minutes) * 60.0
-            return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, LEVEL_ESTIMATE, 0)
+            return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, LEVEL_ESTIMATE, 0,
+                            runtime_mean=seconds)
         return Estimate(default_runtime, default_runtime, tokens_estimated, tokens_estimated,
-                        LEVEL_DEFAULT, 0)
+                        LEVEL_DEFAULT, 0, runtime_mean=default_runtime)
+
+
+    def left(self, rig: str, elapsed: float, issue_type: str | None = None, labels: Iterable[str] = (),
+             default_runtime: float = DEFAULT_RUNTIME, floor: float = REMAINING_FLOOR) -> float:
+        """How much longer a running polecat of this kind, ``elapsed`` seconds in, is expected to take.
+
+        From its kind's runs that lasted longer (:func:`residual_median`);
+        with no such run (it outlived every one seen, or nothing is learned)
+        its median less what it ran, floored at ``floor`` or the median,
+        whichever is less, so a kind of one-second runs is not held for a
+        floor meant for runs of minutes.
+        """
+        key = self._kind(rig, issue_type, labels)
+        if key is not None:
+            left = residual_median([(s.runtime, s.censored) for s in self.kinds[key]], elapsed)
+            if left is not None:
+                return left
+            p50 = self.estimate(rig, issue_type, labels).runtime_p50
+        else:
+            p50 = default_runtime
+        return remaining(p50, elapsed, floor=min(floor, p50))
 
 
 def _estimate(runs: Sequence[Sample], key: tuple) -> Estimate:
@@ -225,6 +276,7 @@ def _estimate(runs: Sequence[Sample], key: tuple) -> Estimate:
         level=key[0],
         samples=len(runs),
         kind="/".join(key[1:]) or LEVEL_TOWN,
+        runtime_mean=censored_mean(times),
     )
 
 
@@ -241,6 +293,32 @@ def learn(samples: Iterable[Sample | None], window: int = DEFAULT_WINDOW,
 def remaining(runtime_p50: float, elapsed: float, floor: float = REMAINING_FLOOR) -> float:
     """How much longer a running polecat is expected to take: its median less what it has run, floored."""
     return max(floor, runtime_p50 - max(0.0, elapsed))
+
+
+def residual_median(samples: Sequence[tuple[float, bool]], elapsed: float) -> float | None:
+    """The median of what is left of a run that has lasted ``elapsed``, given ``(value, censored)`` samples.
+
+    The Kaplan–Meier survival conditioned on having survived ``elapsed``:
+    the first finished value ``v > elapsed`` by which half of the runs that
+    outlived ``elapsed`` had ended, less ``elapsed``.  At ``elapsed`` below
+    every value this is the plain (censored) median.  A run that outlived its median is
+    not "nearly done": what is left is judged by the runs that lasted as
+    long.  None when no finished run outlived ``elapsed`` (nothing to judge by).
+    """
+    elapsed = max(0.0, elapsed)
+    ordered = sorted(samples, key=lambda s: (s[0], s[1]))
+    at_risk = len(ordered)
+    survival = 1.0
+    target = None
+    for value, censored in ordered:
+        if target is None and value > elapsed:
+            target = survival / 2.0  # the survival at ``elapsed``: half of it is the conditional median
+        if not censored:
+            survival *= (at_risk - 1) / at_risk
+            if target is not None and survival <= target + 1e-12:
+                return float(value) - elapsed
+        at_risk -= 1
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -260,6 +338,7 @@ class Queued:
     runtime_p90: float
     not_before: float = 0.0  # the end of a throttle that holds it
     why: str | None = None
+    runtime_mean: float | None = None  # how long it holds its slot; None: its median
 
 
 @dataclass(frozen=True)
@@ -320,8 +399,10 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
     a tick the queue is walked in order and an item is launched when the
     town and its rig have a free slot and no throttle holds it; an item that
     cannot go is passed over, as dispatch passes it over, and waits for a
-    later tick.  A slot is held for the median runtime (the p90 only widens
-    each item's own finish).  Ticks at which nothing can change are skipped,
+    later tick.  A slot is held for the item's mean runtime when it has one
+    (a queue drains by the sum of its runtimes, and a sum goes by the mean),
+    else its median; ``done_at`` is the item's own median finish and the p90
+    only widens it.  Ticks at which nothing can change are skipped,
     so a long queue costs a walk per launch, not per tick.
     """
     first = max(now, limits.first_tick if limits.first_tick is not None else now)
@@ -412,8 +493,10 @@ def _launch(queue, position, tick, launched, limits, busy, per_rig, slots, drain
     item = queue[position]
     start = tick + launched * limits.spawn_delay
     done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
-    heapq.heappush(busy, (done, item.rig))
+    frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
+    heapq.heappush(busy, (frees, item.rig))
     per_rig[item.rig] = per_rig.get(item.rig, 0) + 1
     slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
-    return (done if drain is None else max(drain, done),
-            done_p90 if drain_p90 is None else max(drain_p90, done_p90))
+    # The queue drains when the last slot frees; its p90 is no earlier than that.
+    return (frees if drain is None else max(drain, frees),
+            max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees))

@@ -63,15 +63,16 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
         estimates.append(estimate)
         held_until = max(throttle_end.get(None, 0.0), throttle_end.get(work.rig, 0.0))
         queue.append(model.Queued(item["id"], work.rig, estimate.runtime_p50, estimate.runtime_p90,
-                                  not_before=held_until, why=rules.PAUSED if paused else why))
+                                  not_before=held_until, why=rules.PAUSED if paused else why,
+                                  runtime_mean=estimate.runtime_mean))
 
     running = []
     for record in log.digest(town).running.values():
-        estimate = learned.estimate(record.get("rig") or "", record.get("issue_type"),
-                                    record.get("labels") or (), default_runtime=default)
         started = parse_ts(record.get("started_at"))
         elapsed = now - started if started is not None else 0.0
-        running.append(model.Running(record.get("rig") or "", model.remaining(estimate.runtime_p50, elapsed)))
+        rig = record.get("rig") or ""
+        running.append(model.Running(rig, learned.left(rig, elapsed, record.get("issue_type"),
+                                                       record.get("labels") or (), default_runtime=default)))
 
     interval, next_tick = _daemon(town, now)
     limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(assessment.limits.rig_caps),
@@ -99,19 +100,28 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
 
 
 def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:
-    """The running daemon's interval and next tick, or (None, None) when its heartbeat is absent or stale.
+    """The running daemon's tick period and next tick, or (None, None) when its heartbeat is absent or stale.
 
-    A heartbeat whose last tick is more than three intervals old is a daemon
-    that died without cleaning up: the forecast then assumes one from now.
+    The daemon waits its interval *after* each tick, so ticks come an
+    interval plus a tick's own time apart (a cycle is a process of its own,
+    and its launches take time): the period is the one the heartbeat shows
+    so far (first tick to last over the ticks between), never below the
+    interval.  A heartbeat whose last tick is more than three periods old is
+    a daemon that died without cleaning up: the forecast then assumes one
+    from now.
     """
     beat = daemon.read_heartbeat(town) or {}
     interval = beat.get("interval")
     last = parse_ts(beat.get("last_tick_at"))
     if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0 or last is None:
         return None, None
-    if now - last > 3 * interval:
+    period = float(interval)
+    first, ticks = parse_ts(beat.get("started_at")), beat.get("ticks")
+    if first is not None and isinstance(ticks, int) and not isinstance(ticks, bool) and ticks >= 2:
+        period = max(period, (last - first) / (ticks - 1))
+    if now - last > 3 * period:
         return None, None
-    return float(interval), max(now, last + interval)
+    return period, max(now, last + period)
 
 
 def _at(epoch: float | None) -> str | None:
