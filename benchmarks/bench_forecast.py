@@ -65,7 +65,7 @@ POLECAT = (
     "import os, subprocess, sys, time\n"
     "_, runtime, tokens = sys.argv[1].split()\n"
     "subprocess.Popen([sys.executable, '-m', 'sluice', 'polecat', 'usage', os.environ['SLUICE_ITEM_ID'],"
-    " '--tokens', tokens], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)\n"
+    " '--tokens', tokens], start_new_session=True)\n"
     "time.sleep(float(runtime))\n"
 )
 
