@@ -90,7 +90,7 @@ def beads_data() -> Path:
 
 @pytest.fixture
 def clock(monkeypatch) -> ManualClock:
-    """The wall clock of this test, standing still until ``clock.advance(seconds)``.
+    """The wall clock of this test: a microsecond per reading, and whatever ``clock.advance(seconds)`` adds.
 
     ``time.time()`` and :func:`sluice.core.clock.now_utc` (so every ``iso()``
     stamp) read it, in this process: a budget window slides, a cooldown or a

@@ -1,6 +1,7 @@
 """The one limit that binds: ``scheduler status`` names it, the plan agrees, the next cycle does it.
 
-Each test sets up one kind of limit in a real town with real polecats and
+Each test sets up one kind of limit in a real town (its polecats on the
+in-memory executor) and
 checks that ``status``'s ``binding`` has that code, equal to ``plan_reason``,
 that ``explain`` of the best-ranked waiting item names it too, and that the
 next real cycle stops for that very reason.
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.scheduler import configure, item, sleeper, town_with_rigs, write_items
+from helpers.scheduler import configure, item, town_with_rigs, write_items
 from sluice.core import admission as rules
 from sluice.core.admission import Admission, Reason
 from sluice.core.gates import binding
-from sluice.executors.local import LocalExecutor
 from sluice.scheduler.control import pause
 from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.queue import explain, status
@@ -24,21 +24,17 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def town(cli, tmp_path, memory):
     town_with_rigs(cli, tmp_path, ("alpha", "al"))
     configure(cli.town, "scheduler.max_polecats", "5")
     configure(cli.town, "scheduler.batch_size", "5")
-    configure(cli.town, "executor.command", sleeper(30))
     write_items(cli.town, "alpha", [
         item("al-1", priority=0, labels=["gpu"]),
         item("al-2", priority=1, labels=["gpu"]),
         item("al-3", priority=2, labels=["gpu"]),
     ])
     sling(Town(cli.town), ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
-    yield cli.town
-    executor = LocalExecutor(Town(cli.town), stop_grace=1)
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    return cli.town
 
 
 def agree(town, code: str) -> dict:

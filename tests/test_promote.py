@@ -1,16 +1,16 @@
 """The operator's word on order: promote ahead of a higher score, and run this one now.
 
-Real towns, real polecats (sleepers), the CLI and the library on the same files.
+Real towns, the CLI and the library on the same files; polecats on the in-memory executor.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.scheduler import configure, events, item, sleeper, town_with_rigs, write_items
+from helpers.scheduler import configure, events, item, town_with_rigs, write_items
 from sluice.core import admission as rules
 from sluice.errors import InvalidOperation, NotAdmitted
-from sluice.executors.local import LocalExecutor
+from sluice.executors import get_executor
 from sluice.scheduler.control import pause
 from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.promote import promote
@@ -20,19 +20,15 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def town(cli, tmp_path, memory):
     town_with_rigs(cli, tmp_path, ("alpha", "al"))
     configure(cli.town, "scheduler.max_polecats", "1")
     configure(cli.town, "scheduler.batch_size", "1")
-    configure(cli.town, "executor.command", sleeper(30))
     # al-0 is the most urgent (P0); al-4 the least (P4): score order is al-0, al-2, al-4.
     write_items(cli.town, "alpha", [item("al-0", priority=0), item("al-2", priority=2),
                                     item("al-4", priority=4)])
     assert sling(Town(cli.town), ["al-0", "al-2", "al-4", "alpha"], SlingOptions()).ok
-    yield cli.town
-    executor = LocalExecutor(Town(cli.town), stop_grace=1)
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    return cli.town
 
 
 def order(town) -> list[str]:
@@ -40,7 +36,7 @@ def order(town) -> list[str]:
 
 
 def running(town) -> list[str]:
-    return sorted(p.item_id for p in LocalExecutor(Town(town)).active())
+    return sorted(p.item_id for p in get_executor(Town(town)).active())
 
 
 def test_a_promoted_item_goes_ahead_of_a_higher_score(town):

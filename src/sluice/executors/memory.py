@@ -23,10 +23,10 @@ against the item, like a program that is not found) or by setting
 ends when :meth:`MemoryExecutor.finish` gives its exit code.
 
 Its times come from a clock, the real one unless it is given a
-:class:`ManualClock`: then time moves only when the test moves it
-(:meth:`ManualClock.advance`), so a budget window sliding, a throttle or a
-breaker cooldown ending, a polecat running past its timeout take no real
-seconds.  The scheduler reads ``time.time()`` and
+:class:`ManualClock`: then time moves on by a microsecond a reading and
+otherwise only when the test moves it (:meth:`ManualClock.advance`), so a
+budget window sliding, a throttle or a breaker cooldown ending, a polecat
+running past its timeout take no real seconds.  The scheduler reads ``time.time()`` and
 :func:`sluice.core.clock.now_utc`; a test that wants the whole town on the
 manual clock points both at it (the suite's ``clock`` fixture does).
 """
@@ -52,23 +52,34 @@ RUNNING_STATES = ("running", "pending")
 
 
 class ManualClock:
-    """Wall-clock time that stands still until :meth:`advance` moves it (epoch seconds)."""
+    """Wall-clock time (epoch seconds) that a test moves: by :meth:`advance`, and a microsecond per reading.
+
+    The microsecond keeps what a real clock promises and sluice relies on:
+    two readings are never equal, so stamps taken one after another (two
+    promotions, two launches) stay in the order they were taken.
+    """
+
+    STEP = 1e-6
 
     def __init__(self, start: float | None = None):
         self.now = time.time() if start is None else float(start)
+        self._lock = threading.Lock()
 
     def time(self) -> float:
-        return self.now
+        with self._lock:
+            self.now += self.STEP
+            return self.now
 
     def now_utc(self) -> datetime:
-        return datetime.fromtimestamp(self.now, UTC)
+        return datetime.fromtimestamp(self.time(), UTC)
 
     def advance(self, seconds: float) -> float:
         """Move time forward (never back: a clock that jumps back is its own test)."""
         if seconds < 0:
             raise ValueError("a manual clock only moves forward")
-        self.now += seconds
-        return self.now
+        with self._lock:
+            self.now += seconds
+            return self.now
 
 
 class MemoryExecutor:
