@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sluice.errors import ExecutorError
 
-PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo")
+PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo", "workspace", "branch")
 MAX_ARG_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument or "KEY=value", NUL included
 
 
@@ -35,6 +35,13 @@ class LaunchRequest:
     town: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    workspace: str = ""  # the run's own clone to start in (``executor.workspace = "clone"``); "": ``repo``
+    branch: str = ""  # the branch checked out in ``workspace``
+
+    @property
+    def cwd(self) -> str:
+        """Where the polecat starts: its workspace, else the rig's repository."""
+        return self.workspace or self.repo
 
 
 @dataclass
@@ -89,15 +96,24 @@ class Executor(Protocol):
 
 
 _PLACEHOLDER = re.compile("{(" + "|".join(PLACEHOLDERS) + ")}")
+_WORKSPACE_ONLY = ("workspace", "branch")
 
 
 def substitute(template: list[str] | tuple[str, ...], values: Mapping[str, str]) -> tuple[str, ...]:
     """Fill ``{item_id}``-style placeholders element by element; no shell ever sees the result.
 
     One pass per element: text that came in through a value (a title saying
-    ``{repo}``) is never substituted again.
+    ``{repo}``) is never substituted again.  ``{workspace}`` and ``{branch}``
+    are filled only for a run that has a workspace (``values`` holds them);
+    otherwise they stay as written, as they always did.
     """
-    return tuple(_PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), "")), element) for element in template)
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        if name in _WORKSPACE_ONLY and name not in values:
+            return match.group(0)
+        return str(values.get(name, ""))
+
+    return tuple(_PLACEHOLDER.sub(value, element) for element in template)
 
 
 def check_launchable(argv: tuple[str, ...] | list[str], env: Mapping[str, str]) -> None:

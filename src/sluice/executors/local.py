@@ -157,7 +157,7 @@ class LocalExecutor:
     # -- protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
         require_command(request)
-        cwd = Path(request.repo)
+        cwd = Path(request.cwd)
         if not cwd.is_dir():
             raise ExecutorError(f"cannot launch a polecat in {cwd}: no such directory")
         sluice_env = {**polecat_env(str(self.town.root), request.item_id, request.rig, request.context_id),

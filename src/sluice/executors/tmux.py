@@ -216,7 +216,7 @@ class TmuxExecutor:
             return self._polecat(earlier, live)
         if name in live:
             return self._unrecorded({name: live[name]}, set())[0]
-        repo = Path(request.repo or rig.repo)
+        repo = Path(request.workspace or request.repo or rig.repo)  # where the pane starts
         env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
         check_launchable(request.argv, env)
         _check_runnable(request.argv[0], repo, env)

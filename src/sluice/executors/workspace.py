@@ -20,12 +20,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from sluice.core.workspaces import CLONE, safe_component
 from sluice.errors import ExecutorError, ExecutorUnavailable
+
+if TYPE_CHECKING:
+    from sluice.store.town import Town
 
 CLONE_TIMEOUT = 600.0  # seconds; a URL that hangs is a failed clone, not a stuck cycle
 GIT_TIMEOUT = 60.0
@@ -43,6 +49,29 @@ class Workspace:
     path: Path
     branch: str
     source: str
+
+
+def uses_clone(town: Town, rig_name: str) -> bool:
+    """Whether runs of ``rig_name`` get a workspace: the rig's own setting, else the town's."""
+    own = town.rig(rig_name).workspace
+    return (own or getattr(town.config.executor, "workspace", "repo")) == CLONE
+
+
+def any_clone(town: Town) -> bool:
+    return any(uses_clone(town, rig.name) for rig in town.rigs())
+
+
+def root_dir(town: Town) -> Path:
+    """Where this machine's workspaces are made (``executor.workspace_root``; relative: to the town)."""
+    configured = getattr(town.config.executor, "workspace_root", "") or ""
+    if not configured:
+        return town.runtime / "workspaces" / safe_component(socket.gethostname())
+    path = Path(configured).expanduser()
+    return path if path.is_absolute() else town.root / path
+
+
+def rig_root(town: Town, rig_name: str) -> Path:
+    return root_dir(town) / safe_component(rig_name)
 
 
 def git_env() -> dict[str, str]:

@@ -28,6 +28,7 @@ from sluice.core.records import SlingContextFields
 from sluice.errors import ExecutorUnavailable, SluiceError, UnknownPolecat
 from sluice.executors import get_executor
 from sluice.scheduler import polecats as control
+from sluice.scheduler import workspaces
 from sluice.scheduler.breaker import trip_breaker
 from sluice.scheduler.requeue import queue_again, sling_params
 from sluice.scheduler.runs import history, outcome_of, running_records, stamp
@@ -121,7 +122,19 @@ def finish(town: Town, ends: dict[str, dict], stores: Stores | None = None) -> l
         except SluiceError as err:  # a follow-up that cannot run never loses the end itself
             record["requeued"] = None
             record["follow_up_error"] = str(err)
+        if record.get("workspace"):
+            _end_workspace(town, record)
     return ended
+
+
+def _end_workspace(town: Town, record: dict) -> None:
+    """Retire or keep the run's workspace, and say which on its record (``workspace_kept``: why, or
+    null when it is gone)."""
+    try:
+        record["workspace_kept"] = workspaces.after_end(town, record)
+        log.update(town, record["run_id"], {"workspace_kept": record["workspace_kept"]})
+    except (SluiceError, OSError) as err:  # the end stays recorded; the workspace stays where it is
+        record["workspace_kept"] = f"not retired: {err}"
 
 
 def exited_payload(record: dict) -> dict:

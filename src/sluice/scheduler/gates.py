@@ -120,8 +120,17 @@ def _covers(reading: HostReading, limits: HostLimits) -> bool:
 
 
 def disk_paths(town: Town) -> list[str]:
-    """The town's directory and every rig's repository: each filesystem the guard watches."""
-    return [str(town.root), *(str(rig.repo) for rig in town.rigs())]
+    """The town's directory and every rig's repository: each filesystem the guard watches; and where
+    workspaces are made, when a rig's runs get them (its nearest existing directory)."""
+    from sluice.executors import workspace  # only a town with the disk guard on reads it
+
+    paths = [str(town.root), *(str(rig.repo) for rig in town.rigs())]
+    if workspace.any_clone(town):
+        root = workspace.root_dir(town)
+        while not root.exists() and root != root.parent:
+            root = root.parent
+        paths.append(str(root))
+    return paths
 
 
 def current(town: Town, *, fresh: bool = False, probe: HostProbe | None = None) -> Gates:

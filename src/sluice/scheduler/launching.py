@@ -7,20 +7,26 @@ executor's ``find``.  Each outcome is booked once — the ``Dispatched`` event
 and the decision log, the token budget, the context closed ``dispatched`` —
 or, for a failure, the ``DispatchFailed`` event, the failure count and, at
 the threshold, the breaker (:mod:`sluice.scheduler.breaker`).
+
+A run that gets a workspace of its own (``executor.workspace = "clone"``)
+has it cloned between the intent and the executor
+(:mod:`sluice.scheduler.workspaces`); a clone that fails is a launch failure
+of the item like any other, with git's words as the failure.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso
 from sluice.core.items import effective_tokens
-from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, SluiceError
+from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, LockBusy, SluiceError
 from sluice.executors.base import LaunchRequest, substitute
-from sluice.scheduler import runs
+from sluice.scheduler import runs, workspaces
 from sluice.scheduler.admission import needs_spend
 from sluice.scheduler.breaker import trip_breaker
 from sluice.scheduler.signals import Graphs
@@ -33,6 +39,7 @@ from sluice.store.rigstore import Stores
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
     from sluice.executors.base import Executor
+    from sluice.executors.workspace import Workspace
     from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
 
@@ -81,12 +88,15 @@ def command_template(town: Town, executor: Executor) -> tuple[str, ...]:
 
 
 def make_request(
-    town: Town, template: tuple[str, ...], item: dict, rig_name: str, context_id: str, fields=None
+    town: Town, template: tuple[str, ...], item: dict, rig_name: str, context_id: str, fields=None,
+    workspace: Workspace | None = None,
 ) -> LaunchRequest:
     """The launch of one polecat: argv substituted per element, context parameters in the env.
 
     ``formula``, ``args``, ``vars`` and ``agent`` of the sling reach the polecat as
-    ``SLUICE_FORMULA`` … ``SLUICE_AGENT`` (only those that are set).
+    ``SLUICE_FORMULA`` … ``SLUICE_AGENT`` (only those that are set); a run with a
+    ``workspace`` gets ``SLUICE_WORKSPACE`` and ``SLUICE_BRANCH`` and its
+    ``{workspace}`` and ``{branch}`` placeholders filled.
     """
     rig = town.rig(rig_name)
     title = str(item.get("title") or "")
@@ -97,9 +107,14 @@ def make_request(
         value = getattr(fields, key, "") if fields is not None else ""
         if value:
             env[f"SLUICE_{key.upper()}"] = value
+    place = {}
+    if workspace is not None:
+        place = {"workspace": str(workspace.path), "branch": workspace.branch}
+        values.update(place)
+        env.update(SLUICE_WORKSPACE=place["workspace"], SLUICE_BRANCH=place["branch"])
     return LaunchRequest(
         item_id=item["id"], rig=rig.name, title=title, context_id=context_id, repo=str(rig.repo),
-        town=str(town.root), argv=substitute(list(template), values), env=env,
+        town=str(town.root), argv=substitute(list(template), values), env=env, **place,
     )
 
 
@@ -141,20 +156,30 @@ class Launcher:
                 self.report.skipped += 1
                 return False
         context_id = context.id if context is not None else None
-        request = make_request(self.town, self.template, item, work.rig, context_id or "", fields)
-        started = time.time()
-        try:
-            polecat = self.executor.launch(request)
-        except ExecutorUnavailable:
-            if context is not None:
-                ctxs.clear_launch(store, [context.id])
-            raise
-        except ExecutorError as err:
-            self._failed(work, store, f"launch failed: {err}")
-            return False
-        tokens = work.tokens if work.tokens is not None else effective_tokens(item)
-        run = self._after_launch(work, "its run record", lambda: runs.record_launch(
-            self.town, item, work.rig, polecat, started=started, tokens=tokens, fields=fields))
+        with ExitStack() as held:
+            made = None
+            try:
+                if self._clones(work.rig):
+                    held.enter_context(workspaces.launching(self.town))
+                    attempt = (fields.run_failures if fields is not None else 0) + 1
+                    made = workspaces.prepare(self.town, work.rig, item["id"], attempt)
+                request = make_request(self.town, self.template, item, work.rig, context_id or "", fields,
+                                       made)
+                started = time.time()  # the run starts with the polecat, not with its clone
+                polecat = self.executor.launch(request)
+            except (ExecutorUnavailable, LockBusy):  # nobody's item's fault: nothing is counted
+                self._discard(made)
+                if context is not None:
+                    ctxs.clear_launch(store, [context.id])
+                raise
+            except ExecutorError as err:
+                self._discard(made)
+                self._failed(work, store, f"launch failed: {err}")
+                return False
+            tokens = work.tokens if work.tokens is not None else effective_tokens(item)
+            run = self._after_launch(work, "its run record", lambda: runs.record_launch(
+                self.town, item, work.rig, polecat, started=started, tokens=tokens, fields=fields,
+                workspace=made))
         payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id,
                    "run_id": run["run_id"] if run is not None else None}
         direct = {} if context is not None else {"direct": True}
@@ -168,6 +193,17 @@ class Launcher:
             return True
         self.report.failed += 1
         return False
+
+    def _clones(self, rig_name: str) -> bool:
+        """A workspace is made here for local and tmux polecats; an executor whose polecats run on other
+        machines (``makes_workspaces``) makes its own there."""
+        return workspaces.uses_clone(self.town, rig_name) and not getattr(self.executor, "makes_workspaces",
+                                                                          False)
+
+    @staticmethod
+    def _discard(made: Workspace | None) -> None:
+        if made is not None:
+            workspaces.discard(made)
 
     def _after_launch(self, work: Work, what: str, write: Callable[[], Any]) -> Any:
         """Bookkeeping after a launch: the polecat runs whatever happens here, so the cycle reports it

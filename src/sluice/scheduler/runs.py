@@ -31,6 +31,7 @@ from sluice.store import runs as log
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
     from sluice.executors.base import Polecat
+    from sluice.executors.workspace import Workspace
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
@@ -76,13 +77,16 @@ def new_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens
 
 
 def record_launch(town: Town, item: dict, rig: str, polecat: Polecat, *, started: float, tokens: int,
-                  fields: SlingContextFields | None = None) -> dict:
+                  fields: SlingContextFields | None = None, workspace: Workspace | None = None) -> dict:
     """The run record of a launch that just succeeded, appended with outcome ``running``.
 
     ``attempt`` is 1 for the first run after a sling and one more for each retry of a failed run.
+    A run in a workspace of its own names it (``workspace``, ``branch``).
     """
     attempt = (fields.run_failures if fields is not None else 0) + 1
     record = new_record(item, rig, polecat, started=started, tokens=tokens, attempt=attempt)
+    if workspace is not None:
+        record.update(workspace=str(workspace.path), branch=workspace.branch)
     log.append(town, [record])
     return record
 
