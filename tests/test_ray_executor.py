@@ -13,7 +13,8 @@ from helpers.ray_cluster import AGENT_SLOTS, free_port
 from helpers.scheduler import contexts, fields, item, write_items
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import get_executor
-from sluice.executors.ray import NOT_INSTALLED, RayExecutor, entrypoint
+from sluice.executors.ray import NOT_INSTALLED, RayExecutor
+from sluice.executors.ray_job import ENTRYPOINT, SPEC_VAR
 from sluice.store.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
@@ -62,8 +63,10 @@ def test_launch_submits_one_job_that_runs_argv_in_the_repo_with_env(setup):
     assert {k: job.metadata[k] for k in ("town", "rig", "item_id", "context_id")} == {
         "town": str(town.root), "rig": "alpha", "item_id": "al-1", "context_id": "al-wisp-r1",
     }
-    assert job.entrypoint == entrypoint(str(town.rig("alpha").repo), request(town, "alpha", "al-1",
-                                                                            "al-wisp-r1", title=title).argv)
+    assert job.entrypoint == ENTRYPOINT  # the shell Ray runs it with sees sluice's constant only
+    spec = json.loads(job.runtime_env["env_vars"][SPEC_VAR])
+    argv = request(town, "alpha", "al-1", "al-wisp-r1", title=title).argv
+    assert spec == {"repo": str(town.rig("alpha").repo), "argv": list(argv)}
 
 
 def test_the_same_context_submitted_twice_is_one_job(setup):

@@ -37,6 +37,11 @@ class LaunchRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     workspace: str = ""  # the run's own clone to start in (``executor.workspace = "clone"``); "": ``repo``
     branch: str = ""  # the branch checked out in ``workspace``
+    # The argv before substitution and what fills it: a job that makes its workspace on another
+    # machine fills ``{workspace}`` and ``{branch}`` there, in the same single pass as the rest.
+    template: tuple[str, ...] = ()
+    values: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 1  # 1, then one more for each retry of a failed run (a retry's branch is fresh)
 
     @property
     def cwd(self) -> str:

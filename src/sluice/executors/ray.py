@@ -8,11 +8,16 @@ Each polecat is one job submitted to the cluster's Jobs API at
   and the context id, so submitting the same context again (a dispatcher that
   crashed after submitting) is refused by Ray as "already exists" and is
   treated as launched: never a second polecat.
-* **The entrypoint** is ``cd -- <repo> && exec <argv>``, every element
-  quoted with :func:`shlex.quote`.  Ray always runs an entrypoint through
-  ``/bin/sh``; quoting each element is what keeps an item title one literal
-  argument.  The rig repository must exist at the same path on every node
-  that may run a polecat (shared filesystem, or identical checkouts).
+* **The entrypoint** is a constant, ``exec python3 -m sluice.executors.ray_job``:
+  Ray always runs an entrypoint through ``/bin/sh``, so nothing an item
+  says goes there.  The argv (or, for a clone workspace, the argv template
+  and its values) travels as JSON in the job's environment, and the sluice
+  package as the job's ``py_modules`` (:mod:`sluice.executors.ray_job`).
+* **Workspaces**: with ``workspace = "repo"`` the polecat runs in the rig's
+  checkout, which must exist at the same path on the node; with
+  ``"clone"`` the job clones the rig's remote on whichever node Ray placed
+  it, so no node needs the town or the rig at any path.  A clone that fails
+  there ends the job ``failed`` with git's words as its ``reason``.
 * **Placement and per-node caps** come from ``executor.ray.resources``
   (e.g. ``{"agent_slot": 1}``, with nodes started ``--resources
   '{"agent_slot": 2}'``); a job waits as PENDING until a node has room.
@@ -25,7 +30,8 @@ Each polecat is one job submitted to the cluster's Jobs API at
 from __future__ import annotations
 
 import asyncio
-import shlex
+import json
+import logging
 import socket
 import time
 import warnings
@@ -35,7 +41,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import sluice
 from sluice.core.clock import iso
+from sluice.core.workspaces import CLONE, branch_name
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import (
     LaunchRequest,
@@ -46,6 +54,7 @@ from sluice.executors.base import (
     require_command,
 )
 from sluice.executors.naming import launch_name, town_key
+from sluice.executors.ray_job import ENTRYPOINT, SPEC_VAR, reason_of
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -65,11 +74,9 @@ _STATES = {
     "STOPPED": "stopped",
 }
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-
-
-def entrypoint(repo: str, argv: tuple[str, ...] | list[str]) -> str:
-    """The shell line Ray runs: change to the repo, then become the polecat; every element quoted."""
-    return f"cd -- {shlex.quote(repo)} && exec {shlex.join(argv)}"
+PACKAGE = str(Path(sluice.__file__).parent)  # what each job's runtime_env ships to its node
+_CHATTY = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
+FRESH_BRANCHES = 9  # branch names a clone may try (``sluice/<id>``, ``-2`` …) before giving up
 
 
 def resource_options(resources: dict[str, float]) -> dict[str, Any]:
@@ -89,6 +96,7 @@ def resource_options(resources: dict[str, float]) -> dict[str, Any]:
 
 class RayExecutor:
     kind = KIND
+    makes_workspaces = True  # a clone is made by the job, on its node (sluice.executors.ray_job)
 
     def __init__(self, town: Town, client: Any = None):
         self.town = town
@@ -107,6 +115,8 @@ class RayExecutor:
                 from ray.job_submission import JobSubmissionClient
             except ImportError:
                 raise ExecutorUnavailable(NOT_INSTALLED) from None
+            for name in _CHATTY:  # each submit would log that sluice's package is (already) uploaded
+                logging.getLogger(name).setLevel(logging.WARNING)
             self._probe()
             self._client = self._call("connect", JobSubmissionClient, self.address)
         return self._client
@@ -158,6 +168,7 @@ class RayExecutor:
         status = str(getattr(job.status, "value", job.status))
         started = iso(datetime.fromtimestamp(job.start_time / 1000, UTC)) if job.start_time else ""
         local_log = self._log_path(job.submission_id)
+        reason = reason_of(job.message) if status == "FAILED" else None
         return Polecat(
             id=job.submission_id,
             executor=KIND,
@@ -176,6 +187,7 @@ class RayExecutor:
                 "started_ts": job.start_time / 1000 if job.start_time else None,
                 "ended_ts": job.end_time / 1000 if getattr(job, "end_time", None) else None,
                 "address": self.address,
+                "reason": reason,
             },
         )
 
@@ -184,9 +196,10 @@ class RayExecutor:
         require_command(request)
         rig = self.town.rig(request.rig)
         submission_id = launch_name(self.namespace, rig.prefix, request.context_id, request.item_id)
-        repo = request.repo or str(rig.repo)
         env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
         check_launchable(request.argv, env)
+        env[SPEC_VAR] = json.dumps(self._spec(request, rig, submission_id), ensure_ascii=False)
+        check_launchable((), {SPEC_VAR: env[SPEC_VAR]})
         metadata = {
             "sluice_town": self.key,
             "town": request.town,
@@ -199,10 +212,10 @@ class RayExecutor:
             self._call(
                 "submit_job",
                 client.submit_job,
-                entrypoint=entrypoint(repo, request.argv),
+                entrypoint=ENTRYPOINT,
                 submission_id=submission_id,
                 metadata=metadata,
-                runtime_env={"env_vars": env},
+                runtime_env={"env_vars": env, "py_modules": [PACKAGE]},
                 **resource_options(self.resources),
             )
         except ExecutorError as err:
@@ -213,6 +226,25 @@ class RayExecutor:
         if job is None:
             raise ExecutorError(f"Ray accepted job {submission_id} but does not report it")
         return self._polecat(job)
+
+    def _spec(self, request: LaunchRequest, rig, submission_id: str) -> dict:
+        """What the job needs to start the polecat on its node (:mod:`sluice.executors.ray_job`)."""
+        config = self.town.config.executor
+        if (rig.workspace or config.workspace) != CLONE:
+            return {"repo": request.repo or str(rig.repo), "argv": list(request.argv)}
+        if not rig.remote:
+            raise ExecutorError(
+                f"rig {rig.name!r} has no remote for a Ray node to clone: set one with"
+                f" `sluice config set rigs.{rig.name}.remote URL`")
+        names = [branch_name(config.workspace_branch, request.item_id, rig.name, attempt)
+                 for attempt in range(request.attempt, request.attempt + FRESH_BRANCHES)]
+        root = config.workspace_root if Path(config.workspace_root).is_absolute() else ""
+        return {
+            "workspace": {"source": rig.remote, "branch": names[0], "fresh": names[1:], "root": root,
+                          "name": submission_id},
+            "template": list(request.template or request.argv),
+            "values": dict(request.values),
+        }
 
     def active(self) -> list[Polecat]:
         return [self._polecat(job) for job in self._town_jobs() if str(job.status) in ("PENDING", "RUNNING")]

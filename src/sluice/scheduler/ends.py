@@ -95,6 +95,8 @@ def settle(town: Town, executor: Executor, stores: Stores | None = None,
                 fields["runtime_seconds"] = round(own, 3)
         if polecat.executor == "ray" and polecat.detail.get("node_id"):
             fields["host"] = str(polecat.detail["node_id"])
+        if polecat.detail.get("reason"):
+            fields["reason"] = str(polecat.detail["reason"])  # e.g. the clone a Ray job could not make
         ends[record["run_id"]] = fields
     return finish(town, ends, stores)
 
@@ -192,10 +194,11 @@ def follow_up(town: Town, stores: Stores, record: dict) -> dict | None:
 
 
 def describe_end(record: dict) -> str:
-    """``run r-… failed (exit 3)``: one phrase for an ended run."""
+    """``run r-… failed (exit 3)``: one phrase for an ended run, with its reason when it has one."""
     code = record.get("exit_code")
     status = f" (exit {code})" if code is not None else ""
-    return f"run {record['run_id']} {record['outcome']}{status}"
+    reason = f": {record['reason']}" if record.get("reason") else ""
+    return f"run {record['run_id']} {record['outcome']}{status}{reason}"
 
 
 # -- what the commands show ---------------------------------------------------------------------

@@ -115,6 +115,8 @@ def make_request(
     return LaunchRequest(
         item_id=item["id"], rig=rig.name, title=title, context_id=context_id, repo=str(rig.repo),
         town=str(town.root), argv=substitute(list(template), values), env=env, **place,
+        template=tuple(template), values=values,
+        attempt=getattr(fields, "run_failures", 0) + 1,
     )
 
 

@@ -73,6 +73,7 @@ def new_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens
         "touches": list(touches_of(item)),
         "attempt": attempt,
         "issue_type": item.get("issue_type") or None,  # the forecast's kind: rig, type, label
+        "reason": None,  # why it ended, when the executor says more than the exit status
     }
 
 

@@ -54,7 +54,7 @@ FAILURES = (FAILED, TIMED_OUT, VANISHED)
 
 FIELDS = ("run_id", "polecat_id", "item_id", "rig", "context_id", "executor", "host", "started_at",
           "ended_at", "runtime_seconds", "exit_code", "outcome", "tokens_estimated", "tokens_used",
-          "labels", "touches", "attempt", "issue_type")
+          "labels", "touches", "attempt", "issue_type", "reason")
 ARCHIVE_NAME = "runs.archive.jsonl.gz"
 
 
