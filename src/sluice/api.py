@@ -146,6 +146,9 @@ class QueueEntry(_Document):
     last_failure: str | None
     retry_at: str | None
     score: float | None
+    # When the item is expected to start and finish (``scheduler list``; None: it cannot start yet).
+    start_at: str | None = None
+    done_at: str | None = None
 
 
 def _entries(rows: list[dict]) -> list[QueueEntry]:
@@ -197,6 +200,11 @@ class QueueStatus(_Document):
         """The hold file and the host guard: limits, the last reading and its time, what holds."""
         return self.document.get("host")
 
+    @property
+    def forecast(self) -> dict | None:
+        """The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None."""
+        return self.document.get("forecast")
+
     @cached_property
     def items(self) -> list[QueueEntry]:
         return _entries(self.document["items"])
@@ -211,6 +219,15 @@ class Explanation(_Document):
     context_id: str | None
     would_dispatch: bool
     score: float | None
+    # When it is expected to start and finish, and what that stands on (None when it cannot start).
+    start_at: str | None = None
+    done_at: str | None = None
+    done_p90_at: str | None = None
+
+    @property
+    def basis(self) -> dict | None:
+        """``{"level", "samples", "kind"}`` of the forecast, as in ``scheduler forecast``."""
+        return self.document.get("basis")
 
     @property
     def reasons(self) -> list[dict]:
@@ -736,7 +753,7 @@ class Town:
 
     def list(self, limit: int = 0, offset: int = 0) -> Queue:
         """The queue: ready items in dispatch order, then blocked ones; ``limit`` rows from ``offset``."""
-        from sluice.scheduler.queue import list_queue
+        from sluice.scheduler.forecast import list_queue
 
         return Queue.from_json(list_queue(self._session(), limit=limit, offset=offset))
 
@@ -766,7 +783,7 @@ class Town:
 
     def explain(self, item: str) -> Explanation:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
-        from sluice.scheduler.queue import explain
+        from sluice.scheduler.forecast import explain
 
         return Explanation.from_json(explain(self._session(), item))
 

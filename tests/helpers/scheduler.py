@@ -56,6 +56,28 @@ def item(item_id: str, title: str = "", status: str = "open", deps=(), **extra) 
     return record
 
 
+#: The keys that come from the forecast's times: with no daemon ticking, the first launch is forecast
+#: for now, so they move with the clock between two calls.
+ETA_KEYS = ("start_at", "done_at", "done_p90_at")
+
+
+def drop_etas(doc: dict) -> dict:
+    """A queue row or an explanation without its forecast times."""
+    return {k: v for k, v in doc.items() if k not in ETA_KEYS}
+
+
+def without_etas(rows: list[dict]) -> list[dict]:
+    """Queue rows without their forecast times, to compare two calls (or ``status`` rows, which have none)."""
+    return [drop_etas(row) for row in rows]
+
+
+def blank_etas(text: str) -> str:
+    """JSON text with the forecast's times blanked, to compare the very bytes two calls print."""
+    import re
+
+    return re.sub(r'"(start_at|done_at|done_p90_at)":"[^"]*"', r'"\1":"…"', text)
+
+
 def issues_path(town: Path, rig: str) -> Path:
     return town / ".sluice" / "rigs" / rig / "issues.jsonl"
 

@@ -11,3 +11,5 @@ from __future__ import annotations
 READY_LIMIT = 100
 #: ``schedule next --limit``: how many decisions one call makes.
 NEXT_LIMIT = 1
+#: ``daemon --interval``: seconds between ticks; the forecast assumes a daemon at it when none runs.
+DAEMON_INTERVAL = 180.0

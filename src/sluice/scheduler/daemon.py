@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
+from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.text import printable
 from sluice.errors import InvalidOperation, LockBusy, SluiceError, UsageError
 from sluice.executors import get_executor
@@ -51,31 +52,23 @@ from sluice.scheduler import ends, notify, runs
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.control import compact_if_long
 from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.forecast import forecast
 from sluice.scheduler.polecats import stop_overdue
+from sluice.scheduler.session import Session
 from sluice.store import fsutil
 from sluice.store.events import QUEUE_DRAINED, emit_event
+from sluice.store.state import heartbeat_path, read_heartbeat
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.town import Town
 
-DEFAULT_INTERVAL = 180.0
+DEFAULT_INTERVAL = DAEMON_INTERVAL
 DEFAULT_TIMEOUT = 300.0
-
-
-def heartbeat_path(town: Town):
-    return town.runtime / "daemon.json"
 
 
 def log_path(town: Town):
     return town.runtime / "daemon.log"
-
-
-def read_heartbeat(town: Town) -> dict | None:
-    try:
-        return json.loads(heartbeat_path(town).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
 
 
 def run_cycle_subprocess(town: Town, timeout: float) -> dict:
@@ -241,7 +234,8 @@ class Daemon:
                           f" {row['archived']} archived")
         except (SluiceError, OSError) as err:
             result.setdefault("compact_error", str(err))
-        self._after_cycle(result)
+        session = self._session()
+        self._after_cycle(result, session)
         keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
         summary = {k: result[k] for k in keys if k in result}
         for key in ("error", "reap_error", "compact_error"):
@@ -252,23 +246,45 @@ class Daemon:
         summary["runs"] = result.get("runs") or {}
         self.last_result = summary
         self._beat(last_tick_at=at)
+        self._keep_forecast(session)
         self._log(f"tick {self.ticks}: {describe(result, reaped)}")
         for outcome in self._notify():
             self._log(outcome.line())
         return "error" not in result
 
-    def _after_cycle(self, result: dict) -> None:
+    def _session(self) -> Session | None:
+        """One look at the town after the cycle, shared by the drained check and the kept forecast."""
+        try:
+            return Session(self.town, self.executor)
+        except SluiceError as err:  # a broken config: the cycle has reported it already
+            self._log(f"queue check skipped: {err}")
+            return None
+
+    def _after_cycle(self, result: dict, session: Session | None) -> None:
         """Log ``QueueDrained`` when this tick launched the last queued item."""
-        if not result.get("dispatched"):
+        if not result.get("dispatched") or session is None:
             return  # most ticks launch nothing: no need to survey the queue again
 
         try:
-            now = queue_model.status(self.town, self.executor)
+            now = queue_model.status(session)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
             return
         if now.get("queued_total") == 0:
             emit_event(self.town, QUEUE_DRAINED, {"dispatched": result["dispatched"]})
+
+    def _keep_forecast(self, session: Session | None) -> None:
+        """Replay the queue once and keep its head, so ``scheduler status`` says when the queue drains.
+
+        It reuses the survey the drained check made in the same session, when
+        it made one; a forecast that fails is logged and the daemon goes on.
+        """
+        if session is None:
+            return
+        try:
+            forecast(session, limit=1)
+        except (SluiceError, OSError) as err:
+            self._log(f"forecast skipped: {err}")
 
     def _notify(self) -> list:
         try:

@@ -8,21 +8,29 @@ replayed is tested on plain values.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
 from sluice.core import forecast as model
+from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.items import estimated_minutes, parse_ts
-from sluice.scheduler import daemon
+from sluice.errors import SluiceError
+from sluice.scheduler import queue as queue_model
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
+from sluice.store import forecasts as kept_forecasts
 from sluice.store import runs as log
-from sluice.store.state import load_state
+from sluice.store.state import load_state, read_heartbeat
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.town import Town
+
+logger = logging.getLogger(__name__)
 
 
 def learn(town: Town, timeout: float | None = None, types: dict[str, str] | None = None) -> model.Model:
@@ -32,14 +40,25 @@ def learn(town: Town, timeout: float | None = None, types: dict[str, str] | None
                        for r in log.read_runs(town).values())
 
 
-def forecast(where: Town | Session, executor: Executor | None = None, limit: int = 0,
-             now: float | None = None) -> dict:
-    """``scheduler forecast``: the queue replayed under today's caps from the learned runtimes."""
-    from sluice.scheduler.queue import _survey
+@dataclass(frozen=True)
+class Replay:
+    """The queue replayed once: the simulation's answer and each queued item's estimate, in queue order."""
 
+    result: model.QueueForecast
+    estimates: list[model.Estimate]
+    daemon: dict
+
+    @cached_property
+    def by_item(self) -> dict[str, tuple[model.Slot, model.Estimate]]:
+        return {slot.item_id: (slot, estimate)
+                for slot, estimate in zip(self.result.slots, self.estimates, strict=True)}
+
+
+def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Replay:
+    """The queue replayed under today's caps from the learned runtimes (the survey is the session's)."""
     session = Session.of(where, executor, now)
     town, config, now = session.files, session.config, session.now
-    view, assessment = _survey(session)
+    _, view, _, assessment = queue_model.queue_view(session)
     sched = config.scheduler
     timeout = sched.seconds("polecat_timeout") or None
     works = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
@@ -77,26 +96,97 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
     interval, next_tick = _daemon(town, now)
     limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(assessment.limits.rig_caps),
                           batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
-                          interval=interval or daemon.DEFAULT_INTERVAL, first_tick=next_tick)
+                          interval=interval or DAEMON_INTERVAL, first_tick=next_tick)
     result = model.simulate(now, queue, running, limits)
-    items = []
-    for slot, estimate in zip(result.slots, estimates, strict=True):
-        row = {
-            "item_id": slot.item_id, "rig": slot.rig, "position": slot.position,
-            "start_at": _at(slot.start_at), "done_at": _at(slot.done_at),
-            "done_p90_at": _at(slot.done_p90_at),
-            "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
-            "tokens_p50": estimate.tokens_p50, "basis": {**estimate.basis, "kind": estimate.kind},
-        }
-        if slot.why is not None:
-            row["why"] = slot.why
-        items.append(row)
-    return {
-        "at": stamp(now), "drain_at": _at(result.drain_at), "drain_p90_at": _at(result.drain_p90_at),
-        # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
-        "daemon": {"running": interval is not None, "interval": limits.interval},
-        "items_total": len(items), "items": items[:limit] if limit else items,
+    # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
+    return Replay(result, estimates, {"running": interval is not None, "interval": limits.interval})
+
+
+def forecast(where: Town | Session, executor: Executor | None = None, limit: int = 0,
+             now: float | None = None) -> dict:
+    """``scheduler forecast``: the queue replayed under today's caps from the learned runtimes.
+
+    Its head is kept (:mod:`sluice.store.forecasts`) for ``scheduler
+    status``; a head that cannot be written is warned about, never an error
+    of the forecast itself.
+    """
+    session = Session.of(where, executor, now)
+    replayed = replay(session)
+    result = replayed.result
+    shown = zip(result.slots[:limit] if limit else result.slots, replayed.estimates, strict=False)
+    head = {**summary(replayed), "items_total": len(result.slots)}
+    try:
+        kept_forecasts.keep(session.files, {**head, "at_ts": result.at})
+    except (OSError, SluiceError) as err:
+        logger.warning("%s: the forecast was not kept (%s); scheduler status shows the previous one",
+                    kept_forecasts.path(session.files), err)
+    return {**head, "items": [_item_row(slot, estimate) for slot, estimate in shown]}
+
+
+def summary(replayed: Replay) -> dict:
+    """The forecast's head: when it was made, when the queue drains, the daemon it assumed."""
+    result = replayed.result
+    return {"at": stamp(result.at), "drain_at": _at(result.drain_at),
+            "drain_p90_at": _at(result.drain_p90_at), "daemon": replayed.daemon}
+
+
+def _item_row(slot: model.Slot, estimate: model.Estimate) -> dict:
+    row = {
+        "item_id": slot.item_id, "rig": slot.rig, "position": slot.position,
+        "start_at": _at(slot.start_at), "done_at": _at(slot.done_at), "done_p90_at": _at(slot.done_p90_at),
+        "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
+        "tokens_p50": estimate.tokens_p50, "basis": {**estimate.basis, "kind": estimate.kind},
     }
+    if slot.why is not None:
+        row["why"] = slot.why
+    return row
+
+
+def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None = None) -> list[dict]:
+    """``rows`` (queue rows) with their item's ``start_at`` and ``done_at``; None when it cannot start.
+
+    One replay of the whole queue (the order of every item ahead counts),
+    times written out only for the rows shown, so a page of 50 rows of a
+    long queue does not format every other one.
+    """
+    replayed = replayed or replay(where)
+    by_item = replayed.by_item
+    for row in rows:
+        found = by_item.get(row["id"])
+        slot = found[0] if found is not None else None
+        row["start_at"] = _at(slot.start_at) if slot is not None else None
+        row["done_at"] = _at(slot.done_at) if slot is not None else None
+    return rows
+
+
+def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0,
+               offset: int = 0) -> list[dict]:
+    """``scheduler list``: the queue's rows with their expected start and finish (one survey)."""
+    session = Session.of(where, executor)
+    return with_etas(session, queue_model.list_queue(session, limit=limit, offset=offset))
+
+
+def explain(where: Town | Session, item_id: str, executor: Executor | None = None,
+            now: float | None = None) -> dict:
+    """``scheduler explain`` with when the item would start and finish, and what that stands on.
+
+    ``start_at``, ``done_at``, ``done_p90_at``, ``runtime_p50``,
+    ``runtime_p90`` and ``basis`` are those of ``scheduler forecast``'s row
+    (None when the item is not in the queue or cannot start).
+    """
+    session = Session.of(where, executor, now)
+    out = queue_model.explain(session, item_id)
+    found = replay(session).by_item.get(item_id) if out["queued"] else None
+    if found is None:
+        out.update(start_at=None, done_at=None, done_p90_at=None, runtime_p50=None, runtime_p90=None,
+                   basis=None)
+        return out
+    row = _item_row(*found)
+    out.update({key: row[key] for key in ("start_at", "done_at", "done_p90_at", "runtime_p50", "runtime_p90",
+                                          "basis")})
+    if "why" in row:
+        out["eta_why"] = row["why"]
+    return out
 
 
 def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:
@@ -110,7 +200,7 @@ def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:
     a daemon that died without cleaning up: the forecast then assumes one
     from now.
     """
-    beat = daemon.read_heartbeat(town) or {}
+    beat = read_heartbeat(town) or {}
     interval = beat.get("interval")
     last = parse_ts(beat.get("last_tick_at"))
     if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0 or last is None:

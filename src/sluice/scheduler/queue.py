@@ -22,6 +22,7 @@ from sluice.scheduler.polecats import retry_due_at
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
+from sluice.store import forecasts
 from sluice.store.sources import stale_rows
 from sluice.store.state import load_state
 
@@ -90,13 +91,20 @@ def queue_view(where: Town | Session, executor: Executor | None = None, now: flo
 
 
 def _survey(session: Session) -> tuple[Survey, Assessment]:
-    """One survey and its admission in ``session``; the config, polecats and problem are the session's."""
+    """One survey and its admission in ``session`` (made once per session, then reused).
+
+    The config, polecats and problem are the session's; a view that shows
+    both the queue and its forecast pays for one survey.
+    """
+    if session.surveyed is not None:
+        return session.surveyed
     town, config, stores, now = session.files, session.config, session.stores, session.now
     active = session.active
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], session.find,
                   now=now, backoff=retry)
     assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
+    session.surveyed = (view, assessment)
     return view, assessment
 
 
@@ -196,10 +204,25 @@ def status_with_counts(where: Town | Session, executor: Executor | None = None, 
         "items_total": counts.total,
         "truncated": len(rows) < counts.total,
         **_admission_status(town, config, assessment),
+        "forecast": kept_forecast(town),
     }
     if problem:
         out["executor_error"] = problem
     return out, counts
+
+
+def kept_forecast(town: Town) -> dict | None:
+    """When the queue drains by the last forecast kept, and when that was made (None: none kept).
+
+    ``scheduler status`` never replays the queue itself: a forecast costs a
+    survey and a replay, and status must stay cheap.  Its age is left to the
+    reader (the text says it), so two calls a second apart answer the same.
+    """
+    head = forecasts.last(town)
+    if head is None:
+        return None
+    return {"at": head["at"], "drain_at": head["drain_at"], "drain_p90_at": head["drain_p90_at"],
+            "items_total": head["items_total"]}
 
 
 def _admission_status(town: Town, config, assessment) -> dict:

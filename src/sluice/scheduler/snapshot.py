@@ -13,8 +13,9 @@ Shape (``version`` 1)::
 
     {version, at, town,
      scheduler: {…scheduler status without its items…},
+     forecast: {at, drain_at, drain_p90_at, daemon, items_total} (scheduler forecast's head) or {error},
      queue: [… scheduler list rows, dispatch order (the first --limit of them:
-             scheduler.items_total counts them all, scheduler.truncated) …],
+             scheduler.items_total counts them all, scheduler.truncated), with start_at and done_at …],
      executor: the configured executor.kind,
      polecats: [… polecat list rows that still run, with runtime_seconds, logs_command and the
                 item's title …],
@@ -39,10 +40,12 @@ from sluice.core.items import gate_of, item_hints
 from sluice.errors import ExecutorError, SluiceError
 from sluice.executors import get_executor
 from sluice.scheduler import ends, runs
+from sluice.scheduler import forecast as forecasting
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.pending import survey
 from sluice.scheduler.polecats import RUNNING_STATES, polecat_row, polecat_runtime
 from sluice.scheduler.ranking import Work, rank_work
+from sluice.scheduler.session import Session
 from sluice.store.decisions import recent_decisions
 from sluice.store.events import recent_events
 from sluice.store.rigstore import Stores
@@ -135,6 +138,22 @@ def _rigs(town: Town, counts, polecats: list[dict], now: float, sources: list[di
     return out
 
 
+def _forecast(session: Session, queue: list[dict]) -> dict:
+    """The forecast's head, and the shown rows' ``start_at``/``done_at``, from the survey status made.
+
+    One replay per snapshot (so per refresh of a view), never per row; one
+    that fails says why in ``error`` and leaves the rest of the view as it is.
+    """
+    try:
+        replayed = forecasting.replay(session)
+    except (SluiceError, OSError) as err:
+        for row in queue:
+            row["start_at"] = row["done_at"] = None
+        return {"error": str(err)}
+    forecasting.with_etas(session, queue, replayed)
+    return {**forecasting.summary(replayed), "items_total": len(replayed.result.slots)}
+
+
 def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = RECENT_DECISIONS,
              events: int = RECENT_EVENTS, limit: int = 0) -> dict:
     """The town's state as one JSON-ready dict; see the module docstring for its shape.
@@ -152,8 +171,10 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
             ends.settle(town, once, now=now)
         except (SluiceError, OSError) as err:
             problem = problem or str(err)
-    status, counts = queue_model.status_with_counts(town, once, limit)
+    session = Session(town, once, now)
+    status, counts = queue_model.status_with_counts(session, limit=limit)
     queue = status.pop("items")
+    eta = _forecast(session, queue)
     polecats: list[dict] = []
     if once is not None and "executor_error" not in status:
         try:
@@ -173,6 +194,7 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
         "town": str(town.root),
         "executor": town.reload_config().executor.kind,
         "scheduler": status,
+        "forecast": eta,
         "queue": queue,
         "polecats": polecats,
         "runs": runs.history(town, limit=RECENT_RUNS, now=now),

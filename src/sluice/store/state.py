@@ -9,10 +9,15 @@ cycle survives it.
 
 A missing file is the zero state (not paused, never dispatched); a corrupt
 one is a :class:`~sluice.errors.ConfigError` naming the file.
+
+The daemon's heartbeat (``runtime/daemon.json``) is read here too: the
+daemon writes it, and the forecast and ``scheduler status`` read its
+interval and last tick without loading the daemon.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -39,6 +44,19 @@ def load_state(town: Town) -> SchedulerState:
         return SchedulerState.from_dict(data)
     except RecordError as err:
         raise ConfigError(f"{path}: {err}") from None
+
+
+def heartbeat_path(town: Town):
+    """The daemon's heartbeat (``runtime/daemon.json``): its pid, interval and last tick."""
+    return town.runtime / "daemon.json"
+
+
+def read_heartbeat(town: Town) -> dict | None:
+    """The heartbeat as the daemon last wrote it, or None when there is none (or it is not JSON)."""
+    try:
+        return json.loads(heartbeat_path(town).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def save_state(town: Town, state: SchedulerState) -> None:

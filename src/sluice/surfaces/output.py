@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -203,6 +204,9 @@ def queue_status_text(data: dict) -> str:
         lines.append(f"  Executor:   {data['executor_error']}")
     if data["last_dispatch_at"]:
         lines.append(f"  Last dispatch: {data['last_dispatch_at']} ({data['last_dispatch_count']} item(s))")
+    kept = data.get("forecast")
+    if kept:
+        lines.append(f"  Drains:     {drain_text(kept)}, forecast {age_text(since(kept['at']))} ago")
     if data["stale"]:
         lines.append(f"  Stale:      {data['stale']} context(s) the next cycle will close")
     if data.get("held"):
@@ -266,6 +270,7 @@ def host_line(host: dict | None) -> str:
 def queue_text(rows: list[dict]) -> str:
     if not rows:
         return "Nothing scheduled.\n(Deferred dispatch is on when scheduler.max_polecats > 0.)"
+    etas = "start_at" in rows[0]  # `scheduler list` rows carry the forecast; `status` rows do not
     out = []
     for n, row in enumerate(rows, start=1):
         mark = "held" if row.get("held") else "blocked" if row["blocked"] else "ready"
@@ -278,12 +283,70 @@ def queue_text(rows: list[dict]) -> str:
         if row.get("promoted_at"):
             text += "  [promoted]"
         priority = row.get("priority")
-        out.append([str(n), mark, shown(row["id"]), shown(row["target_rig"]),
-                    "-" if priority is None else f"P{priority}", score_text(row.get("score")),
-                    ", ".join(map(shown, row.get("why") or ())) or "-", text + fails])
+        cells = [str(n), mark, shown(row["id"]), shown(row["target_rig"]),
+                 "-" if priority is None else f"P{priority}", score_text(row.get("score")),
+                 ", ".join(map(shown, row.get("why") or ())) or "-", text + fails]
+        if etas:
+            cells[6:6] = [clock_text(row.get("start_at")), clock_text(row.get("done_at"))]
+        out.append(cells)
     header = ["#", "STATE", "ITEM", "RIG", "PRI", "SCORE", "WAITS FOR", "TITLE"]
-    return "\n".join([f"Scheduled work ({len(rows)} item(s)) in dispatch order", "",
-                      *table(header, out, right=(0, 5), indent="  ")])
+    if etas:
+        header[6:6] = ["START≈", "DONE≈"]
+    lines = [f"Scheduled work ({len(rows)} item(s)) in dispatch order", "",
+             *table(header, out, right=(0, 5), indent="  ")]
+    if etas:
+        lines.append("(START and DONE are forecast, UTC; `sluice scheduler forecast` says from what)")
+    return "\n".join(lines)
+
+
+def drain_text(forecast: dict) -> str:
+    """When a forecast has the queue drain: ``≈15:10 (p90 15:40)``, or that nothing was left to wait for."""
+    if not forecast.get("drain_at"):
+        return "nothing queued or running"
+    p90 = f" (p90 {clock_text(forecast['drain_p90_at'])})" if forecast.get("drain_p90_at") else ""
+    return f"≈{clock_text(forecast['drain_at'])}{p90}"
+
+
+def since(at: str) -> float:
+    """Seconds from an ISO time (UTC) to now."""
+    from datetime import datetime
+
+    return time.time() - datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+def age_text(seconds: float) -> str:
+    """An age as people say it: ``40 s``, ``3 min``, ``2 h``, ``3 days``."""
+    seconds = max(0, int(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 36 * 3600:
+        return f"{round(seconds / 3600)} h"
+    return f"{round(seconds / 86400)} days"
+
+
+def clock_text(at: str | None, today: str | None = None) -> str:
+    """An ISO time as ``HH:MM`` (UTC), with its date when it is not ``today`` (YYYY-MM-DD); ``-`` for None."""
+    if not at:
+        return "-"
+    if today is None:
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+    return at[11:16] if at[:10] == today else f"{at[:10]} {at[11:16]}"
+
+
+def basis_text(basis: dict | None) -> str:
+    """What a forecast stands on, in words: ``23 runs of api/task``, ``its estimated_minutes``."""
+    if not basis:
+        return "nothing"
+    level, samples, kind = basis.get("level"), basis.get("samples"), basis.get("kind") or ""
+    if level == "estimated_minutes":
+        return "its beads estimated_minutes (no runs of its kind yet)"
+    if level == "default":
+        return "the default runtime (no runs of its kind yet)"
+    if level == "town":
+        return f"{samples} runs of the whole town"
+    return f"{samples} runs of {shown(kind)}"
 
 
 def forecast_text(data: dict) -> str:
@@ -320,6 +383,12 @@ def explain_text(data: dict) -> str:
     if data.get("promoted_at"):
         lines.append(f"  promoted: {data['promoted_at']} (ahead of score order)")
     lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
+    if data.get("start_at"):
+        p90 = f" (p90 {clock_text(data['done_p90_at'])})" if data.get("done_p90_at") else ""
+        start, done = clock_text(data["start_at"]), clock_text(data["done_at"])
+        lines.append(f"  would start ≈{start}, done ≈{done}{p90}, from {basis_text(data.get('basis'))}")
+    elif data.get("eta_why"):
+        lines.append(f"  no start forecast: {data['eta_why']}")
     if data.get("estimated_minutes") is not None:
         lines.append(f"  estimated: {data['estimated_minutes']} min (beads estimated_minutes)")
     if data.get("due"):

@@ -136,6 +136,9 @@ def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
     if snap.get("executor"):
         chunks.append(Text(f"executor {plain(snap['executor'])}"))
     chunks.append(Text(f"queued {sched.get('queued_total')} ({sched.get('queued_ready')} ready)"))
+    drains = drain_words(snap.get("forecast"))
+    if drains:
+        chunks.append(Text(drains))
     if sched.get("last_dispatch_at"):
         chunks.append(Text(f"last dispatch {str(sched['last_dispatch_at'])[11:19]}"))
     chunks += [Text(line, style="yellow") for line in limits(sched)]
@@ -154,14 +157,31 @@ def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
     return chunks
 
 
+def drain_words(forecast: dict | None) -> str:
+    """When the queue drains by the snapshot's forecast (``drains ≈15:10 (p90 15:40)``); "" without one."""
+    if not isinstance(forecast, dict) or "error" in forecast:
+        return ""
+    if not forecast.get("drain_at"):
+        return "queue drained"
+    p90 = f" (p90 {eta(forecast.get('drain_p90_at'))})" if forecast.get("drain_p90_at") else ""
+    return f"drains ≈{eta(forecast['drain_at'])}{p90}"
+
+
+def eta(at) -> str:
+    """A forecast time as ``HH:MM`` (UTC), ``-`` when there is none (the item cannot start)."""
+    return str(at)[11:16] if at else "-"
+
+
 def queue_section(snap: dict, rig_filter: str | None = None) -> Section:
     rows = [r for r in snap["queue"] if not rig_filter or r.get("target_rig") == rig_filter]
     columns = [Column("#", right=True, drop=1), Column("item"), Column("rig", drop=3),
-               Column("score", right=True, drop=2), Column("why"), Column("title", flex=True)]
+               Column("score", right=True, drop=2), Column("start≈", drop=4), Column("done≈", drop=1),
+               Column("why"), Column("title", flex=True)]
     return Section(
         f"queue ({len(rows)}) — dispatch order", columns,
         [(str(n), Text(plain(r.get("id"))), Text(plain(r.get("target_rig"))), score_text(r.get("score")),
-          Text(why(r)), Text(plain(r.get("title")))) for n, r in enumerate(rows, start=1)],
+          eta(r.get("start_at")), eta(r.get("done_at")), Text(why(r)), Text(plain(r.get("title"))))
+         for n, r in enumerate(rows, start=1)],
         min_rows=8, empty="nothing queued",
         row_styles=["dim" if r.get("blocked") else "" for r in rows])
 

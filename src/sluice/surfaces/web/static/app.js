@@ -92,7 +92,7 @@ function drawHeader(snap) {
   const cap = s.mode === "deferred" ? (s.active_polecats === null ? "?" : s.active_polecats) + "/" + s.max_polecats : "direct";
   document.getElementById("summary").textContent =
     "mode " + s.mode + " · polecats " + cap + (snap.executor ? " · executor " + snap.executor : "") + " · queued " + s.queued_total + " (" + s.queued_ready + " ready)" +
-    (s.last_dispatch_at ? " · last dispatch " + clock(s.last_dispatch_at) : "");
+    (s.last_dispatch_at ? " · last dispatch " + clock(s.last_dispatch_at) : "") + drains(snap.forecast);
   const lines = limits(s);
   if (s.executor_error) lines.push("executor: " + s.executor_error);
   for (const row of s.source_stale || []) lines.push("rig " + row.rig + " source stale (" + row.kind + "): " + row.detail);
@@ -113,12 +113,22 @@ function drawRigChoice(snap) {
   select.value = names.includes(rigFilter) ? rigFilter : "";
 }
 
+function eta(stamp) {
+  return stamp ? String(stamp).slice(11, 16) : "-";
+}
+
+function drains(f) {
+  if (!f || f.error) return "";
+  if (!f.drain_at) return " · queue drained";
+  return " · drains ≈" + eta(f.drain_at) + (f.drain_p90_at ? " (p90 " + eta(f.drain_p90_at) + ")" : "");
+}
+
 function drawQueue(snap) {
   const body = document.querySelector("#queue tbody");
   clear(body);
   const rows = snap.queue.filter((r) => !rigFilter || r.target_rig === rigFilter);
   document.getElementById("queue-count").textContent = "(" + rows.length + ")";
-  if (!rows.length) emptyRow(body, 7, rigFilter ? "nothing queued for " + rigFilter : "nothing queued");
+  if (!rows.length) emptyRow(body, 9, rigFilter ? "nothing queued for " + rigFilter : "nothing queued");
   rows.forEach((r, i) => {
     const tr = el("tr", null, r.blocked ? "blocked" : "");
     tr.dataset.item = r.id;
@@ -127,6 +137,8 @@ function drawQueue(snap) {
     cell(tr, r.target_rig);
     const score = cell(tr, r.score === null || r.score === undefined ? "-" : r.score.toFixed(2), "num");
     score.title = String(r.score);
+    cell(tr, eta(r.start_at), "num").title = r.start_at || "cannot start yet";
+    cell(tr, eta(r.done_at), "num").title = r.done_at || "";
     cell(tr, whyOf(r), "why");
     cell(tr, r.title, "title");
     cell(tr, button("clear", async () => {

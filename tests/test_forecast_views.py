@@ -1,0 +1,181 @@
+"""The forecast where operators look: `scheduler list` rows, `explain`, `status`, the views, budget fit."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from helpers import make_repo
+from helpers.scheduler import configure, sleeper
+from sluice.store import runs as log
+
+
+def record(item_id: str, **extra) -> dict:
+    return {"_type": "issue", "id": item_id, "title": f"work {item_id}", "status": "open", "priority": 2,
+            "issue_type": "task", "created_at": "2026-11-01T10:00:00Z", "updated_at": "2026-11-01T10:00:00Z",
+            **extra}
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    export = tmp_path / "issues.jsonl"
+    items = [record("be-1"), record("be-2"), record("be-3", estimated_minutes=5),
+             record("be-4", dependencies=[{"issue_id": "be-4", "depends_on_id": "be-9", "type": "blocks",
+                                           "created_at": "2026-11-01T10:00:00Z"}]),
+             record("be-9")]
+    export.write_text("".join(json.dumps(r) + "\n" for r in items))
+    cli.run("rig", "add", "be", str(make_repo(tmp_path / "repos" / "be")), "--items", str(export))
+    cli.run("config", "set", "scheduler.max_polecats", "1")
+    cli.run("config", "set", "scheduler.batch_size", "1")
+    return cli
+
+
+def history(cli, runtime: float, count: int, tokens: int = 400) -> None:
+    from sluice.api import open_town
+
+    files = open_town(cli.town).files
+    log.append(files, [{"run_id": f"r{runtime:g}-{n}", "polecat_id": f"pc-{n}", "item_id": f"be-old{n}",
+                        "rig": "be", "issue_type": "task", "started_at": "2026-11-30T20:00:00Z",
+                        "ended_at": "2026-11-30T20:10:00Z", "runtime_seconds": runtime, "exit_code": 0,
+                        "outcome": "ok", "tokens_estimated": 100, "tokens_used": tokens + n, "labels": [],
+                        "touches": [], "attempt": 1}
+                       for n in range(count)])
+
+
+def seconds(at: str) -> float:
+    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+def test_list_rows_carry_when_each_item_starts_and_finishes(town):
+    history(town, 600.0, 6)
+    for item in ("be-1", "be-2", "be-4"):
+        town.run("sling", item)
+    first, second, blocked = town.json("scheduler", "list")
+    assert seconds(first["done_at"]) - seconds(first["start_at"]) == pytest.approx(600.0)
+    assert seconds(second["start_at"]) >= seconds(first["done_at"])  # a cap of one: one after the other
+    assert (blocked["id"], blocked["start_at"], blocked["done_at"]) == ("be-4", None, None)
+    [page] = town.json("scheduler", "list", "--limit", "1", "--offset", "1")
+    assert page["id"] == "be-2" and seconds(page["start_at"]) >= seconds(first["done_at"])
+    header = town.run("scheduler", "list").stdout.splitlines()[2]
+    assert "START≈" in header and "DONE≈" in header
+    assert "START≈" not in town.run("scheduler", "status").stdout  # status stays cheap: no forecast
+
+
+def test_explain_says_when_the_item_would_start_and_from_what(town):
+    history(town, 600.0, 6)
+    for item in ("be-1", "be-2", "be-4"):
+        town.run("sling", item)
+    out = town.json("scheduler", "explain", "be-2")
+    assert seconds(out["done_at"]) - seconds(out["start_at"]) == pytest.approx(600.0)
+    assert out["basis"] == {"level": "rig+type", "samples": 6, "kind": "be/task"}
+    assert (out["runtime_p50"], out["done_p90_at"]) == (600.0, out["done_at"])
+    text = town.run("scheduler", "explain", "be-2").stdout
+    start, done = out["start_at"][11:16], out["done_at"][11:16]
+    line = next(line for line in text.splitlines() if "would start" in line)
+    assert start in line and done in line and line.endswith("from 6 runs of be/task")
+    blocked = town.json("scheduler", "explain", "be-4")
+    assert (blocked["start_at"], blocked["eta_why"]) == (None, "blocked")
+    assert "no start forecast: blocked" in town.run("scheduler", "explain", "be-4").stdout
+    alone = town.json("scheduler", "explain", "be-3")  # not queued: nothing to forecast
+    assert (alone["queued"], alone["start_at"], alone["basis"]) == (False, None, None)
+
+
+def test_the_api_and_the_mcp_tool_answer_the_same_fields(town):
+    import asyncio
+
+    from sluice.api import open_town
+    from sluice.surfaces.mcp_server import build_server
+
+    history(town, 600.0, 6)
+    town.run("sling", "be-1")
+    api = open_town(town.town)
+    explained = api.explain("be-1")
+    assert explained.start_at is not None and explained.basis["samples"] == 6
+    assert api.list().entries[0].done_at is not None
+    server = build_server(town.town)
+
+    def tool(name: str, args: dict):
+        return json.loads(asyncio.run(server.call_tool(name, args)).content[0].text)
+
+    listed, told = tool("sluice_scheduler_list", {}), tool("sluice_scheduler_explain", {"item_id": "be-1"})
+    assert listed[0]["done_at"] is not None
+    assert told["basis"] == explained.basis and told["start_at"] is not None
+
+
+def test_status_shows_the_drain_of_the_last_forecast_kept_and_its_age(town):
+    town.run("sling", "be-1")
+    assert town.json("scheduler", "status")["forecast"] is None  # none made yet: status replays nothing
+    assert "Drains:" not in town.run("scheduler", "status").stdout
+    made = town.json("scheduler", "forecast")
+    kept = town.json("scheduler", "status")["forecast"]
+    assert (kept["at"], kept["drain_at"], kept["drain_p90_at"]) == (made["at"], made["drain_at"],
+                                                                    made["drain_p90_at"])
+    assert kept["items_total"] == 1
+    line = next(line for line in town.run("scheduler", "status").stdout.splitlines() if "Drains:" in line)
+    assert made["drain_at"][11:16] in line and "forecast" in line and line.endswith(" ago")
+
+
+def test_a_corrupt_kept_forecast_is_named_and_shown_as_none(town):
+    from sluice.api import open_town
+    from sluice.store.forecasts import path
+
+    town.run("sling", "be-1")
+    kept = path(open_town(town.town).files)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text('{"at": "2026-12-01T14:00:00Z", "drain')
+    done = town.run("scheduler", "status", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["forecast"] is None
+    assert str(kept) in done.stderr and "Traceback" not in done.stderr
+    kept.write_text('{"at": 3}')
+    done = town.run("scheduler", "status")
+    assert "not a kept forecast" in done.stderr and "Drains:" not in done.stdout
+    town.run("scheduler", "forecast")  # a new forecast replaces it
+    assert town.json("scheduler", "status")["forecast"]["items_total"] == 1
+
+
+def test_a_daemon_tick_keeps_a_forecast(town):
+    configure(town.town, "executor.command", sleeper(30))
+    for item in ("be-1", "be-2"):
+        town.run("sling", item)
+    try:
+        town.run("daemon", "--once", "--interval", "60")
+        kept = town.json("scheduler", "status")["forecast"]
+        assert kept is not None and kept["items_total"] == 1  # be-1 launched, be-2 left: drains after both
+        assert kept["drain_at"] is not None
+    finally:
+        for polecat in town.json("polecat", "list"):
+            town.run("polecat", "stop", polecat["id"], check=False)
+
+
+def test_the_views_show_each_rows_times_and_when_the_queue_drains(town):
+    history(town, 600.0, 6)
+    for item in ("be-1", "be-2", "be-4"):
+        town.run("sling", item)
+    snap = town.json("snapshot")
+    assert snap["forecast"]["items_total"] == 3 and snap["forecast"]["drain_at"] is not None
+    rows = {row["id"]: row for row in snap["queue"]}
+    assert seconds(rows["be-2"]["start_at"]) >= seconds(rows["be-1"]["done_at"])
+    assert rows["be-4"]["start_at"] is None
+    assert snap["forecast"]["drain_at"] == rows["be-2"]["done_at"]
+    page = town.json("snapshot", "--limit", "1")
+    assert len(page["queue"]) == 1 and page["forecast"]["items_total"] == 3  # the whole queue replayed
+    frame = town.run("top", "--once").stdout
+    assert "drains ≈" in frame and "start≈" in frame
+
+
+def test_a_view_surveys_the_queue_once_for_its_rows_and_their_forecast(town, monkeypatch):
+    from sluice.api import open_town
+    from sluice.scheduler import queue as queue_model
+
+    for item in ("be-1", "be-2"):
+        town.run("sling", item)
+    surveys = []
+    real = queue_model.survey
+    monkeypatch.setattr(queue_model, "survey", lambda *a, **k: surveys.append(1) or real(*a, **k))
+    api = open_town(town.town)
+    for look in (api.snapshot, api.list, lambda: api.explain("be-2"), api.forecast):
+        surveys.clear()
+        look()
+        assert len(surveys) == 1, look
