@@ -241,3 +241,27 @@ def test_the_host_guard_watches_the_workspace_filesystem_and_no_workspace_is_mad
     with pytest.raises(ExecutorUnavailable, match="min_free_disk"):
         git_workspace.check_room(elsewhere, free * 4)
     git_workspace.check_room(elsewhere, 1)
+
+
+def test_a_polecat_found_after_an_interrupted_launch_keeps_its_workspace_while_it_runs(cli, town):
+    from types import SimpleNamespace
+
+    from sluice.executors.local import LocalExecutor
+    from sluice.scheduler import runs, workspaces
+    from sluice.store.rigstore import Stores
+
+    files = Town(town["town"])
+    configure(town["town"], "executor.workspace_keep", "0")
+    made = workspaces.prepare(files, "alpha", "al-1", 1)
+    request = make_request(files, tuple(files.load_config().executor.command), {"id": "al-1", "title": "ok"},
+                           "alpha", "al-wisp-1", workspace=made)
+    executor = LocalExecutor(files, stop_grace=1)
+    polecat = executor.launch(request)  # the launcher "died" here: no run record was written
+    try:
+        seen(town["reports"], "al-1")
+        context = SimpleNamespace(rig="alpha", work_id="al-1", fields=None)
+        [record] = runs.record_reconciled(files, Stores(files), [(context, polecat)])
+        assert record["workspace"] == str(made.path)
+        assert workspaces.trim(files, "alpha") == [] and made.path.is_dir()  # the running polecat's own
+    finally:
+        executor.stop(polecat.id)

@@ -185,6 +185,7 @@ class TmuxExecutor:
                 "exit_code": record.get("exit_code"),
                 "ended_ts": record.get("ended_ts"),
                 "start_time": record.get("start_time"),
+                "cwd": record.get("repo"),
             },
         )
 

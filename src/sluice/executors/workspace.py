@@ -118,9 +118,12 @@ def clone(source: str, directory: Path, branch: str, *, fresh_names: Iterable[st
         # No --local: git hardlinks a local source's objects where it can and copies them where it
         # cannot (another filesystem); no --shared, so the clone never depends on the source's objects.
         _git(["clone", "--quiet", "--", source, str(directory)], timeout=timeout)
-        chosen = _fresh_branch(directory, [branch, *fresh_names])
+        listing = _git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/remotes/origin/",
+                        "refs/tags/"], cwd=directory)
+        refs = [tuple(line.split(" ", 1)) for line in listing.splitlines() if " " in line]
+        chosen = _fresh_branch({ref for _oid, ref in refs}, [branch, *fresh_names])
         _git(["checkout", "--quiet", "-b", chosen], cwd=directory)
-        _keep_source_tags(directory)
+        _keep_source_tags(directory, [(oid, ref) for oid, ref in refs if ref.startswith("refs/tags/")])
     except BaseException as err:
         shutil.rmtree(directory, ignore_errors=True)
         if isinstance(err, ExecutorError) and str(err).startswith("git clone"):
@@ -129,19 +132,16 @@ def clone(source: str, directory: Path, branch: str, *, fresh_names: Iterable[st
     return Workspace(path=directory, branch=chosen, source=source)
 
 
-def _fresh_branch(directory: Path, names: list[str]) -> str:
-    taken = set(_git(["for-each-ref", "--format=%(refname)", "refs/remotes/origin/"], cwd=directory).split())
+def _fresh_branch(taken: set[str], names: list[str]) -> str:
     for name in names:
         if f"refs/remotes/origin/{name}" not in taken:
             return name
     raise ExecutorError(f"the source already has every branch tried for this workspace ({', '.join(names)})")
 
 
-def _keep_source_tags(directory: Path) -> None:
+def _keep_source_tags(directory: Path, tags: list[tuple[str, str]]) -> None:
     """Note the tags the clone brought, so a tag the source already had never counts as unsaved work."""
-    listing = _git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/tags/"], cwd=directory)
-    commands = "".join(f"create {SOURCE_TAGS}{ref[len('refs/tags/'):]} {oid}\n"
-                       for oid, ref in (line.split(" ", 1) for line in listing.splitlines() if " " in line))
+    commands = "".join(f"create {SOURCE_TAGS}{ref[len('refs/tags/'):]} {oid}\n" for oid, ref in tags)
     if commands:
         done = subprocess.run(["git", "update-ref", "--stdin"], cwd=directory, env=git_env(), input=commands,
                               capture_output=True, text=True, errors="replace", timeout=GIT_TIMEOUT)

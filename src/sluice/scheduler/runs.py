@@ -20,6 +20,7 @@ from __future__ import annotations
 import socket
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, random_id
@@ -109,10 +110,22 @@ def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[di
         hit = item_store(stores, context.work_id)
         item = hit[1] if hit else {"id": context.work_id}
         started = parse_ts(polecat.started_at) or time.time()
-        out.append(new_record(item, context.rig, polecat, started=started, tokens=effective_tokens(item),
-                              attempt=(context.fields.run_failures if context.fields else 0) + 1))
+        record = new_record(item, context.rig, polecat, started=started, tokens=effective_tokens(item),
+                            attempt=(context.fields.run_failures if context.fields else 0) + 1)
+        out.append(record | _workspace_of(town, polecat))
     log.append(town, out)
     return out
+
+
+def _workspace_of(town: Town, polecat: Polecat) -> dict:
+    """A found polecat started in a workspace (its launch was cut short before its run record): name
+    it, so the workspace is the run's, never taken for a leftover while the polecat works in it."""
+    from sluice.executors.workspace import root_dir
+
+    cwd = polecat.detail.get("cwd")
+    if not cwd or not Path(cwd).is_relative_to(root_dir(town)):
+        return {}
+    return {"workspace": str(cwd)}
 
 
 def running_records(town: Town) -> dict[str, dict]:
