@@ -11,7 +11,7 @@ import pytest
 from helpers.polecats import configure, gone, install_polecat, polecat_command, report, request, wait_for
 from helpers.ray_cluster import AGENT_SLOTS, free_port
 from helpers.scheduler import contexts, fields, item, write_items
-from sluice.errors import ExecutorUnavailable
+from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors import get_executor
 from sluice.executors.ray import NOT_INSTALLED, RayExecutor
 from sluice.executors.ray_job import ENTRYPOINT, SPEC_VAR
@@ -152,6 +152,16 @@ def test_an_unreachable_cluster_is_unavailable_and_costs_items_nothing(cli, rig,
     assert done.returncode == 1 and "unreachable" in done.stderr
     [context] = contexts(cli.town, "alpha")
     assert context["status"] == "open" and fields(context).get("dispatch_failures", 0) == 0
+
+
+def test_a_clone_workspace_without_a_remote_is_a_launch_failure_before_any_job(cli, rig, tmp_path):
+    script, reports = install_polecat(tmp_path / "polecat")
+    use_ray(cli, f"http://127.0.0.1:{free_port()}", polecat_command(script, reports, 1))  # no cluster there
+    configure(cli.town, {"executor.workspace": "clone", "rigs.alpha.remote": "none"})
+    town = Town(cli.town)
+    with pytest.raises(ExecutorError, match="rig 'alpha' has no remote") as caught:
+        get_executor(town).launch(request(town, "alpha", "al-1", "al-wisp-n1"))
+    assert not isinstance(caught.value, ExecutorUnavailable)  # the item's failure, counted as such
 
 
 def test_a_missing_ray_install_says_how_to_install_it(cli, rig):

@@ -145,12 +145,12 @@ def runs(town_dir: Path) -> dict[str, dict]:
     return {r["item_id"]: r for r in runlog.read_runs(Town(town_dir)).values()}
 
 
-def ended(town_dir: Path, item_id: str) -> dict | None:
-    """The item's run once its end is recorded (settling only: nothing is launched)."""
+def ended(town_dir: Path, item_id: str, attempt: int = 1) -> dict | None:
+    """The item's run (that attempt) once its end is recorded (settling only: nothing is launched)."""
     town = Town(town_dir)
     settle(town, get_executor(town))
-    record = runs(town_dir).get(item_id)
-    return record if record and record["outcome"] != runlog.RUNNING else None
+    found = [r for r in runlog.read_runs(town).values() if (r["item_id"], r["attempt"]) == (item_id, attempt)]
+    return found[0] if found and found[0]["outcome"] != runlog.RUNNING else None
 
 
 def running_by_node(town_dir: Path) -> dict[str, int]:
@@ -205,6 +205,8 @@ def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_no
                         "al-5": ("ok", 0)}
     hosts = {r["host"] for r in records.values()}
     assert far_node.node_id in hosts and len(hosts) == 2  # each record names the node that ran it
+    kept = {path.name for path in workspaces.iterdir()}
+    assert kept == {r["polecat_id"] for r in records.values() if r["outcome"] != "ok"}  # ok ones removed
     assert tree_hash(rig_repo) == before  # the rig's repository was only ever read
 
 
@@ -222,6 +224,14 @@ def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(town
     assert not (reports / "al-1.json").exists()  # the agent never started
     [again] = open_contexts(town_dir, "alpha")
     assert fields(again)["run_failures"] == 1 and record["reason"] in fields(again)["last_failure"]
+
+    repo = Town(town_dir).rig("alpha").repo
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo), str(remote)], check=True)
+    (reports / "release-al-1").touch()
+    assert run_cycle(Town(town_dir), ignore_backoff=True).dispatched == 1  # the retry, with the remote back
+    assert report(reports, "al-1")["branch"] == "sluice/al-1-2"  # a retry's branch is a fresh one
+    retried = wait_for(lambda: ended(town_dir, "al-1", attempt=2), timeout=120, what="the retry to end")
+    assert (retried["outcome"], retried["reason"]) == ("ok", None)
 
 
 def test_a_node_killed_mid_run_makes_a_vanished_run_retried_only_as_configured(town, far_node, ray_cluster):
