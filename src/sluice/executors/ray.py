@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import sluice
 from sluice.core.clock import iso
 from sluice.core.workspaces import CLONE, branch_name
 from sluice.errors import ExecutorError, ExecutorUnavailable
@@ -74,7 +73,7 @@ _STATES = {
     "STOPPED": "stopped",
 }
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-PACKAGE = str(Path(sluice.__file__).parent)  # what each job's runtime_env ships to its node
+PACKAGE = str(Path(__file__).resolve().parents[1])  # the sluice package: each job ships it to its node
 _CHATTY = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
 FRESH_BRANCHES = 9  # branch names a clone may try (``sluice/<id>``, ``-2`` …) before giving up
 
