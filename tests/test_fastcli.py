@@ -6,10 +6,11 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from helpers import git
+from helpers import Cli, git
 from helpers.scheduler import configure, item, town_with_rigs, write_items
 
 # Runs sluice as `python -m sluice` does; with "typer" first, the fast path is switched off so the
@@ -46,8 +47,8 @@ def run(town, path: str, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, **env_town}, timeout=120)
 
 
-@pytest.fixture
-def town(cli, tmp_path):
+def build_town(cli: Cli, tmp_path: Path) -> Path:
+    """Two rigs, blocked and ready items, an epic, a merge request, a queued context, warm caches."""
     town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
     configure(cli.town, "scheduler.max_polecats", "2")
     write_items(cli.town, "alpha", [
@@ -68,6 +69,28 @@ def town(cli, tmp_path):
     cli.run("item", "list")  # indexes and the validated config exist, as on any used town
     cli.run("schedule", "next", "--preview")  # and the validated policy and the affinity
     return cli.town
+
+
+@pytest.fixture
+def town(cli, tmp_path):
+    """A town of this test's own, for the tests that change it."""
+    return build_town(cli, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_town(tmp_path_factory) -> Path:
+    """One town for every comparison of the fast path with typer.
+
+    Each comparison runs both on the same files, one after the other, so a
+    command that writes (``schedule next`` records its decision) leaves both
+    answers equal; what one comparison writes changes nothing the next one
+    compares, and building the town for each of them cost most of their time.
+    """
+    root = tmp_path_factory.mktemp("fastcli")
+    (root / "town").mkdir()
+    cli = Cli(root / "town")
+    cli.run("init", str(root / "town"))
+    return build_town(cli, root)
 
 
 CASES = [
@@ -149,7 +172,8 @@ def same_run(text: str) -> str:
 
 
 @pytest.mark.parametrize("args", CASES, ids=" ".join)
-def test_fast_path_answers_exactly_as_typer_does(town, args):
+def test_fast_path_answers_exactly_as_typer_does(shared_town, args):
+    town = shared_town
     args = [a.format(repo=town.parent / "repos" / "alpha") for a in args]
     fast, slow = run(town, "fast", *args), run(town, "typer", *args)
     assert (fast.returncode, same_run(fast.stdout), fast.stderr) == \
@@ -178,10 +202,10 @@ def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
                                   ("scheduler", "explain", "al-1"), ("hooks", "report", "--rig", "alpha"),
                                   ("scheduler", "run", "--dry-run", "--json")],
                          ids=" ".join)
-def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(town, args):
+def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(shared_town, args):
     import os
 
-    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    env = {**os.environ, "SLUICE_TOWN": str(shared_town)}
     subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, check=True)
     done = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
