@@ -1,0 +1,106 @@
+"""What a Ray polecat job runs on its node (sluice.executors.ray_job), run here as a plain process.
+
+The two-node tests (test_ray_nodes.py) show it under Ray; these show each of
+its rules on real git without a cluster: placeholders filled on the node in
+one pass, a branch the remote already has never taken over, the workspace
+removed after an ok run only when it holds nothing unsaved, a failed clone
+named on the last line, the agent's status passed through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import ROOT, git, make_repo
+from sluice.executors.ray_job import DIRECTORY, MARK, SPEC_VAR, WORKSPACE_FAILED, reason_of
+
+#: The agent: writes argv, cwd and SLUICE_* to the report file, optionally leaves a file behind
+#: (unsaved work), and exits with the given status.
+AGENT = r'''
+import json, os, sys
+report, code, litter = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "litter"
+json.dump({"argv": sys.argv[4:], "cwd": os.getcwd(),
+           "env": {k: v for k, v in os.environ.items() if k.startswith("SLUICE_")}}, open(report, "w"))
+if litter:
+    open("notes.txt", "w").write("work that exists nowhere else")
+sys.exit(code)
+'''
+
+
+def remote(tmp_path: Path) -> Path:
+    bare = tmp_path / "alpha.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(make_repo(tmp_path / "alpha")), str(bare)],
+                   check=True)
+    return bare
+
+
+def job(tmp_path: Path, source: Path, *, code: int = 0, litter: bool = False, title: str = "a title",
+        branch: str = "sluice/al-1") -> tuple[subprocess.CompletedProcess, dict | None, Path]:
+    """Run the job module as Ray would on a node; (process, the agent's report, the workspace root)."""
+    report = tmp_path / "report.json"
+    report.unlink(missing_ok=True)
+    root = tmp_path / "root"
+    spec = {
+        "workspace": {"source": str(source), "branch": branch, "fresh": [f"{branch}-2", f"{branch}-3"],
+                      "root": str(root), "name": "sluice-abc-al-wisp-1"},
+        "template": [sys.executable, "-c", AGENT, str(report), str(code), "litter" if litter else "-",
+                     "{title}", "{workspace}", "{branch}"],
+        "values": {"item_id": "al-1", "rig": "alpha", "title": title, "context_id": "al-wisp-1", "repo": ""},
+    }
+    env = {**os.environ, SPEC_VAR: json.dumps(spec), "SLUICE_ITEM_ID": "al-1",
+           "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-m", "sluice.executors.ray_job"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    seen = json.loads(report.read_text()) if report.exists() else None
+    return done, seen, root / DIRECTORY
+
+
+def test_the_agent_runs_in_a_fresh_clone_with_its_placeholders_filled_on_the_node_in_one_pass(tmp_path):
+    title = "fix {workspace} $(id); `tick`"
+    done, seen, root = job(tmp_path, remote(tmp_path), title=title)
+    assert done.returncode == 0, done.stderr
+    workspace = str(root / "sluice-abc-al-wisp-1")
+    assert seen["argv"] == [title, workspace, "sluice/al-1"]  # the title's {workspace} stays as written
+    assert seen["cwd"] == workspace
+    assert seen["env"] == {"SLUICE_ITEM_ID": "al-1", "SLUICE_WORKSPACE": workspace,
+                           "SLUICE_BRANCH": "sluice/al-1"}  # and the job's own spec is gone
+    assert f"{MARK}removed {workspace}" in done.stdout.splitlines()  # ok and nothing unsaved: removed
+    assert not Path(workspace).exists()
+
+
+def test_a_branch_the_remote_has_is_never_taken_over_and_a_failed_run_keeps_its_workspace(tmp_path):
+    source = remote(tmp_path)
+    git("branch", "sluice/al-1", cwd=source)  # an earlier attempt pushed this one
+    done, seen, root = job(tmp_path, source, code=3)
+    assert done.returncode == 3  # the agent's status is the job's
+    assert seen["env"]["SLUICE_BRANCH"] == "sluice/al-1-2"
+    assert (root / "sluice-abc-al-wisp-1" / ".git").is_dir()  # kept: the run failed
+
+
+def test_unsaved_work_keeps_the_workspace_even_after_an_ok_run(tmp_path):
+    done, _, root = job(tmp_path, remote(tmp_path), litter=True)
+    assert done.returncode == 0
+    workspace = root / "sluice-abc-al-wisp-1"
+    assert (workspace / "notes.txt").exists()
+    assert f"{MARK}kept {workspace}: 1 uncommitted change" in done.stdout.splitlines()
+
+
+def test_a_clone_that_fails_names_git_s_error_on_the_last_line_and_never_starts_the_agent(tmp_path):
+    missing = tmp_path / "gone.git"
+    done, seen, root = job(tmp_path, missing)
+    assert done.returncode == WORKSPACE_FAILED and seen is None
+    message = f"Job entrypoint command failed with exit code 70, last available logs:\n{done.stderr}"  # Ray's
+    reason = reason_of(message)
+    assert reason is not None and reason.startswith(f"cannot clone {missing}: git clone failed")
+    assert "fatal:" in reason
+    assert not (root / "sluice-abc-al-wisp-1").exists()  # nothing half-made is left behind
+
+
+def test_reason_of_reads_only_a_last_line_that_is_sluice_s():
+    assert reason_of(None) is None and reason_of("") is None
+    assert reason_of(f"{MARK}cannot clone x: boom\n\n") == "cannot clone x: boom"
+    assert reason_of(f"{MARK}cloned x into y on branch b\nagent: exit 3") is None  # the agent's own failure
