@@ -3,7 +3,8 @@
 The polecat reports where it started, its branch and its ``SLUICE_*``
 variables, waits for the test's go-ahead, then does what its item's title
 says: ``ok`` (nothing), ``fail`` (exit 3), ``commit`` (a commit it does not
-push), ``push`` (a commit pushed to the source), ``dirty`` (an untracked file).
+push), ``commit-fail`` (the same, then exit 3), ``push`` (a commit pushed to
+the source), ``dirty`` (an untracked file).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ while not os.path.exists(os.path.join(reports, "go")):
     time.sleep(0.02)
 def git(*args):
     subprocess.run(["git", *args], check=True, capture_output=True)
-if mode in ("commit", "push"):
+if mode in ("commit", "push", "commit-fail"):
     with open("work.txt", "w") as fh:
         fh.write(mode)
     git("add", "work.txt")
@@ -51,7 +52,7 @@ if mode in ("commit", "push"):
 elif mode == "dirty":
     with open("draft.txt", "w") as fh:
         fh.write("draft")
-sys.exit(3 if mode == "fail" else 0)
+sys.exit(3 if mode in ("fail", "commit-fail") else 0)
 '''
 
 
@@ -142,6 +143,9 @@ def test_a_run_with_unsaved_work_keeps_its_workspace_and_a_pushed_one_does_not(c
     assert runs["al-1"]["workspace_kept"] == "1 commit not on its source" and Path(committed["cwd"]).is_dir()
     assert runs["al-2"]["workspace_kept"] == "1 uncommitted change" and Path(dirty["cwd"]).is_dir()
     assert runs["al-3"]["workspace_kept"] is None and not Path(pushed["cwd"]).exists()
+    text = cli.run("runs").stdout
+    assert f"workspace kept: {committed['cwd']} (1 commit not on its source)" in text
+    assert pushed["cwd"] not in text
     # the agent's own push is the only write to the rig: sluice made none
     assert git("branch", "--list", cwd=town["repo"]) != before_branches
     assert "sluice/al-3" in git("branch", "--list", cwd=town["repo"])
@@ -149,9 +153,11 @@ def test_a_run_with_unsaved_work_keeps_its_workspace_and_a_pushed_one_does_not(c
 
 def test_kept_workspaces_are_trimmed_to_the_limit_but_never_one_with_unsaved_work(cli, town):
     configure(town["town"], "executor.workspace_keep", "0")
-    first, second, committed = launch(cli, town, ("al-1", "fail"), ("al-2", "fail"), ("al-3", "commit"))
+    first, second, committed = launch(cli, town, ("al-1", "fail"), ("al-2", "fail"), ("al-3", "commit-fail"))
     (town["reports"] / "go").touch()
     ended_runs(cli, 3)
+    [kept_run] = [r for r in cli.json("runs") if r["item_id"] == "al-3"]
+    assert kept_run["workspace_kept"] == "the run ended failed; 1 commit not on its source"
     kept = sorted(p.name for p in Path(first["cwd"]).parent.iterdir())
     assert kept == [Path(committed["cwd"]).name]
     assert not Path(first["cwd"]).exists() and not Path(second["cwd"]).exists()

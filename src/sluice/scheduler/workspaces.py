@@ -93,8 +93,11 @@ def after_end(town: Town, record: dict) -> str | None:
     path = Path(record["workspace"])
     if record.get("outcome") == log.OK:
         why = git_workspace.retire(path)
+    elif path.exists():
+        work = git_workspace.unsaved_work(path)
+        why = f"the run ended {record.get('outcome')}" + (f"; {work}" if work else "")
     else:
-        why = f"the run ended {record.get('outcome')}" if path.exists() else None
+        why = None
     trim(town, record.get("rig") or "")
     return why
 
