@@ -9,10 +9,13 @@ import one another.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +107,15 @@ def git(*args: str, cwd: Path) -> str:
 
 
 def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
-    """A real git repository with one commit."""
+    """A real git repository with one commit.
+
+    The plain one (a README) is made by git once per process and copied for
+    every later rig: a repository holds no path of its own, so the copy is as
+    real as the first, and most fixtures need one or two of them.
+    """
+    if files is None and not path.exists():
+        shutil.copytree(_plain_repo(), path, symlinks=True)
+        return path
     path.mkdir(parents=True, exist_ok=True)
     git("init", "-q", "-b", "main", str(path), cwd=path.parent)
     for name, text in (files or {"README.md": "rig\n"}).items():
@@ -112,6 +123,17 @@ def make_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     git("add", "-A", cwd=path)
     git("commit", "-q", "-m", "initial", cwd=path)
     return path
+
+
+_PLAIN: list[Path] = []
+
+
+def _plain_repo() -> Path:
+    if not _PLAIN:
+        root = Path(tempfile.mkdtemp(prefix="sluice-test-repo-"))
+        atexit.register(shutil.rmtree, root, True)
+        _PLAIN.append(make_repo(root / "repo", {"README.md": "rig\n"}))
+    return _PLAIN[0]
 
 
 class Cli:
