@@ -161,7 +161,8 @@ def running_by_node(town_dir: Path) -> dict[str, int]:
     return counts
 
 
-def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_node(town, far_node):
+def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_node(town, far_node,
+                                                                                   ray_cluster):
     town_dir, reports, remote = town
     nasty = "exit 0; touch /tmp/never $(id) `tick` 'q' \"d\" {workspace}"
     queue(town_dir, item("al-1", nasty), item("al-2", "exit 3"), item("al-3", "exit 0"),
@@ -177,6 +178,10 @@ def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_no
     by_node = running_by_node(town_dir)
     assert by_node[far_node.node_id] == FAR_SLOTS and sorted(by_node.values()) == sorted([AGENT_SLOTS,
                                                                                            FAR_SLOTS])
+    settle(Town(town_dir), get_executor(Town(town_dir)))
+    placed = sorted(r["host"] for r in runs(town_dir).values() if r["outcome"] == runlog.RUNNING)
+    nodes = [node for node, count in by_node.items() for _ in range(count)]
+    assert placed == sorted([*nodes, ray_cluster.address])  # running runs name their node once placed
     states = sorted(p.state for p in get_executor(Town(town_dir)).active())
     assert states == ["pending", "running", "running", "running"]  # no node had a fourth slot
     wait_for(lambda: len(list(reports.glob("al-*.json"))) == slots, timeout=60, what="three reports")

@@ -75,6 +75,7 @@ def settle(town: Town, executor: Executor, stores: Stores | None = None,
         return []
     code = town.config.scheduler.throttle_exit_code
     ends: dict[str, dict] = {}
+    placed: dict[str, str] = {}
     for polecat_id, record in running.items():
         polecat = polecats.get(polecat_id)
         if polecat is None:
@@ -83,7 +84,10 @@ def settle(town: Town, executor: Executor, stores: Stores | None = None,
             ends[record["run_id"]] = _end_fields(record, log.VANISHED, None, None, None, now)
             continue
         ended = outcome_of(polecat, code)
+        node = str(polecat.detail.get("node_id") or "") if polecat.executor == "ray" else ""
         if ended is None:
+            if node and record.get("host") != node:
+                placed[record["run_id"]] = node  # Ray placed it: the record names the node from now on
             continue
         fields = _end_fields(record, *ended, polecat.detail.get("ended_ts"), polecat.detail.get("started_ts"),
                              now)
@@ -93,11 +97,13 @@ def settle(town: Town, executor: Executor, stores: Stores | None = None,
             own = control.polecat_runtime(polecat, ended_ts, ended_boot)
             if own is not None:
                 fields["runtime_seconds"] = round(own, 3)
-        if polecat.executor == "ray" and polecat.detail.get("node_id"):
-            fields["host"] = str(polecat.detail["node_id"])
+        if node:
+            fields["host"] = node
         if polecat.detail.get("reason"):
             fields["reason"] = str(polecat.detail["reason"])  # e.g. the clone a Ray job could not make
         ends[record["run_id"]] = fields
+    for run_id, node in placed.items():
+        log.update(town, run_id, {"host": node})
     return finish(town, ends, stores)
 
 
