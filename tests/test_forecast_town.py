@@ -116,3 +116,64 @@ def test_ticks_come_as_far_apart_as_the_heartbeat_shows_not_closer_than_the_inte
     out = town.json("scheduler", "forecast")
     assert out["daemon"] == {"running": True, "interval": 10.0}
     assert abs(seconds(out["items"][0]["start_at"]) - (now + 8)) < 0.01
+
+
+# -- the rules admission applies, read from the same config --------------------------------------
+
+
+def rules_town(cli, tmp_path, items):
+    export = tmp_path / "rules.jsonl"
+    export.write_text("".join(json.dumps(r) + "\n" for r in items))
+    cli.run("rig", "add", "ru", str(make_repo(tmp_path / "repos" / "ru")), "--items", str(export))
+    for key, value in (("scheduler.max_polecats", "4"), ("scheduler.batch_size", "4")):
+        cli.run("config", "set", key, value)
+    return cli
+
+
+def ru_history(cli, runtime: float, count: int) -> None:
+    from sluice.api import open_town
+
+    log.append(open_town(cli.town).files,
+               [{"run_id": f"ru-{n}", "polecat_id": f"pc-{n}", "item_id": f"ru-old{n}", "rig": "ru",
+                 "started_at": "2026-11-30T20:00:00Z", "ended_at": "2026-11-30T20:10:00Z",
+                 "runtime_seconds": runtime, "outcome": "ok", "labels": [], "touches": [], "attempt": 1}
+                for n in range(count)])
+
+
+def starts_of(cli) -> dict[str, float | None]:
+    out = cli.json("scheduler", "forecast")
+    return {row["item_id"]: (seconds(row["start_at"]) if row["start_at"] else None) for row in out["items"]}
+
+
+def test_label_caps_and_the_overlap_gate_are_replayed_from_the_config(cli, tmp_path):
+    items = [record("ru-1", labels=["db"], metadata={"touches": ["src/api/**"]}),
+             record("ru-2", labels=["db"]), record("ru-3", metadata={"touches": ["src/api/auth.py"]}),
+             record("ru-4")]
+    town = rules_town(cli, tmp_path, items)
+    town.run("config", "set", "scheduler.label_caps.db", "1")
+    ru_history(town, 600.0, 5)
+    town.run("sling", "ru-1", "ru-2", "ru-3", "ru-4", "ru")
+    at = starts_of(town)
+    assert at["ru-1"] == at["ru-4"]  # both go at the first tick
+    assert at["ru-2"] >= at["ru-1"] + 600 and at["ru-3"] >= at["ru-1"] + 600  # label cap, overlap
+
+
+def test_a_token_budget_is_replayed_with_the_ledgers_launches(cli, tmp_path):
+    items = [record(f"ru-{n}", metadata={"estimated_tokens": 600}) for n in (1, 2)]
+    town = rules_town(cli, tmp_path, items)
+    town.run("config", "set", "scheduler.token_budget", "1000")
+    town.run("config", "set", "scheduler.budget_window", "2h")
+    ru_history(town, 60.0, 5)
+    town.run("sling", "ru-1", "ru-2", "ru")
+    at = starts_of(town)
+    assert at["ru-2"] >= at["ru-1"] + 7200  # the second waits for the first's charge to leave the window
+
+
+def test_a_failed_launch_waits_out_its_backoff(cli, tmp_path):
+    town = rules_town(cli, tmp_path, [record("ru-1"), record("ru-2")])
+    town.run("config", "set", "executor.command", json.dumps(["/nonexistent/polecat-binary"]))
+    town.run("config", "set", "scheduler.retry_base", "10m")
+    town.run("sling", "ru-1", "ru")
+    before = datetime.now().timestamp()
+    assert town.json("scheduler", "run")["failed"] == 1
+    assert starts_of(town)["ru-1"] >= before + 600  # not at the next tick: when its backoff has passed

@@ -15,8 +15,8 @@ tests and hypothesis properties:
   about how long the work takes and are left out.  With no such history the
   item's own ``estimated_minutes`` is used, then a default.
 
-* :func:`simulate` replays the dispatch order under the caps, batch size,
-  spawn delay, the daemon's tick interval and throttles, from the running
+* :func:`simulate` (:mod:`sluice.core.replay`, named here too) replays the
+  dispatch order under every rule admission applies, from the running
   polecats' remaining time, and says when each queued item starts and ends.
 
 Every forecast says what it stands on (``basis``: level and sample count), so
@@ -25,13 +25,22 @@ an operator can tell a learned figure from a guess.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sluice.core.replay import (  # noqa: F401 - the replay's names, where forecasts are made
+    WHY_BUDGET,
+    WHY_NO_CAPACITY,
+    Charge,
+    Limits,
+    Queued,
+    QueueForecast,
+    Running,
+    Slot,
+    simulate,
+)
 from sluice.errors import ConfigError
 
 #: Outcomes whose runtime is a finished sample, and the one that is a lower bound.
@@ -319,184 +328,3 @@ def residual_median(samples: Sequence[tuple[float, bool]], elapsed: float) -> fl
                 return float(value) - elapsed
         at_risk -= 1
     return None
-
-
-# --------------------------------------------------------------------------
-# The queue simulation
-
-#: ``why`` of an item that no slot can ever take (its rig's or the town's cap is 0).
-WHY_NO_CAPACITY = "capacity"
-
-
-@dataclass(frozen=True)
-class Queued:
-    """One queued item in dispatch order; ``why`` set means it cannot start (blocked, paused, broken)."""
-
-    item_id: str
-    rig: str
-    runtime_p50: float
-    runtime_p90: float
-    not_before: float = 0.0  # the end of a throttle that holds it
-    why: str | None = None
-    runtime_mean: float | None = None  # how long it holds its slot; None: its median
-
-
-@dataclass(frozen=True)
-class Running:
-    """A running polecat: the slots it holds until ``remaining`` seconds from now."""
-
-    rig: str
-    remaining: float
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What bounds dispatch: caps (None is no cap), batch per tick, spawn delay, tick interval."""
-
-    town_cap: int | None = None
-    rig_caps: Mapping[str, int] = field(default_factory=dict)
-    batch_size: int = 3
-    spawn_delay: float = 0.0
-    interval: float = 60.0
-    first_tick: float | None = None  # the next daemon tick; None: now
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"scheduler.batch_size must be >= 1 (got {self.batch_size})")
-        if not self.interval > 0:
-            raise ConfigError(f"the daemon interval must be > 0 (got {self.interval})")
-        if self.spawn_delay < 0:
-            raise ConfigError(f"scheduler.spawn_delay must be >= 0 (got {self.spawn_delay})")
-
-
-@dataclass(frozen=True)
-class Slot:
-    """When one queued item is expected to start and finish (None: it cannot start, see ``why``)."""
-
-    item_id: str
-    rig: str
-    position: int
-    start_at: float | None
-    done_at: float | None
-    done_p90_at: float | None
-    why: str | None = None
-
-
-@dataclass(frozen=True)
-class QueueForecast:
-    at: float
-    slots: tuple[Slot, ...]
-    drain_at: float | None  # when the last expected run (queued or running) ends; None: nothing to wait for
-    drain_p90_at: float | None
-
-
-def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (),
-             limits: Limits = Limits()) -> QueueForecast:
-    """Replay dispatch over ``queue`` (in dispatch order) from ``now``; the same inputs give the same answer.
-
-    Launches happen only at daemon ticks (``first_tick`` then every
-    ``interval``), at most ``batch_size`` a tick, ``spawn_delay`` apart.  At
-    a tick the queue is walked in order and an item is launched when the
-    town and its rig have a free slot and no throttle holds it; an item that
-    cannot go is passed over, as dispatch passes it over, and waits for a
-    later tick.  A slot is held for the item's mean runtime when it has one
-    (a queue drains by the sum of its runtimes, and a sum goes by the mean),
-    else its median; ``done_at`` is the item's own median finish and the p90
-    only widens it.  Ticks at which nothing can change are skipped,
-    so a long queue costs a walk per launch, not per tick.
-    """
-    first = max(now, limits.first_tick if limits.first_tick is not None else now)
-    cap = limits.town_cap
-    busy: list[tuple[float, str]] = []  # (ends at, rig) of every held slot
-    per_rig: dict[str, int] = {}
-    drain, drain_p90 = None, None
-    for run in running:
-        end = now + max(0.0, run.remaining)
-        heapq.heappush(busy, (end, run.rig))
-        per_rig[run.rig] = per_rig.get(run.rig, 0) + 1
-        drain = end if drain is None else max(drain, end)
-        drain_p90 = drain
-
-    slots: list[Slot | None] = [None] * len(queue)
-    pending: list[int] = []
-    for position, item in enumerate(queue):
-        why = item.why
-        if why is None and ((cap is not None and cap <= 0) or limits.rig_caps.get(item.rig, 1) <= 0):
-            why = WHY_NO_CAPACITY
-        if why is not None:
-            slots[position] = Slot(item.item_id, item.rig, position + 1, None, None, None, why)
-        else:
-            pending.append(position)
-
-    # Items passed over at an earlier tick wait in ``waiting`` (in order); all of them come before
-    # ``pending[cursor:]``, which no tick has reached yet.  A tick walks only as far as it can launch.
-    waiting: list[int] = []
-    cursor = 0
-    throttle_ends = sorted({item.not_before for item in queue})
-    tick_number = 0
-    while waiting or cursor < len(pending):
-        tick = first + tick_number * limits.interval
-        while busy and busy[0][0] <= tick:
-            _, rig = heapq.heappop(busy)
-            per_rig[rig] -= 1
-        launched = 0
-        kept: list[int] = []
-        for index, position in enumerate(waiting):
-            if not (launched < limits.batch_size and (cap is None or len(busy) < cap)):
-                kept.extend(waiting[index:])
-                break
-            if _goes(queue[position], tick, limits, per_rig):
-                drain, drain_p90 = _launch(queue, position, tick, launched, limits, busy, per_rig, slots,
-                                           drain, drain_p90)
-                launched += 1
-            else:
-                kept.append(position)
-        else:
-            while cursor < len(pending) and launched < limits.batch_size and (cap is None or len(busy) < cap):
-                position = pending[cursor]
-                cursor += 1
-                if _goes(queue[position], tick, limits, per_rig):
-                    drain, drain_p90 = _launch(queue, position, tick, launched, limits, busy, per_rig, slots,
-                                               drain, drain_p90)
-                    launched += 1
-                else:
-                    kept.append(position)
-        waiting = kept
-        if not waiting and cursor >= len(pending):
-            break
-        if launched:
-            tick_number += 1
-            continue
-        # Nothing could go: the next tick that matters is the first after a slot frees or a throttle ends.
-        events = [busy[0][0]] if busy else []
-        later = bisect.bisect_right(throttle_ends, tick)
-        if later < len(throttle_ends):
-            events.append(throttle_ends[later])
-        if not events:  # cannot happen with caps above 0; kept so a bad input cannot loop forever
-            for position in waiting + pending[cursor:]:
-                stuck = queue[position]
-                slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
-                                       WHY_NO_CAPACITY)
-            break
-        tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
-    return QueueForecast(now, tuple(s for s in slots if s is not None), drain, drain_p90)
-
-
-def _goes(item: Queued, tick: float, limits: Limits, per_rig: dict[str, int]) -> bool:
-    """Whether dispatch would launch ``item`` at ``tick``: no throttle holds it, its rig has a free slot."""
-    rig_cap = limits.rig_caps.get(item.rig)
-    return item.not_before <= tick and (rig_cap is None or per_rig.get(item.rig, 0) < rig_cap)
-
-
-def _launch(queue, position, tick, launched, limits, busy, per_rig, slots, drain, drain_p90):
-    """Book the launch of ``queue[position]`` as the tick's ``launched``-th; the new drain times."""
-    item = queue[position]
-    start = tick + launched * limits.spawn_delay
-    done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
-    frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
-    heapq.heappush(busy, (frees, item.rig))
-    per_rig[item.rig] = per_rig.get(item.rig, 0) + 1
-    slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
-    # The queue drains when the last slot frees; its p90 is no earlier than that.
-    return (frees if drain is None else max(drain, frees),
-            max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees))

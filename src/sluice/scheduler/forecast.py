@@ -18,7 +18,9 @@ from sluice.core import forecast as model
 from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.items import estimated_minutes, parse_ts
 from sluice.errors import SluiceError
+from sluice.scheduler import admission
 from sluice.scheduler import queue as queue_model
+from sluice.scheduler.polecats import retry_due_at
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
@@ -62,6 +64,8 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     sched = config.scheduler
     timeout = sched.seconds("polecat_timeout") or None
     works = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
+    backing_off = {id(w) for w in view.backing_off}
+    retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
     types = {w.item["id"]: w.item.get("issue_type") or "task" for w, _ in works}
     learned = learn(town, timeout, types)
     default = model.DEFAULT_RUNTIME
@@ -81,23 +85,32 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
                                     default, work.tokens)
         estimates.append(estimate)
         held_until = max(throttle_end.get(None, 0.0), throttle_end.get(work.rig, 0.0))
+        if id(work) in backing_off:  # a failed launch waits out its backoff, as dispatch has it
+            held_until = max(held_until, parse_ts(retry_due_at(work.payload.fields, *retry)) or 0.0)
+        seen = admission.applicant(work)  # labels, touches and tokens as admission reads them
         queue.append(model.Queued(item["id"], work.rig, estimate.runtime_p50, estimate.runtime_p90,
                                   not_before=held_until, why=rules.PAUSED if paused else why,
-                                  runtime_mean=estimate.runtime_mean))
+                                  runtime_mean=estimate.runtime_mean, labels=seen.labels,
+                                  touches=seen.touches, tokens=seen.tokens))
 
     running = []
     for record in log.digest(town).running.values():
         started = parse_ts(record.get("started_at"))
         elapsed = now - started if started is not None else 0.0
         rig = record.get("rig") or ""
-        running.append(model.Running(rig, learned.left(rig, elapsed, record.get("issue_type"),
-                                                       record.get("labels") or (), default_runtime=default)))
+        labels = record.get("labels") or ()
+        running.append(model.Running(rig, learned.left(rig, elapsed, record.get("issue_type"), labels,
+                                                       default_runtime=default),
+                                     labels=frozenset(labels), touches=tuple(record.get("touches") or ())))
 
     interval, next_tick = _daemon(town, now)
-    limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(assessment.limits.rig_caps),
+    caps = assessment.limits  # the caps and budgets the real admission reads, from the same config
+    limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(caps.rig_caps),
                           batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
-                          interval=interval or DAEMON_INTERVAL, first_tick=next_tick)
-    result = model.simulate(now, queue, running, limits)
+                          interval=interval or DAEMON_INTERVAL, first_tick=next_tick,
+                          label_caps=dict(caps.label_caps), town_budget=caps.town_budget,
+                          rig_budgets=dict(caps.rig_budgets), budget_window=sched.seconds("budget_window"))
+    result = model.simulate(now, queue, running, limits, _charges(town, limits))
     # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
     return Replay(result, estimates, {"running": interval is not None, "interval": limits.interval})
 
@@ -186,6 +199,18 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
                                           "basis")})
     if "why" in row:
         out["eta_why"] = row["why"]
+    return out
+
+
+def _charges(town: Town, limits: model.Limits) -> list[model.Charge]:
+    """The launches the budget ledger holds (only read when a budget is set)."""
+    if not (limits.town_budget > 0 or any(v > 0 for v in limits.rig_budgets.values())):
+        return []
+    out = []
+    for entry in kept.read(town, kept.BUDGET).get("launches", []):
+        at, tokens = entry.get("at_ts"), entry.get("tokens")
+        if isinstance(at, (int, float)) and isinstance(tokens, int):
+            out.append(model.Charge(float(at), tokens, str(entry.get("rig", ""))))
     return out
 
 

@@ -1,0 +1,220 @@
+"""The queue replay under label caps, the overlap gate, token budgets and backoff, on plain values."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.core.admission import touches_overlap
+from sluice.core.replay import Charge, Limits, Queued, Running, simulate
+from sluice.errors import ConfigError
+
+
+def item(n, rig="api", p50=100.0, labels=(), touches=(), tokens=0, **kw):
+    return Queued(f"it-{n}", rig, p50, p50, labels=frozenset(labels), touches=tuple(touches), tokens=tokens,
+                  **kw)
+
+
+def starts(forecast):
+    return [s.start_at for s in forecast.slots]
+
+
+# --------------------------------------------------------------------------
+# Each rule on plain values
+
+
+def test_a_label_cap_passes_over_an_item_whose_label_is_full():
+    queue = [item(1, labels=["db"]), item(2, labels=["db", "slow"]), item(3, labels=["ui"])]
+    forecast = simulate(0.0, queue, limits=Limits(label_caps={"db": 1}, interval=10.0))
+    assert starts(forecast) == [0.0, 100.0, 0.0]
+
+
+def test_a_running_polecat_holds_its_labels_cap():
+    forecast = simulate(0.0, [item(1, labels=["db"])], [Running("api", 250.0, labels=frozenset({"db"}))],
+                        Limits(label_caps={"db": 1}, interval=60.0))
+    assert starts(forecast) == [300.0]
+
+
+def test_overlapping_touches_in_one_rig_wait_for_each_other_and_others_go_around():
+    queue = [item(1, touches=["src/api/**"]), item(2, touches=["src/api/auth.py"]),
+             item(3, touches=["src/web/*"]), item(4, "web", touches=["src/api/auth.py"]), item(5)]
+    forecast = simulate(0.0, queue, limits=Limits(batch_size=10, interval=10.0))
+    assert starts(forecast) == [0.0, 100.0, 0.0, 0.0, 0.0]  # another rig's tree never overlaps
+
+
+def test_a_running_polecat_holds_the_paths_it_touches():
+    forecast = simulate(0.0, [item(1, touches=["docs/*.md"])],
+                        [Running("api", 45.0, touches=("docs/guide.md",))], Limits(interval=30.0))
+    assert starts(forecast) == [60.0]
+
+
+def test_a_town_budget_holds_launches_until_charges_leave_the_window():
+    queue = [item(n, tokens=600) for n in range(3)]
+    limits = Limits(town_budget=1000, budget_window=3600.0, interval=60.0)
+    assert starts(simulate(0.0, queue, limits=limits)) == [0.0, 3600.0, 7200.0]
+    # A charge already in the ledger counts until a window after it was made.
+    held = simulate(0.0, queue[:1], limits=limits, charges=[Charge(-3000.0, 500, "api")])
+    assert starts(held) == [600.0]
+    # A charge older than the window counts for nothing.
+    assert starts(simulate(0.0, queue[:1], limits=limits, charges=[Charge(-3600.0, 900, "api")])) == [0.0]
+
+
+def test_a_rig_budget_holds_only_its_rig():
+    queue = [item(1, tokens=600), item(2, tokens=600), item(3, "web", tokens=600)]
+    forecast = simulate(0.0, queue, limits=Limits(rig_budgets={"api": 1000}, budget_window=600.0,
+                                                  interval=60.0))
+    assert starts(forecast) == [0.0, 600.0, 0.0]
+
+
+def test_an_item_over_its_budget_alone_can_never_start_and_says_so():
+    forecast = simulate(0.0, [item(1, tokens=5000), item(2, "web", tokens=10)],
+                        limits=Limits(town_budget=4000))
+    first, second = forecast.slots
+    assert (first.start_at, first.why) == (None, "budget")
+    assert (second.start_at, second.why) == (0.0, None)
+    over_rig = simulate(0.0, [item(1, tokens=500)], limits=Limits(rig_budgets={"api": 400})).slots[0]
+    assert over_rig.why == "budget"
+
+
+def test_a_backing_off_item_waits_for_its_retry_and_the_rest_go_first():
+    queue = [item(1, not_before=95.0), item(2), item(3)]
+    forecast = simulate(0.0, queue, limits=Limits(town_cap=1, interval=10.0))
+    assert starts(forecast) == [100.0, 0.0, 200.0]  # free at 100 and due by then: it goes before it-3
+
+
+def test_a_label_cap_of_zero_means_no_slot():
+    assert simulate(0.0, [item(1, labels=["x"])], limits=Limits(label_caps={"x": 0})).slots[0].why == (
+        "capacity")
+
+
+def test_a_budget_window_must_be_positive():
+    with pytest.raises(ConfigError):
+        Limits(budget_window=0)
+
+
+def test_raising_a_label_cap_can_make_an_eta_later():
+    # it-2 carries both labels: under db=1 it waits for it-1's db slot while it-3 takes the ui slot;
+    # with db=2 it goes at once, takes the ui slot, and it-3 waits for it.
+    queue = [item(1, labels=["db"]), item(2, labels=["db", "ui"]), item(3, labels=["ui"])]
+    low = simulate(0.0, queue, limits=Limits(label_caps={"db": 1, "ui": 1}, interval=10.0))
+    high = simulate(0.0, queue, limits=Limits(label_caps={"db": 2, "ui": 1}, interval=10.0))
+    assert starts(low) == [0.0, 100.0, 0.0] and starts(high) == [0.0, 0.0, 100.0]
+
+
+# --------------------------------------------------------------------------
+# Properties
+
+RIGS = ["a", "b"]
+LABELS = ["x", "y", "z"]
+TOUCHES = ["src/**", "src/a.py", "src/b/*", "docs/*.md", "docs/x.md"]
+
+rows = st.lists(st.tuples(st.sampled_from(RIGS), st.integers(1, 400), st.frozensets(st.sampled_from(LABELS),
+                                                                                     max_size=2),
+                          st.lists(st.sampled_from(TOUCHES), max_size=2), st.integers(0, 700),
+                          st.integers(0, 600)), max_size=20)
+held = st.lists(st.tuples(st.sampled_from(RIGS), st.integers(0, 400), st.frozensets(st.sampled_from(LABELS),
+                                                                                    max_size=2),
+                          st.lists(st.sampled_from(TOUCHES), max_size=1)), max_size=3)
+
+
+def build(rows_):
+    return [Queued(f"it-{n}", rig, float(p50), float(p50), not_before=float(nb), labels=labels,
+                   touches=tuple(touches), tokens=tokens)
+            for n, (rig, p50, labels, touches, tokens, nb) in enumerate(rows_)]
+
+
+def running_of(held_):
+    return [Running(rig, float(left), labels, tuple(touches)) for rig, left, labels, touches in held_]
+
+
+def intervals(forecast, queue, running):
+    """(start, end, rig, labels, touches) of every run the replay holds, running ones from 0."""
+    out = [(0.0, r.remaining, r.rig, r.labels, r.touches) for r in running]
+    for slot, queued in zip(forecast.slots, queue, strict=True):
+        if slot.start_at is not None:
+            out.append((slot.start_at, slot.done_at, queued.rig, queued.labels, queued.touches))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, held, st.integers(1, 3), st.integers(1, 4), st.integers(1, 120))
+def test_no_label_is_ever_held_by_more_runs_than_its_cap(rows_, held_, cap, batch, interval):
+    queue, running = build(rows_), running_of(held_)
+    caps = {"x": cap, "y": cap + 1}
+    forecast = simulate(0.0, queue, running, Limits(label_caps=caps, batch_size=batch, interval=interval))
+    spans = intervals(forecast, queue, running)
+    for start, _, _, _, _ in spans[len(running):]:
+        for label, limit in caps.items():
+            live = [s for s in spans if label in s[3] and s[0] <= start < s[1]]
+            # what already ran over the cap (the running polecats) is left as it is; nothing new joins it
+            over = sum(1 for r in running if label in r.labels and r.remaining > start)
+            assert len(live) <= max(limit, over)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, held, st.integers(1, 4), st.integers(1, 120))
+def test_no_two_runs_of_one_rig_whose_touches_overlap_are_held_at_once(rows_, held_, batch, interval):
+    queue, running = build(rows_), running_of(held_)
+    forecast = simulate(0.0, queue, running, Limits(batch_size=batch, interval=interval))
+    spans = intervals(forecast, queue, running)
+    for n, (start, end, rig, _, touches) in enumerate(spans):
+        for m, (other_start, other_end, other_rig, _, other_touches) in enumerate(spans):
+            if m <= n or rig != other_rig or not touches_overlap(touches, other_touches):
+                continue
+            if n < len(running) and m < len(running):
+                continue  # both were running already
+            assert end <= other_start or other_end <= start
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows, st.lists(st.tuples(st.integers(-900, 0), st.integers(0, 700)), max_size=3),
+       st.integers(400, 1500), st.integers(1, 4), st.integers(1, 120))
+def test_no_window_spends_more_than_the_budget(rows_, ledger, budget, batch, interval):
+    queue = build(rows_)
+    charges = [Charge(float(at), tokens, "a") for at, tokens in ledger]
+    window = 900.0
+    forecast = simulate(0.0, queue, limits=Limits(town_budget=budget, budget_window=window, batch_size=batch,
+                                                  interval=interval), charges=charges)
+    launches = [(s.start_at, q.tokens) for s, q in zip(forecast.slots, queue, strict=True)
+                if s.start_at is not None]
+    for start, _ in launches:
+        spent = sum(c.tokens for c in charges if start - window < c.at <= start)
+        spent += sum(t for at, t in launches if start - window < at <= start)
+        assert spent <= budget
+    for slot, queued in zip(forecast.slots, queue, strict=True):
+        assert (slot.why == "budget") == (queued.tokens > budget)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(RIGS), st.integers(1, 400)), max_size=20),
+       st.lists(st.tuples(st.sampled_from(RIGS), st.integers(0, 400)), max_size=3),
+       st.integers(1, 4), st.integers(1, 3), st.integers(1, 4), st.integers(1, 120))
+def test_raising_the_town_cap_never_makes_an_eta_later_under_rig_caps(rows_, held_, cap, rig_cap, batch,
+                                                                      interval):
+    queue = [Queued(f"it-{n}", rig, float(p50), float(p50)) for n, (rig, p50) in enumerate(rows_)]
+    running = [Running(rig, float(left)) for rig, left in held_]
+    low = simulate(0.0, queue, running, Limits(town_cap=cap, rig_caps={"a": rig_cap}, batch_size=batch,
+                                               interval=interval))
+    high = simulate(0.0, queue, running, Limits(town_cap=cap + 1, rig_caps={"a": rig_cap}, batch_size=batch,
+                                                interval=interval))
+    for before, after in zip(low.slots, high.slots, strict=True):
+        assert after.start_at <= before.start_at
+
+
+def test_raising_a_rig_cap_can_make_another_rigs_eta_later():
+    # Under a:1 the second api item is passed over and the web item takes the town's second slot;
+    # under a:2 the api item takes it, and the web item waits for a slot to free.
+    queue = [item(1, "a", p50=2.0), item(2, "a", p50=1.0), item(3, "b", p50=1.0)]
+    limits = {"town_cap": 2, "batch_size": 1, "interval": 1.0}
+    low = simulate(0.0, queue, limits=Limits(rig_caps={"a": 1}, **limits))
+    high = simulate(0.0, queue, limits=Limits(rig_caps={"a": 2}, **limits))
+    assert starts(low) == [0.0, 2.0, 1.0] and starts(high) == [0.0, 1.0, 2.0]
+
+
+@given(rows, held, st.integers(1, 4), st.integers(1, 120))
+def test_the_replay_under_every_rule_is_deterministic(rows_, held_, cap, interval):
+    limits = Limits(town_cap=cap, label_caps={"x": 1}, town_budget=1000, budget_window=600.0,
+                    interval=interval)
+    args = (0.0, build(rows_), running_of(held_), limits, [Charge(-100.0, 300, "a")])
+    assert simulate(*args) == simulate(*args)
