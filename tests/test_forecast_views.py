@@ -179,3 +179,36 @@ def test_a_view_surveys_the_queue_once_for_its_rows_and_their_forecast(town, mon
         surveys.clear()
         look()
         assert len(surveys) == 1, look
+
+
+def test_budget_fit_says_whether_p90_tokens_fit_the_window_and_when_room_comes(town):
+    import time
+
+    from sluice.api import open_town
+    from sluice.store import admission_state as kept
+
+    history(town, 600.0, 6)  # tokens used 400…405: the kind's p90 is 405
+    town.run("sling", "be-1")
+    assert town.json("scheduler", "explain", "be-1")["budget"] is None  # no budget: nothing to say
+    configure(town.town, "scheduler.token_budget", "2000")
+    configure(town.town, "scheduler.budget_window", "1h")
+    charged = time.time() - 600
+    kept.record_launch(open_town(town.town).files, rig="be", item_id="be-old", context_id="c", polecat_id="p",
+                       tokens=1800, now=charged, window=3600)
+    fit = town.json("scheduler", "explain", "be-1")["budget"]
+    assert (fit["tokens_p90"], fit["fits"], fit["remaining"], fit["scope"]) == (405, False, 200, "town")
+    assert seconds(fit["room_at"]) == pytest.approx(charged + 3600, abs=1e-3)  # when that launch leaves
+    line = next(line for line in town.run("scheduler", "explain", "be-1").stdout.splitlines()
+                if "budget fit:" in line)
+    assert "p90 405 tokens do not fit the 200 left of the town's budget (2000 per 1h); room ≈" in line
+    [row] = town.json("scheduler", "forecast")["items"]
+    assert row["budget"] == fit and row["tokens_p90"] == 405
+    assert "(budget: room ≈" in town.run("scheduler", "forecast").stdout
+
+    configure(town.town, "scheduler.token_budget", "5000")
+    assert town.json("scheduler", "explain", "be-1")["budget"]["fits"] is True
+    configure(town.town, "rigs.be.token_budget", "300")  # the rig's budget is smaller than the need itself
+    fit = town.json("scheduler", "explain", "be-1")["budget"]
+    assert (fit["fits"], fit["scope"], fit["room_at"]) == (False, "be", None)
+    text = town.run("scheduler", "explain", "be-1").stdout
+    assert "exceed rig be's budget (300 per 1h) by themselves" in text

@@ -230,6 +230,11 @@ class Explanation(_Document):
         return self.document.get("basis")
 
     @property
+    def budget(self) -> dict | None:
+        """Whether its p90 tokens fit what is left of the token budget, as in ``scheduler forecast``."""
+        return self.document.get("budget")
+
+    @property
     def reasons(self) -> list[dict]:
         """``[{"code", "detail"}]`` with codes from :data:`sluice.core.admission.CODES`."""
         return self.document["reasons"]
@@ -420,6 +425,13 @@ class ItemForecast(_Document):
     runtime_p50: float
     runtime_p90: float
     tokens_p50: int | None
+    tokens_p90: int | None = None
+
+    @property
+    def budget(self) -> dict | None:
+        """Budget fit: ``{"tokens_p90", "fits", "scope", "budget", "remaining", "window", "room_at"}``;
+        None when no token budget applies to the item."""
+        return self.document.get("budget")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
+from sluice.core import budget
 from sluice.core import forecast as model
+from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.items import estimated_minutes, parse_ts
 from sluice.errors import SluiceError
@@ -43,17 +45,67 @@ def learn(town: Town, timeout: float | None = None, types: dict[str, str] | None
 
 
 @dataclass(frozen=True)
+class Budgets:
+    """The token budgets that apply, and the launches charged in their window (``(at, tokens)``, oldest
+    first), as admission counts them."""
+
+    town: int
+    rigs: dict[str, int]
+    window: float
+    town_charges: list[tuple[float, int]]
+    rig_charges: dict[str, list[tuple[float, int]]]
+
+    def fit(self, rig: str, need: int, now: float) -> dict | None:
+        """Whether ``need`` tokens fit every budget over ``rig`` now, and when they next do (None: none)."""
+        fits = []
+        if self.town > 0:
+            fits.append(budget.fit(need, self.town, self.town_charges, now, self.window, "town"))
+        if self.rigs.get(rig, 0) > 0:
+            charges = self.rig_charges.get(rig, [])
+            fits.append(budget.fit(need, self.rigs[rig], charges, now, self.window, rig))
+        bound = budget.binding(fits)
+        if bound is None:
+            return None
+        return {"tokens_p90": need, "fits": all(f.fits for f in fits), "scope": bound.scope,
+                "budget": bound.budget, "remaining": bound.remaining, "window": format_duration(self.window),
+                "room_at": _at(bound.room_at)}
+
+
+@dataclass(frozen=True)
 class Replay:
     """The queue replayed once: the simulation's answer and each queued item's estimate, in queue order."""
 
     result: model.QueueForecast
     estimates: list[model.Estimate]
     daemon: dict
+    tokens_p90: list[int | None]  # per item: the p90 of its kind's tokens, else its launch estimate
+    budgets: Budgets | None = None
 
     @cached_property
-    def by_item(self) -> dict[str, tuple[model.Slot, model.Estimate]]:
-        return {slot.item_id: (slot, estimate)
-                for slot, estimate in zip(self.result.slots, self.estimates, strict=True)}
+    def by_item(self) -> dict[str, int]:
+        """Each queued item's index in the queue."""
+        return {slot.item_id: index for index, slot in enumerate(self.result.slots)}
+
+    def row(self, index: int) -> dict:
+        """The ``scheduler forecast`` row of the ``index``-th queued item."""
+        slot, estimate = self.result.slots[index], self.estimates[index]
+        row = {
+            "item_id": slot.item_id, "rig": slot.rig, "position": slot.position,
+            "start_at": _at(slot.start_at), "done_at": _at(slot.done_at),
+            "done_p90_at": _at(slot.done_p90_at),
+            "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
+            "tokens_p50": estimate.tokens_p50, "tokens_p90": self.tokens_p90[index],
+            "basis": {**estimate.basis, "kind": estimate.kind},
+            "budget": self._fit(slot.rig, self.tokens_p90[index]),
+        }
+        if slot.why is not None:
+            row["why"] = slot.why
+        return row
+
+    def _fit(self, rig: str, need: int | None) -> dict | None:
+        if self.budgets is None or need is None:
+            return None
+        return self.budgets.fit(rig, need, self.result.at)
 
 
 def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Replay:
@@ -75,7 +127,7 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     for throttle in kept.throttles(town, now):
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
 
-    queue, estimates = [], []
+    queue, estimates, tokens = [], [], []
     for work, why in works:
         item = work.item
         minutes = estimated_minutes(item)
@@ -84,6 +136,7 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
         estimate = learned.estimate(work.rig, item.get("issue_type"), item.get("labels") or (), minutes,
                                     default, work.tokens)
         estimates.append(estimate)
+        tokens.append(estimate.tokens_p90 if estimate.tokens_p90 is not None else work.tokens)
         held_until = max(throttle_end.get(None, 0.0), throttle_end.get(work.rig, 0.0))
         if id(work) in backing_off:  # a failed launch waits out its backoff, as dispatch has it
             held_until = max(held_until, parse_ts(retry_due_at(work.payload.fields, *retry)) or 0.0)
@@ -110,9 +163,25 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
                           interval=interval or DAEMON_INTERVAL, first_tick=next_tick,
                           label_caps=dict(caps.label_caps), town_budget=caps.town_budget,
                           rig_budgets=dict(caps.rig_budgets), budget_window=sched.seconds("budget_window"))
-    result = model.simulate(now, queue, running, limits, _charges(town, limits))
+    charges = _charges(town, limits)
+    result = model.simulate(now, queue, running, limits, charges)
     # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
-    return Replay(result, estimates, {"running": interval is not None, "interval": limits.interval})
+    return Replay(result, estimates, {"running": interval is not None, "interval": limits.interval}, tokens,
+                  _budgets(limits, charges, now))
+
+
+def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:
+    """The budgets that apply and what their window holds now (the launches admission counts), or None."""
+    rigs = {name: cap for name, cap in limits.rig_budgets.items() if cap > 0}
+    if limits.town_budget <= 0 and not rigs:
+        return None
+    window = limits.budget_window
+    by_rig: dict[str, list[tuple[float, int]]] = {}
+    for charge in charges:
+        by_rig.setdefault(charge.rig, []).append((charge.at, charge.tokens))
+    return Budgets(limits.town_budget, rigs, window,
+                   budget.charges_in([(c.at, c.tokens) for c in charges], now, window),
+                   {rig: budget.charges_in(rows, now, window) for rig, rows in by_rig.items()})
 
 
 def forecast(where: Town | Session, executor: Executor | None = None, limit: int = 0,
@@ -126,14 +195,14 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
     session = Session.of(where, executor, now)
     replayed = replay(session)
     result = replayed.result
-    shown = zip(result.slots[:limit] if limit else result.slots, replayed.estimates, strict=False)
+    shown = range(min(limit, len(result.slots)) if limit else len(result.slots))
     head = {**summary(replayed), "items_total": len(result.slots)}
     try:
         kept_forecasts.keep(session.files, {**head, "at_ts": result.at})
     except (OSError, SluiceError) as err:
         logger.warning("%s: the forecast was not kept (%s); scheduler status shows the previous one",
                     kept_forecasts.path(session.files), err)
-    return {**head, "items": [_item_row(slot, estimate) for slot, estimate in shown]}
+    return {**head, "items": [replayed.row(index) for index in shown]}
 
 
 def summary(replayed: Replay) -> dict:
@@ -141,18 +210,6 @@ def summary(replayed: Replay) -> dict:
     result = replayed.result
     return {"at": stamp(result.at), "drain_at": _at(result.drain_at),
             "drain_p90_at": _at(result.drain_p90_at), "daemon": replayed.daemon}
-
-
-def _item_row(slot: model.Slot, estimate: model.Estimate) -> dict:
-    row = {
-        "item_id": slot.item_id, "rig": slot.rig, "position": slot.position,
-        "start_at": _at(slot.start_at), "done_at": _at(slot.done_at), "done_p90_at": _at(slot.done_p90_at),
-        "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
-        "tokens_p50": estimate.tokens_p50, "basis": {**estimate.basis, "kind": estimate.kind},
-    }
-    if slot.why is not None:
-        row["why"] = slot.why
-    return row
 
 
 def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None = None) -> list[dict]:
@@ -163,10 +220,10 @@ def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None =
     long queue does not format every other one.
     """
     replayed = replayed or replay(where)
-    by_item = replayed.by_item
+    by_item, slots = replayed.by_item, replayed.result.slots
     for row in rows:
-        found = by_item.get(row["id"])
-        slot = found[0] if found is not None else None
+        index = by_item.get(row["id"])
+        slot = slots[index] if index is not None else None
         row["start_at"] = _at(slot.start_at) if slot is not None else None
         row["done_at"] = _at(slot.done_at) if slot is not None else None
     return rows
@@ -189,14 +246,13 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     """
     session = Session.of(where, executor, now)
     out = queue_model.explain(session, item_id)
-    found = replay(session).by_item.get(item_id) if out["queued"] else None
-    if found is None:
-        out.update(start_at=None, done_at=None, done_p90_at=None, runtime_p50=None, runtime_p90=None,
-                   basis=None)
+    replayed = replay(session) if out["queued"] else None
+    index = replayed.by_item.get(item_id) if replayed is not None else None
+    if index is None:
+        out.update(dict.fromkeys(EXPLAINED))
         return out
-    row = _item_row(*found)
-    out.update({key: row[key] for key in ("start_at", "done_at", "done_p90_at", "runtime_p50", "runtime_p90",
-                                          "basis")})
+    row = replayed.row(index)
+    out.update({key: row[key] for key in EXPLAINED})
     if "why" in row:
         out["eta_why"] = row["why"]
     return out
@@ -212,6 +268,11 @@ def _charges(town: Town, limits: model.Limits) -> list[model.Charge]:
         if isinstance(at, (int, float)) and isinstance(tokens, int):
             out.append(model.Charge(float(at), tokens, str(entry.get("rig", ""))))
     return out
+
+
+#: The forecast row's keys ``scheduler explain`` carries.
+EXPLAINED = ("start_at", "done_at", "done_p90_at", "runtime_p50", "runtime_p90", "tokens_p90", "basis",
+             "budget")
 
 
 def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:

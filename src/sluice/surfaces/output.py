@@ -299,6 +299,18 @@ def queue_text(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def budget_text(fit: dict) -> str:
+    """Whether an item's p90 tokens fit what is left of the budget that binds it, and when they next do."""
+    whose = "the town's budget" if fit["scope"] == "town" else f"rig {shown(fit['scope'])}'s budget"
+    of = f"{whose} ({fit['budget']} per {fit['window']})"
+    need = f"p90 {fit['tokens_p90']} tokens"
+    if fit["fits"]:
+        return f"{need} fit the {fit['remaining']} left of {of}"
+    if fit["room_at"] is None:
+        return f"{need} exceed {of} by themselves: it waits until the budget is raised"
+    return f"{need} do not fit the {fit['remaining']} left of {of}; room ≈{clock_text(fit['room_at'])}"
+
+
 def drain_text(forecast: dict) -> str:
     """When a forecast has the queue drain: ``≈15:10 (p90 15:40)``, or that nothing was left to wait for."""
     if not forecast.get("drain_at"):
@@ -358,6 +370,10 @@ def forecast_text(data: dict) -> str:
     for row in data["items"]:
         basis = row["basis"]
         why = f"  (cannot start: {row['why']})" if row.get("why") else ""
+        fit = row.get("budget")
+        if fit and not fit["fits"]:
+            why += (f"  (budget: room ≈{clock_text(fit['room_at'])})" if fit["room_at"]
+                    else "  (budget: exceeds it by itself)")
         lines.append(f"{row['position']:>4}  {shown(row['item_id']):<14} {shown(row['rig']):<10} "
                      f"{hhmm(row['start_at']):>5}  {hhmm(row['done_at']):>5}  {hhmm(row['done_p90_at']):>5}  "
                      f"{basis['level']} ({basis['samples']} runs){why}")
@@ -389,6 +405,8 @@ def explain_text(data: dict) -> str:
         lines.append(f"  would start ≈{start}, done ≈{done}{p90}, from {basis_text(data.get('basis'))}")
     elif data.get("eta_why"):
         lines.append(f"  no start forecast: {data['eta_why']}")
+    if data.get("budget"):
+        lines.append(f"  budget fit: {budget_text(data['budget'])}")
     if data.get("estimated_minutes") is not None:
         lines.append(f"  estimated: {data['estimated_minutes']} min (beads estimated_minutes)")
     if data.get("due"):
