@@ -86,6 +86,9 @@ def _ray_binary() -> str:
 HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "5000",
                  "RAY_health_check_failure_threshold": "5"}
 
+#: A mount namespace of the node's own: root makes one directly; anyone else inside a user namespace
+#: where they are root (where the kernel allows unprivileged user namespaces).
+NAMESPACE = ("--mount",) if os.geteuid() == 0 else ("--map-root-user", "--mount")
 #: Run inside ``unshare -m``: cover each directory before ``--`` with an empty tmpfs, then become
 #: the command after it.  The mounts are private to the namespace (unshare's default propagation).
 HIDE = 'while [ "$1" != -- ]; do mount -t tmpfs -o size=1m sluice-hidden "$1" || exit 1; shift; done; ' \
@@ -177,7 +180,7 @@ def add_node(cluster: RayCluster, resources: dict[str, float], hidden: list[Path
         pytest.fail("the two-node Ray tests need `unshare` (util-linux) to hide directories from a node")
     port_argv, _ = _node_ports(head=False)
     argv = [
-        unshare, "-m", "sh", "-c", HIDE, "sh", *map(str, hidden), "--",
+        unshare, *NAMESPACE, "sh", "-c", HIDE, "sh", *map(str, hidden), "--",
         _ray_binary(), "start", "--block", "--address", cluster.gcs,
         "--node-ip-address", "127.0.0.1",
         "--num-cpus", "1",
