@@ -19,6 +19,8 @@ The workspaces of running runs are never touched.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -98,6 +100,9 @@ def after_end(town: Town, record: dict) -> str | None:
         why = f"the run ended {record.get('outcome')}" + (f"; {work}" if work else "")
     else:
         why = None
+    if why is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path)  # kept ones are trimmed oldest first: by when their run ended
     trim(town, record.get("rig") or "")
     return why
 
