@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import git, make_repo
@@ -206,3 +207,20 @@ def test_a_rigs_remote_defaults_to_its_origin_and_is_none_without_one(cli, tmp_p
     git("remote", "add", "origin", "git@example.invalid:team/alpha.git", cwd=with_origin)
     assert cli.json("rig", "add", "alpha", str(with_origin))["remote"] == "git@example.invalid:team/alpha.git"
     assert cli.json("rig", "add", "beta", str(make_repo(tmp_path / "repos" / "beta")))["remote"] is None
+
+
+@settings(max_examples=60)
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=24),
+       st.integers(min_value=1, max_value=9))
+def test_every_branch_sluice_makes_is_one_git_itself_accepts(item_id, attempt):
+    name = branch_name("sluice/{rig}/{item_id}", item_id, item_id[::-1], attempt)
+    done = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True, text=True)
+    assert done.returncode == 0, (name, done.stderr)
+
+
+@pytest.mark.parametrize("name", ["a b", "a..b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "a.lock", "/a",
+                                  "a/", "a.", ".a", "a/.b", "a@{1}", "a//b", "-a"])
+def test_what_the_ref_rules_refuse_git_refuses_too(name):
+    assert ref_problem(name) is not None
+    done = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True, text=True)
+    assert done.returncode != 0, name
