@@ -215,7 +215,7 @@ def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_no
     assert tree_hash(rig_repo) == before  # the rig's repository was only ever read
 
 
-def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(town):
+def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(town, cli):
     town_dir, reports, remote = town
     shutil.rmtree(remote)  # the remote is gone: the clone on the node fails
     configure(town_dir, {"executor.ray.resources": json.dumps({"agent_slot": 1, "far": 1}),
@@ -227,6 +227,7 @@ def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(town
     assert record["reason"].startswith(f"cannot clone {remote}: git clone failed")
     assert "fatal:" in record["reason"]  # git's own words
     assert not (reports / "al-1.json").exists()  # the agent never started
+    assert f"reason: {record['reason']}" in cli.run("runs").stdout  # and `sluice runs` says it
     [again] = open_contexts(town_dir, "alpha")
     assert fields(again)["run_failures"] == 1 and record["reason"] in fields(again)["last_failure"]
 

@@ -43,6 +43,8 @@ def _runs_text(rows: list[dict]) -> str:
         lines.append(f"{mark}{shown(row['run_id']):<14} {shown(row.get('item_id')) or '-':<14}"
                      f" {shown(row.get('rig')) or '-':<12} {row.get('outcome'):<10} {code:>5} {took:>9}"
                      f"  {row.get('started_at') or '-'}")
+        if row.get("reason"):
+            lines.append(f"    reason: {shown(row['reason'])}")
         if row.get("workspace") and row.get("workspace_kept"):
             lines.append(f"    workspace kept: {shown(row['workspace'])} ({shown(row['workspace_kept'])})")
     return "\n".join(lines)
