@@ -1,4 +1,7 @@
-"""The host guard and the hold file: real readings of this machine, real files, real polecats.
+"""The host guard and the hold file: real readings of this machine, real files.
+
+Polecats are the in-memory executor's, except where another process must see
+them (a running daemon, a hot read started as a command): there they are real.
 
 Limits no machine can meet (1000 TiB free, a load of 0.000001 per core) and
 limits every machine meets (1 byte free, a load of a million per core) make
@@ -18,6 +21,7 @@ from helpers.scheduler import configure, item, sleeper, town_with_rigs, wait_for
 from sluice.core import admission as rules
 from sluice.core.gates import parse_size
 from sluice.errors import UsageError
+from sluice.executors import get_executor
 from sluice.executors.local import LocalExecutor
 from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.queue import explain, status
@@ -37,14 +41,21 @@ ALWAYS_MET = {
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def town(cli, tmp_path, memory):
     town_with_rigs(cli, tmp_path, ("alpha", "al"))
     configure(cli.town, "scheduler.max_polecats", "5")
     configure(cli.town, "scheduler.batch_size", "5")
-    configure(cli.town, "executor.command", sleeper(30))
     write_items(cli.town, "alpha", [item("al-1", priority=1), item("al-2", priority=2)])
-    yield cli.town
-    executor = LocalExecutor(Town(cli.town), stop_grace=1)
+    return cli.town
+
+
+@pytest.fixture
+def local(town):
+    """The town on the local executor with sleeping polecats, each stopped at the end."""
+    configure(town, "executor.kind", "local")
+    configure(town, "executor.command", sleeper(30))
+    yield town
+    executor = LocalExecutor(Town(town), stop_grace=1)
     for polecat in executor.active():
         executor.stop(polecat.id)
 
@@ -55,7 +66,7 @@ def queue(town, *ids):
 
 
 def running(town) -> list[str]:
-    return sorted(p.item_id for p in LocalExecutor(Town(town)).active())
+    return sorted(p.item_id for p in get_executor(Town(town)).active())
 
 
 @pytest.mark.parametrize("key", sorted(IMPOSSIBLE))
@@ -157,7 +168,7 @@ def test_a_sling_held_in_direct_mode_exits_1_naming_the_gate(town, cli):
     assert running(town) == []
 
 
-def test_the_hold_file_is_obeyed_by_a_running_daemon(town):
+def test_the_hold_file_is_obeyed_by_a_running_daemon(town, local):
     configure(town, "scheduler.hold_file", "HOLD")
     (town / "HOLD").write_text("hold on\n")
     queue(town, "al-1")
@@ -234,7 +245,7 @@ finally:
 @pytest.mark.parametrize("args", [("scheduler", "status", "--json"), ("scheduler", "explain", "al-2"),
                                   ("scheduler", "list"), ("scheduler", "run", "--dry-run", "--json")],
                          ids=" ".join)
-def test_hot_reads_show_the_kept_reading_without_importing_psutil(town, args):
+def test_hot_reads_show_the_kept_reading_without_importing_psutil(town, local, args):
     configure(town, "scheduler.host.min_free_memory", "1B")
     configure(town, "scheduler.host.max_load", "1000000")
     configure(town, "scheduler.hold_file", "HOLD")
