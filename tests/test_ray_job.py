@@ -104,3 +104,21 @@ def test_reason_of_reads_only_a_last_line_that_is_sluice_s():
     assert reason_of(None) is None and reason_of("") is None
     assert reason_of(f"{MARK}cannot clone x: boom\n\n") == "cannot clone x: boom"
     assert reason_of(f"{MARK}cloned x into y on branch b\nagent: exit 3") is None  # the agent's own failure
+
+
+def test_in_the_rig_s_checkout_the_agent_becomes_the_job_and_a_missing_one_is_named(tmp_path):
+    def run(argv: list[str], repo: Path) -> tuple[int, int, str, str]:
+        env = {**os.environ, SPEC_VAR: json.dumps({"repo": str(repo), "argv": argv}),
+               "PYTHONPATH": str(ROOT / "src")}
+        job = subprocess.Popen([sys.executable, "-m", "sluice.executors.ray_job"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = job.communicate(timeout=60)
+        return job.pid, job.returncode, out, err
+
+    code = f"import os; print(os.getcwd(), os.getpid(), os.environ.get({SPEC_VAR!r}))"
+    pid, status, out, _ = run([sys.executable, "-c", code], tmp_path)
+    assert status == 0 and out.split() == [str(tmp_path), str(pid), "None"]  # exec'd in the checkout, no spec
+    _, status, _, err = run(["/no/such/agent"], tmp_path)
+    assert status == 127 and "cannot launch '/no/such/agent'" in err
+    _, status, _, err = run([sys.executable, "-c", "pass"], tmp_path / "not-here")
+    assert status == 127 and str(tmp_path / "not-here") in err  # this node has no such checkout

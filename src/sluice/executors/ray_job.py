@@ -63,7 +63,7 @@ def main(environ: dict[str, str] | None = None) -> int:
             os.execvpe(argv[0], argv, env)
         except OSError as err:
             said = err.strerror or err
-            print(f"sluice: cannot start {argv[0]!r} in {spec['repo']}: {said}", file=sys.stderr, flush=True)
+            print(f"sluice: cannot launch {argv[0]!r} in {spec['repo']}: {said}", file=sys.stderr, flush=True)
             return 127
     from sluice.errors import SluiceError
     from sluice.executors.base import substitute
