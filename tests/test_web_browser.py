@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -110,6 +111,9 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
     assert browser.execute_script(  # numbers and their headers line up on the right
         "return getComputedStyle(document.querySelector('#queue th.num')).textAlign") == "right"
     assert rows == [r["id"] for r in cli.json("scheduler", "list")]  # the CLI's dispatch order
+    cells = browser.find_elements(By.CSS_SELECTOR, '#queue tr[data-item="al-1"] td.num')
+    assert any(re.fullmatch(r"\d\d:\d\d", c.text) for c in cells)  # its forecast start and finish, UTC
+    assert "drains ≈" in _text(browser, "#summary")
 
     # An agent's title is text: shown literally, nothing injected, nothing run.
     title_cell = browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="al-2"] td.title')
@@ -161,6 +165,7 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     why = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#why li")]
     assert why == ([f"{r['code']}: {r['detail']}" if r["detail"] else r["code"] for r in explain["reasons"]]
                    or ["nothing: the next cycle launches it"])
+    assert "start ≈" in _text(browser, "#facts") and "runs of" not in _text(browser, "#facts")  # no history
 
     browser.get(f"{web.url}#token={TOKEN}")
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=60)

@@ -7,6 +7,27 @@ function fill(list, entries, empty) {
   for (const entry of entries) list.appendChild(entry instanceof Node ? entry : el("li", entry));
 }
 
+function hhmm(stamp) {
+  return stamp ? String(stamp).slice(11, 16) + " UTC" : "-";
+}
+
+// What `scheduler explain` says of the item's forecast: when it would start and finish, from what.
+function forecastText(e) {
+  if (e.start_at) {
+    const basis = e.basis ? (e.basis.samples ? e.basis.samples + " runs of " + e.basis.kind : e.basis.level) : "";
+    return "start ≈" + hhmm(e.start_at) + ", done ≈" + hhmm(e.done_at) + " (p90 " + hhmm(e.done_p90_at) + ")"
+      + (basis ? ", from " + basis : "");
+  }
+  return e.eta_why ? "cannot start yet (" + e.eta_why + ")" : null;
+}
+
+function budgetText(b) {
+  const whose = b.scope === "town" ? "the town's budget" : "rig " + b.scope + "'s budget";
+  if (b.fits) return "p90 " + b.tokens_p90 + " tokens fit the " + b.remaining + " left of " + whose;
+  if (!b.room_at) return "p90 " + b.tokens_p90 + " tokens exceed " + whose + " (" + b.budget + " per " + b.window + ")";
+  return "p90 " + b.tokens_p90 + " tokens do not fit the " + b.remaining + " left of " + whose + "; room ≈" + hhmm(b.room_at);
+}
+
 async function load() {
   const id = decodeURIComponent(location.pathname.split("/").pop());
   document.getElementById("item-id").textContent = id;
@@ -38,6 +59,8 @@ async function load() {
                   updated: item.updated_at, labels: (item.labels || []).join(", "),
                   due: data.due ? data.due + " (" + data.due_at + ")" : null,
                   estimated: data.estimated_minutes === null ? null : data.estimated_minutes + " min",
+                  forecast: explain ? forecastText(explain) : null,
+                  "budget fit": explain && explain.budget ? budgetText(explain.budget) : null,
                   gate: data.gate ? (data.gate.await_type || "gate") + (data.gate.await_id ? " " + data.gate.await_id : "")
                     + (data.gate.timeout ? ", timeout " + data.gate.timeout : "") : null };
   for (const [k, v] of Object.entries(shown)) {
