@@ -271,3 +271,14 @@ def test_a_polecat_found_after_an_interrupted_launch_keeps_its_workspace_while_i
         assert workspaces.trim(files, "alpha") == [] and made.path.is_dir()  # the running polecat's own
     finally:
         executor.stop(polecat.id)
+
+
+def test_trimming_waits_while_a_launch_holds_the_workspace_lock(cli, town):
+    from sluice.scheduler import workspaces
+
+    files = Town(town["town"])
+    configure(town["town"], "executor.workspace_keep", "0")
+    made = workspaces.prepare(files, "alpha", "al-1", 1)  # cloned, its run record not yet written
+    with workspaces.launching(files):
+        assert workspaces.trim(files, "alpha") == [] and made.path.is_dir()
+    assert workspaces.trim(files, "alpha") == [made.path] and not made.path.exists()
