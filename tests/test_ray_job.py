@@ -23,7 +23,7 @@ from sluice.executors.ray_job import DIRECTORY, MARK, SPEC_VAR, WORKSPACE_FAILED
 AGENT = r'''
 import json, os, sys
 report, code, litter = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "litter"
-json.dump({"argv": sys.argv[4:], "cwd": os.getcwd(),
+json.dump({"argv": sys.argv[4:], "cwd": os.getcwd(), "pythonpath": os.environ.get("PYTHONPATH"),
            "env": {k: v for k, v in os.environ.items() if k.startswith("SLUICE_")}}, open(report, "w"))
 if litter:
     open("notes.txt", "w").write("work that exists nowhere else")
@@ -52,7 +52,7 @@ def job(tmp_path: Path, source: Path, *, code: int = 0, litter: bool = False, ti
         "values": {"item_id": "al-1", "rig": "alpha", "title": title, "context_id": "al-wisp-1", "repo": ""},
     }
     env = {**os.environ, SPEC_VAR: json.dumps(spec), "SLUICE_ITEM_ID": "al-1",
-           "PYTHONPATH": str(ROOT / "src")}
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path / "node-own")])}
     done = subprocess.run([sys.executable, "-m", "sluice.executors.ray_job"], env=env, capture_output=True,
                           text=True, timeout=120)
     seen = json.loads(report.read_text()) if report.exists() else None
@@ -66,6 +66,7 @@ def test_the_agent_runs_in_a_fresh_clone_with_its_placeholders_filled_on_the_nod
     workspace = str(root / "sluice-abc-al-wisp-1")
     assert seen["argv"] == [title, workspace, "sluice/al-1"]  # the title's {workspace} stays as written
     assert seen["cwd"] == workspace
+    assert seen["pythonpath"] == str(tmp_path / "node-own")  # the shipped package is not the agent's
     assert seen["env"] == {"SLUICE_ITEM_ID": "al-1", "SLUICE_WORKSPACE": workspace,
                            "SLUICE_BRANCH": "sluice/al-1"}  # and the job's own spec is gone
     assert f"{MARK}removed {workspace}" in done.stdout.splitlines()  # ok and nothing unsaved: removed

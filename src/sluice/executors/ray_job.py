@@ -53,7 +53,7 @@ def reason_of(message: str | None) -> str | None:
 
 
 def main(environ: dict[str, str] | None = None) -> int:
-    env = dict(os.environ if environ is None else environ)
+    env = _agent_env(dict(os.environ if environ is None else environ))
     spec = json.loads(env.pop(SPEC_VAR))
     workspace = spec.get("workspace")
     if not workspace:
@@ -85,6 +85,18 @@ def main(environ: dict[str, str] | None = None) -> int:
         print(f"{MARK}{'kept ' + str(made.path) + ': ' + kept if kept else 'removed ' + str(made.path)}",
               flush=True)
     return code if code >= 0 else 128 - code
+
+
+def _agent_env(env: dict[str, str]) -> dict[str, str]:
+    """The node's environment without the directory Ray put the shipped sluice package in: the agent
+    sees the node's own Python path, not sluice's."""
+    ours = str(Path(__file__).resolve().parents[2])
+    kept = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry and entry != ours]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> int:
