@@ -212,3 +212,30 @@ def test_budget_fit_says_whether_p90_tokens_fit_the_window_and_when_room_comes(t
     assert (fit["fits"], fit["scope"], fit["room_at"]) == (False, "be", None)
     text = town.run("scheduler", "explain", "be-1").stdout
     assert "exceed rig be's budget (300 per 1h) by themselves" in text
+
+
+def test_a_forecast_that_cannot_be_kept_still_answers_and_says_so(town):
+    from sluice.api import open_town
+    from sluice.store.forecasts import path
+
+    town.run("sling", "be-1")
+    kept = path(open_town(town.town).files)
+    kept.mkdir(parents=True)  # a directory where the file goes: it can be neither written nor read
+    done = town.run("scheduler", "forecast", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["items_total"] == 1
+    assert "the forecast was not kept" in done.stderr and str(kept) in done.stderr
+    done = town.run("scheduler", "status", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["forecast"] is None
+    assert "cannot read the kept forecast" in done.stderr
+
+
+def test_times_and_ages_read_as_people_say_them():
+    from sluice.surfaces.output import age_text, basis_text, clock_text
+
+    assert clock_text("2026-12-01T14:05:09Z", today="2026-12-01") == "14:05"
+    assert clock_text("2026-12-03T14:05:09Z", today="2026-12-01") == "2026-12-03 14:05"
+    assert clock_text(None) == "-"
+    assert [age_text(s) for s in (40, 180, 7200, 3 * 86400)] == ["40 s", "3 min", "2 h", "3 days"]
+    assert basis_text({"level": "rig+type", "samples": 23, "kind": "api/task"}) == "23 runs of api/task"
+    assert basis_text({"level": "town", "samples": 9, "kind": "town"}) == "9 runs of the whole town"
+    assert "estimated_minutes" in basis_text({"level": "estimated_minutes", "samples": 0, "kind": ""})

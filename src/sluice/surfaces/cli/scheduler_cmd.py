@@ -74,7 +74,7 @@ def status(
     limit: Annotated[int, typer.Option(help="List the first N queued items; 0 = all.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """Pause state, queue size, active polecats and capacity."""
+    """Pause state, queue size, active polecats, capacity, and when the last forecast drains the queue."""
     emit(town().status(limit).to_json(), as_json, queue_status_text)
 
 
@@ -84,7 +84,7 @@ def list_(
     offset: Annotated[int, typer.Option(help="Skip the first K rows.")] = 0,
     as_json: JsonOption = False,
 ) -> None:
-    """Queued items in dispatch order (ready first, then blocked)."""
+    """Queued items in dispatch order (ready first, then blocked), each with its forecast start and finish."""
     emit(town().list(limit, offset).to_json(), as_json, queue_text)
 
 
@@ -155,7 +155,7 @@ def explain(
     item: Annotated[str, typer.Argument(help="The work item to explain.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Would the next cycle launch ITEM, and every reason it would not."""
+    """Would the next cycle launch ITEM, every reason it would not, and when it would start and finish."""
     emit(town().explain(item).to_json(), as_json, explain_text)
 
 
