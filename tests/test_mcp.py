@@ -24,8 +24,11 @@ TOOLS = {
 }  # fmt: skip
 
 
-def session_calls(env: dict, calls: list[tuple[str, dict]], cwd: Path | None = None):
-    """Start `sluice mcp`, list its tools, make each call; returns (tool names, results)."""
+def session_calls(env: dict, calls: list[tuple[str, dict]], cwd: Path | None = None, after=None):
+    """Start `sluice mcp`, list its tools, make each call; returns (tool names, results).
+
+    ``after(call, result)``, when given, runs after each call, while the server still serves.
+    """
 
     async def go():
         params = StdioServerParameters(
@@ -40,6 +43,8 @@ def session_calls(env: dict, calls: list[tuple[str, dict]], cwd: Path | None = N
                 result = await session.call_tool(name, args)
                 text = result.content[0].text if result.content else ""
                 results.append((result.is_error, text))
+                if after is not None:
+                    after((name, args), results[-1])
             return names, results
 
     return asyncio.run(asyncio.wait_for(go(), timeout=120))
@@ -123,32 +128,41 @@ def test_each_tool_call_works(cli: Cli, queued: dict):
     assert payload(results[13])["graph_overrides"] == {}
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        ("sluice_scheduler_run", {"dry_run": "false"}),  # a string is not a boolean
-        ("sluice_schedule_next", {"limit": "2"}),
-        ("sluice_schedule_next", {"limit": 0}),
-        ("sluice_schedule_policy", {"action": "set", "merge_queue_threshold": 0}),
-        ("sluice_schedule_policy", {"action": "explode"}),
-        ("sluice_schedule_policy", {"action": "set", "priority": float("nan")}),  # as the CLI refuses it
-        ("sluice_schedule_policy", {"action": "set", "cost": float("inf")}),
-        ("sluice_schedule_policy", {"action": "set", "merge_pressure_penalty": float("-inf")}),
-        ("sluice_schedule_policy", {"action": "set", "priority": 2, "graph_id": "al-nope"}),
-        ("sluice_schedule_policy", {"action": "unset"}),
-        ("sluice_schedule_policy", {"action": "unset", "graph_id": "al-never-overridden"}),
-        ("sluice_sling", {"item_ids": ["al-nope"], "rig": "alpha"}),
-        ("sluice_patrol", {"rig": "no-such-rig"}),
-    ],
-)
-def test_bad_arguments_are_tool_errors_and_the_server_survives(cli: Cli, queued: dict, call):
+BAD_CALLS = [
+    ("sluice_scheduler_run", {"dry_run": "false"}),  # a string is not a boolean
+    ("sluice_schedule_next", {"limit": "2"}),
+    ("sluice_schedule_next", {"limit": 0}),
+    ("sluice_schedule_policy", {"action": "set", "merge_queue_threshold": 0}),
+    ("sluice_schedule_policy", {"action": "explode"}),
+    ("sluice_schedule_policy", {"action": "set", "priority": float("nan")}),  # as the CLI refuses it
+    ("sluice_schedule_policy", {"action": "set", "cost": float("inf")}),
+    ("sluice_schedule_policy", {"action": "set", "merge_pressure_penalty": float("-inf")}),
+    ("sluice_schedule_policy", {"action": "set", "priority": 2, "graph_id": "al-nope"}),
+    ("sluice_schedule_policy", {"action": "unset"}),
+    ("sluice_schedule_policy", {"action": "unset", "graph_id": "al-never-overridden"}),
+    ("sluice_sling", {"item_ids": ["al-nope"], "rig": "alpha"}),
+    ("sluice_patrol", {"rig": "no-such-rig"}),
+]
+STATUS = ("sluice_scheduler_status", {})
+
+
+def test_bad_arguments_are_tool_errors_and_the_server_survives(cli: Cli, queued: dict):
+    """Every bad call is a tool error, and the one server goes on serving after each, with nothing changed."""
     env = {"SLUICE_TOWN": str(cli.town)}
-    _names, results = session_calls(env, [call, ("sluice_scheduler_status", {})])
-    is_error, text = results[0]
-    assert is_error and text
-    assert "Traceback" not in text
-    assert payload(results[1])["queued_total"] == 1  # still serving, nothing changed
-    assert not (cli.town / ".sluice" / "schedule" / "policy.json").exists()
+    seen: list[tuple] = []
+
+    def check(call, result):
+        is_error, text = result
+        if call == STATUS:
+            assert payload(result)["queued_total"] == 1, seen[-1]  # still serving, nothing changed
+        else:
+            assert is_error and text, (call, text)
+            assert "Traceback" not in text, (call, text)
+        assert not (cli.town / ".sluice" / "schedule" / "policy.json").exists(), call
+        seen.append(call)
+
+    session_calls(env, [c for call in BAD_CALLS for c in (call, STATUS)], after=check)
+    assert seen == [c for call in BAD_CALLS for c in (call, STATUS)]
 
 
 def test_unknown_arguments_are_refused_never_ignored(cli: Cli, queued: dict):
