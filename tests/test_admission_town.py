@@ -201,7 +201,8 @@ def test_explain_codes_for_items_not_in_the_queue(cli, town):
                    "score": None, "promoted_at": None, "host": out["host"],
                    "estimated_minutes": None, "due_at": None, "due": None, "gates": [],
                    "start_at": None, "done_at": None, "done_p90_at": None, "runtime_p50": None,
-                   "runtime_p90": None, "basis": None,  # no forecast for an item not in the queue
+                   "runtime_p90": None, "tokens_p90": None, "basis": None, "budget": None,  # not queued:
+                   # no forecast, no budget fit
                    "reasons": [{"code": "not-queued", "detail": out["reasons"][0]["detail"]}]}
     assert [r["code"] for r in cli.json("scheduler", "explain", "al-nope")["reasons"]] == ["missing-item"]
     sling(Town(town), ["al-dep", "al-free", "alpha"], SlingOptions())
