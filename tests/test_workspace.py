@@ -224,3 +224,15 @@ def test_what_the_ref_rules_refuse_git_refuses_too(name):
     assert ref_problem(name) is not None
     done = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True, text=True)
     assert done.returncode != 0, name
+
+
+def test_a_tag_the_source_had_on_a_commit_no_branch_holds_is_not_unsaved_work(source, tmp_path):
+    git("checkout", "-q", "-b", "release", cwd=source)
+    commit(source, "release.txt")
+    git("tag", "v2", cwd=source)
+    git("checkout", "-q", "main", cwd=source)
+    git("branch", "-q", "-D", "release", cwd=source)  # v2's commit is on no branch of the source now
+    made = ws.clone(str(source), tmp_path / "w", "sluice/al-1")
+    assert ws.unsaved_work(made.path) is None
+    git("tag", "mine", "v2", cwd=made.path)  # a new tag, but on a commit the source has
+    assert ws.unsaved_work(made.path) is None
