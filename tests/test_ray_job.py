@@ -39,7 +39,8 @@ def remote(tmp_path: Path) -> Path:
 
 
 def job(tmp_path: Path, source: Path, *, code: int = 0, litter: bool = False, title: str = "a title",
-        branch: str = "sluice/al-1") -> tuple[subprocess.CompletedProcess, dict | None, Path]:
+        branch: str = "sluice/al-1", filled: bool = False) -> tuple[subprocess.CompletedProcess, dict | None,
+                                                                     Path]:
     """Run the job module as Ray would on a node; (process, the agent's report, the workspace root)."""
     report = tmp_path / "report.json"
     report.unlink(missing_ok=True)
@@ -51,6 +52,9 @@ def job(tmp_path: Path, source: Path, *, code: int = 0, litter: bool = False, ti
                      "{title}", "{workspace}", "{branch}"],
         "values": {"item_id": "al-1", "rig": "alpha", "title": title, "context_id": "al-wisp-1", "repo": ""},
     }
+    if filled:  # a request that came with its argv only: run as it is
+        spec["argv"] = [*spec["template"][:6], title, "{workspace}", "{branch}"]
+        spec["template"] = []
     env = {**os.environ, SPEC_VAR: json.dumps(spec), "SLUICE_ITEM_ID": "al-1",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path / "node-own")])}
     done = subprocess.run([sys.executable, "-m", "sluice.executors.ray_job"], env=env, capture_output=True,
@@ -71,6 +75,13 @@ def test_the_agent_runs_in_a_fresh_clone_with_its_placeholders_filled_on_the_nod
                            "SLUICE_BRANCH": "sluice/al-1"}  # and the job's own spec is gone
     assert f"{MARK}removed {workspace}" in done.stdout.splitlines()  # ok and nothing unsaved: removed
     assert not Path(workspace).exists()
+
+
+def test_an_argv_without_its_template_runs_as_it_is(tmp_path):
+    done, seen, _ = job(tmp_path, remote(tmp_path), title="{item_id}", filled=True)
+    assert done.returncode == 0, done.stderr
+    assert seen["argv"] == ["{item_id}", "{workspace}", "{branch}"]  # nothing substituted a second time
+    assert seen["env"]["SLUICE_WORKSPACE"] == seen["cwd"]
 
 
 def test_a_branch_the_remote_has_is_never_taken_over_and_a_failed_run_keeps_its_workspace(tmp_path):

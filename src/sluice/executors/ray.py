@@ -241,7 +241,8 @@ class RayExecutor:
         return {
             "workspace": {"source": rig.remote, "branch": names[0], "fresh": names[1:], "root": root,
                           "name": submission_id},
-            "template": list(request.template or request.argv),
+            "argv": list(request.argv),  # run as it is when the request has no template to fill
+            "template": list(request.template),
             "values": dict(request.values),
         }
 

@@ -79,7 +79,8 @@ def main(environ: dict[str, str] | None = None) -> int:
     print(f"{MARK}cloned {workspace['source']} into {made.path} on branch {made.branch}", flush=True)
     values = {**spec["values"], "workspace": str(made.path), "branch": made.branch}
     env.update(SLUICE_WORKSPACE=str(made.path), SLUICE_BRANCH=made.branch)
-    code = _run(list(substitute(spec["template"], values)), made.path, env)
+    argv = list(substitute(spec["template"], values)) if spec.get("template") else spec["argv"]
+    code = _run(argv, made.path, env)
     if code == 0:
         kept = retire(made.path)
         print(f"{MARK}{'kept ' + str(made.path) + ': ' + kept if kept else 'removed ' + str(made.path)}",
