@@ -282,3 +282,12 @@ def test_trimming_waits_while_a_launch_holds_the_workspace_lock(cli, town):
     with workspaces.launching(files):
         assert workspaces.trim(files, "alpha") == [] and made.path.is_dir()
     assert workspaces.trim(files, "alpha") == [made.path] and not made.path.exists()
+
+
+def test_a_direct_sling_launches_in_a_workspace_too(cli, town):
+    configure(town["town"], "scheduler.max_polecats", "-1")
+    write_items(town["town"], "alpha", [item("al-1", title="ok")])
+    cli.run("sling", "al-1", "alpha")
+    got = seen(town["reports"], "al-1")
+    assert got["head"] == "sluice/al-1" and got["env"]["SLUICE_CONTEXT_ID"] == ""
+    assert Path(got["cwd"]).parent == git_workspace.rig_root(Town(town["town"]), "alpha")
