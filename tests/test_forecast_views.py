@@ -163,6 +163,7 @@ def test_the_views_show_each_rows_times_and_when_the_queue_drains(town):
     assert len(page["queue"]) == 1 and page["forecast"]["items_total"] == 3  # the whole queue replayed
     frame = town.run("top", "--once").stdout
     assert "drains ≈" in frame and "start≈" in frame
+    assert "  queue drains ≈" in town.run("snapshot").stdout
 
 
 def test_a_view_surveys_the_queue_once_for_its_rows_and_their_forecast(town, monkeypatch):

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, town
+from sluice.surfaces.output import drain_text
 
 
 def snapshot(
@@ -23,6 +24,11 @@ def _snapshot_text(snap: dict) -> str:
     lines = [f"sluice town {snap['town']} at {snap['at']}",
              f"  scheduler {state}, {sched['mode']} mode, {sched['active_polecats'] or 0} polecat(s) running,"
              f" {sched['queued_total']} queued ({sched['queued_ready']} ready)"]
+    forecast = snap.get("forecast") or {}
+    if forecast.get("error"):
+        lines.append(f"  no forecast: {forecast['error']}")
+    elif forecast:
+        lines.append(f"  queue drains {drain_text(forecast)} (forecast, UTC)")
     for name, rig in snap["rigs"].items():
         if "error" in rig:
             lines.append(f"  {name}: {rig['error']}")
