@@ -117,3 +117,14 @@ def test_bench_forecast_learns_from_real_runs_and_scores_the_held_out_ones(tmp_p
         assert found[side]["p50_error"] >= 0 and 0 <= found[side]["within_p90"] <= 1
     [drain] = found["drains"]
     assert drain["items"] == 4 and drain["real"] > 0 and drain["predicted"] > 0
+
+
+def test_bench_forecast_cost_times_the_forecast_beside_status(tmp_path: Path):
+    """The forecast cost benchmark at a tiny size: each command is timed, first and warm."""
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_forecast_cost.py"), "--queued", "20",
+            "--history", "50", "--runs", "1", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)["this"]
+    assert set(row) == {"status", "forecast --limit 50", "forecast"}
+    assert all(times["first"] > 0 and times["warm"] > 0 for times in row.values())

@@ -207,12 +207,19 @@ class Model:
         if self.min_samples < 1:
             raise ConfigError(f"forecast.min_samples must be >= 1 (got {self.min_samples})")
 
+    @classmethod
+    def of_kinds(cls, kinds: Mapping[tuple, Sequence[Sample]], window: int = DEFAULT_WINDOW,
+                 min_samples: int = DEFAULT_MIN_SAMPLES, timeout: float | None = None) -> Model:
+        """A model of windows kept elsewhere (oldest first); a censored run counts as lasting ``timeout``."""
+        model = cls(window=window, min_samples=min_samples)
+        for key, runs in kinds.items():
+            if timeout:
+                runs = [_at_least(s, timeout) if s.censored else s for s in runs]
+            model.kinds[key] = deque(runs, maxlen=window)
+        return model
+
     def add(self, sample: Sample) -> None:
-        keys = [(LEVEL_TOWN,), (LEVEL_RIG, sample.rig)]
-        if sample.issue_type is not None:
-            keys.append((LEVEL_TYPE, sample.rig, sample.issue_type))
-            keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
-        for key in keys:
+        for key in kind_keys(sample):
             runs = self.kinds.get(key)
             if runs is None:
                 runs = self.kinds[key] = deque(maxlen=self.window)
@@ -272,6 +279,20 @@ class Model:
         else:
             p50 = default_runtime
         return remaining(p50, elapsed, floor=min(floor, p50))
+
+
+def kind_keys(sample: Sample) -> list[tuple]:
+    """The kinds a sample counts for: the town, its rig, its rig and type, and one per label."""
+    keys = [(LEVEL_TOWN,), (LEVEL_RIG, sample.rig)]
+    if sample.issue_type is not None:
+        keys.append((LEVEL_TYPE, sample.rig, sample.issue_type))
+        keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
+    return keys
+
+
+def _at_least(sample: Sample, timeout: float) -> Sample:
+    return Sample(sample.rig, sample.issue_type, sample.labels, max(sample.runtime, float(timeout)), True,
+                  sample.tokens)
 
 
 def _estimate(runs: Sequence[Sample], key: tuple) -> Estimate:

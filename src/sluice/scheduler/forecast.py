@@ -27,7 +27,7 @@ from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import forecasts as kept_forecasts
-from sluice.store import runs as log
+from sluice.store import runsamples
 from sluice.store.state import load_state, read_heartbeat
 
 if TYPE_CHECKING:
@@ -37,11 +37,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def learn(town: Town, timeout: float | None = None, types: dict[str, str] | None = None) -> model.Model:
-    """The model of the town's run history (the log as one process keeps it, read incrementally)."""
-    types = types or {}
-    return model.learn(model.sample_of(r, types.get(r.get("item_id", "")), timeout)
-                       for r in log.read_runs(town).values())
+def learn(town: Town, timeout: float | None = None) -> model.Model:
+    """The model of the town's run history: each kind's window, kept at a mark of the run log.
+
+    Only the lines appended since the last forecast are parsed
+    (:mod:`sluice.store.runsamples`), so a history of 100,000 runs is not
+    read again by every command.  A run recorded without its issue type
+    counts for its rig and the town only.
+    """
+    return runsamples.samples(town).model(timeout)
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,8 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     works = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
     backing_off = {id(w) for w in view.backing_off}
     retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
-    types = {w.item["id"]: w.item.get("issue_type") or "task" for w, _ in works}
-    learned = learn(town, timeout, types)
+    kept_runs = runsamples.samples(town)  # the windows and the running runs, at one mark of the run log
+    learned = kept_runs.model(timeout)
     default = model.DEFAULT_RUNTIME
     paused = load_state(town).paused
 
@@ -147,7 +151,7 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
                                   touches=seen.touches, tokens=seen.tokens))
 
     running = []
-    for record in log.digest(town).running.values():
+    for record in kept_runs.pending.values():
         started = parse_ts(record.get("started_at"))
         elapsed = now - started if started is not None else 0.0
         rig = record.get("rig") or ""

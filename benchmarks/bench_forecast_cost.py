@@ -1,0 +1,152 @@
+"""What `scheduler forecast` costs at 10,000 queued over 100,000 past runs, beside `scheduler status`.
+
+Usage:  python benchmarks/bench_forecast_cost.py [--queued 10000] [--history 100000] [--runs 5]
+                                                 [--tree NAME=SRC ...] [--work DIR] [--json]
+
+A town is built once: one rig over a real git repository reading a beads
+export of ``--queued`` items in five labels and three issue types, all of
+them slung, and a run log of ``--history`` past runs of those kinds, each
+written as a real launch leaves it (its ``running`` version, then its ended
+one).  For each tree (default: this checkout's ``src``), on a copy of the
+town, the first command after the copy (nothing kept yet) and then the
+median of ``--runs`` warm ones are timed for ``scheduler status --json``,
+``scheduler forecast --json --limit 50`` and ``scheduler forecast --json``,
+through the CLI, interpreter start included.  The trees and commands run
+alternately, so a slow spell of a shared machine falls on all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STAMP = "2026-01-01T00:00:00Z"
+CHUNK = 10_000
+LABELS = ("area:api", "area:db", "area:ui", "size:s", "size:l")
+TYPES = ("task", "bug", "feature")
+COMMANDS = {"status": ["scheduler", "status", "--json"],
+            "forecast --limit 50": ["scheduler", "forecast", "--json", "--limit", "50"],
+            "forecast": ["scheduler", "forecast", "--json"]}
+
+
+def run(src: Path, town: Path, *args: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(town)}
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"sluice {' '.join(args[:3])} … failed: {done.stderr.strip()[-400:]}")
+    return time.perf_counter() - began
+
+
+def build(base: Path, src: Path, queued: int, history: int) -> Path:
+    town, repo, export = base / "town", base / "repo", base / "export" / "issues.jsonl"
+    marker = base / "built"
+    if marker.exists() and marker.read_text() == f"{queued}x{history}":
+        return town
+    shutil.rmtree(base, ignore_errors=True)
+    export.parent.mkdir(parents=True)
+    git = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=git)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
+                   env=git)
+    ids = [f"fq-w{k:06d}" for k in range(queued)]
+    with export.open("w") as fh:
+        for k, item_id in enumerate(ids):
+            fh.write(json.dumps({"id": item_id, "title": f"work item {k}", "status": "open",
+                                 "priority": k % 5, "issue_type": TYPES[k % 3], "labels": [LABELS[k % 5]],
+                                 "created_at": STAMP, "updated_at": STAMP}) + "\n")
+    run(src, town, "init", str(town))
+    run(src, town, "rig", "add", "bench", str(repo), "--prefix", "fq", "--items", str(export))
+    for key, value in (("scheduler.max_polecats", "8"), ("scheduler.batch_size", "4")):
+        run(src, town, "config", "set", key, value)
+    for start in range(0, queued, CHUNK):
+        run(src, town, "sling", *ids[start:start + CHUNK], "bench")
+    rng = random.Random(7)
+    log = town / ".sluice" / "runs" / "runs.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as fh:
+        for n in range(history):
+            record = {"run_id": f"rn-{n:07d}", "polecat_id": f"pc-{n}", "item_id": f"fq-old{n}",
+                      "rig": "bench",
+                      "context_id": f"ctx-{n}", "executor": "local", "host": "bench",
+                      "started_at": "2026-11-01T00:00:00Z", "ended_at": None, "runtime_seconds": None,
+                      "exit_code": None, "outcome": "running", "tokens_estimated": 1000, "tokens_used": None,
+                      "labels": [LABELS[n % 5]], "touches": [], "attempt": 1, "issue_type": TYPES[n % 3]}
+            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+            record.update(ended_at="2026-11-01T00:10:00Z",
+                          runtime_seconds=round(rng.lognormvariate(6, 0.5), 3),
+                          exit_code=0, outcome="ok", tokens_used=rng.randrange(500, 5000))
+            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+    marker.write_text(f"{queued}x{history}")
+    return town
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queued", type=int, default=10_000)
+    parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
+    parser.add_argument("--work", type=Path, default=None, help="build the town here and keep it")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    trees = {}
+    for spec in args.tree or [f"this={HERE.parent / 'src'}"]:
+        name, _, src = spec.partition("=")
+        trees[name] = Path(src).resolve()
+        if not (trees[name] / "sluice" / "__init__.py").is_file():
+            raise SystemExit(f"--tree {spec}: {trees[name]} holds no sluice package")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(trees[name])], check=False,
+                       capture_output=True)
+    work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-forecast-cost-"))
+    load = os.getloadavg()[0]
+    try:
+        town = build(work / "built-town", next(iter(trees.values())), args.queued, args.history)
+        copies = {}
+        for name in trees:
+            copies[name] = work / f"copy-{name}"
+            shutil.rmtree(copies[name], ignore_errors=True)
+            shutil.copytree(town, copies[name], symlinks=True)
+        first = {name: {} for name in trees}
+        warm = {name: {c: [] for c in COMMANDS} for name in trees}
+        for command, argv in COMMANDS.items():  # the first of each command on a fresh copy: nothing kept
+            for name, src in trees.items():
+                first[name][command] = run(src, copies[name], *argv)
+        for _ in range(args.runs):
+            for command, argv in COMMANDS.items():
+                for name, src in trees.items():
+                    warm[name][command].append(run(src, copies[name], *argv))
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    found = {name: {command: {"first": first[name][command], "warm": statistics.median(warm[name][command])}
+                    for command in COMMANDS} for name in trees}
+    found["load"] = [load, os.getloadavg()[0]]
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return
+    print(f"{args.queued:,} queued, {args.history:,} past runs; load {load:.1f} → {found['load'][1]:.1f}"
+          f" on {os.cpu_count()} CPUs; median of {args.runs} warm runs (first run after a copy)")
+    print()
+    print("| tree | " + " | ".join(COMMANDS) + " | forecast ÷ status |")
+    print("|---|" + "---|" * (len(COMMANDS) + 1))
+    for name in trees:
+        row = found[name]
+        cells = [f"{row[c]['warm']:.2f} s ({row[c]['first']:.2f})" for c in COMMANDS]
+        ratio = row["forecast"]["warm"] / row["status"]["warm"]
+        print(f"| {name} | " + " | ".join(cells) + f" | {ratio:.1f}× |")
+
+
+if __name__ == "__main__":
+    main()
