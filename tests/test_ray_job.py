@@ -39,15 +39,16 @@ def remote(tmp_path: Path) -> Path:
 
 
 def job(tmp_path: Path, source: Path, *, code: int = 0, litter: bool = False, title: str = "a title",
-        branch: str = "sluice/al-1", filled: bool = False) -> tuple[subprocess.CompletedProcess, dict | None,
-                                                                     Path]:
-    """Run the job module as Ray would on a node; (process, the agent's report, the workspace root)."""
+        branch: str = "sluice/al-1", filled: bool = False, name: str = "sluice-abc-al-wisp-1",
+        keep: int = 5) -> tuple[subprocess.CompletedProcess, dict | None, Path]:
+    """Run the job module as Ray would on a node; (process, the agent's report, the rig's workspaces)."""
     report = tmp_path / "report.json"
     report.unlink(missing_ok=True)
     root = tmp_path / "root"
     spec = {
+        "rig": "alpha",
         "workspace": {"source": str(source), "branch": branch, "fresh": [f"{branch}-2", f"{branch}-3"],
-                      "root": str(root), "name": "sluice-abc-al-wisp-1"},
+                      "root": str(root), "name": name, "keep": keep},
         "template": [sys.executable, "-c", AGENT, str(report), str(code), "litter" if litter else "-",
                      "{title}", "{workspace}", "{branch}"],
         "values": {"item_id": "al-1", "rig": "alpha", "title": title, "context_id": "al-wisp-1", "repo": ""},
@@ -60,14 +61,14 @@ def job(tmp_path: Path, source: Path, *, code: int = 0, litter: bool = False, ti
     done = subprocess.run([sys.executable, "-m", "sluice.executors.ray_job"], env=env, capture_output=True,
                           text=True, timeout=120)
     seen = json.loads(report.read_text()) if report.exists() else None
-    return done, seen, root / DIRECTORY
+    return done, seen, root / DIRECTORY / "alpha"
 
 
 def test_the_agent_runs_in_a_fresh_clone_with_its_placeholders_filled_on_the_node_in_one_pass(tmp_path):
     title = "fix {workspace} $(id); `tick`"
     done, seen, root = job(tmp_path, remote(tmp_path), title=title)
     assert done.returncode == 0, done.stderr
-    workspace = str(root / "sluice-abc-al-wisp-1")
+    workspace = str(root / "sluice-abc-al-wisp-1")  # <root>/sluice-workspaces/<rig>/<job id>
     assert seen["argv"] == [title, workspace, "sluice/al-1"]  # the title's {workspace} stays as written
     assert seen["cwd"] == workspace
     assert seen["pythonpath"] == str(tmp_path / "node-own")  # the shipped package is not the agent's
@@ -134,3 +135,36 @@ def test_in_the_rig_s_checkout_the_agent_becomes_the_job_and_a_missing_one_is_na
     assert status == 127 and "cannot launch '/no/such/agent'" in err
     _, status, _, err = run([sys.executable, "-c", "pass"], tmp_path / "not-here")
     assert status == 127 and str(tmp_path / "not-here") in err  # this node has no such checkout
+
+
+def test_a_node_keeps_at_most_workspace_keep_ended_workspaces_of_a_rig_never_losing_work(tmp_path):
+    source = remote(tmp_path)
+    for n, litter in ((1, True), (2, False), (3, False)):  # three failed runs, the first with unsaved work
+        done, _, rig_dir = job(tmp_path, source, code=3, litter=litter, name=f"job-{n}", keep=1)
+        assert done.returncode == 3
+        os.utime(rig_dir / f"job-{n}", (n, n))  # oldest first, whatever the clock's resolution
+    done, _, rig_dir = job(tmp_path, source, name="job-4", keep=1)
+    assert done.returncode == 0
+    assert sorted(p.name for p in rig_dir.iterdir() if p.is_dir()) == ["job-1", "job-3"]  # job-1: its work
+    assert f"{MARK}removed {rig_dir / 'job-2'} (more than 1 kept)" in done.stdout.splitlines()
+    assert not (rig_dir / ".job-2.lock").exists() and not (rig_dir / ".job-4.lock").exists()
+
+
+def test_a_running_job_s_workspace_is_never_trimmed(tmp_path):
+    source = remote(tmp_path)
+    rig_dir = tmp_path / "root" / DIRECTORY / "alpha"
+    rig_dir.mkdir(parents=True)
+    busy = rig_dir / "job-running"
+    git("clone", "-q", str(source), str(busy), cwd=tmp_path)
+    os.utime(busy, (1, 1))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR);"
+        " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"),
+        str(rig_dir / ".job-running.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done, _, _ = job(tmp_path, source, code=3, name="job-new", keep=0)
+        assert done.returncode == 3 and busy.is_dir()  # keep 0, oldest, nothing unsaved: but it runs
+    finally:
+        holder.kill()
+        holder.wait()

@@ -187,7 +187,7 @@ def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_no
     wait_for(lambda: len(list(reports.glob("al-*.json"))) == slots, timeout=60, what="three reports")
     started = {path.stem: json.loads(path.read_text()) for path in reports.glob("al-*.json")}
     assert sum(not info["sees_town"] for info in started.values()) == FAR_SLOTS  # the second node's
-    workspaces = Path(f"{remote}".removesuffix("-alpha.git") + "-ws") / "sluice-workspaces"
+    workspaces = Path(f"{remote}".removesuffix("-alpha.git") + "-ws") / "sluice-workspaces" / "alpha"
     for item_id, info in started.items():
         workspace = info["env"]["SLUICE_WORKSPACE"]
         assert info["cwd"] == workspace and Path(workspace).parent == workspaces
@@ -210,7 +210,7 @@ def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_no
                         "al-5": ("ok", 0)}
     hosts = {r["host"] for r in records.values()}
     assert far_node.node_id in hosts and len(hosts) == 2  # each record names the node that ran it
-    kept = {path.name for path in workspaces.iterdir()}
+    kept = {path.name for path in workspaces.iterdir() if path.is_dir()}
     assert kept == {r["polecat_id"] for r in records.values() if r["outcome"] != "ok"}  # ok ones removed
     assert tree_hash(rig_repo) == before  # the rig's repository was only ever read
 

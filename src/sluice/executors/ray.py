@@ -239,8 +239,9 @@ class RayExecutor:
                  for attempt in range(request.attempt, request.attempt + FRESH_BRANCHES)]
         root = config.workspace_root if Path(config.workspace_root).is_absolute() else ""
         return {
+            "rig": rig.name,
             "workspace": {"source": rig.remote, "branch": names[0], "fresh": names[1:], "root": root,
-                          "name": submission_id},
+                          "name": submission_id, "keep": config.workspace_keep},
             "argv": list(request.argv),  # run as it is when the request has no template to fill
             "template": list(request.template),
             "values": dict(request.values),
