@@ -144,6 +144,13 @@ def test_a_daemon_tick_keeps_a_forecast(town):
         kept = town.json("scheduler", "status")["forecast"]
         assert kept is not None and kept["items_total"] == 1  # be-1 launched, be-2 left: drains after both
         assert kept["drain_at"] is not None
+        town.run("daemon", "--once", "--interval", "60")  # the one slot is taken: nothing moved
+        assert town.json("scheduler", "status")["forecast"] == kept  # an idle tick does not replay
+        [polecat] = town.json("polecat", "list")
+        town.run("polecat", "stop", polecat["id"])
+        town.run("daemon", "--once", "--interval", "60")  # a run ended and be-2 launched: a new forecast
+        again = town.json("scheduler", "status")["forecast"]
+        assert again["at"] > kept["at"] and again["items_total"] == 0
     finally:
         for polecat in town.json("polecat", "list"):
             town.run("polecat", "stop", polecat["id"], check=False)

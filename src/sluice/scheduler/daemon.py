@@ -55,7 +55,7 @@ from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.forecast import forecast
 from sluice.scheduler.polecats import stop_overdue
 from sluice.scheduler.session import Session
-from sluice.store import fsutil
+from sluice.store import forecasts, fsutil
 from sluice.store.events import QUEUE_DRAINED, emit_event
 from sluice.store.state import heartbeat_path, read_heartbeat
 
@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 
 DEFAULT_INTERVAL = DAEMON_INTERVAL
 DEFAULT_TIMEOUT = 300.0
+#: Seconds a kept forecast stands at ticks that launch nothing and see no run end.
+FORECAST_EVERY = 300.0
 
 
 def log_path(town: Town):
@@ -246,7 +248,7 @@ class Daemon:
         summary["runs"] = result.get("runs") or {}
         self.last_result = summary
         self._beat(last_tick_at=at)
-        self._keep_forecast(session)
+        self._keep_forecast(session, result)
         self._log(f"tick {self.ticks}: {describe(result, reaped)}")
         for outcome in self._notify():
             self._log(outcome.line())
@@ -273,14 +275,22 @@ class Daemon:
         if now.get("queued_total") == 0:
             emit_event(self.town, QUEUE_DRAINED, {"dispatched": result["dispatched"]})
 
-    def _keep_forecast(self, session: Session | None) -> None:
+    def _keep_forecast(self, session: Session | None, result: dict) -> None:
         """Replay the queue once and keep its head, so ``scheduler status`` says when the queue drains.
 
-        It reuses the survey the drained check made in the same session, when
-        it made one; a forecast that fails is logged and the daemon goes on.
+        A tick that launched, or saw a run end, keeps a new forecast (sharing
+        the survey its drained check made); one that changed nothing keeps one
+        only once the last is :data:`FORECAST_EVERY` old, so an idle daemon over
+        a long queue does not survey it every tick.  A forecast that fails is
+        logged and the daemon goes on.
         """
         if session is None:
             return
+        moved = result.get("dispatched") or result.get("runs") or result.get("timed_out")
+        if not moved:
+            last = forecasts.last(self.town)
+            if last is not None and 0 <= session.now - last["at_ts"] < FORECAST_EVERY:
+                return
         try:
             forecast(session, limit=1)
         except (SluiceError, OSError) as err:
