@@ -247,3 +247,21 @@ def test_times_and_ages_read_as_people_say_them():
     assert basis_text({"level": "rig+type", "samples": 23, "kind": "api/task"}) == "23 runs of api/task"
     assert basis_text({"level": "town", "samples": 9, "kind": "town"}) == "9 runs of the whole town"
     assert "estimated_minutes" in basis_text({"level": "estimated_minutes", "samples": 0, "kind": ""})
+
+
+def test_explain_of_a_running_item_says_when_it_should_end(town):
+    configure(town.town, "executor.command", sleeper(30))
+    history(town, 600.0, 6)
+    town.run("sling", "be-1")
+    try:
+        town.run("scheduler", "run")
+        out = town.json("scheduler", "explain", "be-1")
+        assert out["queued"] is False and out["running"] is True
+        assert 500 < seconds(out["done_at"]) - seconds(out["start_at"]) <= 600.0 + 30  # its kind's 600 s
+        assert out["basis"] == {"level": "rig+type", "samples": 6, "kind": "be/task"}
+        line = next(line for line in town.run("scheduler", "explain", "be-1").stdout.splitlines()
+                    if "running since" in line)
+        assert out["done_at"][11:16] in line and line.endswith("from 6 runs of be/task")
+    finally:
+        for polecat in town.json("polecat", "list"):
+            town.run("polecat", "stop", polecat["id"], check=False)

@@ -254,12 +254,36 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     index = replayed.by_item.get(item_id) if replayed is not None else None
     if index is None:
         out.update(dict.fromkeys(EXPLAINED))
+        if not out["queued"]:
+            out.update(_running_eta(session, item_id) or {})
         return out
     row = replayed.row(index)
     out.update({key: row[key] for key in EXPLAINED})
     if "why" in row:
         out["eta_why"] = row["why"]
     return out
+
+
+def _running_eta(session: Session, item_id: str) -> dict | None:
+    """When a running polecat of ``item_id`` is expected to end: its start, the learned rest, the basis.
+
+    ``running: true`` tells it from a queued item's forecast; ``done_p90_at``
+    stays None (what is left of a run is one median, not a spread).
+    """
+    town, now = session.files, session.now
+    kept_runs = runsamples.samples(town)
+    record = next((r for r in kept_runs.pending.values() if r.get("item_id") == item_id), None)
+    if record is None:
+        return None
+    learned = kept_runs.model(session.config.scheduler.seconds("polecat_timeout") or None)
+    rig, kind, labels = record.get("rig") or "", record.get("issue_type"), record.get("labels") or ()
+    started = parse_ts(record.get("started_at"))
+    elapsed = now - started if started is not None else 0.0
+    left = learned.left(rig, elapsed, kind, labels, default_runtime=model.DEFAULT_RUNTIME)
+    estimate = learned.estimate(rig, kind, labels)
+    return {"running": True, "start_at": record.get("started_at"), "done_at": _at(now + left),
+            "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
+            "basis": {**estimate.basis, "kind": estimate.kind}}
 
 
 def _charges(town: Town, limits: model.Limits) -> list[model.Charge]:

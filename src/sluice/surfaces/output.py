@@ -399,7 +399,10 @@ def explain_text(data: dict) -> str:
     if data.get("promoted_at"):
         lines.append(f"  promoted: {data['promoted_at']} (ahead of score order)")
     lines += [f"  {r['code']}: {shown(r['detail'])}" for r in data["reasons"]]
-    if data.get("start_at"):
+    if data.get("running") and data.get("done_at"):
+        lines.append(f"  running since {clock_text(data['start_at'])}, done ≈{clock_text(data['done_at'])},"
+                     f" from {basis_text(data.get('basis'))}")
+    elif data.get("start_at"):
         p90 = f" (p90 {clock_text(data['done_p90_at'])})" if data.get("done_p90_at") else ""
         start, done = clock_text(data["start_at"]), clock_text(data["done_at"])
         lines.append(f"  would start ≈{start}, done ≈{done}{p90}, from {basis_text(data.get('basis'))}")
