@@ -85,6 +85,8 @@ def console_steps(block: Block) -> list[tuple[str, str]]:
 
 
 _IDS = [
+    # A forecast's HH:MM (UTC), with its date when it is not today: it moves with the clock.
+    (re.compile(r"(?:\b\d{4}-\d\d-\d\d )?(?<![:\d])\d\d:\d\d(?![:\d])"), "<hhmm>"),
     (re.compile(r"\b\d{4}-\d\d-\d\d(?:T[\d:.]+Z?)?"), "<time>"),
     (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?Z?"), "<clock>"),
     (re.compile(r"\b[a-z][a-z0-9]*-wisp-[a-z0-9]{3,}\b"), "<context>"),

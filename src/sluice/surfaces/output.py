@@ -315,7 +315,8 @@ def drain_text(forecast: dict) -> str:
     """When a forecast has the queue drain: ``≈15:10 (p90 15:40)``, or that nothing was left to wait for."""
     if not forecast.get("drain_at"):
         return "nothing queued or running"
-    p90 = f" (p90 {clock_text(forecast['drain_p90_at'])})" if forecast.get("drain_p90_at") else ""
+    later = forecast.get("drain_p90_at") and forecast["drain_p90_at"] != forecast["drain_at"]
+    p90 = f" (p90 {clock_text(forecast['drain_p90_at'])})" if later else ""
     return f"≈{clock_text(forecast['drain_at'])}{p90}"
 
 
@@ -403,7 +404,8 @@ def explain_text(data: dict) -> str:
         lines.append(f"  running since {clock_text(data['start_at'])}, done ≈{clock_text(data['done_at'])},"
                      f" from {basis_text(data.get('basis'))}")
     elif data.get("start_at"):
-        p90 = f" (p90 {clock_text(data['done_p90_at'])})" if data.get("done_p90_at") else ""
+        later = data.get("done_p90_at") and data["done_p90_at"] != data["done_at"]
+        p90 = f" (p90 {clock_text(data['done_p90_at'])})" if later else ""
         start, done = clock_text(data["start_at"]), clock_text(data["done_at"])
         lines.append(f"  would start ≈{start}, done ≈{done}{p90}, from {basis_text(data.get('basis'))}")
     elif data.get("eta_why"):
