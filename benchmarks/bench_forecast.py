@@ -192,8 +192,17 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
     return score([found[i] for i in train], [found[i] for i in held], drains, args)
 
 
+def finished(records: list[dict]) -> list[dict]:
+    """The runs that ended with a runtime the model counts (``ok``, ``failed``)."""
+    return [r for r in records if r.get("outcome") in model.COUNTED and r.get("runtime_seconds") is not None]
+
+
 def score(train: list[dict], held: list[dict], drains: list, args: argparse.Namespace) -> dict:
+    outcomes: dict[str, int] = {}
+    for record in train + held:
+        outcomes[record.get("outcome")] = outcomes.get(record.get("outcome"), 0) + 1
     learned = model.learn(model.sample_of(r) for r in sorted(train, key=lambda r: r["started_at"]))
+    train, held = finished(train), finished(held)
     runtimes = [r["runtime_seconds"] for r in train]
     g50, g90 = model.quantile(runtimes, 0.5), model.quantile(runtimes, 0.9)
     tokens = [r["tokens_used"] for r in train]
@@ -221,7 +230,7 @@ def score(train: list[dict], held: list[dict], drains: list, args: argparse.Name
                        "predicted": predicted, "error": abs(predicted - real) / real,
                        "baseline": base, "baseline_error": abs(base - real) / real})
     return {
-        "runs": len(train) + len(held), "train": len(train), "held_out": len(held),
+        "runs": len(train) + len(held), "train": len(train), "held_out": len(held), "outcomes": outcomes,
         "model": {"p50_error": statistics.median(errors), "within_p90": sum(within) / len(within),
                   "tokens_p50_error": statistics.median(token_errors)},
         "baseline": {"p50_error": statistics.median(base_errors), "within_p90": sum(base_within) / len(held),
@@ -264,6 +273,9 @@ def main() -> None:
     print(f"{found['runs']} real runs ({found['train']} learned, {found['held_out']} held out),"
           f" seed {args.seed}, scale {args.scale:g} s; {found['seconds']:.0f} s,"
           f" load {load:.1f} → {found['load'][1]:.1f} on {os.cpu_count()} CPUs")
+    if set(found["outcomes"]) != {"ok"}:
+        print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(found["outcomes"].items()))
+              + " (only ok and failed runs are scored)")
     print("learned p50 by kind: " + ", ".join(f"{k} {v:.2f} s" for k, v in found["kinds"].items()))
     print()
     print("| figure | forecast | baseline (one global median) | target |")
