@@ -4,6 +4,15 @@ The readings (queue in dispatch order, running runs, caps, throttles, the
 daemon's interval, the run history) are gathered here; every decision is
 :mod:`sluice.core.forecast`'s, so what is learned and how the queue is
 replayed is tested on plain values.
+
+The same replay is what the other surfaces show, so each of them answers
+from one survey of the queue: :func:`list_queue` and :func:`explain` (the
+facade's ``list`` and ``explain``) add a row's times to what the queue's
+read model says, the snapshot behind ``top`` and ``web`` does the same once
+per refresh (:func:`with_etas`), and :func:`forecast` keeps its head for
+``scheduler status`` (:mod:`sluice.store.forecasts`), which never replays.
+Budget fit (:mod:`sluice.core.budget`) is said per row shown, not per item
+queued.
 """
 
 from __future__ import annotations
