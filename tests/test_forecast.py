@@ -346,3 +346,11 @@ def test_an_estimate_carries_the_mean_and_the_slot_is_held_for_it():
     assert (first.start_at, first.done_at) == (0.0, 10.0)  # its own median finish
     assert second.start_at == 20.0  # the slot frees when a run of its kind ends on average
     assert forecast.drain_at == 40.0 and forecast.drain_p90_at == 80.0
+
+
+def test_a_label_kind_speaks_once_a_run_added_gives_it_enough_samples():
+    model = learn(samples(5, runtime=10.0) + samples(4, labels=("slow",), runtime=500.0))
+    assert model.estimate("api", "task", ["slow"]).level == "rig+type"
+    model.add(Sample("api", "task", ("slow",), 500.0))
+    estimate = model.estimate("api", "task", ["slow"])
+    assert (estimate.level, estimate.runtime_p50) == ("rig+type+label", 500.0)

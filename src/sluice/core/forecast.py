@@ -200,6 +200,9 @@ class Model:
     min_samples: int = DEFAULT_MIN_SAMPLES
     kinds: dict[tuple, deque] = field(default_factory=dict, repr=False)
     _cache: dict[tuple, Estimate] = field(default_factory=dict, repr=False)  # per kind, until the next add
+    # The kind that speaks for each (rig, type, labels) asked about, until the next add: a queue of
+    # 10,000 items comes in a few dozen shapes.
+    _chosen: dict[tuple, tuple | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -225,6 +228,7 @@ class Model:
                 runs = self.kinds[key] = deque(maxlen=self.window)
             runs.append(sample)
             self._cache.pop(key, None)
+        self._chosen.clear()
 
     def _kind(self, rig: str, issue_type: str | None, labels: Iterable[str]) -> tuple | None:
         """The most specific kind of this rig, type and labels that holds ``min_samples`` runs, or None.
@@ -246,7 +250,11 @@ class Model:
                  estimated_minutes: float | None = None, default_runtime: float = DEFAULT_RUNTIME,
                  tokens_estimated: int | None = None) -> Estimate:
         """The forecast for an item of this rig, type and labels (see :meth:`_kind` for which runs speak)."""
-        key = self._kind(rig, issue_type, labels)
+        shape = (rig, issue_type, tuple(labels))
+        if shape in self._chosen:
+            key = self._chosen[shape]
+        else:
+            key = self._chosen[shape] = self._kind(rig, issue_type, shape[2])
         if key is not None:
             found = self._cache.get(key)
             if found is None:
