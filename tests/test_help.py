@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import run_in_process
 from sluice.surfaces.cli import command
 from sluice.surfaces.cli.helptext import EXAMPLES
 from sluice.surfaces.cli.manpage import _walk
@@ -21,8 +22,9 @@ SLUICE = [sys.executable, "-m", "sluice"]
 
 
 def help_of(*words: str) -> str:
-    done = subprocess.run([*SLUICE, *words, "--help"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "COLUMNS": "100"})
+    """``sluice WORDS --help`` at 100 columns, run in this process the way ``python -m sluice`` runs it
+    (the same text, byte for byte, without an interpreter and typer started for each page)."""
+    done = run_in_process([*words, "--help"], {**os.environ, "COLUMNS": "100"}, Path.cwd())
     assert done.returncode == 0, done.stderr
     return done.stdout
 
