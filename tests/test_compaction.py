@@ -22,6 +22,7 @@ from helpers.scheduler import (
     records,
     sluice_env,
     town_with_rigs,
+    without_etas,
     write_items,
 )
 
@@ -73,7 +74,7 @@ def test_compact_keeps_the_last_version_and_archives_only_old_closed_contexts(cl
     assert out["rigs"] == [{"rig": "alpha", "lines_before": 5, "lines_after": 3, "archived": 1, "removed": 2}]
     assert sorted(records(path)) == ["al-wisp-b", "al-wisp-c", "al-wisp-x"]
     assert [r["id"] for r in archive(town)] == ["al-wisp-a"] and archive(town)[0]["status"] == "closed"
-    assert cli.json("scheduler", "list") == before
+    assert without_etas(cli.json("scheduler", "list")) == without_etas(before)  # the same queue, later
     assert "alpha: 3 → 3 lines (0 closed context(s) archived)" in cli.run("compact", "--rig", "alpha").stdout
 
 
@@ -87,6 +88,7 @@ def test_a_bad_retention_is_refused(cli, town):
     assert done.returncode == 2 and "compact_retention" in done.stderr
 
 
+@pytest.mark.slow
 def test_compaction_loses_nothing_under_slingers_a_daemon_and_kill_9(cli, town):
     """4 slingers and a daemon (compacting every tick) run while compactions are killed mid-way."""
     slingers, per_slinger, per_command = 4, 12, 3
