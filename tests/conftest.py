@@ -44,6 +44,17 @@ settings.register_profile("sluice", deadline=None)
 settings.load_profile("sluice")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked slow run first, in their usual order, and the short ones after them.
+
+    pytest-xdist hands out tests in this order (after the groups of tests that
+    share a fixture, which it puts first): a long test handed out last runs
+    alone on one core while the other has finished, so starting the long ones
+    first lets the many short ones fill in around them.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def town_dir(tmp_path: Path) -> Path:
     town = tmp_path / "town"

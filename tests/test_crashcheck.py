@@ -20,6 +20,7 @@ def _strace():
         pytest.skip("strace is not installed (scripts/test installs it)")
 
 
+@pytest.mark.slow
 def test_a_sling_without_fsync_is_caught_losing_an_acknowledged_context(tmp_path):
     scenario = crashcheck.scenarios(tmp_path)["sling"]
     outcome = crashcheck.explore(scenario, tmp_path / "work", plant="no-fsync")
