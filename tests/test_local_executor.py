@@ -99,6 +99,30 @@ def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(set
     assert executor.reap() == []
 
 
+def test_an_exit_recorded_between_two_looks_is_read_with_the_state_it_makes(setup, monkeypatch):
+    """The watcher writes the exit code the moment the polecat ends; a look that judges the polecat
+    ended must carry that code, or the run would be called vanished."""
+    from sluice.executors.base import exit_path
+
+    town, executor, repo = setup
+    polecat = executor.launch(request(town, repo, "pass"))
+    exit_file = exit_path(town.workers_dir, polecat.id)
+    record = json.loads((town.workers_dir / f"{polecat.id}.json").read_text())
+    wait_for(lambda: exit_file.exists() and not pid_alive(record["watcher_pid"], record.get("watcher_start")))
+    aside = exit_file.with_name("aside")
+    exit_file.rename(aside)  # as it was an instant before the watcher wrote it
+    judge = executor._state
+
+    def watcher_writes_first(record):
+        if aside.exists():
+            aside.rename(exit_file)
+        return judge(record)
+
+    monkeypatch.setattr(executor, "_state", watcher_writes_first)
+    [seen] = [p for p in executor.listing() if p.id == polecat.id]
+    assert seen.state == "exited" and seen.detail.get("exit_code") == 0
+
+
 def test_a_torn_finished_log_does_not_swallow_the_next_reaped_polecat(setup):
     """A reap killed mid-append leaves a fragment; the next reap's record must not fuse with it."""
     town, executor, repo = setup

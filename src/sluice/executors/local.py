@@ -131,6 +131,10 @@ class LocalExecutor:
         return ended_state(self._exit_code(record))  # failed: a non-zero exit status
 
     def _polecat(self, record: dict, state: str | None = None) -> Polecat:
+        # The state first, then the exit record: a watcher may write it between the two looks, and
+        # a polecat judged ended must carry the code that made it so (read the other way round it
+        # looks ended with no code at all, which is a vanished run).
+        state = state or self._state(record)
         if record.get("exit_code") is None and record.get("watcher_pid"):
             finished = read_exit(self.dir, record["id"])
             if finished is not None:
@@ -143,7 +147,7 @@ class LocalExecutor:
             rig=record.get("rig", ""),
             context_id=record.get("context_id", ""),
             started_at=record.get("started_at", ""),
-            state=state or self._state(record),
+            state=state,
             pid=record.get("pid"),
             log_path=record.get("log_path"),
             detail={

@@ -37,7 +37,10 @@ class Feed:
         self.version = 0
         self.message = ""
         self.computed = 0  # snapshots computed so far, whatever the number of streams
-        self._changed: asyncio.Condition | None = None
+        # Set when a newer message is out, then replaced by a fresh one. An Event, not a Condition:
+        # a stream's wait is cancelled by its timeout, and a Condition's wait cancelled that way can
+        # leave its lock released under the waiter ("cannot wait on un-acquired lock").
+        self._changed: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
     def join(self) -> bool:
@@ -46,7 +49,7 @@ class Feed:
             return False
         self.streams += 1
         if self._changed is None:
-            self._changed = asyncio.Condition()
+            self._changed = asyncio.Event()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         return True
@@ -57,13 +60,12 @@ class Feed:
     async def next_after(self, version: int, timeout: float) -> tuple[int, str]:
         """The newest (version, message) once it is newer than ``version``, or the same after ``timeout``."""
         assert self._changed is not None
-        async with self._changed:
-            if self.version == version:
-                try:
-                    await asyncio.wait_for(self._changed.wait_for(lambda: self.version != version), timeout)
-                except TimeoutError:
-                    pass
-            return self.version, self.message
+        if self.version == version:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass
+        return self.version, self.message
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -80,8 +82,8 @@ class Feed:
                 self.computed += 1
                 if data != last:
                     last = data
-                    async with self._changed:
-                        self.version += 1
-                        self.message = f"event: {kind}\ndata: {data}\n\n"
-                        self._changed.notify_all()
+                    self.version += 1
+                    self.message = f"event: {kind}\ndata: {data}\n\n"
+                    changed, self._changed = self._changed, asyncio.Event()
+                    changed.set()
             await asyncio.sleep(POLL)
