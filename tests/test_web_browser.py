@@ -77,6 +77,31 @@ def _text(driver, selector: str) -> str:
     return driver.execute_script(f"return document.querySelector({selector!r}).textContent")
 
 
+def _cells(driver, selector: str) -> list[dict]:
+    """Text and data attributes of the elements ``selector`` matches, read in one step: the stream
+    redraws its tables whenever the snapshot changes (forecasts move with the clock), so an element
+    found in one call may be gone by the next."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => ({text: e.innerText,"
+        " polecat: e.getAttribute('data-polecat'), item: e.getAttribute('data-item')}))", selector)
+
+
+def _click(driver, selector: str) -> None:
+    """Click the element ``selector`` names, found afresh: one the stream redrew under the click is
+    stale and was not clicked, so it is found and clicked again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def attempt() -> bool:
+        try:
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait_for(attempt, timeout=60)
+
+
 def _alert(driver):
     from selenium.common.exceptions import NoAlertPresentException
 
@@ -107,17 +132,17 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
 
     browser.get(web.url)
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=60)
-    rows = [r.get_attribute("data-item") for r in browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")]
+    rows = [r["item"] for r in _cells(browser, "#queue tbody tr")]
     assert browser.execute_script(  # numbers and their headers line up on the right
         "return getComputedStyle(document.querySelector('#queue th.num')).textAlign") == "right"
     assert rows == [r["id"] for r in cli.json("scheduler", "list")]  # the CLI's dispatch order
-    cells = browser.find_elements(By.CSS_SELECTOR, '#queue tr[data-item="al-1"] td.num')
-    assert any(re.fullmatch(r"\d\d:\d\d", c.text) for c in cells)  # its forecast start and finish, UTC
+    cells = _cells(browser, '#queue tr[data-item="al-1"] td.num')
+    assert any(re.fullmatch(r"\d\d:\d\d", c["text"]) for c in cells)  # its forecast start and finish, UTC
     assert "drains ≈" in _text(browser, "#summary")
 
     # An agent's title is text: shown literally, nothing injected, nothing run.
-    title_cell = browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="al-2"] td.title')
-    assert title_cell.text == SCRIPT_TITLE
+    [title_cell] = _cells(browser, '#queue tr[data-item="al-2"] td.title')
+    assert title_cell["text"] == SCRIPT_TITLE
     assert browser.execute_script("return document.querySelectorAll('main script, main img').length") == 0
     assert browser.title == "sluice"
 
@@ -128,9 +153,9 @@ def test_the_dashboard_live_in_chromium(cli, web, browser, tmp_path):
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]")) == 1,
              timeout=60)
     running = cli.json("polecat", "list")[0]
-    row = browser.find_element(By.CSS_SELECTOR, "#polecats tbody tr[data-polecat]")
-    assert running["item_id"] in row.text and "first" in row.text  # with its item's title
-    assert row.get_attribute("data-polecat") == running["id"]
+    [row] = _cells(browser, "#polecats tbody tr[data-polecat]")
+    assert running["item_id"] in row["text"] and "first" in row["text"]  # with its item's title
+    assert row["polecat"] == running["id"]
     assert _errors(browser) == [], "the page logged console errors"
 
     # Pause without the token is refused and changes nothing.
@@ -157,12 +182,12 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     browser.get(web.url + "item/al-2")
     wait_for(lambda: _text(browser, "#score") != "", timeout=60)
     assert _text(browser, "#item-title") == SCRIPT_TITLE and browser.title == "sluice · al-2"
-    reasons = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#reasons li")]
+    reasons = [li["text"] for li in _cells(browser, "#reasons li")]
     assert reasons[0] == "priority=2" and any(r.startswith("cost=") for r in reasons)
     assert float(_text(browser, "#score")) == next(
         r["score"] for r in cli.json("scheduler", "list") if r["id"] == "al-2")
     explain = cli.json("scheduler", "explain", "al-2")
-    why = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#why li")]
+    why = [li["text"] for li in _cells(browser, "#why li")]
     assert why == ([f"{r['code']}: {r['detail']}" if r["detail"] else r["code"] for r in explain["reasons"]]
                    or ["nothing: the next cycle launches it"])
     assert "start ≈" in _text(browser, "#facts") and "runs of" not in _text(browser, "#facts")  # no history
@@ -170,13 +195,13 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     browser.get(f"{web.url}#token={TOKEN}")
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 3, timeout=60)
     assert "token" not in browser.current_url  # dropped from the address bar
-    button = browser.find_element(By.CSS_SELECTOR, '#queue tr[data-item="be-1"] button')
-    button.click()  # asks first; saying no changes nothing
+    button = '#queue tr[data-item="be-1"] button'
+    _click(browser, button)  # asks first; saying no changes nothing
     alert = wait_for(lambda: _alert(browser), timeout=60)
     assert "be-1" in alert.text
     alert.dismiss()
     assert [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2", "be-1"]
-    button.click()
+    _click(browser, button)
     wait_for(lambda: _alert(browser), timeout=60).accept()
     wait_for(lambda: [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2"], timeout=60)
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 2, timeout=60)
