@@ -149,3 +149,11 @@ def test_ray_resources_must_be_finite_amounts(cli, town_dir, value):
     done = cli.run("config", "set", "executor.ray.resources", value, check=False)
     assert done.returncode == 2 and "executor.ray.resources" in done.stderr, done.stderr
     assert _config(town_dir).read_bytes() == before
+
+
+@given(now=st.floats(min_value=1.5e9, max_value=4e9, allow_nan=False))
+def test_the_longest_throttle_is_accepted_whatever_the_moment(now):
+    """(now + d) - now rounds at epoch magnitudes: the bound is judged on the duration itself."""
+    from sluice.scheduler.throttles import parse_until
+
+    assert parse_until("876000h", now) == now + MAX_DURATION

@@ -72,8 +72,11 @@ def parse_until(text: str, now: float) -> float:
     Too far is more than :data:`~sluice.core.clock.MAX_DURATION` from now: a
     later end would be accepted here and break every cycle that reads it.
     """
+    # How far ahead is judged on the duration itself, not as (now + d) - now: at epoch magnitudes
+    # that sum rounds, and the longest accepted duration would be refused for some values of now.
     try:
-        end = now + parse_duration(text)
+        ahead = parse_duration(text)
+        end = now + ahead
     except DurationTooLong as err:
         raise UsageError(f"until {text!r}: {err}", parameters=("until",)) from None
     except ValueError:
@@ -81,10 +84,10 @@ def parse_until(text: str, now: float) -> float:
         if stamp is None:
             raise UsageError(f"until {text!r} is neither a duration (10m, 1h30m) nor an ISO time",
                              parameters=("until",)) from None
-        end = stamp
-    if end <= now:
+        end, ahead = stamp, stamp - now
+    if ahead <= 0:
         raise UsageError(f"until {text!r} is not in the future", parameters=("until",))
-    if end - now > MAX_DURATION:
+    if ahead > MAX_DURATION:
         raise UsageError(f"until {text!r} is further ahead than sluice accepts"
                          f" ({MAX_DURATION_TEXT} from now)", parameters=("until",))
     return end
