@@ -174,6 +174,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
             ids = held[start:start + args.queue]
             sluice(town, "sling", *ids, "bench")
             forecast = json.loads(sluice(town, "scheduler", "forecast", "--json"))
+            if forecast.get("drain_at") is None:
+                raise SystemExit(f"the queue of {len(ids)} had drained before its forecast was taken"
+                                 " (a machine this busy needs a larger --scale)")
             ended = wait_ended(town, ids, timeout=60 + 4 * longest * len(ids) / args.cap)
             drains.append((ids, forecast, ended))
         rest = held[args.queue * args.queues:]

@@ -106,9 +106,11 @@ def test_bench_watcher_names_a_tree_that_cannot_launch(tmp_path: Path):
 
 
 def test_bench_forecast_learns_from_real_runs_and_scores_the_held_out_ones(tmp_path: Path):
-    """The forecast benchmark at a tiny size: real polecats run, each figure is measured for both sides."""
+    """The forecast benchmark at a tiny size: real polecats run, each figure is measured for both sides.
+
+    Runs long enough (``--scale``) that the queue outlasts the forecast command on a loaded machine."""
     argv = [sys.executable, str(ROOT / "benchmarks" / "bench_forecast.py"), "--runs", "12", "--queue", "4",
-            "--cap", "2", "--train-cap", "6", "--scale", "0.1", "--interval", "0.2", "--json"]
+            "--cap", "2", "--train-cap", "6", "--scale", "0.5", "--interval", "0.2", "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
