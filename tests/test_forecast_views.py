@@ -7,29 +7,14 @@ from datetime import datetime
 
 import pytest
 
-from helpers import make_repo
+from helpers.forecast import forecast_town
 from helpers.scheduler import configure, sleeper
 from sluice.store import runs as log
 
 
-def record(item_id: str, **extra) -> dict:
-    return {"_type": "issue", "id": item_id, "title": f"work {item_id}", "status": "open", "priority": 2,
-            "issue_type": "task", "created_at": "2026-11-01T10:00:00Z", "updated_at": "2026-11-01T10:00:00Z",
-            **extra}
-
-
 @pytest.fixture
 def town(cli, tmp_path):
-    export = tmp_path / "issues.jsonl"
-    items = [record("be-1"), record("be-2"), record("be-3", estimated_minutes=5),
-             record("be-4", dependencies=[{"issue_id": "be-4", "depends_on_id": "be-9", "type": "blocks",
-                                           "created_at": "2026-11-01T10:00:00Z"}]),
-             record("be-9")]
-    export.write_text("".join(json.dumps(r) + "\n" for r in items))
-    cli.run("rig", "add", "be", str(make_repo(tmp_path / "repos" / "be")), "--items", str(export))
-    cli.run("config", "set", "scheduler.max_polecats", "1")
-    cli.run("config", "set", "scheduler.batch_size", "1")
-    return cli
+    return forecast_town(cli, tmp_path)
 
 
 def history(cli, runtime: float, count: int, tokens: int = 400) -> None:
