@@ -1,9 +1,27 @@
 """Shared fixtures: real towns, real git repositories, the real CLI, a clock and executor the test drives.
 
-One family, one name per type: ``town_dir`` is the town's directory (a
-``Path``), ``cli`` runs the real entry point against it, ``rig`` adds a rig;
-``clock`` is the wall clock the test moves by hand, and ``memory`` the
-town's in-memory executor on that clock.  The functions and classes behind
+One family, one name per type, and no test module defines a fixture of the
+same name (tests/test_fixture_family.py keeps it so):
+
+* ``town_dir`` (``Path``): an initialised town with no rigs;
+* ``cli`` (``helpers.Cli``): the real entry point run against it;
+* ``town_files`` (``sluice.store.town.Town``): its files, for the scheduler
+  and store functions;
+* ``api_town`` (``sluice.Town``): the library's facade over it;
+* ``rig`` (``str``): rig ``alpha`` (prefix ``al``) over a real git repository
+  with its own store; ``rigs`` (``dict`` of name to repository): ``alpha``/``al``
+  and ``beta``/``be``;
+* ``capacity``: ``capacity(max_polecats, batch_size=None)`` sets the
+  scheduler's limits, as ``sluice config set`` would;
+* ``clock`` (``ManualClock``): the wall clock the test moves by hand, and
+  ``memory`` (``MemoryExecutor``): the town's in-memory executor on it;
+* ``beads_data`` (``Path``), ``ray_cluster``: the public exports and one Ray
+  head for the session.
+
+A module's own scenario (its items written, its executor configured) is a
+fixture built on these whose name says what it returns: ``*_dir`` a
+``Path``, ``*_files`` a ``sluice.store.town.Town``, ``*_api`` a
+``sluice.Town``; never a bare ``town``.  The functions and classes behind
 them are in the ``helpers`` package.
 """
 
@@ -14,18 +32,20 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
-from helpers import BEADS_DATA_VAR, Cli, beads_data_missing_reason, make_repo
+from helpers import BEADS_DATA_VAR, Cli, beads_data_missing_reason
 from helpers import beads_data as beads_data_path
 
 if TYPE_CHECKING:
+    import sluice
     from sluice.executors.memory import ManualClock, MemoryExecutor
+    from sluice.store.town import Town
 
 # Read the exports' location once, then keep the variable out of the environment: polecats the
 # tests launch inherit it, and the executor tests compare every SLUICE_* variable a polecat sees.
@@ -57,10 +77,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def town_dir(tmp_path: Path) -> Path:
-    town = tmp_path / "town"
-    town.mkdir()
-    Cli(town).run("init", str(town))
-    return town
+    """An initialised town with no rigs, made in-process (what `sluice init` does)."""
+    from helpers.foundation import quick_town
+
+    return quick_town(tmp_path)
 
 
 @pytest.fixture
@@ -69,11 +89,49 @@ def cli(town_dir: Path) -> Cli:
 
 
 @pytest.fixture
-def rig(cli: Cli, tmp_path: Path) -> str:
+def town_files(town_dir: Path) -> Town:
+    """The town's files.  Its config is read once: build it after the config the test reads is set."""
+    from sluice.store.town import Town
+
+    return Town(town_dir)
+
+
+@pytest.fixture
+def api_town(town_dir: Path) -> sluice.Town:
+    """The library's facade over the town, with the executor its config names."""
+    from sluice.api import open_town
+
+    return open_town(town_dir)
+
+
+@pytest.fixture
+def rig(town_dir: Path, tmp_path: Path) -> str:
     """A rig named ``alpha`` (prefix ``al``) over a real git repository with its own store."""
-    make_repo(tmp_path / "repos" / "alpha")
-    cli.run("rig", "add", "alpha", str(tmp_path / "repos" / "alpha"), "--prefix", "al")
-    return "alpha"
+    from helpers.foundation import quick_rig
+
+    return quick_rig(town_dir, tmp_path)
+
+
+@pytest.fixture
+def rigs(rig: str, town_dir: Path, tmp_path: Path) -> dict[str, Path]:
+    """Rigs ``alpha`` (prefix ``al``) and ``beta`` (prefix ``be``): each name with its repository."""
+    from helpers.foundation import quick_rig
+
+    quick_rig(town_dir, tmp_path, "beta", "be")
+    return {name: tmp_path / "repos" / name for name in (rig, "beta")}
+
+
+@pytest.fixture
+def capacity(town_dir: Path) -> Callable[..., None]:
+    """``capacity(max_polecats, batch_size=None)`` sets the scheduler's limits as `sluice config set` does."""
+    from helpers.scheduler import configure
+
+    def set_limits(max_polecats: int, batch_size: int | None = None) -> None:
+        configure(town_dir, "scheduler.max_polecats", str(max_polecats))
+        if batch_size is not None:
+            configure(town_dir, "scheduler.batch_size", str(batch_size))
+
+    return set_limits
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from helpers import make_repo
-from helpers.advisor import add_rig, decisions, events, item, merge_request, write_items
+from helpers.advisor import decisions, events, item, merge_request, write_items
 from sluice.core.clock import order_of_ts
 from sluice.core.items import effective_tokens
 from sluice.core.scoring import Candidate, score_all
@@ -21,82 +21,77 @@ from sluice.store.rigstore import Stores
 from sluice.store.town import Town
 
 
-@pytest.fixture
-def town(cli, tmp_path) -> Town:
-    add_rig(cli, tmp_path, "alpha", "al")
-    return Town(cli.town)
-
-
 @pytest.mark.parametrize("limit", [0, -1, True, "3", 1.5])
-def test_a_bad_limit_is_a_usage_error_before_anything_is_read(town, limit):
-    town.policy_path.write_text("{broken")  # would be a ConfigError if it were read
+def test_a_bad_limit_is_a_usage_error_before_anything_is_read(rig, town_files, limit):
+    town_files.policy_path.write_text("{broken")  # would be a ConfigError if it were read
     with pytest.raises(UsageError, match="limit must be"):
-        advisor.next_decisions(town, limit=limit)
+        advisor.next_decisions(town_files, limit=limit)
 
 
-def test_a_blank_graph_id_is_a_usage_error(town):
+def test_a_blank_graph_id_is_a_usage_error(rig, town_files):
     with pytest.raises(UsageError, match="graph_id must be a non-empty string"):
-        advisor.next_decisions(town, graph_id="  ")
+        advisor.next_decisions(town_files, graph_id="  ")
 
 
-def test_a_bad_recent_is_a_usage_error(town):
+def test_a_bad_recent_is_a_usage_error(rig, town_files):
     with pytest.raises(UsageError, match="recent must be >= 0"):
-        advisor.status(town, recent=-1)
+        advisor.status(town_files, recent=-1)
 
 
-def test_an_empty_town_answers_nothing_and_writes_nothing(town):
-    assert advisor.next_decisions(town, limit=5) == []
-    assert not town.decisions_path.exists()
-    assert events(town.root) == []
+def test_an_empty_town_answers_nothing_and_writes_nothing(rig, town_files):
+    assert advisor.next_decisions(town_files, limit=5) == []
+    assert not town_files.decisions_path.exists()
+    assert events(town_files.root) == []
 
 
-def test_next_decisions_persist_unless_previewing(town):
-    write_items(town.root, "alpha", [item("al-1", priority=1), item("al-2", priority=2, minute=1)])
-    preview = advisor.next_decisions(town, limit=2, preview=True)
+def test_next_decisions_persist_unless_previewing(rig, town_files):
+    write_items(town_files.root, "alpha", [item("al-1", priority=1), item("al-2", priority=2, minute=1)])
+    preview = advisor.next_decisions(town_files, limit=2, preview=True)
     assert [d["node_id"] for d in preview] == ["al-1", "al-2"]
-    assert decisions(town.root) == []
-    made = advisor.next_decisions(town, limit=2)
+    assert decisions(town_files.root) == []
+    made = advisor.next_decisions(town_files, limit=2)
     assert [d["node_id"] for d in made] == ["al-1", "al-2"]
-    assert decisions(town.root) == made
-    logged = events(town.root, SCHEDULE_DECISION)
+    assert decisions(town_files.root) == made
+    logged = events(town_files.root, SCHEDULE_DECISION)
     assert [e["payload"]["decision_id"] for e in logged] == [d["decision_id"] for d in made]
     assert list(logged[0]["payload"]) == ["decision_id", "graph_id", "node_id", "score", "skipped", "reasons"]
 
 
-def test_skipped_decisions_are_logged_as_skipped_events(town):
+def test_skipped_decisions_are_logged_as_skipped_events(rig, town_files):
     write_items(
-        town.root, "alpha", [item("al-1"), *(merge_request(f"al-m{n}", "in_progress") for n in range(3))]
+        town_files.root, "alpha",
+        [item("al-1"), *(merge_request(f"al-m{n}", "in_progress") for n in range(3))],
     )
-    advisor.policy_set(town, skip_on_merge_pressure=True)
-    [skipped] = advisor.next_decisions(town)
+    advisor.policy_set(town_files, skip_on_merge_pressure=True)
+    [skipped] = advisor.next_decisions(town_files)
     assert skipped["skipped"] is True
     assert skipped["score"] == 0.125  # 2.125 - 2.0: the penalty applies in skip mode too
-    assert [e["type"] for e in events(town.root, SCHEDULE_DECISION, SCHEDULE_SKIPPED)] == [
+    assert [e["type"] for e in events(town_files.root, SCHEDULE_DECISION, SCHEDULE_SKIPPED)] == [
         SCHEDULE_SKIPPED
     ]
 
 
-def test_status_is_one_document(town):
-    write_items(town.root, "alpha", [item("al-1"), merge_request("al-m", "in_progress")])
-    advisor.next_decisions(town)
-    status = advisor.status(town, recent=5)
+def test_status_is_one_document(rig, town_files):
+    write_items(town_files.root, "alpha", [item("al-1"), merge_request("al-m", "in_progress")])
+    advisor.next_decisions(town_files)
+    status = advisor.status(town_files, recent=5)
     assert list(status) == ["policy", "ready_count", "recent_decisions", "merge_pressure"]
     assert status["ready_count"] == 1
     assert status["merge_pressure"] == {"alpha": 1}
     assert [d["node_id"] for d in status["recent_decisions"]] == ["al-1"]
 
 
-def test_policy_functions_return_the_whole_policy(town):
-    write_items(town.root, "alpha", [item("al-e", issue_type="epic")])  # a graph to override
-    assert advisor.policy_show(town)["weights"]["priority"] == 1.0
-    changed = advisor.policy_set(town, cost=0.75, graph_id="al-e")
+def test_policy_functions_return_the_whole_policy(rig, town_files):
+    write_items(town_files.root, "alpha", [item("al-e", issue_type="epic")])  # a graph to override
+    assert advisor.policy_show(town_files)["weights"]["priority"] == 1.0
+    changed = advisor.policy_set(town_files, cost=0.75, graph_id="al-e")
     assert changed["weights"]["cost"] == 0.25
     assert changed["graph_overrides"]["al-e"]["cost"] == 0.75
-    assert advisor.policy_show(town) == changed
+    assert advisor.policy_show(town_files) == changed
     with pytest.raises(UsageError, match="unknown policy field"):
-        advisor.policy_set(town, colour="red")
+        advisor.policy_set(town_files, colour="red")
     with pytest.raises(UsageError, match="merge_queue_threshold must be >= 1"):
-        advisor.policy_set(town, merge_queue_threshold=0)
+        advisor.policy_set(town_files, merge_queue_threshold=0)
 
 
 def test_real_beads_exports_rank_as_scoring_every_ready_item(cli, tmp_path, beads_data):

@@ -9,18 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers import make_repo
-from helpers.foundation import quick_rig, quick_town
+from helpers.foundation import quick_rig
 from sluice.store.town import Town
-
-
-@pytest.fixture
-def town_dir(tmp_path: Path) -> Path:
-    return quick_town(tmp_path)
-
-
-@pytest.fixture
-def rig(town_dir: Path, tmp_path: Path) -> str:
-    return quick_rig(town_dir, tmp_path)
 
 
 def create(cli, *args: str) -> dict:

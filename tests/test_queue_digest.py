@@ -29,7 +29,8 @@ STAMP = "2026-01-01T00:00:00.000000Z"
 
 
 @pytest.fixture(scope="module")
-def town_dir(tmp_path_factory) -> Path:
+def digest_dir(tmp_path_factory) -> Path:
+    """One town with rig alpha for the whole module: each test rewrites its log."""
     base = tmp_path_factory.mktemp("digest")
     town = quick_town(base)
     quick_rig(town, base)
@@ -37,10 +38,10 @@ def town_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def no_digests(town_dir):
+def no_digests(digest_dir):
     """Each test rewrites the log in place, which sluice never does (it appends, or replaces the file):
     a digest kept for the last test's log could then match the new one's bytes before its mark."""
-    store_of(town_dir).forget_digests()
+    store_of(digest_dir).forget_digests()
 
 
 def store_of(town: Path) -> RigStore:
@@ -75,39 +76,39 @@ VERSIONS = st.lists(st.tuples(st.sampled_from(["al-wisp-a", "al-wisp-b", "al-wis
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(VERSIONS, st.booleans())
-def test_the_digest_answers_as_reading_the_log_does(town_dir, versions, other_record):
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+def test_the_digest_answers_as_reading_the_log_does(digest_dir, versions, other_record):
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     lines = [context(i, status, description, n) for n, (i, status, description) in enumerate(versions)]
     if other_record:  # a record that is not a context is never one, open or not
         lines.insert(0, {"id": "al-wisp-x", "title": "x", "status": "open", "labels": []})
     # Each example starts without a digest: two rewrites in place of equal size within one clock
     # tick would look alike (sluice itself only appends, or replaces the file).
-    store_of(town_dir).index_path.with_suffix(".queue.json").unlink(missing_ok=True)
+    store_of(digest_dir).index_path.with_suffix(".queue.json").unlink(missing_ok=True)
     log.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
-    first = store_of(town_dir)
+    first = store_of(digest_dir)
     parsed = ctxs.open_contexts(Stores(first.town), fresh=True)  # reads the log, keeps the digest
-    again = Stores(Town(town_dir))
+    again = Stores(Town(digest_dir))
     assert seen(ctxs.open_contexts(again, fresh=True)) == seen(parsed)
     assert all(store.log_unread() for store in again.all())  # answered without reading the log
 
 
-def test_a_digest_is_never_used_for_a_log_that_was_replaced(town_dir):
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+def test_a_digest_is_never_used_for_a_log_that_was_replaced(digest_dir):
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a"]
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a"]
     # Appended by another writer: the digest speaks for the log up to its mark, the rest is read.
     with open(log, "a") as fh:
         fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a", "al-wisp-b"]
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a", "al-wisp-b"]
     # Rewritten whole (as compaction does, through a new file): read again.
     replacement = log.with_suffix(".new")
     replacement.write_text(json.dumps(context("al-wisp-b", "closed", valid, 2)) + "\n")
     os.replace(replacement, log)
-    assert ctxs.open_contexts(Stores(Town(town_dir))) == []
+    assert ctxs.open_contexts(Stores(Town(digest_dir))) == []
     # A damaged digest is read past, not trusted.
-    digest = store_of(town_dir).queue_digest_path
-    reader = store_of(town_dir)
+    digest = store_of(digest_dir).queue_digest_path
+    reader = store_of(digest_dir)
     reader.ephemeral_fresh()
     mark = reader.log_mark()
     for damage in ("{", "[]", json.dumps({"version": 2, "mark": mark, "open": 5}),
@@ -116,67 +117,67 @@ def test_a_digest_is_never_used_for_a_log_that_was_replaced(town_dir):
                                "open": [["al-wisp-b", {}]]}),
                    json.dumps({"version": 1, "mark": mark, "open": [["al-wisp-b", {}]]})):
         digest.write_text(damage)
-        assert ctxs.open_contexts(Stores(Town(town_dir))) == []
+        assert ctxs.open_contexts(Stores(Town(digest_dir))) == []
 
 
-def test_after_a_sling_and_a_close_the_next_reader_parses_only_what_they_appended(town_dir):
+def test_after_a_sling_and_a_close_the_next_reader_parses_only_what_they_appended(digest_dir):
     """Writers leave the digest alone; the next reader applies the lines after its mark and keeps it."""
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
-    assert ctxs.open_contexts(Stores(Town(town_dir))) == []  # a reader keeps the digest of the empty log
+    assert ctxs.open_contexts(Stores(Town(digest_dir))) == []  # a reader keeps the digest of the empty log
     fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
     second = fields.copy(work_bead_id="al-2")
-    ctxs.create(store_of(town_dir), [({"id": "al-1", "title": "one"}, fields, STAMP),
+    ctxs.create(store_of(digest_dir), [({"id": "al-1", "title": "one"}, fields, STAMP),
                                      ({"id": "al-2", "title": "two"}, second, STAMP)])
-    reader = Stores(Town(town_dir))
+    reader = Stores(Town(digest_dir))
     found = ctxs.open_contexts(reader)
     assert sorted(c.work_id for c in found) == ["al-1", "al-2"] and reader.rig("alpha").log_unread()
-    kept = json.loads(store_of(town_dir).queue_digest_path.read_text())
+    kept = json.loads(store_of(digest_dir).queue_digest_path.read_text())
     assert kept["mark"]["lines"] == 0 and kept["open"] == []  # two lines behind: not worth rewriting yet
     closed, left = sorted(found, key=lambda c: c.work_id)  # equal times: ordered by their random ids
-    ctxs.close(Town(town_dir), store_of(town_dir), closed.id, ctxs.CLEARED)
-    reader = Stores(Town(town_dir))
+    ctxs.close(Town(digest_dir), store_of(digest_dir), closed.id, ctxs.CLEARED)
+    reader = Stores(Town(digest_dir))
     assert [c.work_id for c in ctxs.open_contexts(reader)] == ["al-2"] and reader.rig("alpha").log_unread()
-    parsed = ctxs.parse("alpha", store_of(town_dir).ephemeral_fresh()[left.id])
-    assert seen(ctxs.open_contexts(Stores(Town(town_dir)))) == seen([parsed])
+    parsed = ctxs.parse("alpha", store_of(digest_dir).ephemeral_fresh()[left.id])
+    assert seen(ctxs.open_contexts(Stores(Town(digest_dir)))) == seen([parsed])
 
 
-def test_an_append_does_not_rewrite_the_digest(town_dir):
+def test_an_append_does_not_rewrite_the_digest(digest_dir):
     """A write costs what it writes: the digest of a long queue is not read or written by an append."""
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    ctxs.open_contexts(Stores(Town(town_dir)))
-    digest = store_of(town_dir).queue_digest_path
+    ctxs.open_contexts(Stores(Town(digest_dir)))
+    digest = store_of(digest_dir).queue_digest_path
     before = digest.read_bytes()
-    store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
-    ctxs.close(Town(town_dir), store_of(town_dir), "al-wisp-a", ctxs.CLEARED)
+    store_of(digest_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    ctxs.close(Town(digest_dir), store_of(digest_dir), "al-wisp-a", ctxs.CLEARED)
     assert digest.read_bytes() == before
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-c"]
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-c"]
 
 
-def test_a_log_cut_shorter_than_the_mark_is_read_whole(town_dir):
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+def test_a_log_cut_shorter_than_the_mark_is_read_whole(digest_dir):
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     first = json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n"
     log.write_text(first + json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
-    assert len(ctxs.open_contexts(Stores(Town(town_dir)))) == 2
+    assert len(ctxs.open_contexts(Stores(Town(digest_dir)))) == 2
     with open(log, "r+b") as fh:  # the same file, shorter (lost writes), then a different line after it
         fh.truncate(len(first))
         fh.seek(0, os.SEEK_END)
         fh.write((json.dumps(context("al-wisp-b", "closed", valid, 2)) + "\n").encode())
-    reader = Stores(Town(town_dir))
+    reader = Stores(Town(digest_dir))
     assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a"]
     assert not reader.rig("alpha").log_unread()  # the guard before the mark did not match: read whole
 
 
-def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monkeypatch):
+def test_a_line_another_writer_appends_meanwhile_is_never_hidden(digest_dir, monkeypatch):
     """Between an append and the look at the log after it, someone else's line may land: no carry-over."""
 
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    ctxs.open_contexts(Stores(Town(town_dir)))  # the digest of this log
+    ctxs.open_contexts(Stores(Town(digest_dir)))  # the digest of this log
     real_write = os.write
 
     def write_then_another(fd: int, data: bytes) -> int:
@@ -186,19 +187,19 @@ def test_a_line_another_writer_appends_meanwhile_is_never_hidden(town_dir, monke
         return written
 
     monkeypatch.setattr(os, "write", write_then_another)
-    store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    store_of(digest_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
     monkeypatch.undo()
-    found = ctxs.open_contexts(Stores(Town(town_dir)))
+    found = ctxs.open_contexts(Stores(Town(digest_dir)))
     assert [c.id for c in found] == ["al-wisp-a", "al-wisp-b", "al-wisp-c"]
 
 
-def test_the_log_summary_is_not_carried_over_past_another_writers_line(town_dir, monkeypatch):
+def test_the_log_summary_is_not_carried_over_past_another_writers_line(digest_dir, monkeypatch):
     """The same guard holds for the summary: a missed edge would make readers trust the index alone."""
 
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    assert store_of(town_dir).index_is_exact()  # the summary of this log is kept
+    assert store_of(digest_dir).index_is_exact()  # the summary of this log is kept
     edge = {"issue_id": "al-wisp-x", "depends_on_id": "al-1", "type": "parent-child"}
     real_write = os.write
 
@@ -210,9 +211,9 @@ def test_the_log_summary_is_not_carried_over_past_another_writers_line(town_dir,
         return written
 
     monkeypatch.setattr(os, "write", write_then_another)
-    store_of(town_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    store_of(digest_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
     monkeypatch.undo()
-    assert not store_of(town_dir).index_is_exact()
+    assert not store_of(digest_dir).index_is_exact()
 
 
 def test_items_their_readiness_and_tokens_in_one_lookup_equal_the_separate_lookups(tmp_path):
@@ -270,37 +271,37 @@ def whole(town: Path) -> tuple[list[tuple], tuple]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(STEPS)
-def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(town_dir, steps):
+def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_dir, steps):
     """Whatever writers, crashed writers, readers and compaction did, in any order, a reader starting
     from the kept digests (and parsing only the lines after their mark) answers as a whole read."""
     from sluice.store import fsutil
 
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
-    store_of(town_dir).forget_digests()
+    store_of(digest_dir).forget_digests()
     for n, (kind, arg) in enumerate(steps):
         if kind in ("append", "foreign"):
             lines = [context(i, status, description, n) for i, status, description in arg]
             if kind == "append":
-                store_of(town_dir).put_ephemeral_many(lines)
+                store_of(digest_dir).put_ephemeral_many(lines)
             else:
                 fsutil.mend_torn_tail(log)
                 with open(log, "a") as fh:
                     fh.write("".join(json.dumps(r) + "\n" for r in lines))
         elif kind == "edge":
             dep = {"issue_id": f"al-wisp-e{n}", "depends_on_id": "al-1", "type": arg}
-            store_of(town_dir).put_ephemeral({"id": f"al-wisp-e{n}", "title": "e", "status": "open",
+            store_of(digest_dir).put_ephemeral({"id": f"al-wisp-e{n}", "title": "e", "status": "open",
                                               "dependencies": [dep]})
         elif kind == "torn":
             with open(log, "a") as fh:
                 fh.write(json.dumps(context("al-wisp-t", "open", "", n))[:arg])
         elif kind == "read":
-            reader = Stores(Town(town_dir))
+            reader = Stores(Town(digest_dir))
             ctxs.open_contexts(reader)
             if arg:
                 reader.rig("alpha").index_is_exact()
         elif kind == "launch":
-            reader = Stores(Town(town_dir))
+            reader = Stores(Town(digest_dir))
             found = [c for c in ctxs.open_contexts(reader) if c.valid]
             store, picked = reader.rig("alpha"), [c.id for c in found[arg:arg + 2]]
             from_digest = store.log_unread()
@@ -310,27 +311,27 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(town_di
             ctxs.close_many(store.town, store, [(cid, ctxs.DISPATCHED, None) for cid in picked])
             assert store.log_unread() == from_digest  # never read whole when the digest answered
         else:
-            compact(store_of(town_dir))
-        queue, summary = whole(town_dir)
-        reader = Stores(Town(town_dir))
+            compact(store_of(digest_dir))
+        queue, summary = whole(digest_dir)
+        reader = Stores(Town(digest_dir))
         assert seen(ctxs.open_contexts(reader)) == queue
         ids, edges, quiet = reader.rig("alpha")._ephemeral_summary()
         # Carried forward, the summary may err only on the safe side (an edge that was once there).
         assert ids == summary[0] and edges >= summary[1] and quiet <= summary[2]
 
 
-def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_read(town_dir):
+def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_read(digest_dir):
     """A process that took the queue from the digest marks, clears and closes contexts without ever
     parsing the log whole: each record's latest line is read where the digest (or its own append) put it."""
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     lines = [context(f"al-wisp-{c}", "open", json.dumps({"version": 1, "work_bead_id": f"al-{n}",
                                                           "target_rig": "alpha", "enqueued_at": STAMP}), n)
              for n, c in enumerate("abcd")]
     log.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    ctxs.open_contexts(Stores(Town(town_dir)))  # keeps the digest
+    ctxs.open_contexts(Stores(Town(digest_dir)))  # keeps the digest
     with open(log, "a") as fh:  # a line after the digest's mark
         fh.write(json.dumps(context("al-wisp-a", "open", lines[1]["description"], 9)) + "\n")
-    reader = Stores(Town(town_dir))
+    reader = Stores(Town(digest_dir))
     store = reader.rig("alpha")
     assert len(ctxs.open_contexts(reader)) == 4 and store.log_unread()
     for context_id in ("al-wisp-a", "al-wisp-b", "al-wisp-c"):
@@ -340,23 +341,23 @@ def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_
     closing = [(cid, ctxs.DISPATCHED, None) for cid in ("al-wisp-b", "al-wisp-c")]
     assert ctxs.close_many(store.town, store, closing) == ["al-wisp-b", "al-wisp-c"]
     assert store.log_unread()  # never read whole
-    records = store_of(town_dir).ephemeral_fresh()
+    records = store_of(digest_dir).ephemeral_fresh()
     assert ctxs.parse("alpha", records["al-wisp-a"]).fields.work_bead_id == "al-1"  # the line after the mark
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(town_dir)))] == ["al-wisp-a", "al-wisp-d"]
+    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a", "al-wisp-d"]
     assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a", "al-wisp-d"]
 
 
-def test_a_digest_far_enough_behind_the_log_is_kept_again_at_its_end(town_dir):
-    log = town_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+def test_a_digest_far_enough_behind_the_log_is_kept_again_at_its_end(digest_dir):
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
-    ctxs.open_contexts(Stores(Town(town_dir)))
-    digest = store_of(town_dir).queue_digest_path
+    ctxs.open_contexts(Stores(Town(digest_dir)))
+    digest = store_of(digest_dir).queue_digest_path
     fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
-    ctxs.create(store_of(town_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)] * 64)
-    ctxs.open_contexts(Stores(Town(town_dir)))
+    ctxs.create(store_of(digest_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)] * 64)
+    ctxs.open_contexts(Stores(Town(digest_dir)))
     assert json.loads(digest.read_text())["mark"]["lines"] == 0  # 64 lines behind: parsed, not rewritten
-    ctxs.create(store_of(town_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)])
-    assert len(ctxs.open_contexts(Stores(Town(town_dir)))) == 65
+    ctxs.create(store_of(digest_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)])
+    assert len(ctxs.open_contexts(Stores(Town(digest_dir)))) == 65
     kept = json.loads(digest.read_text())
     assert (kept["mark"]["offset"], kept["mark"]["lines"], len(kept["open"])) == (log.stat().st_size, 65, 65)
     assert worth_rewriting(12_501, 100_000) and not worth_rewriting(12_500, 100_000)

@@ -133,13 +133,6 @@ def test_schedule_next_ranks_items_created_at_the_edge_of_utc(cli, tmp_path):
 # -- rank_work: the dispatcher's entry point ---------------------------------------------
 
 
-@pytest.fixture
-def town(cli, tmp_path) -> Town:
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
-    return Town(cli.town)
-
-
 def work_of(town: Town, *pairs: tuple[str, str]) -> list[Work]:
     stores = Stores(town)
     out = []
@@ -149,12 +142,13 @@ def work_of(town: Town, *pairs: tuple[str, str]) -> list[Work]:
     return out
 
 
-def test_rank_work_scores_explains_and_orders(town, tmp_path):
-    write_items(town.root, "alpha", [item("al-urgent", priority=0, tokens=1500), item("al-cheap", tokens=0)])
-    write_items(town.root, "beta", [item("be-warm", tokens=500)])
+def test_rank_work_scores_explains_and_orders(rigs, town_files, tmp_path):
+    write_items(town_files.root, "alpha",
+                [item("al-urgent", priority=0, tokens=1500), item("al-cheap", tokens=0)])
+    write_items(town_files.root, "beta", [item("be-warm", tokens=500)])
     add_worktree(tmp_path / "repos" / "beta", tmp_path / "wt-beta")
-    work = work_of(town, ("al-cheap", stamp(1)), ("be-warm", stamp(2)), ("al-urgent", stamp(3)))
-    ranked = rank_work(town, Stores(town), work)
+    work = work_of(town_files, ("al-cheap", stamp(1)), ("be-warm", stamp(2)), ("al-urgent", stamp(3)))
+    ranked = rank_work(town_files, Stores(town_files), work)
     assert [(w.item["id"], w.score) for w in ranked] == [
         ("al-urgent", 4.1),  # 4 + 0.25 * 0.4
         ("be-warm", 2.666667),  # 2 + 0.5 + 0.25 * 0.666667
@@ -165,31 +159,33 @@ def test_rank_work_scores_explains_and_orders(town, tmp_path):
     assert all(w.context_id == f"ctx-{w.item['id']}" for w in ranked)  # the caller's Work objects come back
 
 
-def test_rank_work_ties_fall_to_the_queue_order_then_the_id(town):
-    write_items(town.root, "alpha", [item("al-b"), item("al-a"), item("al-c")])
-    work = work_of(town, ("al-c", stamp(5)), ("al-b", stamp(1)), ("al-a", stamp(1)))
-    assert [w.item["id"] for w in rank_work(town, Stores(town), work)] == ["al-a", "al-b", "al-c"]
+def test_rank_work_ties_fall_to_the_queue_order_then_the_id(rigs, town_files):
+    write_items(town_files.root, "alpha", [item("al-b"), item("al-a"), item("al-c")])
+    work = work_of(town_files, ("al-c", stamp(5)), ("al-b", stamp(1)), ("al-a", stamp(1)))
+    assert [w.item["id"] for w in rank_work(town_files, Stores(town_files), work)] == ["al-a", "al-b", "al-c"]
 
 
-def test_rank_work_compares_queue_times_as_utc_whatever_their_format(town):
-    write_items(town.root, "alpha", [item("al-a"), item("al-b"), item("al-c"), item("al-d")])
+def test_rank_work_compares_queue_times_as_utc_whatever_their_format(rigs, town_files):
+    write_items(town_files.root, "alpha", [item("al-a"), item("al-b"), item("al-c"), item("al-d")])
     work = work_of(
-        town,
+        town_files,
         ("al-a", "2026-01-01T10:00:00+02:00"),  # 08:00Z
         ("al-b", "2026-01-01T08:30:00Z"),
         ("al-c", "2026-01-01T07:59:59.5"),  # naive: UTC
         ("al-d", "not a time"),  # unreadable: last
     )
-    assert [w.item["id"] for w in rank_work(town, Stores(town), work)] == ["al-c", "al-a", "al-b", "al-d"]
+    ranked = rank_work(town_files, Stores(town_files), work)
+    assert [w.item["id"] for w in ranked] == ["al-c", "al-a", "al-b", "al-d"]
     assert work[0].order == "2026-01-01T10:00:00+02:00"  # the caller's value is left alone
 
 
-def test_pressured_work_stays_in_the_ranking_with_its_penalty_even_in_skip_mode(town):
-    set_policy(town.policy_path, town.lock_path("policy"), skip_on_merge_pressure=True)
-    write_items(town.root, "alpha", [item("al-hot", priority=0), *(merge_request(f"al-m{n}", "open")
+def test_pressured_work_stays_in_the_ranking_with_its_penalty_even_in_skip_mode(rigs, town_files):
+    set_policy(town_files.policy_path, town_files.lock_path("policy"), skip_on_merge_pressure=True)
+    write_items(town_files.root, "alpha", [item("al-hot", priority=0), *(merge_request(f"al-m{n}", "open")
                                                                  for n in range(3))])
-    write_items(town.root, "beta", [item("be-calm", priority=1)])
-    ranked = rank_work(town, Stores(town), work_of(town, ("al-hot", stamp(0)), ("be-calm", stamp(0))))
+    write_items(town_files.root, "beta", [item("be-calm", priority=1)])
+    ranked = rank_work(town_files, Stores(town_files),
+                       work_of(town_files, ("al-hot", stamp(0)), ("be-calm", stamp(0))))
     assert [(w.item["id"], w.score, w.pressured) for w in ranked] == [
         ("be-calm", 3.125, False),
         ("al-hot", 2.125, True),  # 4.125 - 2.0: penalised, never dropped
@@ -197,14 +193,15 @@ def test_pressured_work_stays_in_the_ranking_with_its_penalty_even_in_skip_mode(
     assert ranked[1].reasons[-1] == "merge_pressure depth=3 threshold=3 penalty=2.0"
 
 
-def test_rank_work_applies_the_graph_weights_of_each_items_epic(town):
-    write_items(town.root, "alpha", [
+def test_rank_work_applies_the_graph_weights_of_each_items_epic(rigs, town_files):
+    write_items(town_files.root, "alpha", [
         item("al-epic", issue_type="epic", priority=4),
         item("al-in", priority=3, parent="al-epic"),
         item("al-out"),
     ])
-    set_policy(town.policy_path, town.lock_path("policy"), priority=5.0, graph_id="al-epic")
-    ranked = rank_work(town, Stores(town), work_of(town, ("al-in", stamp(0)), ("al-out", stamp(0))))
+    set_policy(town_files.policy_path, town_files.lock_path("policy"), priority=5.0, graph_id="al-epic")
+    ranked = rank_work(town_files, Stores(town_files),
+                       work_of(town_files, ("al-in", stamp(0)), ("al-out", stamp(0))))
     assert [(w.item["id"], w.score, w.graph_id) for w in ranked] == [
         ("al-in", 5.125, "al-epic"),  # 5 * 1 + 0.125
         ("al-out", 2.125, None),
@@ -224,20 +221,22 @@ POOL = [("al-e1", {"issue_type": "epic", "priority": 1}), ("al-e2", {"issue_type
        st.sampled_from([0.0, 0.5]), st.sampled_from([0.0, 1.0]), st.sampled_from([None, "al-e1"]))
 @example(picks=[("al-a", 0, True), ("be-c", 0, True), ("al-f", 1, False)], aging=0.0, fairness=0.0,
          graph=None)  # alike but for the rig
-def test_rank_work_scores_and_orders_as_scoring_each_item_alone(town, picks, aging, fairness, graph):
+def test_rank_work_scores_and_orders_as_scoring_each_item_alone(rigs, town_files, picks, aging, fairness,
+                                                                 graph):
     """Work is scored by kind; every item must still get exactly its own score, reasons and place."""
-    if not Stores(town).rig("alpha").index.ids():
+    if not Stores(town_files).rig("alpha").index.ids():
         # alpha's merge queue is at the threshold: its work scores apart from beta's alike work
         pressure = [merge_request(f"al-m{n}", "open") for n in range(3)]
-        write_items(town.root, "alpha", [item(i, **e) for i, e in POOL if i.startswith("al")] + pressure)
-        write_items(town.root, "beta", [item(i, **extra) for i, extra in POOL if i.startswith("be")])
+        write_items(town_files.root, "alpha",
+                    [item(i, **e) for i, e in POOL if i.startswith("al")] + pressure)
+        write_items(town_files.root, "beta", [item(i, **extra) for i, extra in POOL if i.startswith("be")])
     overrides = {graph: GraphOverride(priority=3.0)} if graph else {}
     policy = Policy(weights=PolicyWeights(fairness=fairness), aging=aging, graph_overrides=overrides)
     now = 1767232800.0  # 2026-01-01T02:00:00Z: contexts queued at minutes 0..3 have waited about 2 hours
-    work = [Work(item=Stores(town).find(i)[1], rig=i[:2].replace("al", "alpha").replace("be", "beta"),
+    work = [Work(item=Stores(town_files).find(i)[1], rig=i[:2].replace("al", "alpha").replace("be", "beta"),
                  order=stamp(minute), context_id=f"ctx-{n}" if queued else None)
             for n, (i, minute, queued) in enumerate(picks)]
-    signals = Signals(town, Stores(town))
+    signals = Signals(town_files, Stores(town_files))
     alone = []
     for n, w in enumerate(work):
         order = order_text(w.order)
@@ -245,16 +244,16 @@ def test_rank_work_scores_and_orders_as_scoring_each_item_alone(town, picks, agi
         alone.append(Candidate(w.item["id"], priority_of(w.item), effective_tokens(w.item), w.rig, order,
                                signals.graphs.of_record(w.item), n, age_hours=age))
     expected = score_all(alone, policy, **signals.scoring_inputs(w.rig for w in work))
-    ranked = rank_work(town, Stores(town), [Work(w.item, w.rig, w.order, w.context_id) for w in work],
-                       policy=policy, now=now)
+    ranked = rank_work(town_files, Stores(town_files),
+                       [Work(w.item, w.rig, w.order, w.context_id) for w in work], policy=policy, now=now)
     assert [(w.item["id"], w.order, w.score, w.reasons) for w in ranked] == [
         (s.candidate.item_id, work[s.candidate.payload].order, s.score, s.reasons) for s in expected]
 
 
-def test_rank_work_of_nothing_reads_nothing(town):
-    town.policy_path.parent.mkdir(parents=True, exist_ok=True)
-    town.policy_path.write_text("{broken")
-    assert rank_work(town, Stores(town), []) == []
+def test_rank_work_of_nothing_reads_nothing(rigs, town_files):
+    town_files.policy_path.parent.mkdir(parents=True, exist_ok=True)
+    town_files.policy_path.write_text("{broken")
+    assert rank_work(town_files, Stores(town_files), []) == []
 
 
 # -- rank_ready: the advisor's entry point ------------------------------------------------
@@ -299,41 +298,42 @@ def busy_town(town: Town) -> None:
 
 
 @pytest.mark.parametrize("limit", [1, 7, 500])
-def test_rank_ready_agrees_with_scoring_every_ready_item(town, limit):
-    busy_town(town)
+def test_rank_ready_agrees_with_scoring_every_ready_item(rigs, town_files, limit):
+    busy_town(town_files)
     now = time.time()
-    stores = Stores(town)
+    stores = Stores(town_files)
     for policy in (
         Policy(weights=PolicyWeights(fairness=0.6), merge_queue_threshold=1),
         Policy(graph_overrides={"be-epic": GraphOverride(priority=2.5, cost=None)}),
     ):
-        got = rank_ready(town, stores, Signals(town, stores), policy, limit, now=now)
-        expect = full_ranking(town, policy, now)[:limit]
+        got = rank_ready(town_files, stores, Signals(town_files, stores), policy, limit, now=now)
+        expect = full_ranking(town_files, policy, now)[:limit]
         assert [(s.candidate.item_id, s.score, s.reasons, s.candidate.graph_id) for s in got] == expect
 
 
-def test_rank_ready_of_one_graph(town):
-    busy_town(town)
+def test_rank_ready_of_one_graph(rigs, town_files):
+    busy_town(town_files)
     now = time.time()
-    stores = Stores(town)
+    stores = Stores(town_files)
     policy = Policy(weights=PolicyWeights(fairness=1.0))
-    got = rank_ready(town, stores, Signals(town, stores), policy, 10, graph_id="al-epic", now=now)
-    expect = full_ranking(town, policy, now, graph_id="al-epic")[:10]
+    got = rank_ready(town_files, stores, Signals(town_files, stores), policy, 10, graph_id="al-epic", now=now)
+    expect = full_ranking(town_files, policy, now, graph_id="al-epic")[:10]
     assert [(s.candidate.item_id, s.score, s.reasons, s.candidate.graph_id) for s in got] == expect
     assert {s.candidate.graph_id for s in got} == {"al-epic"}
 
 
-def test_rank_ready_sees_ephemeral_records_that_change_readiness(town):
-    busy_town(town)
-    stores = Stores(town)
+def test_rank_ready_sees_ephemeral_records_that_change_readiness(rigs, town_files):
+    busy_town(town_files)
+    stores = Stores(town_files)
     # An ephemeral parent that is blocked hides its durable child from the ready set.
-    write_items(town.root, "alpha", [item("al-kid", priority=0, tokens=0, parent="al-wisp-p")])
+    write_items(town_files.root, "alpha", [item("al-kid", priority=0, tokens=0, parent="al-wisp-p")])
     store = stores.rig("alpha")
     store.put_ephemeral(item("al-wisp-b", ephemeral=True))
     store.put_ephemeral(item("al-wisp-p", ephemeral=True, issue_type="epic", blocked_by=["al-wisp-b"]))
     now = time.time()
     policy = Policy()
-    got = rank_ready(town, Stores(town), Signals(town, Stores(town)), policy, 5, now=now)
+    stores = Stores(town_files)
+    got = rank_ready(town_files, stores, Signals(town_files, stores), policy, 5, now=now)
     assert "al-kid" not in [s.candidate.item_id for s in got]
-    expect = full_ranking(town, policy, now)[:5]
+    expect = full_ranking(town_files, policy, now)[:5]
     assert [(s.candidate.item_id, s.score, s.reasons, s.candidate.graph_id) for s in got] == expect

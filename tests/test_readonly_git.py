@@ -39,7 +39,8 @@ def snapshot(*roots: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def rigs(tmp_path: Path, beads_data: Path):
+def source_repos(tmp_path: Path, beads_data: Path) -> dict:
+    """The repositories the commands read: alpha with a live and a prunable worktree, ralph with an export."""
     repos = tmp_path / "repos"
     for sub in ("alpha/src", "ralph/.beads"):  # make_repo writes files, not directories
         (repos / sub).mkdir(parents=True)
@@ -103,23 +104,23 @@ def commands(rigs: dict, town: Path, source: Path) -> list[tuple[tuple[str, ...]
     ]
 
 
-def test_no_command_writes_inside_a_rig_repository(tmp_path, rigs, beads_data):
+def test_no_command_writes_inside_a_rig_repository(tmp_path, source_repos, beads_data):
     town = tmp_path / "town"
     town.mkdir()
     cli = Cli(town)
-    before = snapshot(*rigs["roots"])
+    before = snapshot(*source_repos["roots"])
     assert any("worktrees/alpha-gone" in key for key in before)  # the prunable record is there
 
     ids: dict[str, str] = {}
     source = beads_data / "artifact-keeper__artifact-keeper.issues.jsonl"
-    for argv, must_succeed in commands(rigs, town, source):
+    for argv, must_succeed in commands(source_repos, town, source):
         args = [a.format(**ids) if "{" in a and a[1:-1] in ("first", "second", "third") else a for a in argv]
         done = cli.run(*args, check=must_succeed)
         if args[:2] == ["item", "create"] and done.returncode == 0:
             key = ("first", "second", "third")[len(ids)]
             ids[key] = __import__("json").loads(done.stdout)["id"]
         assert "Traceback" not in done.stderr, (args, done.stderr)
-        after = snapshot(*rigs["roots"])
+        after = snapshot(*source_repos["roots"])
         changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
         assert not changed, f"sluice {' '.join(args)} wrote inside a rig repository: {changed[:5]}"
     assert len(ids) == 3

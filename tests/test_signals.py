@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import git, make_repo
-from helpers.advisor import add_rig, add_worktree, item, merge_request, write_items
+from helpers.advisor import add_worktree, item, merge_request, write_items
 from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
 from sluice.scheduler.signals import Graphs, Signals, is_warm_rig, parent_of_deps
 from sluice.store.decisions import (
@@ -24,13 +24,6 @@ from sluice.store.rigstore import Stores
 from sluice.store.town import Rig, Town
 
 
-@pytest.fixture
-def town(cli, tmp_path) -> Town:
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
-    return Town(cli.town)
-
-
 def signals(town: Town) -> Signals:
     return Signals(town, Stores(town))
 
@@ -38,23 +31,23 @@ def signals(town: Town) -> Signals:
 # -- affinity -------------------------------------------------------------------------
 
 
-def test_a_rig_is_warm_exactly_while_it_has_a_live_linked_worktree(town, tmp_path):
+def test_a_rig_is_warm_exactly_while_it_has_a_live_linked_worktree(rigs, town_files, tmp_path):
     repo = tmp_path / "repos" / "alpha"
-    rig = town.rig("alpha")
+    rig = town_files.rig("alpha")
     assert is_warm_rig(rig) is False
     worktree = add_worktree(repo, tmp_path / "wt-alpha")
     assert is_warm_rig(rig) is True
-    assert signals(town).warm_rigs(["alpha", "beta"]) == {"alpha"}
+    assert signals(town_files).warm_rigs(["alpha", "beta"]) == {"alpha"}
     shutil.rmtree(worktree)  # the worktree is now prunable: gone, so not warm
     assert is_warm_rig(rig) is False
 
 
-def test_a_removed_worktree_cools_the_rig(town, tmp_path):
+def test_a_removed_worktree_cools_the_rig(rigs, town_files, tmp_path):
     repo = tmp_path / "repos" / "beta"
     add_worktree(repo, tmp_path / "wt-beta")
-    assert is_warm_rig(town.rig("beta")) is True
+    assert is_warm_rig(town_files.rig("beta")) is True
     git("worktree", "remove", str(tmp_path / "wt-beta"), cwd=repo)
-    assert is_warm_rig(town.rig("beta")) is False
+    assert is_warm_rig(town_files.rig("beta")) is False
 
 
 def test_a_missing_or_broken_repository_is_cold_with_a_warning(tmp_path, caplog):
@@ -76,23 +69,23 @@ def test_a_bare_repository_with_a_worktree_is_warm(tmp_path):
     assert is_warm_rig(rig) is True
 
 
-def test_warmth_is_read_once_per_call(town, tmp_path):
-    s = signals(town)
+def test_warmth_is_read_once_per_call(rigs, town_files, tmp_path):
+    s = signals(town_files)
     assert s.warm_rigs(["alpha"]) == set()
     add_worktree(tmp_path / "repos" / "alpha", tmp_path / "wt")
     assert s.warm_rigs(["alpha"]) == set()  # the same call keeps its answer
-    assert signals(town).warm_rigs(["alpha"]) == {"alpha"}
+    assert signals(town_files).warm_rigs(["alpha"]) == {"alpha"}
 
 
 # -- merge queues ---------------------------------------------------------------------
 
 
-def test_merge_queue_counts_open_as_queued_and_in_progress_as_running(town):
-    write_items(town.root, "alpha", [
+def test_merge_queue_counts_open_as_queued_and_in_progress_as_running(rigs, town_files):
+    write_items(town_files.root, "alpha", [
         merge_request("al-m1", "open"), merge_request("al-m2", "open"), merge_request("al-m3", "in_progress"),
         merge_request("al-m4", "closed"), item("al-t1", status="in_progress"),
     ])
-    s = signals(town)
+    s = signals(town_files)
     assert s.merge_queue("alpha") == (2, 1)
     assert s.merge_queue("beta") == (0, 0)
     assert s.merge_depths(["alpha", "beta"]) == {"alpha": 3, "beta": 0}
@@ -101,8 +94,8 @@ def test_merge_queue_counts_open_as_queued_and_in_progress_as_running(town):
 # -- graphs ---------------------------------------------------------------------------
 
 
-def test_the_graph_is_the_highest_epic_above_an_item(town):
-    write_items(town.root, "alpha", [
+def test_the_graph_is_the_highest_epic_above_an_item(rigs, town_files):
+    write_items(town_files.root, "alpha", [
         item("al-top", issue_type="epic"),
         item("al-mid", issue_type="epic", parent="al-top"),
         item("al-feat", issue_type="feature", parent="al-mid"),
@@ -113,8 +106,8 @@ def test_the_graph_is_the_highest_epic_above_an_item(town):
         item("al-orphan", parent="al-missing"),
         item("al-ext", parent="external:other:thing"),
     ])
-    graphs = Graphs(town, Stores(town))
-    stores = Stores(town)
+    graphs = Graphs(town_files, Stores(town_files))
+    stores = Stores(town_files)
 
     def graph(item_id):
         return graphs.of_record(stores.rig("alpha").require(item_id))
@@ -130,39 +123,39 @@ def test_the_graph_is_the_highest_epic_above_an_item(town):
     assert graph("al-ext") is None
 
 
-def test_a_cross_prefix_parent_makes_no_one_a_child(town):
+def test_a_cross_prefix_parent_makes_no_one_a_child(rigs, town_files):
     """beads stores a cross-prefix edge as external: it is no parent, so no graph is entered through it."""
-    write_items(town.root, "alpha", [item("al-epic", issue_type="epic")])
-    write_items(town.root, "beta", [
+    write_items(town_files.root, "alpha", [item("al-epic", issue_type="epic")])
+    write_items(town_files.root, "beta", [
         item("be-child", parent="al-epic"),
         item("be-epic", issue_type="epic"),
         item("be-both", dependencies=[
             {"issue_id": "be-both", "depends_on_id": target, "type": "parent-child"}
             for target in ("al-epic", "be-epic")]),
     ])
-    stores = Stores(town)
-    graphs = Graphs(town, stores)
+    stores = Stores(town_files)
+    graphs = Graphs(town_files, stores)
     assert graphs.of_record(stores.rig("beta").require("be-child")) is None
     # Its first same-prefix parent counts.
     assert graphs.of_record(stores.rig("beta").require("be-both")) == "be-epic"
 
 
-def test_a_parent_cycle_ends_the_walk(town):
-    write_items(town.root, "alpha", [
+def test_a_parent_cycle_ends_the_walk(rigs, town_files):
+    write_items(town_files.root, "alpha", [
         item("al-a", issue_type="epic", parent="al-b"),
         item("al-b", issue_type="epic", parent="al-a"),
     ])
-    stores = Stores(town)
-    assert Graphs(town, stores).of_record(stores.rig("alpha").require("al-a")) in ("al-a", "al-b")
+    stores = Stores(town_files)
+    assert Graphs(town_files, stores).of_record(stores.rig("alpha").require("al-a")) in ("al-a", "al-b")
 
 
-def test_check_graph_names_what_is_wrong(town):
-    write_items(town.root, "alpha", [
+def test_check_graph_names_what_is_wrong(rigs, town_files):
+    write_items(town_files.root, "alpha", [
         item("al-top", issue_type="epic"),
         item("al-sub", issue_type="epic", parent="al-top"),
         item("al-task"),
     ])
-    graphs = Graphs(town, Stores(town))
+    graphs = Graphs(town_files, Stores(town_files))
     graphs.check_graph("al-top")
     with pytest.raises(UnknownItem, match="unknown graph 'al-nope'"):
         graphs.check_graph("al-nope")
@@ -190,108 +183,109 @@ def decision(rig: str, n: int = 0, **extra) -> dict:
     return row
 
 
-def test_counts_are_per_rig_and_include_skipped_decisions(town):
-    append_decisions(town, [decision("alpha", 1), decision("alpha", 2, skipped=True), decision("beta", 3)])
-    assert decision_counts(town) == {"alpha": 2, "beta": 1}
+def test_counts_are_per_rig_and_include_skipped_decisions(rigs, town_files):
+    append_decisions(town_files,
+                     [decision("alpha", 1), decision("alpha", 2, skipped=True), decision("beta", 3)])
+    assert decision_counts(town_files) == {"alpha": 2, "beta": 1}
 
 
-def test_counts_read_only_what_was_appended_since_the_last_call(town):
-    append_decisions(town, [decision("alpha", n) for n in range(3)])
-    assert decision_counts(town) == {"alpha": 3}
-    cache = json.loads(counts_cache_path(town).read_text())
-    assert cache["offset"] == town.decisions_path.stat().st_size
+def test_counts_read_only_what_was_appended_since_the_last_call(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", n) for n in range(3)])
+    assert decision_counts(town_files) == {"alpha": 3}
+    cache = json.loads(counts_cache_path(town_files).read_text())
+    assert cache["offset"] == town_files.decisions_path.stat().st_size
     # Rewrite the already-counted lines with garbage of the same length (keeping the guard bytes):
     # an incremental reader never looks at them again.
-    data = town.decisions_path.read_bytes()
+    data = town_files.decisions_path.read_bytes()
     first_line = data.index(b"\n")
-    with open(town.decisions_path, "r+b") as fh:
+    with open(town_files.decisions_path, "r+b") as fh:
         fh.write(b"#" * first_line)
-    append_decisions(town, [decision("beta", 9)])
-    assert decision_counts(town) == {"alpha": 3, "beta": 1}
+    append_decisions(town_files, [decision("beta", 9)])
+    assert decision_counts(town_files) == {"alpha": 3, "beta": 1}
 
 
-def test_a_replaced_or_rewritten_log_is_counted_again(town):
-    append_decisions(town, [decision("alpha", n) for n in range(3)])
-    assert decision_counts(town) == {"alpha": 3}
-    replacement = town.decisions_path.with_suffix(".new")
+def test_a_replaced_or_rewritten_log_is_counted_again(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", n) for n in range(3)])
+    assert decision_counts(town_files) == {"alpha": 3}
+    replacement = town_files.decisions_path.with_suffix(".new")
     replacement.write_text(json.dumps(decision("beta")) + "\n")
-    os.replace(replacement, town.decisions_path)
-    assert decision_counts(town) == {"beta": 1}
+    os.replace(replacement, town_files.decisions_path)
+    assert decision_counts(town_files) == {"beta": 1}
     # Same inode, same size, different bytes: the guard notices.
-    text = town.decisions_path.read_text().replace('"beta"', '"gama"')
-    with open(town.decisions_path, "r+", encoding="utf-8") as fh:
+    text = town_files.decisions_path.read_text().replace('"beta"', '"gama"')
+    with open(town_files.decisions_path, "r+", encoding="utf-8") as fh:
         fh.write(text)
-    assert decision_counts(town) == {"gama": 1}
+    assert decision_counts(town_files) == {"gama": 1}
 
 
-def test_a_torn_last_line_is_counted_once_it_is_complete(town):
-    append_decisions(town, [decision("alpha", 1)])
+def test_a_torn_last_line_is_counted_once_it_is_complete(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", 1)])
     line = json.dumps(decision("beta", 2))
-    with open(town.decisions_path, "a") as fh:
+    with open(town_files.decisions_path, "a") as fh:
         fh.write(line[:20])
-    assert decision_counts(town) == {"alpha": 1}
-    with open(town.decisions_path, "a") as fh:
+    assert decision_counts(town_files) == {"alpha": 1}
+    with open(town_files.decisions_path, "a") as fh:
         fh.write(line[20:] + "\n")
-    assert decision_counts(town) == {"alpha": 1, "beta": 1}
+    assert decision_counts(town_files) == {"alpha": 1, "beta": 1}
 
 
-def test_a_malformed_line_is_an_error_naming_file_and_line(town):
-    append_decisions(town, [decision("alpha", 1)])
-    with open(town.decisions_path, "a") as fh:
+def test_a_malformed_line_is_an_error_naming_file_and_line(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", 1)])
+    with open(town_files.decisions_path, "a") as fh:
         fh.write("{not json\n")
-    append_decisions(town, [decision("alpha", 2)])
+    append_decisions(town_files, [decision("alpha", 2)])
     with pytest.raises(StoreCorrupt) as err:
-        decision_counts(town)
-    assert str(err.value).startswith(f"{town.decisions_path}:2: malformed decision")
+        decision_counts(town_files)
+    assert str(err.value).startswith(f"{town_files.decisions_path}:2: malformed decision")
 
 
-def test_a_corrupt_cache_is_rebuilt(town):
-    append_decisions(town, [decision("alpha", 1)])
-    counts_cache_path(town).parent.mkdir(parents=True, exist_ok=True)
-    counts_cache_path(town).write_text("{broken")
-    assert decision_counts(town) == {"alpha": 1}
-    append_decisions(town, [decision("beta", 2)])  # the next append writes a sound cache again
-    assert json.loads(counts_cache_path(town).read_text())["counts"] == {"alpha": 1, "beta": 1}
+def test_a_corrupt_cache_is_rebuilt(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", 1)])
+    counts_cache_path(town_files).parent.mkdir(parents=True, exist_ok=True)
+    counts_cache_path(town_files).write_text("{broken")
+    assert decision_counts(town_files) == {"alpha": 1}
+    append_decisions(town_files, [decision("beta", 2)])  # the next append writes a sound cache again
+    assert json.loads(counts_cache_path(town_files).read_text())["counts"] == {"alpha": 1, "beta": 1}
 
 
-def test_reading_counts_never_writes(town):
-    append_decisions(town, [decision("alpha", 1)])
-    counts_cache_path(town).unlink()
-    assert decision_counts(town) == {"alpha": 1}
-    assert not counts_cache_path(town).exists()  # a dry run or a preview leaves the town as it was
+def test_reading_counts_never_writes(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", 1)])
+    counts_cache_path(town_files).unlink()
+    assert decision_counts(town_files) == {"alpha": 1}
+    assert not counts_cache_path(town_files).exists()  # a dry run or a preview leaves the town as it was
 
 
-def test_no_log_means_no_counts(town):
-    assert decision_counts(town) == {}
-    assert recent_decisions(town, 5) == []
+def test_no_log_means_no_counts(rigs, town_files):
+    assert decision_counts(town_files) == {}
+    assert recent_decisions(town_files, 5) == []
 
 
-def test_recent_decisions_are_newest_first_and_read_from_the_end(town):
-    town.decisions_path.parent.mkdir(parents=True, exist_ok=True)
+def test_recent_decisions_are_newest_first_and_read_from_the_end(rigs, town_files):
+    town_files.decisions_path.parent.mkdir(parents=True, exist_ok=True)
     # A corrupt line far from the end is never parsed by a tail read.
-    town.decisions_path.write_text("{corrupt\n" + "x" * 200_000 + "\n")
-    append_decisions(town, [decision("alpha", n) for n in range(5)])
-    assert [d["decision_id"] for d in recent_decisions(town, 3)] == ["d4", "d3", "d2"]
-    assert recent_decisions(town, 0) == []
+    town_files.decisions_path.write_text("{corrupt\n" + "x" * 200_000 + "\n")
+    append_decisions(town_files, [decision("alpha", n) for n in range(5)])
+    assert [d["decision_id"] for d in recent_decisions(town_files, 3)] == ["d4", "d3", "d2"]
+    assert recent_decisions(town_files, 0) == []
     with pytest.raises(StoreCorrupt, match=r"decisions\.jsonl:1: malformed decision"):
-        recent_decisions(town, 10)  # reaches the bad lines: the first is named, as a full read would
+        recent_decisions(town_files, 10)  # reaches the bad lines: the first is named, as a full read would
 
 
-def test_recent_decisions_ignore_a_torn_append(town):
-    append_decisions(town, [decision("alpha", 1), decision("alpha", 2)])
-    with open(town.decisions_path, "a") as fh:
+def test_recent_decisions_ignore_a_torn_append(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", 1), decision("alpha", 2)])
+    with open(town_files.decisions_path, "a") as fh:
         fh.write('{"decision_id": "d3"')
-    assert [d["decision_id"] for d in recent_decisions(town, 5)] == ["d2", "d1"]
+    assert [d["decision_id"] for d in recent_decisions(town_files, 5)] == ["d2", "d1"]
 
 
-def test_recent_decisions_across_many_blocks(town):
-    append_decisions(town, [decision("alpha", n, pad="p" * 3000) for n in range(100)])
-    got = recent_decisions(town, 60)
+def test_recent_decisions_across_many_blocks(rigs, town_files):
+    append_decisions(town_files, [decision("alpha", n, pad="p" * 3000) for n in range(100)])
+    got = recent_decisions(town_files, 60)
     assert [d["decision_id"] for d in got] == [f"d{n}" for n in range(99, 39, -1)]
 
 
-def test_one_call_is_one_append(town, tmp_path: Path):
-    append_decisions(town, [decision("alpha", 1), decision("beta", 2)])
-    lines = town.decisions_path.read_text().splitlines()
+def test_one_call_is_one_append(rigs, town_files, tmp_path: Path):
+    append_decisions(town_files, [decision("alpha", 1), decision("beta", 2)])
+    lines = town_files.decisions_path.read_text().splitlines()
     assert [json.loads(x)["decision_id"] for x in lines] == ["d1", "d2"]
-    assert oct(town.decisions_path.stat().st_mode & 0o777) == "0o600"
+    assert oct(town_files.decisions_path.stat().st_mode & 0o777) == "0o600"

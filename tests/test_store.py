@@ -17,22 +17,11 @@ from pathlib import Path
 import pytest
 
 from helpers import Cli, make_repo
-from helpers.foundation import quick_rig, quick_town
 from sluice.errors import StoreCorrupt
 from sluice.store.compaction import compact
 from sluice.store.index import DurableIndex
 from sluice.store.rigstore import RigStore, Stores, read_jsonl
 from sluice.store.town import Town
-
-
-@pytest.fixture
-def town_dir(tmp_path: Path) -> Path:
-    return quick_town(tmp_path)
-
-
-@pytest.fixture
-def rig(town_dir: Path, tmp_path: Path) -> str:
-    return quick_rig(town_dir, tmp_path)
 
 WORKERS = 8
 

@@ -9,12 +9,6 @@ from pathlib import Path
 import pytest
 
 from helpers import Cli, make_repo
-from helpers.foundation import quick_town
-
-
-@pytest.fixture
-def town_dir(tmp_path: Path) -> Path:
-    return quick_town(tmp_path)
 
 NO_ENV_TOWN = {"SLUICE_TOWN": ""}
 

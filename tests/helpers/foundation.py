@@ -1,10 +1,8 @@
-"""Fast in-process town and rig set-up for the foundation tests.
+"""In-process town and rig set-up behind the ``town_dir``, ``rig`` and ``rigs`` fixtures.
 
-Modules that define their own ``town_dir`` / ``rig`` fixtures with these
-replace the conftest versions (which run `sluice init` / `rig add` as
-processes) for that module only.  The commands under test still run as real
-`sluice` processes; `init` and `rig add` themselves are exercised through the
-CLI in test_town.py.
+The library calls `sluice init` and `rig add` make, without the command
+line; `init` and `rig add` themselves are exercised through the CLI in
+test_town.py.
 """
 
 from __future__ import annotations
