@@ -19,7 +19,6 @@ from helpers.scheduler import (
     fields,
     item,
     open_contexts,
-    town_with_rigs,
     wait_for,
     write_items,
 )
@@ -36,11 +35,10 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def town(cli, tmp_path, memory):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
-    configure(cli.town, "scheduler.max_polecats", "10")
-    configure(cli.town, "scheduler.batch_size", "10")
-    return cli.town
+def two_rigs_dir(town_dir, rigs, capacity, memory) -> Path:
+    """Rigs alpha and beta with room for ten polecats a cycle, on the in-memory executor."""
+    capacity(10, batch_size=10)
+    return town_dir
 
 
 def queue(town, rig, *records):
@@ -58,144 +56,145 @@ def cycle(town, **kw):
     return run_cycle(Town(town), **kw)
 
 
-def test_rig_cap_is_never_exceeded_and_other_rigs_go_on(town):
-    configure(town, "rigs.alpha.max_polecats", "2")
-    queue(town, "alpha", *(item(f"al-{n}", priority=0) for n in range(4)))
-    queue(town, "beta", item("be-1", priority=4))
-    report = cycle(town)
+def test_rig_cap_is_never_exceeded_and_other_rigs_go_on(two_rigs_dir):
+    configure(two_rigs_dir, "rigs.alpha.max_polecats", "2")
+    queue(two_rigs_dir, "alpha", *(item(f"al-{n}", priority=0) for n in range(4)))
+    queue(two_rigs_dir, "beta", item("be-1", priority=4))
+    report = cycle(two_rigs_dir)
     assert report.dispatched == 3 and report.why == {"rig-cap": 2}
-    assert running_items(town) == ["al-0", "al-1", "be-1"]
-    again = cycle(town)  # the cap holds across cycles: running polecats count
+    assert running_items(two_rigs_dir) == ["al-0", "al-1", "be-1"]
+    again = cycle(two_rigs_dir)  # the cap holds across cycles: running polecats count
     assert again.dispatched == 0 and again.reason == "rig-cap"
-    rows = list_queue(Town(town))
+    rows = list_queue(Town(two_rigs_dir))
     assert [r["why"] for r in rows] == [["rig-cap"], ["rig-cap"]]
-    explained = explain(Town(town), "al-2")
+    explained = explain(Town(two_rigs_dir), "al-2")
     assert explained["queued"] and not explained["would_dispatch"]
     assert [r["code"] for r in explained["reasons"]] == ["rig-cap"]
     assert "runs 2 of its 2" in explained["reasons"][0]["detail"]
 
 
-def test_label_cap_and_overlap_with_running_polecats(town, memory):
-    configure(town, "scheduler.label_caps.gpu", "1")
-    queue(town, "alpha",
+def test_label_cap_and_overlap_with_running_polecats(two_rigs_dir, memory):
+    configure(two_rigs_dir, "scheduler.label_caps.gpu", "1")
+    queue(two_rigs_dir, "alpha",
           item("al-g1", labels=["gpu"], priority=0),
           item("al-g2", labels=["gpu"], priority=0),
           item("al-api", metadata={"touches": ["src/api/**"]}, priority=1),
           item("al-auth", metadata={"touches": ["src/api/auth.py"]}, priority=1),
           item("al-web", metadata={"touches": ["src/web/*"]}, priority=1))
-    queue(town, "beta", item("be-api", metadata={"touches": ["src/api/**"]}, priority=2))
-    report = cycle(town)
-    assert running_items(town) == ["al-api", "al-g1", "al-web", "be-api"]
+    queue(two_rigs_dir, "beta", item("be-api", metadata={"touches": ["src/api/**"]}, priority=2))
+    report = cycle(two_rigs_dir)
+    assert running_items(two_rigs_dir) == ["al-api", "al-g1", "al-web", "be-api"]
     assert report.why == {"label-cap": 1, "overlap": 1}
-    why = {r["id"]: r["why"] for r in list_queue(Town(town))}
+    why = {r["id"]: r["why"] for r in list_queue(Town(two_rigs_dir))}
     assert why == {"al-g2": ["label-cap"], "al-auth": ["overlap"]}
-    [reason] = explain(Town(town), "al-auth")["reasons"]
+    [reason] = explain(Town(two_rigs_dir), "al-auth")["reasons"]
     assert reason["code"] == "overlap" and "al-api" in reason["detail"]
     memory.finish("al-api")
-    cycle(town)
-    assert "al-auth" in running_items(town) and "al-g2" not in running_items(town)
+    cycle(two_rigs_dir)
+    assert "al-auth" in running_items(two_rigs_dir) and "al-g2" not in running_items(two_rigs_dir)
 
 
-def test_budget_exhaustion_and_recovery_as_the_window_slides(town, clock):
-    configure(town, "scheduler.token_budget", "2500")
-    configure(town, "scheduler.budget_window", "3s")
-    queue(town, "alpha", *(item(f"al-{n}", metadata={"estimated_tokens": 1000}) for n in range(3)))
-    first = cycle(town)
+def test_budget_exhaustion_and_recovery_as_the_window_slides(two_rigs_dir, clock):
+    configure(two_rigs_dir, "scheduler.token_budget", "2500")
+    configure(two_rigs_dir, "scheduler.budget_window", "3s")
+    queue(two_rigs_dir, "alpha", *(item(f"al-{n}", metadata={"estimated_tokens": 1000}) for n in range(3)))
+    first = cycle(two_rigs_dir)
     assert first.dispatched == 2 and first.why == {"budget": 1}
-    assert [r["code"] for r in explain(Town(town), "al-2")["reasons"]] == ["budget"]
-    data = status(Town(town))
+    assert [r["code"] for r in explain(Town(two_rigs_dir), "al-2")["reasons"]] == ["budget"]
+    data = status(Town(two_rigs_dir))
     assert data["budgets"] == [{"rig": None, "spent": 2000, "budget": 2500, "window": "3s"}]
     # A polecat reports what it really used: less than the estimate, so room appears at once.
-    ledger = kept.read(Town(town), kept.BUDGET)["launches"]
-    report = report_usage(Town(town), ledger[0]["polecat_id"], 100)
+    ledger = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    report = report_usage(Town(two_rigs_dir), ledger[0]["polecat_id"], 100)
     assert report["counted"]
-    assert status(Town(town))["budgets"][0]["spent"] == 1100
-    assert cycle(town).dispatched == 1
-    write_items(town, "alpha", [item("al-late", metadata={"estimated_tokens": 1000})])
-    sling(Town(town), ["al-late", "alpha"], SlingOptions())
-    assert cycle(town).reason == "budget"
-    assert cycle(town).reason == "budget"
-    assert len(events(town, "BudgetExhausted")) == 2  # once per spell: the first, and after the report
+    assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 1100
+    assert cycle(two_rigs_dir).dispatched == 1
+    write_items(two_rigs_dir, "alpha", [item("al-late", metadata={"estimated_tokens": 1000})])
+    sling(Town(two_rigs_dir), ["al-late", "alpha"], SlingOptions())
+    assert cycle(two_rigs_dir).reason == "budget"
+    assert cycle(two_rigs_dir).reason == "budget"
+    # once per spell: the first, and after the report
+    assert len(events(two_rigs_dir, "BudgetExhausted")) == 2
     clock.advance(2.9)  # the first launches are still inside the window
-    assert cycle(town).reason == "budget"
+    assert cycle(two_rigs_dir).reason == "budget"
     clock.advance(0.2)  # and now the window has slid past them
-    assert cycle(town).dispatched == 1
+    assert cycle(two_rigs_dir).dispatched == 1
 
 
-def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, town):
-    queue(town, "alpha", item("al-1"))
-    queue(town, "beta", item("be-1"))
+def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, two_rigs_dir):
+    queue(two_rigs_dir, "alpha", item("al-1"))
+    queue(two_rigs_dir, "beta", item("be-1"))
     out = cli.json("scheduler", "throttle", "--until", "1h", "--rig", "alpha",
                    "--reason", "429 from provider")
     assert out["rig"] == "alpha" and out["reason"] == "429 from provider"
-    report = cycle(town)
-    assert running_items(town) == ["be-1"] and report.why == {"throttled": 1}
-    data = status(Town(town))
+    report = cycle(two_rigs_dir)
+    assert running_items(two_rigs_dir) == ["be-1"] and report.why == {"throttled": 1}
+    data = status(Town(two_rigs_dir))
     assert [t["rig"] for t in data["throttles"]] == ["alpha"]
-    assert "429 from provider" in explain(Town(town), "al-1")["reasons"][0]["detail"]
+    assert "429 from provider" in explain(Town(two_rigs_dir), "al-1")["reasons"][0]["detail"]
     assert cli.json("scheduler", "throttle", "--clear", "--rig", "alpha")["cleared"] is True
-    cycle(town)
-    assert running_items(town) == ["al-1", "be-1"]
+    cycle(two_rigs_dir)
+    assert running_items(two_rigs_dir) == ["al-1", "be-1"]
     bad = cli.run("scheduler", "throttle", "--until", "yesterday", check=False)
     assert bad.returncode == 2 and "neither a duration" in bad.stderr
 
 
-def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(town, memory, clock):
-    configure(town, "scheduler.throttle_for", "2s")
-    queue(town, "alpha", item("al-1"))
-    assert cycle(town).dispatched == 1
+def test_exit_75_throttles_the_rig_and_requeues_without_a_failure(two_rigs_dir, memory, clock):
+    configure(two_rigs_dir, "scheduler.throttle_for", "2s")
+    queue(two_rigs_dir, "alpha", item("al-1"))
+    assert cycle(two_rigs_dir).dispatched == 1
     memory.finish("al-1", exit_code=75)
-    report = cycle(town)
+    report = cycle(two_rigs_dir)
     assert [r["item_id"] for r in report.requeued] == ["al-1"]
-    [context] = open_contexts(town, "alpha", "al-1")
+    [context] = open_contexts(two_rigs_dir, "alpha", "al-1")
     assert fields(context).get("dispatch_failures", 0) == 0  # not a dispatch failure
     assert report.dispatched == 0 and report.why == {"throttled": 1}
-    assert cycle(town).requeued == []  # settled once
-    assert events(town, "Throttled")
+    assert cycle(two_rigs_dir).requeued == []  # settled once
+    assert events(two_rigs_dir, "Throttled")
     clock.advance(1.9)
-    assert cycle(town).why == {"throttled": 1}  # the throttle lasts its two seconds
+    assert cycle(two_rigs_dir).why == {"throttled": 1}  # the throttle lasts its two seconds
     clock.advance(0.2)
-    assert cycle(town).dispatched == 1
+    assert cycle(two_rigs_dir).dispatched == 1
 
 
-def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, town, memory, clock):
+def test_cooldown_requeues_a_broken_item_half_open_and_doubles(cli, two_rigs_dir, memory, clock):
     memory.fail_next("al-1", "cannot launch '/nonexistent/agent': no such file or command", times=2)
-    configure(town, "scheduler.max_dispatch_failures", "1")
-    configure(town, "scheduler.breaker_cooldown", "1s")
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
+    configure(two_rigs_dir, "scheduler.max_dispatch_failures", "1")
+    configure(two_rigs_dir, "scheduler.breaker_cooldown", "1s")
+    queue(two_rigs_dir, "alpha", item("al-1"))
+    cycle(two_rigs_dir)
     [row] = cli.json("scheduler", "broken")
     assert row["item_id"] == "al-1" and row["trips"] == 1 and "cannot launch" in row["last_error"]
-    assert [r["code"] for r in explain(Town(town), "al-1")["reasons"]] == ["circuit-broken"]
+    assert [r["code"] for r in explain(Town(two_rigs_dir), "al-1")["reasons"]] == ["circuit-broken"]
     clock.advance(0.9)
-    assert cycle(town).requeued == []  # still cooling down
+    assert cycle(two_rigs_dir).requeued == []  # still cooling down
     clock.advance(0.2)
-    report = cycle(town)  # half-open: queued again for one attempt, fails, broken again
+    report = cycle(two_rigs_dir)  # half-open: queued again for one attempt, fails, broken again
     assert [r["item_id"] for r in report.requeued] == ["al-1"] and report.failed == 1
-    [row] = kept.broken(Town(town)).values()
+    [row] = kept.broken(Town(two_rigs_dir)).values()
     assert row["trips"] == 2 and row["cooldown"] == 2.0
     # A person resets it; with a working agent it launches and the breaker forgets it.
     out = cli.json("scheduler", "reset", "al-1")
     assert out["context_id"]
-    assert fields(open_contexts(town, "alpha", "al-1")[0]).get("dispatch_failures", 0) == 0
-    assert cycle(town).dispatched == 1
+    assert fields(open_contexts(two_rigs_dir, "alpha", "al-1")[0]).get("dispatch_failures", 0) == 0
+    assert cycle(two_rigs_dir).dispatched == 1
     assert cli.json("scheduler", "broken") == []
 
 
-def test_breaker_cooldown_zero_latches(town, memory, clock):
+def test_breaker_cooldown_zero_latches(two_rigs_dir, memory, clock):
     memory.fail_next("al-1")
-    configure(town, "scheduler.max_dispatch_failures", "1")
-    configure(town, "scheduler.breaker_cooldown", "0")
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
-    [row] = broken_rows(Town(town))
+    configure(two_rigs_dir, "scheduler.max_dispatch_failures", "1")
+    configure(two_rigs_dir, "scheduler.breaker_cooldown", "0")
+    queue(two_rigs_dir, "alpha", item("al-1"))
+    cycle(two_rigs_dir)
+    [row] = broken_rows(Town(two_rigs_dir))
     assert row["next_attempt_at"] is None
     clock.advance(365 * 86400.0)
-    assert cycle(town).requeued == []
+    assert cycle(two_rigs_dir).requeued == []
 
 
-def test_explain_codes_for_items_not_in_the_queue(cli, town):
-    write_items(town, "alpha", [item("al-free"), item("al-dep", deps=[("blocks", "al-free")])])
+def test_explain_codes_for_items_not_in_the_queue(cli, two_rigs_dir):
+    write_items(two_rigs_dir, "alpha", [item("al-free"), item("al-dep", deps=[("blocks", "al-free")])])
     out = cli.json("scheduler", "explain", "al-free")
     assert out == {"item_id": "al-free", "queued": False, "context_id": None, "would_dispatch": False,
                    "score": None, "promoted_at": None, "host": out["host"],
@@ -205,37 +204,37 @@ def test_explain_codes_for_items_not_in_the_queue(cli, town):
                    # no forecast, no budget fit
                    "reasons": [{"code": "not-queued", "detail": out["reasons"][0]["detail"]}]}
     assert [r["code"] for r in cli.json("scheduler", "explain", "al-nope")["reasons"]] == ["missing-item"]
-    sling(Town(town), ["al-dep", "al-free", "alpha"], SlingOptions())
-    blocked = explain(Town(town), "al-dep")
+    sling(Town(two_rigs_dir), ["al-dep", "al-free", "alpha"], SlingOptions())
+    blocked = explain(Town(two_rigs_dir), "al-dep")
     assert blocked["queued"] and [r["code"] for r in blocked["reasons"]] == ["blocked"]
     assert "al-free" in blocked["reasons"][0]["detail"]
-    ready = explain(Town(town), "al-free")
+    ready = explain(Town(two_rigs_dir), "al-free")
     assert ready["would_dispatch"] and ready["reasons"] == [] and ready["score"] is not None
     cli.run("scheduler", "pause")
-    assert [r["code"] for r in explain(Town(town), "al-free")["reasons"]] == ["paused"]
-    configure(town, "scheduler.max_polecats", "-1")
-    codes = [r["code"] for r in explain(Town(town), "al-free")["reasons"]]
+    assert [r["code"] for r in explain(Town(two_rigs_dir), "al-free")["reasons"]] == ["paused"]
+    configure(two_rigs_dir, "scheduler.max_polecats", "-1")
+    codes = [r["code"] for r in explain(Town(two_rigs_dir), "al-free")["reasons"]]
     assert codes == ["paused", "direct-mode"]
     text = cli.run("scheduler", "explain", "al-free").stdout
     assert "paused:" in text and "direct-mode:" in text
 
 
-def test_batch_and_capacity_reasons_match_the_plan(town):
-    configure(town, "scheduler.max_polecats", "3")
-    configure(town, "scheduler.batch_size", "1")
-    queue(town, "alpha", item("al-1", priority=0), item("al-2", priority=1))
-    assert [r["why"] for r in list_queue(Town(town))] == [[], ["batch"]]
-    plan = run_cycle(Town(town), dry_run=True)
+def test_batch_and_capacity_reasons_match_the_plan(two_rigs_dir):
+    configure(two_rigs_dir, "scheduler.max_polecats", "3")
+    configure(two_rigs_dir, "scheduler.batch_size", "1")
+    queue(two_rigs_dir, "alpha", item("al-1", priority=0), item("al-2", priority=1))
+    assert [r["why"] for r in list_queue(Town(two_rigs_dir))] == [[], ["batch"]]
+    plan = run_cycle(Town(two_rigs_dir), dry_run=True)
     assert plan.reason == "batch" and [p["item_id"] for p in plan.planned] == ["al-1"]
-    configure(town, "scheduler.max_polecats", "1")
-    queue(town, "beta", item("be-run", priority=0))
-    cycle(town)
-    waiting = [r for r in list_queue(Town(town)) if r["id"] in ("al-1", "be-run")]
+    configure(two_rigs_dir, "scheduler.max_polecats", "1")
+    queue(two_rigs_dir, "beta", item("be-run", priority=0))
+    cycle(two_rigs_dir)
+    waiting = [r for r in list_queue(Town(two_rigs_dir)) if r["id"] in ("al-1", "be-run")]
     assert [r["why"] for r in waiting] == [["capacity"]]
-    assert explain(Town(town), waiting[0]["id"])["reasons"][0]["code"] == "capacity"
+    assert explain(Town(two_rigs_dir), waiting[0]["id"])["reasons"][0]["code"] == "capacity"
 
 
-def test_config_keys_for_caps_and_budgets(cli, town):
+def test_config_keys_for_caps_and_budgets(cli, two_rigs_dir):
     cli.run("config", "set", "rigs.alpha.max_polecats", "2")
     assert cli.run("config", "get", "rigs.alpha.max_polecats").stdout.strip() == "2"
     bad = cli.run("config", "set", "rigs.alpha.max_polecats", "0", check=False)
@@ -246,11 +245,11 @@ def test_config_keys_for_caps_and_budgets(cli, town):
     assert cli.run("config", "get", "scheduler.label_caps.gpu").stdout.strip() == "1"
     assert cli.run("config", "set", "scheduler.budget_window", "soon", check=False).returncode == 2
     cli.run("config", "set", "rigs.beta.token_budget", "5000")
-    config = json.loads((town / ".sluice" / "config.json").read_text())
+    config = json.loads((two_rigs_dir / ".sluice" / "config.json").read_text())
     assert config["rigs"]["beta"]["token_budget"] == 5000 and config["scheduler"]["label_caps"] == {"gpu": 1}
 
 
-def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, monkeypatch):
+def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(two_rigs_dir, monkeypatch):
     """queue_again checks and creates under the sling lock, as a sling does: no duplicate context."""
     import threading
 
@@ -259,9 +258,9 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, 
     from sluice.store import contexts as ctxs
     from sluice.store.rigstore import Stores
 
-    write_items(town, "alpha", [item("al-race")])
+    write_items(two_rigs_dir, "alpha", [item("al-race")])
     real_item_store, real_acquire = pending.item_store, fsutil.FileLock.acquire
-    sling_lock = str(Town(town).lock_path(ctxs.SLING_LOCK))
+    sling_lock = str(Town(two_rigs_dir).lock_path(ctxs.SLING_LOCK))
     waits, done = threading.Event(), threading.Event()
 
     def acquire(lock):
@@ -276,7 +275,8 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, 
                 held = False
         except LockBusy:
             held = True
-        threading.Thread(target=lambda: (sling(Town(town), ["al-race"], SlingOptions()), done.set())).start()
+        threading.Thread(
+            target=lambda: (sling(Town(two_rigs_dir), ["al-race"], SlingOptions()), done.set())).start()
         if held:  # the sling waits for queue_again once it asks for the lock (or ends, if it never asks)
             wait_for(lambda: waits.is_set() or done.is_set(), timeout=30)
         else:  # nothing holds it: the sling runs to its end first
@@ -285,28 +285,28 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(town, 
 
     monkeypatch.setattr(fsutil.FileLock, "acquire", acquire)
     monkeypatch.setattr(pending, "item_store", item_store_while_a_sling_runs)
-    record = queue_again(Town(town), Stores(Town(town)), "al-race", "alpha", {}, 0)
+    record = queue_again(Town(two_rigs_dir), Stores(Town(two_rigs_dir)), "al-race", "alpha", {}, 0)
     assert done.wait(30)
     assert record is not None
-    assert [c["id"] for c in open_contexts(town, "alpha", "al-race")] == [record["id"]]
+    assert [c["id"] for c in open_contexts(two_rigs_dir, "alpha", "al-race")] == [record["id"]]
 
 
-def test_aging_in_the_policy_reorders_the_queue(cli, town):
-    configure(town, "scheduler.batch_size", "1")
-    write_items(town, "alpha", [item("al-old", priority=3), item("al-new", priority=2)])
-    sling(Town(town), ["al-old", "alpha"], SlingOptions())
-    path = town / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+def test_aging_in_the_policy_reorders_the_queue(cli, two_rigs_dir):
+    configure(two_rigs_dir, "scheduler.batch_size", "1")
+    write_items(two_rigs_dir, "alpha", [item("al-old", priority=3), item("al-new", priority=2)])
+    sling(Town(two_rigs_dir), ["al-old", "alpha"], SlingOptions())
+    path = two_rigs_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for record in records:  # queued three hours ago
         description = json.loads(record["description"])
         description["enqueued_at"] = "2020-01-01T00:00:00Z"
         record["description"] = json.dumps(description)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    sling(Town(town), ["al-new", "alpha"], SlingOptions())
-    assert [r["id"] for r in list_queue(Town(town))] == ["al-new", "al-old"]
+    sling(Town(two_rigs_dir), ["al-new", "alpha"], SlingOptions())
+    assert [r["id"] for r in list_queue(Town(two_rigs_dir))] == ["al-new", "al-old"]
     policy = cli.json("schedule", "policy", "set", "--aging", "0.5", "--aging-max", "1.5")
     assert (policy["aging"], policy["aging_max"]) == (0.5, 1.5)
-    rows = list_queue(Town(town))
+    rows = list_queue(Town(two_rigs_dir))
     assert [r["id"] for r in rows] == ["al-old", "al-new"] and rows[0]["why"] == []
     bad = cli.run("schedule", "policy", "set", "--aging", "-1", check=False)
     assert bad.returncode == 2 and "--aging must be >= 0" in bad.stderr

@@ -9,9 +9,11 @@ next real cycle stops for that very reason.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from helpers.scheduler import configure, item, town_with_rigs, write_items
+from helpers.scheduler import configure, item, write_items
 from sluice.core import admission as rules
 from sluice.core.admission import Admission, Reason
 from sluice.core.gates import binding
@@ -24,17 +26,16 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def town(cli, tmp_path, memory):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    configure(cli.town, "scheduler.max_polecats", "5")
-    configure(cli.town, "scheduler.batch_size", "5")
-    write_items(cli.town, "alpha", [
+def gpu_dir(town_dir, rig, capacity, memory) -> Path:
+    """Rig alpha with three gpu items queued, room for five polecats, on the in-memory executor."""
+    capacity(5, batch_size=5)
+    write_items(town_dir, "alpha", [
         item("al-1", priority=0, labels=["gpu"]),
         item("al-2", priority=1, labels=["gpu"]),
         item("al-3", priority=2, labels=["gpu"]),
     ])
-    sling(Town(cli.town), ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
-    return cli.town
+    sling(Town(town_dir), ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
+    return town_dir
 
 
 def agree(town, code: str) -> dict:
@@ -50,56 +51,56 @@ def agree(town, code: str) -> dict:
     return doc["binding"]
 
 
-def test_capacity_binds_when_the_town_cap_is_the_smaller_limit(town):
-    configure(town, "scheduler.max_polecats", "1")
-    run_cycle(Town(town))
-    assert "free polecat slot" in agree(town, rules.CAPACITY)["detail"]
+def test_capacity_binds_when_the_town_cap_is_the_smaller_limit(gpu_dir):
+    configure(gpu_dir, "scheduler.max_polecats", "1")
+    run_cycle(Town(gpu_dir))
+    assert "free polecat slot" in agree(gpu_dir, rules.CAPACITY)["detail"]
 
 
-def test_batch_binds_when_the_batch_is_the_smaller_limit(town):
-    configure(town, "scheduler.batch_size", "1")
-    assert agree(town, rules.BATCH)["detail"].startswith("ranked below")
+def test_batch_binds_when_the_batch_is_the_smaller_limit(gpu_dir):
+    configure(gpu_dir, "scheduler.batch_size", "1")
+    assert agree(gpu_dir, rules.BATCH)["detail"].startswith("ranked below")
 
 
-def test_a_rig_cap_binds(town):
-    configure(town, "rigs.alpha.max_polecats", "1")
-    run_cycle(Town(town))
-    assert "rig alpha runs 1 of its 1" in agree(town, rules.RIG_CAP)["detail"]
+def test_a_rig_cap_binds(gpu_dir):
+    configure(gpu_dir, "rigs.alpha.max_polecats", "1")
+    run_cycle(Town(gpu_dir))
+    assert "rig alpha runs 1 of its 1" in agree(gpu_dir, rules.RIG_CAP)["detail"]
 
 
-def test_a_label_cap_binds(town):
-    configure(town, "scheduler.label_caps.gpu", "2")
-    run_cycle(Town(town))
-    assert "label gpu" in agree(town, rules.LABEL_CAP)["detail"]
+def test_a_label_cap_binds(gpu_dir):
+    configure(gpu_dir, "scheduler.label_caps.gpu", "2")
+    run_cycle(Town(gpu_dir))
+    assert "label gpu" in agree(gpu_dir, rules.LABEL_CAP)["detail"]
 
 
-def test_a_budget_binds(town):
-    configure(town, "scheduler.token_budget", "10")
-    assert "town budget" in agree(town, rules.BUDGET)["detail"]
+def test_a_budget_binds(gpu_dir):
+    configure(gpu_dir, "scheduler.token_budget", "10")
+    assert "town budget" in agree(gpu_dir, rules.BUDGET)["detail"]
 
 
-def test_a_throttle_binds(town):
-    throttle(Town(town), until="10m", reason="provider said later")
-    assert "provider said later" in agree(town, rules.THROTTLED)["detail"]
+def test_a_throttle_binds(gpu_dir):
+    throttle(Town(gpu_dir), until="10m", reason="provider said later")
+    assert "provider said later" in agree(gpu_dir, rules.THROTTLED)["detail"]
 
 
-def test_a_pause_binds_over_every_other_limit(town):
-    configure(town, "scheduler.batch_size", "1")
-    pause(Town(town), "ops")
-    doc = status(Town(town))
+def test_a_pause_binds_over_every_other_limit(gpu_dir):
+    configure(gpu_dir, "scheduler.batch_size", "1")
+    pause(Town(gpu_dir), "ops")
+    doc = status(Town(gpu_dir))
     assert doc["binding"] == {"code": rules.PAUSED, "detail": "the scheduler is paused (by ops)"}
-    assert run_cycle(Town(town)).reason == rules.PAUSED
+    assert run_cycle(Town(gpu_dir)).reason == rules.PAUSED
 
 
-def test_nothing_binds_when_the_cycle_launches_everything_ready(town):
-    doc = status(Town(town))
+def test_nothing_binds_when_the_cycle_launches_everything_ready(gpu_dir):
+    doc = status(Town(gpu_dir))
     assert doc["binding"] is None and doc["plan_reason"] == "ready"
-    assert run_cycle(Town(town)).dispatched == 3
-    assert status(Town(town))["binding"] is None
+    assert run_cycle(Town(gpu_dir)).dispatched == 3
+    assert status(Town(gpu_dir))["binding"] is None
 
 
-def test_the_status_text_names_the_binding_limit(town, cli):
-    configure(town, "scheduler.batch_size", "1")
+def test_the_status_text_names_the_binding_limit(gpu_dir, cli):
+    configure(gpu_dir, "scheduler.batch_size", "1")
     text = cli.run("scheduler", "status").stdout
     assert "Binding:    batch: ranked below this cycle's batch of 1" in text
 

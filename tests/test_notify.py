@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, python_command, write_items
+from helpers.scheduler import item, python_command, write_items
 from sluice.executors import get_executor
 from sluice.scheduler.daemon import Daemon
 from sluice.store.events import emit_event
@@ -31,10 +31,10 @@ with open(out, "a") as fh:
 
 
 @pytest.fixture
-def town(cli, tmp_path, memory):
-    add_rig(cli, tmp_path, "alpha", "al")
-    write_items(cli.town, "alpha", [item("al-1", "first; rm -rf / $(boom)")])
-    return Town(cli.town)
+def alpha_files(town_files, rig, memory) -> Town:
+    """Rig alpha with one item whose title a shell would run, on the in-memory executor."""
+    write_items(town_files.root, "alpha", [item("al-1", "first; rm -rf / $(boom)")])
+    return town_files
 
 
 @pytest.fixture
@@ -61,14 +61,14 @@ def _daemon(town: Town, lines: list[str]) -> Daemon:
                   executor=get_executor(town))
 
 
-def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, notifier, memory):
+def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, alpha_files, notifier, memory):
     script, out = notifier
     memory.fail_next("al-1", "cannot launch '/nonexistent/agent': no such file or command")
     configure(cli.town, {"scheduler.max_polecats": "1", "scheduler.max_dispatch_failures": "1"})
     _use(cli, script, out)
     cli.run("sling", "al-1", "alpha")
     lines: list[str] = []
-    assert _daemon(town, lines).tick() is True
+    assert _daemon(alpha_files, lines).tick() is True
     [sent] = _notified(out)
     assert sent["argv"] == ["circuit-broken", "al-1", "alpha"]
     assert sent["stdin"]["event"] == "circuit-broken" and sent["stdin"]["type"] == "CircuitBroken"
@@ -77,12 +77,12 @@ def test_circuit_broken_runs_the_notifier_with_the_event_on_stdin(cli, town, not
     assert any(line.startswith("notify circuit-broken (") and line.endswith("sent") for line in lines)
 
 
-def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, town, notifier, clock):
+def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, alpha_files, notifier, clock):
     script, out = notifier
     configure(cli.town, {"scheduler.max_polecats": "1", "scheduler.polecat_timeout": "1s"})
     _use(cli, script, out)
     cli.run("sling", "al-1", "alpha")
-    daemon = _daemon(town, [])
+    daemon = _daemon(alpha_files, [])
     daemon.tick()
     assert [n["argv"][0] for n in _notified(out)] == ["queue-drained"]
     assert _notified(out)[0]["stdin"]["payload"] == {"dispatched": 1}
@@ -98,25 +98,27 @@ def test_queue_drained_and_a_run_timed_out_announced_once_by_default(cli, town, 
     assert len(_notified(out)) == 2  # each event is announced once; PolecatTimedOut is not chosen by default
 
 
-def test_only_the_chosen_events_and_not_the_history(cli, town, notifier):
+def test_only_the_chosen_events_and_not_the_history(cli, alpha_files, notifier):
     script, out = notifier
-    emit_event(town, "CircuitBroken", {"item_id": "al-0", "rig": "alpha"})  # before the daemon: history
+    # before the daemon: history
+    emit_event(alpha_files, "CircuitBroken", {"item_id": "al-0", "rig": "alpha"})
     configure(cli.town, {"scheduler.max_polecats": "1"})
     _use(cli, script, out, notify_on="circuit-broken,polecat-timed-out")
     cli.run("sling", "al-1", "alpha")
-    daemon = _daemon(town, [])
+    daemon = _daemon(alpha_files, [])
     daemon.tick()  # drains the queue, but queue-drained was not chosen
     assert _notified(out) == []
-    emit_event(town, "CircuitBroken", {"item_id": "al-9", "rig": "alpha"})
+    emit_event(alpha_files, "CircuitBroken", {"item_id": "al-9", "rig": "alpha"})
     daemon.tick()
     assert [n["argv"][1] for n in _notified(out)] == ["al-9"]
 
 
-def test_a_failing_a_missing_and_a_hanging_notifier_are_logged_and_the_tick_goes_on(cli, town, tmp_path):
+def test_a_failing_a_missing_and_a_hanging_notifier_are_logged_and_the_tick_goes_on(cli, alpha_files,
+                                                                                    tmp_path):
     configure(cli.town, {"scheduler.max_polecats": "1"})
     cli.run("config", "set", "scheduler.notify_timeout", "500ms")
     lines: list[str] = []
-    daemon = _daemon(town, lines)
+    daemon = _daemon(alpha_files, lines)
     daemon.tick()
     pid_file = tmp_path / "hanging.pid"
     for command, expected in [
@@ -128,7 +130,7 @@ def test_a_failing_a_missing_and_a_hanging_notifier_are_logged_and_the_tick_goes
                         " time.sleep(60)"), "failed: still running after 0.5s; killed"),
     ]:
         cli.run("config", "set", "scheduler.notify", command)
-        emit_event(town, "Throttled", {"rig": "alpha"})
+        emit_event(alpha_files, "Throttled", {"rig": "alpha"})
         lines.clear()
         started = time.monotonic()
         assert daemon.tick() is True
@@ -147,14 +149,14 @@ def test_config_refuses_unknown_events(cli):
     assert done.returncode == 2 and "JSON array" in done.stderr
 
 
-def test_the_daemon_announces_a_token_budget_running_out(cli, town, notifier):
+def test_the_daemon_announces_a_token_budget_running_out(cli, alpha_files, notifier):
     script, out = notifier
     write_items(cli.town, "alpha", [item("al-2", "second")])
     # a budget of one item's default estimate
     configure(cli.town, {"scheduler.max_polecats": "2", "scheduler.token_budget": "1000"})
     _use(cli, script, out, notify_on="budget-exhausted")
     cli.run("sling", "al-1", "al-2", "alpha")
-    daemon = _daemon(town, [])
+    daemon = _daemon(alpha_files, [])
     daemon.tick()  # launches one item, spending the town's budget
     daemon.tick()
     [sent] = _notified(out)
