@@ -149,6 +149,12 @@ CASES = [
     ("scheduler", "explain", "be-2", "--json"),
     ("scheduler", "explain", "zz-9"),
     ("scheduler", "explain"),
+    ("scheduler", "forecast"),
+    ("scheduler", "forecast", "--json"),
+    ("scheduler", "forecast", "--limit", "1", "--json"),
+    ("scheduler", "forecast", "--limit=-1"),
+    ("scheduler", "forecast", "--limit", "x"),
+    ("scheduler", "forecast", "al-1"),
     ("hooks", "report", "--rig", "alpha"),
     ("hooks", "report", "--rig=beta", "--hook", "post-commit", "--json"),
     ("hooks", "report", "--repo", "{repo}", "--json"),
@@ -167,7 +173,9 @@ CASES = [
 def same_run(text: str) -> str:
     """Output with what differs between two runs blanked: a decision's id and time, and the forecast's
     times (with no daemon running the first launch is forecast for now, which moves on between runs)."""
-    text = re.sub(r'"(decision_id|at|start_at|done_at|done_p90_at)":"[^"]*"', r'"\1":"…"', text)
+    times = "decision_id|at|start_at|done_at|done_p90_at|drain_at|drain_p90_at|room_at"
+    text = re.sub(rf'"({times})":"[^"]*"', r'"\1":"…"', text)
+    text = re.sub(r"(drains ≈|\(p90 )[^ )]+", r"\1…", text)  # the forecast's drain, as text
     return re.sub(r"\b\d\d:\d\d\b", "…", text)
 
 
@@ -199,7 +207,8 @@ def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
                                   ("item", "blocked", "--json"), ("item", "show", "al-2"), ("--version",),
                                   ("schedule", "next", "--json"), ("schedule", "next", "--preview"),
                                   ("scheduler", "status", "--json"), ("scheduler", "list"),
-                                  ("scheduler", "explain", "al-1"), ("hooks", "report", "--rig", "alpha"),
+                                  ("scheduler", "explain", "al-1"), ("scheduler", "forecast", "--json"),
+                                  ("hooks", "report", "--rig", "alpha"),
                                   ("scheduler", "run", "--dry-run", "--json")],
                          ids=" ".join)
 def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(shared_town, args):
@@ -268,6 +277,7 @@ ANSWERED = {
     ("scheduler", "status"): ["scheduler", "status", "--json"],
     ("scheduler", "list"): ["scheduler", "list"],
     ("scheduler", "explain"): ["scheduler", "explain", "al-1"],
+    ("scheduler", "forecast"): ["scheduler", "forecast", "--limit", "1"],
     ("hooks", "report"): ["hooks", "report", "--rig", "alpha", "--json"],
     ("scheduler", "run"): ["scheduler", "run", "--dry-run", "--json"],
 }

@@ -9,7 +9,7 @@ turns the answer into reasons:
 * :func:`assess` — one survey, one admission: used by ``scheduler run`` (and
   its dry run), ``list``, ``status``, ``explain``, the daemon and MCP;
 * :func:`reasons_of` and :func:`why` — why a queued item waits
-  (``explain`` and ``list --json``'s ``why``);
+  (``explain`` and ``list --json``'s ``why``, for the rows shown);
 * :func:`note_budget` — ``BudgetExhausted`` once per spell.
 
 Running work is counted from its run record (labels, touches, rig frozen at
@@ -229,17 +229,13 @@ def reasons_of(
     return out
 
 
-def why(assessment: Assessment, config: TownConfig) -> dict[str, list[str]]:
-    """Reason codes of every queued item by context id (empty: the next cycle launches it)."""
-    out = {}
-    for where, works in (
-        ("ready", assessment.view.ready),
-        ("backoff", assessment.view.backing_off),
-        ("blocked", assessment.view.blocked),
-    ):
-        for w in works:
-            out[w.context_id] = list(dict.fromkeys(r.code for r in reasons_of(assessment, w, where, config)))
-    return out
+def why(assessment: Assessment, work: Work, where: str, config: TownConfig) -> list[str]:
+    """The reason codes of one queued item in survey list ``where`` (empty: the next cycle launches it).
+
+    Asked per row shown, not per item queued: a page of 50 rows of 100,000
+    pays for 50.
+    """
+    return list(dict.fromkeys(r.code for r in reasons_of(assessment, work, where, config)))
 
 
 def note_budget(town: Town, assessment: Assessment) -> bool:

@@ -127,9 +127,13 @@ def _queue(session: Session, limit: int = 0, offset: int = 0
     stop = offset + limit if limit > 0 else total
     rows = [_row(w, blocked, retry) for w, blocked in entries[offset:stop]]
     rows += [_held_row(h) for h in view.held[max(0, offset - len(entries)):max(0, stop - len(entries))]]
-    codes = why(assessment, config)
-    for row in rows:
-        row["why"] = [row["held"]] if row.get("held") else codes.get(row["context_id"], [])
+    ready, backing_off = len(view.ready), len(view.backing_off)
+    for position, row in enumerate(rows, start=offset):
+        if row.get("held"):
+            row["why"] = [row["held"]]
+            continue
+        where = "ready" if position < ready else "backoff" if position < ready + backing_off else "blocked"
+        row["why"] = why(assessment, entries[position][0], where, config)
     counts = QueueCounts(total, len(view.ready) + len(view.backing_off))
     for work, blocked in entries:
         counts.add(work.rig, blocked)

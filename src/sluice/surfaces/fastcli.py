@@ -60,6 +60,8 @@ COMMANDS = {
     ("scheduler", "status"): Spec((0, 0), ("--limit",), integers=("--limit",)),
     ("scheduler", "list"): Spec((0, 0), ("--limit", "--offset"), integers=("--limit", "--offset")),
     ("scheduler", "explain"): Spec((1, 1)),
+    # It keeps its head for `scheduler status` as it ends: written again when tried twice, the same.
+    ("scheduler", "forecast"): Spec((0, 0), ("--limit",), integers=("--limit",)),
     ("hooks", "report"): Spec((0, 0), ("--rig", "--repo", "--hook")),
     # Only the dry run, which reads: a real cycle launches, and is never tried twice.
     ("scheduler", "run"): Spec((0, 0), ("--batch",), ("--dry-run", "-n", "--ignore-backoff", "--json"),
@@ -177,6 +179,9 @@ def _answer(command: Command):
             return rows.to_json(), as_json, output.queue_text, []
         case ("scheduler", "explain"):
             return town.explain(args[0]).to_json(), as_json, output.explain_text, []
+        case ("scheduler", "forecast"):
+            limit = int(options.get("--limit", "0"))
+            return town.forecast(limit).to_json(), as_json, output.forecast_text, []
         case ("hooks", "report"):
             queue = town.hooks_report(options.get("--rig"), options.get("--repo"), options.get("--hook", ""))
             return queue.to_json(), as_json, None, [queue.line()]
