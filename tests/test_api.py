@@ -363,6 +363,40 @@ def test_one_call_reads_the_config_once_and_asks_the_executor_once(town, monkeyp
         assert (len(reads), len(asks)) == (1, 1), call
 
 
+def test_a_cycle_a_sling_a_snapshot_and_the_advisor_read_the_config_once_and_resolve_the_executor_once(
+        town, monkeypatch):
+    """One call, one session: no part of a cycle, a sling, a view or ``schedule next`` reads the config
+    or looks the executor up again."""
+    from sluice.store.town import Town as TownFiles
+
+    town.config_set("scheduler.max_polecats", "2")
+    town.config_set("scheduler.batch_size", "2")
+    town.config_set("executor.kind", "memory")
+    town.executor.serve(town.files)
+    configured = sluice.open_town(town.root)  # resolves its executor from the config on each call
+    first, second = (town.create_item("api", title)["id"] for title in ("first", "second"))
+    reads, lookups = [], []
+    real_reload, real_lookup = TownFiles.reload_config, MemoryExecutor.for_town.__func__
+    monkeypatch.setattr(TownFiles, "reload_config", lambda self: reads.append(1) or real_reload(self))
+    monkeypatch.setattr(MemoryExecutor, "for_town", classmethod(lambda cls, t: lookups.append(1)
+                                                                or real_lookup(cls, t)))
+    calls = {
+        "sling": lambda: configured.sling([first, second]),
+        "run_cycle --dry-run": lambda: configured.run_cycle(dry_run=True),
+        "run_cycle": configured.run_cycle,
+        "snapshot": configured.snapshot,
+        "item_detail": lambda: configured.item_detail(first),
+        "next": lambda: configured.next(preview=True),
+        "schedule_status": configured.schedule_status,
+    }
+    for name, call in calls.items():
+        reads.clear()
+        lookups.clear()
+        call()
+        assert len(reads) <= 1 and len(lookups) <= 1, (name, len(reads), len(lookups))
+    assert len(town.executor.active()) == 2  # the cycle launched both through the one executor
+
+
 def test_an_executor_that_cannot_be_asked_is_kept_as_the_session_problem(town):
     from sluice.scheduler.session import Session
 

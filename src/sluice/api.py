@@ -564,6 +564,13 @@ class Town:
 
         return Session(self.files, self.executor)
 
+    def _kept_session(self, kept: KeptReads) -> Session:
+        """A session over the kept town and stores, re-checked against the files first (hold kept.lock)."""
+        from sluice.scheduler.session import Session
+
+        files, stores = kept.fresh()
+        return Session.kept(files, stores, self.executor)
+
     def _executor(self) -> Executor:
         if self.executor is not None:
             return self.executor
@@ -731,7 +738,7 @@ class Town:
             items = [items]
         options = SlingOptions(formula=formula, args=args, vars=tuple(vars), agent=agent, force=force,
                                dry_run=dry_run)
-        return sling_items(self.files, list(items), rig, options, executor=self.executor)
+        return sling_items(self._session(), list(items), rig, options)
 
     def run_cycle(self, *, dry_run: bool = False, batch: int | None = None,
                   ignore_backoff: bool = False, item: str | None = None) -> CycleReport:
@@ -744,8 +751,8 @@ class Town:
         """
         from sluice.scheduler.dispatch import run_cycle
 
-        return run_cycle(self.files, batch=batch, dry_run=dry_run, executor=self.executor,
-                         ignore_backoff=ignore_backoff, item=item)
+        return run_cycle(self._session(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff,
+                         item=item)
 
     def promote(self, item: str, undo: bool = False) -> dict:
         """Move ``item``'s queued context to the head of the dispatch order; ``undo`` puts it back.
@@ -856,13 +863,13 @@ class Town:
         """
         from sluice.scheduler.snapshot import snapshot
 
-        return snapshot(self.files, self.executor, limit=limit)
+        return snapshot(self._session(), limit=limit)
 
     def item_detail(self, item_id: str) -> dict:
         """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
         from sluice.scheduler.snapshot import item_detail
 
-        return item_detail(self.files, item_id, self.executor)
+        return item_detail(self._session(), item_id)
 
     def daemon(self, interval: float = 180.0, once: bool = False, timeout: float = 300.0) -> int:
         """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``).
@@ -918,8 +925,8 @@ class Town:
 
         kept = self._kept_reads()
         with kept.lock:
-            files, stores = kept.fresh()
-            decisions = next_decisions(files, graph_id=graph_id, limit=limit, preview=preview, stores=stores)
+            decisions = next_decisions(self._kept_session(kept), graph_id=graph_id, limit=limit,
+                                       preview=preview)
         return Decisions.from_json(decisions)
 
     def schedule_status(self, recent: int = 10) -> ScheduleStatus:
@@ -927,8 +934,7 @@ class Town:
 
         kept = self._kept_reads()
         with kept.lock:
-            files, stores = kept.fresh()
-            return ScheduleStatus.from_json(status(files, recent=recent, stores=stores))
+            return ScheduleStatus.from_json(status(self._kept_session(kept), recent=recent))
 
     def policy(self) -> PolicyInfo:
         """The scoring policy in force (the defaults when there is no policy file)."""

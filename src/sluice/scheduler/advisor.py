@@ -20,6 +20,7 @@ from sluice.errors import UsageError
 
 if TYPE_CHECKING:
     from sluice.core.scoring import Selection
+    from sluice.scheduler.session import Session
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
@@ -38,27 +39,30 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 
 
 def next_decisions(
-    town: Town, graph_id: str | None = None, limit: int = NEXT_LIMIT, preview: bool = False,
-    now: float | None = None, stores: Stores | None = None,
+    where: Town | Session, graph_id: str | None = None, limit: int = NEXT_LIMIT, preview: bool = False,
+    now: float | None = None,
 ) -> list[dict]:
     """Up to ``limit`` decisions over the ready items (of graph ``graph_id`` when given).
 
     In skip mode a pressured item inside the top ``limit`` becomes a skipped
     decision and still takes its slot (metagit's skip rule).  ``preview`` writes
-    nothing: no decision, no event.  ``stores`` are the town's stores kept
-    open by the caller (see :mod:`sluice.store.kept`); by default they are opened here.
+    nothing: no decision, no event.  A session over stores kept open between
+    calls (:meth:`Session.kept`) answers without re-opening them.
     """
     _check_count("limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
         raise UsageError(f"graph_id must be a non-empty string (got {graph_id!r})", parameters=("graph_id",))
+    from datetime import UTC, datetime
+
     from sluice.core.clock import iso
     from sluice.core.scoring import select
     from sluice.scheduler.ranking import load_town_policy, rank_ready
+    from sluice.scheduler.session import Session
     from sluice.scheduler.signals import Signals
-    from sluice.store.rigstore import Stores
 
+    session = Session.of(where, now=now)
+    town, stores, now = session.files, session.stores, session.now
     policy = load_town_policy(town)
-    stores = Stores(town) if stores is None else stores
     signals = Signals(town, stores)
     if graph_id is not None:
         graph_id = graph_id.strip()
@@ -66,7 +70,7 @@ def next_decisions(
     top = rank_ready(town, stores, signals, policy, limit, graph_id=graph_id, now=now)
     if not top:
         return []
-    at = iso()
+    at = iso(datetime.fromtimestamp(now, UTC))
     decisions = [_decision(town, stores, selection, at) for selection in select(top, limit,
                                                                                  policy.skip_on_merge_pressure)]
     if not preview:
@@ -99,19 +103,17 @@ def event_payload(decision: dict) -> dict:
     return {key: decision[key] for key in keys}
 
 
-def status(town: Town, recent: int = 10, now: float | None = None, stores: Stores | None = None) -> dict:
+def status(where: Town | Session, recent: int = 10, now: float | None = None) -> dict:
     """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
-    import time
-
     _check_count("recent", recent, 0)
     from sluice.scheduler.ranking import load_town_policy, ready_count
+    from sluice.scheduler.session import Session
     from sluice.scheduler.signals import Signals
     from sluice.store.decisions import recent_decisions
-    from sluice.store.rigstore import Stores
 
-    now = time.time() if now is None else now
+    session = Session.of(where, now=now)
+    town, stores, now = session.files, session.stores, session.now
     policy = load_town_policy(town)
-    stores = Stores(town) if stores is None else stores
     signals = Signals(town, stores)
     ready = 0
     pressure = {}
@@ -146,11 +148,11 @@ def policy_set(town: Town, **fields: Any) -> dict:
     graph_id = fields.get("graph_id")
     if isinstance(graph_id, str) and graph_id.strip():
         # An override for an id that is no top-level epic would never apply: refuse it as `next` does.
+        from sluice.scheduler.session import Session
         from sluice.scheduler.signals import Signals
-        from sluice.store.rigstore import Stores
 
         fields["graph_id"] = graph_id.strip()
-        Signals(town, Stores(town)).graphs.check_graph(fields["graph_id"])
+        Signals(town, Session.of(town).stores).graphs.check_graph(fields["graph_id"])
     return set_policy(town.policy_path, town.lock_path("policy"), **fields).model_dump(mode="json")
 
 

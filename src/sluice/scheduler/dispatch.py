@@ -43,21 +43,21 @@ from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, UsageError
-from sluice.executors import get_executor
 from sluice.scheduler import admission, ends, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
+from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
-from sluice.store.rigstore import Stores
 from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.pending import Survey
     from sluice.scheduler.ranking import Work
+    from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
 __all__ = ["CycleReport", "run_cycle"]
@@ -68,7 +68,7 @@ def daemon_mode() -> bool:
 
 
 def run_cycle(
-    town: Town,
+    where: Town | Session,
     batch: int | None = None,
     dry_run: bool = False,
     executor: Executor | None = None,
@@ -84,14 +84,18 @@ def run_cycle(
     ``item`` the cycle launches that item only, ahead of the queue, if every
     cap, budget and gate lets it; otherwise it raises
     :class:`~sluice.errors.NotAdmitted` with the reasons.
+
+    The cycle judges at its session's ``now``; each launch takes the clock
+    afresh (its run starts with its polecat, after any ``spawn_delay``).
     """
-    config = town.reload_config()
+    session = Session.of(where, executor)
+    town, config = session.files, session.config
     daemon = daemon_mode() if daemon is None else daemon
     if batch is not None and batch < 1:
         raise UsageError(f"batch must be >= 1 (got {batch})", parameters=("batch",))
     report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
     if dry_run:
-        return _cycle(town, report, executor, daemon, sleep, ignore_backoff, item)
+        return _cycle(session, report, daemon, sleep, ignore_backoff, item)
     lock = fsutil.file_lock(town.lock_path("dispatch"), timeout=0)
     try:
         lock.acquire()
@@ -101,19 +105,19 @@ def run_cycle(
             return report
         raise DispatchBusy("dispatch already in progress") from None
     try:
-        return _cycle(town, report, executor, daemon, sleep, ignore_backoff, item)
+        return _cycle(session, report, daemon, sleep, ignore_backoff, item)
     finally:
         lock.release()
 
 
-def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
+def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
            ignore_backoff: bool, item: str | None = None) -> CycleReport:
-    config = town.config
+    town, config, stores = session.files, session.config, session.stores
     sched = config.scheduler
     report.mode = "deferred" if sched.deferred else "direct"
     state = load_state(town)
     if item is not None and (state.paused or not sched.deferred):
-        raise NotAdmitted(item, [r for r in _explained(town, item, executor)
+        raise NotAdmitted(item, [r for r in _explained(session, item)
                                  if r.code in (rules.PAUSED, rules.DIRECT_MODE)])
     if state.paused:
         report.paused = True
@@ -123,7 +127,6 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
             report.messages.append(f"scheduler is paused (by {by}), skipping dispatch")
             return report
         report.messages.append("scheduler is paused; this is what a cycle would do after resume")
-    stores = Stores(town)
     if not sched.deferred:
         report.reason = "direct"
         if not report.dry_run and not daemon:
@@ -136,7 +139,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
                 )
         return report
 
-    executor = executor or get_executor(town)
+    executor = session.require_executor()
     try:
         template = command_template(town, executor)
     except ConfigError as err:
@@ -144,7 +147,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
             raise
         template = ()
         report.messages.append(f"warning: {err}")
-    now = time.time()
+    now = session.now
     if not report.dry_run:
         # Ended runs are recorded and acted on (a throttle exit, a retry of a failed run), and broken
         # items whose cooldown ended are queued again, before the survey, so this very cycle sees them.
@@ -154,7 +157,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
                 report.requeued.append(record["requeued"])
         report.requeued += requeue_due(town, stores, now)
     gates = gate_view.current(town, fresh=not report.dry_run)
-    active = executor.active()
+    active = session.require_active()
     backoff = None if ignore_backoff else (sched.seconds("retry_base"), sched.seconds("retry_max"))
     view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, now=now, backoff=backoff)
     if not report.dry_run:
@@ -164,7 +167,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
                         for name, detail in view.unreadable.items()]
     report.capacity = max(0, sched.max_polecats - len(active))
     if item is not None:
-        view = _only(town, item, view, executor)
+        view = _only(session, item, view)
     assessment = admission.assess(town, stores, view, active, report.batch, now=now, gates=gates)
     if item is not None and not assessment.admission.to_dispatch:
         [work] = view.ready
@@ -189,7 +192,7 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
     if report.dry_run:
         return report
 
-    launcher = Launcher(town, stores, executor, template, sched.max_dispatch_failures, report, sleep)
+    launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
     for position, work in enumerate(planned):
         if position and load_state(town).paused:
             left = len(planned) - position
@@ -208,18 +211,18 @@ def _cycle(town: Town, report: CycleReport, executor, daemon: bool, sleep,
     return report
 
 
-def _only(town: Town, item: str, view: Survey, executor) -> Survey:
+def _only(session: Session, item: str, view: Survey) -> Survey:
     """The survey cut to ``item``'s ready context (``run --item``), or NotAdmitted with explain's reasons."""
     work = next((w for w in view.ready if w.item["id"] == item), None)
     if work is None:
-        raise NotAdmitted(item, _explained(town, item, executor))
+        raise NotAdmitted(item, _explained(session, item))
     return replace(view, ready=[work], blocked=[], backing_off=[])
 
 
-def _explained(town: Town, item: str, executor) -> list[rules.Reason]:
+def _explained(session: Session, item: str) -> list[rules.Reason]:
     from sluice.scheduler.queue import explain
 
-    return [rules.Reason(r["code"], r["detail"]) for r in explain(town, item, executor)["reasons"]]
+    return [rules.Reason(r["code"], r["detail"]) for r in explain(session, item)["reasons"]]
 
 
 def _gated(town: Town, report: CycleReport, left: int) -> bool:

@@ -34,13 +34,14 @@ from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store.decisions import append_decisions, make_decision
-from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
     from sluice.executors.base import Executor
     from sluice.executors.workspace import Workspace
     from sluice.scheduler.ranking import Work
+    from sluice.scheduler.session import Session
+    from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
 CLOSE_RETRY_WAITS = (0.5, 1.0)  # three attempts to close a dispatched context
@@ -131,13 +132,16 @@ class Launcher:
     Outcomes go into ``report`` (``launched``/``dispatched``,
     ``failures``/``failed``, ``messages``).  ExecutorUnavailable is nobody's
     item's fault: the intent is withdrawn and the error propagates.
+
+    The town, stores and executor are the call's ``session``'s; the clock is
+    read afresh at each launch, since launches follow one another.
     """
 
-    def __init__(self, town, stores, executor, template, max_failures, report: CycleReport,
+    def __init__(self, session: Session, template, max_failures, report: CycleReport,
                  sleep: Callable[[float], None] = time.sleep):
-        self.town = town
-        self.stores = stores
-        self.executor = executor
+        self.town = session.files
+        self.stores = session.stores
+        self.executor = session.require_executor()
         self.template = template
         self.max_failures = max_failures
         self.report = report
@@ -187,7 +191,8 @@ class Launcher:
         direct = {} if context is not None else {"direct": True}
         scored = {"score": work.score} if work.score is not None else {}
         events.emit_event(self.town, events.DISPATCHED, {**payload, **direct, **scored})
-        self._after_launch(work, "its decision", lambda: append_decision(self.town, work, polecat.id))
+        self._after_launch(work, "its decision",
+                           lambda: append_decision(self.town, work, polecat.id, self.stores))
         self._after_launch(work, "its budget charge", lambda: self._admitted(work, polecat.id))
         self.report.launched.append(payload)
         if context is None or self._close_dispatched(store, context, polecat.id):
@@ -274,10 +279,10 @@ class Launcher:
         self.report.failures.append(row)
 
 
-def append_decision(town: Town, work: Work, polecat_id: str) -> dict:
+def append_decision(town: Town, work: Work, polecat_id: str, stores: Stores) -> dict:
     """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
     item = work.item
-    graph_id = work.graph_id if work.score is not None else Graphs(town, Stores(town)).of_record(item)
+    graph_id = work.graph_id if work.score is not None else Graphs(town, stores).of_record(item)
     decision = make_decision(
         item, town.rig(work.rig), graph_id=graph_id, score=work.score, reasons=work.reasons, at=iso(),
         source="dispatch", context_id=getattr(work.payload, "id", None), polecat_id=polecat_id,

@@ -13,6 +13,7 @@ why, and the call counts no polecats (``scheduler status`` reports it).
 
 from __future__ import annotations
 
+import copy
 import time
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -30,11 +31,14 @@ if TYPE_CHECKING:
 class Session:
     """The context of one call; see the module docstring."""
 
-    def __init__(self, files: Town, executor: Executor | None = None, now: float | None = None):
+    def __init__(self, files: Town, executor: Executor | None = None, now: float | None = None,
+                 stores: Stores | None = None):
         self.files = files
-        self.config: TownConfig = files.reload_config()  # a corrupt file is an error, never a default
+        # A corrupt file is an error, never a default.  Stores kept open by the caller come with the
+        # config they were checked against (see kept), which is the file as it is now.
+        self.config: TownConfig = files.reload_config() if stores is None else files.config
         self.now = time.time() if now is None else now
-        self.stores = Stores(files)
+        self.stores = Stores(files) if stores is None else stores
         self._executor = executor
         self._resolved = executor is not None
         self.problem: str | None = None  # why the executor could not be had or asked
@@ -47,6 +51,27 @@ class Session:
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
         """``where`` itself when it is a session, else a new one over those files."""
         return where if isinstance(where, Session) else cls(where, executor, now)
+
+    @classmethod
+    def kept(cls, files: Town, stores: Stores, executor: Executor | None = None,
+             now: float | None = None) -> Session:
+        """A session over a town and stores kept open between calls (:mod:`sluice.store.kept`).
+
+        The keeper has just re-checked both against the files, so the town's
+        config is the file's as it is now and is not read again.
+        """
+        return cls(files, executor, now, stores=stores)
+
+    def seeing(self, executor: Executor | None) -> Session:
+        """This session (files, config, stores, ``now``) asking ``executor`` instead, not yet asked.
+
+        For a view that wraps the executor so it answers once (``snapshot``);
+        an executor that could not be had stays so, with its ``problem``.
+        """
+        other = copy.copy(self)
+        other.__dict__.pop("active", None)
+        other._executor, other._resolved, other.surveyed = executor, True, None
+        return other
 
     @property
     def executor(self) -> Executor | None:
@@ -76,8 +101,16 @@ class Session:
         try:
             return executor.active()
         except ExecutorError as err:
-            self.problem = str(err)
+            self.problem, self._refusal = str(err), err
             return None
+
+    def require_active(self) -> list[Polecat]:
+        """The running polecats, for a command that cannot go on without them: a refusal is raised."""
+        active = self.active
+        if active is None:
+            assert self._refusal is not None
+            raise self._refusal
+        return active
 
     def find(self, context_id: str) -> Polecat | None:
         """The executor's polecat for a context, or None (also when the executor cannot be asked)."""

@@ -38,22 +38,21 @@ from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.records import SlingContextFields
 from sluice.errors import (
-    ExecutorError,
     SluiceError,
     StoreCorrupt,
     UnknownItem,
     UsageError,
 )
-from sluice.executors import get_executor
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
+from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events, fsutil
-from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
+    from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
 #: How many direct-launch lock stripes there are; every item maps to one of them.
@@ -153,30 +152,32 @@ def check_vars(values: tuple[str, ...]) -> None:
             raise UsageError(f"vars {value!r}: expected KEY=VALUE on one line", parameters=("vars",))
 
 
-def parse_targets(town: Town, args: list[str]) -> tuple[list[str], str | None]:
+def parse_targets(where: Town | Session, args: list[str]) -> tuple[list[str], str | None]:
     """``ITEM... [RIG]`` (the command line's form) as item ids and the rig, if the last names one."""
-    town.reload_config()
-    item_ids, rig = split_args(town, args)
+    session = Session.of(where)
+    item_ids, rig = split_args(session.files, args)
     if rig is None and len(item_ids) > 1:
-        _refuse_misspelt_rig(town, Stores(town), item_ids[-1])
+        _refuse_misspelt_rig(session.files, session.stores, item_ids[-1])
     return item_ids, rig
 
 
-def sling(town: Town, args: list[str], options: SlingOptions | None = None,
+def sling(where: Town | Session, args: list[str], options: SlingOptions | None = None,
           executor: Executor | None = None) -> SlingResult:
     """:func:`sling_items` over arguments in the command line's form ``ITEM... [RIG]``."""
-    item_ids, rig = parse_targets(town, args)
-    return sling_items(town, item_ids, rig, options, executor)
+    session = Session.of(where, executor)
+    item_ids, rig = parse_targets(session, args)
+    return sling_items(session, item_ids, rig, options)
 
 
-def sling_items(town: Town, item_ids: list[str], rig: str | None = None, options: SlingOptions | None = None,
-                executor: Executor | None = None) -> SlingResult:
+def sling_items(where: Town | Session, item_ids: list[str], rig: str | None = None,
+                options: SlingOptions | None = None, executor: Executor | None = None) -> SlingResult:
     """Queue (deferred mode) or launch (direct mode) the items, each to ``rig`` or to its own rig.
 
     See the module docstring for the guards.
     """
     options = options or SlingOptions()
-    config = town.reload_config()
+    session = Session.of(where, executor)
+    town, config = session.files, session.config
     check_vars(options.vars)
     item_ids = [i for i in item_ids if i.strip()]
     if not item_ids:
@@ -184,14 +185,13 @@ def sling_items(town: Town, item_ids: list[str], rig: str | None = None, options
     if rig is not None:
         town.rig(rig)  # an unknown rig is an error before anything is looked up
     result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)
-    stores = Stores(town)
-    works = _expand(town, stores, item_ids, rig, options, result, executor)
+    works = _expand(session, item_ids, rig, options, result)
     if not works:
         return result
     if result.mode == "direct":
-        _launch_now(town, stores, works, options, result, executor)
+        _launch_now(session, works, options, result)
     else:
-        _schedule(town, stores, works, options, result, executor)
+        _schedule(session, works, options, result)
     return result
 
 
@@ -208,8 +208,9 @@ def _kind(item: dict) -> str:
     return "task"
 
 
-def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, options: SlingOptions,
-            result: SlingResult, executor: Executor | None = None) -> list[_Work]:
+def _expand(session: Session, item_ids: list[str], rig: str | None, options: SlingOptions,
+            result: SlingResult) -> list[_Work]:
+    town, stores = session.files, session.stores
     works: list[_Work] = []
     seen: set[str] = set()
 
@@ -219,7 +220,7 @@ def _expand(town: Town, stores: Stores, item_ids: list[str], rig: str | None, op
             works.append(_Work(item, target))
 
     found = stores.find_many(item_ids)  # a few queries per rig, not one per item
-    ran = _Ran(town, executor)
+    ran = _Ran(session)
     epics = [i for i in item_ids if rig is None and i in found and _kind(found[i][1]) == "epic"]
     children = _children(stores, epics)  # one scan per rig for every epic named
     for item_id in item_ids:
@@ -301,9 +302,9 @@ class _Ran:
     recorded first (once per sling), as any command that looks does.
     """
 
-    def __init__(self, town: Town, executor: Executor | None):
-        self.town = town
-        self.executor = executor
+    def __init__(self, session: Session):
+        self.session = session
+        self.town = session.files
         self._latest: dict[str, dict] | None = None
         self._settled = False
 
@@ -317,7 +318,7 @@ class _Ran:
         if run is not None and run.get("outcome") == "running" and not self._settled:
             self._settled = True
             try:
-                settle(self.town, self.executor or get_executor(self.town))
+                settle(self.town, self.session.require_executor())
             except SluiceError:  # an executor that cannot be asked: the run counts as running
                 return run
             self._latest = latest_by_item(self.town)
@@ -442,18 +443,15 @@ def _stamp_in_order(works: list[_Work]) -> None:
         work.stamp = iso(base + timedelta(microseconds=offset))
 
 
-def _running_items(executor: Executor | None, town: Town) -> dict[str, str]:
+def _running_items(session: Session) -> dict[str, str]:
     """item id → polecat id of running polecats (the executor may be unreachable: then none)."""
-    try:
-        return {p.item_id: p.id for p in (executor or get_executor(town)).active()}
-    except ExecutorError:
-        return {}
+    return {p.item_id: p.id for p in session.active or ()}
 
 
-def _schedule(town: Town, stores: Stores, works: list[_Work], options: SlingOptions, result: SlingResult,
-              executor: Executor | None) -> None:
+def _schedule(session: Session, works: list[_Work], options: SlingOptions, result: SlingResult) -> None:
+    town, stores = session.files, session.stores
     _stamp_in_order(works)
-    running = _running_items(executor, town)
+    running = _running_items(session)
     if options.dry_run:
         by_item = ctxs.open_by_item(stores, fresh=True)
         for work in works:
@@ -507,15 +505,19 @@ def _already(work: _Work, by_item: dict, running: dict[str, str]) -> dict | None
 # -- direct: launch now ----------------------------------------------------------------
 
 
-def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOptions, result: SlingResult,
-                executor: Executor | None) -> None:
-    """Launch each item at once through the dispatcher's launch path (no context is kept)."""
-    executor = executor or get_executor(town)
+def _launch_now(session: Session, works: list[_Work], options: SlingOptions, result: SlingResult) -> None:
+    """Launch each item at once through the dispatcher's launch path (no context is kept).
+
+    Each launch asks the executor afresh what runs, under the item's lock: a
+    polecat another sling started meanwhile counts.
+    """
+    town, stores = session.files, session.stores
+    executor = session.require_executor()
     # An item still queued from deferred mode is "already" handled here too: launching it now
     # would leave that context to launch it a second time once deferred mode is back.
     queued = ctxs.open_by_item(stores, fresh=True)
     if options.dry_run:
-        running = _running_items(executor, town)
+        running = _running_items(session)
         held = gate_view.current(town).reasons  # the last cycle's reading: a dry run reads only
         for work in works:
             row = _already(work, queued, running)
@@ -528,8 +530,7 @@ def _launch_now(town: Town, stores: Stores, works: list[_Work], options: SlingOp
         return
     sched = town.config.scheduler
     booked = CycleReport(mode="direct")
-    launcher = Launcher(town, stores, executor, command_template(town, executor), sched.max_dispatch_failures,
-                        booked)
+    launcher = Launcher(session, command_template(town, executor), sched.max_dispatch_failures, booked)
     delay = sched.seconds("spawn_delay")
     for work in works:
         with fsutil.file_lock(sling_lock_path(town, work.id)):  # two slings never launch one item twice

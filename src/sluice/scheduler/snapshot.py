@@ -31,14 +31,12 @@ ones or not; ``queued`` counts the rig's queue rows.
 from __future__ import annotations
 
 import shlex
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import boot_seconds, iso
 from sluice.core.items import gate_of, item_hints
 from sluice.errors import ExecutorError, SluiceError
-from sluice.executors import get_executor
 from sluice.scheduler import ends, runs
 from sluice.scheduler import forecast as forecasting
 from sluice.scheduler import queue as queue_model
@@ -48,23 +46,16 @@ from sluice.scheduler.ranking import Work, rank_work
 from sluice.scheduler.session import Session
 from sluice.store.decisions import recent_decisions
 from sluice.store.events import recent_events
-from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
+    from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
 VERSION = 1
 RECENT_DECISIONS = 20
 RECENT_EVENTS = 30
 RECENT_RUNS = 20
-
-
-def _executor(town: Town) -> tuple[Executor | None, str | None]:
-    try:
-        return get_executor(town), None
-    except ExecutorError as err:
-        return None, str(err)
 
 
 class _OneAnswer:
@@ -94,10 +85,10 @@ def _polecat(polecat: Polecat, now: float, now_boot: float | None, run: dict | N
     return row
 
 
-def _titles(town: Town, polecats: list[dict]) -> None:
+def _titles(stores: Stores, polecats: list[dict]) -> None:
     """Each running polecat's item title (None when no rig has the item any more), in one lookup."""
     try:
-        found = Stores(town).find_many(p["item_id"] for p in polecats)
+        found = stores.find_many(p["item_id"] for p in polecats)
     except (SluiceError, OSError):  # a broken rig is reported under rigs; the rows just go untitled
         found = {}
     for row in polecats:
@@ -105,9 +96,8 @@ def _titles(town: Town, polecats: list[dict]) -> None:
         row["title"] = hit[1].get("title") if hit else None
 
 
-def _rigs(town: Town, counts, polecats: list[dict], now: float, sources: list[dict],
+def _rigs(stores: Stores, counts, polecats: list[dict], now: float, sources: list[dict],
           unreadable: dict[str, str]) -> dict:
-    stores = Stores(town)
     out = {}
     for store in stores.all():
         name = store.rig.name
@@ -154,24 +144,23 @@ def _forecast(session: Session, queue: list[dict]) -> dict:
     return {**forecasting.summary(replayed), "items_total": len(replayed.result.slots)}
 
 
-def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = RECENT_DECISIONS,
+def snapshot(where: Town | Session, executor: Executor | None = None, *, decisions: int = RECENT_DECISIONS,
              events: int = RECENT_EVENTS, limit: int = 0) -> dict:
     """The town's state as one JSON-ready dict; see the module docstring for its shape.
 
     ``limit`` keeps the first rows of the queue only (0: all); the counts
     (``scheduler.queued_total`` and ``items_total``, every rig's) stay exact.
     """
-    now = time.time()
-    problem = None
-    if executor is None:
-        executor, problem = _executor(town)
-    once = _OneAnswer(executor) if executor is not None else None
+    session = Session.of(where, executor)
+    town, now, problem = session.files, session.now, None
+    once = _OneAnswer(session.executor) if session.executor is not None else None
     if once is not None:
         try:  # a view that looks records what has ended, as any command does
-            ends.settle(town, once, now=now)
+            ends.settle(town, once, session.stores, now=now)
         except (SluiceError, OSError) as err:
-            problem = problem or str(err)
-    session = Session(town, once, now)
+            problem = str(err)
+    session = session.seeing(once)
+    problem = session.problem or problem
     status, counts = queue_model.status_with_counts(session, limit=limit)
     queue = status.pop("items")
     eta = _forecast(session, queue)
@@ -187,24 +176,24 @@ def snapshot(town: Town, executor: Executor | None = None, *, decisions: int = R
             status["executor_error"] = str(err)
     if problem and "executor_error" not in status:
         status["executor_error"] = problem
-    _titles(town, polecats)
+    _titles(session.stores, polecats)
     return {
         "version": VERSION,
         "at": iso(datetime.fromtimestamp(now, UTC)),
         "town": str(town.root),
-        "executor": town.reload_config().executor.kind,
+        "executor": session.config.executor.kind,
         "scheduler": status,
         "forecast": eta,
         "queue": queue,
         "polecats": polecats,
         "runs": runs.history(town, limit=RECENT_RUNS, now=now),
-        "rigs": _rigs(town, counts, polecats, now, status["source_stale"], status["unreadable"]),
+        "rigs": _rigs(session.stores, counts, polecats, now, status["source_stale"], status["unreadable"]),
         "decisions": recent_decisions(town, decisions),
         "events": recent_events(town, events),
     }
 
 
-def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> dict:
+def item_detail(where: Town | Session, item_id: str, executor: Executor | None = None) -> dict:
     """One item as the views explain it: its record, queue row, score with reasons, blockers, polecats.
 
     A queued item's score and reasons are those of the queue (the ranking the
@@ -212,27 +201,20 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
     were slung now.  Raises :class:`~sluice.errors.UnknownItem` when no rig
     has the item.
     """
-    config = town.reload_config()
-    stores = Stores(town)
+    session = Session.of(where, executor)
+    town, config, stores, now = session.files, session.config, session.stores, session.now
     store, record = stores.find(item_id)
-    problem = None
-    if executor is None:
-        executor, problem = _executor(town)
-    once = _OneAnswer(executor) if executor is not None else None
-    try:
-        active = once.active() if once is not None else []
-        find = once.find if once is not None else (lambda _cid: None)
-    except ExecutorError as err:
-        active, find, problem = [], (lambda _cid: None), str(err)
-    view = survey(town, stores, config.scheduler.max_dispatch_failures, active, find)
+    once = _OneAnswer(session.executor) if session.executor is not None else None
+    session = session.seeing(once)
+    active = session.active or []  # an executor that cannot be asked counts no polecats (problem)
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active, session.find, now=now)
     queued = next((w for w in view.queued if w.item["id"] == item_id), None)
     blocked = queued in view.blocked if queued is not None else None
     if queued is None:
         queued = rank_work(town, stores, [Work(item=record, rig=store.rig.name,
                                                order=record.get("created_at") or "")])[0]
     blockers = next((causes for row, causes in store.blocked() if row.get("id") == item_id), [])
-    rows = [r for r in queue_model.list_queue(town, once) if r["id"] == item_id]
-    now = time.time()
+    rows = [r for r in queue_model.list_queue(session) if r["id"] == item_id]
     boot = boot_seconds()
     polecats = [_polecat(p, now, boot) for p in (once.listing() if once is not None else [])
                 if p.item_id == item_id]
@@ -253,6 +235,6 @@ def item_detail(town: Town, item_id: str, executor: Executor | None = None) -> d
         **item_hints(record, now),  # estimated_minutes, due_at, due ("due in 3h")
         "gate": gate_of(record),
     }
-    if problem:
-        out["executor_error"] = problem
+    if session.problem:
+        out["executor_error"] = session.problem
     return out
