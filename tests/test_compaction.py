@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,6 @@ from helpers.scheduler import (
     python_command,
     records,
     sluice_env,
-    town_with_rigs,
     without_etas,
     write_items,
 )
@@ -49,15 +49,15 @@ def archive(town) -> list[dict]:
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    configure(cli.town, "scheduler.max_polecats", "2")
-    write_items(cli.town, "alpha", [item(f"al-{n}") for n in range(3)])
-    return cli.town
+def three_items_dir(town_dir, rig, capacity) -> Path:
+    """Rig alpha with al-0…al-2 ready, in deferred mode (two polecats at once)."""
+    capacity(2)
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(3)])
+    return town_dir
 
 
-def test_compact_keeps_the_last_version_and_archives_only_old_closed_contexts(cli, town):
-    path = ephemeral_path(town, "alpha")
+def test_compact_keeps_the_last_version_and_archives_only_old_closed_contexts(cli, three_items_dir):
+    path = ephemeral_path(three_items_dir, "alpha")
     path.parent.mkdir(parents=True, exist_ok=True)
     recent = "2999-01-01T00:00:00.000000Z"
     path.write_text("\n".join([
@@ -73,33 +73,34 @@ def test_compact_keeps_the_last_version_and_archives_only_old_closed_contexts(cl
     assert out["retention"] == "168h"
     assert out["rigs"] == [{"rig": "alpha", "lines_before": 5, "lines_after": 3, "archived": 1, "removed": 2}]
     assert sorted(records(path)) == ["al-wisp-b", "al-wisp-c", "al-wisp-x"]
-    assert [r["id"] for r in archive(town)] == ["al-wisp-a"] and archive(town)[0]["status"] == "closed"
+    assert [r["id"] for r in archive(three_items_dir)] == ["al-wisp-a"]
+    assert archive(three_items_dir)[0]["status"] == "closed"
     assert without_etas(cli.json("scheduler", "list")) == without_etas(before)  # the same queue, later
     assert "alpha: 3 → 3 lines (0 closed context(s) archived)" in cli.run("compact", "--rig", "alpha").stdout
 
 
-def test_compact_of_an_unknown_rig_is_an_error(cli, town):
+def test_compact_of_an_unknown_rig_is_an_error(cli, three_items_dir):
     done = cli.run("compact", "--rig", "nope", check=False)
     assert done.returncode != 0 and "nope" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_bad_retention_is_refused(cli, town):
+def test_a_bad_retention_is_refused(cli, three_items_dir):
     done = cli.run("config", "set", "scheduler.compact_retention", "a week", check=False)
     assert done.returncode == 2 and "compact_retention" in done.stderr
 
 
 @pytest.mark.slow
-def test_compaction_loses_nothing_under_slingers_a_daemon_and_kill_9(cli, town):
+def test_compaction_loses_nothing_under_slingers_a_daemon_and_kill_9(cli, three_items_dir):
     """4 slingers and a daemon (compacting every tick) run while compactions are killed mid-way."""
     slingers, per_slinger, per_command = 4, 12, 3
     work = [f"al-s{n:03d}" for n in range(slingers * per_slinger)]
-    write_items(town, "alpha", [item(i) for i in work])
-    configure(town, "executor.command", python_command("pass"))
-    configure(town, "scheduler.batch_size", "3")
-    configure(town, "scheduler.compact_at", "100")
-    configure(town, "scheduler.compact_retention", "1h")
+    write_items(three_items_dir, "alpha", [item(i) for i in work])
+    configure(three_items_dir, "executor.command", python_command("pass"))
+    configure(three_items_dir, "scheduler.batch_size", "3")
+    configure(three_items_dir, "scheduler.compact_at", "100")
+    configure(three_items_dir, "scheduler.compact_retention", "1h")
     # A long log of recently closed contexts makes every compaction slow enough to be killed inside.
-    path = ephemeral_path(town, "alpha")
+    path = ephemeral_path(three_items_dir, "alpha")
     path.parent.mkdir(parents=True, exist_ok=True)
     recent = "2999-01-01T00:00:00.000000Z"
     with open(path, "w", encoding="utf-8") as fh:
@@ -108,7 +109,7 @@ def test_compaction_loses_nothing_under_slingers_a_daemon_and_kill_9(cli, town):
         for n in range(500):
             fh.write(context_line(f"al-wisp-o{n:03d}", "al-1", "closed", OLD) + "\n")
     cli.run("item", "list")  # build the index once
-    env = {**sluice_env(), "SLUICE_TOWN": str(town)}
+    env = {**sluice_env(), "SLUICE_TOWN": str(three_items_dir)}
 
     def start_daemon():
         return subprocess.Popen([sys.executable, "-m", "sluice", "daemon", "--interval", "0.2"], env=env,
@@ -154,15 +155,16 @@ def test_compaction_loses_nothing_under_slingers_a_daemon_and_kill_9(cli, town):
 
     from sluice.store.fsutil import file_lock
 
-    with file_lock(town / ".sluice" / "runtime" / "dispatch.lock"):  # a cycle the daemon left has ended
+    # a cycle the daemon left has ended
+    with file_lock(three_items_dir / ".sluice" / "runtime" / "dispatch.lock"):
         cli.run("compact")  # a compaction after the kills mends what they left
         assert not list(path.parent.glob(".ephemeral.jsonl.*.tmp"))
         log = records(path)
         assert len(log) == len(path.read_text().splitlines())  # one line per record
-    kept = {**{r["id"]: r for r in archive(town)}, **log}
+    kept = {**{r["id"]: r for r in archive(three_items_dir)}, **log}
     assert set(acknowledged.values()) <= kept.keys()  # every acknowledged context is somewhere
     assert {f"al-wisp-k{n:05d}" for n in range(30_000)} <= log.keys()
-    assert {f"al-wisp-o{n:03d}" for n in range(500)} <= {r["id"] for r in archive(town)}
+    assert {f"al-wisp-o{n:03d}" for n in range(500)} <= {r["id"] for r in archive(three_items_dir)}
     assert not {f"al-wisp-o{n:03d}" for n in range(500)} & log.keys()
-    for event in events(town, "ContextClosed"):  # every close that was logged stayed closed
+    for event in events(three_items_dir, "ContextClosed"):  # every close that was logged stayed closed
         assert kept[event["payload"]["context_id"]]["status"] == "closed"

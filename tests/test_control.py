@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,6 @@ from helpers.scheduler import (
     issues_path,
     item,
     open_contexts,
-    town_with_rigs,
     without_etas,
     write_items,
 )
@@ -29,20 +29,20 @@ STATUS_KEYS = {"paused", "paused_by", "paused_at", "queued_total", "queued_ready
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
-    configure(cli.town, "scheduler.max_polecats", "3")
-    write_items(cli.town, "alpha", [
+def queue_dir(town_dir, rigs, capacity) -> Path:
+    """Rigs alpha (a blocker, the item it blocks, an urgent one, an ordinary one) and beta; three polecats."""
+    capacity(3)
+    write_items(town_dir, "alpha", [
         item("al-a", "blocker"),
         item("al-b", "waits for a", deps=[("blocks", "al-a")]),
         item("al-c", "urgent", priority=0),
         item("al-d", "ordinary"),
     ])
-    write_items(cli.town, "beta", [item("be-1", "beta work")])
-    return cli.town
+    write_items(town_dir, "beta", [item("be-1", "beta work")])
+    return town_dir
 
 
-def test_list_rows_ready_in_rank_order_then_blocked(cli, town):
+def test_list_rows_ready_in_rank_order_then_blocked(cli, queue_dir):
     cli.run("sling", "al-d", "al-b", "al-c", "alpha")
     cli.run("sling", "be-1")
     rows = cli.json("scheduler", "list")
@@ -52,8 +52,8 @@ def test_list_rows_ready_in_rank_order_then_blocked(cli, town):
     first = rows[0]
     assert (first["title"], first["status"], first["target_rig"], first["dispatch_failures"]) == (
         "urgent", "open", "alpha", 0)
-    assert first["context_id"] == open_contexts(town, "alpha", "al-c")[0]["id"]
-    assert first["enqueued_at"] == fields(open_contexts(town, "alpha", "al-c")[0])["enqueued_at"]
+    assert first["context_id"] == open_contexts(queue_dir, "alpha", "al-c")[0]["id"]
+    assert first["enqueued_at"] == fields(open_contexts(queue_dir, "alpha", "al-c")[0])["enqueued_at"]
     assert without_etas(cli.json("scheduler", "list")) == without_etas(rows)  # deterministic but the clock
     text = cli.run("scheduler", "list").stdout
     assert "Scheduled work (4 item(s))" in text and re.search(r"\bblocked +al-b\b", text)
@@ -61,8 +61,9 @@ def test_list_rows_ready_in_rank_order_then_blocked(cli, town):
     assert text.splitlines()[2].split() == header
 
 
-def test_titles_cannot_forge_rows_or_drive_the_terminal(cli, town):
-    write_items(town, "alpha", [item("al-x", "fix\n  ready   al-fake          → alpha        forged\x1b[2J")])
+def test_titles_cannot_forge_rows_or_drive_the_terminal(cli, queue_dir):
+    write_items(queue_dir, "alpha",
+                [item("al-x", "fix\n  ready   al-fake          → alpha        forged\x1b[2J")])
     cli.run("sling", "al-x", "alpha")
     for command in ("list", "status"):
         text = cli.run("scheduler", command).stdout
@@ -72,7 +73,7 @@ def test_titles_cannot_forge_rows_or_drive_the_terminal(cli, town):
     assert cli.json("scheduler", "list")[0]["title"].startswith("fix\n")  # the data itself is untouched
 
 
-def test_empty_list_and_status(cli, town):
+def test_empty_list_and_status(cli, queue_dir):
     assert cli.json("scheduler", "list") == []
     assert "Nothing scheduled" in cli.run("scheduler", "list").stdout
     status = cli.json("scheduler", "status")
@@ -82,7 +83,7 @@ def test_empty_list_and_status(cli, town):
         "deferred", 3, 3, 0)
 
 
-def test_views_show_the_first_rows_and_count_them_all(cli, town):
+def test_views_show_the_first_rows_and_count_them_all(cli, queue_dir):
     """status, list and snapshot cost what they show: a slice of the rows, every count exact."""
     cli.run("sling", "al-b", "al-c", "al-d", "be-1")
     every = without_etas(cli.json("scheduler", "list"))
@@ -106,7 +107,7 @@ def test_views_show_the_first_rows_and_count_them_all(cli, town):
     assert done.returncode == 2 and "--offset must be >= 0" in done.stderr
 
 
-def test_status_counts_and_text(cli, town):
+def test_status_counts_and_text(cli, queue_dir):
     cli.run("sling", "al-b", "al-d", "alpha")
     status = cli.json("scheduler", "status")
     assert (status["queued_total"], status["queued_ready"]) == (2, 1)
@@ -119,7 +120,7 @@ def test_status_counts_and_text(cli, town):
     assert "direct" in cli.run("scheduler", "status").stdout
 
 
-def test_pause_and_resume(cli, town):
+def test_pause_and_resume(cli, queue_dir):
     out = cli.run("scheduler", "pause", env={"SLUICE_ACTOR": "mayor"})
     assert out.stdout.strip() == "Scheduler paused"
     again = cli.run("scheduler", "pause")
@@ -128,44 +129,46 @@ def test_pause_and_resume(cli, town):
     assert status["paused"] is True and status["paused_by"] == "mayor" and status["paused_at"]
     assert "PAUSED (by mayor)" in cli.run("scheduler", "status").stdout
     cli.run("sling", "al-d", "alpha")  # slinging still queues while paused
-    assert len(open_contexts(town, "alpha")) == 1
+    assert len(open_contexts(queue_dir, "alpha")) == 1
     # resume answers with pause's keys, and status no longer names who paused or when
     assert cli.json("scheduler", "resume") == {"paused": False, "paused_by": None, "paused_at": None,
                                                "changed": True}
     after = cli.json("scheduler", "status")
     assert (after["paused"], after["paused_by"], after["paused_at"]) == (False, None, None)
     assert cli.run("scheduler", "resume").stdout.strip() == "Scheduler is not paused"
-    assert [e["type"] for e in events(town) if e["type"] in ("Paused", "Resumed")] == ["Paused", "Resumed"]
+    paused = [e["type"] for e in events(queue_dir) if e["type"] in ("Paused", "Resumed")]
+    assert paused == ["Paused", "Resumed"]
 
 
-def test_clear_closes_every_open_context_and_nothing_else(cli, town):
+def test_clear_closes_every_open_context_and_nothing_else(cli, queue_dir):
     cli.run("sling", "al-d", "al-c", "alpha")
     cli.run("sling", "be-1")
     cli.run("scheduler", "pause")
-    state = (town / ".sluice" / "runtime" / "scheduler-state.json").read_bytes()
-    items = issues_path(town, "alpha").read_bytes()
+    state = (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").read_bytes()
+    items = issues_path(queue_dir, "alpha").read_bytes()
     out = cli.json("scheduler", "clear")
     assert out["cleared"] == 3 and out["item_id"] is None
-    assert open_contexts(town, "alpha") == [] and open_contexts(town, "beta") == []
-    assert {c["close_reason"] for c in contexts(town, "alpha") + contexts(town, "beta")} == {"cleared"}
-    assert issues_path(town, "alpha").read_bytes() == items
-    assert (town / ".sluice" / "runtime" / "scheduler-state.json").read_bytes() == state
+    assert open_contexts(queue_dir, "alpha") == [] and open_contexts(queue_dir, "beta") == []
+    closed = contexts(queue_dir, "alpha") + contexts(queue_dir, "beta")
+    assert {c["close_reason"] for c in closed} == {"cleared"}
+    assert issues_path(queue_dir, "alpha").read_bytes() == items
+    assert (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").read_bytes() == state
     assert cli.run("scheduler", "clear").stdout.strip() == "Scheduler is already empty."
-    assert events(town, "Cleared")[0]["payload"] == {"item_id": None, "count": 3, "by": detect_actor()}
+    assert events(queue_dir, "Cleared")[0]["payload"] == {"item_id": None, "count": 3, "by": detect_actor()}
 
 
-def test_clear_item_closes_its_duplicates_in_every_rig(cli, town):
+def test_clear_item_closes_its_duplicates_in_every_rig(cli, queue_dir):
     cli.run("sling", "al-d", "al-c", "alpha")
-    original = open_contexts(town, "alpha", "al-d")[0]
+    original = open_contexts(queue_dir, "alpha", "al-d")[0]
     # a duplicate, as racing writers of an older version could leave, in another rig
     duplicate = {**original, "id": "be-wisp-dup1"}
-    with open(ephemeral_path(town, "beta"), "a") as fh:
+    with open(ephemeral_path(queue_dir, "beta"), "a") as fh:
         fh.write(json.dumps(duplicate) + "\n")
     assert [r["id"] for r in cli.json("scheduler", "list")].count("al-d") == 1  # one row per item
     text = cli.run("scheduler", "clear", "--item", "al-d").stdout
     assert text.strip() == "Removed al-d from the scheduler (closed 2 context(s))"
-    assert open_contexts(town, "alpha", "al-d") == [] and open_contexts(town, "beta") == []
-    assert len(open_contexts(town, "alpha", "al-c")) == 1
+    assert open_contexts(queue_dir, "alpha", "al-d") == [] and open_contexts(queue_dir, "beta") == []
+    assert len(open_contexts(queue_dir, "alpha", "al-c")) == 1
     none = cli.run("scheduler", "clear", "--item", "al-d").stdout
     assert none.strip() == "No sling context found for al-d"
     unknown = cli.run("scheduler", "clear", "--item", "al-nope", check=False)
@@ -177,15 +180,15 @@ def test_clear_item_closes_its_duplicates_in_every_rig(cli, town):
     ("scheduler", "run", "--dry-run"), ("scheduler", "pause"), ("scheduler", "resume"),
     ("scheduler", "clear"), ("daemon", "--once"),
 ])
-def test_a_corrupt_config_is_an_error_for_every_command(cli, town, command):
-    (town / ".sluice" / "config.json").write_text('{"version": 1, "rigs": ')
+def test_a_corrupt_config_is_an_error_for_every_command(cli, queue_dir, command):
+    (queue_dir / ".sluice" / "config.json").write_text('{"version": 1, "rigs": ')
     done = cli.run(*command, check=False)
     assert done.returncode == 1, done.stdout
     assert "config.json" in done.stderr and "Traceback" not in done.stderr
-    assert not (town / ".sluice" / "runtime" / "scheduler-state.json").exists()
+    assert not (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").exists()
 
 
-def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, town, memory):
+def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, queue_dir, memory):
     memory.unavailable = "no cluster answers at 127.0.0.1:9"
     status = cli.json("scheduler", "status")
     assert "no cluster answers" in status["executor_error"] and status["active_polecats"] is None
@@ -193,7 +196,7 @@ def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, 
     assert "unknown active, unknown free of 3" in cli.run("scheduler", "status").stdout
 
 
-def test_a_clear_closes_a_big_queue_a_chunk_at_a_time_and_names_every_item(cli, town, monkeypatch):
+def test_a_clear_closes_a_big_queue_a_chunk_at_a_time_and_names_every_item(cli, queue_dir, monkeypatch):
     """A clear holds one chunk's records, lines and events at a time; what it closes and logs is the same."""
     from sluice.api import open_town
     from sluice.scheduler import control

@@ -21,7 +21,6 @@ from helpers.scheduler import (
     open_contexts,
     python_command,
     sleeper,
-    town_with_rigs,
     wait_for,
     write_items,
 )
@@ -30,13 +29,12 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    configure(cli.town, "scheduler.max_polecats", "2")
-    polecat = python_command("import time; time.sleep(0.5); print('working')")
-    configure(cli.town, "executor.command", polecat)
-    write_items(cli.town, "alpha", [item("al-1"), item("al-2")])
-    return cli.town
+def working_dir(town_dir, rig, capacity) -> Path:
+    """Rig alpha with al-1 and al-2 ready, two polecats at once, each working half a second."""
+    capacity(2)
+    configure(town_dir, "executor.command", python_command("import time; time.sleep(0.5); print('working')"))
+    write_items(town_dir, "alpha", [item("al-1"), item("al-2")])
+    return town_dir
 
 
 def heartbeat(town):
@@ -50,7 +48,7 @@ def start_daemon(town, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, town, tmp_path):
+def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, working_dir, tmp_path):
     # The polecat works until the test lets it finish, so the first tick cannot reap it already.
     release = tmp_path / "release"
     configure(cli.town, "executor.command", python_command(
@@ -60,35 +58,35 @@ def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, town, tmp_path):
     cli.run("sling", "al-1", "alpha")
     done = cli.run("daemon", "--once")
     assert "tick 1: dispatched 1" in done.stderr
-    assert open_contexts(town, "alpha") == []
-    beat = heartbeat(town)
+    assert open_contexts(working_dir, "alpha") == []
+    beat = heartbeat(working_dir)
     assert beat["pid"] > 0 and beat["started_at"] and beat["last_tick_at"] and beat["stopped_at"]
     assert beat["last_result"]["dispatched"] == 1 and beat["last_result"]["reason"] == "batch"
-    log = (town / ".sluice" / "runtime" / "daemon.log").read_text()
+    log = (working_dir / ".sluice" / "runtime" / "daemon.log").read_text()
     assert "tick 1: dispatched 1, failed 0" in log and "daemon started" in log
     # once the polecat has finished, the next tick reaps it
-    workers = town / ".sluice" / "runtime" / "workers"
+    workers = working_dir / ".sluice" / "runtime" / "workers"
     assert len(list(workers.glob("*.json"))) == 1
     wait_for(lambda: "working" in "".join(p.read_text() for p in workers.glob("*.log")))
     release.touch()
-    wait_for(lambda: not LocalExecutor(Town(town)).active())
+    wait_for(lambda: not LocalExecutor(Town(working_dir)).active())
     again = cli.run("daemon", "--once")
     assert "reaped 1 finished polecat(s)" in again.stderr
     assert not list(workers.glob("*.json")) and (workers / "finished.jsonl").exists()
 
 
-def test_a_failing_cycle_is_logged_and_fails_once(cli, town):
+def test_a_failing_cycle_is_logged_and_fails_once(cli, working_dir):
     configure(cli.town, "executor.command", '["x"]')
-    (town / ".sluice" / "runtime" / "scheduler-state.json").write_text("{broken")
+    (working_dir / ".sluice" / "runtime" / "scheduler-state.json").write_text("{broken")
     done = cli.run("daemon", "--once", check=False)
     assert done.returncode == 1 and "error: " in done.stderr and "scheduler-state.json" in done.stderr
-    assert "scheduler-state.json" in heartbeat(town)["last_result"]["error"]
+    assert "scheduler-state.json" in heartbeat(working_dir)["last_result"]["error"]
 
 
-def test_the_daemon_is_a_singleton_and_stops_cleanly_on_sigterm(cli, town):
-    first = start_daemon(town, "--interval", "60")
+def test_the_daemon_is_a_singleton_and_stops_cleanly_on_sigterm(cli, working_dir):
+    first = start_daemon(working_dir, "--interval", "60")
     try:
-        beat = wait_for(lambda: (heartbeat(town) or {}).get("last_tick_at") and heartbeat(town))
+        beat = wait_for(lambda: (heartbeat(working_dir) or {}).get("last_tick_at") and heartbeat(working_dir))
         assert beat["pid"] == first.pid and beat["interval"] == 60
         second = cli.run("daemon", "--once", check=False)
         assert second.returncode == 1
@@ -100,14 +98,14 @@ def test_the_daemon_is_a_singleton_and_stops_cleanly_on_sigterm(cli, town):
         if first.poll() is None:
             first.kill()
             first.wait()
-    assert heartbeat(town)["stopped_at"]
+    assert heartbeat(working_dir)["stopped_at"]
     assert cli.run("daemon", "--once").returncode == 0  # the lock went with it
 
 
-def test_sigint_stops_it_too_and_ticks_repeat(cli, town):
-    daemon = start_daemon(town, "--interval", "0.3")
+def test_sigint_stops_it_too_and_ticks_repeat(cli, working_dir):
+    daemon = start_daemon(working_dir, "--interval", "0.3")
     try:
-        wait_for(lambda: (heartbeat(town) or {}).get("ticks", 0) >= 2)
+        wait_for(lambda: (heartbeat(working_dir) or {}).get("ticks", 0) >= 2)
         daemon.send_signal(signal.SIGINT)
         _out, err = daemon.communicate(timeout=20)
         assert daemon.returncode == 0 and "tick 2:" in err
@@ -117,14 +115,13 @@ def test_sigint_stops_it_too_and_ticks_repeat(cli, town):
             daemon.wait()
 
 
-def test_bad_interval_is_a_usage_error(cli, town):
+def test_bad_interval_is_a_usage_error(cli, working_dir):
     done = cli.run("daemon", "--interval", "0", check=False)
     assert done.returncode == 2 and "--interval" in done.stderr
 
 
-def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, tmp_path: Path):
+def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, rig):
     """Stall timeout: the daemon stops the overdue polecat, then fills its slot in the same tick."""
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
     write_items(cli.town, "alpha", [item("al-slow", "stalls", priority=0), item("al-next", "waits its turn")])
     issues_before = issues_path(cli.town, "alpha").read_bytes()
     configure(cli.town, "scheduler.max_polecats", "1")
@@ -148,11 +145,10 @@ def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, tmp_path: 
             cli.run("polecat", "stop", polecat["id"], check=False)
 
 
-def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, tmp_path, monkeypatch):
+def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, rig, tmp_path, monkeypatch):
     """An executor that cannot be asked is reported in the tick's line; `config set` applies next tick."""
     from sluice.scheduler.daemon import Daemon
 
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
     configure(cli.town, "executor.kind", "tmux")
     monkeypatch.setenv("PATH", str(tmp_path / "no-tmux-here"))  # this daemon cannot find tmux
     lines: list[str] = []
@@ -166,13 +162,12 @@ def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, tmp_path
     assert "reaping failed" not in lines[-1] and "reap_error" not in daemon.last_result
 
 
-def test_a_tick_that_launches_nothing_does_not_survey_the_queue_again(cli, tmp_path, monkeypatch):
+def test_a_tick_that_launches_nothing_does_not_survey_the_queue_again(cli, rig, capacity, monkeypatch):
     """Only a tick that launched something checks whether the queue drained (``QueueDrained``)."""
     from sluice.scheduler import queue
     from sluice.scheduler.daemon import Daemon
 
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    configure(cli.town, "scheduler.max_polecats", "2")
+    capacity(2)
     surveyed: list[bool] = []
     real_status = queue.status
     monkeypatch.setattr(queue, "status", lambda *a, **k: surveyed.append(True) or real_status(*a, **k))

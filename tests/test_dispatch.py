@@ -31,7 +31,6 @@ from helpers.scheduler import (
     python_command,
     records,
     sleeper,
-    town_with_rigs,
     tree_hash,
     wait_for,
     worker_records,
@@ -47,16 +46,16 @@ SLUICE = (sys.executable, "-m", "sluice")
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    configure(cli.town, "scheduler.max_polecats", "2")
-    return cli.town
+def deferred_dir(town_dir, rig, capacity) -> Path:
+    """Rig alpha in deferred mode, two polecats at once."""
+    capacity(2)
+    return town_dir
 
 
 @pytest.fixture
-def executor(town):
+def executor(deferred_dir):
     """The test's view of the town's polecats; every one still running at the end is stopped."""
-    ex = LocalExecutor(Town(town), stop_grace=1)
+    ex = LocalExecutor(Town(deferred_dir), stop_grace=1)
     yield ex
     for polecat in ex.active():
         ex.stop(polecat.id)
@@ -67,37 +66,38 @@ def context_of(town: Path, item_id: str, rig: str = "alpha") -> dict:
     return context
 
 
-def test_capacity_is_never_exceeded_and_everything_dispatches(cli, town, memory):
+def test_capacity_is_never_exceeded_and_everything_dispatches(cli, deferred_dir, memory):
     ids = [f"al-{n}" for n in range(5)]
-    write_items(town, "alpha", [item(i) for i in ids])
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
     configure(cli.town, "scheduler.batch_size", "5")
     cli.run("sling", *ids, "alpha")
     samples = []
     for _cycle in range(10):  # one run ends between cycles: five items need four cycles
-        if not open_contexts(town, "alpha"):
+        if not open_contexts(deferred_dir, "alpha"):
             break
         report = cli.json("scheduler", "run")
         assert report["dispatched"] <= report["capacity"] <= 2
         samples.append(len(memory.active()))
         memory.finish(memory.active()[0].id)
-    assert open_contexts(town, "alpha") == []
+    assert open_contexts(deferred_dir, "alpha") == []
     assert max(samples) <= 2 and max(samples) == 2
     launched = [r.item_id for r in memory.requests]
     assert sorted(launched) == ids  # each exactly once
-    assert {fields(c)["work_bead_id"]: c["close_reason"] for c in contexts(town, "alpha")} == dict.fromkeys(
+    closed = contexts(deferred_dir, "alpha")
+    assert {fields(c)["work_bead_id"]: c["close_reason"] for c in closed} == dict.fromkeys(
         ids, "dispatched")
-    state = json.loads((town / ".sluice" / "runtime" / "scheduler-state.json").read_text())
+    state = json.loads((deferred_dir / ".sluice" / "runtime" / "scheduler-state.json").read_text())
     assert state["last_dispatch_count"] >= 1 and state["last_dispatch_at"]
 
 
-def test_circuit_breaker_after_real_launch_failures(cli, town):
-    write_items(town, "alpha", [item("al-1")])
+def test_circuit_breaker_after_real_launch_failures(cli, deferred_dir):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", json.dumps(["/nonexistent/polecat-binary", "{item_id}"]))
     cli.run("sling", "al-1", "alpha")
-    before = issues_path(town, "alpha").read_bytes()
+    before = issues_path(deferred_dir, "alpha").read_bytes()
     first = cli.json("scheduler", "run")
     assert (first["dispatched"], first["failed"]) == (0, 1)
-    f = fields(context_of(town, "al-1"))
+    f = fields(context_of(deferred_dir, "al-1"))
     assert f["dispatch_failures"] == 1 and "cannot launch" in f["last_failure"] and f["last_failure_at"]
     assert not f.get("launch_started_at")
     assert cli.json("scheduler", "list")[0]["dispatch_failures"] == 1
@@ -107,53 +107,56 @@ def test_circuit_breaker_after_real_launch_failures(cli, town):
     cli.json("scheduler", "run", "--ignore-backoff")
     third = cli.json("scheduler", "run", "--ignore-backoff")
     assert third["failures"][0]["circuit_broken"] is True
-    context = context_of(town, "al-1")
+    context = context_of(deferred_dir, "al-1")
     assert context["status"] == "closed" and context["close_reason"] == "circuit-broken"
     assert fields(context)["dispatch_failures"] == 3
-    assert issues_path(town, "alpha").read_bytes() == before  # the work item is untouched
-    assert len(events(town, "DispatchFailed")) == 3 and len(events(town, "CircuitBroken")) == 1
+    assert issues_path(deferred_dir, "alpha").read_bytes() == before  # the work item is untouched
+    assert len(events(deferred_dir, "DispatchFailed")) == 3
+    assert len(events(deferred_dir, "CircuitBroken")) == 1
     assert cli.json("scheduler", "status")["queued_total"] == 0
     assert cli.json("scheduler", "run")["failed"] == 0  # nothing left to fail
-    assert worker_records(town) == []
+    assert worker_records(deferred_dir) == []
 
 
-def test_threshold_follows_the_config(cli, town):
-    write_items(town, "alpha", [item("al-1")])
+def test_threshold_follows_the_config(cli, deferred_dir):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", json.dumps(["/nonexistent/polecat-binary"]))
     configure(cli.town, "scheduler.max_dispatch_failures", "1")
     cli.run("sling", "al-1", "alpha")
     assert cli.json("scheduler", "run")["failures"][0]["circuit_broken"] is True
-    assert context_of(town, "al-1")["close_reason"] == "circuit-broken"
+    assert context_of(deferred_dir, "al-1")["close_reason"] == "circuit-broken"
 
 
-def test_a_pause_issued_during_a_cycle_survives_it(cli, town, executor):
+def test_a_pause_issued_during_a_cycle_survives_it(cli, deferred_dir, executor):
     ids = ["al-1", "al-2", "al-3"]
-    write_items(town, "alpha", [item(i) for i in ids])
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
     configure(cli.town, "scheduler.max_polecats", "5")
     configure(cli.town, "scheduler.batch_size", "3")
     configure(cli.town, "scheduler.spawn_delay", "2s")
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", *ids, "alpha")
-    cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
+    cycle = subprocess.Popen([*SLUICE, "--town", str(deferred_dir), "scheduler", "run"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: events(town, "Dispatched"))  # the first launch happened; the cycle is in its delay
+    # the first launch happened; the cycle is in its delay
+    wait_for(lambda: events(deferred_dir, "Dispatched"))
     cli.run("scheduler", "pause", env={"SLUICE_ACTOR": "operator"})
     out, err = cycle.communicate(timeout=60)
     assert cycle.returncode == 0 and "paused during the cycle; 2 planned item(s) left queued" in err
-    [launched] = events(town, "Dispatched")
+    [launched] = events(deferred_dir, "Dispatched")
     assert f"Dispatched {launched['payload']['item_id']} → alpha" in out  # what did launch is reported
     assert "Dispatched 1, failed 0" in out
     state = cli.json("scheduler", "status")
     assert state["paused"] is True and state["paused_by"] == "operator"
     assert state["last_dispatch_count"] == 1 and state["queued_total"] == 2
-    assert len(open_contexts(town, "alpha")) == 2
+    assert len(open_contexts(deferred_dir, "alpha")) == 2
     skipped = cli.run("scheduler", "run")
     assert "paused (by operator)" in skipped.stderr
-    assert len(worker_records(town)) == 1
+    assert len(worker_records(deferred_dir)) == 1
 
 
-def test_a_blocked_item_waits_for_its_blocker(cli, town, memory):
-    write_items(town, "alpha", [item("al-a", "blocker"), item("al-b", "blocked", deps=[("blocks", "al-a")])])
+def test_a_blocked_item_waits_for_its_blocker(cli, deferred_dir, memory):
+    write_items(deferred_dir, "alpha",
+                [item("al-a", "blocker"), item("al-b", "blocked", deps=[("blocks", "al-a")])])
     cli.run("sling", "al-b", "alpha")
     report = cli.json("scheduler", "run")
     assert (report["dispatched"], report["reason"], report["ready"]) == (0, "none", 0)
@@ -162,13 +165,13 @@ def test_a_blocked_item_waits_for_its_blocker(cli, town, memory):
     cli.run("item", "close", "al-a")
     report = cli.json("scheduler", "run")
     assert report["dispatched"] == 1 and report["planned"][0]["item_id"] == "al-b"
-    assert context_of(town, "al-b")["close_reason"] == "dispatched"
+    assert context_of(deferred_dir, "al-b")["close_reason"] == "dispatched"
 
 
-def test_untrusted_titles_reach_the_polecat_as_one_literal_argument(cli, town, tmp_path, executor):
+def test_untrusted_titles_reach_the_polecat_as_one_literal_argument(cli, deferred_dir, tmp_path, executor):
     titles = {"al-1": "$(touch pwned)", "al-2": "; rm -rf x; touch pwned2",
               "al-3": "`touch pwned3` 'q' \"dq\"", "al-4": "see {repo}, {context_id} and {item_id}"}
-    write_items(town, "alpha", [item(i, t) for i, t in titles.items()])
+    write_items(deferred_dir, "alpha", [item(i, t) for i, t in titles.items()])
     out_dir = tmp_path / "argv"
     out_dir.mkdir()
     code = ("import json, os, sys; "
@@ -183,42 +186,42 @@ def test_untrusted_titles_reach_the_polecat_as_one_literal_argument(cli, town, t
         got = wait_for(lambda i=item_id: (out_dir / i).exists() and (out_dir / i).read_text())
         assert json.loads(got) == [title, item_id]
     repo = tmp_path / "repos" / "alpha"
-    for place in (repo, town, tmp_path, Path.cwd()):
+    for place in (repo, deferred_dir, tmp_path, Path.cwd()):
         assert not list(place.glob("pwned*"))
 
 
-def test_dry_run_changes_nothing_on_disk(cli, town):
-    write_items(town, "alpha", [item("al-1"), item("al-2"), item("al-3", deps=[("blocks", "al-1")])])
+def test_dry_run_changes_nothing_on_disk(cli, deferred_dir):
+    write_items(deferred_dir, "alpha", [item("al-1"), item("al-2"), item("al-3", deps=[("blocks", "al-1")])])
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", "al-1", "al-2", "al-3", "alpha")
     # a stale context too, which a real cycle would close
     cli.run("item", "close", "al-2")
     cli.run("scheduler", "list")
-    before = tree_hash(town)
+    before = tree_hash(deferred_dir)
     report = cli.json("scheduler", "run", "--dry-run", "--batch", "5")
     assert report["dry_run"] is True and report["ready"] == 1
     assert [p["item_id"] for p in report["planned"]] == ["al-1"] and report["dispatched"] == 0
     assert "Would dispatch: al-1 → alpha" in cli.run("scheduler", "run", "--dry-run").stdout
-    assert tree_hash(town) == before
+    assert tree_hash(deferred_dir) == before
     cli.run("scheduler", "pause")
-    paused_before = tree_hash(town)
+    paused_before = tree_hash(deferred_dir)
     paused = cli.json("scheduler", "run", "--dry-run")
     assert paused["paused"] is True and [p["item_id"] for p in paused["planned"]] == ["al-1"]
     assert paused["reason"] == "batch"  # the plan's reason; `paused: true` says why nothing launches now
     assert "paused" in cli.run("scheduler", "run", "--dry-run").stderr
-    assert tree_hash(town) == paused_before
-    assert worker_records(town) == [] and len(open_contexts(town, "alpha")) == 3
+    assert tree_hash(deferred_dir) == paused_before
+    assert worker_records(deferred_dir) == [] and len(open_contexts(deferred_dir, "alpha")) == 3
     assert cli.json("scheduler", "run")["reason"] == "paused"  # a real cycle while paused plans nothing
 
 
-def test_dry_run_hash_is_exact(cli, town):
-    write_items(town, "alpha", [item("al-1")])
+def test_dry_run_hash_is_exact(cli, deferred_dir):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", "al-1", "alpha")
     cli.run("scheduler", "list")
-    before = tree_hash(town)
+    before = tree_hash(deferred_dir)
     cli.json("scheduler", "run", "--dry-run")
-    assert tree_hash(town) == before
+    assert tree_hash(deferred_dir) == before
 
 
 def _mark_intent(town: Path, item_id: str) -> tuple[str, object]:
@@ -229,79 +232,79 @@ def _mark_intent(town: Path, item_id: str) -> tuple[str, object]:
     return context.id, t
 
 
-def test_interrupted_launch_with_a_live_polecat_is_closed_not_relaunched(cli, town, memory):
-    write_items(town, "alpha", [item("al-1")])
+def test_interrupted_launch_with_a_live_polecat_is_closed_not_relaunched(cli, deferred_dir, memory):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
-    context_id, t = _mark_intent(town, "al-1")
+    context_id, t = _mark_intent(deferred_dir, "al-1")
     # the launch the crashed cycle managed to make
     polecat = memory.launch(LaunchRequest(
         item_id="al-1", rig="alpha", title="x", context_id=context_id, repo=str(t.rig("alpha").repo),
-        town=str(town), argv=("agent", "al-1")))
+        town=str(deferred_dir), argv=("agent", "al-1")))
     report = cli.json("scheduler", "run")
     assert report["dispatched"] == 0 and report["planned"] == []
     assert {"context_id": context_id, "item_id": "al-1", "rig": "alpha", "reason": "dispatched",
             "polecat_id": polecat.id} in report["closed"]
-    assert context_of(town, "al-1")["close_reason"] == "dispatched"
+    assert context_of(deferred_dir, "al-1")["close_reason"] == "dispatched"
     assert [p.id for p in memory.listing()] == [polecat.id]
 
 
-def test_interrupted_launch_without_a_polecat_is_launched_once(cli, town, memory):
-    write_items(town, "alpha", [item("al-1")])
+def test_interrupted_launch_without_a_polecat_is_launched_once(cli, deferred_dir, memory):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
-    _mark_intent(town, "al-1")
+    _mark_intent(deferred_dir, "al-1")
     assert cli.json("scheduler", "run")["dispatched"] == 1
     assert cli.json("scheduler", "run")["dispatched"] == 0
     assert [r.item_id for r in memory.requests] == ["al-1"]
 
 
-def test_a_cycle_killed_in_its_spawn_delay_keeps_what_it_launched(cli, town, executor):
-    write_items(town, "alpha", [item("al-1", priority=0), item("al-2")])
+def test_a_cycle_killed_in_its_spawn_delay_keeps_what_it_launched(cli, deferred_dir, executor):
+    write_items(deferred_dir, "alpha", [item("al-1", priority=0), item("al-2")])
     configure(cli.town, "scheduler.batch_size", "2")
     configure(cli.town, "scheduler.spawn_delay", "30s")
     configure(cli.town, "executor.command", sleeper(10))
     cli.run("sling", "al-1", "al-2", "alpha")
-    cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
+    cycle = subprocess.Popen([*SLUICE, "--town", str(deferred_dir), "scheduler", "run"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # The launch is recorded in the state just after its context closes; once both show, the cycle
     # is asleep in its spawn delay.
-    wait_for(lambda: context_of(town, "al-1")["status"] == "closed"
+    wait_for(lambda: context_of(deferred_dir, "al-1")["status"] == "closed"
              and cli.json("scheduler", "status")["last_dispatch_count"] == 1)
     os.kill(cycle.pid, signal.SIGKILL)
     cycle.wait()
     state = cli.json("scheduler", "status")
     assert state["last_dispatch_count"] == 1 and state["last_dispatch_at"]
-    assert context_of(town, "al-2")["status"] == "open"  # killed before its second launch
+    assert context_of(deferred_dir, "al-2")["status"] == "open"  # killed before its second launch
     assert cli.json("scheduler", "run")["launched"][0]["item_id"] == "al-2"
-    assert sorted(r["item_id"] for r in worker_records(town)) == ["al-1", "al-2"]
+    assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ["al-1", "al-2"]
 
 
 @pytest.mark.slow
-def test_kill_9_at_any_moment_never_launches_an_item_twice(cli, town, executor):
+def test_kill_9_at_any_moment_never_launches_an_item_twice(cli, deferred_dir, executor):
     ids = [f"al-{n}" for n in range(4)]
-    write_items(town, "alpha", [item(i) for i in ids])
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
     configure(cli.town, "scheduler.max_polecats", "5")
     configure(cli.town, "executor.command", sleeper(15))
     cli.run("sling", *ids, "alpha")
     rng = random.Random(7)
     for _attempt in range(6):  # cycles killed at assorted points, before, during and after launches
-        cycle = subprocess.Popen([*SLUICE, "--town", str(town), "scheduler", "run"],
+        cycle = subprocess.Popen([*SLUICE, "--town", str(deferred_dir), "scheduler", "run"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.25, 0.7))
         os.kill(cycle.pid, signal.SIGKILL)
         cycle.wait()
-    while open_contexts(town, "alpha"):
+    while open_contexts(deferred_dir, "alpha"):
         cli.json("scheduler", "run")
-    launched = sorted(r["item_id"] for r in worker_records(town))
+    launched = sorted(r["item_id"] for r in worker_records(deferred_dir))
     assert launched == ids
 
 
-def test_stale_contexts_are_closed_with_their_reasons(cli, town, memory):
-    write_items(town, "alpha", [item("al-ok"), item("al-closed"), item("al-hooked"), item("al-fail")])
+def test_stale_contexts_are_closed_with_their_reasons(cli, deferred_dir, memory):
+    write_items(deferred_dir, "alpha", [item("al-ok"), item("al-closed"), item("al-hooked"), item("al-fail")])
     configure(cli.town, "scheduler.max_polecats", "1")
     configure(cli.town, "scheduler.missing_grace", "0")  # a missing item closes at once, not after 10m
     cli.run("scheduler", "pause")  # nothing launches while the stage is set
     cli.run("sling", "al-ok", "al-closed", "al-hooked", "al-fail", "alpha")
-    t = Town(town)
+    t = Town(deferred_dir)
     stores = Stores(t)
     fail_ctx = ctxs.find_open(stores, "al-fail")[0]
 
@@ -312,7 +315,7 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, town, memory):
     ctxs.update_fields(stores.rig("alpha"), fail_ctx.id, tripped)
     cli.run("item", "close", "al-closed")
     cli.run("item", "update", "al-hooked", "--status", "hooked")
-    with open(ephemeral_path(town, "alpha"), "a") as fh:
+    with open(ephemeral_path(deferred_dir, "alpha"), "a") as fh:
         fh.write(json.dumps({"id": "al-wisp-bad", "title": "sling-context: ?", "status": "open",
                              "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
                              "description": "not valid json {{{"}) + "\n")
@@ -323,29 +326,29 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, town, memory):
                                                         "enqueued_at": "2026-01-01T00:00:00Z"})}) + "\n")
     assert cli.json("scheduler", "status")["stale"] == 5
     cli.run("scheduler", "resume")
-    before = issues_path(town, "alpha").read_bytes()
+    before = issues_path(deferred_dir, "alpha").read_bytes()
     report = cli.json("scheduler", "run")
     reasons = {r["context_id"]: r["reason"] for r in report["closed"]}
     by_item = {fields(c).get("work_bead_id") if c["id"] != "al-wisp-bad" else "bad": c
-               for c in contexts(town, "alpha")}
+               for c in contexts(deferred_dir, "alpha")}
     assert reasons[by_item["bad"]["id"]] == "invalid-context"
     assert reasons[by_item["al-missing"]["id"]] == "invalid-work-item"
     assert reasons[by_item["al-closed"]["id"]] == "stale-work-item"
     assert reasons[by_item["al-hooked"]["id"]] == "stale-work-item"
     assert reasons[by_item["al-fail"]["id"]] == "circuit-broken"
     assert report["dispatched"] == 1 and by_item["al-ok"]["id"] not in reasons
-    assert {c["close_reason"] for c in contexts(town, "alpha")} == {
+    assert {c["close_reason"] for c in contexts(deferred_dir, "alpha")} == {
         "invalid-context", "invalid-work-item", "stale-work-item", "circuit-broken", "dispatched"}
-    assert issues_path(town, "alpha").read_bytes() == before
+    assert issues_path(deferred_dir, "alpha").read_bytes() == before
     closed_events = {e["payload"]["context_id"]: e["payload"]["reason"]
-                     for e in events(town, "ContextClosed")}
+                     for e in events(deferred_dir, "ContextClosed")}
     assert closed_events[by_item["bad"]["id"]] == "invalid-context"
     assert [r.item_id for r in memory.requests] == ["al-ok"]
 
 
-def test_a_title_no_program_can_receive_is_a_counted_failure_not_a_crash(cli, town):
+def test_a_title_no_program_can_receive_is_a_counted_failure_not_a_crash(cli, deferred_dir):
     """A NUL byte in a title (valid JSON) cannot be passed in argv: the item fails, the cycle goes on."""
-    write_items(town, "alpha", [item("al-nul", "evil\u0000title", priority=0), item("al-2", "fine")])
+    write_items(deferred_dir, "alpha", [item("al-nul", "evil\u0000title", priority=0), item("al-2", "fine")])
     configure(cli.town, "scheduler.batch_size", "2")
     configure(cli.town, "executor.command", python_command("pass", "{title}"))
     cli.run("sling", "al-nul", "al-2", "alpha")
@@ -353,43 +356,43 @@ def test_a_title_no_program_can_receive_is_a_counted_failure_not_a_crash(cli, to
     assert (report["dispatched"], report["failed"]) == (1, 1)
     [failure] = report["failures"]
     assert failure["item_id"] == "al-nul" and "NUL byte" in failure["error"]
-    f = fields(context_of(town, "al-nul"))
-    assert context_of(town, "al-nul")["status"] == "open" and f["dispatch_failures"] == 1
+    f = fields(context_of(deferred_dir, "al-nul"))
+    assert context_of(deferred_dir, "al-nul")["status"] == "open" and f["dispatch_failures"] == 1
     assert not f.get("launch_started_at")  # nothing for the next cycle to take for a launch
-    assert [r["item_id"] for r in worker_records(town)] == ["al-2"]
+    assert [r["item_id"] for r in worker_records(deferred_dir)] == ["al-2"]
     again = cli.json("scheduler", "run", "--ignore-backoff")  # tried again: the item is not dropped
-    assert again["failures"][0]["failures"] == 2 and context_of(town, "al-nul")["status"] == "open"
+    assert again["failures"][0]["failures"] == 2 and context_of(deferred_dir, "al-nul")["status"] == "open"
 
 
-def test_a_forced_context_dispatches_an_in_progress_item(cli, town, memory):
-    write_items(town, "alpha", [item("al-1", status="in_progress", assignee="ghost")])
+def test_a_forced_context_dispatches_an_in_progress_item(cli, deferred_dir, memory):
+    write_items(deferred_dir, "alpha", [item("al-1", status="in_progress", assignee="ghost")])
     cli.run("sling", "al-1", "alpha", "--force")
     assert cli.json("scheduler", "list")[0]["blocked"] is False
     assert cli.json("scheduler", "run")["dispatched"] == 1
 
 
-def test_no_executor_command_is_a_config_error_and_counts_nothing(cli, town):
-    write_items(town, "alpha", [item("al-1")])
+def test_no_executor_command_is_a_config_error_and_counts_nothing(cli, deferred_dir):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
     done = cli.run("scheduler", "run", check=False)
     assert done.returncode == 1 and "executor.command is not set" in done.stderr
-    f = fields(context_of(town, "al-1"))
+    f = fields(context_of(deferred_dir, "al-1"))
     assert not f.get("dispatch_failures") and not f.get("launch_started_at")
     assert "warning: executor.command is not set" in cli.run("scheduler", "run", "--dry-run").stderr
 
 
-def test_a_busy_dispatch_lock(cli, town):
+def test_a_busy_dispatch_lock(cli, deferred_dir):
     from sluice.store.fsutil import file_lock
 
-    with file_lock(town / ".sluice" / "runtime" / "dispatch.lock"):
+    with file_lock(deferred_dir / ".sluice" / "runtime" / "dispatch.lock"):
         done = cli.run("scheduler", "run", check=False)
         assert done.returncode == 1 and "dispatch already in progress" in done.stderr
         quiet = cli.run("scheduler", "run", "--json", env={"SLUICE_DAEMON": "1"})
         assert json.loads(quiet.stdout)["reason"] == "busy" and quiet.stderr == ""
 
 
-def test_direct_mode_cycle_does_nothing_but_warns_about_leftovers(cli, town):
-    write_items(town, "alpha", [item("al-1")])
+def test_direct_mode_cycle_does_nothing_but_warns_about_leftovers(cli, deferred_dir):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
     configure(cli.town, "scheduler.max_polecats", "-1")
     done = cli.run("scheduler", "run", "--json")
@@ -399,9 +402,9 @@ def test_direct_mode_cycle_does_nothing_but_warns_about_leftovers(cli, town):
     assert cli.run("scheduler", "run", env={"SLUICE_DAEMON": "1"}).stderr == ""
 
 
-def test_bad_batch_values(cli, town):
+def test_bad_batch_values(cli, deferred_dir):
     assert cli.run("scheduler", "run", "--batch", "0", check=False).returncode == 2
-    config = town / ".sluice" / "config.json"
+    config = deferred_dir / ".sluice" / "config.json"
     data = json.loads(config.read_text())
     data["scheduler"]["batch_size"] = 0
     config.write_text(json.dumps(data))
@@ -409,27 +412,27 @@ def test_bad_batch_values(cli, town):
     assert done.returncode == 1 and "batch_size" in done.stderr
 
 
-def test_each_dispatch_is_logged_as_a_decision(cli, town, memory):
-    write_items(town, "alpha", [item("al-epic", "epic", issue_type="epic"),
+def test_each_dispatch_is_logged_as_a_decision(cli, deferred_dir, memory):
+    write_items(deferred_dir, "alpha", [item("al-epic", "epic", issue_type="epic"),
                                 item("al-1", "child", priority=1, assignee="ann",
                                      deps=[("parent-child", "al-epic")])])
     cli.run("sling", "al-1", "alpha")
     report = cli.json("scheduler", "run")
-    [line] = (town / ".sluice" / "schedule" / "decisions.jsonl").read_text().splitlines()
+    [line] = (deferred_dir / ".sluice" / "schedule" / "decisions.jsonl").read_text().splitlines()
     decision = json.loads(line)
     assert (decision["node_id"], decision["graph_id"], decision["skipped"]) == ("al-1", "al-epic", False)
     assert decision["dispatch_hints"] == {"title": "child", "project": "alpha",
-                                          "repository": str(Town(town).rig("alpha").repo),
+                                          "repository": str(Town(deferred_dir).rig("alpha").repo),
                                           "agent_id": "ann", "priority": 1}
     assert decision["sling_command"] == "sluice sling al-1 alpha"
     assert {"decision_id", "at", "score", "reasons"} <= set(decision)
     assert decision["polecat_id"] == report["launched"][0]["polecat_id"]
-    [dispatched] = events(town, "Dispatched")
+    [dispatched] = events(deferred_dir, "Dispatched")
     assert dispatched["payload"]["polecat_id"] == decision["polecat_id"]
 
 
-def test_sling_parameters_reach_the_polecat_environment(cli, town, tmp_path, executor):
-    write_items(town, "alpha", [item("al-1")])
+def test_sling_parameters_reach_the_polecat_environment(cli, deferred_dir, tmp_path, executor):
+    write_items(deferred_dir, "alpha", [item("al-1")])
     out = tmp_path / "env.json"
     code = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
     configure(cli.town, "executor.command", python_command(code))
@@ -437,20 +440,21 @@ def test_sling_parameters_reach_the_polecat_environment(cli, town, tmp_path, exe
     report = cli.json("scheduler", "run")
     env = json.loads(wait_for(lambda: out.exists() and out.read_text()))
     assert env["SLUICE_ITEM_ID"] == "al-1" and env["SLUICE_RIG"] == "alpha"
-    assert env["SLUICE_CONTEXT_ID"] == report["planned"][0]["context_id"] and env["SLUICE_TOWN"] == str(town)
+    assert env["SLUICE_CONTEXT_ID"] == report["planned"][0]["context_id"]
+    assert env["SLUICE_TOWN"] == str(deferred_dir)
     assert (env["SLUICE_FORMULA"], env["SLUICE_VARS"], env["SLUICE_AGENT"]) == ("mol-x", "a=1\nb=2", "cc")
     assert "SLUICE_ARGS" not in env
-    assert records(ephemeral_path(town, "alpha"))
+    assert records(ephemeral_path(deferred_dir, "alpha"))
 
 
 # -- the cycle's bookkeeping, with an in-memory executor ------------------------------------------
 
 
-def test_spawn_delay_only_follows_successful_launches(cli, town):
+def test_spawn_delay_only_follows_successful_launches(cli, deferred_dir):
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
 
-    write_items(town, "alpha", [item("al-1"), item("al-2"), item("al-3"), item("al-4")])
+    write_items(deferred_dir, "alpha", [item("al-1"), item("al-2"), item("al-3"), item("al-4")])
     configure(cli.town, "scheduler.max_polecats", "5")
     configure(cli.town, "scheduler.batch_size", "4")
     configure(cli.town, "scheduler.spawn_delay", "250ms")
@@ -459,32 +463,34 @@ def test_spawn_delay_only_follows_successful_launches(cli, town):
     executor = MemoryExecutor()
     executor.fail_next("al-1", "no slot")
     executor.fail_next("al-3", "no slot")
-    report = run_cycle(Town(town), executor=executor, sleep=sleeps.append)
+    report = run_cycle(Town(deferred_dir), executor=executor, sleep=sleeps.append)
     assert (report.dispatched, report.failed) == (2, 2)
     assert [p.item_id for p in executor.active()] == ["al-2", "al-4"]
     assert sleeps == [0.25]  # after al-2 only: not after failures, not after the last launch
 
 
-def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, town):
+def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, deferred_dir):
     from sluice.errors import ExecutorUnavailable
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
 
-    write_items(town, "alpha", [item("al-1")])
+    write_items(deferred_dir, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
     executor = MemoryExecutor()
     executor.fail_next("al-1", "cluster unreachable", unavailable=True)  # at the launch itself
     with pytest.raises(ExecutorUnavailable, match="cluster unreachable"):
-        run_cycle(Town(town), executor=executor)
-    f = fields(context_of(town, "al-1"))
+        run_cycle(Town(deferred_dir), executor=executor)
+    f = fields(context_of(deferred_dir, "al-1"))
     assert not f.get("dispatch_failures") and not f.get("launch_started_at")
-    assert context_of(town, "al-1")["status"] == "open" and events(town, "DispatchFailed") == []
+    assert context_of(deferred_dir, "al-1")["status"] == "open"
+    assert events(deferred_dir, "DispatchFailed") == []
 
 
-def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli, town, executor, monkeypatch):
+def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli, deferred_dir, executor,
+                                                                            monkeypatch):
     from sluice.scheduler import dispatch
 
-    write_items(town, "alpha", [item("al-1")])
+    write_items(deferred_dir, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", "al-1", "alpha")
     real_close = ctxs.close
@@ -494,12 +500,12 @@ def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli,
 
     monkeypatch.setattr(dispatch.ctxs, "close", broken_close)
     waits: list[float] = []
-    report = dispatch.run_cycle(Town(town), sleep=waits.append)
+    report = dispatch.run_cycle(Town(deferred_dir), sleep=waits.append)
     assert (report.dispatched, report.failed) == (0, 1) and waits == [0.5, 1.0]
     assert any("closing its context failed" in m for m in report.messages)
-    context = context_of(town, "al-1")
+    context = context_of(deferred_dir, "al-1")
     assert context["status"] == "open" and fields(context)["launch_started_at"]  # the intent remains
     monkeypatch.setattr(dispatch.ctxs, "close", real_close)
-    again = dispatch.run_cycle(Town(town))
+    again = dispatch.run_cycle(Town(deferred_dir))
     assert again.dispatched == 0 and again.closed[0]["reason"] == "dispatched"
-    assert len(worker_records(town)) == 1  # launched once, never twice
+    assert len(worker_records(deferred_dir)) == 1  # launched once, never twice

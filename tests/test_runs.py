@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +21,6 @@ from helpers.scheduler import (
     open_contexts,
     python_command,
     sleeper,
-    town_with_rigs,
     wait_for,
     write_items,
 )
@@ -41,13 +42,12 @@ BY_TITLE = ("import os, sys; print('working on', os.environ['SLUICE_ITEM_ID']);"
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    configure(cli.town, "scheduler.max_polecats", "10")
-    configure(cli.town, "scheduler.batch_size", "10")
-    configure(cli.town, "executor.command", sleeper(30))
-    yield cli.town
-    stop_all(cli.town)
+def sleeper_dir(town_dir, rig, capacity) -> Iterator[Path]:
+    """Rig alpha, ten polecats a cycle, each sleeping 30 seconds until stopped (all are, at the end)."""
+    capacity(10, batch_size=10)
+    configure(town_dir, "executor.command", sleeper(30))
+    yield town_dir
+    stop_all(town_dir)
 
 
 def stop_all(town) -> None:
@@ -118,38 +118,38 @@ def test_a_label_cap_holds_while_the_running_items_export_is_cut_to_nothing(cli,
         stop_all(cli.town)
 
 
-def test_a_label_cap_holds_when_the_running_item_is_edited_to_drop_its_label(town):
-    configure(town, "scheduler.label_caps.gpu", "1")
-    queue(town, "alpha", item("al-1", labels=["gpu"], priority=0))
-    assert cycle(town).dispatched == 1
-    queue(town, "alpha", item("al-2", labels=["gpu"]))
-    rewrite(town, "alpha", item("al-1", labels=[], priority=0), item("al-2", labels=["gpu"]))
-    report = cycle(town)
+def test_a_label_cap_holds_when_the_running_item_is_edited_to_drop_its_label(sleeper_dir):
+    configure(sleeper_dir, "scheduler.label_caps.gpu", "1")
+    queue(sleeper_dir, "alpha", item("al-1", labels=["gpu"], priority=0))
+    assert cycle(sleeper_dir).dispatched == 1
+    queue(sleeper_dir, "alpha", item("al-2", labels=["gpu"]))
+    rewrite(sleeper_dir, "alpha", item("al-1", labels=[], priority=0), item("al-2", labels=["gpu"]))
+    report = cycle(sleeper_dir)
     assert report.dispatched == 0 and report.why == {"label-cap": 1}
-    assert running_items(town) == ["al-1"]
+    assert running_items(sleeper_dir) == ["al-1"]
 
 
-def test_the_overlap_gate_holds_when_the_running_items_touches_are_edited_away(town):
+def test_the_overlap_gate_holds_when_the_running_items_touches_are_edited_away(sleeper_dir):
     shared = {"touches": ["src/db/**"]}
-    queue(town, "alpha", item("al-a", metadata=shared, priority=0))
-    assert cycle(town).dispatched == 1
-    queue(town, "alpha", item("al-b", metadata={"touches": ["src/db/schema.py"]}))
-    rewrite(town, "alpha", item("al-a", metadata={}, priority=0),
+    queue(sleeper_dir, "alpha", item("al-a", metadata=shared, priority=0))
+    assert cycle(sleeper_dir).dispatched == 1
+    queue(sleeper_dir, "alpha", item("al-b", metadata={"touches": ["src/db/schema.py"]}))
+    rewrite(sleeper_dir, "alpha", item("al-a", metadata={}, priority=0),
             item("al-b", metadata={"touches": ["src/db/schema.py"]}))
-    report = cycle(town)
+    report = cycle(sleeper_dir)
     assert report.dispatched == 0 and report.why == {"overlap": 1}
-    [run] = records(town)
+    [run] = records(sleeper_dir)
     assert run["touches"] == ["src/db/**"]
 
 
 # -- every launch is a record, every end an outcome -----------------------------------------------
 
 
-def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, town):
-    configure(town, "executor.command", python_command(BY_TITLE, "{title}"))
-    queue(town, "alpha", item("al-1", title="exit 3"), item("al-2", title="exit 0"))
+def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command(BY_TITLE, "{title}"))
+    queue(sleeper_dir, "alpha", item("al-1", title="exit 3"), item("al-2", title="exit 0"))
     lines: list[str] = []
-    daemon = Daemon(Town(town), interval=1.0, echo=lines.append)
+    daemon = Daemon(Town(sleeper_dir), interval=1.0, echo=lines.append)
     counted: dict[str, int] = {}
     reaped = 0
     for _ in range(2):  # the polecats end during the first tick or before the second
@@ -157,10 +157,10 @@ def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, town
         for outcome, n in daemon.last_result["runs"].items():
             counted[outcome] = counted.get(outcome, 0) + n
         reaped += daemon.last_result["reaped"]
-        finished(town)
+        finished(sleeper_dir)
     assert counted == {"ok": 1, "failed": 1} and reaped == 2
     assert any("runs: " in line and "failed" in line for line in lines)
-    assert LocalExecutor(Town(town)).listing() == []
+    assert LocalExecutor(Town(sleeper_dir)).listing() == []
 
     rows = cli.json("runs")
     ends = sorted((r["item_id"], r["outcome"], r["exit_code"]) for r in rows)
@@ -177,7 +177,7 @@ def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, town
     assert "Ended (last hour)" in cli.run("polecat", "list").stdout
     assert cli.run("polecat", "logs", "al-1").stdout.splitlines() == ["working on al-1"]
 
-    [exited] = [e for e in events(town, "PolecatExited") if e["payload"]["item_id"] == "al-1"]
+    [exited] = [e for e in events(sleeper_dir, "PolecatExited") if e["payload"]["item_id"] == "al-1"]
     assert exited["payload"]["outcome"] == "failed" and exited["payload"]["exit_code"] == 3
     assert exited["payload"]["runtime_seconds"] == failed["runtime_seconds"]
     feed = cli.run("feed").stdout
@@ -187,124 +187,124 @@ def test_a_failed_run_is_visible_everywhere_after_the_daemon_reaped_it(cli, town
     assert {r["item_id"]: r["outcome"] for r in snap["runs"]} == {"al-1": "failed", "al-2": "ok"}
     daemon.tick()  # nothing new ended: no runs on the line, nothing counted twice
     assert "runs:" not in lines[-1]
-    assert len(events(town, "PolecatExited")) == 2
+    assert len(events(sleeper_dir, "PolecatExited")) == 2
 
 
-def test_an_end_is_recorded_once_by_whichever_command_looks_first(cli, town):
-    configure(town, "executor.command", python_command("raise SystemExit(4)"))
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
-    finished(town)
+def test_an_end_is_recorded_once_by_whichever_command_looks_first(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command("raise SystemExit(4)"))
+    queue(sleeper_dir, "alpha", item("al-1"))
+    cycle(sleeper_dir)
+    finished(sleeper_dir)
     [row] = cli.json("polecat", "list")  # the first to look records the end
     assert (row["outcome"], row["exit_code"]) == ("failed", 4)
     cli.json("runs")
-    cycle(town)
-    assert len(events(town, "PolecatExited")) == 1
-    assert [r["outcome"] for r in records(town)] == ["failed"]
-    assert len(runlog.log_path(Town(town)).read_text().splitlines()) == 2  # its launch and its end
+    cycle(sleeper_dir)
+    assert len(events(sleeper_dir, "PolecatExited")) == 1
+    assert [r["outcome"] for r in records(sleeper_dir)] == ["failed"]
+    assert len(runlog.log_path(Town(sleeper_dir)).read_text().splitlines()) == 2  # its launch and its end
 
 
-def test_stopped_and_timed_out_runs_say_so(cli, town):
-    queue(town, "alpha", item("al-1"), item("al-2"))
-    cycle(town)
+def test_stopped_and_timed_out_runs_say_so(cli, sleeper_dir):
+    queue(sleeper_dir, "alpha", item("al-1"), item("al-2"))
+    cycle(sleeper_dir)
     cli.json("polecat", "stop", "al-1")
-    configure(town, "scheduler.polecat_timeout", "1s")
-    wait_for(lambda: any(p.item_id == "al-2" for p in LocalExecutor(Town(town)).active()))
-    daemon = Daemon(Town(town), interval=1.0, echo=lambda line: None)
-    wait_for(lambda: daemon.tick() and "al-2" not in running_items(town), timeout=30)
-    outcomes = {r["item_id"]: r["outcome"] for r in records(town)}
+    configure(sleeper_dir, "scheduler.polecat_timeout", "1s")
+    wait_for(lambda: any(p.item_id == "al-2" for p in LocalExecutor(Town(sleeper_dir)).active()))
+    daemon = Daemon(Town(sleeper_dir), interval=1.0, echo=lambda line: None)
+    wait_for(lambda: daemon.tick() and "al-2" not in running_items(sleeper_dir), timeout=30)
+    outcomes = {r["item_id"]: r["outcome"] for r in records(sleeper_dir)}
     assert outcomes == {"al-1": "stopped", "al-2": "timed-out"}
 
 
-def test_a_launch_interrupted_after_the_executor_started_it_gets_exactly_one_record(town):
-    queue(town, "alpha", item("al-1"))
-    the_town = Town(town)
+def test_a_launch_interrupted_after_the_executor_started_it_gets_exactly_one_record(sleeper_dir):
+    queue(sleeper_dir, "alpha", item("al-1"))
+    the_town = Town(sleeper_dir)
     stores = Stores(the_town)
     [context] = ctxs.open_contexts(stores)
     ctxs.mark_launch(stores.rig("alpha"), context.id)  # the cycle recorded its intent …
     executor = get_executor(the_town)
     template = tuple(the_town.config.executor.command)
     executor.launch(make_request(the_town, template, item("al-1"), "alpha", context.id))  # … and died here
-    assert records(town) == []
-    report = cycle(town)
+    assert records(sleeper_dir) == []
+    report = cycle(sleeper_dir)
     assert report.dispatched == 0 and [c["reason"] for c in report.closed] == ["dispatched"]
-    [run] = records(town)
+    [run] = records(sleeper_dir)
     assert run["item_id"] == "al-1" and run["outcome"] == "running" and run["context_id"] == context.id
-    cycle(town)
-    assert len(records(town)) == 1
+    cycle(sleeper_dir)
+    assert len(records(sleeper_dir)) == 1
 
 
-def test_a_launch_that_never_started_gets_no_record(town):
-    configure(town, "executor.command", json.dumps(["/nonexistent/agent"]))
-    queue(town, "alpha", item("al-1"))
-    report = cycle(town)
-    assert report.failed == 1 and records(town) == []
+def test_a_launch_that_never_started_gets_no_record(sleeper_dir):
+    configure(sleeper_dir, "executor.command", json.dumps(["/nonexistent/agent"]))
+    queue(sleeper_dir, "alpha", item("al-1"))
+    report = cycle(sleeper_dir)
+    assert report.failed == 1 and records(sleeper_dir) == []
 
 
 # -- retries of failed runs -----------------------------------------------------------------------
 
 
-def test_a_failing_run_is_retried_up_to_n_times_then_broken_with_run_failures(cli, town):
-    configure(town, "executor.command", python_command("raise SystemExit(3)"))
-    configure(town, "scheduler.retry_failed_runs", "2")
-    configure(town, "scheduler.retry_base", "0s")
-    queue(town, "alpha", item("al-1"))
+def test_a_failing_run_is_retried_up_to_n_times_then_broken_with_run_failures(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command("raise SystemExit(3)"))
+    configure(sleeper_dir, "scheduler.retry_failed_runs", "2")
+    configure(sleeper_dir, "scheduler.retry_base", "0s")
+    queue(sleeper_dir, "alpha", item("al-1"))
     for _ in range(3):
-        cycle(town)
-        finished(town)
-    cycle(town)  # records the third failure: broken
-    runs = sorted(records(town), key=lambda r: r["attempt"])
+        cycle(sleeper_dir)
+        finished(sleeper_dir)
+    cycle(sleeper_dir)  # records the third failure: broken
+    runs = sorted(records(sleeper_dir), key=lambda r: r["attempt"])
     assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "failed"), (3, "failed")]
-    assert open_contexts(town, "alpha") == []
+    assert open_contexts(sleeper_dir, "alpha") == []
     [broken] = cli.json("scheduler", "broken")
     assert (broken["broken_by"], broken["run_failures"], broken["dispatch_failures"]) == ("runs", 3, 0)
-    assert [e["payload"]["run_failures"] for e in events(town, "Requeued")] == [1, 2]
-    [tripped] = events(town, "CircuitBroken")
+    assert [e["payload"]["run_failures"] for e in events(sleeper_dir, "Requeued")] == [1, 2]
+    [tripped] = events(sleeper_dir, "CircuitBroken")
     assert tripped["payload"]["broken_by"] == "runs"
     cli.json("scheduler", "reset", "al-1")
-    [context] = open_contexts(town, "alpha")
-    assert fields(context).get("run_failures", 0) == 0 and "al-1" not in kept.broken(Town(town))
+    [context] = open_contexts(sleeper_dir, "alpha")
+    assert fields(context).get("run_failures", 0) == 0 and "al-1" not in kept.broken(Town(sleeper_dir))
 
 
-def test_a_retried_run_waits_out_the_launch_backoff(cli, town):
-    configure(town, "executor.command", python_command("raise SystemExit(3)"))
-    configure(town, "scheduler.retry_failed_runs", "1")
-    configure(town, "scheduler.retry_base", "1h")
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
-    finished(town)
-    report = cycle(town)
+def test_a_retried_run_waits_out_the_launch_backoff(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command("raise SystemExit(3)"))
+    configure(sleeper_dir, "scheduler.retry_failed_runs", "1")
+    configure(sleeper_dir, "scheduler.retry_base", "1h")
+    queue(sleeper_dir, "alpha", item("al-1"))
+    cycle(sleeper_dir)
+    finished(sleeper_dir)
+    report = cycle(sleeper_dir)
     assert report.dispatched == 0 and report.why == {"backoff": 1}
-    [context] = open_contexts(town, "alpha")
+    [context] = open_contexts(sleeper_dir, "alpha")
     assert fields(context)["run_failures"] == 1 and fields(context).get("dispatch_failures", 0) == 0
     [reason] = cli.json("scheduler", "explain", "al-1")["reasons"]
     assert reason["code"] == "backoff" and "1 failed run(s)" in reason["detail"]
 
 
-def test_failed_runs_are_not_retried_by_default(town):
-    configure(town, "executor.command", python_command("raise SystemExit(3)"))
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
-    finished(town)
-    cycle(town)
-    assert open_contexts(town, "alpha") == [] and events(town, "Requeued") == []
+def test_failed_runs_are_not_retried_by_default(sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command("raise SystemExit(3)"))
+    queue(sleeper_dir, "alpha", item("al-1"))
+    cycle(sleeper_dir)
+    finished(sleeper_dir)
+    cycle(sleeper_dir)
+    assert open_contexts(sleeper_dir, "alpha") == [] and events(sleeper_dir, "Requeued") == []
 
 
 # -- sling remembers ------------------------------------------------------------------------------
 
 
-def test_sling_refuses_an_item_whose_last_run_ended_ok_unless_forced(cli, town):
-    configure(town, "executor.command", python_command(BY_TITLE, "{title}"))
-    write_items(town, "alpha", [item("al-ok", title="exit 0"), item("al-bad", title="exit 3"),
+def test_sling_refuses_an_item_whose_last_run_ended_ok_unless_forced(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command(BY_TITLE, "{title}"))
+    write_items(sleeper_dir, "alpha", [item("al-ok", title="exit 0"), item("al-bad", title="exit 3"),
                                 item("al-epic", issue_type="epic"),
                                 item("al-kid", title="exit 0", deps=[("parent-child", "al-epic")])])
     cli.run("sling", "al-ok", "al-bad", "al-kid", "alpha")
-    cycle(town)
-    finished(town)
+    cycle(sleeper_dir)
+    finished(sleeper_dir)
     again = cli.run("sling", "al-ok", "alpha", "--json", check=False)
     assert again.returncode == 1
     [error] = json.loads(again.stdout)["errors"]
-    ok_run = next(r for r in records(town) if r["item_id"] == "al-ok")
+    ok_run = next(r for r in records(sleeper_dir) if r["item_id"] == "al-ok")
     assert error["reason"] == "already-ran" and error["run_id"] == ok_run["run_id"]
     assert ok_run["run_id"] in error["error"] and ok_run["ended_at"] in error["error"]
     assert cli.json("sling", "al-bad", "alpha")["scheduled"]  # a failed last run does not block
@@ -315,11 +315,11 @@ def test_sling_refuses_an_item_whose_last_run_ended_ok_unless_forced(cli, town):
     assert [r["item_id"] for r in forced["scheduled"]] == ["al-ok"]
 
 
-def test_an_item_changed_since_its_run_may_be_slung_again(cli, town):
-    configure(town, "executor.command", python_command("pass"))
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
-    finished(town)
+def test_an_item_changed_since_its_run_may_be_slung_again(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command("pass"))
+    queue(sleeper_dir, "alpha", item("al-1"))
+    cycle(sleeper_dir)
+    finished(sleeper_dir)
     cli.json("runs")
     cli.run("item", "update", "al-1", "--priority", "1")  # a person looked at it again
     assert cli.json("sling", "al-1", "alpha")["scheduled"]
@@ -328,22 +328,22 @@ def test_an_item_changed_since_its_run_may_be_slung_again(cli, town):
 # -- tmux outcomes (Ray: test_runs_ray.py) ---------------------------------------------------------
 
 
-def test_tmux_polecats_end_as_run_records_and_their_throttle_exit_is_acted_on(cli, town):
-    configure(town, "executor.kind", "tmux")
-    configure(town, "executor.command", python_command(BY_TITLE, "{title}"))
-    queue(town, "alpha", item("al-ok", title="exit 0"), item("al-bad", title="exit 3"),
+def test_tmux_polecats_end_as_run_records_and_their_throttle_exit_is_acted_on(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.kind", "tmux")
+    configure(sleeper_dir, "executor.command", python_command(BY_TITLE, "{title}"))
+    queue(sleeper_dir, "alpha", item("al-ok", title="exit 0"), item("al-bad", title="exit 3"),
           item("al-slow", title="exit 75"))
-    tmux = get_executor(Town(town))
+    tmux = get_executor(Town(sleeper_dir))
     try:
-        assert cycle(town).dispatched == 3
+        assert cycle(sleeper_dir).dispatched == 3
         wait_for(lambda: not tmux.active(), timeout=30)
-        report = cycle(town)
-        outcomes = {r["item_id"]: (r["outcome"], r["exit_code"]) for r in records(town)}
+        report = cycle(sleeper_dir)
+        outcomes = {r["item_id"]: (r["outcome"], r["exit_code"]) for r in records(sleeper_dir)}
         assert outcomes == {"al-ok": ("ok", 0), "al-bad": ("failed", 3), "al-slow": ("throttled", 75)}
-        assert [t.rig for t in kept.throttles(Town(town), time.time())] == ["alpha"]
-        assert [fields(c)["work_bead_id"] for c in open_contexts(town, "alpha")] == ["al-slow"]
+        assert [t.rig for t in kept.throttles(Town(sleeper_dir), time.time())] == ["alpha"]
+        assert [fields(c)["work_bead_id"] for c in open_contexts(sleeper_dir, "alpha")] == ["al-slow"]
         assert report.why == {"throttled": 1}
-        assert all(r["runtime_seconds"] is not None and r["host"] for r in records(town))
+        assert all(r["runtime_seconds"] is not None and r["host"] for r in records(sleeper_dir))
     finally:
         for polecat in tmux.active():
             tmux.stop(polecat.id)
@@ -352,25 +352,27 @@ def test_tmux_polecats_end_as_run_records_and_their_throttle_exit_is_acted_on(cl
 # -- the feed -------------------------------------------------------------------------------------
 
 
-def test_feed_follow_prints_each_new_event_once_in_words(cli, town):
+def test_feed_follow_prints_each_new_event_once_in_words(cli, sleeper_dir):
     import select
     import subprocess
 
     from helpers.scheduler import sluice_env
     from sluice.store.events import emit_event
 
-    env = {**sluice_env(), "SLUICE_TOWN": str(town)}
+    env = {**sluice_env(), "SLUICE_TOWN": str(sleeper_dir)}
     argv = [sys.executable, "-m", "sluice", "feed", "--follow", "--kind", "PolecatExited"]
     follower = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        emit_event(Town(town), "Enqueued", {"item_id": "al-9", "rig": "alpha"})  # another kind: not shown
-        emit_event(Town(town), "PolecatExited", {"item_id": "al-9", "polecat_id": "pc-x", "outcome": "failed",
-                                                 "exit_code": 3, "runtime_seconds": 449.2})
+        # another kind: not shown
+        emit_event(Town(sleeper_dir), "Enqueued", {"item_id": "al-9", "rig": "alpha"})
+        emit_event(Town(sleeper_dir), "PolecatExited", {"item_id": "al-9", "polecat_id": "pc-x",
+                                                        "outcome": "failed", "exit_code": 3,
+                                                        "runtime_seconds": 449.2})
         ready, _, _ = select.select([follower.stdout], [], [], 60)
         assert ready, "feed --follow printed nothing"
         line = follower.stdout.readline()
         assert line.endswith("al-9 failed after 7m29s (exit 3) [pc-x]\n") and line[2] == ":"
-        emit_event(Town(town), "PolecatExited", {"item_id": "al-10", "outcome": "ok", "exit_code": 0})
+        emit_event(Town(sleeper_dir), "PolecatExited", {"item_id": "al-10", "outcome": "ok", "exit_code": 0})
         ready, _, _ = select.select([follower.stdout], [], [], 60)
         assert ready and "al-10 finished" in follower.stdout.readline()
     finally:
@@ -380,9 +382,9 @@ def test_feed_follow_prints_each_new_event_once_in_words(cli, town):
     assert cli.run("feed", "--since", "soon", check=False).returncode == 2
 
 
-def test_a_launch_settled_as_never_started_gets_no_record(town):
-    queue(town, "alpha", item("al-1"))
-    the_town = Town(town)
+def test_a_launch_settled_as_never_started_gets_no_record(sleeper_dir):
+    queue(sleeper_dir, "alpha", item("al-1"))
+    the_town = Town(sleeper_dir)
     stores = Stores(the_town)
     [context] = ctxs.open_contexts(stores)
     ctxs.mark_launch(stores.rig("alpha"), context.id)
@@ -392,16 +394,16 @@ def test_a_launch_settled_as_never_started_gets_no_record(town):
               "started_at": "2026-12-01T00:00:00.000000Z"}
     (the_town.workers_dir / "pc-lost.json").write_text(json.dumps(record))
     assert get_executor(the_town).find(context.id).state == "lost"
-    report = cycle(town)
+    report = cycle(sleeper_dir)
     assert [c["reason"] for c in report.closed] == ["dispatched"]  # crash recovery settles it
-    assert records(town) == []
+    assert records(sleeper_dir) == []
 
 
-def test_runtime_is_the_process_own_time_not_the_time_until_someone_looked(cli, town):
-    configure(town, "executor.command", python_command("import time; time.sleep(1.0)"))
-    queue(town, "alpha", item("al-1"))
-    cycle(town)
-    finished(town)
+def test_runtime_is_the_process_own_time_not_the_time_until_someone_looked(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command("import time; time.sleep(1.0)"))
+    queue(sleeper_dir, "alpha", item("al-1"))
+    cycle(sleeper_dir)
+    finished(sleeper_dir)
     time.sleep(2.0)  # nobody looks for a while after it ended (the test is that gap)
     [run] = cli.json("runs")
     assert run["outcome"] == "ok" and 0.9 <= run["runtime_seconds"] < 2.9  # looked at after 3 s or more
@@ -412,24 +414,24 @@ def test_runtime_is_the_process_own_time_not_the_time_until_someone_looked(cli, 
 SLEEP_BY_TITLE = "import sys, time; time.sleep(float(sys.argv[1].split()[-1]))"
 
 
-def test_the_forecast_learns_two_kinds_of_real_runs_apart(cli, town):
-    configure(town, "executor.command", python_command(SLEEP_BY_TITLE, "{title}"))
+def test_the_forecast_learns_two_kinds_of_real_runs_apart(cli, sleeper_dir):
+    configure(sleeper_dir, "executor.command", python_command(SLEEP_BY_TITLE, "{title}"))
     fast = [item(f"al-f{n}", title="sleep 0.1", issue_type="bug") for n in range(5)]
     slow = [item(f"al-s{n}", title="sleep 2.0", issue_type="feature") for n in range(5)]
-    queue(town, "alpha", *fast, *slow)
-    daemon = Daemon(Town(town), interval=1.0, echo=lambda line: None)
+    queue(sleeper_dir, "alpha", *fast, *slow)
+    daemon = Daemon(Town(sleeper_dir), interval=1.0, echo=lambda line: None)
     daemon.tick()
-    finished(town)
+    finished(sleeper_dir)
     daemon.tick()  # reaps and records every end
-    assert sorted(r["outcome"] for r in records(town)) == ["ok"] * 10
-    queue(town, "alpha", item("al-f9", title="sleep 0.1", issue_type="bug"),
+    assert sorted(r["outcome"] for r in records(sleeper_dir)) == ["ok"] * 10
+    queue(sleeper_dir, "alpha", item("al-f9", title="sleep 0.1", issue_type="bug"),
           item("al-s9", title="sleep 2.0", issue_type="feature"))
     rows = {row["item_id"]: row for row in cli.json("scheduler", "forecast")["items"]}
     quick, long = rows["al-f9"], rows["al-s9"]
     assert quick["basis"] == {"level": "rig+type", "samples": 5, "kind": "alpha/bug"}
     assert long["basis"] == {"level": "rig+type", "samples": 5, "kind": "alpha/feature"}
     assert long["runtime_p50"] >= 2.0 and quick["runtime_p90"] < long["runtime_p50"]
-    ran = {r["item_id"]: r["runtime_seconds"] for r in records(town)}
+    ran = {r["item_id"]: r["runtime_seconds"] for r in records(sleeper_dir)}
     # Each kind's runs lie on its own side: a fast run is shorter than the slow kind's median, and so on.
     assert all(ran[f["id"]] < long["runtime_p50"] for f in fast)
     assert all(ran[s["id"]] > quick["runtime_p90"] for s in slow)

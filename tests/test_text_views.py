@@ -8,9 +8,11 @@ every text view, so no row is split and no terminal is driven.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from helpers.scheduler import configure, item, sleeper, town_with_rigs, write_items
+from helpers.scheduler import configure, item, sleeper, write_items
 
 NASTY = "red\x1b[31m nul\x00 rtl\u202e line\nbreak"
 ODD_ID = "al-\x1b[2Jodd"
@@ -18,20 +20,20 @@ RAW = ("\x1b", "\x00", "\u202e")
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+def nasty_dir(town_dir, rig, capacity) -> Path:
+    """Rig alpha with titles a terminal or a shell would act on, a missing one, a number, an odd id."""
     untitled, numbered = item("al-2"), item("al-3")
     untitled["title"], numbered["title"] = None, 7
-    write_items(cli.town, "alpha", [
+    write_items(town_dir, "alpha", [
         item("al-1", title=NASTY, priority=0),
         untitled,
         numbered,
         item(ODD_ID, title="odd id"),
         item("al-4", title=NASTY, deps=[("blocks", "al-1")]),
     ])
-    configure(cli.town, "scheduler.max_polecats", "2")
-    configure(cli.town, "executor.command", sleeper(30))
-    return cli.town
+    capacity(2)
+    configure(town_dir, "executor.command", sleeper(30))
+    return town_dir
 
 
 def assert_safe(done, *must_show: str) -> None:
@@ -46,7 +48,7 @@ def assert_safe(done, *must_show: str) -> None:
 ESCAPED = r"red\x1b[31m nul\x00 rtl\u202e line\nbreak"
 
 
-def test_item_views_escape_control_characters_and_show_any_json_type(cli, town):
+def test_item_views_escape_control_characters_and_show_any_json_type(cli, nasty_dir):
     for argv in (("item", "list"), ("item", "ready")):
         done = cli.run(*argv, check=False)
         assert_safe(done, ESCAPED, r"al-\x1b[2Jodd")
@@ -57,7 +59,7 @@ def test_item_views_escape_control_characters_and_show_any_json_type(cli, town):
     assert_safe(cli.run("item", "show", ODD_ID, check=False), r"al-\x1b[2Jodd")
 
 
-def test_scheduler_views_with_null_titles_and_control_characters(cli, town):
+def test_scheduler_views_with_null_titles_and_control_characters(cli, nasty_dir):
     cli.run("scheduler", "pause")
     cli.run("sling", "al-1", "al-2", "al-3", ODD_ID, "al-4", "alpha")
     for argv in (("scheduler", "list"), ("scheduler", "status")):
@@ -69,7 +71,7 @@ def test_scheduler_views_with_null_titles_and_control_characters(cli, town):
     assert "None" not in done.stdout
 
 
-def test_schedule_and_polecat_views_escape_item_text(cli, town):
+def test_schedule_and_polecat_views_escape_item_text(cli, nasty_dir):
     done = cli.run("schedule", "next", "--limit", "5", check=False)
     assert_safe(done, ESCAPED, r"al-\x1b[2Jodd")
     assert len(done.stdout.splitlines()) == 1 + 4  # the header and one line per decision, no forged row
@@ -83,11 +85,11 @@ def test_schedule_and_polecat_views_escape_item_text(cli, town):
         cli.run("polecat", "stop", "al-1", check=False)
 
 
-def test_explain_broken_reset_and_sling_errors_escape_ids(cli, town):
+def test_explain_broken_reset_and_sling_errors_escape_ids(cli, nasty_dir):
     """The last views that printed an id raw: explain's header, broken, reset, sling's refusal."""
     assert_safe(cli.run("scheduler", "explain", ODD_ID, check=False), r"al-\x1b[2Jodd")
-    configure(town, "executor.command", '["/nonexistent/agent-\\u001b[2J", "{item_id}"]')
-    configure(town, "scheduler.max_dispatch_failures", "1")
+    configure(nasty_dir, "executor.command", '["/nonexistent/agent-\\u001b[2J", "{item_id}"]')
+    configure(nasty_dir, "scheduler.max_dispatch_failures", "1")
     cli.run("sling", ODD_ID, "alpha")
     cli.run("scheduler", "run", check=False)
     done = cli.run("scheduler", "broken", check=False)
@@ -99,12 +101,12 @@ def test_explain_broken_reset_and_sling_errors_escape_ids(cli, town):
     assert "\x1b" not in done.stderr and done.stderr.count("error:") == 2  # the fake one is escaped inline
 
 
-def test_the_daemon_log_escapes_what_it_says_of_a_polecat(cli, town):
-    configure(town, "scheduler.polecat_timeout", "1ms")  # every running polecat is overdue at once
+def test_the_daemon_log_escapes_what_it_says_of_a_polecat(cli, nasty_dir):
+    configure(nasty_dir, "scheduler.polecat_timeout", "1ms")  # every running polecat is overdue at once
     cli.run("sling", ODD_ID, "alpha")
     cli.run("scheduler", "run")
     done = cli.run("daemon", "--once", check=False)
-    log = (town / ".sluice" / "runtime" / "daemon.log").read_text()
+    log = (nasty_dir / ".sluice" / "runtime" / "daemon.log").read_text()
     assert "over scheduler.polecat_timeout" in log and r"al-\x1b[2Jodd" in log, log
     for raw in RAW:
         assert raw not in log and raw not in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,16 +14,14 @@ from helpers.scheduler import (
     item,
     open_contexts,
     sleeper,
-    town_with_rigs,
     write_items,
 )
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
-    configure(cli.town, "scheduler.max_polecats", "4")
-    configure(cli.town, "scheduler.batch_size", "4")
+def slung_dir(cli, rigs, capacity) -> Path:
+    """Rigs alpha and beta with two items each, one of each slung; polecats that end at once."""
+    capacity(4, batch_size=4)
     configure(cli.town, "executor.command", sleeper(0.1))
     write_items(cli.town, "alpha", [item("al-1"), item("al-2")])
     write_items(cli.town, "beta", [item("be-1"), item("be-2")])
@@ -31,8 +30,8 @@ def town(cli, tmp_path):
     return cli.town
 
 
-def test_a_malformed_line_in_one_rigs_log_holds_that_rig_only(cli, town):
-    log = ephemeral_path(town, "alpha")
+def test_a_malformed_line_in_one_rigs_log_holds_that_rig_only(cli, slung_dir):
+    log = ephemeral_path(slung_dir, "alpha")
     with open(log, "ab") as fh:
         fh.write(b'{"id": "al-wisp-bad", oops}\n')  # complete (it ends in a newline), so not a torn tail
     damaged = log.read_bytes()
@@ -50,8 +49,8 @@ def test_a_malformed_line_in_one_rigs_log_holds_that_rig_only(cli, town):
     assert log.read_bytes() == damaged  # nothing of the bad rig rewritten or closed
 
 
-def test_a_malformed_line_in_one_rigs_items_holds_its_queued_work(cli, town):
-    items = issues_path(town, "alpha")
+def test_a_malformed_line_in_one_rigs_items_holds_its_queued_work(cli, slung_dir):
+    items = issues_path(slung_dir, "alpha")
     with open(items, "ab") as fh:
         fh.write(b"[1, 2]\n")
     where = f"{items}:3"
@@ -64,12 +63,12 @@ def test_a_malformed_line_in_one_rigs_items_holds_its_queued_work(cli, town):
     assert [r["code"] for r in explained["reasons"]] == ["rig-unreadable"]
     assert where in explained["reasons"][0]["detail"]
     cli.json("scheduler", "run")  # and again: never closed as missing, no missing clock started
-    [context] = open_contexts(town, "alpha", "al-1")
+    [context] = open_contexts(slung_dir, "alpha", "al-1")
     assert not json.loads(context["description"]).get("missing_since")
 
 
-def test_a_torn_last_line_is_still_mended_not_held(cli, town):
-    log = ephemeral_path(town, "alpha")
+def test_a_torn_last_line_is_still_mended_not_held(cli, slung_dir):
+    log = ephemeral_path(slung_dir, "alpha")
     with open(log, "ab") as fh:
         fh.write(b'{"id": "al-wisp-torn", "tit')  # no newline: an interrupted append
     report = cli.json("scheduler", "run")
@@ -77,8 +76,8 @@ def test_a_torn_last_line_is_still_mended_not_held(cli, town):
     assert cli.json("scheduler", "status")["unreadable"] == {}
 
 
-def test_the_views_show_the_held_rig_where_its_row_would_be(cli, town):
-    log = ephemeral_path(town, "alpha")
+def test_the_views_show_the_held_rig_where_its_row_would_be(cli, slung_dir):
+    log = ephemeral_path(slung_dir, "alpha")
     with open(log, "ab") as fh:
         fh.write(b"not json\n")
     rigs = cli.json("snapshot")["rigs"]  # what sluice top and sluice web draw their rig tables from
@@ -87,8 +86,8 @@ def test_the_views_show_the_held_rig_where_its_row_would_be(cli, town):
     assert "error" not in rigs["beta"] and rigs["beta"]["queued"] == 1
 
 
-def test_schedule_next_and_the_daemons_compaction_pass_the_held_rig_by(cli, town):
-    log = ephemeral_path(town, "alpha")
+def test_schedule_next_and_the_daemons_compaction_pass_the_held_rig_by(cli, slung_dir):
+    log = ephemeral_path(slung_dir, "alpha")
     with open(log, "ab") as fh:
         fh.write(b"not json\n")
     damaged = log.read_bytes()
@@ -100,7 +99,7 @@ def test_schedule_next_and_the_daemons_compaction_pass_the_held_rig_by(cli, town
     from sluice.store.town import Town
 
     cli.run("sling", "be-2", "beta")  # two lines in beta's log, past compact_at
-    configure(town, "scheduler.compact_at", "1")
-    rows = compact_if_long(Town(town))
+    configure(slung_dir, "scheduler.compact_at", "1")
+    rows = compact_if_long(Town(slung_dir))
     assert [row["rig"] for row in rows] == ["beta"]
     assert log.read_bytes() == damaged
