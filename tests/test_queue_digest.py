@@ -150,7 +150,7 @@ def test_an_append_does_not_rewrite_the_digest(digest_dir):
     ctxs.open_contexts(Stores(Town(digest_dir)))
     digest = store_of(digest_dir).queue_digest_path
     before = digest.read_bytes()
-    store_of(digest_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    store_of(digest_dir).put_ephemeral_many([context("al-wisp-c", "open", valid, 2)])
     ctxs.close(Town(digest_dir), store_of(digest_dir), "al-wisp-a", ctxs.CLEARED)
     assert digest.read_bytes() == before
     assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-c"]
@@ -187,7 +187,7 @@ def test_a_line_another_writer_appends_meanwhile_is_never_hidden(digest_dir, mon
         return written
 
     monkeypatch.setattr(os, "write", write_then_another)
-    store_of(digest_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    store_of(digest_dir).put_ephemeral_many([context("al-wisp-c", "open", valid, 2)])
     monkeypatch.undo()
     found = ctxs.open_contexts(Stores(Town(digest_dir)))
     assert [c.id for c in found] == ["al-wisp-a", "al-wisp-b", "al-wisp-c"]
@@ -211,7 +211,7 @@ def test_the_log_summary_is_not_carried_over_past_another_writers_line(digest_di
         return written
 
     monkeypatch.setattr(os, "write", write_then_another)
-    store_of(digest_dir).put_ephemeral(context("al-wisp-c", "open", valid, 2))
+    store_of(digest_dir).put_ephemeral_many([context("al-wisp-c", "open", valid, 2)])
     monkeypatch.undo()
     assert not store_of(digest_dir).index_is_exact()
 
@@ -237,7 +237,7 @@ def test_items_their_readiness_and_tokens_in_one_lookup_equal_the_separate_looku
     assert tokens["al-1"] == 700 and tokens["al-2"] == 1000
     # An ephemeral record among the ids (it can change readiness): the general path, same answer.
     edge = {"issue_id": "al-wisp-z", "depends_on_id": "al-1", "type": "blocks"}
-    store.put_ephemeral({"id": "al-wisp-z", "title": "w", "status": "open", "dependencies": [edge]})
+    store.put_ephemeral_many([{"id": "al-wisp-z", "title": "w", "status": "open", "dependencies": [edge]}])
     ids.append("al-wisp-z")
     records, ready, tokens = store_of(town).get_many_ready(ids, now)
     assert records == store_of(town).get_many(ids) and "al-wisp-z" in records
@@ -290,8 +290,8 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
                     fh.write("".join(json.dumps(r) + "\n" for r in lines))
         elif kind == "edge":
             dep = {"issue_id": f"al-wisp-e{n}", "depends_on_id": "al-1", "type": arg}
-            store_of(digest_dir).put_ephemeral({"id": f"al-wisp-e{n}", "title": "e", "status": "open",
-                                              "dependencies": [dep]})
+            store_of(digest_dir).put_ephemeral_many([{"id": f"al-wisp-e{n}", "title": "e", "status": "open",
+                                              "dependencies": [dep]}])
         elif kind == "torn":
             with open(log, "a") as fh:
                 fh.write(json.dumps(context("al-wisp-t", "open", "", n))[:arg])

@@ -328,8 +328,8 @@ def test_rank_ready_sees_ephemeral_records_that_change_readiness(rigs, town_file
     # An ephemeral parent that is blocked hides its durable child from the ready set.
     write_items(town_files.root, "alpha", [item("al-kid", priority=0, tokens=0, parent="al-wisp-p")])
     store = stores.rig("alpha")
-    store.put_ephemeral(item("al-wisp-b", ephemeral=True))
-    store.put_ephemeral(item("al-wisp-p", ephemeral=True, issue_type="epic", blocked_by=["al-wisp-b"]))
+    store.put_ephemeral_many([item("al-wisp-b", ephemeral=True)])
+    store.put_ephemeral_many([item("al-wisp-p", ephemeral=True, issue_type="epic", blocked_by=["al-wisp-b"])])
     now = time.time()
     policy = Policy()
     stores = Stores(town_files)

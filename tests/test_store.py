@@ -86,8 +86,8 @@ def _create_many(town: str, worker: int, count: int) -> list[str]:
 def _append_many(town: str, worker: int, count: int) -> None:
     store = Stores(Town(Path(town))).rig("alpha")
     for n in range(count):
-        store.put_ephemeral(record(f"al-wisp-{worker}x{n}", f"w{worker}-{n}", ephemeral=True,
-                                   description="x" * (50 + 37 * n)))
+        store.put_ephemeral_many([record(f"al-wisp-{worker}x{n}", f"w{worker}-{n}", ephemeral=True,
+                                   description="x" * (50 + 37 * n))])
 
 
 def _pool():
@@ -186,7 +186,7 @@ def test_malformed_middle_line_of_the_ephemeral_log_is_an_error(cli, rig, town_d
     with pytest.raises(StoreCorrupt, match=f"{path}:2"):
         compact(store_of(town_dir))  # a rewrite would drop the line: refused
     assert path.read_bytes() == before
-    store_of(town_dir).put_ephemeral(record("al-wisp-3"))  # an append hides nothing ...
+    store_of(town_dir).put_ephemeral_many([record("al-wisp-3")])  # an append hides nothing ...
     with pytest.raises(StoreCorrupt, match=f"{path}:2"):
         store_of(town_dir).ephemeral()  # ... the damage is still reported
 
@@ -254,7 +254,7 @@ def test_torn_last_line_of_the_ephemeral_log_is_ignored_then_mended(cli, rig, to
     assert "warning:" in done.stderr and f"{path}:2" in done.stderr and "torn" in done.stderr
     assert set(store_of(town_dir).ephemeral()) == {"al-wisp-1"}
 
-    store_of(town_dir).put_ephemeral(record("al-wisp-3", ephemeral=True))
+    store_of(town_dir).put_ephemeral_many([record("al-wisp-3", ephemeral=True)])
     lines = valid_jsonl(path)
     assert [r["id"] for r in lines] == ["al-wisp-1", "al-wisp-3"]
     assert "warning" not in cli.run("item", "ready").stderr
@@ -265,7 +265,7 @@ def test_complete_last_record_missing_its_newline_is_kept(rig, town_dir):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(json.dumps(record("al-wisp-1")).encode())  # whole record, no newline
     assert set(store_of(town_dir).ephemeral()) == {"al-wisp-1"}
-    store_of(town_dir).put_ephemeral(record("al-wisp-2"))
+    store_of(town_dir).put_ephemeral_many([record("al-wisp-2")])
     assert [r["id"] for r in valid_jsonl(path)] == ["al-wisp-1", "al-wisp-2"]
 
 
@@ -280,10 +280,10 @@ def test_torn_last_line_of_the_durable_file_is_ignored_with_a_warning(cli, rig, 
 
 def test_last_line_wins_in_the_ephemeral_log_and_compaction_keeps_it(rig, town_dir):
     store = store_of(town_dir)
-    store.put_ephemeral(record("al-wisp-1", "v1"))
-    store.put_ephemeral(record("al-wisp-2", "other"))
-    store.update_ephemeral("al-wisp-1", lambda r: {**r, "title": "v2"})
-    store.put_ephemeral({**record("al-wisp-1", "v3"), "status": "closed"})
+    store.put_ephemeral_many([record("al-wisp-1", "v1")])
+    store.put_ephemeral_many([record("al-wisp-2", "other")])
+    store.update_ephemeral_many({"al-wisp-1": lambda r: {**r, "title": "v2"}})
+    store.put_ephemeral_many([{**record("al-wisp-1", "v3"), "status": "closed"}])
     assert store_of(town_dir).ephemeral()["al-wisp-1"]["title"] == "v3"
     assert compact(store).removed == 2
     lines = valid_jsonl(ephemeral_path(town_dir))
@@ -413,10 +413,10 @@ def test_ephemeral_wisp_blocking_a_durable_item_is_seen(cli, rig, town_dir):
         json.dumps(record("al-free")),
     ])  # fmt: skip
     assert {r["id"] for r in cli.json("item", "ready")} == {"al-work", "al-free"}  # target missing: no block
-    store_of(town_dir).put_ephemeral(record("al-wisp-mol", ephemeral=True))
+    store_of(town_dir).put_ephemeral_many([record("al-wisp-mol", ephemeral=True)])
     assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]
     assert {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")} == {"al-work": ["al-wisp-mol"]}
-    store_of(town_dir).update_ephemeral("al-wisp-mol", lambda r: {**r, "status": "closed"})
+    store_of(town_dir).update_ephemeral_many({"al-wisp-mol": lambda r: {**r, "status": "closed"}})
     assert {r["id"] for r in cli.json("item", "ready")} == {"al-work", "al-free"}
 
 
@@ -431,7 +431,7 @@ def test_read_jsonl_reports_line_numbers_of_records(tmp_path):
 def test_a_second_town_process_sees_writes_of_the_first(rig, town_dir):
     first, second = store_of(town_dir), store_of(town_dir)
     assert second.durable() == []
-    first.put_ephemeral(record("al-wisp-1"))
+    first.put_ephemeral_many([record("al-wisp-1")])
     Cli(town_dir).run("item", "create", rig, "--title", "from the cli")
     second.refresh()
     assert len(second.durable()) == 1 and "al-wisp-1" in second.ephemeral()
@@ -443,8 +443,8 @@ def test_ephemeral_child_of_a_blocked_durable_epic_inherits_its_blockage(cli, ri
             {"issue_id": "al-epic", "depends_on_id": "al-gate", "type": "blocks"}]}),
         json.dumps(record("al-gate", priority=0)),
     ])  # fmt: skip
-    store_of(town_dir).put_ephemeral({**record("al-wisp-step", ephemeral=True), "dependencies": [
-        {"issue_id": "al-wisp-step", "depends_on_id": "al-epic", "type": "parent-child"}]})  # fmt: skip
+    store_of(town_dir).put_ephemeral_many([{**record("al-wisp-step", ephemeral=True), "dependencies": [
+        {"issue_id": "al-wisp-step", "depends_on_id": "al-epic", "type": "parent-child"}]}])  # fmt: skip
     rows = {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")}
     assert rows == {"al-epic": ["al-gate"], "al-wisp-step": ["al-epic"]}
     assert [r["id"] for r in cli.json("item", "ready")] == ["al-gate"]
@@ -460,7 +460,8 @@ def test_records_of_the_ephemeral_log_are_never_ready_work_flag_or_no_flag(cli, 
         json.dumps({**record("al-work"), "dependencies": [
             {"issue_id": "al-work", "depends_on_id": "al-wisp-mol", "type": "blocks"}]}),
     ])  # fmt: skip
-    store_of(town_dir).put_ephemeral(record("al-wisp-mol", ephemeral=True))  # now ephemeral records matter
+    # now ephemeral records matter
+    store_of(town_dir).put_ephemeral_many([record("al-wisp-mol", ephemeral=True)])
     assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]
     assert [d["node_id"] for d in cli.json("schedule", "next", "--preview", "--limit", "5")] == ["al-free"]
     assert cli.json("schedule", "status")["ready_count"] == 1
@@ -558,16 +559,16 @@ def test_many_bad_priorities_are_summarised_not_flooded(cli, rig, town_dir):
 def test_the_reader_after_appends_brings_the_log_summary_up_to_date_from_the_lines_after_its_mark(
         town_dir, rig):
     writer = store_of(town_dir)
-    writer.put_ephemeral(record("al-wisp-a", labels=["sluice:sling-context"],
+    writer.put_ephemeral_many([record("al-wisp-a", labels=["sluice:sling-context"],
                                 dependencies=[{"issue_id": "al-wisp-a", "depends_on_id": "al-1",
-                                               "type": "tracks"}]))
+                                               "type": "tracks"}])])
     assert store_of(town_dir).index_is_exact()  # a reader summarises the log once and keeps it
     writer.put_ephemeral_many([
         record("al-wisp-b", labels=["sluice:sling-context"]),
         record("al-wisp-c", dependencies=[{"issue_id": "al-wisp-c", "depends_on_id": "al-2",
                                            "type": "parent-child"}]),
     ])
-    writer.update_ephemeral("al-wisp-a", lambda r: {**r, "status": "closed"})
+    writer.update_ephemeral_many({"al-wisp-a": lambda r: {**r, "status": "closed"}})
     summary_path = writer.index_path.with_suffix(".ephemeral.json")
     stale = json.loads(summary_path.read_text())
     assert stale["mark"]["lines"] == 1  # appenders leave it alone: an append costs what it writes

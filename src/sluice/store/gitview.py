@@ -76,24 +76,6 @@ def _head_state(repo, path: Path) -> tuple[bool, bool]:
         raise NotARepository(f"{path}: broken repository, cannot read HEAD ({err})") from None
 
 
-def head_branch(path: Path) -> str | None:
-    """The checked-out branch name, None when HEAD is detached or unborn."""
-    repo = open_repo(path)
-    unborn, detached = _head_state(repo, path)
-    if unborn or detached:
-        return None
-    return repo.head.shorthand
-
-
-def head_commit(path: Path) -> str | None:
-    """The commit HEAD points at, None on an unborn branch."""
-    repo = open_repo(path)
-    unborn, _detached = _head_state(repo, path)
-    if unborn:
-        return None
-    return str(repo.head.target)
-
-
 def origin_url(path: Path) -> str | None:
     """The URL of the repository's ``origin`` remote, None when it has none (read from its config)."""
     pygit2 = _pygit2()

@@ -522,11 +522,6 @@ class RigStore:
         return result
 
     # -- writing ephemeral records ---------------------------------------------
-    def put_ephemeral(self, record: dict) -> dict:
-        """Append ``record`` as the new whole version of its id."""
-        self.put_ephemeral_many([record])
-        return record
-
     def put_ephemeral_many(self, records: list[dict]) -> None:
         """Append several records under one lock with one ``write()`` (a big sling is one append).
 
@@ -544,19 +539,6 @@ class RigStore:
         self._mend_torn_tail()
         start, stat = fsutil.append_bytes(self.ephemeral_path, data, mend=False)  # all or nothing, fsynced
         self._note_append(start, stat.st_size, stat.st_ino, records, data)
-
-    def update_ephemeral(self, record_id: str, change: Callable[[dict], dict | None]) -> dict | None:
-        """Apply ``change`` to the latest version under the lock; None from it means no write."""
-        seen: list[dict] = []
-
-        def tracking(record: dict) -> dict | None:
-            seen.append(record)
-            return change(record)
-
-        written = self.update_ephemeral_many({record_id: tracking})
-        if not seen:
-            raise UnknownItem(f"no record {record_id!r} in rig {self.rig.name!r}")
-        return written.get(record_id, seen[0])
 
     def update_ephemeral_many(self, changes: dict[str, Callable[[dict], dict | None]]) -> dict[str, dict]:
         """Apply each ``change`` to its record's latest version, under one lock, with one append.
