@@ -42,11 +42,11 @@ def no_processes(monkeypatch):
 
 
 @pytest.fixture
-def town(tmp_path, no_processes):
-    memory = MemoryExecutor()
-    town = sluice.init_town(tmp_path / "town", executor=memory)
-    town.add_rig("api", _repo(tmp_path / "api"), prefix="api")
-    town.add_rig("web", _repo(tmp_path / "web"), prefix="web")
+def two_rig_api(town_dir, no_processes) -> sluice.Town:
+    """The facade over rigs ``api`` and ``web``, its polecats an injected in-memory executor's records."""
+    town = sluice.open_town(town_dir, executor=MemoryExecutor())
+    town.add_rig("api", _repo(town_dir.parent / "api"), prefix="api")
+    town.add_rig("web", _repo(town_dir.parent / "web"), prefix="web")
     return town
 
 
@@ -58,133 +58,133 @@ def test_import_sluice_is_cheap():
     assert done.stdout.strip() == "[]"
 
 
-def test_a_whole_town_through_the_facade(town):
-    memory = town.executor
-    assert [r.name for r in town.rigs()] == ["api", "web"]
-    town.config_set("scheduler.max_polecats", "2")
-    town.config_set("scheduler.batch_size", "5")
-    assert town.config_get("scheduler.max_polecats") == 2
+def test_a_whole_town_through_the_facade(two_rig_api):
+    memory = two_rig_api.executor
+    assert [r.name for r in two_rig_api.rigs()] == ["api", "web"]
+    two_rig_api.config_set("scheduler.max_polecats", "2")
+    two_rig_api.config_set("scheduler.batch_size", "5")
+    assert two_rig_api.config_get("scheduler.max_polecats") == 2
 
-    urgent = town.create_item("api", "urgent fix", priority=0)
-    later = town.create_item("api", "later", priority=3)
-    blocker = town.create_item("web", "web blocker", priority=1)
-    waiting = town.create_item("web", "waits on the blocker", priority=0, deps=[blocker["id"]])
-    assert {i["id"] for i in town.ready()} == {urgent["id"], later["id"], blocker["id"]}
-    assert [row["id"] for row in town.blocked()] == [waiting["id"]]
+    urgent = two_rig_api.create_item("api", "urgent fix", priority=0)
+    later = two_rig_api.create_item("api", "later", priority=3)
+    blocker = two_rig_api.create_item("web", "web blocker", priority=1)
+    waiting = two_rig_api.create_item("web", "waits on the blocker", priority=0, deps=[blocker["id"]])
+    assert {i["id"] for i in two_rig_api.ready()} == {urgent["id"], later["id"], blocker["id"]}
+    assert [row["id"] for row in two_rig_api.blocked()] == [waiting["id"]]
 
-    slung = town.sling([urgent["id"], later["id"], blocker["id"], waiting["id"]], formula="fix")
+    slung = two_rig_api.sling([urgent["id"], later["id"], blocker["id"], waiting["id"]], formula="fix")
     assert slung.ok and slung.mode == "deferred"
     assert [row["item_id"] for row in slung.scheduled] == [urgent["id"], later["id"], blocker["id"],
                                                            waiting["id"]]
-    again = town.sling([urgent["id"]])
+    again = two_rig_api.sling([urgent["id"]])
     assert [row["item_id"] for row in again.already] == [urgent["id"]] and not again.scheduled
 
-    queue = town.list()
+    queue = two_rig_api.list()
     assert len(queue) == 4
     assert [e.id for e in queue if e.blocked] == [waiting["id"]]
     assert queue.entries[0].id == urgent["id"]  # P0 first
 
-    assert town.explain(urgent["id"]).would_dispatch
-    why = town.explain(waiting["id"])
+    assert two_rig_api.explain(urgent["id"]).would_dispatch
+    why = two_rig_api.explain(waiting["id"])
     assert why.queued and not why.would_dispatch and why.codes  # blocked: it says why
 
-    preview = town.run_cycle(dry_run=True)
+    preview = two_rig_api.run_cycle(dry_run=True)
     assert [row["item_id"] for row in preview.planned] == [urgent["id"], blocker["id"]]
     assert memory.requests == []  # a dry run launches nothing
 
-    report = town.run_cycle()
+    report = two_rig_api.run_cycle()
     assert report.dispatched == 2 and report.reason == "capacity"
     assert {r.item_id for r in memory.requests} == {urgent["id"], blocker["id"]}
     assert memory.requests[0].env["SLUICE_FORMULA"] == "fix"
-    status = town.status()
+    status = two_rig_api.status()
     assert (status.active_polecats, status.capacity, status.queued_total) == (2, 0, 2)
     assert status.last_dispatch_count == 2
 
     # The blocker's polecat finishes and its item is closed: the waiting item becomes ready.
     memory.finish(blocker["id"])
-    town.close_item(blocker["id"], "done")
-    assert town.status().capacity == 1
-    assert town.pause().changed and town.status().paused
-    paused = town.run_cycle()
+    two_rig_api.close_item(blocker["id"], "done")
+    assert two_rig_api.status().capacity == 1
+    assert two_rig_api.pause().changed and two_rig_api.status().paused
+    paused = two_rig_api.run_cycle()
     assert paused.paused and paused.dispatched == 0
-    assert town.resume().changed and not town.status().paused
-    report = town.run_cycle()
+    assert two_rig_api.resume().changed and not two_rig_api.status().paused
+    report = two_rig_api.run_cycle()
     assert [row["item_id"] for row in report.launched] == [waiting["id"]]
 
-    cleared = town.clear(later["id"])
+    cleared = two_rig_api.clear(later["id"])
     assert cleared.cleared == 1 and cleared.contexts[0]["item_id"] == later["id"]
-    assert len(town.list()) == 0
-    assert town.patrol("api").rows("queued") == []
-    rows = town.polecats()
+    assert len(two_rig_api.list()) == 0
+    assert two_rig_api.patrol("api").rows("queued") == []
+    rows = two_rig_api.polecats()
     assert {row["item_id"] for row in rows} == {urgent["id"], blocker["id"], waiting["id"]}
-    stopped = town.stop_polecat(urgent["id"])
+    stopped = two_rig_api.stop_polecat(urgent["id"])
     assert stopped[0]["stopped"] is True
-    assert town.status().active_polecats == 1
+    assert two_rig_api.status().active_polecats == 1
 
 
-def test_to_json_is_the_documents_shape(town):
+def test_to_json_is_the_documents_shape(two_rig_api):
     """Typed attributes read the same document ``to_json`` returns."""
-    town.config_set("scheduler.max_polecats", "1")
-    item = town.create_item("api", "one")
-    town.sling([item["id"]])
-    status = town.status()
+    two_rig_api.config_set("scheduler.max_polecats", "1")
+    item = two_rig_api.create_item("api", "one")
+    two_rig_api.sling([item["id"]])
+    status = two_rig_api.status()
     doc = status.to_json()
     assert doc["queued_total"] == status.queued_total == 1
     assert status.items[0].to_json() is doc["items"][0]
     assert json.loads(json.dumps(doc)) == doc  # plain JSON values only
-    decisions = town.next(limit=1, preview=True)
+    decisions = two_rig_api.next(limit=1, preview=True)
     assert decisions[0].node_id == item["id"] and decisions.to_json()[0]["node_id"] == item["id"]
-    assert town.policy().weights["priority"] == 1.0
-    assert town.set_policy(merge_queue_threshold=5).merge_queue_threshold == 5
+    assert two_rig_api.policy().weights["priority"] == 1.0
+    assert two_rig_api.set_policy(merge_queue_threshold=5).merge_queue_threshold == 5
 
 
-def test_errors_are_sluice_errors(town, tmp_path):
+def test_errors_are_sluice_errors(two_rig_api, tmp_path):
     with pytest.raises(UnknownRig):
-        town.sling(["api-x"], rig="nope")
+        two_rig_api.sling(["api-x"], rig="nope")
     with pytest.raises(UsageError):
-        town.run_cycle(batch=0)
+        two_rig_api.run_cycle(batch=0)
     with pytest.raises(SluiceError):
         sluice.open_town(tmp_path / "not-a-town")
-    closed = town.create_item("api", "done already")
-    town.close_item(closed["id"])
-    result = town.sling([closed["id"]], force=True)
+    closed = two_rig_api.create_item("api", "done already")
+    two_rig_api.close_item(closed["id"])
+    result = two_rig_api.sling([closed["id"]], force=True)
     assert not result.ok and "closed" in result.errors[0]["error"]
     with pytest.raises(InvalidOperation):
-        town.add_rig("api", tmp_path / "api")
+        two_rig_api.add_rig("api", tmp_path / "api")
 
 
-def test_cross_rig_guard_and_force(town):
-    town.config_set("scheduler.max_polecats", "1")
-    item = town.create_item("api", "belongs to api")
-    refused = town.sling([item["id"]], rig="web")
+def test_cross_rig_guard_and_force(two_rig_api):
+    two_rig_api.config_set("scheduler.max_polecats", "1")
+    item = two_rig_api.create_item("api", "belongs to api")
+    refused = two_rig_api.sling([item["id"]], rig="web")
     assert not refused.ok and "cross-rig" in refused.errors[0]["error"]
-    forced = town.sling([item["id"]], rig="web", force=True)
+    forced = two_rig_api.sling([item["id"]], rig="web", force=True)
     assert forced.ok and forced.scheduled[0]["rig"] == "web"
 
 
-def test_direct_mode_launches_through_the_injected_executor(town):
-    item = town.create_item("web", "now")
-    result = town.sling([item["id"]])
+def test_direct_mode_launches_through_the_injected_executor(two_rig_api):
+    item = two_rig_api.create_item("web", "now")
+    result = two_rig_api.sling([item["id"]])
     assert result.mode == "direct"
     assert [row["item_id"] for row in result.dispatched] == [item["id"]]
-    assert town.executor.requests[0].item_id == item["id"]
-    assert [row["item_id"] for row in town.sling([item["id"]]).already] == [item["id"]]
+    assert two_rig_api.executor.requests[0].item_id == item["id"]
+    assert [row["item_id"] for row in two_rig_api.sling([item["id"]]).already] == [item["id"]]
 
 
-def test_failed_launches_trip_the_breaker(town):
-    town.config_set("scheduler.max_polecats", "3")
-    town.config_set("scheduler.max_dispatch_failures", "2")
-    item = town.create_item("api", "flaky")
-    town.executor.fail_next(item["id"], "no such agent", times=2)
-    town.sling([item["id"]])
-    first = town.run_cycle()
+def test_failed_launches_trip_the_breaker(two_rig_api):
+    two_rig_api.config_set("scheduler.max_polecats", "3")
+    two_rig_api.config_set("scheduler.max_dispatch_failures", "2")
+    item = two_rig_api.create_item("api", "flaky")
+    two_rig_api.executor.fail_next(item["id"], "no such agent", times=2)
+    two_rig_api.sling([item["id"]])
+    first = two_rig_api.run_cycle()
     assert first.failed == 1 and first.failures[0]["error"] == "launch failed: no such agent"
-    assert town.run_cycle().why == {"backoff": 1}  # a failed launch waits out its backoff
-    second = town.run_cycle(ignore_backoff=True)
+    assert two_rig_api.run_cycle().why == {"backoff": 1}  # a failed launch waits out its backoff
+    second = two_rig_api.run_cycle(ignore_backoff=True)
     assert second.failures[0]["circuit_broken"] is True
-    assert town.explain(item["id"]).codes == ["circuit-broken"]
-    assert [row.item_id for row in town.broken()] == [item["id"]]
-    assert len(town.list()) == 0
+    assert two_rig_api.explain(item["id"]).codes == ["circuit-broken"]
+    assert [row.item_id for row in two_rig_api.broken()] == [item["id"]]
+    assert len(two_rig_api.list()) == 0
 
 
 def test_memory_kind_is_one_executor_per_town_per_process(tmp_path, no_processes):
@@ -234,14 +234,14 @@ def test_results_are_the_cli_json_documents(tmp_path, no_processes):
         MemoryExecutor.forget_town(town.files)
 
 
-def test_a_busy_lock_is_a_sluice_error_naming_the_lock(town):
+def test_a_busy_lock_is_a_sluice_error_naming_the_lock(two_rig_api):
     """A busy lock is never a bare timeout: every lock sluice takes raises LockBusy."""
     import threading
 
     from sluice.errors import LockBusy
     from sluice.store.fsutil import file_lock
 
-    path = town.files.lock_path("config")
+    path = two_rig_api.files.lock_path("config")
     held, release = threading.Event(), threading.Event()
 
     def hold():
@@ -261,37 +261,37 @@ def test_a_busy_lock_is_a_sluice_error_naming_the_lock(town):
         holder.join()
 
 
-def test_the_daemon_ticks_in_process_with_an_executor_object(town):
+def test_the_daemon_ticks_in_process_with_an_executor_object(two_rig_api):
     """A daemon given an in-memory executor runs its cycle here: no child process could see it."""
-    town.config_set("scheduler.max_polecats", "1")
-    item = town.create_item("api", "by the daemon")
-    town.sling([item["id"]])
-    assert town.daemon(interval=1, once=True) == 0
-    assert [r.item_id for r in town.executor.requests] == [item["id"]]
-    town.executor.finish(item["id"])
-    assert town.daemon(interval=1, once=True) == 0  # reaps the finished polecat
-    assert town.polecats(running=True) == []
-    [ended] = town.polecats()  # its run stays listed for an hour, with how it ended
+    two_rig_api.config_set("scheduler.max_polecats", "1")
+    item = two_rig_api.create_item("api", "by the daemon")
+    two_rig_api.sling([item["id"]])
+    assert two_rig_api.daemon(interval=1, once=True) == 0
+    assert [r.item_id for r in two_rig_api.executor.requests] == [item["id"]]
+    two_rig_api.executor.finish(item["id"])
+    assert two_rig_api.daemon(interval=1, once=True) == 0  # reaps the finished polecat
+    assert two_rig_api.polecats(running=True) == []
+    [ended] = two_rig_api.polecats()  # its run stays listed for an hour, with how it ended
     assert (ended["item_id"], ended["outcome"], ended["exit_code"]) == (item["id"], "ok", 0)
-    [run] = town.runs()
+    [run] = two_rig_api.runs()
     assert run["outcome"] == "ok" and run["runtime_seconds"] >= 0
 
 
-def test_library_errors_name_parameters_and_the_cli_names_flags(town):
+def test_library_errors_name_parameters_and_the_cli_names_flags(two_rig_api):
     """The library says ``batch``; the command line says ``--batch``."""
     from sluice.surfaces.cli.common import error_text
 
     with pytest.raises(UsageError) as caught:
-        town.run_cycle(batch=0)
+        two_rig_api.run_cycle(batch=0)
     assert str(caught.value).startswith("batch must be >= 1") and "--" not in str(caught.value)
     assert error_text(caught.value).startswith("--batch must be >= 1")
     with pytest.raises(UsageError) as caught:
-        town.next(graph_id=" ")
+        two_rig_api.next(graph_id=" ")
     assert error_text(caught.value).startswith("--graph-id must be")
-    town.config_set("scheduler.max_polecats", "1")
-    item = town.create_item("api", "hooked", assignee="bob")
-    town.update_item(item["id"], status="hooked")
-    [row] = town.sling([item["id"]]).errors
+    two_rig_api.config_set("scheduler.max_polecats", "1")
+    item = two_rig_api.create_item("api", "hooked", assignee="bob")
+    two_rig_api.update_item(item["id"], status="hooked")
+    [row] = two_rig_api.sling([item["id"]]).errors
     assert row["error"].endswith("(override with force)")
     assert error_text(InvalidOperation(row["error"])).endswith("(override with --force)")
 
@@ -346,17 +346,17 @@ def test_a_result_whose_document_lost_a_field_fails_at_once():
         ResetResult.from_json({"item_id": "al-1", "rig": "alpha", "context": None, "reset": True})
 
 
-def test_one_call_reads_the_config_once_and_asks_the_executor_once(town, monkeypatch):
+def test_one_call_reads_the_config_once_and_asks_the_executor_once(two_rig_api, monkeypatch):
     """A Session per call: status reads config.json once and asks for the running polecats once."""
     from sluice.store.town import Town as TownFiles
 
-    town.config_set("scheduler.max_polecats", "2")
-    town.sling([town.create_item("api", "queued")["id"]])
+    two_rig_api.config_set("scheduler.max_polecats", "2")
+    two_rig_api.sling([two_rig_api.create_item("api", "queued")["id"]])
     reads, asks = [], []
-    real_reload, real_active = TownFiles.reload_config, town.executor.active
+    real_reload, real_active = TownFiles.reload_config, two_rig_api.executor.active
     monkeypatch.setattr(TownFiles, "reload_config", lambda self: reads.append(1) or real_reload(self))
-    monkeypatch.setattr(town.executor, "active", lambda: asks.append(1) or real_active())
-    for call in (town.status, town.list, lambda: town.explain("api-nope")):
+    monkeypatch.setattr(two_rig_api.executor, "active", lambda: asks.append(1) or real_active())
+    for call in (two_rig_api.status, two_rig_api.list, lambda: two_rig_api.explain("api-nope")):
         reads.clear()
         asks.clear()
         call()
@@ -364,17 +364,17 @@ def test_one_call_reads_the_config_once_and_asks_the_executor_once(town, monkeyp
 
 
 def test_a_cycle_a_sling_a_snapshot_and_the_advisor_read_the_config_once_and_resolve_the_executor_once(
-        town, monkeypatch):
+        two_rig_api, monkeypatch):
     """One call, one session: no part of a cycle, a sling, a view or ``schedule next`` reads the config
     or looks the executor up again."""
     from sluice.store.town import Town as TownFiles
 
-    town.config_set("scheduler.max_polecats", "2")
-    town.config_set("scheduler.batch_size", "2")
-    town.config_set("executor.kind", "memory")
-    town.executor.serve(town.files)
-    configured = sluice.open_town(town.root)  # resolves its executor from the config on each call
-    first, second = (town.create_item("api", title)["id"] for title in ("first", "second"))
+    two_rig_api.config_set("scheduler.max_polecats", "2")
+    two_rig_api.config_set("scheduler.batch_size", "2")
+    two_rig_api.config_set("executor.kind", "memory")
+    two_rig_api.executor.serve(two_rig_api.files)
+    configured = sluice.open_town(two_rig_api.root)  # resolves its executor from the config on each call
+    first, second = (two_rig_api.create_item("api", title)["id"] for title in ("first", "second"))
     reads, lookups = [], []
     real_reload, real_lookup = TownFiles.reload_config, MemoryExecutor.for_town.__func__
     monkeypatch.setattr(TownFiles, "reload_config", lambda self: reads.append(1) or real_reload(self))
@@ -394,15 +394,15 @@ def test_a_cycle_a_sling_a_snapshot_and_the_advisor_read_the_config_once_and_res
         lookups.clear()
         call()
         assert len(reads) <= 1 and len(lookups) <= 1, (name, len(reads), len(lookups))
-    assert len(town.executor.active()) == 2  # the cycle launched both through the one executor
+    assert len(two_rig_api.executor.active()) == 2  # the cycle launched both through the one executor
 
 
-def test_an_executor_that_cannot_be_asked_is_kept_as_the_session_problem(town):
+def test_an_executor_that_cannot_be_asked_is_kept_as_the_session_problem(two_rig_api):
     from sluice.scheduler.session import Session
 
-    town.config_set("scheduler.max_polecats", "2")
-    town.executor.unavailable = "cluster down"
-    session = Session(town.files, town.executor)
+    two_rig_api.config_set("scheduler.max_polecats", "2")
+    two_rig_api.executor.unavailable = "cluster down"
+    session = Session(two_rig_api.files, two_rig_api.executor)
     assert session.active is None and session.problem == "cluster down"
     assert session.find("any-context") is None
-    assert town.status().executor_error == "cluster down"
+    assert two_rig_api.status().executor_error == "cluster down"

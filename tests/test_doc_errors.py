@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, write_items
+from helpers import Cli
+from helpers.scheduler import item, write_items
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -33,23 +33,22 @@ def error(cli, *args: str, code: int = 1) -> str:
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
+def doc_cli(cli, rigs, capacity) -> Cli:
+    """The CLI over rigs alpha (an open, a claimed and a closed item) and beta, two polecats at once."""
     write_items(cli.town, "alpha", [item("al-1", "Fix the parser"),
                                     item("al-2", status="in_progress", assignee="bob"),
                                     item("al-3", status="closed")])
-    configure(cli.town, {"scheduler.max_polecats": "2"})
+    capacity(2)
     return cli
 
 
-def test_the_sling_guards_scheduler_md_quotes_are_the_real_ones(town):
+def test_the_sling_guards_scheduler_md_quotes_are_the_real_ones(doc_cli):
     text = page("scheduler.md")
-    quoted = [error(town, "sling", "al-1", "beta"),
-              error(town, "sling", "al-2").replace("al-2", "al-1"),
-              error(town, "sling", "al-3").replace("al-3", "al-1"),
-              error(town, "sling", "al-1", "alpah", code=2),
-              error(town, "scheduler", "clear", "--item", "al-nope")]
+    quoted = [error(doc_cli, "sling", "al-1", "beta"),
+              error(doc_cli, "sling", "al-2").replace("al-2", "al-1"),
+              error(doc_cli, "sling", "al-3").replace("al-3", "al-1"),
+              error(doc_cli, "sling", "al-1", "alpah", code=2),
+              error(doc_cli, "scheduler", "clear", "--item", "al-nope")]
     for message in quoted:
         assert message in text, f"scheduler.md does not quote {message!r}"
 
@@ -62,6 +61,6 @@ def test_the_sling_guards_scheduler_md_quotes_are_the_real_ones(town):
     ("compact", "--rig", "nosuch"),
     ("item", "ready", "nosuch"),
 ])
-def test_a_missing_file_or_rig_is_exit_1_everywhere(town, args):
-    message = error(town, *args, code=1)
+def test_a_missing_file_or_rig_is_exit_1_everywhere(doc_cli, args):
+    message = error(doc_cli, *args, code=1)
     assert "nonexistent" in message or "unknown rig 'nosuch' (known: alpha, beta)" in message, message

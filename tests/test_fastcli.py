@@ -72,13 +72,13 @@ def build_town(cli: Cli, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def fresh_dir(cli, tmp_path) -> Path:
     """A town of this test's own, for the tests that change it."""
     return build_town(cli, tmp_path)
 
 
 @pytest.fixture(scope="module")
-def shared_town(tmp_path_factory) -> Path:
+def shared_dir(tmp_path_factory) -> Path:
     """One town for every comparison of the fast path with typer.
 
     Each comparison runs both on the same files, one after the other, so a
@@ -180,8 +180,8 @@ def same_run(text: str) -> str:
 
 
 @pytest.mark.parametrize("args", CASES, ids=" ".join)
-def test_fast_path_answers_exactly_as_typer_does(shared_town, args):
-    town = shared_town
+def test_fast_path_answers_exactly_as_typer_does(shared_dir, args):
+    town = shared_dir
     args = [a.format(repo=town.parent / "repos" / "alpha") for a in args]
     fast, slow = run(town, "fast", *args), run(town, "typer", *args)
     assert (fast.returncode, same_run(fast.stdout), fast.stderr) == \
@@ -189,15 +189,15 @@ def test_fast_path_answers_exactly_as_typer_does(shared_town, args):
     assert fast.returncode in (0, 1, 2) and "Traceback" not in fast.stderr
 
 
-def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
-    args = ("--town", str(town), "item", "ready", "--json")
-    fast, slow = run(town, "fast", *args), run(town, "typer", *args)
+def test_fast_path_follows_the_town_option_and_a_changed_config(fresh_dir, tmp_path):
+    args = ("--town", str(fresh_dir), "item", "ready", "--json")
+    fast, slow = run(fresh_dir, "fast", *args), run(fresh_dir, "typer", *args)
     assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout) and fast.returncode == 0
-    config = town / ".sluice" / "config.json"
+    config = fresh_dir / ".sluice" / "config.json"
     data = json.loads(config.read_text())
     data["scheduler"]["batch_size"] = 0  # invalid: every command must say so, the fast one too
     config.write_text(json.dumps(data))
-    fast, slow = run(town, "fast", "item", "ready"), run(town, "typer", "item", "ready")
+    fast, slow = run(fresh_dir, "fast", "item", "ready"), run(fresh_dir, "typer", "item", "ready")
     assert fast.returncode == slow.returncode == 1
     assert fast.stderr == slow.stderr and "batch_size" in fast.stderr
 
@@ -211,10 +211,10 @@ def test_fast_path_follows_the_town_option_and_a_changed_config(town, tmp_path):
                                   ("hooks", "report", "--rig", "alpha"),
                                   ("scheduler", "run", "--dry-run", "--json")],
                          ids=" ".join)
-def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(shared_town, args):
+def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(shared_dir, args):
     import os
 
-    env = {**os.environ, "SLUICE_TOWN": str(shared_town)}
+    env = {**os.environ, "SLUICE_TOWN": str(shared_dir)}
     subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, check=True)
     done = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -222,21 +222,21 @@ def test_hot_commands_import_no_typer_rich_pydantic_pygit2_or_psutil(shared_town
 
 
 @pytest.mark.parametrize("args", [("item", "list"), ("scheduler", "run", "--json")], ids=" ".join)
-def test_a_command_the_fast_path_does_not_answer_still_loads_typer(town, args):
+def test_a_command_the_fast_path_does_not_answer_still_loads_typer(fresh_dir, args):
     """`item list` is not a hot command; a real cycle launches, so it is never answered twice."""
     import os
 
-    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    env = {**os.environ, "SLUICE_TOWN": str(fresh_dir)}
     done = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True)
     assert "typer" in done.stderr.strip().splitlines()[-1]  # the probe itself can fail: the check is real
 
 
-def test_affinity_follows_the_worktrees_without_opening_the_repository(town, tmp_path):
+def test_affinity_follows_the_worktrees_without_opening_the_repository(fresh_dir, tmp_path):
     """The cached answer changes when a worktree goes or comes, and pygit2 is asked only then."""
     import os
     import shutil
 
-    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    env = {**os.environ, "SLUICE_TOWN": str(fresh_dir)}
 
     def warm_and_heavy() -> tuple[bool, str]:
         done = subprocess.run([sys.executable, "-c", PROBE, "schedule", "next", "--preview", "--limit", "9",
@@ -254,13 +254,13 @@ def test_affinity_follows_the_worktrees_without_opening_the_repository(town, tmp
     assert warm_and_heavy() == (True, "HEAVY=")
 
 
-def test_a_config_with_crlf_line_ends_is_read_from_its_plain_copy(town):
+def test_a_config_with_crlf_line_ends_is_read_from_its_plain_copy(fresh_dir):
     """The copy is keyed by the file's exact bytes, so a CRLF file hits it like any other."""
     import os
 
-    config = town / ".sluice" / "config.json"
+    config = fresh_dir / ".sluice" / "config.json"
     config.write_bytes(config.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
-    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    env = {**os.environ, "SLUICE_TOWN": str(fresh_dir)}
     subprocess.run([sys.executable, "-m", "sluice", "item", "list"], env=env, capture_output=True, check=True)
     done = subprocess.run([sys.executable, "-c", PROBE, "scheduler", "status"], env=env, capture_output=True,
                           text=True)
@@ -283,22 +283,22 @@ ANSWERED = {
 }
 
 
-def test_every_command_the_fast_path_claims_is_answered_by_it(town, monkeypatch, capsys):
+def test_every_command_the_fast_path_claims_is_answered_by_it(fresh_dir, monkeypatch, capsys):
     """Strict mode: nothing falls back to typer, so a fast answer that broke fails here."""
     from sluice.surfaces import fastcli
 
     assert set(ANSWERED) == set(fastcli.COMMANDS)
-    monkeypatch.setenv("SLUICE_TOWN", str(town))
+    monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))
     monkeypatch.setenv(fastcli.STRICT_ENV, "1")
     for name, args in ANSWERED.items():
         assert fastcli.run(args) == 0, name
         assert capsys.readouterr().out, name
 
 
-def test_strict_mode_raises_what_the_fast_path_would_hand_to_typer(town, monkeypatch):
+def test_strict_mode_raises_what_the_fast_path_would_hand_to_typer(fresh_dir, monkeypatch):
     from sluice.surfaces import fastcli
 
-    monkeypatch.setenv("SLUICE_TOWN", str(town))
+    monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))
 
     def broken(_command):
         raise RuntimeError("a bug in the fast path")
@@ -310,14 +310,14 @@ def test_strict_mode_raises_what_the_fast_path_would_hand_to_typer(town, monkeyp
         fastcli.run(["scheduler", "list"])
 
 
-def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(town, monkeypatch, capsys):
+def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(fresh_dir, monkeypatch, capsys):
     """``schedule next`` records its decisions first: a failed print exits 1 instead of asking typer."""
     from sluice.store.decisions import recent_decisions
     from sluice.store.town import Town
     from sluice.surfaces import fastcli, output
 
-    monkeypatch.setenv("SLUICE_TOWN", str(town))
-    before = len(recent_decisions(Town(town), 1000))
+    monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))
+    before = len(recent_decisions(Town(fresh_dir), 1000))
 
     def broken(*_args, **_kwargs):
         raise ValueError("cannot print")
@@ -325,5 +325,5 @@ def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(town, mo
     monkeypatch.setattr(output, "emit", broken)
     assert fastcli.run(["schedule", "next", "--json"]) == 1
     assert "the answer could not be written: cannot print" in capsys.readouterr().err
-    assert len(recent_decisions(Town(town), 1000)) == before + 1
+    assert len(recent_decisions(Town(fresh_dir), 1000)) == before + 1
     assert fastcli.run(["schedule", "next", "--preview"]) is None  # a read still hands over

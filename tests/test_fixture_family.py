@@ -36,9 +36,8 @@ FAMILY = set(fixtures(TESTS / "conftest.py"))
 MODULES = sorted(p for p in TESTS.glob("*.py") if p.name != "conftest.py")
 #: Modules still to be moved onto the family; the list only shrinks.
 UNMOVED = {
-    "test_api.py", "test_doc_errors.py", "test_fastcli.py", "test_forecast_town.py", "test_forecast_views.py",
     "test_fuzz_files.py", "test_fuzz_surfaces.py", "test_polecat_cli.py", "test_polecats.py",
-    "test_ray_nodes.py", "test_top.py", "test_web.py", "test_web_browser.py", "test_workspace_runs.py",
+    "test_ray_nodes.py", "test_workspace_runs.py",
 }
 
 

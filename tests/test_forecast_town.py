@@ -7,13 +7,14 @@ from datetime import datetime
 
 import pytest
 
-from helpers import make_repo
+from helpers import Cli, make_repo
 from helpers.forecast import forecast_town, record
 from sluice.store import runs as log
 
 
 @pytest.fixture
-def town(cli, tmp_path):
+def forecast_cli(cli, tmp_path) -> Cli:
+    """The CLI over the forecast town of tests/helpers/forecast.py: rig be, one polecat at a time."""
     return forecast_town(cli, tmp_path)
 
 
@@ -32,74 +33,74 @@ def seconds(at: str) -> float:
     return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
 
 
-def test_a_learned_runtime_spaces_the_queue_under_a_cap_of_one(town):
-    history(town, 600.0, 6)
+def test_a_learned_runtime_spaces_the_queue_under_a_cap_of_one(forecast_cli):
+    history(forecast_cli, 600.0, 6)
     for item in ("be-1", "be-2", "be-4"):
-        town.run("sling", item)
-    out = town.json("scheduler", "forecast")
+        forecast_cli.run("sling", item)
+    out = forecast_cli.json("scheduler", "forecast")
     first, second, blocked = out["items"]
     assert first["basis"]["level"] == "rig" and first["basis"]["samples"] == 6
     assert (first["runtime_p50"], first["tokens_p50"]) == (600.0, 402)
     assert seconds(second["start_at"]) >= seconds(first["done_at"])  # one slot: strictly one after another
     assert (blocked["item_id"], blocked["start_at"], blocked["why"]) == ("be-4", None, "blocked")
     assert out["drain_at"] == second["done_at"] and out["daemon"]["running"] is False
-    assert "be-2" in town.run("scheduler", "forecast").stdout
+    assert "be-2" in forecast_cli.run("scheduler", "forecast").stdout
 
 
-def test_with_no_history_the_item_estimate_then_the_default_speaks(town):
-    town.run("sling", "be-3")
-    town.run("sling", "be-1")
-    by_id = {row["item_id"]: row for row in town.json("scheduler", "forecast")["items"]}
+def test_with_no_history_the_item_estimate_then_the_default_speaks(forecast_cli):
+    forecast_cli.run("sling", "be-3")
+    forecast_cli.run("sling", "be-1")
+    by_id = {row["item_id"]: row for row in forecast_cli.json("scheduler", "forecast")["items"]}
     assert (by_id["be-3"]["runtime_p50"], by_id["be-3"]["basis"]["level"]) == (300.0, "estimated_minutes")
     assert (by_id["be-1"]["runtime_p50"], by_id["be-1"]["basis"]["level"]) == (900.0, "default")
 
 
-def test_a_paused_town_starts_nothing_and_limit_cuts_the_rows(town):
-    town.run("sling", "be-1")
-    town.run("sling", "be-2")
-    town.run("scheduler", "pause")
-    out = town.json("scheduler", "forecast", "--limit", "1")
+def test_a_paused_town_starts_nothing_and_limit_cuts_the_rows(forecast_cli):
+    forecast_cli.run("sling", "be-1")
+    forecast_cli.run("sling", "be-2")
+    forecast_cli.run("scheduler", "pause")
+    out = forecast_cli.json("scheduler", "forecast", "--limit", "1")
     assert out["items_total"] == 2 and len(out["items"]) == 1
     assert (out["items"][0]["start_at"], out["items"][0]["why"]) == (None, "paused")
 
 
-def test_runs_of_the_items_kind_speak_before_the_rigs(town):
-    history(town, 600.0, 6)
-    history(town, 60.0, 5, labels=["quick"], issue_type="task")
-    town.run("sling", "be-1")
-    row = town.json("scheduler", "forecast")["items"][0]
+def test_runs_of_the_items_kind_speak_before_the_rigs(forecast_cli):
+    history(forecast_cli, 600.0, 6)
+    history(forecast_cli, 60.0, 5, labels=["quick"], issue_type="task")
+    forecast_cli.run("sling", "be-1")
+    row = forecast_cli.json("scheduler", "forecast")["items"][0]
     assert row["basis"] == {"level": "rig+type", "samples": 5, "kind": "be/task"}
     assert row["runtime_p50"] == 60.0
 
 
-def test_a_live_daemon_sets_the_ticks_and_a_stale_heartbeat_is_no_daemon(town):
+def test_a_live_daemon_sets_the_ticks_and_a_stale_heartbeat_is_no_daemon(forecast_cli):
     from sluice.api import open_town
     from sluice.scheduler.daemon import heartbeat_path
     from sluice.scheduler.runs import stamp
 
-    town.run("sling", "be-1")
-    path = heartbeat_path(open_town(town.town).files)
+    forecast_cli.run("sling", "be-1")
+    path = heartbeat_path(open_town(forecast_cli.town).files)
     now = datetime.now().timestamp()
     path.write_text(json.dumps({"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 20)}))
-    out = town.json("scheduler", "forecast")
+    out = forecast_cli.json("scheduler", "forecast")
     assert out["daemon"] == {"running": True, "interval": 60.0}
     assert abs(seconds(out["items"][0]["start_at"]) - (now + 40)) < 0.01  # the next tick, 40 s from now
     path.write_text(json.dumps({"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 3600)}))
-    assert town.json("scheduler", "forecast")["daemon"] == {"running": False, "interval": 180.0}
+    assert forecast_cli.json("scheduler", "forecast")["daemon"] == {"running": False, "interval": 180.0}
 
 
-def test_ticks_come_as_far_apart_as_the_heartbeat_shows_not_closer_than_the_interval(town):
+def test_ticks_come_as_far_apart_as_the_heartbeat_shows_not_closer_than_the_interval(forecast_cli):
     from sluice.api import open_town
     from sluice.scheduler.daemon import heartbeat_path
     from sluice.scheduler.runs import stamp
 
-    town.run("sling", "be-1")
-    path = heartbeat_path(open_town(town.town).files)
+    forecast_cli.run("sling", "be-1")
+    path = heartbeat_path(open_town(forecast_cli.town).files)
     now = datetime.now().timestamp()
     # Eleven ticks in 100 s at an interval of 6 s: each tick took 4 s of its own, so ticks come 10 s apart.
     path.write_text(json.dumps({"pid": 1, "interval": 6.0, "started_at": stamp(now - 102), "ticks": 11,
                                 "last_tick_at": stamp(now - 2)}))
-    out = town.json("scheduler", "forecast")
+    out = forecast_cli.json("scheduler", "forecast")
     assert out["daemon"] == {"running": True, "interval": 10.0}
     assert abs(seconds(out["items"][0]["start_at"]) - (now + 8)) < 0.01
 

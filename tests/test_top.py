@@ -8,21 +8,20 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
-from sluice.executors import get_executor
+from helpers.scheduler import add_rig, item, sleeper, stop_polecats, wait_for, write_items
 from sluice.store.town import Town
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
+def busy_files(cli, rigs) -> Iterator[Town]:
+    """Rigs alpha and beta, their items queued (hostile titles among them), one sleeping polecat running."""
     write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", "second"),
                                     item("al-3", "[bold]not markup[/bold]")])
     write_items(cli.town, "beta", [item("be-1", "beta work"), item("be-2", "more beta\x1b[2J")])
@@ -31,9 +30,7 @@ def town(cli, tmp_path):
     cli.run("sling", "be-1", "be-2", "beta")
     cli.run("scheduler", "run")
     yield Town(cli.town)
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    stop_polecats(cli.town)
 
 
 class Tmux:
@@ -55,7 +52,7 @@ class Tmux:
 
 
 @pytest.fixture
-def tmux(cli, town):
+def tmux(cli, busy_files):
     socket = f"sluice-top-test-{uuid.uuid4().hex[:8]}"
     mux = Tmux(socket)
     # The pane's shell writes top's exit status to a file once top has gone (the
@@ -104,7 +101,7 @@ def test_slash_filters_by_rig(tmux):
     tmux.wait_screen(lambda s: "rig filter" not in s and "al-2" in s, "the filter cleared")
 
 
-def test_a_new_polecat_appears_live(cli, tmux, town):
+def test_a_new_polecat_appears_live(cli, tmux, busy_files):
     tmux.wait_screen(lambda s: "al-1" in s, "the first polecat")
     configure(cli.town, {"scheduler.max_polecats": "2"})
     cli.run("scheduler", "run")
@@ -126,7 +123,7 @@ def test_resize_redraws_and_q_quits_cleanly(tmux):
     assert "Traceback" not in screen and "error" not in screen.lower()
 
 
-def test_once_prints_one_frame(cli, town):
+def test_once_prints_one_frame(cli, busy_files):
     done = cli.run("top", "--once")
     assert "sluice top" in done.stdout and "al-2" in done.stdout and "be-1" in done.stdout
     assert "[bold]not markup[/bold]" in done.stdout
@@ -168,7 +165,7 @@ def test_admission_limits_show_in_the_header():
 
 
 @pytest.fixture
-def busy_town(cli, tmp_path):
+def crowded_files(cli, tmp_path) -> Iterator[Town]:
     """Three rigs, three polecats running and a dozen items queued, with ids as long as real hash ids."""
     for name, prefix in (("frontend", "fe"), ("backend", "be"), ("docs", "doc")):
         add_rig(cli, tmp_path, name, prefix)
@@ -183,12 +180,10 @@ def busy_town(cli, tmp_path):
     cli.run("sling", *ids)
     cli.run("scheduler", "run")
     yield Town(cli.town)
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    stop_polecats(cli.town)
 
 
-def test_once_at_80_by_24_shows_eight_queue_rows_with_whole_ids(cli, busy_town):
+def test_once_at_80_by_24_shows_eight_queue_rows_with_whole_ids(cli, crowded_files):
     socket = f"sluice-top-test-{uuid.uuid4().hex[:8]}"
     mux = Tmux(socket)
     done = cli.town.parent / "top-done"
@@ -219,7 +214,7 @@ def test_once_at_80_by_24_shows_eight_queue_rows_with_whole_ids(cli, busy_town):
         assert f"{row['score']:.2f}" in next(line for line in lines if row["id"] in line)  # rounded
 
 
-def test_an_unknown_rig_filter_exits_1_naming_the_rig(cli, town):
+def test_an_unknown_rig_filter_exits_1_naming_the_rig(cli, busy_files):
     done = cli.run("top", "--once", "--rig", "nosuch", check=False)
     assert done.returncode == 1, done
     assert done.stderr.startswith("error: unknown rig 'nosuch' (known: alpha, beta)"), done.stderr

@@ -6,11 +6,20 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, drop_etas, item, sleeper, wait_for, without_etas, write_items
+from helpers.scheduler import (
+    drop_etas,
+    item,
+    sleeper,
+    stop_polecats,
+    wait_for,
+    without_etas,
+    write_items,
+)
 from helpers.web import TOKEN, WebServer, asgi_call
 from sluice.api import open_town
 from sluice.errors import UsageError
@@ -22,22 +31,20 @@ SCRIPT_TITLE = "<script>document.title='owned'</script><img src=x onerror=alert(
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
+def busy_files(cli, rig) -> Iterator[Town]:
+    """Rig alpha with al-1 running (a sleeping polecat), a script for a title, and a blocked item."""
     write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", SCRIPT_TITLE),
                                     item("al-3", "third", deps=[("blocks", "al-2")])])
     configure(cli.town, {"scheduler.max_polecats": "1", "executor.command": sleeper(600)})
     cli.run("sling", "al-1", "al-2", "al-3", "alpha")
     cli.run("scheduler", "run")
     yield Town(cli.town)
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    stop_polecats(cli.town)
 
 
 @pytest.fixture
-def web(town):
-    server = WebServer(town.root)
+def web(busy_files):
+    server = WebServer(busy_files.root)
     yield server
     server.stop()
 
@@ -89,7 +96,7 @@ def test_actions_without_the_right_token_change_nothing(cli, web):
         assert _observable(cli) == before
 
 
-def test_actions_with_the_token_act(cli, web, town):
+def test_actions_with_the_token_act(cli, web, busy_files):
     code, body = web.call("POST", "/api/pause", token=TOKEN)
     assert code == 200 and body["paused"] is True and body["paused_by"] == "sluice web"
     assert cli.json("scheduler", "status")["paused"] is True
@@ -103,13 +110,13 @@ def test_actions_with_the_token_act(cli, web, town):
     running = cli.json("polecat", "list")[0]
     code, body = web.call("POST", f"/api/stop/{running['id']}", token=TOKEN)
     assert code == 200 and body[0]["stopped"] is True
-    wait_for(lambda: not get_executor(town).active())
+    wait_for(lambda: not get_executor(busy_files).active())
 
     code, body = web.call("POST", "/api/stop/no-such-polecat", token=TOKEN)
     assert code == 404 and "no polecat" in body["error"]
 
 
-def test_every_action_from_the_page_is_recorded_as_sluice_web(cli, web, town):
+def test_every_action_from_the_page_is_recorded_as_sluice_web(cli, web, busy_files):
     running = cli.json("polecat", "list")[0]
     for path, body in [("/api/pause", None), ("/api/resume", None), ("/api/throttle", {"until": "1h"}),
                        ("/api/throttle", {"clear": True}), ("/api/clear/al-2", None),
@@ -117,11 +124,11 @@ def test_every_action_from_the_page_is_recorded_as_sluice_web(cli, web, town):
         code, _ = web.call("POST", path, token=TOKEN, body=body)
         assert code == 200, path
     wanted = {"Paused", "Resumed", "Throttled", "ThrottleCleared", "Cleared", "PolecatStopped"}
-    lines = town.events_path.read_text().splitlines()
+    lines = busy_files.events_path.read_text().splitlines()
     recorded = [json.loads(line) for line in lines]
     by = {e["type"]: e["payload"].get("by") for e in recorded if e["type"] in wanted}
     assert by == dict.fromkeys(wanted, "sluice web"), by
-    wait_for(lambda: not get_executor(town).active())
+    wait_for(lambda: not get_executor(busy_files).active())
 
 
 def test_unknown_methods_are_refused(cli, web):
@@ -262,9 +269,9 @@ def _wide(town, **kw):
     return web, web.server.config.app
 
 
-def test_binding_every_address_still_refuses_a_foreign_host_name(town):
+def test_binding_every_address_still_refuses_a_foreign_host_name(busy_files):
     """`Host: evil.com` is a page on another site that rebound its name to this machine."""
-    web, app = _wide(town, allow_hosts=("dash.example.org",))
+    web, app = _wide(busy_files, allow_hosts=("dash.example.org",))
     name = socket.gethostname()
     for host in ("evil.com", "evil.com:8765", "127.0.0.1.evil.com"):
         assert asgi_call(app, "GET", "/api/state", headers={"Host": host})[0] == 400, host
@@ -276,18 +283,18 @@ def test_binding_every_address_still_refuses_a_foreign_host_name(town):
     assert any("requests must name one of" in line and name in line for line in err)
 
 
-def test_any_host_only_with_the_explicit_flag_and_a_warning(town):
-    web, app = _wide(town, allow_any_host=True)
+def test_any_host_only_with_the_explicit_flag_and_a_warning(busy_files):
+    web, app = _wide(busy_files, allow_any_host=True)
     assert web.hosts == ["*"]
     assert asgi_call(app, "GET", "/api/logs/nope", headers={"Host": "evil.com"})[0] == 404
     out, err = [], []
     announce(web, "0.0.0.0", out.append, err.append)
     assert any("ANY HOST NAME" in line for line in err)
     with pytest.raises(UsageError, match="allow-any-host"):
-        _wide(town, allow_hosts=("*",))
+        _wide(busy_files, allow_hosts=("*",))
 
 
-def test_the_token_comes_from_a_file_or_the_environment_not_only_argv(town, tmp_path):
+def test_the_token_comes_from_a_file_or_the_environment_not_only_argv(busy_files, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("from-a-file-0123456789\n")
     assert resolve_token(token_file=str(token_file), environ={}) == ("from-a-file-0123456789",
@@ -302,8 +309,8 @@ def test_the_token_comes_from_a_file_or_the_environment_not_only_argv(town, tmp_
     with pytest.raises(UsageError, match="--token-file"):
         resolve_token(token_file=str(token_file), environ={})
     token_file.write_text("from-a-file-0123456789\n")
-    for server in (WebServer(town.root, token=None, args=("--token-file", str(token_file))),
-                   WebServer(town.root, token=None, env={"SLUICE_WEB_TOKEN": "from-the-env-01234"})):
+    for server in (WebServer(busy_files.root, token=None, args=("--token-file", str(token_file))),
+                   WebServer(busy_files.root, token=None, env={"SLUICE_WEB_TOKEN": "from-the-env-01234"})):
         try:
             from_file = "--token-file" in server.process.args
             given = "from-a-file-0123456789" if from_file else "from-the-env-01234"
@@ -314,8 +321,9 @@ def test_the_token_comes_from_a_file_or_the_environment_not_only_argv(town, tmp_
             server.stop()
 
 
-def test_a_served_town_bound_wide_refuses_a_foreign_host(town):
-    server = WebServer(town.root, token=None, args=("--host", "0.0.0.0", "--allow-host", "dash.example.org"),
+def test_a_served_town_bound_wide_refuses_a_foreign_host(busy_files):
+    server = WebServer(busy_files.root, token=None,
+                       args=("--host", "0.0.0.0", "--allow-host", "dash.example.org"),
                        env={"SLUICE_WEB_TOKEN": TOKEN})
     try:
         assert server.call("GET", "/api/state", headers={"Host": "evil.com"})[0] == 400
@@ -341,10 +349,9 @@ def _next_state(stream) -> dict:
     raise AssertionError("stream ended")
 
 
-def test_open_streams_share_one_snapshot_per_change_and_are_bounded(cli, tmp_path, monkeypatch):
+def test_open_streams_share_one_snapshot_per_change_and_are_bounded(cli, rig, monkeypatch):
     from sluice.api import Town as ApiTown
 
-    add_rig(cli, tmp_path, "alpha", "al")
     write_items(cli.town, "alpha", [item("al-1", "first")])
     computed = []
     real = ApiTown.snapshot

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, sleeper, wait_for, write_items
+from helpers.scheduler import item, sleeper, stop_polecats, wait_for, write_items
 from helpers.web import TOKEN, WebServer
-from sluice.executors import get_executor
 from sluice.store.town import Town
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -29,18 +29,15 @@ pytestmark = [
 
 
 @pytest.fixture
-def town(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
+def queued_files(cli, rigs) -> Iterator[Town]:
+    """Rigs alpha and beta with items queued (a script for a title among them), two polecats at once."""
     write_items(cli.town, "alpha", [item("al-1", "first", priority=0), item("al-2", SCRIPT_TITLE)])
     write_items(cli.town, "beta", [item("be-1", "beta work")])
     configure(cli.town, {"scheduler.max_polecats": "2", "executor.command": sleeper(600)})
     cli.run("sling", "al-1", "al-2", "alpha")
     cli.run("sling", "be-1", "beta")
     yield Town(cli.town)
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    stop_polecats(cli.town)
 
 
 @pytest.fixture
@@ -62,8 +59,8 @@ def browser():
 
 
 @pytest.fixture
-def web(town):
-    server = WebServer(town.root)
+def web(queued_files):
+    server = WebServer(queued_files.root)
     yield server
     server.stop()
 

@@ -171,3 +171,13 @@ def worker_records(town: Path) -> list[dict]:
 
 def sluice_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+
+
+def stop_polecats(town: Path) -> None:
+    """Stop every polecat the town's configured executor still runs (a fixture's teardown)."""
+    from sluice.executors import get_executor
+    from sluice.store.town import Town
+
+    executor = get_executor(Town(town))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
