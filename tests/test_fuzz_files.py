@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import make_repo
 from fuzz_helpers import (
     FUZZ,
     assert_clean_exit,
@@ -27,6 +26,7 @@ from fuzz_helpers import (
     run_cli,
     snapshot,
 )
+from helpers import make_repo
 from sluice.store.rigs import add_rig
 from sluice.store.town import init_town
 
@@ -44,7 +44,8 @@ SCHEDULING = (["sling", "fz-1", "--json"], ["scheduler", "list", "--json"],
 
 
 @pytest.fixture(scope="module")
-def town(tmp_path_factory) -> Path:
+def fuzz_dir(tmp_path_factory) -> Path:
+    """One town for the module (rig fz, deferred), its pristine copy beside it; examples start from that."""
     root = tmp_path_factory.mktemp("fuzz")
     town = init_town(root / "town")
     add_rig(town, "fz", make_repo(root / "repos" / "fz"), "fz")
@@ -77,13 +78,13 @@ def check_named(code: int, err: str, file: str, args) -> None:
 
 @FUZZ
 @given(body=jsonl_file(GOOD), commands=some(READERS))
-def test_hostile_beads_records_get_a_clear_error_and_change_nothing(town, body, commands):
-    root = reset(town)
-    store = town / ".sluice" / "rigs" / "fz" / "issues.jsonl"
+def test_hostile_beads_records_get_a_clear_error_and_change_nothing(fuzz_dir, body, commands):
+    root = reset(fuzz_dir)
+    store = fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl"
     store.write_bytes(body)
     outside = snapshot(root, skip=".sluice")
     for args in commands:
-        code, out, err = run_cli(town, *args)
+        code, out, err = run_cli(fuzz_dir, *args)
         assert_clean_exit(code, err, args, out)
         check_named(code, err, "issues.jsonl", args)
         if args[:2] == ["item", "list"] and code == 1:
@@ -113,16 +114,16 @@ def ephemeral_file(draw) -> bytes:
 
 @FUZZ
 @given(body=ephemeral_file(), commands=some((*SCHEDULING, ["scheduler", "status", "--json"])))
-def test_hostile_sling_contexts_never_crash_a_cycle_or_touch_items(town, body, commands):
-    root = reset(town)
-    (town / ".sluice" / "rigs" / "fz" / "ephemeral.jsonl").write_bytes(body)
-    items = (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
+def test_hostile_sling_contexts_never_crash_a_cycle_or_touch_items(fuzz_dir, body, commands):
+    root = reset(fuzz_dir)
+    (fuzz_dir / ".sluice" / "rigs" / "fz" / "ephemeral.jsonl").write_bytes(body)
+    items = (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
     outside = snapshot(root, skip=".sluice")
     for args in commands:
-        code, out, err = run_cli(town, *args)
+        code, out, err = run_cli(fuzz_dir, *args)
         assert_clean_exit(code, err, args, out)
         check_named(code, err, "ephemeral.jsonl", args)
-    assert (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items
+    assert (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items
     assert snapshot(root, skip=".sluice") == outside
 
 
@@ -146,13 +147,13 @@ CONFIG_READERS = (["scheduler", "status", "--json"], ["config", "get", "schedule
 
 @FUZZ
 @given(body=config_doc, commands=some(CONFIG_READERS))
-def test_a_hostile_config_is_named_never_a_default_or_a_crash(town, body, commands):
-    root = reset(town)
-    config = town / ".sluice" / "config.json"
+def test_a_hostile_config_is_named_never_a_default_or_a_crash(fuzz_dir, body, commands):
+    root = reset(fuzz_dir)
+    config = fuzz_dir / ".sluice" / "config.json"
     config.write_bytes(body)
     outside = snapshot(root, skip=".sluice")
     for args in commands:
-        code, out, err = run_cli(town, *args)
+        code, out, err = run_cli(fuzz_dir, *args)
         assert_clean_exit(code, err, args, out)
         if code:
             assert "config.json" in err or "rig" in err, f"{args}: {err}"
@@ -178,14 +179,14 @@ POLICY_READERS = (["schedule", "status", "--json"], ["schedule", "next", "--prev
 
 @FUZZ
 @given(body=policy_doc, commands=some(POLICY_READERS))
-def test_a_hostile_policy_is_named_never_a_crash(town, body, commands):
-    root = reset(town)
-    policy = town / ".sluice" / "schedule" / "policy.json"
+def test_a_hostile_policy_is_named_never_a_crash(fuzz_dir, body, commands):
+    root = reset(fuzz_dir)
+    policy = fuzz_dir / ".sluice" / "schedule" / "policy.json"
     policy.parent.mkdir(parents=True, exist_ok=True)
     policy.write_bytes(body)
     outside = snapshot(root, skip=".sluice")
     for args in commands:
-        code, out, err = run_cli(town, *args)
+        code, out, err = run_cli(fuzz_dir, *args)
         assert_clean_exit(code, err, args, out)
         if code:
             assert "policy.json" in err, f"{args}: {err}"

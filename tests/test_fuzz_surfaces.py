@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import make_repo
 from fuzz_helpers import FUZZ, assert_clean_exit, json_any, odd_text, run_cli, snapshot
+from helpers import make_repo
 from sluice.store.rigs import add_rig
 from sluice.store.town import init_town
 
@@ -53,7 +53,8 @@ token = st.one_of(st.sampled_from(TOKENS), odd_text.filter(lambda t: "\x00" not 
 
 
 @pytest.fixture(scope="module")
-def town(tmp_path_factory) -> Path:
+def fuzz_dir(tmp_path_factory) -> Path:
+    """One town for the module (rig fz, deferred), its pristine copy beside it; examples start from that."""
     root = tmp_path_factory.mktemp("fuzz-args")
     town = init_town(root / "town")
     add_rig(town, "fz", make_repo(root / "repos" / "fz"), "fz")
@@ -73,17 +74,17 @@ def reset(town: Path) -> Path:
 
 @FUZZ
 @given(command=st.sampled_from(COMMANDS), rest=st.lists(token, max_size=5))
-def test_any_arguments_end_in_an_answer_or_a_clear_error(town, command, rest):
+def test_any_arguments_end_in_an_answer_or_a_clear_error(fuzz_dir, command, rest):
     if "executor" in " ".join(rest):
         return  # a fuzzed executor.command could start a real program
-    root = reset(town)
-    items = (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
+    root = reset(fuzz_dir)
+    items = (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
     outside = snapshot(root, skip=".sluice")
     args = [*command, *rest]
-    code, out, err = run_cli(town, *args)
+    code, out, err = run_cli(fuzz_dir, *args)
     assert_clean_exit(code, err, args, out)
     if command[0] != "item":  # only the item commands may change items
-        assert (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, args
+        assert (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, args
     assert snapshot(root, skip=".sluice") == outside, args
 
 
@@ -100,21 +101,21 @@ mcp_value = st.one_of(json_any, st.sampled_from(["fz-1", "fz", "show", "set", ["
 
 @FUZZ
 @given(tool=st.sampled_from(TOOLS), arguments=st.dictionaries(st.sampled_from(PARAMS), mcp_value, max_size=4))
-def test_any_tool_arguments_end_in_a_result_or_a_tool_error(town, tool, arguments):
+def test_any_tool_arguments_end_in_a_result_or_a_tool_error(fuzz_dir, tool, arguments):
     from mcp.server.mcpserver.exceptions import ToolError
 
     from sluice.surfaces.mcp_server import build_server
 
-    root = reset(town)
-    items = (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
+    root = reset(fuzz_dir)
+    items = (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes()
     outside = snapshot(root, skip=".sluice")
-    server = build_server(str(town))
+    server = build_server(str(fuzz_dir))
     try:
         asyncio.run(server.call_tool(tool, arguments))
     except ToolError as err:
         assert str(err).strip(), (tool, arguments)
         assert "Traceback" not in str(err) and "internal error" not in str(err), str(err)
-    assert (town / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, (tool, arguments)
+    assert (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, (tool, arguments)
     assert snapshot(root, skip=".sluice") == outside, (tool, arguments)
 
 
@@ -130,12 +131,12 @@ TEN_MB = b'{"id":"fz-9","title":"' + b"z" * (10 * 1024 * 1024) + b'"}'
     (TEN_MB, False),  # a 10 MB line is still just a record
     (b"\x00" * 64, True),
 ], ids=["deep", "invalid-utf8", "nul-escape", "10MB-line", "raw-nul"])
-def test_the_sluice_process_names_a_hostile_line_or_reads_it(town, line, named):
-    reset(town)
-    store = town / ".sluice" / "rigs" / "fz" / "issues.jsonl"
+def test_the_sluice_process_names_a_hostile_line_or_reads_it(fuzz_dir, line, named):
+    reset(fuzz_dir)
+    store = fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl"
     body = store.read_bytes() + line + b"\n" + b'{"id":"fz-10","title":"after"}\n'
     store.write_bytes(body)
-    env = {**os.environ, "SLUICE_TOWN": str(town)}
+    env = {**os.environ, "SLUICE_TOWN": str(fuzz_dir)}
     done = subprocess.run([sys.executable, "-m", "sluice", "item", "list", "fz", "--json"], env=env,
                           capture_output=True, timeout=120)
     stderr = done.stderr.decode(errors="replace")
