@@ -13,6 +13,9 @@ same name (tests/test_fixture_family.py keeps it so):
   and ``beta``/``be``;
 * ``capacity``: ``capacity(max_polecats, batch_size=None)`` sets the
   scheduler's limits, as ``sluice config set`` would;
+* ``real_polecats`` (``helpers.polecats.RealPolecats``): rig ``alpha``'s
+  polecats as real processes of the sleeping test polecat, once on the
+  local and once on the tmux executor;
 * ``clock`` (``ManualClock``): the wall clock the test moves by hand, and
   ``memory`` (``MemoryExecutor``): the town's in-memory executor on it;
 * ``beads_data`` (``Path``), ``ray_cluster``: the public exports and one Ray
@@ -28,8 +31,10 @@ them are in the ``helpers`` package.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +49,7 @@ from helpers import beads_data as beads_data_path
 
 if TYPE_CHECKING:
     import sluice
+    from helpers.polecats import RealPolecats
     from sluice.executors.memory import ManualClock, MemoryExecutor
     from sluice.store.town import Town
 
@@ -132,6 +138,28 @@ def capacity(town_dir: Path) -> Callable[..., None]:
             configure(town_dir, "scheduler.batch_size", str(batch_size))
 
     return set_limits
+
+
+@pytest.fixture(params=["local", "tmux"])
+def real_polecats(request, town_dir: Path, rig: str, tmp_path: Path) -> Iterator[RealPolecats]:
+    """The sleeping test polecat (a minute) as rig alpha's command on the local or the tmux executor.
+
+    Every polecat still running at the end is stopped, and the tmux server
+    of the town's socket killed.
+    """
+    from helpers.polecats import RealPolecats, configure, install_polecat, polecat_command
+    from sluice.executors import get_executor
+    from sluice.store.town import Town
+
+    script, reports = install_polecat(tmp_path / "polecat")
+    configure(town_dir, {"executor.kind": request.param,
+                         "executor.command": json.dumps(polecat_command(script, reports, 60))})
+    yield RealPolecats(request.param, reports, script)
+    executor = get_executor(Town(town_dir))
+    for polecat in executor.active():
+        executor.stop(polecat.id)
+    if request.param == "tmux":
+        subprocess.run(["tmux", "-L", executor.socket, "kill-server"], capture_output=True)
 
 
 @pytest.fixture(scope="session")

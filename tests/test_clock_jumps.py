@@ -9,15 +9,13 @@ recorded no process start.  Jumps are made by handing the functions a
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.polecats import configure, install_polecat, polecat_command, report
+from helpers.polecats import configure, report
 from helpers.polecats import request as launch_request
 from sluice.core.clock import boot_seconds, runtime_seconds
 from sluice.executors import get_executor
@@ -43,26 +41,11 @@ def test_without_a_boot_start_the_wall_clock_decides_and_never_goes_negative(sta
     assert runtime_seconds(None, now) is None
 
 
-@pytest.fixture(params=["local", "tmux"])
-def local_town(request, cli, rig, tmp_path):
-    """A town whose polecats are real processes on this machine (local or in tmux)."""
-    script, reports = install_polecat(tmp_path / "polecat")
-    configure(cli.town, {"executor.kind": request.param,
-                         "executor.command": json.dumps(polecat_command(script, reports, 60))})
-    town = Town(cli.town)
-    yield town, reports
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
-    if request.param == "tmux":
-        subprocess.run(["tmux", "-L", executor.socket, "kill-server"], capture_output=True)
-
-
 @needs_boot_clock
-def test_a_forward_jump_does_not_make_a_running_polecat_overdue(local_town, cli):
-    town, reports = local_town
-    executor = get_executor(town)
-    polecat = executor.launch(launch_request(town, "alpha", "al-1", "al-wisp-j1"))
+def test_a_forward_jump_does_not_make_a_running_polecat_overdue(town_files, real_polecats, cli):
+    reports = real_polecats.reports
+    executor = get_executor(town_files)
+    polecat = executor.launch(launch_request(town_files, "alpha", "al-1", "al-wisp-j1"))
     report(reports, "al-wisp-j1")
     configure(cli.town, {"scheduler.polecat_timeout": "1h"})
     jumped = time.time() + DAYS
@@ -74,10 +57,10 @@ def test_a_forward_jump_does_not_make_a_running_polecat_overdue(local_town, cli)
 
 
 @needs_boot_clock
-def test_a_backward_jump_does_not_let_an_overdue_polecat_run_on(local_town, cli):
-    town, reports = local_town
-    executor = get_executor(town)
-    polecat = executor.launch(launch_request(town, "alpha", "al-1", "al-wisp-j2"))
+def test_a_backward_jump_does_not_let_an_overdue_polecat_run_on(town_files, real_polecats, cli):
+    reports = real_polecats.reports
+    executor = get_executor(town_files)
+    polecat = executor.launch(launch_request(town_files, "alpha", "al-1", "al-wisp-j2"))
     report(reports, "al-wisp-j2")
     ran = polecats.polecat_runtime(executor.active()[0], time.time(), boot_seconds())
     assert ran is not None

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from helpers.polecats import configure, gone, install_polecat, polecat_command, report
+from helpers.polecats import RealPolecats, configure, gone, polecat_command, report
 from helpers.scheduler import item, wait_for, write_items
 from sluice.executors import get_executor
 from sluice.store.town import Town
@@ -19,25 +18,15 @@ ROW_KEYS = {
 }
 
 
-@pytest.fixture(params=["local", "tmux"])
-def town(request, cli, rig, tmp_path):
-    """Direct mode: `sling` launches the sleeping polecat at once through the chosen executor."""
-    script, reports = install_polecat(tmp_path / "polecat")
-    configure(cli.town, {
-        "executor.kind": request.param,
-        "executor.command": json.dumps(polecat_command(script, reports, 30)),
-    })
-    write_items(cli.town, "alpha", [item("al-1", "first"), item("al-2", "second"), item("al-3", "third")])
-    yield request.param, reports, script
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
-    if request.param == "tmux":
-        subprocess.run(["tmux", "-L", executor.socket, "kill-server"], capture_output=True)
+@pytest.fixture
+def direct_polecats(real_polecats, town_dir) -> RealPolecats:
+    """Direct mode: `sling` launches the sleeping polecat at once; rig alpha holds al-1, al-2 and al-3."""
+    write_items(town_dir, "alpha", [item("al-1", "first"), item("al-2", "second"), item("al-3", "third")])
+    return real_polecats
 
 
-def test_list_shows_every_polecat_with_its_row(cli, town):
-    kind, reports, _ = town
+def test_list_shows_every_polecat_with_its_row(cli, direct_polecats):
+    kind, reports, _ = direct_polecats
     assert cli.json("polecat", "list") == []
     assert cli.run("polecat", "list").stdout.strip() == "No polecats."
     cli.run("sling", "al-1", "al-2", "alpha")
@@ -61,8 +50,8 @@ def test_list_shows_every_polecat_with_its_row(cli, town):
         assert all(r["attach"] is None for r in rows) and "attach:" not in text
 
 
-def test_stop_by_item_or_id_ends_the_polecat_and_its_children(cli, town):
-    _, reports, _ = town
+def test_stop_by_item_or_id_ends_the_polecat_and_its_children(cli, direct_polecats):
+    _, reports, _ = direct_polecats
     cli.run("sling", "al-1", "al-2", "alpha")
     first, second = report(reports, "al-1"), report(reports, "al-2")
     ids = {r["item_id"]: r["id"] for r in cli.json("polecat", "list")}
@@ -81,7 +70,7 @@ def test_stop_by_item_or_id_ends_the_polecat_and_its_children(cli, town):
     assert "was not running" in again
 
 
-def test_unknown_polecat_is_exit_1_with_a_clear_message(cli, town):
+def test_unknown_polecat_is_exit_1_with_a_clear_message(cli, direct_polecats):
     for command in (("polecat", "stop", "al-404"), ("polecat", "logs", "pc-nope")):
         done = cli.run(*command, check=False)
         assert done.returncode == 1
@@ -92,8 +81,8 @@ def test_unknown_polecat_is_exit_1_with_a_clear_message(cli, town):
         assert "Traceback" not in done.stderr
 
 
-def test_logs_by_item_and_follow_until_the_polecat_ends(cli, town, rig):
-    _, reports, script = town
+def test_logs_by_item_and_follow_until_the_polecat_ends(cli, direct_polecats, rig):
+    _, reports, script = direct_polecats
     configure(cli.town, {"executor.command": json.dumps(polecat_command(script, reports, 1))})
     cli.run("sling", "al-3", "alpha")
     followed = cli.run("polecat", "logs", "al-3", "--follow", timeout=60).stdout.splitlines()
@@ -104,8 +93,9 @@ def test_logs_by_item_and_follow_until_the_polecat_ends(cli, town, rig):
     assert cli.run("polecat", "logs", row["id"]).stdout.splitlines() == followed
 
 
-def test_a_finished_polecat_keeps_its_exit_status_and_its_logs_by_item_after_reaping(cli, town, rig):
-    kind, _reports, _script = town
+def test_a_finished_polecat_keeps_its_exit_status_and_its_logs_by_item_after_reaping(cli, direct_polecats,
+                                                                                     rig):
+    kind = direct_polecats.kind
     code = "import os, sys; print('ending', os.environ['SLUICE_ITEM_ID']); sys.exit(int(sys.argv[1]))"
     configure(cli.town, {"executor.command": json.dumps([sys.executable, "-c", code, "{title}"])})
     write_items(cli.town, "alpha", [item("al-ok", "0"), item("al-bad", "1")])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.polecats import configure, gone, install_polecat, polecat_command, report
+from helpers.polecats import configure, gone, report
 from helpers.polecats import request as launch_request
 from helpers.scheduler import contexts, fields, issues_path, item, write_items
 from sluice.core.clock import iso
@@ -22,33 +20,14 @@ from sluice.errors import UnknownPolecat
 from sluice.executors import get_executor
 from sluice.scheduler import polecats
 from sluice.store.events import POLECAT_TIMED_OUT, read_events
-from sluice.store.town import Town
-
-
-@pytest.fixture(params=["local", "tmux"])
-def town(request, cli, rig, tmp_path):
-    """A town running the sleeping test polecat on the local or the tmux executor."""
-    script, reports = install_polecat(tmp_path / "polecat")
-    configure(cli.town, {
-        "executor.kind": request.param,
-        "executor.command": json.dumps(polecat_command(script, reports, 30)),
-    })
-    town = Town(cli.town)
-    yield town, reports
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
-    if request.param == "tmux":
-        subprocess.run(["tmux", "-L", executor.socket, "kill-server"], capture_output=True)
-
 
 # -- stall timeout -------------------------------------------------------------------
 
 
-def test_overdue_counts_from_the_start_and_zero_means_never(town):
-    town, reports = town
-    executor = get_executor(town)
-    polecat = executor.launch(launch_request(town, "alpha", "al-1", "al-wisp-t1"))
+def test_overdue_counts_from_the_start_and_zero_means_never(town_files, real_polecats):
+    reports = real_polecats.reports
+    executor = get_executor(town_files)
+    polecat = executor.launch(launch_request(town_files, "alpha", "al-1", "al-wisp-t1"))
     report(reports, "al-wisp-t1")
     started = parse_ts(polecat.started_at)
     assert polecats.overdue_polecats(executor, 60, started + 59) == []
@@ -58,25 +37,26 @@ def test_overdue_counts_from_the_start_and_zero_means_never(town):
     assert polecats.overdue_polecats(executor, 0, started + 10**6) == []  # 0 = no timeout
 
 
-def test_stop_overdue_stops_the_stalled_polecat_logs_the_event_and_leaves_the_item(town, cli):
-    town, reports = town
+def test_stop_overdue_stops_the_stalled_polecat_logs_the_event_and_leaves_the_item(town_files, real_polecats,
+                                                                                   cli):
+    reports = real_polecats.reports
     write_items(cli.town, "alpha", [item("al-1", "stalled work"), item("al-2", "fresh work")])
     items_before = issues_path(cli.town, "alpha").read_bytes()
-    executor = get_executor(town)
-    town.config  # noqa: B018 - cache the config as a long-lived daemon would ...
+    executor = get_executor(town_files)
+    town_files.config  # noqa: B018 - cache the config as a long-lived daemon would ...
     configure(cli.town, {"scheduler.polecat_timeout": "1s"})  # ... then the timeout is set
-    stalled = executor.launch(launch_request(town, "alpha", "al-1", "al-wisp-t2"))
+    stalled = executor.launch(launch_request(town_files, "alpha", "al-1", "al-wisp-t2"))
     seen = report(reports, "al-wisp-t2")
     time.sleep(1.1)
-    fresh = executor.launch(launch_request(town, "alpha", "al-2", "al-wisp-t3"))
+    fresh = executor.launch(launch_request(town_files, "alpha", "al-2", "al-wisp-t3"))
     report(reports, "al-wisp-t3")
 
-    stopped = polecats.stop_overdue(town, executor, time.time())
+    stopped = polecats.stop_overdue(town_files, executor, time.time())
 
     assert [p.id for p in stopped] == [stalled.id]
     assert gone(seen["pid"]) and gone(seen["child"])
     assert [p.id for p in executor.active()] == [fresh.id]
-    [event] = read_events(town, [POLECAT_TIMED_OUT])
+    [event] = read_events(town_files, [POLECAT_TIMED_OUT])
     assert event["payload"] == {
         "polecat_id": stalled.id,
         "item_id": "al-1",
@@ -89,31 +69,31 @@ def test_stop_overdue_stops_the_stalled_polecat_logs_the_event_and_leaves_the_it
     assert issues_path(cli.town, "alpha").read_bytes() == items_before  # scheduling never writes an item
 
 
-def test_stop_overdue_does_nothing_without_a_timeout(town):
-    town, reports = town
-    executor = get_executor(town)
-    polecat = executor.launch(launch_request(town, "alpha", "al-1", "al-wisp-t4"))
+def test_stop_overdue_does_nothing_without_a_timeout(town_files, real_polecats):
+    reports = real_polecats.reports
+    executor = get_executor(town_files)
+    polecat = executor.launch(launch_request(town_files, "alpha", "al-1", "al-wisp-t4"))
     report(reports, "al-wisp-t4")
-    assert polecats.stop_overdue(town, executor, time.time() + 10**6) == []
+    assert polecats.stop_overdue(town_files, executor, time.time() + 10**6) == []
     assert [p.id for p in executor.active()] == [polecat.id]
-    assert read_events(town, [POLECAT_TIMED_OUT]) == []
+    assert read_events(town_files, [POLECAT_TIMED_OUT]) == []
 
 
 # -- control -------------------------------------------------------------------------
 
 
-def test_resolve_by_id_or_item_and_unknown_is_a_clear_error(town):
-    town, reports = town
-    executor = get_executor(town)
-    polecat = executor.launch(launch_request(town, "alpha", "al-1", "al-wisp-t5"))
+def test_resolve_by_id_or_item_and_unknown_is_a_clear_error(town_files, real_polecats):
+    reports = real_polecats.reports
+    executor = get_executor(town_files)
+    polecat = executor.launch(launch_request(town_files, "alpha", "al-1", "al-wisp-t5"))
     report(reports, "al-wisp-t5")
     assert [p.id for p in polecats.resolve(executor, polecat.id)] == [polecat.id]
     assert [p.id for p in polecats.resolve(executor, "al-1")] == [polecat.id]
     with pytest.raises(UnknownPolecat, match="no polecat with id or item id 'al-404'"):
         polecats.resolve(executor, "al-404")
-    [row] = polecats.stop_polecats(town, "al-1")
+    [row] = polecats.stop_polecats(town_files, "al-1")
     assert (row["id"], row["stopped"], row["state"]) == (polecat.id, True, "stopped")
-    [again] = polecats.stop_polecats(town, "al-1")
+    [again] = polecats.stop_polecats(town_files, "al-1")
     assert again["stopped"] is False
 
 

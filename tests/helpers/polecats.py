@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from sluice.core.models import apply_config_value, parse_config_value
 from sluice.executors.base import LaunchRequest
@@ -42,6 +43,14 @@ time.sleep(seconds)
 child.kill()
 print("polecat done", flush=True)
 '''
+
+
+class RealPolecats(NamedTuple):
+    """The ``real_polecats`` fixture: the executor kind, the directory the polecat reports to, its script."""
+
+    kind: str
+    reports: Path
+    script: Path
 
 
 def install_polecat(directory: Path) -> tuple[Path, Path]:
