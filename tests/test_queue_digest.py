@@ -53,9 +53,11 @@ def seen(found: list[ctxs.Context]) -> list[tuple]:
 
 
 def context(context_id: str, status: str, description, n: int) -> dict:
+    """A context as ``build_record`` lays it out, so a close can patch its line when sluice wrote it."""
     return {"id": context_id, "title": f"sling-context: v{n}", "description": description, "status": status,
             "priority": 2, "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
-            "dependencies": [{"issue_id": context_id, "depends_on_id": "al-1", "type": "tracks"}],
+            "dependencies": [{"issue_id": context_id, "depends_on_id": "al-1", "type": "tracks",
+                              "created_at": STAMP}],
             "created_at": STAMP, "updated_at": STAMP}
 
 

@@ -63,16 +63,18 @@ MERGE_QUEUE_DEPTH = "MergeQueueDepth"
 
 
 log = logging.getLogger("sluice")
+#: How ``json.dumps(..., ensure_ascii=False)`` writes one string.
+_text = json.encoder.encode_basestring
 
 
 def _lock(town: Town):
     return fsutil.file_lock(town.lock_path("events"))
 
 
-def make_event(event_type: str, payload: Mapping[str, Any] | None = None) -> dict:
+def make_event(event_type: str, payload: Mapping[str, Any] | None = None, at: str | None = None) -> dict:
     if not event_type or not isinstance(event_type, str):
         raise ValueError("an event needs a type")
-    return {"event_id": random_id(), "type": event_type, "at": iso(), "payload": dict(payload or {})}
+    return {"event_id": random_id(), "type": event_type, "at": at or iso(), "payload": dict(payload or {})}
 
 
 def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = None) -> dict:
@@ -83,19 +85,33 @@ def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = 
 def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None]]) -> list[dict]:
     """Append several events with one write (a sling of 1,000 items is one append).
 
-    A log that refuses them is a warning and a note for ``patrol``, never an
-    error: the change they report has already happened.
+    The events of one write share its moment (``at``).  A log that refuses
+    them is a warning and a note for ``patrol``, never an error: the change
+    they report has already happened.
     """
-    made = [make_event(event_type, payload) for event_type, payload in events]
+    at = iso()
+    made = [make_event(event_type, payload, at) for event_type, payload in events]
     if not made:
         return made
-    data = "".join(json.dumps(e, ensure_ascii=False, separators=(",", ":")) + "\n" for e in made)
+    data = "".join(event_line(e) + "\n" for e in made)
     try:
         with _lock(town):
             fsutil.append_bytes(town.events_path, data.encode("utf-8"))
     except (OSError, LockBusy) as err:
         _note_missing(town, made, err)
     return made
+
+
+def event_line(event: dict) -> str:
+    """One event as one compact JSON line: the text ``json.dumps`` gives, made faster for the usual event,
+    whose payload holds only strings and nulls (a clear of 100,000 contexts writes 100,000 of them)."""
+    try:
+        fields = ",".join([f"{_text(k)}:{'null' if v is None else _text(v)}"
+                           for k, v in event["payload"].items()])
+        return (f'{{"event_id":{_text(event["event_id"])},"type":{_text(event["type"])},'
+                f'"at":{_text(event["at"])},"payload":{{{fields}}}}}')
+    except TypeError:  # a key or value that is not a string (a count, a list): the encoder's own way
+        return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
 
 
 def _missing_path(town: Town):

@@ -158,7 +158,7 @@ class LogTail:
         quick: list[bytes | None] = [None] * len(spans)
         versions: dict[bytes, list[int]] = {}
         for index, (begin, _stop, complete) in enumerate(spans):
-            match = _QUICK_ID.match(data, begin) if complete else None
+            match = QUICK_ID.match(data, begin) if complete else None
             if match is not None:
                 quick[index] = match.group(1)
                 versions.setdefault(match.group(1), []).append(index)
@@ -232,7 +232,7 @@ def worth_rewriting(tail_lines: int, kept: int) -> bool:
 
 
 #: The id at the start of a line as sluice writes records (no escapes in it, else the line is parsed).
-_QUICK_ID = re.compile(rb'\{"id":"([^"\\]+)",')
+QUICK_ID = re.compile(rb'\{"id":"([^"\\]+)",')
 
 
 def line_text(record: dict) -> str:

@@ -25,7 +25,7 @@ from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
 from sluice.store import fsutil
 from sluice.store.index import DurableIndex, blocked_line, with_causes
-from sluice.store.jsonlog import LogTail, TornLine, line_text, parse_line, worth_rewriting
+from sluice.store.jsonlog import QUICK_ID, LogTail, TornLine, line_text, parse_line, worth_rewriting
 from sluice.store.town import Rig, Town
 
 log = logging.getLogger("sluice")
@@ -59,6 +59,25 @@ def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterato
                 yield number, parsed, chunk.decode("utf-8").rstrip("\r\n")
     finally:
         fh.close()
+
+
+#: Per record id, a function making the record's new line from its latest line's text (no newline);
+#: it returns None for a line it does not know, and the record is then parsed and changed as a dict.
+Patches = dict[str, Callable[[str], str | None]]
+
+
+def _patched(line: bytes, record_id: str, patch: Callable[[str], str | None] | None) -> str | None:
+    """``patch``'s new line for ``line`` if it is a whole line of ``record_id`` as sluice writes it."""
+    if patch is None or not line.endswith(b"\n"):
+        return None
+    match = QUICK_ID.match(line)
+    if match is None or match.group(1) != record_id.encode("utf-8"):
+        return None
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return patch(text[:-1])
 
 
 def decode_all(raws: Iterable[str]) -> list[dict]:
@@ -161,12 +180,15 @@ class RigStore:
         if self.log_unread():
             self._sparse = (mark, offsets)
 
-    def _latest_of(self, ids: Iterable[str]) -> dict[str, dict] | None:
+    def _latest_of(self, ids: Iterable[str], patches: Patches | None = None) -> dict[str, dict | str] | None:
         """Under the rig lock: the latest versions of ``ids``, read at their lines and from the log's end.
 
-        None (read the log whole) when the log was read whole already, no
-        place is known for one of the ids, or the log no longer continues
-        from the mark (replaced, cut, changed before it).
+        A line read at its place whose id has a patch is handed to it first:
+        what the patch makes of it (the record's new line, as text) stands in
+        for the record, which is then not parsed; a line the patch does not
+        know is parsed as usual.  None (read the log whole) when the log was
+        read whole already, no place is known for one of the ids, or the log
+        no longer continues from the mark (replaced, cut, changed before it).
         """
         if self._sparse is None or not self.log_unread():
             return None
@@ -180,14 +202,20 @@ class RigStore:
         self._sparse = (tail.mark(), offsets)
         if any(rid not in offsets for rid in ids):
             return None
-        out = {rid: tail.records[rid] for rid in ids if rid in tail.records}
+        patches = patches or {}
+        out: dict[str, dict | str] = {rid: tail.records[rid] for rid in ids if rid in tail.records}
         with open(self.ephemeral_path, "rb") as fh:
             for rid in ids:
                 if rid in out:
                     continue
                 fh.seek(offsets[rid])
+                line = fh.readline()
+                patched = _patched(line, rid, patches.get(rid))
+                if patched is not None:
+                    out[rid] = patched
+                    continue
                 try:
-                    record = parse_line(self.ephemeral_path, 0, fh.readline())
+                    record = parse_line(self.ephemeral_path, 0, line)
                 except (TornLine, StoreCorrupt):
                     record = None
                 if record is None or record["id"] != rid:  # not where it was said to be: read whole
@@ -196,7 +224,7 @@ class RigStore:
                 out[rid] = record
         return out
 
-    def _note_append(self, start: int, end: int, inode: int, records: list[dict], data: bytes) -> None:
+    def _note_append(self, start: int, end: int, inode: int, ids: list[str], data: bytes) -> None:
         """After an append of ``data`` at byte ``start``: the known lines and the mark move past it."""
         if self._sparse is None:
             return
@@ -205,11 +233,11 @@ class RigStore:
             self._sparse = None  # a mended tail or another writer's bytes: the mark no longer fits
             return
         at = start
-        for record, line in zip(records, data.split(b"\n"), strict=False):
-            offsets[record["id"]] = at
+        for record_id, line in zip(ids, data.split(b"\n"), strict=False):
+            offsets[record_id] = at
             at += len(line) + 1
         guard = (bytes.fromhex(mark["guard"]) + data)[-LogTail.GUARD:]
-        self._sparse = ({"inode": inode, "offset": end, "lines": mark["lines"] + len(records),
+        self._sparse = ({"inode": inode, "offset": end, "lines": mark["lines"] + len(ids),
                          "guard": guard.hex()}, offsets)
 
     def keeps(self, digest: str) -> bool:
@@ -531,39 +559,50 @@ class RigStore:
         if not records:
             return
         with fsutil.file_lock(self.lock_path):
-            self._append_locked(records)
+            self._append_locked([r["id"] for r in records], [line_text(r) for r in records])
         self._log_stale = True
 
-    def _append_locked(self, records: list[dict]) -> None:
-        data = "".join(line_text(r) + "\n" for r in records).encode("utf-8")
+    def _append_locked(self, ids: list[str], lines: list[str]) -> None:
+        """Append one line per record (``lines``, the texts of records ``ids``) in one write."""
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
         self._mend_torn_tail()
         start, stat = fsutil.append_bytes(self.ephemeral_path, data, mend=False)  # all or nothing, fsynced
-        self._note_append(start, stat.st_size, stat.st_ino, records, data)
+        self._note_append(start, stat.st_size, stat.st_ino, ids, data)
 
-    def update_ephemeral_many(self, changes: dict[str, Callable[[dict], dict | None]]) -> dict[str, dict]:
+    def update_ephemeral_many(self, changes: dict[str, Callable[[dict], dict | None]],
+                              patches: Patches | None = None) -> dict[str, dict | str]:
         """Apply each ``change`` to its record's latest version, under one lock, with one append.
 
         Reads only what was appended since this store last read the log, so
         closing N contexts costs one read and one write, not N of each.
-        Unknown ids and changes returning None write nothing; returns the
-        records written, by id.
+        Unknown ids and changes returning None write nothing.  ``patches``
+        (by id) may make a record's new line from the text of its latest
+        line where that was read at its known place, unparsed (see
+        :meth:`_latest_of`).  Returns what was written, by id: the record,
+        or for a patched one the text of its new line.
         """
-        written: dict[str, dict] = {}
+        written: dict[str, dict | str] = {}
         if not changes:
             return written
         with fsutil.file_lock(self.lock_path):
-            current = self._latest_of(changes)
+            current = self._latest_of(changes, patches)
             if current is None:
                 current = self.ephemeral_fresh()
+            lines = []
             for record_id, change in changes.items():
                 record = current.get(record_id)
                 if record is None:
                     continue
+                if isinstance(record, str):  # patched from its line already
+                    written[record_id] = record
+                    lines.append(record)
+                    continue
                 updated = change(dict(record))
                 if updated is not None:
                     written[record_id] = updated
+                    lines.append(line_text(updated))
             if written:
-                self._append_locked(list(written.values()))
+                self._append_locked(list(written), lines)
                 self._log_stale = True
         return written
 
