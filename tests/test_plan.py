@@ -229,3 +229,27 @@ def test_pick_oldest_keeps_exactly_one_minimal_context_per_item(rows):
     # both lists keep input order
     assert survivors == [c for c in contexts if c in survivors]
     assert duplicates == [c for c in contexts if c in duplicates]
+
+
+def _oldest_by_every_key(contexts, item_of, order_key, id_of=None):
+    """The reference: a key for every context, the smallest per item wins, both lists in input order."""
+    listed = list(contexts)
+    best: dict = {}
+    for position, context in enumerate(listed):
+        key = (order_key(context), id_of(context) if id_of is not None else None, position)
+        item = item_of(context)
+        if item not in best or key < best[item]:
+            best[item] = key
+    won = {key[2] for key in best.values()}
+    return ([c for i, c in enumerate(listed) if i in won], [c for i, c in enumerate(listed) if i not in won])
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 3), st.sampled_from(["x", "y", "z"])),
+                max_size=25), st.booleans())
+def test_pick_oldest_equals_a_key_for_every_context(rows, with_ids):
+    """Keys are compared only among an item's contexts: the answer is the one that keys all of them."""
+    contexts = [_ctx(context_id, item, stamp) for item, stamp, context_id in rows]
+    id_of = (lambda c: c.id) if with_ids else None
+    got = pick_oldest_per_item(contexts, lambda c: c.item, lambda c: c.enqueued_at, id_of)
+    expected = _oldest_by_every_key(contexts, lambda c: c.item, lambda c: c.enqueued_at, id_of)
+    assert [list(map(id, side)) for side in got] == [list(map(id, side)) for side in expected]

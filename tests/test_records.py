@@ -49,3 +49,54 @@ def test_unknown_keys_are_kept_through_a_copy():
     assert state.last_dispatch_count == 0
     with pytest.raises(RecordError, match="paused"):
         SchedulerState.from_dict({"paused": "no"})
+
+
+def _through_init(cls, data: dict):
+    """``from_dict`` as the dataclass's own ``__init__`` builds the record: the reference the fast
+    construction must equal, attribute order included."""
+    from sluice.core.records import _check
+
+    if not isinstance(data, dict):
+        raise RecordError("not an object")
+    if any(name not in data for name in cls._required):
+        raise RecordError("required")
+    known, extra = {}, {}
+    for key, value in data.items():
+        spec = cls._kinds.get(key)
+        if spec is None:
+            extra[key] = value
+        else:
+            known[key] = value if type(value) is spec[0] else _check(key, value, *spec)
+    record = cls(**known, extra=extra)
+    record._validate()
+    return record
+
+
+values = st.none() | st.booleans() | st.integers(-3, 3) | st.floats(-3, 3) | text | st.lists(text, max_size=2)
+keys = st.sampled_from([*SlingContextFields._kinds, *SchedulerState._kinds, "extra", "new"])
+
+
+@st.composite
+def objects(draw, cls):
+    """Mostly well-typed objects with the required keys (the valid records), some anything at all."""
+    typed = {str: text, int: st.integers(-1, 10**6), bool: st.booleans()}
+    data = {name: draw(typed[cls._kinds[name][0]] | values) for name in cls._required}
+    data.update(draw(st.dictionaries(keys, values, max_size=8)))
+    if draw(st.booleans()):  # keep the order of the keys a writer would not choose
+        data = dict(reversed(list(data.items())))
+    return data
+
+
+@given(st.sampled_from([SlingContextFields, SchedulerState]).flatmap(lambda c: st.tuples(st.just(c),
+                                                                                     objects(c))))
+def test_from_dict_builds_what_the_dataclass_init_builds(case):
+    cls, data = case
+    try:
+        expected = _through_init(cls, data)
+    except RecordError:
+        with pytest.raises(RecordError):
+            cls.from_dict(data)
+        return
+    got = cls.from_dict(data)
+    assert got == expected and got.extra == expected.extra and got.extra is not data
+    assert list(vars(got)) == list(vars(expected)) and got.to_dict() == expected.to_dict()

@@ -143,15 +143,26 @@ def pick_oldest_per_item(
     keep its own ranking and close or report the duplicates.
     """
     listed = list(contexts)
+
+    def key(position: int) -> tuple[Any, ...]:
+        context = listed[position]
+        return (order_key(context), id_of(context) if id_of is not None else None, position)
+
+    # Keys are worked out only where an item is seen twice: duplicates are rare, and a survey of
+    # 100,000 contexts would otherwise build 100,000 keys to compare none of them.
     winner_at: dict[Hashable, int] = {}
-    winner_key: dict[Hashable, tuple[Any, ...]] = {}
+    rivals = False
     for position, context in enumerate(listed):
         item = item_of(context)
-        tie_break = id_of(context) if id_of is not None else None
-        key = (order_key(context), tie_break, position)
-        if item not in winner_key or key < winner_key[item]:
-            winner_key[item] = key
+        held = winner_at.get(item)
+        if held is None:
             winner_at[item] = position
+        else:
+            rivals = True
+            if key(position) < key(held):
+                winner_at[item] = position
+    if not rivals:
+        return listed, []
     winning_positions = set(winner_at.values())
     survivors = [c for i, c in enumerate(listed) if i in winning_positions]
     duplicates = [c for i, c in enumerate(listed) if i not in winning_positions]

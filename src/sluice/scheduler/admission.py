@@ -64,15 +64,15 @@ def touches_of(item: Mapping) -> tuple[str, ...]:
 
 
 def applicant(work: Work) -> Applicant:
-    return Applicant(
-        key=work.context_id or work.item["id"],
-        item_id=work.item["id"],
-        rig=work.rig,
-        tokens=work.tokens or 0,
-        labels=frozenset(labels_of(work.item)),
-        touches=touches_of(work.item),
-        payload=work,
-    )
+    item = work.item
+    item_id = item["id"]
+    # Most items carry no labels and no metadata: those are read only where they are.
+    labels = frozenset(labels_of(item)) if item.get("labels") else NO_LABELS
+    touches = touches_of(item) if "metadata" in item else ()
+    return Applicant(work.context_id or item_id, item_id, work.rig, work.tokens or 0, labels, touches, work)
+
+
+NO_LABELS: frozenset[str] = frozenset()
 
 
 def running(stores: Stores, active: list[Polecat]) -> list[Running]:
@@ -134,6 +134,7 @@ class Assessment:
     planned_keys: set[str] = field(default_factory=set)
     gates: Gates | None = None
     paused_by: str | None = None
+    applicants: list[Applicant] = field(default_factory=list)  # view.ready as admission read it, in order
 
 
 def assess(
@@ -154,8 +155,9 @@ def assess(
     spend = kept.spend(town, now, window) if needs_spend(config) else rules.Spend()
     throttles = kept.throttles(town, now)
     caps = limits(config, len(active), batch)
+    applicants = [applicant(w) for w in view.ready]
     admission = rules.admit(
-        [applicant(w) for w in view.ready],
+        applicants,
         running(stores, active),
         caps,
         spend=spend,
@@ -165,7 +167,7 @@ def assess(
     )
     state = load_state(town)
     out = Assessment(view, admission, caps, spend, throttles, state.paused, config.scheduler.deferred, now,
-                     gates=gates, paused_by=state.paused_by)
+                     gates=gates, paused_by=state.paused_by, applicants=applicants)
     out.planned_keys = {a.key for a in admission.to_dispatch}
     return out
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
@@ -141,7 +141,8 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
 
     queue, estimates, tokens = [], [], []
-    for work, why in works:
+    ready = assessment.applicants  # the ready works, first in ``works``, as admission read them
+    for position, (work, why) in enumerate(works):
         item = work.item
         minutes = estimated_minutes(item)
         if minutes is None and isinstance(item.get("metadata"), dict):
@@ -153,7 +154,9 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
         held_until = max(throttle_end.get(None, 0.0), throttle_end.get(work.rig, 0.0))
         if id(work) in backing_off:  # a failed launch waits out its backoff, as dispatch has it
             held_until = max(held_until, parse_ts(retry_due_at(work.payload.fields, *retry)) or 0.0)
-        seen = admission.applicant(work)  # labels, touches and tokens as admission reads them
+        # labels, touches and tokens as admission reads them
+        known = position < len(ready) and ready[position].payload is work
+        seen = ready[position] if known else admission.applicant(work)
         queue.append(model.Queued(item["id"], work.rig, estimate.runtime_p50, estimate.runtime_p90,
                                   not_before=held_until, why=rules.PAUSED if paused else why,
                                   runtime_mean=estimate.runtime_mean, labels=seen.labels,
@@ -338,4 +341,10 @@ def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:
 
 
 def _at(epoch: float | None) -> str | None:
-    return None if epoch is None else stamp(epoch)
+    return None if epoch is None else _stamp(epoch)
+
+
+@lru_cache(maxsize=1 << 14)
+def _stamp(epoch: float) -> str:
+    """:func:`stamp`, remembered: the items of a tick start at the same few moments."""
+    return stamp(epoch)

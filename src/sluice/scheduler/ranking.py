@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import order_of_ts, order_text
@@ -138,11 +139,12 @@ def rank_work(
     for kind, order, w in members:
         s = scored[kind]
         w.score, w.reasons, w.pressured = s.score, s.reasons, s.pressured
-        # Promoted work first, in the order it was promoted (`scheduler promote`), then score order.
-        promoted = (not w.promoted_at, w.promoted_at)
-        keyed.append((promoted, rank_order(s.score, w.tokens, order, w.item["id"]), w))
-    keyed.sort(key=lambda entry: entry[:2])
-    return [w for _promoted, _key, w in keyed]
+        # Promoted work first, in the order it was promoted (`scheduler promote`), then score order:
+        # one flat key, (not promoted, promoted_at) + rank_order, which orders as the pair of them.
+        rank = rank_order(s.score, w.tokens, order, w.item["id"])
+        keyed.append(((not w.promoted_at, w.promoted_at, *rank), w))
+    keyed.sort(key=itemgetter(0))
+    return [w for _key, w in keyed]
 
 
 def _age_hours(order: str, now: float) -> float:
