@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.api import open_town
 from sluice.core import scoring
 from sluice.core.clock import MAX_DURATION, DurationTooLong, parse_duration
 from sluice.errors import UsageError
@@ -71,23 +70,22 @@ def test_a_hand_edited_config_with_too_long_a_duration_names_the_key_on_every_co
 
 
 @pytest.mark.parametrize("until", ["999999999h", "99999999999h", "9999-12-31T00:00:00Z"])
-def test_throttle_until_beyond_the_longest_duration_is_refused(cli, town_dir, until):
+def test_throttle_until_beyond_the_longest_duration_is_refused(cli, api_town, until):
     done = cli.run("scheduler", "throttle", "--until", until, check=False)
     assert done.returncode == 2, done.stderr
     assert "--until" in done.stderr and "876000h" in done.stderr and "internal error" not in done.stderr
     assert cli.json("scheduler", "status")["throttles"] == []
     with pytest.raises(UsageError, match="876000h"):
-        open_town(town_dir).throttle(until=until)
+        api_town.throttle(until=until)
 
 
-def test_the_python_api_refuses_what_the_cli_refuses(town_dir):
-    town = open_town(town_dir)
+def test_the_python_api_refuses_what_the_cli_refuses(api_town):
     with pytest.raises(UsageError, match=r"scheduler\.spawn_delay"):
-        town.config_set("scheduler.spawn_delay", "99999999999h")
+        api_town.config_set("scheduler.spawn_delay", "99999999999h")
     with pytest.raises(UsageError, match=r"scheduler\.throttle_for"):
-        town.config_set("scheduler.throttle_for", 1e300)
+        api_town.config_set("scheduler.throttle_for", 1e300)
     with pytest.raises(UsageError, match="priority"):
-        town.set_policy(priority=1e308, cost=1e308)
+        api_town.set_policy(priority=1e308, cost=1e308)
 
 
 def test_policy_set_refuses_weights_that_could_overflow_a_score(cli, town_dir, rig):

@@ -34,10 +34,6 @@ def _is_fixture(decorator: ast.expr) -> bool:
 
 FAMILY = set(fixtures(TESTS / "conftest.py"))
 MODULES = sorted(p for p in TESTS.glob("*.py") if p.name != "conftest.py")
-#: Modules still to be moved onto the family; the list only shrinks.
-UNMOVED = {
-    "test_ray_nodes.py", "test_workspace_runs.py",
-}
 
 
 def test_the_family_names_the_documented_types():
@@ -48,7 +44,7 @@ def test_the_family_names_the_documented_types():
 
 
 def test_no_module_redefines_a_family_fixture_or_a_bare_town():
-    clashes = [f"{path.name}:{line} {name}" for path in MODULES if path.name not in UNMOVED
+    clashes = [f"{path.name}:{line} {name}" for path in MODULES
                for name, line in fixtures(path).items() if name in FAMILY | RETIRED]
     assert not clashes, f"fixtures named like the family in conftest.py (or a bare town): {clashes}"
 

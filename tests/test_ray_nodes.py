@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,8 +103,8 @@ def test_the_second_node_joins_with_its_own_slots_and_cannot_see_the_tests_direc
 
 
 @pytest.fixture
-def town(cli, rig, tmp_path, shared, ray_cluster, far_node):
-    """A town whose rig ``alpha`` has a bare remote every node can reach, and clone workspaces."""
+def ray_paths(cli, rig, tmp_path, shared, ray_cluster, far_node) -> Iterator[tuple[Path, Path, Path]]:
+    """Rig ``alpha`` with a bare remote every node can reach, clone workspaces: (town, reports, remote)."""
     reports = shared / tmp_path.name
     reports.mkdir()
     remote = shared / f"{tmp_path.name}-alpha.git"
@@ -161,9 +162,9 @@ def running_by_node(town_dir: Path) -> dict[str, int]:
     return counts
 
 
-def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_node(town, far_node,
+def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_node(ray_paths, far_node,
                                                                                    ray_cluster):
-    town_dir, reports, remote = town
+    town_dir, reports, remote = ray_paths
     nasty = "exit 0; touch /tmp/never $(id) `tick` 'q' \"d\" {workspace}"
     queue(town_dir, item("al-1", nasty), item("al-2", "exit 3"), item("al-3", "exit 0"),
           item("al-4", "exit 5"), item("al-5", "exit 0"))
@@ -215,8 +216,8 @@ def test_polecats_on_both_nodes_clone_the_remote_run_and_report_exit_code_and_no
     assert tree_hash(rig_repo) == before  # the rig's repository was only ever read
 
 
-def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(town, cli):
-    town_dir, reports, remote = town
+def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(ray_paths, cli):
+    town_dir, reports, remote = ray_paths
     shutil.rmtree(remote)  # the remote is gone: the clone on the node fails
     configure(town_dir, {"executor.ray.resources": json.dumps({"agent_slot": 1, "far": 1}),
                          "scheduler.retry_failed_runs": "1"})
@@ -240,9 +241,10 @@ def test_a_clone_that_fails_on_the_node_ends_the_run_failed_with_gits_words(town
     assert (retried["outcome"], retried["reason"]) == ("ok", None)
 
 
-def test_a_node_killed_mid_run_makes_a_vanished_run_retried_only_as_configured(town, far_node, ray_cluster):
+def test_a_node_killed_mid_run_makes_a_vanished_run_retried_only_as_configured(ray_paths, far_node,
+                                                                               ray_cluster):
     """Last in the module: it takes the second node away for good."""
-    town_dir, reports, _ = town
+    town_dir, reports, _ = ray_paths
     configure(town_dir, {"executor.ray.resources": json.dumps({"agent_slot": 1, "far": 1}),
                          "scheduler.retry_failed_runs": "1"})
     queue(town_dir, item("al-1", "exit 0"))
