@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -127,7 +128,8 @@ def test_property_the_pure_path_agrees_with_the_rules(records):
 
 
 @pytest.fixture(scope="module")
-def store_town(tmp_path_factory):
+def store_dir(tmp_path_factory) -> Path:
+    """One town for the module with rig beads, whose export each example replaces."""
     root = tmp_path_factory.mktemp("edges")
     town = quick_town(root)
     quick_rig(town, root, "beads", "bd")
@@ -136,12 +138,12 @@ def store_town(tmp_path_factory):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(exports())
-def test_property_the_derived_index_agrees_with_the_rules(store_town, records):
-    path = store_town / ".sluice" / "rigs" / "beads" / "issues.jsonl"
+def test_property_the_derived_index_agrees_with_the_rules(store_dir, records):
+    path = store_dir / ".sluice" / "rigs" / "beads" / "issues.jsonl"
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
     os.replace(tmp, path)  # a new file each time: the index sees it changed and rebuilds
-    store = Stores(Town(store_town)).rig("beads")
+    store = Stores(Town(store_dir)).rig("beads")
     try:
         assert store.index_is_exact()
         ready = [row[2] for row in store.ready_raw(NOW)]

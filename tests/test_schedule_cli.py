@@ -15,14 +15,8 @@ import shutil
 
 import pytest
 
-from helpers.advisor import add_rig, add_worktree, decisions, events, ids, item, merge_request, write_items
-
-
-@pytest.fixture
-def two_rigs(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
-    return cli
+from helpers import Cli
+from helpers.advisor import add_worktree, decisions, events, ids, item, merge_request, write_items
 
 
 def next_json(cli, *args: str) -> list[dict]:
@@ -32,8 +26,7 @@ def next_json(cli, *args: str) -> list[dict]:
 # -- metagit's catalogue --------------------------------------------------------------
 
 
-def test_the_most_urgent_item_is_promoted(two_rigs):
-    cli = two_rigs
+def test_the_most_urgent_item_is_promoted(cli, rigs):
     write_items(cli.town, "alpha", [item("al-low", priority=3), item("al-high", priority=0)])
     [decision] = next_json(cli, "--limit", "1")
     assert decision["node_id"] == "al-high"
@@ -42,8 +35,7 @@ def test_the_most_urgent_item_is_promoted(two_rigs):
     assert [d["score"] for d in next_json(cli, "--limit", "2", "--preview")] == [4.125, 1.125]
 
 
-def test_cheaper_work_wins_between_equals_then_time_then_id(two_rigs):
-    cli = two_rigs
+def test_cheaper_work_wins_between_equals_then_time_then_id(cli, rigs):
     write_items(
         cli.town,
         "alpha",
@@ -67,16 +59,14 @@ def test_cheaper_work_wins_between_equals_then_time_then_id(two_rigs):
     assert ids(next_json(cli, "--limit", "4", "--preview")) == ["al-free", "al-cheap", "al-budget", "al-dear"]
 
 
-def test_equal_score_and_tokens_fall_to_creation_time_then_id(two_rigs):
-    cli = two_rigs
+def test_equal_score_and_tokens_fall_to_creation_time_then_id(cli, rigs):
     write_items(
         cli.town, "alpha", [item("al-late", minute=30), item("al-b", minute=10), item("al-a", minute=10)]
     )
     assert ids(next_json(cli, "--limit", "3", "--preview")) == ["al-a", "al-b", "al-late"]
 
 
-def test_affinity_follows_a_real_worktree(two_rigs, tmp_path):
-    cli = two_rigs
+def test_affinity_follows_a_real_worktree(cli, rigs, tmp_path):
     write_items(cli.town, "alpha", [item("al-one", minute=0)])
     write_items(cli.town, "beta", [item("be-one", minute=1)])
     assert ids(next_json(cli, "--limit", "2", "--preview")) == ["al-one", "be-one"]
@@ -88,8 +78,7 @@ def test_affinity_follows_a_real_worktree(two_rigs, tmp_path):
     assert ids(next_json(cli, "--limit", "2", "--preview")) == ["al-one", "be-one"]
 
 
-def test_merge_pressure_penalises_a_rig_at_the_threshold(two_rigs):
-    cli = two_rigs
+def test_merge_pressure_penalises_a_rig_at_the_threshold(cli, rigs):
     write_items(
         cli.town,
         "alpha",
@@ -118,8 +107,7 @@ def test_merge_pressure_penalises_a_rig_at_the_threshold(two_rigs):
     assert [d["score"] for d in next_json(cli, "--limit", "2", "--preview")] == [4.125, 3.125]
 
 
-def test_skip_mode_reports_a_pressured_leader_as_skipped(two_rigs):
-    cli = two_rigs
+def test_skip_mode_reports_a_pressured_leader_as_skipped(cli, rigs):
     write_items(
         cli.town,
         "alpha",
@@ -147,8 +135,7 @@ def test_skip_mode_reports_a_pressured_leader_as_skipped(two_rigs):
     ]
 
 
-def test_graph_overrides_change_only_their_graph(two_rigs):
-    cli = two_rigs
+def test_graph_overrides_change_only_their_graph(cli, rigs):
     write_items(
         cli.town,
         "alpha",
@@ -180,8 +167,7 @@ def test_graph_overrides_change_only_their_graph(two_rigs):
     ]
 
 
-def test_limit(two_rigs):
-    cli = two_rigs
+def test_limit(cli, rigs):
     write_items(cli.town, "alpha", [item(f"al-{n}", priority=n % 5, minute=n) for n in range(6)])
     assert ids(next_json(cli, "--limit", "3")) == ["al-0", "al-5", "al-1"]
     assert len(next_json(cli)) == 1  # the default is one decision
@@ -193,8 +179,7 @@ def test_limit(two_rigs):
     assert cli.run("schedule", "next", "--limit", "x", check=False).returncode == 2
 
 
-def test_preview_persists_nothing(two_rigs):
-    cli = two_rigs
+def test_preview_persists_nothing(cli, rigs):
     write_items(cli.town, "alpha", [item("al-1")])
     assert ids(next_json(cli, "--preview")) == ["al-1"]
     assert decisions(cli.town) == []
@@ -203,8 +188,7 @@ def test_preview_persists_nothing(two_rigs):
     assert len(decisions(cli.town)) == 1
 
 
-def test_decisions_are_persisted_with_their_events(two_rigs, tmp_path):
-    cli = two_rigs
+def test_decisions_are_persisted_with_their_events(cli, rigs, tmp_path):
     write_items(
         cli.town,
         "alpha",
@@ -250,8 +234,7 @@ def test_decisions_are_persisted_with_their_events(two_rigs, tmp_path):
     assert ids(next_json(cli, "--limit", "2")) == ["al-1", "al-2"]
 
 
-def test_nothing_ready_is_an_empty_answer(two_rigs):
-    cli = two_rigs
+def test_nothing_ready_is_an_empty_answer(cli, rigs):
     write_items(
         cli.town,
         "alpha",
@@ -266,8 +249,7 @@ def test_nothing_ready_is_an_empty_answer(two_rigs):
     assert decisions(cli.town) == []
 
 
-def test_text_output_is_one_line_per_decision(two_rigs):
-    cli = two_rigs
+def test_text_output_is_one_line_per_decision(cli, rigs):
     write_items(cli.town, "alpha", [item("al-1", priority=0, title="First"), item("al-2", minute=1)])
     lines = cli.run("schedule", "next", "--limit", "2", "--preview").stdout.splitlines()
     assert lines == ["DECISION  ITEM  SCORE  GRAPH  RIG    TITLE",  # a header over aligned columns
@@ -278,8 +260,7 @@ def test_text_output_is_one_line_per_decision(two_rigs):
 # -- fairness (metagit never tested it) ---------------------------------------------------
 
 
-def test_fairness_prefers_the_rig_scheduled_least(two_rigs):
-    cli = two_rigs
+def test_fairness_prefers_the_rig_scheduled_least(cli, rigs):
     write_items(cli.town, "alpha", [item("al-1", minute=0)])
     write_items(cli.town, "beta", [item("be-1", minute=1)])
     cli.run("schedule", "policy", "set", "--fairness", "1")
@@ -296,8 +277,7 @@ def test_fairness_prefers_the_rig_scheduled_least(two_rigs):
     assert cache["counts"] == {"alpha": 2, "beta": 1}
 
 
-def test_fairness_counts_dispatches_logged_by_the_dispatcher_too(two_rigs):
-    cli = two_rigs
+def test_fairness_counts_dispatches_logged_by_the_dispatcher_too(cli, rigs):
     write_items(cli.town, "alpha", [item("al-1", minute=0)])
     write_items(cli.town, "beta", [item("be-1", minute=1)])
     hints = {"title": "x", "project": "alpha", "repository": "/r", "agent_id": None, "priority": 2}
@@ -314,8 +294,8 @@ def test_fairness_counts_dispatches_logged_by_the_dispatcher_too(two_rigs):
 
 
 @pytest.fixture
-def graphs_town(two_rigs):
-    cli = two_rigs
+def graphs_cli(cli, rigs) -> Cli:
+    """The CLI over rigs alpha and beta holding two epics, a sub-epic and a child across prefixes."""
     write_items(
         cli.town,
         "alpha",
@@ -339,9 +319,9 @@ def graphs_town(two_rigs):
     return cli
 
 
-def test_graph_ids_are_top_level_epics_of_the_items_own_prefix(graphs_town):
+def test_graph_ids_are_top_level_epics_of_the_items_own_prefix(graphs_cli):
     """beads: a cross-prefix parent-child edge is external and makes no one a child (items.md)."""
-    got = next_json(graphs_town, "--limit", "5", "--preview")
+    got = next_json(graphs_cli, "--limit", "5", "--preview")
     assert [(d["node_id"], d["graph_id"]) for d in got] == [
         ("al-misc", None),
         ("be-web", None),  # its parent al-release has another prefix
@@ -351,22 +331,22 @@ def test_graph_ids_are_top_level_epics_of_the_items_own_prefix(graphs_town):
     ]
 
 
-def test_graph_filter_keeps_one_graph(graphs_town):
-    got = next_json(graphs_town, "--graph-id", "al-release", "--limit", "10", "--preview")
+def test_graph_filter_keeps_one_graph(graphs_cli):
+    got = next_json(graphs_cli, "--graph-id", "al-release", "--limit", "10", "--preview")
     assert [(d["node_id"], d["score"]) for d in got] == [
         ("al-api", 3.125),
         ("al-release", 0.125),
         ("al-sub", 0.125),
     ]
     assert {d["graph_id"] for d in got} == {"al-release"}
-    assert ids(next_json(graphs_town, "--graph-id", "al-hotfix", "--limit", "10")) == [
+    assert ids(next_json(graphs_cli, "--graph-id", "al-hotfix", "--limit", "10")) == [
         "al-patch",
         "al-hotfix",
     ]
 
 
-def test_fairness_under_a_graph_filter_compares_only_that_graphs_rigs(graphs_town):
-    cli = graphs_town
+def test_fairness_under_a_graph_filter_compares_only_that_graphs_rigs(graphs_cli):
+    cli = graphs_cli
     cli.run("schedule", "policy", "set", "--fairness", "1")
     next_json(cli, "--graph-id", "al-hotfix")  # alpha: 1 decision
     got = next_json(cli, "--graph-id", "al-hotfix", "--preview")
@@ -382,20 +362,20 @@ def test_fairness_under_a_graph_filter_compares_only_that_graphs_rigs(graphs_tow
     assert [(d["node_id"], d["reasons"][-1]) for d in got] == [("al-api", "fairness=1")]
 
 
-def test_a_graph_override_on_one_graph_in_several_rigs(graphs_town):
-    cli = graphs_town
+def test_a_graph_override_on_one_graph_in_several_rigs(graphs_cli):
+    cli = graphs_cli
     cli.run("schedule", "policy", "set", "--graph-id", "al-hotfix", "--priority", "4", "--cost", "0")
     got = next_json(cli, "--limit", "2", "--preview")
     assert [(d["node_id"], d["score"]) for d in got] == [("al-patch", 8.0), ("al-misc", 4.125)]
 
 
-def test_an_unknown_or_wrong_graph_is_an_error(graphs_town):
+def test_an_unknown_or_wrong_graph_is_an_error(graphs_cli):
     for graph, message in (
         ("al-nothing", "unknown graph 'al-nothing'"),
         ("al-api", "al-api is a task, not an epic"),
         ("al-sub", "al-sub is inside graph al-release"),
     ):
-        done = graphs_town.run("schedule", "next", "--graph-id", graph, "--json", check=False)
+        done = graphs_cli.run("schedule", "next", "--graph-id", graph, "--json", check=False)
         assert done.returncode == 1, done.stderr
         assert message in done.stderr
         assert done.stdout == ""
@@ -404,8 +384,7 @@ def test_an_unknown_or_wrong_graph_is_an_error(graphs_town):
 # -- status ---------------------------------------------------------------------------------
 
 
-def test_status_reports_policy_ready_count_recent_decisions_and_merge_pressure(two_rigs):
-    cli = two_rigs
+def test_status_reports_policy_ready_count_recent_decisions_and_merge_pressure(cli, rigs):
     write_items(
         cli.town, "alpha", [item("al-1", priority=0), item("al-2", minute=1), merge_request("al-m", "open")]
     )
@@ -431,8 +410,7 @@ def test_status_reports_policy_ready_count_recent_decisions_and_merge_pressure(t
     assert text[7].split() == ["AT", "DECISION", "ITEM", "SCORE", "BY"]
 
 
-def test_status_reads_only_the_end_of_a_long_log(two_rigs):
-    cli = two_rigs
+def test_status_reads_only_the_end_of_a_long_log(cli, rigs):
     path = cli.town / ".sluice" / "schedule" / "decisions.jsonl"
     path.write_text("this line is not JSON\n" + "{}\n" * 50_000)
     write_items(cli.town, "alpha", [item("al-1")])
@@ -448,9 +426,8 @@ def test_status_reads_only_the_end_of_a_long_log(two_rigs):
     assert f"{path}:50003: malformed decision" in done.stderr
 
 
-def test_a_torn_last_line_never_fuses_with_the_next_decision_or_event(two_rigs):
+def test_a_torn_last_line_never_fuses_with_the_next_decision_or_event(cli, rigs):
     """A crash mid-append leaves a fragment; the next append must not glue itself onto it."""
-    cli = two_rigs
     write_items(cli.town, "alpha", [item("al-1")])
     first = next_json(cli)
     town = cli.town / ".sluice"
@@ -472,8 +449,7 @@ def test_a_torn_last_line_never_fuses_with_the_next_decision_or_event(two_rigs):
 # -- policy -----------------------------------------------------------------------------------
 
 
-def test_policy_show_defaults_and_set_round_trip(two_rigs):
-    cli = two_rigs
+def test_policy_show_defaults_and_set_round_trip(cli, rigs):
     defaults = cli.json("schedule", "policy", "show")
     assert defaults == {
         "weights": {"priority": 1.0, "affinity": 0.5, "cost": 0.25, "fairness": 0.0, "deadline": 0.0},
@@ -520,8 +496,7 @@ def test_policy_show_defaults_and_set_round_trip(two_rigs):
     assert (rows["merge_queue_threshold"], rows["merge_pressure_penalty"]) == ("5", "1.5")
 
 
-def test_a_threshold_below_one_is_refused_on_set_and_on_load(two_rigs):
-    cli = two_rigs
+def test_a_threshold_below_one_is_refused_on_set_and_on_load(cli, rigs):
     policy_file = cli.town / ".sluice" / "schedule" / "policy.json"
     done = cli.run("schedule", "policy", "set", "--merge-queue-threshold", "0", check=False)
     assert done.returncode == 2
@@ -539,8 +514,7 @@ def test_a_threshold_below_one_is_refused_on_set_and_on_load(two_rigs):
 # -- one ranking: the dispatcher orders queued work exactly as `schedule next` does -----------
 
 
-def test_scheduler_list_status_and_dry_run_follow_the_schedule_next_order(two_rigs, tmp_path):
-    cli = two_rigs
+def test_scheduler_list_status_and_dry_run_follow_the_schedule_next_order(cli, rigs, tmp_path):
     write_items(
         cli.town,
         "alpha",
@@ -609,22 +583,22 @@ def test_every_schedule_command_and_flag_is_documented(cli):
                 assert flag in docs, f"{flag} of `schedule {' '.join(command)}` is not in docs/scoring.md"
 
 
-def test_policy_set_refuses_a_graph_that_is_no_top_level_epic(graphs_town):
-    before = graphs_town.json("schedule", "policy", "show")
+def test_policy_set_refuses_a_graph_that_is_no_top_level_epic(graphs_cli):
+    before = graphs_cli.json("schedule", "policy", "show")
     for graph, message in (
         ("al-nothing", "unknown graph 'al-nothing'"),
         ("al-api", "al-api is a task, not an epic"),
         ("al-sub", "al-sub is inside graph al-release"),
     ):
-        done = graphs_town.run("schedule", "policy", "set", "--graph-id", graph, "--priority", "3",
+        done = graphs_cli.run("schedule", "policy", "set", "--graph-id", graph, "--priority", "3",
                                check=False)
         assert done.returncode == 1, done.stderr
         assert message in done.stderr and done.stdout == ""
-    assert graphs_town.json("schedule", "policy", "show") == before  # nothing written
+    assert graphs_cli.json("schedule", "policy", "show") == before  # nothing written
 
 
-def test_policy_unset_removes_one_graphs_overrides(graphs_town):
-    cli = graphs_town
+def test_policy_unset_removes_one_graphs_overrides(graphs_cli):
+    cli = graphs_cli
     cli.run("schedule", "policy", "set", "--graph-id", "al-hotfix", "--priority", "4", "--cost", "0")
     cli.run("schedule", "policy", "set", "--graph-id", "al-release", "--affinity", "1")
     assert [d["node_id"] for d in next_json(cli, "--limit", "1", "--preview")] == ["al-patch"]
@@ -639,20 +613,19 @@ def test_policy_unset_removes_one_graphs_overrides(graphs_town):
     assert missing.returncode == 2 and "--graph-id" in missing.stderr
 
 
-def test_policy_unset_works_for_a_graph_that_is_gone(graphs_town):
+def test_policy_unset_works_for_a_graph_that_is_gone(graphs_cli):
     """An override outlives its epic (closed, deleted, its rig removed); unset still removes it."""
-    cli = graphs_town
+    cli = graphs_cli
     cli.run("schedule", "policy", "set", "--graph-id", "al-hotfix", "--priority", "4")
     cli.run("item", "close", "al-patch")
     cli.run("item", "close", "al-hotfix")
     assert cli.json("schedule", "policy", "unset", "--graph-id", "al-hotfix")["graph_overrides"] == {}
 
 
-def test_the_sling_command_of_a_foreign_prefix_item_works_as_printed(two_rigs, tmp_path):
+def test_the_sling_command_of_a_foreign_prefix_item_works_as_printed(cli, rigs, tmp_path):
     """An export may hold another project's ids; the advice must still be a command that queues it."""
     import shlex
 
-    cli = two_rigs
     export = tmp_path / "foreign.jsonl"
     export.write_text(json.dumps(item("zz-1", priority=0)) + "\n")
     cli.run("item", "import", "alpha", str(export))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, sleeper, wait_for, without_etas, write_items
+from helpers.scheduler import item, sleeper, stop_polecats, wait_for, without_etas, write_items
 from sluice.executors import get_executor
 from sluice.scheduler.snapshot import snapshot
 from sluice.store.events import emit_event, recent_events
@@ -15,10 +16,8 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def busy_town(cli, tmp_path):
+def busy_files(cli, rigs) -> Iterator[Town]:
     """Two rigs, a blocked chain, a merge request, two polecats running and four items queued."""
-    add_rig(cli, tmp_path, "alpha", "al")
-    add_rig(cli, tmp_path, "beta", "be")
     write_items(cli.town, "alpha", [
         item("al-1", "first", priority=0), item("al-2", "second"), item("al-3", "third"),
         item("al-4", "waits", deps=[("blocks", "al-3")]),
@@ -33,12 +32,10 @@ def busy_town(cli, tmp_path):
     town = Town(cli.town)
     wait_for(lambda: len(get_executor(town).active()) == 2)
     yield town
-    executor = get_executor(Town(cli.town))
-    for polecat in executor.active():
-        executor.stop(polecat.id)
+    stop_polecats(cli.town)
 
 
-def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_town):
+def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_files):
     snap = cli.json("snapshot")
     status = cli.json("scheduler", "status")
     listing = cli.json("scheduler", "list")
@@ -72,10 +69,10 @@ def test_the_snapshot_is_what_status_list_and_polecat_list_say(cli, busy_town):
     assert types.count("Dispatched") == 2 and "Enqueued" in types
 
 
-def test_the_library_call_the_facade_and_the_command_agree(cli, busy_town):
+def test_the_library_call_the_facade_and_the_command_agree(cli, busy_files):
     import sluice.api
 
-    mine = snapshot(busy_town)
+    mine = snapshot(busy_files)
     facade = sluice.api.open_town(cli.town).snapshot()
     theirs = cli.json("snapshot")
     for snap in (mine, facade, theirs):
@@ -86,14 +83,14 @@ def test_the_library_call_the_facade_and_the_command_agree(cli, busy_town):
     assert json.loads(json.dumps(mine)) == json.loads(json.dumps(facade)) == theirs
 
 
-def test_pause_shows_in_the_snapshot(cli, busy_town):
+def test_pause_shows_in_the_snapshot(cli, busy_files):
     cli.run("scheduler", "pause")
-    snap = snapshot(busy_town)
+    snap = snapshot(busy_files)
     assert snap["scheduler"]["paused"] is True
     assert snap["events"][-1]["type"] == "Paused"
 
 
-def test_text_output_names_each_rig(cli, busy_town):
+def test_text_output_names_each_rig(cli, busy_files):
     text = cli.run("snapshot").stdout
     assert "alpha: 3 ready, 1 blocked, 2 queued, 2 running, merge queue 1" in text
     assert "2 polecat(s) running" in text

@@ -55,7 +55,7 @@ def test_an_append_that_cannot_open_its_file_names_the_file(tmp_path):
 
 
 @pytest.fixture
-def full_town(disk):
+def full_cli(disk) -> Cli:
     """A town with a rig of ten items on a small disk, its index built, the disk then filled."""
     town = disk / "town"
     cli = Cli(town)
@@ -68,8 +68,8 @@ def full_town(disk):
     return cli
 
 
-def test_a_sling_of_ten_items_on_a_full_disk_queues_none_of_them(full_town, disk):
-    cli = full_town
+def test_a_sling_of_ten_items_on_a_full_disk_queues_none_of_them(full_cli, disk):
+    cli = full_cli
     fill(disk, leave=4096)  # room for a few of the ten contexts, not all
     done = cli.run("sling", *[f"al-{n}" for n in range(10)], "alpha", check=False)
     assert done.returncode == 1
@@ -92,15 +92,15 @@ def unwritable_events(town: Path) -> None:
 
 
 @pytest.fixture
-def queue_town(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
-    configure(cli.town, "scheduler.max_polecats", "2")
+def queue_cli(cli, rig, capacity) -> Cli:
+    """The CLI over rig alpha with al-1 and al-2 ready, in deferred mode."""
+    capacity(2)
     write_items(cli.town, "alpha", [item("al-1"), item("al-2")])
     return cli
 
 
-def test_a_sling_the_event_log_refuses_is_acknowledged_with_a_warning(queue_town):
-    cli = queue_town
+def test_a_sling_the_event_log_refuses_is_acknowledged_with_a_warning(queue_cli):
+    cli = queue_cli
     unwritable_events(cli.town)
     done = cli.run("sling", "al-1", "alpha", "--json", check=False)
     assert done.returncode == 0, done.stderr
@@ -112,8 +112,8 @@ def test_a_sling_the_event_log_refuses_is_acknowledged_with_a_warning(queue_town
     assert "events missing: 1 event(s)" in cli.run("patrol", "alpha").stdout
 
 
-def test_a_cycle_the_event_log_refuses_still_reports_its_launch(queue_town):
-    cli = queue_town
+def test_a_cycle_the_event_log_refuses_still_reports_its_launch(queue_cli):
+    cli = queue_cli
     configure(cli.town, "executor.command", sleeper(0.1))
     cli.run("sling", "al-1", "alpha")
     unwritable_events(cli.town)
@@ -125,8 +125,8 @@ def test_a_cycle_the_event_log_refuses_still_reports_its_launch(queue_town):
     assert cli.json("patrol", "alpha")["events_missing"]["types"]["Dispatched"] == 1
 
 
-def test_patrol_says_nothing_is_missing_while_the_log_takes_every_event(queue_town):
-    cli = queue_town
+def test_patrol_says_nothing_is_missing_while_the_log_takes_every_event(queue_cli):
+    cli = queue_cli
     cli.run("sling", "al-1", "alpha")
     assert cli.json("patrol", "alpha")["events_missing"] is None
 
@@ -134,8 +134,8 @@ def test_patrol_says_nothing_is_missing_while_the_log_takes_every_event(queue_to
 # -- a read on a full disk without its index: answered from the source, said once ---------------
 
 
-def test_read_commands_on_a_full_disk_without_an_index_read_the_items_file(full_town, disk):
-    cli = full_town
+def test_read_commands_on_a_full_disk_without_an_index_read_the_items_file(full_cli, disk):
+    cli = full_cli
     cli.run("sling", "al-0", "al-1", "alpha")
     for index in (cli.town / ".sluice" / "runtime" / "index").glob("*"):
         index.unlink()
@@ -157,17 +157,17 @@ def test_read_commands_on_a_full_disk_without_an_index_read_the_items_file(full_
         assert "No space left on device" in done.stderr and str(cli.town) in done.stderr
 
 
-def test_a_damaged_index_is_still_rebuilt(full_town):
-    cli = full_town
+def test_a_damaged_index_is_still_rebuilt(full_cli):
+    cli = full_cli
     [index] = (cli.town / ".sluice" / "runtime" / "index").glob("alpha.sqlite")
     index.write_bytes(b"not a database at all" * 100)
     assert len(cli.json("item", "list", "alpha")) == 10
 
 
-def test_the_mcp_tools_answer_or_refuse_by_name_on_a_full_disk_without_an_index(full_town, disk):
+def test_the_mcp_tools_answer_or_refuse_by_name_on_a_full_disk_without_an_index(full_cli, disk):
     from test_mcp import session_calls
 
-    cli = full_town
+    cli = full_cli
     cli.run("sling", "al-0", "alpha")
     for index in (cli.town / ".sluice" / "runtime" / "index").glob("*"):
         index.unlink()
@@ -187,11 +187,11 @@ def test_the_mcp_tools_answer_or_refuse_by_name_on_a_full_disk_without_an_index(
     assert "internal error" not in text and "Traceback" not in text
 
 
-def test_a_sling_over_two_rigs_reports_the_rig_whose_log_refused_and_keeps_the_other(queue_town, tmp_path):
+def test_a_sling_over_two_rigs_reports_the_rig_whose_log_refused_and_keeps_the_other(queue_cli, tmp_path):
     import shutil
     import subprocess
 
-    cli = queue_town
+    cli = queue_cli
     add_rig(cli, tmp_path, "beta", "be")
     write_items(cli.town, "beta", [item("be-1")])
     log = ephemeral_path(cli.town, "beta")
@@ -213,11 +213,11 @@ def test_a_sling_over_two_rigs_reports_the_rig_whose_log_refused_and_keeps_the_o
     assert [e["payload"]["item_id"] for e in events(cli.town, "Enqueued")] == ["al-1"]
 
 
-def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_town):
+def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_cli):
     import shutil
     import subprocess
 
-    cli = queue_town
+    cli = queue_cli
     configure(cli.town, "executor.command", sleeper(0.1))
     cli.run("sling", "al-1", "alpha")
     log = cli.town / ".sluice" / "schedule" / "decisions.jsonl"
@@ -237,11 +237,11 @@ def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_town)
     assert open_contexts(cli.town, "alpha") == []
 
 
-def test_a_daemon_whose_log_and_heartbeat_refuse_keeps_dispatching(queue_town):
+def test_a_daemon_whose_log_and_heartbeat_refuse_keeps_dispatching(queue_cli):
     import shutil
     import subprocess
 
-    cli = queue_town
+    cli = queue_cli
     configure(cli.town, "executor.command", sleeper(0.1))
     cli.run("sling", "al-1", "alpha")
     runtime = cli.town / ".sluice" / "runtime"
@@ -260,8 +260,8 @@ def test_a_daemon_whose_log_and_heartbeat_refuse_keeps_dispatching(queue_town):
     assert open_contexts(cli.town, "alpha") == []
 
 
-def test_a_read_only_index_directory_costs_speed_not_the_answer(queue_town):
-    cli = queue_town
+def test_a_read_only_index_directory_costs_speed_not_the_answer(queue_cli):
+    cli = queue_cli
     index = cli.town / ".sluice" / "runtime" / "index"
     for old in index.glob("*"):
         old.unlink()
