@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers.scheduler import item, town_with_rigs, wait_for, write_items
+from helpers.scheduler import item, wait_for, write_items
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor, pid_alive, proc_start_time
@@ -20,11 +21,10 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def setup(cli, tmp_path):
-    repos = town_with_rigs(cli, tmp_path, ("alpha", "al"))
-    town = Town(cli.town)
-    executor = LocalExecutor(town, stop_grace=1)
-    yield town, executor, repos["alpha"]
+def setup(town_files, rig, tmp_path) -> Iterator[tuple[Town, LocalExecutor, Path]]:
+    """The town's files, a local executor over them, rig alpha's repository; polecats stopped at the end."""
+    executor = LocalExecutor(town_files, stop_grace=1)
+    yield town_files, executor, tmp_path / "repos" / rig
     for polecat in executor.active():
         executor.stop(polecat.id)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers.advisor import add_rig, add_worktree, item, merge_request, stamp, write_items
+from helpers.advisor import add_worktree, item, merge_request, stamp, write_items
 from sluice.core.clock import order_of_ts, order_text
 from sluice.core.items import effective_tokens, priority_of
 from sluice.core.scoring import Candidate, score_all
@@ -119,8 +119,7 @@ def test_times_at_the_edge_of_utc_are_clamped_not_a_crash():
     assert order_text(first) < order_text("2026-01-01T00:00:00Z") < order_text(last) < order_of_ts(0.0)
 
 
-def test_schedule_next_ranks_items_created_at_the_edge_of_utc(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
+def test_schedule_next_ranks_items_created_at_the_edge_of_utc(cli, rig):
     write_items(cli.town, "alpha", [
         {**item("al-late"), "created_at": "9999-12-31T23:59:59-14:00"},
         {**item("al-early"), "created_at": "0001-01-01T00:00:00+14:00"},

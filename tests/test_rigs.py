@@ -9,25 +9,23 @@ from pathlib import Path
 import pytest
 
 from helpers.scheduler import (
-    configure,
     events,
     issues_path,
     item,
     open_contexts,
     records,
-    town_with_rigs,
     tree_hash,
     write_items,
 )
 
 
 @pytest.fixture
-def repos(cli, tmp_path):
-    repos = town_with_rigs(cli, tmp_path, ("alpha", "al"), ("beta", "be"))
-    configure(cli.town, "scheduler.max_polecats", "2")
+def repos(cli, rigs, capacity) -> dict[str, Path]:
+    """Rigs alpha and beta (each name with its repository), with items, in deferred mode."""
+    capacity(2)
     write_items(cli.town, "alpha", [item("al-1", "first"), item("al-2", "second")])
     write_items(cli.town, "beta", [item("be-1", "beta work")])
-    return repos
+    return rigs
 
 
 def test_refuses_while_contexts_are_queued_and_changes_nothing(cli, repos):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from helpers.polecats import configure
-from helpers.scheduler import add_rig, item, write_items
+from helpers.scheduler import item, write_items
 from sluice.store.town import Town
 from sluice.surfaces.watching import Sources
 
 
-def test_every_source_of_the_snapshot_moves_the_signature_and_reading_does_not(cli, tmp_path):
-    add_rig(cli, tmp_path, "alpha", "al")
+def test_every_source_of_the_snapshot_moves_the_signature_and_reading_does_not(cli, rig):
     write_items(cli.town, "alpha", [item("al-1", "first"), item("al-2", "second")])
     configure(cli.town, {"scheduler.max_polecats": "2"})
     sources = Sources(Town(cli.town))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import GIT_ENV, git
-from helpers.scheduler import configure, contexts, events, fields, item, town_with_rigs, wait_for, write_items
+from helpers.scheduler import configure, contexts, events, fields, item, wait_for, write_items
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import workspace as git_workspace
 from sluice.executors.base import substitute
@@ -226,8 +226,7 @@ def test_tmux_polecats_get_their_workspace_too(cli, clone_paths):
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
 
 
-def test_with_workspace_repo_nothing_changes(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+def test_with_workspace_repo_nothing_changes(cli, rig):
     town = Town(cli.town)
     template = ("agent", "{item_id}", "{workspace}", "{branch}", "{repo}")
     request = make_request(town, template, {"id": "al-1", "title": "t"}, "alpha", "c1")
@@ -237,8 +236,8 @@ def test_with_workspace_repo_nothing_changes(cli, tmp_path):
     assert substitute(["{workspace}"], {"workspace": "/w"}) == ("/w",)
 
 
-def test_the_host_guard_watches_the_workspace_filesystem_and_no_workspace_is_made_below_it(cli, tmp_path):
-    town_with_rigs(cli, tmp_path, ("alpha", "al"))
+def test_the_host_guard_watches_the_workspace_filesystem_and_no_workspace_is_made_below_it(cli, rig,
+                                                                                           tmp_path):
     elsewhere = tmp_path / "spaces" / "deeper"
     configure(cli.town, "executor.workspace_root", str(elsewhere))
     assert str(tmp_path / "spaces") not in gates.disk_paths(Town(cli.town))
