@@ -23,7 +23,12 @@ that holds still).
 After the cycles, each tree's copy times the views at that size
 (``scheduler status --json``, ``scheduler list --json --limit 50``,
 ``snapshot --json --limit 50``; a tree without ``--limit`` answers every
-row, and the table says so).
+row, and the table says so).  Then ``scheduler clear --json`` closes the
+whole queue twice per tree: on that copy, whose digests the tree's own
+commands wrote, and on a fresh copy, where no digest fits (a copy has
+other inodes), as for the first command after a compaction; reported
+are its CPU time, peak memory (the process's maximum resident set) and
+wall time (the target: under 3 s and 300 MB at 100,000).
 
 ``--drain N`` then starts ``sluice daemon --interval 0.01`` on a fresh copy
 with N queued (per tree) and counts launches for ``--drain-seconds`` (or
@@ -95,18 +100,43 @@ def copy_town(town: Path, into: Path) -> Path:
     return into
 
 
-def cycle(src: Path, town: Path) -> tuple[float, int, float]:
-    """(wall s, launches, CPU s of the cycle's process) of one real cycle."""
+def measured(src: Path, town: Path, argv: list[str]) -> tuple[float, float, float, bytes]:
+    """(wall s, CPU s, peak MiB, stdout) of one command: its own process, not the polecats it starts."""
     env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(town)}
     began = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sluice", "scheduler", "run", "--json"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "sluice", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     out = proc.stdout.read()
     _pid, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - began
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"scheduler run failed in {town}")
-    return elapsed, int(json.loads(out)["dispatched"]), usage.ru_utime + usage.ru_stime
+        raise SystemExit(f"sluice {' '.join(argv)} failed in {town}")
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
+
+
+def cycle(src: Path, town: Path) -> tuple[float, int, float]:
+    """(wall s, launches, CPU s of the cycle's process) of one real cycle."""
+    wall, cpu, _peak, out = measured(src, town, ["scheduler", "run", "--json"])
+    return wall, int(json.loads(out)["dispatched"]), cpu
+
+
+def clears(work: Path, trees: dict[str, Path], town: Path, copies: dict[str, Path], n: int) -> dict:
+    """``scheduler clear --json`` of the whole queue, per tree, as (wall s, CPU s, peak MiB, cleared).
+
+    ``kept``: on the tree's copy after its cycles and views, so with the
+    digests its own commands wrote.  ``unkept``: on a fresh copy (another
+    inode, so no digest fits), the first command after a compaction.
+    """
+    out: dict[str, dict] = {name: {} for name in trees}
+    fresh = {name: copy_town(town, work / f"clear-{n}-{name}") for name in trees}
+    for case, where in (("kept", copies), ("unkept", fresh)):
+        for name, src in trees.items():  # the trees alternate, case by case
+            wall, cpu, peak, text = measured(src, where[name], ["scheduler", "clear", "--json"])
+            out[name][case] = {"wall": wall, "cpu": cpu, "peak_mib": peak,
+                               "cleared": json.loads(text)["cleared"]}
+    for path in fresh.values():
+        shutil.rmtree(path, ignore_errors=True)
+    return out
 
 
 def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, batch: int) -> dict:
@@ -126,13 +156,15 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
             for name, src in trees.items():
                 for view, argv in VIEWS.items():
                     views[name].setdefault(view, []).append(timed(src, copies[name], argv))
+        cleared = clears(work, trees, town, copies, n)
         for name in trees:
             wall = statistics.median(w for w, _, _ in seen[name])
             launched = statistics.median(k for _, k, _ in seen[name])
             cpu = statistics.median(c for _, _, c in seen[name])
             medians = {view: statistics.median(times) for view, times in views[name].items()}
             found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1),
-                              "cpu": cpu, "cpu_per_launch": cpu / max(launched, 1), "views": medians}
+                              "cpu": cpu, "cpu_per_launch": cpu / max(launched, 1), "views": medians,
+                              "clear": cleared[name]}
             shutil.rmtree(copies[name], ignore_errors=True)
     return found
 
@@ -242,6 +274,14 @@ def main() -> None:
         for n in sizes:
             cells = [" / ".join(f"{abs(t):.2f} s" + (" (all rows)" if t < 0 else "")
                                 for t in found["launches"][name][n]["views"].values()) for name in trees]
+            print(f"| {n:,} | {' | '.join(cells)} |")
+        print()
+        heads = [f"{n}: clear, digest kept / no digest: CPU s, peak MiB (wall s)" for n in trees]
+        print(f"| queued | {' | '.join(heads)} |")
+        print("|---|" + "---|" * len(trees))
+        for n in sizes:
+            cells = [" / ".join(f"{c['cpu']:.2f}, {c['peak_mib']:.0f} ({c['wall']:.2f})"
+                                for c in found["launches"][name][n]["clear"].values()) for name in trees]
             print(f"| {n:,} | {' | '.join(cells)} |")
     if args.drain:
         print()

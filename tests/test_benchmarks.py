@@ -77,7 +77,7 @@ def test_bench_sources_compares_a_command_source_with_its_file(tmp_path: Path):
 
 
 def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
-    """The launch benchmark at a tiny size: every cycle launches its batch, every view answers."""
+    """The launch benchmark at a tiny size: each cycle launches its batch, each view answers, clears clear."""
     argv = [sys.executable, str(ROOT / "benchmarks" / "bench_launch.py"), "--sizes", "12", "--cycles", "1",
             "--batch", "4", "--drain", "0", "--work", str(tmp_path / "work"), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
@@ -86,6 +86,9 @@ def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
     assert row["launched"] == 4 and row["cycle"] > 0 and row["cpu"] > 0
     assert set(row["views"]) == {"status", "list --limit 50", "snapshot --limit 50"}
     assert all(seconds > 0 for seconds in row["views"].values())  # this tree knows --limit
+    # Then the queue left (12 slung, 4 launched) is cleared with and without a digest that fits.
+    assert {case: c["cleared"] for case, c in row["clear"].items()} == {"kept": 8, "unkept": 12}
+    assert all(c["cpu"] > 0 and c["peak_mib"] > 0 for c in row["clear"].values())
 
 
 def test_bench_watcher_starts_real_watched_polecats_for_each_tree(tmp_path: Path):

@@ -211,3 +211,25 @@ def test_a_clear_closes_a_big_queue_a_chunk_at_a_time_and_names_every_item(cli, 
               if '"ContextClosed"' in line]
     assert {e["context_id"]: e["item_id"] for e in closed} == queued
     assert all(e["reason"] == "cleared" for e in closed)
+
+
+def test_a_clear_of_a_log_with_no_digest_never_reads_it_whole(cli, queue_dir, monkeypatch):
+    """The first command after a compaction finds no digest: a clear streams the log, keeping only the open
+    contexts (100,000 records held at once took over 400 MB), then closes each where that read found it."""
+    from sluice.api import open_town
+    from sluice.store.rigstore import RigStore, Stores
+    from sluice.store.town import Town
+
+    cli.run("sling", "al-b", "al-c", "al-d", "be-1")
+    queued = {row["context_id"] for row in cli.json("scheduler", "list")}
+    for store in Stores(Town(queue_dir)).all():
+        store.forget_digests()
+
+    def whole(self):
+        raise AssertionError(f"{self.ephemeral_path} was read whole")
+
+    monkeypatch.setattr(RigStore, "ephemeral_fresh", whole)
+    result = open_town(cli.town).clear().to_json()
+    monkeypatch.undo()
+    assert result["cleared"] == 4 and {c["context_id"] for c in result["contexts"]} == queued
+    assert open_contexts(queue_dir, "alpha") == [] and cli.json("scheduler", "list") == []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sluice.errors import StoreCorrupt
 from sluice.store.jsonlog import LogTail, parse_line
 
 
@@ -50,3 +52,28 @@ def test_the_latest_versions_are_those_of_a_full_read(tmp_path_factory, written,
     expected, positions = reference(path)
     assert records == expected and list(records) == list(expected)
     assert tail.positions == positions and tail.lines == len(text)
+
+
+@given(versions, st.integers(1, 300), st.integers(0, 30), st.booleans())
+def test_a_log_read_a_block_at_a_time_reads_as_a_whole_read(tmp_path_factory, written, block, torn, kept):
+    """A log parsed in blocks of whole lines (the lean read of a log with no digest) reads as a whole read:
+    ``keep`` applied to each latest version, a torn or newline-less last line taken as a whole read does."""
+    path = tmp_path_factory.mktemp("log") / "ephemeral.jsonl"
+    text = "".join(line(i, s, shape, n) for n, (i, s, shape) in enumerate(written))
+    last = json.dumps({"id": "a-9", "title": "t", "status": "open"}, separators=(",", ":"))
+    path.write_text(text + last[:torn])  # a torn fragment, or (whole) a record without its newline
+    whole = LogTail(path)
+    whole.catch_up()
+    keep = (lambda record: record["status"]) if kept else None
+    blocks = LogTail(path, keep=keep)
+    blocks.catch_up(block=block)
+    assert blocks.records == {rid: keep(r) if keep else r for rid, r in whole.records.items()}
+    assert list(blocks.records) == list(whole.records)
+    assert (blocks.positions, blocks.at, blocks.mark()) == (whole.positions, whole.at, whole.mark())
+
+
+def test_a_bad_line_read_in_blocks_is_named_by_its_line_in_the_log(tmp_path):
+    path = tmp_path / "ephemeral.jsonl"
+    path.write_text("".join(line(f"a-{n}", "open", "sluice", n) for n in range(20)) + "{oops\n")
+    with pytest.raises(StoreCorrupt, match=r"ephemeral.jsonl:21: malformed record"):
+        LogTail(path).catch_up(block=50)

@@ -258,6 +258,8 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("compact"), st.none()),
     # a launch's writes: a process that took the queue from the digest marks and closes what it found
     st.tuples(st.just("launch"), st.integers(0, 3)),
+    # a clear: the queue read lean (streamed when no digest fits, the digests kept), then closed
+    st.tuples(st.just("clear"), st.integers(0, 3)),
 ), min_size=1, max_size=14)
 
 
@@ -312,6 +314,15 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
             ctxs.clear_launch(store, picked)  # one append of several lines, each then read where it stands
             ctxs.close_many(store.town, store, [(cid, ctxs.DISPATCHED, None) for cid in picked])
             assert store.log_unread() == from_digest  # never read whole when the digest answered
+        elif kind == "clear":
+            expected = whole(digest_dir)[0]
+            reader = Stores(Town(digest_dir))
+            found = ctxs.open_contexts(reader, fresh=True, lean=True)
+            assert seen(found) == expected
+            store = reader.rig("alpha")
+            closing = [(c.id, ctxs.CLEARED, {"item_id": c.work_id}) for c in found[:arg]]
+            ctxs.close_many(store.town, store, closing)
+            assert store.log_unread()  # read lean or from the digest, never whole
         else:
             compact(store_of(digest_dir))
         queue, summary = whole(digest_dir)

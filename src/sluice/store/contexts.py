@@ -168,7 +168,7 @@ def read_fresh(store: RigStore) -> dict[str, dict]:
     return store.ephemeral_fresh()
 
 
-def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
+def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False) -> list[Context]:
     """The rig's open contexts in log order: from its kept digest and the lines appended after it.
 
     A process that has not read the log yet (every CLI command) takes the open
@@ -177,12 +177,16 @@ def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
     parses only the lines appended after that mark, instead of every version
     of every context (docs/performance.md); writers never touch the digest,
     so an append costs only what it writes.  A process that has read the log (the daemon's cycle after its
-    first read, the MCP server, a writer) reads on from where it was.
+    first read, the MCP server, a writer) reads on from where it was.  ``lean``: a log
+    with no digest that fits is read as a stream that keeps only the open contexts
+    (:meth:`RigStore.read_lean`), for a caller that needs nothing else of it.
     """
     if store.log_unread():
         kept = _kept_open(store)
         if kept is not None:
             return kept
+        if lean:
+            return _lean_open(store)
     records = read_fresh(store).values() if fresh else store.ephemeral().values()
     # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.
     found = [parse(store.rig.name, r) for r in records
@@ -190,6 +194,23 @@ def _open_contexts_of(store: RigStore, fresh: bool) -> list[Context]:
     if store.keeps("queue"):  # this process read the log whole: keep what it found
         at = store.line_offsets()
         queuedigest.write(store.queue_digest_path, store.log_mark(), [_row(c, at[c.id]) for c in found])
+    return found
+
+
+def _lean_open(store: RigStore) -> list[Context]:
+    """The open contexts from a read of the log that holds no other record, their digest kept from it."""
+    name = store.rig.name
+
+    def keep(record: dict) -> Context | None:
+        queued = record.get("status", "open") not in DONE_STATUSES and is_context(record)
+        return parse(name, record) if queued else None
+
+    read = store.read_lean(keep)
+    if read is None:
+        return []
+    kept, mark, at = read
+    found = [context for context in kept.values() if context is not None]
+    queuedigest.write(store.queue_digest_path, mark, [_row(c, at[c.id]) for c in found])
     return found
 
 
@@ -230,17 +251,18 @@ def _kept_open(store: RigStore) -> list[Context] | None:
     return list(found.values())
 
 
-def open_contexts(stores: Stores, fresh: bool = False) -> list[Context]:
+def open_contexts(stores: Stores, fresh: bool = False, lean: bool = False) -> list[Context]:
     """Open contexts of every rig: valid ones oldest first (ties by id), unparseable ones last.
 
     A rig whose log cannot be read (a malformed line, an unreadable file) is
     left out and noted in ``stores.unreadable``: one bad rig does not stop
-    the town, and nothing of it is rewritten or closed.
+    the town, and nothing of it is rewritten or closed.  ``lean``: the caller
+    needs nothing of the logs but the open contexts (see :func:`_open_contexts_of`).
     """
     found = []
     for store in stores.all():
         try:
-            found.extend(_open_contexts_of(store, fresh))
+            found.extend(_open_contexts_of(store, fresh, lean))
         except (StoreCorrupt, OSError) as err:
             stores.hold_unreadable(store.rig.name, err)
     found.sort(key=lambda c: (not c.valid, c.order, c.id))

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sluice.core.items import normalise, priority_problem, shape_problem, skip_record
 from sluice.core.text import printable
@@ -68,9 +69,12 @@ class LogTail:
 
     GUARD = 64  # bytes before ``offset`` that must be unchanged for a read to continue
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, keep: Callable[[dict], Any] | None = None):
         self.path = path
-        self.records: dict[str, dict] = {}
+        #: What is kept of each record's latest version: the record itself, or ``keep(record)`` for a
+        #: reader that needs only a little of each (read a block at a time, see :meth:`catch_up`).
+        self.keep = keep
+        self.records: dict[str, Any] = {}
         self.positions: dict[str, int] = {}  # id → line number of its latest version
         self.at: dict[str, int] = {}  # id → byte offset of the line holding its latest version
         self.offset = 0
@@ -111,20 +115,37 @@ class LogTail:
         tail._parse(data)
         return tail
 
-    def catch_up(self) -> dict[str, dict]:
+    def catch_up(self, block: int = 0) -> dict[str, Any]:
+        """Parse what was appended since the last read (all of it when the log was replaced).
+
+        ``block`` (bytes, 0: all at once) parses it a block of whole lines at
+        a time, each id's latest version across blocks winning as across
+        appends, so with ``keep`` no more than one block's records are ever
+        in memory.
+        """
         try:
             fh = open(self.path, "rb")  # noqa: SIM115 - closed by the with below
         except FileNotFoundError:
-            self.__init__(self.path)  # type: ignore[misc]
+            self.__init__(self.path, self.keep)  # type: ignore[misc]
             return self.records
         with fh:
             stat = os.fstat(fh.fileno())
             if not self._continues(fh, stat):
-                self.__init__(self.path)  # type: ignore[misc]
+                self.__init__(self.path, self.keep)  # type: ignore[misc]
                 self.inode = stat.st_ino
             fh.seek(self.offset)
-            data = fh.read()
-        self._parse(data)
+            if not block:
+                self._parse(fh.read())
+                return self.records
+            rest = b""
+            while chunk := fh.read(block):
+                data = rest + chunk
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    self._parse(data[:cut])
+                rest = data[cut:]
+            if rest:  # a last line without its newline: as a whole read takes it
+                self._parse(rest)
         return self.records
 
     def _continues(self, fh, stat) -> bool:
@@ -187,8 +208,9 @@ class LogTail:
                 if record_id not in found or found[record_id][1] < number:
                     found[record_id] = (record, number, begin)
             consumed, lines = stop, index + 1
+        keep = self.keep
         for record_id in sorted(found, key=first.__getitem__):
-            self.records[record_id] = found[record_id][0]
+            self.records[record_id] = found[record_id][0] if keep is None else keep(found[record_id][0])
             self.positions[record_id] = found[record_id][1]
             self.at[record_id] = self.offset + found[record_id][2]
         if consumed:

@@ -32,6 +32,10 @@ log = logging.getLogger("sluice")
 
 #: The layout of ``<rig>.ephemeral.json``; a summary of another layout is ignored and written again.
 SUMMARY_VERSION = 2
+#: The edge types of an ephemeral record that can change a durable item's readiness.
+READINESS_EDGES = ("parent-child", "waits-for")
+#: Bytes of the log parsed at a time by :meth:`RigStore.read_lean`.
+LEAN_BLOCK = 4 << 20
 
 
 def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[tuple[int, dict, str]]:
@@ -179,6 +183,32 @@ class RigStore:
         """
         if self.log_unread():
             self._sparse = (mark, offsets)
+
+    def read_lean(self, keep: Callable[[dict], object]
+                  ) -> tuple[dict[str, object], dict, dict[str, int]] | None:
+        """The log read whole, keeping of each record's latest version only ``keep(record)``, by id;
+        with the mark read to and where each record's latest line starts.  None: there is no log.
+
+        For a process that needs little of each record (a clear: its open
+        contexts) and found no digest to start from (the first command after a
+        compaction): the log is parsed a block of lines at a time, so its
+        records are never all in memory at once (a whole read of 100,000
+        contexts holds over 400 MB).  The log summary is kept from the same
+        read, and this store then changes records as after a digest
+        (:meth:`know_lines`): reading only their lines.
+        """
+        if not self.log_unread():
+            raise InvalidOperation("read_lean is for a store that has not read its log")
+        tail = LogTail(self.ephemeral_path, keep=lambda record: (keep(record), *self._bits(record)))
+        tail.catch_up(block=LEAN_BLOCK)
+        if tail.inode is None:
+            return None
+        mark = tail.mark()
+        rows = tail.records.values()
+        edges, quiet = any(row[1] for row in rows), all(row[2] for row in rows)
+        self._keep_summary(mark, (set(tail.records), edges, quiet))
+        self.know_lines(mark, tail.at)
+        return {record_id: row[0] for record_id, row in tail.records.items()}, mark, tail.at
 
     def _latest_of(self, ids: Iterable[str], patches: Patches | None = None) -> dict[str, dict | str] | None:
         """Under the rig lock: the latest versions of ``ids``, read at their lines and from the log's end.
@@ -389,12 +419,15 @@ class RigStore:
     @staticmethod
     def _summarise(records: Iterable[dict]) -> tuple[set[str], bool, bool]:
         records = list(records)
-        edges = any(dep.get("type") in ("parent-child", "waits-for")
-                    for record in records if not is_context(record)
-                    for dep in record.get("dependencies") or ())
-        quiet = all(dep.get("type") == "tracks"
-                    for record in records for dep in record.get("dependencies") or ())
-        return {record["id"] for record in records}, edges, quiet
+        bits = [RigStore._bits(record) for record in records]
+        return {record["id"] for record in records}, any(e for e, _q in bits), all(q for _e, q in bits)
+
+    @staticmethod
+    def _bits(record: dict) -> tuple[bool, bool]:
+        """What one record adds to the summary: a readiness edge of a non-context; only ``tracks`` edges."""
+        deps = record.get("dependencies") or ()
+        edge = not is_context(record) and any(dep.get("type") in READINESS_EDGES for dep in deps)
+        return edge, all(dep.get("type") == "tracks" for dep in deps)
 
     def _read_summary(self) -> tuple[set[str], bool, bool]:
         """The summary kept at some earlier point of the log, brought up to date from the lines after it.
