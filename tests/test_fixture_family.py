@@ -21,12 +21,13 @@ def retired(name: str) -> bool:
 
 def fixtures(path: Path) -> dict[str, int]:
     """Every fixture ``path`` defines, by name, with its line."""
-    found = {}
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                _is_fixture(d) for d in node.decorator_list):
-            found[node.name] = node.lineno
-    return found
+    return {node.name: node.lineno for node in _fixture_nodes(path)}
+
+
+def _fixture_nodes(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(_is_fixture(d) for d in node.decorator_list)]
 
 
 def _is_fixture(decorator: ast.expr) -> bool:
@@ -50,6 +51,17 @@ def test_no_module_redefines_a_family_fixture_or_a_bare_town():
     clashes = [f"{path.name}:{line} {name}" for path in MODULES
                for name, line in fixtures(path).items() if name in FAMILY or retired(name)]
     assert not clashes, f"fixtures named like the family in conftest.py, or town, or *_town: {clashes}"
+
+
+def test_a_name_several_modules_define_says_one_type_in_each():
+    """Modules may share a scenario's name only if each says, by its return annotation, the same type."""
+    returns: dict[str, dict[str, str | None]] = {}
+    for path in MODULES:
+        for node in _fixture_nodes(path):
+            returns.setdefault(node.name, {})[path.name] = ast.unparse(node.returns) if node.returns else None
+    unclear = {name: by_module for name, by_module in returns.items()
+               if len(by_module) > 1 and (None in by_module.values() or len(set(by_module.values())) > 1)}
+    assert unclear == {}
 
 
 def test_the_check_finds_a_redefinition(tmp_path):

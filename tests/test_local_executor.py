@@ -21,7 +21,7 @@ from sluice.store.town import Town
 
 
 @pytest.fixture
-def setup(town_files, rig, tmp_path) -> Iterator[tuple[Town, LocalExecutor, Path]]:
+def local_setup(town_files, rig, tmp_path) -> Iterator[tuple[Town, LocalExecutor, Path]]:
     """The town's files, a local executor over them, rig alpha's repository; polecats stopped at the end."""
     executor = LocalExecutor(town_files, stop_grace=1)
     yield town_files, executor, tmp_path / "repos" / rig
@@ -34,8 +34,8 @@ def request(town: Town, repo: Path, code: str, *args: str, context_id: str = "al
                          town=str(town.root), argv=(sys.executable, "-c", code, *args))
 
 
-def test_launch_records_the_process_and_runs_it_in_its_own_session(setup):
-    town, executor, repo = setup
+def test_launch_records_the_process_and_runs_it_in_its_own_session(local_setup):
+    town, executor, repo = local_setup
     code = ("import json, os, sys, time; print(json.dumps({'cwd': os.getcwd(), 'sid': os.getsid(0),"
             " 'pgid': os.getpgid(0), 'pid': os.getpid(), 'argv': sys.argv[1:],"
             " 'env': {k: v for k, v in os.environ.items() if k.startswith('SLUICE_')}}), flush=True);"
@@ -57,8 +57,8 @@ def test_launch_records_the_process_and_runs_it_in_its_own_session(setup):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, which only Linux has")
-def test_a_polecat_inherits_only_its_stdio_and_default_signal_dispositions(setup):
-    town, executor, repo = setup
+def test_a_polecat_inherits_only_its_stdio_and_default_signal_dispositions(local_setup):
+    town, executor, repo = local_setup
     # a shell, not Python, as the polecat: Python ignores SIGPIPE itself at start
     script = "grep SigIgn /proc/$$/status; readlink /proc/$$/fd/0; ls /proc/$$/fd"
     polecat = executor.launch(LaunchRequest(item_id="al-1", rig="alpha", title="t", context_id="al-wisp-1",
@@ -75,7 +75,7 @@ def test_a_polecat_inherits_only_its_stdio_and_default_signal_dispositions(setup
     assert sorted(int(fd) for fd in fds) == [0, 1, 2]  # stdio only: not the watcher's report pipe
 
 
-def test_start_times_read_from_the_kernel_equal_psutil_s(setup):
+def test_start_times_read_from_the_kernel_equal_psutil_s(local_setup):
     import psutil
 
     from sluice.executors.watch import start_time
@@ -86,8 +86,8 @@ def test_start_times_read_from_the_kernel_equal_psutil_s(setup):
     assert start_time(2**22 + 12345) is None  # beyond pid_max: no such process
 
 
-def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(setup):
-    town, executor, repo = setup
+def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(local_setup):
+    town, executor, repo = local_setup
     polecat = executor.launch(request(town, repo, "print('done'); raise SystemExit(3)"))
     wait_for(lambda: not executor.active())
     assert executor.listing()[0].state == "failed"  # a non-zero exit status
@@ -99,12 +99,12 @@ def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(set
     assert executor.reap() == []
 
 
-def test_an_exit_recorded_between_two_looks_is_read_with_the_state_it_makes(setup, monkeypatch):
+def test_an_exit_recorded_between_two_looks_is_read_with_the_state_it_makes(local_setup, monkeypatch):
     """The watcher writes the exit code the moment the polecat ends; a look that judges the polecat
     ended must carry that code, or the run would be called vanished."""
     from sluice.executors.base import exit_path
 
-    town, executor, repo = setup
+    town, executor, repo = local_setup
     polecat = executor.launch(request(town, repo, "pass"))
     exit_file = exit_path(town.workers_dir, polecat.id)
     record = json.loads((town.workers_dir / f"{polecat.id}.json").read_text())
@@ -123,9 +123,9 @@ def test_an_exit_recorded_between_two_looks_is_read_with_the_state_it_makes(setu
     assert seen.state == "exited" and seen.detail.get("exit_code") == 0
 
 
-def test_a_torn_finished_log_does_not_swallow_the_next_reaped_polecat(setup):
+def test_a_torn_finished_log_does_not_swallow_the_next_reaped_polecat(local_setup):
     """A reap killed mid-append leaves a fragment; the next reap's record must not fuse with it."""
-    town, executor, repo = setup
+    town, executor, repo = local_setup
     polecat = executor.launch(request(town, repo, "pass", context_id="al-wisp-9"))
     wait_for(lambda: not executor.active())
     finished = town.workers_dir / "finished.jsonl"
@@ -137,8 +137,8 @@ def test_a_torn_finished_log_does_not_swallow_the_next_reaped_polecat(setup):
     assert [json.loads(line)["id"] for line in lines] == ["pc-old", polecat.id]
 
 
-def test_a_reused_pid_is_not_our_polecat(setup):
-    town, executor, repo = setup
+def test_a_reused_pid_is_not_our_polecat(local_setup):
+    town, executor, repo = local_setup
     polecat = executor.launch(request(town, repo, "import time; time.sleep(5)"))
     path = town.workers_dir / f"{polecat.id}.json"
     record = json.loads(path.read_text())
@@ -151,9 +151,9 @@ def test_a_reused_pid_is_not_our_polecat(setup):
     os.kill(polecat.pid, signal.SIGKILL)
 
 
-def test_a_zombie_is_not_active(setup, tmp_path):
+def test_a_zombie_is_not_active(local_setup, tmp_path):
     """A polecat that exited but was not waited for (its launcher is gone) does not hold a slot."""
-    town, _executor, repo = setup
+    town, _executor, repo = local_setup
     code = ("import sys; from sluice.store.town import Town;"
             "from sluice.executors.local import LocalExecutor;"
             "from sluice.executors.base import LaunchRequest;"
@@ -166,8 +166,8 @@ def test_a_zombie_is_not_active(setup, tmp_path):
     assert [p.state for p in fresh.listing()] == ["exited"]
 
 
-def test_launch_failures_raise_with_the_reason_and_leave_no_record(setup):
-    town, executor, repo = setup
+def test_launch_failures_raise_with_the_reason_and_leave_no_record(local_setup):
+    town, executor, repo = local_setup
     missing = LaunchRequest("al-1", "alpha", "t", "c1", str(repo), str(town.root), ("/no/such/binary", "x"))
     with pytest.raises(ExecutorError, match="cannot launch '/no/such/binary'"):
         executor.launch(missing)
@@ -179,11 +179,11 @@ def test_launch_failures_raise_with_the_reason_and_leave_no_record(setup):
     assert executor.listing() == [] and executor.active() == []
 
 
-def test_a_new_polecat_never_takes_the_id_of_an_earlier_or_concurrent_one(setup, monkeypatch):
+def test_a_new_polecat_never_takes_the_id_of_an_earlier_or_concurrent_one(local_setup, monkeypatch):
     """Reaped polecats keep their logs, and another launcher may pick an id at the same moment."""
     from sluice.executors import local
 
-    town, executor, repo = setup
+    town, executor, repo = local_setup
     old = executor.launch(request(town, repo, "print('old polecat')"))
     wait_for(lambda: not executor.active())
     executor.reap()
@@ -206,8 +206,8 @@ def test_a_new_polecat_never_takes_the_id_of_an_earlier_or_concurrent_one(setup,
     assert list(executor.logs(new.id)) == ["new polecat"]
 
 
-def test_text_no_program_can_receive_is_a_launch_failure(setup):
-    town, executor, repo = setup
+def test_text_no_program_can_receive_is_a_launch_failure(local_setup):
+    town, executor, repo = local_setup
     with pytest.raises(ExecutorError, match="argument 3 of the polecat command contains a NUL byte"):
         executor.launch(request(town, repo, "pass", "a\x00b"))
     with pytest.raises(ExecutorError, match="argument 3 of the polecat command is 200000 bytes long"):
@@ -219,8 +219,8 @@ def test_text_no_program_can_receive_is_a_launch_failure(setup):
     assert executor.listing() == []
 
 
-def test_stop_terminates_the_whole_process_group(setup, tmp_path):
-    town, executor, repo = setup
+def test_stop_terminates_the_whole_process_group(local_setup, tmp_path):
+    town, executor, repo = local_setup
     pids = tmp_path / "child.pid"
     code = ("import subprocess, sys, time, pathlib;"
             "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
@@ -236,14 +236,15 @@ def test_stop_terminates_the_whole_process_group(setup, tmp_path):
 
 
 @pytest.mark.parametrize("orphaned", [False, True], ids=["setsid-child", "setsid-orphan"])
-def test_stop_terminates_helpers_the_polecat_started_in_sessions_of_their_own(setup, tmp_path, orphaned):
+def test_stop_terminates_helpers_the_polecat_started_in_sessions_of_their_own(local_setup, tmp_path,
+                                                                             orphaned):
     """A ``setsid`` helper is out of the polecat's process group; an orphaned one is not even its child.
 
     The orphan case forks a middle process that starts the helper in a new
     session and exits at once, so the helper is reparented (on Linux, to the
     watcher, a child subreaper) before ``stop`` is asked.
     """
-    town, executor, repo = setup
+    town, executor, repo = local_setup
     pids = tmp_path / "helper.pid"
     helper = ("import subprocess, sys, pathlib;"
               "h = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
@@ -263,9 +264,9 @@ def test_stop_terminates_helpers_the_polecat_started_in_sessions_of_their_own(se
     assert not pid_alive(polecat.pid, None)
 
 
-def test_a_record_written_before_psutil_start_times_is_still_recognised(setup):
+def test_a_record_written_before_psutil_start_times_is_still_recognised(local_setup):
     """Records of polecats launched by an older sluice hold Linux clock ticks as an integer."""
-    town, executor, repo = setup
+    town, executor, repo = local_setup
     polecat = executor.launch(request(town, repo, "import time; time.sleep(60)"))
     path = town.workers_dir / f"{polecat.id}.json"
     record = json.loads(path.read_text())
@@ -274,8 +275,8 @@ def test_a_record_written_before_psutil_start_times_is_still_recognised(setup):
     assert [p.id for p in executor.active()] == [polecat.id]
 
 
-def test_stop_kills_a_polecat_that_ignores_sigterm(setup):
-    town, executor, repo = setup
+def test_stop_kills_a_polecat_that_ignores_sigterm(local_setup):
+    town, executor, repo = local_setup
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);" \
            " time.sleep(60)"
     polecat = executor.launch(request(town, repo, code))
@@ -284,8 +285,8 @@ def test_stop_kills_a_polecat_that_ignores_sigterm(setup):
     assert not pid_alive(polecat.pid, None)
 
 
-def test_logs_follow_until_the_polecat_ends(setup):
-    town, executor, repo = setup
+def test_logs_follow_until_the_polecat_ends(local_setup):
+    town, executor, repo = local_setup
     code = "import time\nfor n in range(3):\n    print(n, flush=True); time.sleep(0.2)"
     polecat = executor.launch(request(town, repo, code))
     assert list(executor.logs(polecat.id, follow=True)) == ["0", "1", "2"]
@@ -293,8 +294,8 @@ def test_logs_follow_until_the_polecat_ends(setup):
         list(executor.logs("pc-none"))
 
 
-def test_a_pending_record_of_a_dead_launcher_is_found_but_holds_no_slot(setup):
-    town, executor, _repo = setup
+def test_a_pending_record_of_a_dead_launcher_is_found_but_holds_no_slot(local_setup):
+    town, executor, _repo = local_setup
     town.workers_dir.mkdir(parents=True, exist_ok=True)
     (town.workers_dir / "pc-lost.json").write_text(json.dumps({
         "id": "pc-lost", "state": "pending", "item_id": "al-1", "rig": "alpha", "context_id": "al-wisp-9",
@@ -303,8 +304,8 @@ def test_a_pending_record_of_a_dead_launcher_is_found_but_holds_no_slot(setup):
     assert executor.find("al-wisp-9").state == "lost"
 
 
-def test_the_demo_worker_closes_its_own_item(cli, setup):
-    town, _executor, repo = setup
+def test_the_demo_worker_closes_its_own_item(cli, local_setup):
+    town, _executor, repo = local_setup
     write_items(town.root, "alpha", [item("al-demo", "demo work")])
     demo = LocalExecutor(town, demo=True)
     argv = tuple(a.replace("{item_id}", "al-demo") for a in demo.default_command)
@@ -316,10 +317,10 @@ def test_the_demo_worker_closes_its_own_item(cli, setup):
     assert "closed al-demo" in "\n".join(demo.logs(polecat.id))
 
 
-def test_a_launcher_killed_before_recording_the_pid_leaves_a_polecat_still_found_and_stoppable(setup,
+def test_a_launcher_killed_before_recording_the_pid_leaves_a_polecat_still_found_and_stoppable(local_setup,
                                                                                                 monkeypatch):
     """The watcher's `.started` file completes the record, so the context is never launched twice."""
-    town, executor, repo = setup
+    town, executor, repo = local_setup
     writes: list[dict] = []
     real_write = LocalExecutor._write
 

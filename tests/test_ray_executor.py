@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +32,7 @@ def use_ray(cli, address: str, command: list[str], resources: dict | None = None
 
 
 @pytest.fixture
-def setup(cli, rig, tmp_path, ray_cluster):
+def ray_setup(cli, rig, tmp_path, ray_cluster) -> Iterator[tuple[Town, RayExecutor, Path, Path]]:
     """A town on the test cluster whose polecat sleeps 60 s; its jobs are stopped afterwards."""
     script, reports = install_polecat(tmp_path / "polecat")
     use_ray(cli, ray_cluster.address, polecat_command(script, reports, 60))
@@ -41,8 +43,8 @@ def setup(cli, rig, tmp_path, ray_cluster):
         executor.stop(polecat.id)
 
 
-def test_launch_submits_one_job_that_runs_argv_in_the_repo_with_env(setup):
-    town, executor, reports, _ = setup
+def test_launch_submits_one_job_that_runs_argv_in_the_repo_with_env(ray_setup):
+    town, executor, reports, _ = ray_setup
     assert isinstance(executor, RayExecutor)
     title = "fix it; touch /tmp/never $(id) 'quoted' \"double\" `tick` \\ *"
     polecat = executor.launch(request(town, "alpha", "al-1", "al-wisp-r1", title=title))
@@ -69,8 +71,8 @@ def test_launch_submits_one_job_that_runs_argv_in_the_repo_with_env(setup):
     assert spec == {"repo": str(town.rig("alpha").repo), "argv": list(argv)}
 
 
-def test_the_same_context_submitted_twice_is_one_job(setup):
-    town, executor, _, _ = setup
+def test_the_same_context_submitted_twice_is_one_job(ray_setup):
+    town, executor, _, _ = ray_setup
     first = executor.launch(request(town, "alpha", "al-2", "al-wisp-r2"))
     again = executor.launch(request(town, "alpha", "al-2", "al-wisp-r2"))  # Ray: "already exists"
     assert again.id == first.id
@@ -79,8 +81,8 @@ def test_the_same_context_submitted_twice_is_one_job(setup):
     assert executor.find("al-wisp-none") is None
 
 
-def test_stop_ends_the_job_and_every_process_of_the_polecat(setup):
-    town, executor, reports, _ = setup
+def test_stop_ends_the_job_and_every_process_of_the_polecat(ray_setup):
+    town, executor, reports, _ = ray_setup
     polecat = executor.launch(request(town, "alpha", "al-3", "al-wisp-r3"))
     seen = report(reports, "al-wisp-r3", timeout=90)
     assert not gone(seen["pid"]) and not gone(seen["child"])
@@ -92,8 +94,8 @@ def test_stop_ends_the_job_and_every_process_of_the_polecat(setup):
     assert executor.stop("sluice-no-such-job") is False
 
 
-def test_logs_follow_until_the_job_ends_then_reap_keeps_them(setup, cli):
-    town, executor, reports, script = setup
+def test_logs_follow_until_the_job_ends_then_reap_keeps_them(ray_setup, cli):
+    town, executor, reports, script = ray_setup
     configure(cli.town, {"executor.command": json.dumps(polecat_command(script, reports, 1))})
     town = Town(cli.town)
     executor = get_executor(town)
@@ -110,8 +112,8 @@ def test_logs_follow_until_the_job_ends_then_reap_keeps_them(setup, cli):
     assert executor.find("al-wisp-r4").id == polecat.id  # still known to a reconciling dispatcher
 
 
-def test_agent_slot_resources_cap_running_polecats_per_node(setup):
-    town, executor, reports, _ = setup
+def test_agent_slot_resources_cap_running_polecats_per_node(ray_setup):
+    town, executor, reports, _ = ray_setup
     launched = [executor.launch(request(town, "alpha", f"al-{n}", f"al-wisp-s{n}")) for n in range(3)]
     for n in range(AGENT_SLOTS):
         report(reports, f"al-wisp-s{n}", timeout=90)
@@ -122,8 +124,8 @@ def test_agent_slot_resources_cap_running_polecats_per_node(setup):
     report(reports, "al-wisp-s2", timeout=90)  # a freed slot lets the waiting polecat start
 
 
-def test_dispatcher_respects_max_polecats_with_ray_polecats(setup, cli):
-    _, executor, _, _ = setup
+def test_dispatcher_respects_max_polecats_with_ray_polecats(ray_setup, cli):
+    _, executor, _, _ = ray_setup
     configure(cli.town, {"scheduler.max_polecats": "2", "scheduler.batch_size": "5"})
     write_items(cli.town, "alpha", [item(f"al-{n}", f"task {n}") for n in range(1, 5)])
     cli.run("sling", "al-1", "al-2", "al-3", "al-4", "alpha")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -22,7 +24,7 @@ if shutil.which("tmux") is None:
 
 
 @pytest.fixture
-def setup(cli, rig, tmp_path):
+def tmux_setup(cli, rig, tmp_path) -> Iterator[tuple[Town, TmuxExecutor, Path]]:
     """A town whose executor is tmux, running the test polecat for 30 s; the tmux server dies after."""
     script, reports = install_polecat(tmp_path / "polecat")
     configure(cli.town, {
@@ -40,16 +42,16 @@ def session_names(executor) -> list[str]:
     return subprocess.run(listed, capture_output=True, text=True).stdout.split()
 
 
-def test_get_executor_gives_tmux_and_town_private_socket(setup, tmp_path):
-    town, executor, _ = setup
+def test_get_executor_gives_tmux_and_town_private_socket(tmux_setup, tmp_path):
+    town, executor, _ = tmux_setup
     assert isinstance(executor, TmuxExecutor) and executor.kind == "tmux"
     other = Town(tmp_path / "elsewhere")
     assert TmuxExecutor(other).socket != executor.socket
     assert TmuxExecutor(Town(town.root)).socket == executor.socket  # stable for one town
 
 
-def test_launch_runs_argv_in_repo_with_env_and_is_active(setup):
-    town, executor, reports = setup
+def test_launch_runs_argv_in_repo_with_env_and_is_active(tmux_setup):
+    town, executor, reports = tmux_setup
     polecat = executor.launch(request(town, "alpha", "al-1", "al-wisp-a1", title="fix it"))
     assert polecat.state == "running" and polecat.executor == "tmux"
     seen = report(reports, "al-wisp-a1")
@@ -71,8 +73,8 @@ def test_launch_runs_argv_in_repo_with_env_and_is_active(setup):
     assert session_names(executor) == [polecat.id]
 
 
-def test_find_by_context_running_and_after_exit_and_reap(setup, cli, tmp_path):
-    town, executor, reports = setup
+def test_find_by_context_running_and_after_exit_and_reap(tmux_setup, cli, tmp_path):
+    town, executor, reports = tmux_setup
     script, _ = install_polecat(tmp_path / "polecat")
     configure(cli.town, {"executor.command": json.dumps(polecat_command(script, reports, 0.2))})
     polecat = executor.launch(request(town, "alpha", "al-2", "al-wisp-b2"))
@@ -88,8 +90,8 @@ def test_find_by_context_running_and_after_exit_and_reap(setup, cli, tmp_path):
     assert any("polecat done" in line for line in executor.logs(polecat.id))  # logs outlive the record
 
 
-def test_relaunching_the_same_context_never_starts_a_second_polecat(setup):
-    town, executor, reports = setup
+def test_relaunching_the_same_context_never_starts_a_second_polecat(tmux_setup):
+    town, executor, reports = tmux_setup
     first = executor.launch(request(town, "alpha", "al-3", "al-wisp-c3"))
     report(reports, "al-wisp-c3")
     again = executor.launch(request(town, "alpha", "al-3", "al-wisp-c3"))
@@ -97,8 +99,8 @@ def test_relaunching_the_same_context_never_starts_a_second_polecat(setup):
     assert len(executor.active()) == 1
 
 
-def test_a_context_is_launched_at_most_once_even_after_its_polecat_ended(setup, tmp_path):
-    town, executor, reports = setup
+def test_a_context_is_launched_at_most_once_even_after_its_polecat_ended(tmux_setup, tmp_path):
+    town, executor, reports = tmux_setup
     script, _ = install_polecat(tmp_path / "polecat")
     configure(town.root, {"executor.command": json.dumps(polecat_command(script, reports, 0.2))})
     first = executor.launch(request(town, "alpha", "al-3", "al-wisp-c4"))
@@ -109,9 +111,9 @@ def test_a_context_is_launched_at_most_once_even_after_its_polecat_ended(setup, 
     assert session_names(executor) == [] and not (reports / "al-wisp-c4.json").exists()
 
 
-def test_a_launch_cut_short_before_its_session_is_lost_not_relaunched(setup):
+def test_a_launch_cut_short_before_its_session_is_lost_not_relaunched(tmux_setup):
     """The state a kill -9 leaves between writing the record and starting tmux."""
-    town, executor, _ = setup
+    town, executor, _ = tmux_setup
     name = launch_name(executor.namespace, "al", "al-wisp-c5", "al-3")
     gone_launcher = subprocess.Popen(["true"])
     gone_launcher.wait()
@@ -123,8 +125,8 @@ def test_a_launch_cut_short_before_its_session_is_lost_not_relaunched(setup):
     assert executor.active() == [] and session_names(executor) == []
 
 
-def test_logs_are_piped_to_the_worker_log_and_followed_until_exit(setup, cli, tmp_path):
-    town, executor, reports = setup
+def test_logs_are_piped_to_the_worker_log_and_followed_until_exit(tmux_setup, cli, tmp_path):
+    town, executor, reports = tmux_setup
     script, _ = install_polecat(tmp_path / "polecat")
     configure(cli.town, {"executor.command": json.dumps(polecat_command(script, reports, 1))})
     polecat = executor.launch(request(town, "alpha", "al-4", "al-wisp-d4"))
@@ -138,8 +140,8 @@ def test_logs_are_piped_to_the_worker_log_and_followed_until_exit(setup, cli, tm
         list(executor.logs("sluice-nope"))
 
 
-def test_stop_kills_the_session_and_every_process_of_the_polecat(setup):
-    town, executor, reports = setup
+def test_stop_kills_the_session_and_every_process_of_the_polecat(tmux_setup):
+    town, executor, reports = tmux_setup
     polecat = executor.launch(request(town, "alpha", "al-5", "al-wisp-e5"))
     seen = report(reports, "al-wisp-e5")
     assert not gone(seen["pid"]) and not gone(seen["child"])
@@ -151,8 +153,8 @@ def test_stop_kills_the_session_and_every_process_of_the_polecat(setup):
     assert executor.stop("sluice-unknown") is False
 
 
-def test_active_counts_only_this_towns_sessions(setup, cli, tmp_path):
-    town, executor, _ = setup
+def test_active_counts_only_this_towns_sessions(tmux_setup, cli, tmp_path):
+    town, executor, _ = tmux_setup
     executor.launch(request(town, "alpha", "al-6", "al-wisp-f6"))
     # A session on the same server that is not one of this town's polecats is not counted.
     subprocess.run(
@@ -164,8 +166,8 @@ def test_active_counts_only_this_towns_sessions(setup, cli, tmp_path):
 ODD_IDS = ["al-wisp.x:y", "al-wisp z", "weird:id", "al-" + "k" * 120, "al-wisp-ä", "al-=x"]
 
 
-def test_odd_context_ids_give_valid_distinct_session_names(setup):
-    town, executor, reports = setup
+def test_odd_context_ids_give_valid_distinct_session_names(tmux_setup):
+    town, executor, reports = tmux_setup
     launched = [executor.launch(request(town, "alpha", f"al-{n}", cid)) for n, cid in enumerate(ODD_IDS)]
     names = [p.id for p in launched]
     assert len(set(names)) == len(names)
@@ -194,8 +196,8 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("template", HOSTILE)
-def test_hostile_title_reaches_the_polecat_verbatim_and_is_never_executed(setup, tmp_path, template):
-    town, executor, reports = setup
+def test_hostile_title_reaches_the_polecat_verbatim_and_is_never_executed(tmux_setup, tmp_path, template):
+    town, executor, reports = tmux_setup
     pwned = tmp_path / "pwned"
     title = template.format(pwned=pwned)
     polecat = executor.launch(request(town, "alpha", "al-7", "al-wisp-g7", title=title))
@@ -205,8 +207,8 @@ def test_hostile_title_reaches_the_polecat_verbatim_and_is_never_executed(setup,
     assert not pwned.exists()
 
 
-def test_a_missing_program_is_a_counted_launch_failure(setup, cli):
-    town, executor, _ = setup
+def test_a_missing_program_is_a_counted_launch_failure(tmux_setup, cli):
+    town, executor, _ = tmux_setup
     configure(cli.town, {"executor.command": '["no-such-agent-program", "{item_id}"]'})
     with pytest.raises(ExecutorError, match="no-such-agent-program") as err:
         executor.launch(request(town, "alpha", "al-8", "al-wisp-h8"))
@@ -214,17 +216,17 @@ def test_a_missing_program_is_a_counted_launch_failure(setup, cli):
     assert executor.listing() == []
 
 
-def test_a_title_no_program_can_receive_is_a_counted_launch_failure_not_a_dead_pane(setup):
-    town, executor, _ = setup
+def test_a_title_no_program_can_receive_is_a_counted_launch_failure_not_a_dead_pane(tmux_setup):
+    town, executor, _ = tmux_setup
     with pytest.raises(ExecutorError, match="contains a NUL byte") as err:
         executor.launch(request(town, "alpha", "al-9", "al-wisp-i9", title="evil\x00title"))
     assert type(err.value) is ExecutorError
     assert executor.listing() == [] and session_names(executor) == []
 
 
-def test_an_empty_reference_names_no_polecat(setup, cli):
+def test_an_empty_reference_names_no_polecat(tmux_setup, cli):
     """Sessions of the town without a record have no item id; an empty one must not select them."""
-    _town, executor, _ = setup
+    _town, executor, _ = tmux_setup
     stray = f"{executor.namespace}-stray"
     subprocess.run(["tmux", "-f", "/dev/null", "-L", executor.socket, "new-session", "-d", "-s", stray,
                     "sleep", "30"], check=True)

@@ -43,7 +43,7 @@ def busy_files(cli, rig) -> Iterator[Town]:
 
 
 @pytest.fixture
-def web(busy_files):
+def web(busy_files) -> Iterator[WebServer]:
     server = WebServer(busy_files.root)
     yield server
     server.stop()

@@ -59,7 +59,7 @@ def browser():
 
 
 @pytest.fixture
-def web(queued_files):
+def web(queued_files) -> Iterator[WebServer]:
     server = WebServer(queued_files.root)
     yield server
     server.stop()
