@@ -230,6 +230,16 @@ def test_results_are_the_cli_json_documents(tmp_path, no_processes):
         assert town.pause().to_json() == {**cli("scheduler", "pause"), "changed": True}
         assert town.resume().to_json() == {**cli("scheduler", "resume"), "changed": True}
         assert town.clear(first["id"]).to_json() == cli("scheduler", "clear", "--item", first["id"])
+        assert town.item(first["id"]).to_json() == cli("item", "show", first["id"])
+        assert town.items("api").to_json() == cli("item", "list", "api")
+        assert town.polecats().to_json() == cli("polecat", "list")
+        assert town.runs().to_json() == cli("runs")
+        assert town.feed(limit=5).to_json() == cli("feed", "--limit", "5")
+        assert town.promote(second["id"]).to_json() == {**cli("scheduler", "promote", second["id"]),
+                                                        "changed": True}
+        moving = ("at", "forecast", "queue", "scheduler", "events", "polecats")  # move with the clock
+        assert ({k: v for k, v in town.snapshot().to_json().items() if k not in moving}
+                == {k: v for k, v in cli("snapshot").items() if k not in moving})
     finally:
         MemoryExecutor.forget_town(town.files)
 
@@ -270,7 +280,7 @@ def test_the_daemon_ticks_in_process_with_an_executor_object(two_rig_api):
     assert [r.item_id for r in two_rig_api.executor.requests] == [item["id"]]
     two_rig_api.executor.finish(item["id"])
     assert two_rig_api.daemon(interval=1, once=True) == 0  # reaps the finished polecat
-    assert two_rig_api.polecats(running=True) == []
+    assert not two_rig_api.polecats(running=True)
     [ended] = two_rig_api.polecats()  # its run stays listed for an hour, with how it ended
     assert (ended["item_id"], ended["outcome"], ended["exit_code"]) == (item["id"], "ok", 0)
     [run] = two_rig_api.runs()
@@ -327,6 +337,37 @@ def test_every_error_is_reachable_from_the_package_and_named_in_the_docs():
         assert issubclass(getattr(sluice, name), sluice.SluiceError), name
         named = f"`{name}`" in errors_section or f"`sluice.{name}`" in errors_section
         assert named, f"docs/api.md's Errors section does not name {name}"
+
+
+def test_no_method_of_the_facade_returns_a_bare_dict_or_list_of_dicts():
+    """Every result has one definition of its keys: a method annotated ``dict`` or ``list[dict]`` would
+    hand out a document nothing checks."""
+    import inspect
+
+    from sluice import api
+
+    bare = {"dict", "list[dict]", "list[dict[str, Any]]", "dict[str, Any]", "list"}
+    methods = [(name, value) for name, value in inspect.getmembers(api.Town, inspect.isfunction)
+               if not name.startswith("_")]
+    assert len(methods) > 30
+    annotated = {name: inspect.signature(value).return_annotation for name, value in methods}
+    assert all(returns is not inspect.Signature.empty for returns in annotated.values()), annotated
+    assert not {name: r for name, r in annotated.items() if str(r).replace(" ", "") in bare}
+
+
+def test_every_error_the_docs_name_is_importable_from_sluice():
+    """The Errors section of docs/api.md promises ``sluice.X`` for each error it names."""
+    import builtins
+    import re
+
+    import sluice
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text(encoding="utf-8")
+    errors_section = text[text.index("## Errors"):text.index("## The in-memory executor")]
+    named = set(re.findall(r"`(?:sluice\.)?([A-Z][A-Za-z]+)`", errors_section)) - set(dir(builtins))
+    assert {"TownNotFound", "SluiceError", "LockBusy", "StorageError"} <= named
+    for name in sorted(named):
+        assert issubclass(getattr(sluice, name), sluice.SluiceError), name
 
 
 def test_every_name_of_the_facade_is_reachable_from_the_package():

@@ -20,8 +20,10 @@ each call, unless one is handed to :func:`open_town`: then every call of that
 town uses it.  :class:`sluice.executors.memory.MemoryExecutor` runs a whole
 town in memory, without processes, for tests.
 
-Items are returned as their beads records (plain dicts): every key an
-export carries is kept, so no class could describe them all.
+The results are defined in :mod:`sluice.results` and re-exported here.  An
+item is an :class:`~sluice.results.Item`: its beads record, of which every
+key an export carries is kept, as a read-only mapping with the keys sluice
+reads as attributes.
 
 A town kept between calls answers :meth:`Town.next` and
 :meth:`Town.schedule_status` from its rig indexes kept open
@@ -36,14 +38,49 @@ an executor): every CLI command starts here, and start-up time is measured.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import MISSING, dataclass, field, fields
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
+from sluice.results import (
+    BrokenItem,
+    BrokenItems,
+    ClearResult,
+    CompactResult,
+    Decision,
+    Decisions,
+    DependencyAdded,
+    Explanation,
+    Feed,
+    FeedEntry,
+    Forecast,
+    ImportResult,
+    Item,
+    ItemDetail,
+    ItemForecast,
+    ItemRows,
+    Items,
+    PatrolReport,
+    PauseState,
+    PolecatRow,
+    Polecats,
+    PolicyInfo,
+    Promotion,
+    Queue,
+    QueueEntry,
+    QueueStatus,
+    ResetResult,
+    RigInfo,
+    RigRefreshed,
+    RigRemoved,
+    RunRecord,
+    Runs,
+    ScheduleStatus,
+    Snapshot,
+    ThrottleState,
+    UsageReport,
+)
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -62,19 +99,35 @@ __all__ = [
     "CycleReport",
     "Decision",
     "Decisions",
+    "DependencyAdded",
     "Explanation",
+    "Feed",
+    "FeedEntry",
+    "Forecast",
+    "ImportResult",
+    "Item",
+    "ItemDetail",
+    "ItemForecast",
     "ItemRows",
+    "Items",
     "PatrolReport",
     "PauseState",
+    "PolecatRow",
+    "Polecats",
     "PolicyInfo",
+    "Promotion",
     "Queue",
     "QueueEntry",
     "QueueStatus",
     "ResetResult",
     "RigInfo",
+    "RigRefreshed",
     "RigRemoved",
+    "RunRecord",
+    "Runs",
     "ScheduleStatus",
     "SlingResult",
+    "Snapshot",
     "ThrottleState",
     "Town",
     "UsageReport",
@@ -94,443 +147,6 @@ def __getattr__(name: str) -> Any:
 
         return SlingResult
     raise AttributeError(f"module 'sluice.api' has no attribute {name!r}")
-
-
-# -- results ---------------------------------------------------------------------------------
-#
-# Each result keeps the document it was read from (``to_json`` returns it as is, so it is the
-# CLI's output byte for byte) and exposes its parts as typed attributes.  Lists of rows are
-# converted on first access only: a queue of 100,000 contexts printed as JSON never pays for
-# 100,000 objects.
-
-
-def _scalars(cls, doc: dict) -> dict:
-    """The document's values of the class's fields: a field without a default must be there.
-
-    A key renamed on one side raises ``KeyError`` at once instead of reading as None.
-    """
-    out = {}
-    for f in fields(cls):
-        if f.name == "document":
-            continue
-        if (f.default is MISSING and f.default_factory is MISSING) or f.name in doc:
-            out[f.name] = doc[f.name]
-    return out
-
-
-@dataclass(frozen=True)
-class _Document:
-    document: Any = field(repr=False, compare=False, kw_only=True)
-
-    def to_json(self) -> Any:
-        """The command's ``--json`` document (the result's own data: copy it before changing it)."""
-        return self.document
-
-    @classmethod
-    def from_json(cls, doc: dict):
-        return cls(**_scalars(cls, doc), document=doc)
-
-
-@dataclass(frozen=True)
-class QueueEntry(_Document):
-    """One queued item, as a row of ``scheduler list``."""
-
-    id: str
-    title: str
-    status: str
-    target_rig: str
-    blocked: bool
-    context_id: str
-    enqueued_at: str
-    dispatch_failures: int
-    last_failure: str | None
-    retry_at: str | None
-    score: float | None
-    # When the item is expected to start and finish (``scheduler list``; None: it cannot start yet).
-    start_at: str | None = None
-    done_at: str | None = None
-
-
-def _entries(rows: list[dict]) -> list[QueueEntry]:
-    return [QueueEntry.from_json(row) for row in rows]
-
-
-@dataclass(frozen=True)
-class Queue(_Document):
-    """``scheduler list``: queued items, ready ones in dispatch order, then blocked ones."""
-
-    @cached_property
-    def entries(self) -> list[QueueEntry]:
-        return _entries(self.document)
-
-    def __iter__(self) -> Iterator[QueueEntry]:
-        return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    @classmethod
-    def from_json(cls, doc: list) -> Queue:  # type: ignore[override]
-        return cls(document=doc)
-
-
-@dataclass(frozen=True)
-class QueueStatus(_Document):
-    """``scheduler status``: pause state, queue size, polecats and capacity."""
-
-    paused: bool
-    paused_by: str | None
-    queued_total: int
-    queued_ready: int
-    active_polecats: int | None  # None when the executor could not be asked (see executor_error)
-    capacity: int
-    max_polecats: int
-    mode: str
-    last_dispatch_at: str | None
-    last_dispatch_count: int
-    executor_error: str | None = None
-
-    @property
-    def binding(self) -> dict | None:
-        """The one limit that stops the next launch now, ``{"code", "detail"}``; None when none does."""
-        return self.document.get("binding")
-
-    @property
-    def host(self) -> dict | None:
-        """The hold file and the host guard: limits, the last reading and its time, what holds."""
-        return self.document.get("host")
-
-    @property
-    def forecast(self) -> dict | None:
-        """The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None."""
-        return self.document.get("forecast")
-
-    @cached_property
-    def items(self) -> list[QueueEntry]:
-        return _entries(self.document["items"])
-
-
-@dataclass(frozen=True)
-class Explanation(_Document):
-    """``scheduler explain``: would the next cycle launch the item, and every reason it would not."""
-
-    item_id: str
-    queued: bool
-    context_id: str | None
-    would_dispatch: bool
-    score: float | None
-    # When it is expected to start and finish, and what that stands on (None when it cannot start).
-    start_at: str | None = None
-    done_at: str | None = None
-    done_p90_at: str | None = None
-
-    @property
-    def basis(self) -> dict | None:
-        """``{"level", "samples", "kind"}`` of the forecast, as in ``scheduler forecast``."""
-        return self.document.get("basis")
-
-    @property
-    def budget(self) -> dict | None:
-        """Whether its p90 tokens fit what is left of the token budget, as in ``scheduler forecast``."""
-        return self.document.get("budget")
-
-    @property
-    def reasons(self) -> list[dict]:
-        """``[{"code", "detail"}]`` with codes from :data:`sluice.core.admission.CODES`."""
-        return self.document["reasons"]
-
-    @property
-    def codes(self) -> list[str]:
-        return [r["code"] for r in self.document["reasons"]]
-
-
-@dataclass(frozen=True)
-class PauseState(_Document):
-    """``scheduler pause`` / ``resume``: the flag now, and whether this call changed it."""
-
-    paused: bool
-    changed: bool
-    paused_by: str | None = None
-    paused_at: str | None = None
-
-
-@dataclass(frozen=True)
-class ClearResult(_Document):
-    """``scheduler clear``: how many contexts were closed (``contexts`` lists them)."""
-
-    item_id: str | None
-    cleared: int
-
-    @property
-    def contexts(self) -> list[dict]:
-        return self.document["contexts"]
-
-    @property
-    def errors(self) -> list[dict]:
-        return self.document["errors"]
-
-
-@dataclass(frozen=True)
-class Decision(_Document):
-    """One scored choice of ``schedule next`` (or a launch logged by the dispatcher)."""
-
-    decision_id: str
-    at: str
-    graph_id: str | None
-    node_id: str
-    score: float | None
-    skipped: bool
-    sling_command: str
-
-    @property
-    def reasons(self) -> list[str]:
-        return self.document["reasons"]
-
-    @property
-    def dispatch_hints(self) -> dict:
-        return self.document["dispatch_hints"]
-
-
-@dataclass(frozen=True)
-class Decisions(_Document):
-    """``schedule next``: the decisions, best first (iterate it, or index it)."""
-
-    @cached_property
-    def decisions(self) -> list[Decision]:
-        return [Decision.from_json(d) for d in self.document]
-
-    def __iter__(self) -> Iterator[Decision]:
-        return iter(self.decisions)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    def __getitem__(self, index: int) -> Decision:
-        return self.decisions[index]
-
-    @classmethod
-    def from_json(cls, doc: list) -> Decisions:  # type: ignore[override]
-        return cls(document=doc)
-
-
-@dataclass(frozen=True)
-class ScheduleStatus(_Document):
-    """``schedule status``: the policy, the ready count, recent decisions, merge pressure."""
-
-    ready_count: int
-
-    @property
-    def policy(self) -> dict:
-        return self.document["policy"]
-
-    @property
-    def merge_pressure(self) -> dict[str, int]:
-        return self.document["merge_pressure"]
-
-    @cached_property
-    def recent_decisions(self) -> list[Decision]:
-        return [Decision.from_json(d) for d in self.document["recent_decisions"]]
-
-
-@dataclass(frozen=True)
-class PolicyInfo(_Document):
-    """``schedule policy show|set``: the policy in force."""
-
-    merge_queue_threshold: int
-    merge_pressure_penalty: float
-    skip_on_merge_pressure: bool
-
-    @property
-    def weights(self) -> dict[str, float]:
-        return self.document["weights"]
-
-    @property
-    def graph_overrides(self) -> dict[str, dict]:
-        return self.document["graph_overrides"]
-
-
-@dataclass(frozen=True)
-class PatrolReport(_Document):
-    """``patrol RIG``: one rig's queue health (rows as documented in docs/surfaces.md)."""
-
-    rig: str
-    ready: int
-    blocked: int
-    executor_error: str | None = None
-
-    def rows(self, kind: str) -> list[dict]:
-        """``queued``, ``failing``, ``stale``, ``duplicates``, ``orphaned``, ``polecats`` or ``fixed``."""
-        return self.document.get(kind, [])
-
-
-@dataclass(frozen=True)
-class ThrottleState(_Document):
-    """``scheduler throttle``: the throttle set (``until``, ``reason``, ``by``) or whether one was
-    ``cleared``, and every throttle running now."""
-
-    rig: str | None
-    until: str | None = None
-    reason: str | None = None
-    by: str | None = None
-    cleared: bool | None = None
-
-    @property
-    def throttles(self) -> list[dict]:
-        return self.document["throttles"]
-
-
-@dataclass(frozen=True)
-class BrokenItem(_Document):
-    """One circuit-broken item of ``scheduler broken``; ``next_attempt_at`` None: never by itself."""
-
-    item_id: str
-    rig: str | None
-    failures: int | None
-    last_error: str | None
-    broken_at: str | None
-    trips: int | None
-    next_attempt_at: str | None
-    half_open: bool
-
-
-@dataclass(frozen=True)
-class BrokenItems(_Document):
-    """``scheduler broken``: every circuit-broken item, oldest first (iterate it)."""
-
-    @cached_property
-    def items(self) -> list[BrokenItem]:
-        return [BrokenItem.from_json(row) for row in self.document]
-
-    def __iter__(self) -> Iterator[BrokenItem]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    @classmethod
-    def from_json(cls, doc: list) -> BrokenItems:  # type: ignore[override]
-        return cls(document=doc)
-
-
-@dataclass(frozen=True)
-class ItemForecast(_Document):
-    """One queued item's expected start and finish (None: it cannot start, see ``why``)."""
-
-    item_id: str
-    rig: str
-    position: int
-    start_at: str | None
-    done_at: str | None
-    done_p90_at: str | None
-    runtime_p50: float
-    runtime_p90: float
-    tokens_p50: int | None
-    tokens_p90: int | None = None
-
-    @property
-    def budget(self) -> dict | None:
-        """Budget fit: ``{"tokens_p90", "fits", "scope", "budget", "remaining", "window", "room_at"}``;
-        None when no token budget applies to the item."""
-        return self.document.get("budget")
-
-
-@dataclass(frozen=True)
-class Forecast(_Document):
-    """``scheduler forecast``: when each queued item starts and finishes, and when the queue drains."""
-
-    at: str
-    drain_at: str | None
-    drain_p90_at: str | None
-
-    @cached_property
-    def items(self) -> list[ItemForecast]:
-        return [ItemForecast.from_json(row) for row in self.document["items"]]
-
-
-@dataclass(frozen=True)
-class ResetResult(_Document):
-    """``scheduler reset``: the item queued again, in which rig, under which open context."""
-
-    item_id: str
-    rig: str
-    context_id: str | None
-    reset: bool
-
-
-@dataclass(frozen=True)
-class UsageReport(_Document):
-    """``polecat usage``: the tokens booked for a launch; ``counted`` false when no launch was found."""
-
-    polecat_id: str | None
-    item_id: str | None
-    tokens: int
-    counted: bool
-
-
-@dataclass(frozen=True)
-class CompactResult(_Document):
-    """``compact``: the retention used and one row per rig compacted (lines kept, removed, archived)."""
-
-    retention: str
-
-    @property
-    def rigs(self) -> list[dict]:
-        return self.document["rigs"]
-
-
-@dataclass(frozen=True)
-class RigRemoved(_Document):
-    """``rig remove``: the rig unregistered, where its own store was moved (``store``), and the
-    contexts a forced removal closed."""
-
-    name: str
-    prefix: str
-    repo: str
-    items: str | None
-    store: str | None
-
-    @property
-    def closed(self) -> list[dict]:
-        return self.document["closed"]
-
-
-@dataclass(frozen=True)
-class ItemRows:
-    """``item ready`` / ``item blocked``: item records, kept as the JSON text they were read as.
-
-    A large rig's ready list is printed without decoding and re-encoding
-    every record; iterate (or call ``to_json``) to get the records as dicts.
-    """
-
-    lines: list[str] = field(repr=False)
-
-    @cached_property
-    def records(self) -> list[dict]:
-        return [json.loads(line) for line in self.lines]
-
-    def to_json(self) -> list[dict]:
-        return self.records
-
-    def __iter__(self) -> Iterator[dict]:
-        return iter(self.records)
-
-    def __len__(self) -> int:
-        return len(self.lines)
-
-
-@dataclass(frozen=True)
-class RigInfo(_Document):
-    """A registered rig, as ``rig add`` / ``rig list`` print it."""
-
-    name: str
-    prefix: str
-    repo: str
-    items: str
-    read_only: bool
-    source: str  # own, export or command
-    items_command: list[str] | None = None
-    source_stale: dict | None = None  # why its items may be behind its beads store (docs/items.md)
-    remote: str | None = None  # the URL workspaces on other machines clone it from
 
 
 # -- the facade -------------------------------------------------------------------------------
@@ -603,7 +219,7 @@ class Town:
                       remote=remote)
         return RigInfo.from_json(rig_row(self.files, rig))
 
-    def refresh_rig(self, name: str) -> dict:
+    def refresh_rig(self, name: str) -> RigRefreshed:
         """Run rig ``name``'s items command now; a failure is a SourceFailed naming rig and command."""
         from sluice.store.sources import refresh
 
@@ -613,7 +229,7 @@ class Town:
 
             raise InvalidOperation(f"rig {name!r} does not read its items through a command")
         state = refresh(self.files, rig)
-        return {"rig": name, "records": state["records"], "ok_at": state["ok_at"]}
+        return RigRefreshed.from_json({"rig": name, "records": state["records"], "ok_at": state["ok_at"]})
 
     def remove_rig(self, name: str, force: bool = False) -> RigRemoved:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
@@ -654,7 +270,7 @@ class Town:
     def create_item(self, rig: str, title: str, *, priority: int = 2, issue_type: str = "task",
                     labels: Iterable[str] = (), deps: Iterable[str] = (), parent: str | None = None,
                     description: str = "", tokens: int | None = None, assignee: str = "",
-                    touches: Iterable[str] = ()) -> dict:
+                    touches: Iterable[str] = ()) -> Item:
         """Create an item in ``rig``'s own store; ``deps`` are ``ID`` (blocks) or ``TYPE:ID``.
 
         ``touches`` are the path globs the work will edit (``metadata.touches``, the overlap gate).
@@ -664,18 +280,18 @@ class Town:
         spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(labels),
                        deps=tuple(deps), parent=parent, description=description, tokens=tokens,
                        assignee=assignee, touches=tuple(touches))
-        return create_item(self.files, rig, spec)
+        return Item.from_json(create_item(self.files, rig, spec))
 
-    def item(self, item_id: str) -> dict:
+    def item(self, item_id: str) -> Item:
         from sluice.store.tracker import show_item
 
-        return show_item(self.files, item_id)
+        return Item.from_json(show_item(self.files, item_id))
 
     def items(self, rig: str | None = None, status: str | None = None,
-              labels: Iterable[str] = ()) -> list[dict]:
+              labels: Iterable[str] = ()) -> Items:
         from sluice.store.tracker import list_items
 
-        return list_items(self.files, rig, status, tuple(labels))
+        return Items.from_json(list_items(self.files, rig, status, tuple(labels)))
 
     def ready(self, rig: str | None = None, limit: int = READY_LIMIT, *, labels: Iterable[str] = (),
               labels_any: Iterable[str] = (), assignee: str | None = None, unassigned: bool = False,
@@ -699,26 +315,26 @@ class Town:
         return ItemRows(blocked_json(self.files, rig))
 
     def update_item(self, item_id: str, *, status: str | None = None, priority: int | None = None,
-                    assignee: str | None = None, add_labels: Iterable[str] = ()) -> dict:
+                    assignee: str | None = None, add_labels: Iterable[str] = ()) -> Item:
         from sluice.store.tracker import update_item
 
-        return update_item(self.files, item_id, status, priority, assignee, tuple(add_labels))
+        return Item.from_json(update_item(self.files, item_id, status, priority, assignee, tuple(add_labels)))
 
-    def close_item(self, item_id: str, reason: str = "Closed") -> dict:
+    def close_item(self, item_id: str, reason: str = "Closed") -> Item:
         from sluice.store.tracker import close_item
 
-        return close_item(self.files, item_id, reason)
+        return Item.from_json(close_item(self.files, item_id, reason))
 
-    def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> dict:
+    def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> DependencyAdded:
         """``source`` depends on ``target`` (for ``blocks``: is blocked by it); cycles are refused."""
         from sluice.store.tracker import add_dependency
 
-        return add_dependency(self.files, source, target, dep_type)
+        return DependencyAdded.from_json(add_dependency(self.files, source, target, dep_type))
 
-    def import_items(self, rig: str, path: str | Path) -> dict:
+    def import_items(self, rig: str, path: str | Path) -> ImportResult:
         from sluice.store.tracker import import_items
 
-        return import_items(self.files, rig, Path(path))
+        return ImportResult.from_json(import_items(self.files, rig, Path(path)))
 
     # -- the dispatcher ---------------------------------------------------------------------
     def sling(self, items: Sequence[str], rig: str | None = None, *, formula: str = "", args: str = "",
@@ -754,7 +370,7 @@ class Town:
         return run_cycle(self._session(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff,
                          item=item)
 
-    def promote(self, item: str, undo: bool = False) -> dict:
+    def promote(self, item: str, undo: bool = False) -> Promotion:
         """Move ``item``'s queued context to the head of the dispatch order; ``undo`` puts it back.
 
         Several promoted items go in the order they were promoted; caps and
@@ -762,7 +378,7 @@ class Town:
         """
         from sluice.scheduler.promote import promote
 
-        return promote(self._session(), item, undo=undo)
+        return Promotion.from_json(promote(self._session(), item, undo=undo))
 
     def status(self, limit: int = 50) -> QueueStatus:
         """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
@@ -856,20 +472,20 @@ class Town:
         return report(self.files, rig, Path(repo) if repo is not None else None, hook)
 
     # -- watching ---------------------------------------------------------------------------
-    def snapshot(self, limit: int = 0) -> dict:
+    def snapshot(self, limit: int = 0) -> Snapshot:
         """The town's state as one document: what ``sluice snapshot --json``, ``top`` and ``web`` show.
 
         ``limit`` keeps the queue's first rows only (0: all); counts stay exact.
         """
         from sluice.scheduler.snapshot import snapshot
 
-        return snapshot(self._session(), limit=limit)
+        return Snapshot.from_json(snapshot(self._session(), limit=limit))
 
-    def item_detail(self, item_id: str) -> dict:
+    def item_detail(self, item_id: str) -> ItemDetail:
         """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
         from sluice.scheduler.snapshot import item_detail
 
-        return item_detail(self._session(), item_id)
+        return ItemDetail.from_json(item_detail(self._session(), item_id))
 
     def daemon(self, interval: float = 180.0, once: bool = False, timeout: float = 300.0) -> int:
         """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``).
@@ -883,35 +499,36 @@ class Town:
         return run_daemon(self.files, interval=interval, once=once, timeout=timeout, executor=self.executor)
 
     # -- polecats ---------------------------------------------------------------------------
-    def polecats(self, running: bool = False) -> list[dict]:
+    def polecats(self, running: bool = False) -> Polecats:
         """The running polecats, then finished ones and the runs that ended in the last hour.
 
         ``running`` keeps only the live ones.  Ended rows carry ``outcome`` and ``exit_code``.
         """
         from sluice.scheduler.ends import polecat_listing
 
-        return polecat_listing(self.files, self._executor(), running_only=running)
+        return Polecats.from_json(polecat_listing(self.files, self._executor(), running_only=running))
 
     def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
-             since: str | None = None, limit: int = 100) -> list[dict]:
+             since: str | None = None, limit: int = 100) -> Runs:
         """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
         from sluice.scheduler.ends import runs_listing
 
-        return runs_listing(self.files, self._executor(), item=item, rig=rig, outcome=outcome,
-                            since=_duration(since, "since"), limit=limit)
+        return Runs.from_json(runs_listing(self.files, self._executor(), item=item, rig=rig, outcome=outcome,
+                                           since=_duration(since, "since"), limit=limit))
 
     def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,
-             limit: int = 100) -> list[dict]:
+             limit: int = 100) -> Feed:
         """The event log in words, oldest first (``sluice feed --json``): ``{at, type, text, event}`` rows."""
         from sluice.scheduler.feed import feed
 
-        return feed(self.files, rig=rig, kind=kind, since=_duration(since, "since"), limit=limit)
+        rows = feed(self.files, rig=rig, kind=kind, since=_duration(since, "since"), limit=limit)
+        return Feed.from_json(rows)
 
-    def stop_polecat(self, ref: str, actor: str | None = None) -> list[dict]:
+    def stop_polecat(self, ref: str, actor: str | None = None) -> Polecats:
         """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
         from sluice.scheduler.ends import stop_polecats
 
-        return stop_polecats(self._session(), ref, actor=actor)
+        return Polecats.from_json(stop_polecats(self._session(), ref, actor=actor))
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
         from sluice.scheduler.ends import polecat_logs

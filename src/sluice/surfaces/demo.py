@@ -206,7 +206,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
                 summary.failed += result.get("failed", 0)
                 deadline = time.monotonic() + 1.0
                 while True:  # sample often between ticks: the cap must hold at every moment
-                    snap = _snapshot(town, facade.snapshot())  # one look per sample, as top takes it
+                    # one look per sample, as top takes it
+                    snap = _snapshot(town, facade.snapshot().to_json())
                     running = snap["town"]["polecats"]
                     summary.max_active = max(summary.max_active, len(running))
                     summary.elapsed = time.monotonic() - started

@@ -152,7 +152,7 @@ def _answer(command: Command):
     args, options = command.positionals, command.options
     match command.name:
         case ("item", "show"):
-            return town.item(args[0]), as_json, output.item_text, []
+            return town.item(args[0]).to_json(), as_json, output.item_text, []
         case ("item", "ready"):
             given = options.get
             rows = town.ready(

@@ -198,7 +198,7 @@ def build_server(town_arg: str | None = None):
         undo: Annotated[StrictBool, Field(description="Put it back in score order.")] = False,
     ) -> dict:
         """Promote a queued item ahead of score order, as `sluice scheduler promote ITEM [--undo] --json`."""
-        return town().promote(item_id, undo=undo)
+        return town().promote(item_id, undo=undo).to_json()
 
     @tool
     def sluice_scheduler_pause() -> dict:
@@ -257,7 +257,7 @@ def build_server(town_arg: str | None = None):
     ) -> list[dict]:
         """The run history, newest first, as `sluice runs --json`."""
         return town().runs(item=_given(item_id), rig=_given(rig), outcome=_given(outcome),
-                           since=_given(since), limit=limit)
+                           since=_given(since), limit=limit).to_json()
 
     @tool
     def sluice_feed(
@@ -267,7 +267,7 @@ def build_server(town_arg: str | None = None):
         limit: Annotated[int, Field(ge=0, description="The last this many (0 = all).")] = 100,
     ) -> list[dict]:
         """The event log in words, oldest first, as `sluice feed --json`."""
-        return town().feed(rig=_given(rig), kind=_given(kind), since=_given(since), limit=limit)
+        return town().feed(rig=_given(rig), kind=_given(kind), since=_given(since), limit=limit).to_json()
 
     @tool
     def sluice_patrol(

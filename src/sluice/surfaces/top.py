@@ -315,7 +315,8 @@ def print_once(town: Town, console: Console | None = None, rig_filter: str | Non
         console = Console(width=size.columns, height=size.lines)
         height = size.lines - 1 if tty else size.lines
     height = height or console.height
-    console.print(render(town.snapshot(), rig_filter, height=height, width=console.width), height=height)
+    snap = town.snapshot().to_json()
+    console.print(render(snap, rig_filter, height=height, width=console.width), height=height)
 
 
 class _Keys:
@@ -361,7 +362,7 @@ class Top:
         # Sized from the terminal itself: an exported COLUMNS/LINES would pin the size and break resizing.
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         self.console = console or Console(_environ=environ)
-        self.take = take or (lambda t: t.snapshot())
+        self.take = take or (lambda t: t.snapshot().to_json())
         self.rig_filter: str | None = None
         self.prompt: str | None = None
         self.message: str | None = None

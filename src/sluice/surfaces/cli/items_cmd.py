@@ -40,13 +40,13 @@ def create(
     created = town().create_item(rig, title, priority=priority, issue_type=issue_type, labels=label or (),
                                  deps=dep or (), parent=parent, description=description, tokens=tokens,
                                  assignee=assignee, touches=touches or ())
-    emit(created, as_json, lambda i: f"created {shown(i['id'])}: {shown(i['title'])}")
+    emit(created.to_json(), as_json, lambda i: f"created {shown(i['id'])}: {shown(i['title'])}")
 
 
 @item_app.command("show")
 def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: JsonOption = False) -> None:
     """Show one item (any rig; ids route by prefix)."""
-    emit(town().item(item_id), as_json, item_text)
+    emit(town().item(item_id).to_json(), as_json, item_text)
 
 
 
@@ -61,7 +61,7 @@ def list_(
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
-    emit(town().items(rig, status, label or ()), as_json, item_lines)
+    emit(town().items(rig, status, label or ()).to_json(), as_json, item_lines)
 
 
 @item_app.command("ready")
@@ -110,7 +110,7 @@ def update(
     """Change an item's status, priority, assignee or labels."""
     updated = town().update_item(item_id, status=status, priority=priority, assignee=assignee,
                                  add_labels=add_label or ())
-    emit(updated, as_json,
+    emit(updated.to_json(), as_json,
          lambda i: f"updated {i['id']}")
 
 
@@ -121,7 +121,7 @@ def close(
     as_json: JsonOption = False,
 ) -> None:
     """Close an item."""
-    emit(town().close_item(item_id, reason), as_json, lambda i: f"closed {i['id']}")
+    emit(town().close_item(item_id, reason).to_json(), as_json, lambda i: f"closed {i['id']}")
 
 
 @dep_app.command("add")
@@ -134,7 +134,7 @@ def dep_add(
     """A depends on B (A is blocked by B for `blocks`); self edges and cycles are refused."""
     row = town().add_dependency(source, target, dep_type)
     verb = "now depends" if row["status"] == "added" else "already depends"
-    emit(row, as_json, lambda r: f"{shown(source)} {verb} on {shown(target)} ({shown(dep_type)})")
+    emit(row.to_json(), as_json, lambda r: f"{shown(source)} {verb} on {shown(target)} ({shown(dep_type)})")
 
 
 @item_app.command("import")
@@ -144,7 +144,7 @@ def import_(
     as_json: JsonOption = False,
 ) -> None:
     """Copy a beads export into RIG's own store (upsert by id, tombstones dropped)."""
-    emit(town().import_items(rig, file), as_json,
+    emit(town().import_items(rig, file).to_json(), as_json,
          lambda r: f"imported into {r['rig']}: {r['added']} added, {r['updated']} updated,"
          f" {r['skipped_tombstones']} tombstones dropped")
 

@@ -21,7 +21,7 @@ def polecat_list(
     running: Annotated[bool, typer.Option("--running", help="Only the live polecats.")] = False,
 ) -> None:
     """The running polecats, then the runs that ended in the last hour with outcome and exit status."""
-    emit(town().polecats(running=running), as_json, _list_text)
+    emit(town().polecats(running=running).to_json(), as_json, _list_text)
 
 
 def _list_text(rows: list[dict]) -> str:
@@ -60,7 +60,7 @@ def _runtime(seconds: float | None) -> str:
 @polecat_app.command("stop")
 def polecat_stop(ref: RefArgument, as_json: JsonOption = False) -> None:
     """Stop a polecat (by id) or every running polecat of an item, with its child processes."""
-    emit(town().stop_polecat(ref), as_json, lambda rows: "\n".join(
+    emit(town().stop_polecat(ref).to_json(), as_json, lambda rows: "\n".join(
         f"Stopped {shown(r['id'])} ({shown(r['item_id']) or 'no item'})" if r["stopped"]
         else f"{shown(r['id'])} ({shown(r['item_id']) or 'no item'}) was not running ({r['state']})"
         for r in rows))

@@ -26,7 +26,8 @@ def runs(
     as_json: JsonOption = False,
 ) -> None:
     """The run history, newest first: one record per launch, with its outcome and exit status."""
-    emit(town().runs(item=item, rig=rig, outcome=outcome, since=since, limit=limit), as_json, _runs_text)
+    emit(town().runs(item=item, rig=rig, outcome=outcome, since=since, limit=limit).to_json(), as_json,
+         _runs_text)
 
 
 def _runs_text(rows: list[dict]) -> str:
@@ -66,7 +67,7 @@ def feed(
 
     the_town = town()
     start = log_end(the_town.files) if follow else None  # before the last events are read: none lost
-    rows = the_town.feed(rig=rig, kind=kind, since=since, limit=limit)
+    rows = the_town.feed(rig=rig, kind=kind, since=since, limit=limit).to_json()
     if not follow:
         emit(rows, as_json, lambda rs: "\n".join(line(r) for r in rs) or "No events.")
         return

@@ -166,7 +166,7 @@ def promote(
     as_json: JsonOption = False,
 ) -> None:
     """Move a queued item to the head of the dispatch order (caps and gates still apply)."""
-    emit(town().promote(item, undo=undo), as_json, _promote_text)
+    emit(town().promote(item, undo=undo).to_json(), as_json, _promote_text)
 
 
 def _promote_text(data: dict) -> str:

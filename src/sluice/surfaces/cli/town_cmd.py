@@ -85,7 +85,7 @@ def rig_refresh(
     as_json: JsonOption = False,
 ) -> None:
     """Run rig NAME's items command now and keep its output (exit 1 naming the command if it fails)."""
-    emit(town().refresh_rig(name), as_json,
+    emit(town().refresh_rig(name).to_json(), as_json,
          lambda r: f"rig {r['rig']}: {r['records']} records at {r['ok_at']}")
 
 

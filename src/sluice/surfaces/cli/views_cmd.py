@@ -15,7 +15,7 @@ def snapshot(
     as_json: JsonOption = False,
 ) -> None:
     """The town's state in one document: scheduler, queue, polecats, rigs, decisions, events."""
-    emit(town().snapshot(limit), as_json, _snapshot_text)
+    emit(town().snapshot(limit).to_json(), as_json, _snapshot_text)
 
 
 def _snapshot_text(snap: dict) -> str:

@@ -75,7 +75,7 @@ class Dashboard:
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:
-        return self.town.snapshot()
+        return self.town.snapshot().to_json()
 
     async def state(self, request: Request) -> Response:
         try:
@@ -118,7 +118,7 @@ class Dashboard:
 
     def _explain(self, item_id: str) -> dict:
         """The item page's data: its detail, and ``scheduler explain`` (would it launch, why it waits)."""
-        detail = self.town.item_detail(item_id)
+        detail = self.town.item_detail(item_id).to_json()
         detail["explain"] = self.town.explain(item_id).to_json()
         return detail
 
@@ -171,7 +171,7 @@ class Dashboard:
         if action == "clear":
             return self.town.clear(params["item"], actor=ACTOR).to_json()
         if action == "stop":
-            return self.town.stop_polecat(params["polecat"], actor=ACTOR)
+            return self.town.stop_polecat(params["polecat"], actor=ACTOR).to_json()
         return self._throttle(body)
 
     def _throttle(self, body: dict):

@@ -1,0 +1,752 @@
+"""The results of :class:`sluice.api.Town`'s methods: one dataclass per command's ``--json`` document.
+
+Each result keeps the document it was read from (``to_json`` returns it as
+is, so it is the CLI's output byte for byte) and exposes its parts as typed
+attributes.  The fields of a class are the one place that says which keys
+the document has: a field without a default must be there, so a key renamed
+on one side is a ``KeyError`` when the result is made, never a silent None.
+Lists of rows are converted on first access only: a queue of 100,000
+contexts printed as JSON never pays for 100,000 objects.
+
+Documents shaped like records (an item, the snapshot, a polecat row) are
+also read-only mappings of that document (``result["id"]``, ``get``,
+``in``, ``keys``), and lists of rows are sequences of typed rows, so code
+written against the plain JSON reads them unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import MISSING, dataclass, field, fields
+from functools import cached_property
+from typing import Any, ClassVar
+
+
+def _scalars(cls, doc: dict) -> dict:
+    """The document's values of the class's fields: a field without a default must be there.
+
+    A key renamed on one side raises ``KeyError`` at once instead of reading as None.
+    """
+    out = {}
+    for f in fields(cls):
+        if f.name == "document":
+            continue
+        if (f.default is MISSING and f.default_factory is MISSING) or f.name in doc:
+            out[f.name] = doc[f.name]
+    return out
+
+
+@dataclass(frozen=True)
+class _Document:
+    document: Any = field(repr=False, compare=False, kw_only=True)
+
+    def to_json(self) -> Any:
+        """The command's ``--json`` document (the result's own data: copy it before changing it)."""
+        return self.document
+
+    @classmethod
+    def from_json(cls, doc: dict):
+        return cls(**_scalars(cls, doc), document=doc)
+
+
+@dataclass(frozen=True)
+class QueueEntry(_Document):
+    """One queued item, as a row of ``scheduler list``."""
+
+    id: str
+    title: str
+    status: str
+    target_rig: str
+    blocked: bool
+    context_id: str
+    enqueued_at: str
+    dispatch_failures: int
+    last_failure: str | None
+    retry_at: str | None
+    score: float | None
+    # When the item is expected to start and finish (``scheduler list``; None: it cannot start yet).
+    start_at: str | None = None
+    done_at: str | None = None
+
+
+def _entries(rows: list[dict]) -> list[QueueEntry]:
+    return [QueueEntry.from_json(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class Queue(_Document):
+    """``scheduler list``: queued items, ready ones in dispatch order, then blocked ones."""
+
+    @cached_property
+    def entries(self) -> list[QueueEntry]:
+        return _entries(self.document)
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    @classmethod
+    def from_json(cls, doc: list) -> Queue:  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class QueueStatus(_Document):
+    """``scheduler status``: pause state, queue size, polecats and capacity."""
+
+    paused: bool
+    paused_by: str | None
+    queued_total: int
+    queued_ready: int
+    active_polecats: int | None  # None when the executor could not be asked (see executor_error)
+    capacity: int
+    max_polecats: int
+    mode: str
+    last_dispatch_at: str | None
+    last_dispatch_count: int
+    executor_error: str | None = None
+
+    @property
+    def binding(self) -> dict | None:
+        """The one limit that stops the next launch now, ``{"code", "detail"}``; None when none does."""
+        return self.document.get("binding")
+
+    @property
+    def host(self) -> dict | None:
+        """The hold file and the host guard: limits, the last reading and its time, what holds."""
+        return self.document.get("host")
+
+    @property
+    def forecast(self) -> dict | None:
+        """The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None."""
+        return self.document.get("forecast")
+
+    @cached_property
+    def items(self) -> list[QueueEntry]:
+        return _entries(self.document["items"])
+
+
+@dataclass(frozen=True)
+class Explanation(_Document):
+    """``scheduler explain``: would the next cycle launch the item, and every reason it would not."""
+
+    item_id: str
+    queued: bool
+    context_id: str | None
+    would_dispatch: bool
+    score: float | None
+    # When it is expected to start and finish, and what that stands on (None when it cannot start).
+    start_at: str | None = None
+    done_at: str | None = None
+    done_p90_at: str | None = None
+
+    @property
+    def basis(self) -> dict | None:
+        """``{"level", "samples", "kind"}`` of the forecast, as in ``scheduler forecast``."""
+        return self.document.get("basis")
+
+    @property
+    def budget(self) -> dict | None:
+        """Whether its p90 tokens fit what is left of the token budget, as in ``scheduler forecast``."""
+        return self.document.get("budget")
+
+    @property
+    def reasons(self) -> list[dict]:
+        """``[{"code", "detail"}]`` with codes from :data:`sluice.core.admission.CODES`."""
+        return self.document["reasons"]
+
+    @property
+    def codes(self) -> list[str]:
+        return [r["code"] for r in self.document["reasons"]]
+
+
+@dataclass(frozen=True)
+class PauseState(_Document):
+    """``scheduler pause`` / ``resume``: the flag now, and whether this call changed it."""
+
+    paused: bool
+    changed: bool
+    paused_by: str | None = None
+    paused_at: str | None = None
+
+
+@dataclass(frozen=True)
+class ClearResult(_Document):
+    """``scheduler clear``: how many contexts were closed (``contexts`` lists them)."""
+
+    item_id: str | None
+    cleared: int
+
+    @property
+    def contexts(self) -> list[dict]:
+        return self.document["contexts"]
+
+    @property
+    def errors(self) -> list[dict]:
+        return self.document["errors"]
+
+
+@dataclass(frozen=True)
+class Decision(_Document):
+    """One scored choice of ``schedule next`` (or a launch logged by the dispatcher)."""
+
+    decision_id: str
+    at: str
+    graph_id: str | None
+    node_id: str
+    score: float | None
+    skipped: bool
+    sling_command: str
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.document["reasons"]
+
+    @property
+    def dispatch_hints(self) -> dict:
+        return self.document["dispatch_hints"]
+
+
+@dataclass(frozen=True)
+class Decisions(_Document):
+    """``schedule next``: the decisions, best first (iterate it, or index it)."""
+
+    @cached_property
+    def decisions(self) -> list[Decision]:
+        return [Decision.from_json(d) for d in self.document]
+
+    def __iter__(self) -> Iterator[Decision]:
+        return iter(self.decisions)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    def __getitem__(self, index: int) -> Decision:
+        return self.decisions[index]
+
+    @classmethod
+    def from_json(cls, doc: list) -> Decisions:  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class ScheduleStatus(_Document):
+    """``schedule status``: the policy, the ready count, recent decisions, merge pressure."""
+
+    ready_count: int
+
+    @property
+    def policy(self) -> dict:
+        return self.document["policy"]
+
+    @property
+    def merge_pressure(self) -> dict[str, int]:
+        return self.document["merge_pressure"]
+
+    @cached_property
+    def recent_decisions(self) -> list[Decision]:
+        return [Decision.from_json(d) for d in self.document["recent_decisions"]]
+
+
+@dataclass(frozen=True)
+class PolicyInfo(_Document):
+    """``schedule policy show|set``: the policy in force."""
+
+    merge_queue_threshold: int
+    merge_pressure_penalty: float
+    skip_on_merge_pressure: bool
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return self.document["weights"]
+
+    @property
+    def graph_overrides(self) -> dict[str, dict]:
+        return self.document["graph_overrides"]
+
+
+@dataclass(frozen=True)
+class PatrolReport(_Document):
+    """``patrol RIG``: one rig's queue health (rows as documented in docs/surfaces.md)."""
+
+    rig: str
+    ready: int
+    blocked: int
+    executor_error: str | None = None
+
+    def rows(self, kind: str) -> list[dict]:
+        """``queued``, ``failing``, ``stale``, ``duplicates``, ``orphaned``, ``polecats`` or ``fixed``."""
+        return self.document.get(kind, [])
+
+
+@dataclass(frozen=True)
+class ThrottleState(_Document):
+    """``scheduler throttle``: the throttle set (``until``, ``reason``, ``by``) or whether one was
+    ``cleared``, and every throttle running now."""
+
+    rig: str | None
+    until: str | None = None
+    reason: str | None = None
+    by: str | None = None
+    cleared: bool | None = None
+
+    @property
+    def throttles(self) -> list[dict]:
+        return self.document["throttles"]
+
+
+@dataclass(frozen=True)
+class BrokenItem(_Document):
+    """One circuit-broken item of ``scheduler broken``; ``next_attempt_at`` None: never by itself."""
+
+    item_id: str
+    rig: str | None
+    failures: int | None
+    last_error: str | None
+    broken_at: str | None
+    trips: int | None
+    next_attempt_at: str | None
+    half_open: bool
+
+
+@dataclass(frozen=True)
+class BrokenItems(_Document):
+    """``scheduler broken``: every circuit-broken item, oldest first (iterate it)."""
+
+    @cached_property
+    def items(self) -> list[BrokenItem]:
+        return [BrokenItem.from_json(row) for row in self.document]
+
+    def __iter__(self) -> Iterator[BrokenItem]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    @classmethod
+    def from_json(cls, doc: list) -> BrokenItems:  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class ItemForecast(_Document):
+    """One queued item's expected start and finish (None: it cannot start, see ``why``)."""
+
+    item_id: str
+    rig: str
+    position: int
+    start_at: str | None
+    done_at: str | None
+    done_p90_at: str | None
+    runtime_p50: float
+    runtime_p90: float
+    tokens_p50: int | None
+    tokens_p90: int | None = None
+
+    @property
+    def budget(self) -> dict | None:
+        """Budget fit: ``{"tokens_p90", "fits", "scope", "budget", "remaining", "window", "room_at"}``;
+        None when no token budget applies to the item."""
+        return self.document.get("budget")
+
+
+@dataclass(frozen=True)
+class Forecast(_Document):
+    """``scheduler forecast``: when each queued item starts and finishes, and when the queue drains."""
+
+    at: str
+    drain_at: str | None
+    drain_p90_at: str | None
+
+    @cached_property
+    def items(self) -> list[ItemForecast]:
+        return [ItemForecast.from_json(row) for row in self.document["items"]]
+
+
+@dataclass(frozen=True)
+class ResetResult(_Document):
+    """``scheduler reset``: the item queued again, in which rig, under which open context."""
+
+    item_id: str
+    rig: str
+    context_id: str | None
+    reset: bool
+
+
+@dataclass(frozen=True)
+class UsageReport(_Document):
+    """``polecat usage``: the tokens booked for a launch; ``counted`` false when no launch was found."""
+
+    polecat_id: str | None
+    item_id: str | None
+    tokens: int
+    counted: bool
+
+
+@dataclass(frozen=True)
+class CompactResult(_Document):
+    """``compact``: the retention used and one row per rig compacted (lines kept, removed, archived)."""
+
+    retention: str
+
+    @property
+    def rigs(self) -> list[dict]:
+        return self.document["rigs"]
+
+
+@dataclass(frozen=True)
+class RigRemoved(_Document):
+    """``rig remove``: the rig unregistered, where its own store was moved (``store``), and the
+    contexts a forced removal closed."""
+
+    name: str
+    prefix: str
+    repo: str
+    items: str | None
+    store: str | None
+
+    @property
+    def closed(self) -> list[dict]:
+        return self.document["closed"]
+
+
+@dataclass(frozen=True)
+class ItemRows:
+    """``item ready`` / ``item blocked``: item records, kept as the JSON text they were read as.
+
+    A large rig's ready list is printed without decoding and re-encoding
+    every record; iterate (or call ``to_json``) to get the records as dicts.
+    """
+
+    lines: list[str] = field(repr=False)
+
+    @cached_property
+    def records(self) -> list[dict]:
+        return [json.loads(line) for line in self.lines]
+
+    def to_json(self) -> list[dict]:
+        return self.records
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+@dataclass(frozen=True)
+class RigInfo(_Document):
+    """A registered rig, as ``rig add`` / ``rig list`` print it."""
+
+    name: str
+    prefix: str
+    repo: str
+    items: str
+    read_only: bool
+    source: str  # own, export or command
+    items_command: list[str] | None = None
+    source_stale: dict | None = None  # why its items may be behind its beads store (docs/items.md)
+    remote: str | None = None  # the URL workspaces on other machines clone it from
+
+
+# -- records and lists of rows ----------------------------------------------------------------
+
+
+class _Mapping:
+    """A read-only mapping view of ``to_json()``, for code written against the plain document."""
+
+    document: Any
+
+    def __getitem__(self, key: str) -> Any:
+        return self.document[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.document.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.document
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.document)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    def keys(self):
+        return self.document.keys()
+
+    def values(self):
+        return self.document.values()
+
+    def items(self):
+        return self.document.items()
+
+
+@dataclass(frozen=True)
+class _Rows(_Document):
+    """A list document: iterate it (or index it) for typed rows; ``to_json`` is the list itself."""
+
+    row: ClassVar[Any]  # the class of one row
+
+    @cached_property
+    def rows(self) -> list:
+        return [self.row.from_json(doc) for doc in self.document]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    def __getitem__(self, index: int):
+        return self.rows[index]
+
+    def __bool__(self) -> bool:
+        return bool(self.document)
+
+    @classmethod
+    def from_json(cls, doc: list):  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
+class Item(_Mapping, _Document):
+    """An item's beads record (``item show --json``); every key of the record is in the mapping view.
+
+    An export may carry any key, so only the ones sluice reads are attributes;
+    ``id`` is the one every record has.
+    """
+
+    id: str
+    title: str | None = None
+    status: str | None = None
+    priority: int | None = None
+    issue_type: str | None = None
+    assignee: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        return self.document.get("labels") or []
+
+    @property
+    def dependencies(self) -> list[dict]:
+        return self.document.get("dependencies") or []
+
+
+@dataclass(frozen=True)
+class Items(_Rows):
+    """``item list``: item records (iterate it for :class:`Item` rows)."""
+
+    row: ClassVar[Any] = Item
+
+
+@dataclass(frozen=True)
+class RigRefreshed(_Mapping, _Document):
+    """``rig refresh``: how many records the rig's items command printed, and when it last succeeded."""
+
+    rig: str
+    records: int
+    ok_at: str | None
+
+
+@dataclass(frozen=True)
+class DependencyAdded(_Mapping, _Document):
+    """``item dep add``: the edge, and ``status`` ``added`` or ``exists`` (it was there already)."""
+
+    issue_id: str
+    depends_on_id: str
+    type: str
+    status: str
+
+
+@dataclass(frozen=True)
+class ImportResult(_Mapping, _Document):
+    """``item import``: records added and updated in the rig's store, tombstones left out."""
+
+    rig: str
+    added: int
+    updated: int
+    skipped_tombstones: int
+
+
+@dataclass(frozen=True)
+class Promotion(_Mapping, _Document):
+    """``scheduler promote``: the context moved to the head of the queue (or back, ``promoted`` false)."""
+
+    item_id: str
+    context_id: str
+    rig: str
+    promoted: bool
+    promoted_at: str | None
+    changed: bool
+
+
+@dataclass(frozen=True)
+class PolecatRow(_Mapping, _Document):
+    """One row of ``polecat list`` (a live polecat, one the executor keeps, or an ended run)."""
+
+    id: str | None
+    item_id: str | None
+    rig: str | None
+    context_id: str | None
+    executor: str | None
+    started_at: str | None
+    state: str
+    pid: int | None
+    exit_code: int | None
+    log_path: str | None
+    attach: str | None
+    outcome: str | None
+    run_id: str | None
+    ended_at: str | None
+    runtime_seconds: float | None
+    stopped: bool | None = None  # ``polecat stop``: whether this call stopped it
+
+
+@dataclass(frozen=True)
+class Polecats(_Rows):
+    """``polecat list`` (or ``polecat stop``): :class:`PolecatRow` rows."""
+
+    row: ClassVar[Any] = PolecatRow
+
+
+@dataclass(frozen=True)
+class RunRecord(_Mapping, _Document):
+    """One run of ``sluice runs`` (the fields of :data:`sluice.store.runs.FIELDS` that it has)."""
+
+    run_id: str
+    polecat_id: str | None = None
+    item_id: str | None = None
+    rig: str | None = None
+    context_id: str | None = None
+    executor: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    runtime_seconds: float | None = None
+    exit_code: int | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True)
+class Runs(_Rows):
+    """``sluice runs``: :class:`RunRecord` rows, newest first."""
+
+    row: ClassVar[Any] = RunRecord
+
+
+@dataclass(frozen=True)
+class FeedEntry(_Mapping, _Document):
+    """One line of ``sluice feed``: the event in words, and the event itself."""
+
+    at: str | None
+    type: str | None
+    text: str
+
+    @property
+    def event(self) -> dict:
+        return self.document["event"]
+
+
+@dataclass(frozen=True)
+class Feed(_Rows):
+    """``sluice feed --json``: :class:`FeedEntry` rows, oldest first."""
+
+    row: ClassVar[Any] = FeedEntry
+
+
+@dataclass(frozen=True)
+class Snapshot(_Mapping, _Document):
+    """``sluice snapshot --json``: the town's state, as ``top`` and ``web`` show it (docs/surfaces.md)."""
+
+    version: int
+    at: str
+    town: str
+    executor: str
+
+    @property
+    def scheduler(self) -> dict:
+        """``scheduler status`` without its rows."""
+        return self.document["scheduler"]
+
+    @property
+    def forecast(self) -> dict:
+        return self.document["forecast"]
+
+    @cached_property
+    def queue(self) -> list[QueueEntry]:
+        return _entries(self.document["queue"])
+
+    @property
+    def polecats(self) -> list[dict]:
+        """Rows of ``polecat list`` that still run, with ``runtime_seconds``, ``logs_command``, ``title``."""
+        return self.document["polecats"]
+
+    @cached_property
+    def runs(self) -> list[RunRecord]:
+        return [RunRecord.from_json(row) for row in self.document["runs"]]
+
+    @property
+    def rigs(self) -> dict[str, dict]:
+        return self.document["rigs"]
+
+    @property
+    def decisions(self) -> list[dict]:
+        return self.document["decisions"]
+
+    @property
+    def events(self) -> list[dict]:
+        return self.document["events"]
+
+
+@dataclass(frozen=True)
+class ItemDetail(_Mapping, _Document):
+    """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
+
+    rig: str
+    queued: bool
+    blocked: bool | None  # None when the item is not queued
+    score: float | None
+    graph_id: str | None
+    tokens: int | None
+    estimated_minutes: float | None
+    due_at: str | None
+    due: str | None  # in words: "due in 3h"
+    executor_error: str | None = None
+
+    @property
+    def gate(self) -> Any:
+        return self.document["gate"]
+
+    @cached_property
+    def item(self) -> Item:
+        return Item.from_json(self.document["item"])
+
+    @cached_property
+    def queue_row(self) -> QueueEntry | None:
+        row = self.document["queue_row"]
+        return QueueEntry.from_json(row) if row is not None else None
+
+    @property
+    def blocked_by(self) -> list:
+        return self.document["blocked_by"]
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.document["reasons"]
+
+    @property
+    def polecats(self) -> list[dict]:
+        return self.document["polecats"]
+
+    @cached_property
+    def runs(self) -> list[RunRecord]:
+        return [RunRecord.from_json(row) for row in self.document["runs"]]
+
+    @property
+    def decisions(self) -> list[dict]:
+        return self.document["decisions"]
