@@ -129,7 +129,9 @@ def normalise(record: dict) -> dict:
         record["status"] = "open"
     if not record.get("issue_type"):
         record["issue_type"] = "task"
-    record["priority"] = priority_of(record)
+    value = record.get("priority")
+    if type(value) is not int or not 0 <= value <= 4:  # a beads priority stays as it is
+        record["priority"] = priority_of(record)
     return record
 
 
@@ -274,7 +276,7 @@ def labels_of(record: Mapping) -> list[str]:
 
 
 def is_context(record: Mapping) -> bool:
-    return CONTEXT_LABEL in labels_of(record)
+    return bool(record.get("labels")) and CONTEXT_LABEL in labels_of(record)  # most items have none
 
 
 def tracked_ids(record: Mapping) -> list[str]:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,13 +83,13 @@ class Context:
     def failures(self) -> int:
         return self.fields.dispatch_failures if self.fields is not None else 0
 
-    @cached_property
-    def order(self) -> str:
-        """``enqueued_at`` normalised to sluice's UTC format, so string order is time order.
+    #: ``enqueued_at`` normalised to sluice's UTC format, so string order is time order.  Worked out
+    #: as the context is read: a survey sorts and groups every context by it, and a lazy property's
+    #: first read cost more than the normalising itself.
+    order: str = field(init=False, repr=False, compare=False)
 
-        Worked out once: a survey sorts and groups 10,000 contexts by it several times.
-        """
-        return order_text(self.fields.enqueued_at if self.fields is not None else "")
+    def __post_init__(self) -> None:
+        self.order = order_text(self.fields.enqueued_at if self.fields is not None else "")
 
 
 def parse(rig: str, record: dict) -> Context:
@@ -265,8 +264,15 @@ def open_contexts(stores: Stores, fresh: bool = False, lean: bool = False) -> li
             found.extend(_open_contexts_of(store, fresh, lean))
         except (StoreCorrupt, OSError) as err:
             stores.hold_unreadable(store.rig.name, err)
-    found.sort(key=lambda c: (not c.valid, c.order, c.id))
+    found.sort(key=_listing_key)
     return found
+
+
+def _listing_key(context: Context) -> tuple[bool, str, str]:
+    """Valid contexts oldest first (ties by id), then the rest: ``(not valid, order, id)``, the
+    validity read off the fields directly (one sort key per open context)."""
+    fields = context.fields
+    return (fields is None or not fields.work_bead_id or not fields.target_rig, context.order, context.id)
 
 
 def open_by_item(stores: Stores, fresh: bool = True) -> dict[str, list[Context]]:
