@@ -24,8 +24,10 @@ same name (tests/test_fixture_family.py keeps it so):
 A module's own scenario (its items written, its executor configured) is a
 fixture built on these whose name says what it returns: ``*_dir`` a
 ``Path``, ``*_files`` a ``sluice.store.town.Town``, ``*_api`` a
-``sluice.Town``; never a bare ``town``.  The functions and classes behind
-them are in the ``helpers`` package.
+``sluice.Town``, ``*_cli`` a ``Cli``; never ``town`` or ``*_town``, and a
+name two modules share has one return annotation in both.  The functions
+and classes behind them are in the ``helpers`` package, never imported
+from here.
 """
 
 from __future__ import annotations
