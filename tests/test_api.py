@@ -429,6 +429,8 @@ def test_a_cycle_a_sling_a_snapshot_and_the_advisor_read_the_config_once_and_res
         "item_detail": lambda: configured.item_detail(first),
         "next": lambda: configured.next(preview=True),
         "schedule_status": configured.schedule_status,
+        "polecats": configured.polecats,
+        "runs": configured.runs,
     }
     for name, call in calls.items():
         reads.clear()

@@ -187,13 +187,6 @@ class Town:
         files, stores = kept.fresh()
         return Session.kept(files, stores, self.executor)
 
-    def _executor(self) -> Executor:
-        if self.executor is not None:
-            return self.executor
-        from sluice.executors import get_executor
-
-        return get_executor(self.files)
-
     # -- rigs and configuration --------------------------------------------------------------
     def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,
                 items: str | Path | None = None, *, items_command: str | Sequence[str] | None = None,
@@ -506,14 +499,14 @@ class Town:
         """
         from sluice.scheduler.ends import polecat_listing
 
-        return Polecats.from_json(polecat_listing(self.files, self._executor(), running_only=running))
+        return Polecats.from_json(polecat_listing(self._session(), running_only=running))
 
     def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
              since: str | None = None, limit: int = 100) -> Runs:
         """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
         from sluice.scheduler.ends import runs_listing
 
-        return Runs.from_json(runs_listing(self.files, self._executor(), item=item, rig=rig, outcome=outcome,
+        return Runs.from_json(runs_listing(self._session(), item=item, rig=rig, outcome=outcome,
                                            since=_duration(since, "since"), limit=limit))
 
     def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from sluice.core.items import parse_ts
 from sluice.core.records import SlingContextFields
 from sluice.errors import ExecutorUnavailable, SluiceError, UnknownPolecat
-from sluice.executors import get_executor
 from sluice.scheduler import polecats as control
 from sluice.scheduler import workspaces
 from sluice.scheduler.breaker import trip_breaker
@@ -213,24 +212,26 @@ def describe_end(record: dict) -> str:
 RECENT_RUNS = 3600.0  # ended runs `polecat list` shows under the running polecats
 
 
-def runs_listing(town: Town, executor: Executor, *, item: str | None = None, rig: str | None = None,
-                 outcome: str | None = None, since: float | None = None, limit: int = 100) -> list[dict]:
+def runs_listing(where: Town | Session, executor: Executor | None = None, *, item: str | None = None,
+                 rig: str | None = None, outcome: str | None = None, since: float | None = None,
+                 limit: int = 100) -> list[dict]:
     """``sluice runs``: record what has ended, then the history."""
-    town.reload_config()
-    settle(town, executor)
-    return history(town, item=item, rig=rig, outcome=outcome, since=since, limit=limit)
+    session = Session.of(where, executor)
+    settle(session.files, session.require_executor(), session.stores, now=session.now)
+    return history(session.files, item=item, rig=rig, outcome=outcome, since=since, limit=limit,
+                   now=session.now)
 
 
-def polecat_listing(town: Town, executor: Executor | None = None, running_only: bool = False,
+def polecat_listing(where: Town | Session, executor: Executor | None = None, running_only: bool = False,
                     now: float | None = None) -> list[dict]:
     """``polecat list``: the running polecats (oldest first), finished ones the executor still keeps,
     then the runs that ended in the last hour (newest first), each with its outcome.
 
     Ends are recorded first, so a polecat that has just exited shows how it ended.
     """
-    executor = executor or get_executor(town)
-    now = time.time() if now is None else now
-    settle(town, executor, now=now)
+    session = Session.of(where, executor, now)
+    town, executor, now = session.files, session.require_executor(), session.now
+    settle(town, executor, session.stores, now=now)
     polecats = sorted(executor.listing(), key=lambda p: (p.started_at, p.id))
     recent = history(town, since=RECENT_RUNS, limit=0, now=now)
     by_polecat = {**{r.get("polecat_id"): r for r in recent[::-1]}, **running_records(town)}
