@@ -14,6 +14,8 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).parent
+
+
 def retired(name: str) -> bool:
     """A name no module may give a fixture: ``town`` and ``*_town`` each meant several types."""
     return name == "town" or name.endswith("_town")
