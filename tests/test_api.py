@@ -387,6 +387,26 @@ def test_a_result_whose_document_lost_a_field_fails_at_once():
         ResetResult.from_json({"item_id": "al-1", "rig": "alpha", "context": None, "reset": True})
 
 
+def test_a_record_result_reads_as_its_document_and_a_list_as_typed_rows():
+    """An item keeps every key of its record behind the attributes; a row missing a key fails at once."""
+    from sluice.api import Item, Items, Polecats
+
+    record = {"id": "al-1", "title": "fix", "x-custom": {"kept": True}}
+    item = Item.from_json(record)
+    assert (item.id, item.title, item.status) == ("al-1", "fix", None)
+    assert item["x-custom"] == {"kept": True} and "x-custom" in item and item.get("nope") is None
+    assert dict(item) == {**item} == record and item.to_json() is record
+    items = Items.from_json([record])
+    assert len(items) == 1 and items[0].title == "fix" and [i.id for i in items] == ["al-1"]
+    assert not Items.from_json([])
+    row = {"id": "p1", "item_id": "al-1", "rig": "al", "context_id": None, "executor": "local",
+           "started_at": None, "pid": None, "exit_code": None, "log_path": None, "attach": None,
+           "outcome": None, "run_id": None, "ended_at": None, "runtime_seconds": None}
+    with pytest.raises(KeyError, match="state"):
+        Polecats.from_json([row])[0]
+    assert Polecats.from_json([{**row, "state": "running"}])[0].state == "running"
+
+
 def test_one_call_reads_the_config_once_and_asks_the_executor_once(two_rig_api, monkeypatch):
     """A Session per call: status reads config.json once and asks for the running polecats once."""
     from sluice.store.town import Town as TownFiles
