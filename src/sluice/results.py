@@ -51,6 +51,33 @@ class _Document:
 
 
 @dataclass(frozen=True)
+class _Rows(_Document):
+    """A list document: iterate it (or index it) for typed rows; ``to_json`` is the list itself."""
+
+    row: ClassVar[Any]  # the class of one row
+
+    @cached_property
+    def rows(self) -> list:
+        return [self.row.from_json(doc) for doc in self.document]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.document)
+
+    def __getitem__(self, index: int):
+        return self.rows[index]
+
+    def __bool__(self) -> bool:
+        return bool(self.document)
+
+    @classmethod
+    def from_json(cls, doc: list):  # type: ignore[override]
+        return cls(document=doc)
+
+
+@dataclass(frozen=True)
 class QueueEntry(_Document):
     """One queued item, as a row of ``scheduler list``."""
 
@@ -75,22 +102,14 @@ def _entries(rows: list[dict]) -> list[QueueEntry]:
 
 
 @dataclass(frozen=True)
-class Queue(_Document):
+class Queue(_Rows):
     """``scheduler list``: queued items, ready ones in dispatch order, then blocked ones."""
 
-    @cached_property
+    row: ClassVar[Any] = QueueEntry
+
+    @property
     def entries(self) -> list[QueueEntry]:
-        return _entries(self.document)
-
-    def __iter__(self) -> Iterator[QueueEntry]:
-        return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    @classmethod
-    def from_json(cls, doc: list) -> Queue:  # type: ignore[override]
-        return cls(document=doc)
+        return self.rows
 
 
 @dataclass(frozen=True)
@@ -211,25 +230,14 @@ class Decision(_Document):
 
 
 @dataclass(frozen=True)
-class Decisions(_Document):
+class Decisions(_Rows):
     """``schedule next``: the decisions, best first (iterate it, or index it)."""
 
-    @cached_property
+    row: ClassVar[Any] = Decision
+
+    @property
     def decisions(self) -> list[Decision]:
-        return [Decision.from_json(d) for d in self.document]
-
-    def __iter__(self) -> Iterator[Decision]:
-        return iter(self.decisions)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    def __getitem__(self, index: int) -> Decision:
-        return self.decisions[index]
-
-    @classmethod
-    def from_json(cls, doc: list) -> Decisions:  # type: ignore[override]
-        return cls(document=doc)
+        return self.rows
 
 
 @dataclass(frozen=True)
@@ -313,22 +321,14 @@ class BrokenItem(_Document):
 
 
 @dataclass(frozen=True)
-class BrokenItems(_Document):
+class BrokenItems(_Rows):
     """``scheduler broken``: every circuit-broken item, oldest first (iterate it)."""
 
-    @cached_property
+    row: ClassVar[Any] = BrokenItem
+
+    @property
     def items(self) -> list[BrokenItem]:
-        return [BrokenItem.from_json(row) for row in self.document]
-
-    def __iter__(self) -> Iterator[BrokenItem]:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    @classmethod
-    def from_json(cls, doc: list) -> BrokenItems:  # type: ignore[override]
-        return cls(document=doc)
+        return self.rows
 
 
 @dataclass(frozen=True)
@@ -483,33 +483,6 @@ class _Mapping:
 
     def items(self):
         return self.document.items()
-
-
-@dataclass(frozen=True)
-class _Rows(_Document):
-    """A list document: iterate it (or index it) for typed rows; ``to_json`` is the list itself."""
-
-    row: ClassVar[Any]  # the class of one row
-
-    @cached_property
-    def rows(self) -> list:
-        return [self.row.from_json(doc) for doc in self.document]
-
-    def __iter__(self) -> Iterator:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.document)
-
-    def __getitem__(self, index: int):
-        return self.rows[index]
-
-    def __bool__(self) -> bool:
-        return bool(self.document)
-
-    @classmethod
-    def from_json(cls, doc: list):  # type: ignore[override]
-        return cls(document=doc)
 
 
 @dataclass(frozen=True)
