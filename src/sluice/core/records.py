@@ -14,7 +14,7 @@ naming it, as a hand edit gone wrong should.
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 
@@ -53,7 +53,6 @@ class _Record:
 
     _required: ClassVar[tuple[str, ...]] = ()
     _kinds: ClassVar[dict[str, tuple[type, bool]]] = {}
-    _defaults: ClassVar[dict[str, Any]] = {}  # every field but ``extra``, in field order
     extra: dict[str, Any]
 
     @classmethod
@@ -64,21 +63,17 @@ class _Record:
         missing = [name for name in cls._required if name not in data]
         if missing:
             raise RecordError(f"{', '.join(missing)}: required")
-        # What the dataclass's own __init__ builds, without its keyword call: a survey makes one
-        # record per queued context, and that call was most of the cost.
-        values, extra = cls._defaults.copy(), {}
+        known, extra = {}, {}
         kinds = cls._kinds
         for key, value in data.items():
             spec = kinds.get(key)
             if spec is None:
                 extra[key] = value
             elif type(value) is spec[0]:  # the common case, checked at the cost of one comparison
-                values[key] = value
+                known[key] = value
             else:
-                values[key] = _check(key, value, *spec)
-        values["extra"] = extra
-        record = object.__new__(cls)
-        record.__dict__.update(values)
+                known[key] = _check(key, value, *spec)
+        record = cls(**known, extra=extra)
         record._validate()
         return record
 
@@ -180,19 +175,5 @@ class SchedulerState(_Record):
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def _defaults(cls) -> dict[str, Any]:
-    """Each field's default in field order, so a record's attributes stand in the order ``__init__``
-    sets them (a required field's None is always replaced; ``extra`` is made afresh per record)."""
-    out = {}
-    for f in fields(cls):
-        if f.name == "extra":
-            continue
-        if f.default is MISSING and f.name not in cls._required:  # a factory needs a fresh value each time
-            raise TypeError(f"{cls.__name__}.{f.name}: a field must be required or have a plain default")
-        out[f.name] = None if f.default is MISSING else f.default
-    return out
-
-
-for _cls in (SlingContextFields, SchedulerState):
-    _cls._kinds = _kinds(_cls)
-    _cls._defaults = _defaults(_cls)
+SlingContextFields._kinds = _kinds(SlingContextFields)
+SchedulerState._kinds = _kinds(SchedulerState)
