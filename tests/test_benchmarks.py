@@ -111,10 +111,14 @@ def test_bench_watcher_names_a_tree_that_cannot_launch(tmp_path: Path):
 def test_bench_forecast_learns_from_real_runs_and_scores_the_held_out_ones(tmp_path: Path):
     """The forecast benchmark at a tiny size: real polecats run, each figure is measured for both sides.
 
-    Runs long enough (``--scale``) that the queue outlasts the forecast command on a loaded machine."""
+    Runs long enough (``--scale``) that the queue outlasts the forecast command on a loaded machine,
+    and again four times slower when the benchmark says the machine was too busy for that."""
     argv = [sys.executable, str(ROOT / "benchmarks" / "bench_forecast.py"), "--runs", "12", "--queue", "4",
-            "--cap", "2", "--train-cap", "6", "--scale", "0.5", "--interval", "0.2", "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            "--cap", "2", "--train-cap", "6", "--interval", "0.2", "--json"]
+    for scale in ("0.5", "2"):  # a machine too busy to answer before the queue drains says so: slower runs
+        done = subprocess.run([*argv, "--scale", scale], capture_output=True, text=True, timeout=900)
+        if "drained before its forecast was taken" not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert (found["train"], found["held_out"]) == (6, 6)

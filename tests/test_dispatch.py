@@ -132,7 +132,9 @@ def test_a_pause_issued_during_a_cycle_survives_it(cli, deferred_dir, executor):
     write_items(deferred_dir, "alpha", [item(i) for i in ids])
     configure(cli.town, "scheduler.max_polecats", "5")
     configure(cli.town, "scheduler.batch_size", "3")
-    configure(cli.town, "scheduler.spawn_delay", "2s")
+    # A delay far longer than any pause takes to arrive, however loaded the machine: the pause
+    # lands inside it, and the cycle stops waiting when it sees the pause, not after the delay.
+    configure(cli.town, "scheduler.spawn_delay", "10m")
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", *ids, "alpha")
     cycle = subprocess.Popen([*SLUICE, "--town", str(deferred_dir), "scheduler", "run"],
@@ -140,7 +142,7 @@ def test_a_pause_issued_during_a_cycle_survives_it(cli, deferred_dir, executor):
     # the first launch happened; the cycle is in its delay
     wait_for(lambda: events(deferred_dir, "Dispatched"))
     cli.run("scheduler", "pause", env={"SLUICE_ACTOR": "operator"})
-    out, err = cycle.communicate(timeout=60)
+    out, err = cycle.communicate(timeout=120)
     assert cycle.returncode == 0 and "paused during the cycle; 2 planned item(s) left queued" in err
     [launched] = events(deferred_dir, "Dispatched")
     assert f"Dispatched {launched['payload']['item_id']} → alpha" in out  # what did launch is reported
@@ -152,6 +154,26 @@ def test_a_pause_issued_during_a_cycle_survives_it(cli, deferred_dir, executor):
     skipped = cli.run("scheduler", "run")
     assert "paused (by operator)" in skipped.stderr
     assert len(worker_records(deferred_dir)) == 1
+
+
+def test_a_pause_ends_a_spawn_delay_as_soon_as_it_is_seen(cli, deferred_dir, memory):
+    from sluice.scheduler.dispatch import PAUSE_POLL, run_cycle
+
+    write_items(deferred_dir, "alpha", [item("al-1"), item("al-2")])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "2")
+    configure(cli.town, "scheduler.spawn_delay", "1h")
+    cli.run("sling", "al-1", "al-2", "alpha")
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 3:  # an operator pauses a little into the delay
+            cli.run("scheduler", "pause")
+
+    report = run_cycle(Town(deferred_dir), executor=memory, sleep=sleep)
+    assert waits == [PAUSE_POLL] * 3  # not the hour: the delay ends at the first look after the pause
+    assert (report.dispatched, report.paused, report.skipped) == (1, True, 1)
 
 
 def test_a_blocked_item_waits_for_its_blocker(cli, deferred_dir, memory):

@@ -19,7 +19,7 @@ One cycle, in order (Gas Town's R-E, see docs/architecture.md):
    the launch intent, launch, close it ``dispatched`` (3 tries) and log the
    decision — or count the failure and trip the breaker at the threshold;
    ``spawn_delay`` between successful launches; a pause issued meanwhile
-   stops further launches;
+   stops further launches, and ends a delay as soon as it is seen;
 7. after each launch, record ``last_dispatch_at/count`` (this cycle's launches
    so far) in the state, re-read fresh under its lock.
 
@@ -206,9 +206,28 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
             continue
         record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
         if sched.seconds("spawn_delay") > 0 and position < len(planned) - 1:
-            sleep(sched.seconds("spawn_delay"))
+            _spawn_delay(town, sched.seconds("spawn_delay"), sleep)
     admission.note_budget(town, assessment)  # after the launches, so the event counts what they spent
     return report
+
+
+#: How often a cycle waiting out ``spawn_delay`` looks for a pause (seconds).
+PAUSE_POLL = 0.25
+
+
+def _spawn_delay(town: Town, seconds: float, sleep: Callable[[float], None]) -> None:
+    """Wait ``seconds`` between two launches, or less when the town is paused meanwhile.
+
+    An operator who pauses during a long delay means "launch nothing more":
+    the cycle need not sit out the rest of the delay before saying so.
+    """
+    left = seconds
+    while left > 0:
+        step = min(PAUSE_POLL, left)
+        sleep(step)
+        left -= step
+        if left > 0 and load_state(town).paused:
+            return
 
 
 def _only(session: Session, item: str, view: Survey) -> Survey:
