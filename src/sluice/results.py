@@ -1,4 +1,4 @@
-"""The results of :class:`sluice.api.Town`'s methods: one dataclass per command's ``--json`` document.
+"""The results of :class:`sluice.api.Town`'s methods: one frozen record per command's ``--json`` document.
 
 Each result keeps the document it was read from (``to_json`` returns it as
 is, so it is the CLI's output byte for byte) and exposes its parts as typed
@@ -18,9 +18,101 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import FrozenInstanceError
 from functools import cached_property
 from typing import Any, ClassVar
+
+# -- frozen records, made without code generation ------------------------------------------------
+#
+# ``dataclasses.dataclass`` writes and compiles an ``__init__``, ``__repr__``, ``__eq__`` and
+# ``__setattr__`` for every class it decorates: about 0.4 ms each, so forty result classes cost
+# every hot command 15 ms of start-up, as long as a bare interpreter's.  ``result`` gives the
+# same frozen, keyword-or-positional, compared-by-field classes from one shared set of methods.
+
+_MISSING: Any = object()
+
+
+class _Field:
+    """What :func:`field` says of one field: a default, or how to make one, and whether it shows."""
+
+    __slots__ = ("compare", "default", "factory", "kw_only", "repr")
+
+    def __init__(self, default, factory, repr_: bool, compare: bool, kw_only: bool):
+        self.default, self.factory, self.repr, self.compare, self.kw_only = (
+            default, factory, repr_, compare, kw_only)
+
+
+def field(*, default: Any = _MISSING, default_factory: Any = _MISSING, repr: bool = True,
+          compare: bool = True, kw_only: bool = False) -> Any:
+    return _Field(default, default_factory, repr, compare, kw_only)
+
+
+def result(cls):
+    """Make ``cls`` a frozen record of its annotated fields (base classes' first), like a dataclass."""
+    spec: dict[str, _Field] = {}
+    for klass in reversed(cls.__mro__[1:]):  # the bases' fields, as each base was made
+        spec.update(klass.__dict__.get("_spec", {}))
+    # The class's own annotations, read as inspect.get_annotations does, without importing inspect.
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063
+        if not str(annotation).startswith("ClassVar"):
+            value = cls.__dict__.get(name, _MISSING)
+            spec[name] = value if isinstance(value, _Field) else _Field(value, _MISSING, True, True, False)
+    for name, f in spec.items():
+        if isinstance(cls.__dict__.get(name), _Field):
+            if f.default is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+    cls._spec = spec
+    cls._positional = tuple(name for name, f in spec.items() if not f.kw_only)
+    for name, method in (("__init__", _init), ("__repr__", _repr), ("__eq__", _eq), ("__hash__", _hash),
+                         ("__setattr__", _frozen), ("__delattr__", _frozen)):
+        setattr(cls, name, method)
+    return cls
+
+
+def _init(self, *args, **kwargs) -> None:
+    spec = type(self)._spec
+    if len(args) > len(self._positional):
+        raise TypeError(f"{type(self).__name__}() takes {len(self._positional)} positional arguments")
+    values = dict(zip(self._positional, args, strict=False))
+    for name, value in kwargs.items():
+        if name not in spec or name in values:
+            raise TypeError(f"{type(self).__name__}() got an unexpected or repeated argument {name!r}")
+        values[name] = value
+    put = object.__setattr__
+    for name, f in spec.items():
+        if name in values:
+            put(self, name, values[name])
+        elif f.default is not _MISSING:
+            put(self, name, f.default)
+        elif f.factory is not _MISSING:
+            put(self, name, f.factory())
+        else:
+            raise TypeError(f"{type(self).__name__}() missing required argument {name!r}")
+
+
+def _repr(self) -> str:
+    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, f in self._spec.items() if f.repr)
+    return f"{type(self).__name__}({shown})"
+
+
+def _compared(self) -> tuple:
+    return tuple(getattr(self, name) for name, f in self._spec.items() if f.compare)
+
+
+def _eq(self, other: object) -> bool:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return _compared(self) == _compared(other)
+
+
+def _hash(self) -> int:
+    return hash(_compared(self))
+
+
+def _frozen(self, name: str, *value) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
 
 def _scalars(cls, doc: dict) -> dict:
@@ -29,15 +121,15 @@ def _scalars(cls, doc: dict) -> dict:
     A key renamed on one side raises ``KeyError`` at once instead of reading as None.
     """
     out = {}
-    for f in fields(cls):
-        if f.name == "document":
+    for name, f in cls._spec.items():
+        if name == "document":
             continue
-        if (f.default is MISSING and f.default_factory is MISSING) or f.name in doc:
-            out[f.name] = doc[f.name]
+        if (f.default is _MISSING and f.factory is _MISSING) or name in doc:
+            out[name] = doc[name]
     return out
 
 
-@dataclass(frozen=True)
+@result
 class _Document:
     document: Any = field(repr=False, compare=False, kw_only=True)
 
@@ -50,7 +142,7 @@ class _Document:
         return cls(**_scalars(cls, doc), document=doc)
 
 
-@dataclass(frozen=True)
+@result
 class _Rows(_Document):
     """A list document: iterate it (or index it) for typed rows; ``to_json`` is the list itself."""
 
@@ -77,7 +169,7 @@ class _Rows(_Document):
         return cls(document=doc)
 
 
-@dataclass(frozen=True)
+@result
 class QueueEntry(_Document):
     """One queued item, as a row of ``scheduler list``."""
 
@@ -101,7 +193,7 @@ def _entries(rows: list[dict]) -> list[QueueEntry]:
     return [QueueEntry.from_json(row) for row in rows]
 
 
-@dataclass(frozen=True)
+@result
 class Queue(_Rows):
     """``scheduler list``: queued items, ready ones in dispatch order, then blocked ones."""
 
@@ -112,7 +204,7 @@ class Queue(_Rows):
         return self.rows
 
 
-@dataclass(frozen=True)
+@result
 class QueueStatus(_Document):
     """``scheduler status``: pause state, queue size, polecats and capacity."""
 
@@ -148,7 +240,7 @@ class QueueStatus(_Document):
         return _entries(self.document["items"])
 
 
-@dataclass(frozen=True)
+@result
 class Explanation(_Document):
     """``scheduler explain``: would the next cycle launch the item, and every reason it would not."""
 
@@ -182,7 +274,7 @@ class Explanation(_Document):
         return [r["code"] for r in self.document["reasons"]]
 
 
-@dataclass(frozen=True)
+@result
 class PauseState(_Document):
     """``scheduler pause`` / ``resume``: the flag now, and whether this call changed it."""
 
@@ -192,7 +284,7 @@ class PauseState(_Document):
     paused_at: str | None = None
 
 
-@dataclass(frozen=True)
+@result
 class ClearResult(_Document):
     """``scheduler clear``: how many contexts were closed (``contexts`` lists them)."""
 
@@ -208,7 +300,7 @@ class ClearResult(_Document):
         return self.document["errors"]
 
 
-@dataclass(frozen=True)
+@result
 class Decision(_Document):
     """One scored choice of ``schedule next`` (or a launch logged by the dispatcher)."""
 
@@ -229,7 +321,7 @@ class Decision(_Document):
         return self.document["dispatch_hints"]
 
 
-@dataclass(frozen=True)
+@result
 class Decisions(_Rows):
     """``schedule next``: the decisions, best first (iterate it, or index it)."""
 
@@ -240,7 +332,7 @@ class Decisions(_Rows):
         return self.rows
 
 
-@dataclass(frozen=True)
+@result
 class ScheduleStatus(_Document):
     """``schedule status``: the policy, the ready count, recent decisions, merge pressure."""
 
@@ -259,7 +351,7 @@ class ScheduleStatus(_Document):
         return [Decision.from_json(d) for d in self.document["recent_decisions"]]
 
 
-@dataclass(frozen=True)
+@result
 class PolicyInfo(_Document):
     """``schedule policy show|set``: the policy in force."""
 
@@ -276,7 +368,7 @@ class PolicyInfo(_Document):
         return self.document["graph_overrides"]
 
 
-@dataclass(frozen=True)
+@result
 class PatrolReport(_Document):
     """``patrol RIG``: one rig's queue health (rows as documented in docs/surfaces.md)."""
 
@@ -290,7 +382,7 @@ class PatrolReport(_Document):
         return self.document.get(kind, [])
 
 
-@dataclass(frozen=True)
+@result
 class ThrottleState(_Document):
     """``scheduler throttle``: the throttle set (``until``, ``reason``, ``by``) or whether one was
     ``cleared``, and every throttle running now."""
@@ -306,7 +398,7 @@ class ThrottleState(_Document):
         return self.document["throttles"]
 
 
-@dataclass(frozen=True)
+@result
 class BrokenItem(_Document):
     """One circuit-broken item of ``scheduler broken``; ``next_attempt_at`` None: never by itself."""
 
@@ -320,7 +412,7 @@ class BrokenItem(_Document):
     half_open: bool
 
 
-@dataclass(frozen=True)
+@result
 class BrokenItems(_Rows):
     """``scheduler broken``: every circuit-broken item, oldest first (iterate it)."""
 
@@ -331,7 +423,7 @@ class BrokenItems(_Rows):
         return self.rows
 
 
-@dataclass(frozen=True)
+@result
 class ItemForecast(_Document):
     """One queued item's expected start and finish (None: it cannot start, see ``why``)."""
 
@@ -353,7 +445,7 @@ class ItemForecast(_Document):
         return self.document.get("budget")
 
 
-@dataclass(frozen=True)
+@result
 class Forecast(_Document):
     """``scheduler forecast``: when each queued item starts and finishes, and when the queue drains."""
 
@@ -366,7 +458,7 @@ class Forecast(_Document):
         return [ItemForecast.from_json(row) for row in self.document["items"]]
 
 
-@dataclass(frozen=True)
+@result
 class ResetResult(_Document):
     """``scheduler reset``: the item queued again, in which rig, under which open context."""
 
@@ -376,7 +468,7 @@ class ResetResult(_Document):
     reset: bool
 
 
-@dataclass(frozen=True)
+@result
 class UsageReport(_Document):
     """``polecat usage``: the tokens booked for a launch; ``counted`` false when no launch was found."""
 
@@ -386,7 +478,7 @@ class UsageReport(_Document):
     counted: bool
 
 
-@dataclass(frozen=True)
+@result
 class CompactResult(_Document):
     """``compact``: the retention used and one row per rig compacted (lines kept, removed, archived)."""
 
@@ -397,7 +489,7 @@ class CompactResult(_Document):
         return self.document["rigs"]
 
 
-@dataclass(frozen=True)
+@result
 class RigRemoved(_Document):
     """``rig remove``: the rig unregistered, where its own store was moved (``store``), and the
     contexts a forced removal closed."""
@@ -413,7 +505,7 @@ class RigRemoved(_Document):
         return self.document["closed"]
 
 
-@dataclass(frozen=True)
+@result
 class ItemRows:
     """``item ready`` / ``item blocked``: item records, kept as the JSON text they were read as.
 
@@ -437,7 +529,7 @@ class ItemRows:
         return len(self.lines)
 
 
-@dataclass(frozen=True)
+@result
 class RigInfo(_Document):
     """A registered rig, as ``rig add`` / ``rig list`` print it."""
 
@@ -485,7 +577,7 @@ class _Mapping:
         return self.document.items()
 
 
-@dataclass(frozen=True)
+@result
 class Item(_Mapping, _Document):
     """An item's beads record (``item show --json``); every key of the record is in the mapping view.
 
@@ -511,14 +603,14 @@ class Item(_Mapping, _Document):
         return self.document.get("dependencies") or []
 
 
-@dataclass(frozen=True)
+@result
 class Items(_Rows):
     """``item list``: item records (iterate it for :class:`Item` rows)."""
 
     row: ClassVar[Any] = Item
 
 
-@dataclass(frozen=True)
+@result
 class RigRefreshed(_Mapping, _Document):
     """``rig refresh``: how many records the rig's items command printed, and when it last succeeded."""
 
@@ -527,7 +619,7 @@ class RigRefreshed(_Mapping, _Document):
     ok_at: str | None
 
 
-@dataclass(frozen=True)
+@result
 class DependencyAdded(_Mapping, _Document):
     """``item dep add``: the edge, and ``status`` ``added`` or ``exists`` (it was there already)."""
 
@@ -537,7 +629,7 @@ class DependencyAdded(_Mapping, _Document):
     status: str
 
 
-@dataclass(frozen=True)
+@result
 class ImportResult(_Mapping, _Document):
     """``item import``: records added and updated in the rig's store, tombstones left out."""
 
@@ -547,7 +639,7 @@ class ImportResult(_Mapping, _Document):
     skipped_tombstones: int
 
 
-@dataclass(frozen=True)
+@result
 class Promotion(_Mapping, _Document):
     """``scheduler promote``: the context moved to the head of the queue (or back, ``promoted`` false)."""
 
@@ -559,7 +651,7 @@ class Promotion(_Mapping, _Document):
     changed: bool
 
 
-@dataclass(frozen=True)
+@result
 class PolecatRow(_Mapping, _Document):
     """One row of ``polecat list`` (a live polecat, one the executor keeps, or an ended run)."""
 
@@ -581,14 +673,14 @@ class PolecatRow(_Mapping, _Document):
     stopped: bool | None = None  # ``polecat stop``: whether this call stopped it
 
 
-@dataclass(frozen=True)
+@result
 class Polecats(_Rows):
     """``polecat list`` (or ``polecat stop``): :class:`PolecatRow` rows."""
 
     row: ClassVar[Any] = PolecatRow
 
 
-@dataclass(frozen=True)
+@result
 class RunRecord(_Mapping, _Document):
     """One run of ``sluice runs`` (the fields of :data:`sluice.store.runs.FIELDS` that it has)."""
 
@@ -605,14 +697,14 @@ class RunRecord(_Mapping, _Document):
     outcome: str | None = None
 
 
-@dataclass(frozen=True)
+@result
 class Runs(_Rows):
     """``sluice runs``: :class:`RunRecord` rows, newest first."""
 
     row: ClassVar[Any] = RunRecord
 
 
-@dataclass(frozen=True)
+@result
 class FeedEntry(_Mapping, _Document):
     """One line of ``sluice feed``: the event in words, and the event itself."""
 
@@ -625,14 +717,14 @@ class FeedEntry(_Mapping, _Document):
         return self.document["event"]
 
 
-@dataclass(frozen=True)
+@result
 class Feed(_Rows):
     """``sluice feed --json``: :class:`FeedEntry` rows, oldest first."""
 
     row: ClassVar[Any] = FeedEntry
 
 
-@dataclass(frozen=True)
+@result
 class Snapshot(_Mapping, _Document):
     """``sluice snapshot --json``: the town's state, as ``top`` and ``web`` show it (docs/surfaces.md)."""
 
@@ -676,7 +768,7 @@ class Snapshot(_Mapping, _Document):
         return self.document["events"]
 
 
-@dataclass(frozen=True)
+@result
 class ItemDetail(_Mapping, _Document):
     """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
 
