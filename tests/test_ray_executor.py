@@ -81,6 +81,37 @@ def test_the_same_context_submitted_twice_is_one_job(ray_setup):
     assert executor.find("al-wisp-none") is None
 
 
+def test_a_head_with_no_job_agent_free_is_asked_again_and_the_launch_goes_through(ray_setup, monkeypatch):
+    """Ray answers 500 "No available agent" while its job agent starts or is overloaded."""
+    from sluice.executors import ray as ray_module
+
+    town, executor, reports, _ = ray_setup
+    monkeypatch.setattr(ray_module, "BUSY_RETRY_WAITS", (0.01, 0.01, 0.01))
+    real, refusals = executor.client.submit_job, []
+
+    def busy_twice(**kwargs):
+        if len(refusals) < 2:
+            refusals.append(kwargs["submission_id"])
+            raise RuntimeError("Request failed with status code 500: No available agent to submit job,"
+                               " please try again later..")
+        return real(**kwargs)
+
+    monkeypatch.setattr(executor.client, "submit_job", busy_twice)
+    polecat = executor.launch(request(town, "alpha", "al-9", "al-wisp-r9"))
+    assert refusals == [polecat.id, polecat.id]  # asked again with the same submission id
+    assert report(reports, "al-wisp-r9", timeout=90)["argv"][-1] == "al-9"
+    refusals.clear()
+
+    def always_busy(**kwargs):
+        refusals.append(kwargs["submission_id"])
+        raise RuntimeError("Request failed with status code 500: No available agent to submit job")
+
+    monkeypatch.setattr(executor.client, "submit_job", always_busy)
+    with pytest.raises(ExecutorError, match="No available agent"):  # still busy after every wait: said so
+        executor.launch(request(town, "alpha", "al-10", "al-wisp-r10"))
+    assert len(refusals) == 4  # the first try and one after each of the three waits
+
+
 def test_stop_ends_the_job_and_every_process_of_the_polecat(ray_setup):
     town, executor, reports, _ = ray_setup
     polecat = executor.launch(request(town, "alpha", "al-3", "al-wisp-r3"))

@@ -75,6 +75,10 @@ _STATES = {
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 PACKAGE = str(Path(__file__).resolve().parents[1])  # the sluice package: each job ships it to its node
 _CHATTY = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
+#: Waits (seconds) before submitting again when the head says it has no job agent free right now:
+#: Ray answers so while its agent starts or is overloaded, and asks to be tried again later.
+BUSY_RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
+BUSY = "No available agent to submit job"
 FRESH_BRANCHES = 9  # branch names a clone may try (``sluice/<id>``, ``-2`` …) before giving up
 
 
@@ -207,20 +211,25 @@ class RayExecutor:
             "context_id": request.context_id,
         }
         client = self.client
-        try:
-            self._call(
-                "submit_job",
-                client.submit_job,
-                entrypoint=ENTRYPOINT,
-                submission_id=submission_id,
-                metadata=metadata,
-                runtime_env={"env_vars": env, "py_modules": [PACKAGE]},
-                **resource_options(self.resources),
-            )
-        except ExecutorError as err:
-            if "already exists" not in str(err) or isinstance(err, ExecutorUnavailable):
-                raise
-            # Submitted before (a crash after submit): that job is this context's polecat.
+        for wait in (*BUSY_RETRY_WAITS, None):
+            try:
+                self._call(
+                    "submit_job",
+                    client.submit_job,
+                    entrypoint=ENTRYPOINT,
+                    submission_id=submission_id,
+                    metadata=metadata,
+                    runtime_env={"env_vars": env, "py_modules": [PACKAGE]},
+                    **resource_options(self.resources),
+                )
+                break
+            except ExecutorError as err:
+                if BUSY in str(err) and wait is not None and not isinstance(err, ExecutorUnavailable):
+                    time.sleep(wait)  # the same submission id: a job the head did take is found below
+                    continue
+                if "already exists" not in str(err) or isinstance(err, ExecutorUnavailable):
+                    raise
+                break  # submitted before (a crash after submit): that job is this context's polecat
         job = self._job(submission_id)
         if job is None:
             raise ExecutorError(f"Ray accepted job {submission_id} but does not report it")
