@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         ("every read command answers", inv.readers_work(layout, list(layout.repos))),
         ("repos and export byte-identical", inv.repos_untouched(layout, before)),
         ("work items changed only by the tracker", inv.items_only_changed_by_tracker(ev, own_items)),
-        ("scheduler status agrees with a recount", inv.status_agrees(layout, ev, config.cap, 3)),
+        ("scheduler status agrees with a recount", inv.status_agrees(layout, config.cap, 3)),
         ("no traceback, no internal error", inv.no_crash(ev, layout)),
         (f"no launch while a gate holds ({gate_intervals} holds)", gate_findings),
         (f"status, explain and the next cycle agree ({agreements} unchanged reads)", agree_findings),

@@ -8,6 +8,7 @@ nothing here waits for a process or for real seconds.
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -119,6 +120,71 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(two_rigs_dir, clock
     assert cycle(two_rigs_dir).reason == "budget"
     clock.advance(0.2)  # and now the window has slid past them
     assert cycle(two_rigs_dir).dispatched == 1
+
+
+@pytest.fixture
+def budget_disk(monkeypatch):
+    """budget.json's writes refused with ENOSPC while ``disk["full"]`` is true, as a full disk would."""
+    disk = {"full": False}
+    write = fsutil.atomic_write_json
+
+    def refusing(path, data, *args, **kwargs):
+        if disk["full"] and Path(path).name == "budget.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return write(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(fsutil, "atomic_write_json", refusing)
+    return disk
+
+
+def test_a_disk_that_fills_as_a_polecat_starts_loses_none_of_its_budget_charge(
+        two_rigs_dir, memory, budget_disk, monkeypatch):
+    configure(two_rigs_dir, "scheduler.token_budget", "1500")
+    queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}, priority=0),
+          item("al-1", metadata={"estimated_tokens": 1000}, priority=1))
+    launch = memory.launch
+
+    def filling(request):
+        polecat = launch(request)
+        budget_disk["full"] = True  # between the polecat's start and the bookkeeping after it
+        return polecat
+
+    monkeypatch.setattr(memory, "launch", filling)
+    first = cycle(two_rigs_dir)
+    assert running_items(two_rigs_dir) == ["al-0"]
+    assert any("budget charge was not written" in m for m in first.messages)
+    budget_disk["full"] = False
+    second = cycle(two_rigs_dir)
+    assert second.dispatched == 0 and second.why == {"budget": 1}
+    assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 1000
+
+
+def test_a_launch_whose_charge_the_disk_refuses_is_not_made_and_stays_queued(two_rigs_dir, budget_disk):
+    configure(two_rigs_dir, "scheduler.token_budget", "5000")
+    queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
+    budget_disk["full"] = True
+    with pytest.raises(OSError, match="No space left"):
+        cycle(two_rigs_dir)
+    assert running_items(two_rigs_dir) == []
+    [context] = open_contexts(two_rigs_dir, "alpha", "al-0")
+    assert not fields(context).get("launch_started_at")
+    budget_disk["full"] = False
+    assert cycle(two_rigs_dir).dispatched == 1
+    [charge] = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    assert charge["item_id"] == "al-0" and charge["polecat_id"].startswith("mem-")
+
+
+def test_a_launch_that_fails_takes_its_budget_charge_back(two_rigs_dir, memory):
+    configure(two_rigs_dir, "scheduler.token_budget", "5000")
+    queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
+    memory.fail_next("al-0")
+    assert cycle(two_rigs_dir).failed == 1
+    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    memory.fail_next("al-0", unavailable=True)
+    with pytest.raises(Exception, match="launch refused"):
+        cycle(two_rigs_dir, ignore_backoff=True)
+    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 0
 
 
 def test_throttle_holds_new_launches_until_it_ends_or_is_cleared(cli, two_rigs_dir):

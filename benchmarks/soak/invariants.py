@@ -306,8 +306,15 @@ def repos_untouched(layout: Layout, before: dict[str, dict]) -> list[str]:
     return out
 
 
-def status_agrees(layout: Layout, ev: Evidence, cap: int, max_failures: int) -> list[str]:
-    """The final ``scheduler status`` against a recount from the files."""
+def status_agrees(layout: Layout, cap: int, max_failures: int) -> list[str]:
+    """The final ``scheduler status`` against a recount from the files as status left them.
+
+    The files are read again after status answers, not taken from the
+    evidence gathered earlier: a read settles the runs that ended since the
+    last cycle, and a run that ended throttled or failed queues its item
+    again, so the queue after the soak's last reads can hold one more
+    context than it did when the evidence was read.
+    """
     done = cli(layout, "scheduler", "status", "--limit", "0", "--json")  # every row, not the first 50
     try:
         status = json.loads(done.stdout)
@@ -321,7 +328,7 @@ def status_agrees(layout: Layout, ev: Evidence, cap: int, max_failures: int) -> 
         out.append(f"max_polecats: status {status['max_polecats']}, config {cap}")
     if status["active_polecats"] != 0:
         out.append(f"active_polecats {status['active_polecats']} after every polecat ended")
-    expected = recount_queued(ev, max_failures)
+    expected = recount_queued(gather(layout), max_failures)
     shown = {row["id"] for row in status["items"]}
     if status["queued_total"] != len(expected) or shown != expected:
         out.append(f"queued_total {status['queued_total']} ({len(shown)} rows), recount {len(expected)};"

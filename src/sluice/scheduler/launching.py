@@ -3,10 +3,13 @@
 Intent first, then the executor: the launch intent is written on the sling
 context before the executor is asked, so a process killed at any point
 leaves either nothing launched or an intent the next survey settles with the
-executor's ``find``.  Each outcome is booked once — the ``Dispatched`` event
-and the decision log, the token budget, the context closed ``dispatched`` —
-or, for a failure, the ``DispatchFailed`` event, the failure count and, at
-the threshold, the breaker (:mod:`sluice.scheduler.breaker`).
+executor's ``find``.  The token budget is charged between the intent and
+the executor too, and taken back when the launch does not happen, so no
+lost write lets a budget be overspent.  Each outcome is booked once — the
+``Dispatched`` event and the decision log, the context closed
+``dispatched`` — or, for a failure, the ``DispatchFailed`` event, the
+failure count and, at the threshold, the breaker
+(:mod:`sluice.scheduler.breaker`).
 
 A run that gets a workspace of its own (``executor.workspace = "clone"``)
 has it cloned between the intent and the executor
@@ -162,6 +165,7 @@ class Launcher:
                 self.report.skipped += 1
                 return False
         context_id = context.id if context is not None else None
+        charge = self._charge(work, store, context_id)
         with ExitStack() as held:
             made = None
             try:
@@ -175,13 +179,18 @@ class Launcher:
                 polecat = self.executor.launch(request)
             except (ExecutorUnavailable, LockBusy):  # nobody's item's fault: nothing is counted
                 self._discard(made)
+                self._withdraw(charge)
                 if context is not None:
                     ctxs.clear_launch(store, [context.id])
                 raise
             except ExecutorError as err:
                 self._discard(made)
+                self._withdraw(charge)
                 self._failed(work, store, f"launch failed: {err}")
                 return False
+            except BaseException:
+                self._withdraw(charge)
+                raise
             tokens = work.tokens if work.tokens is not None else effective_tokens(item)
             run = self._after_launch(work, "its run record", lambda: runs.record_launch(
                 self.town, item, work.rig, polecat, started=started, tokens=tokens, fields=fields,
@@ -193,7 +202,10 @@ class Launcher:
         events.emit_event(self.town, events.DISPATCHED, {**payload, **direct, **scored})
         self._after_launch(work, "its decision",
                            lambda: append_decision(self.town, work, polecat.id, self.stores))
-        self._after_launch(work, "its budget charge", lambda: self._admitted(work, polecat.id))
+        if charge is not None:
+            self._after_launch(work, "its polecat on its budget charge",
+                               lambda: kept.name_charge(self.town, charge, polecat.id))
+        self._after_launch(work, "its breaker healing", lambda: kept.heal(self.town, item["id"]))
         self.report.launched.append(payload)
         if context is None or self._close_dispatched(store, context, polecat.id):
             self.report.dispatched += 1
@@ -222,16 +234,40 @@ class Launcher:
             self.report.messages.append(f"warning: {item_id} launched, but {what} was not written: {err}")
             return None
 
-    def _admitted(self, work: Work, polecat_id: str) -> None:
-        """Charge the launch to the token budgets; a half-open item that launched is healed."""
+    def _charge(self, work: Work, store, context_id: str | None) -> str | None:
+        """Charge the launch to the token budgets before the executor is asked; None when none applies.
+
+        Charging first is what makes a budget hold: a charge written after
+        the polecat started is lost to a full disk or a killed process, and
+        the next cycle would launch into tokens already spent.  A charge the
+        disk refuses stops this launch (its intent withdrawn, the error
+        propagates, nobody's item is blamed); a charge whose launch does not
+        happen is withdrawn.
+        """
         config = self.town.config
-        if needs_spend(config):
-            kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
-                               context_id=work.context_id or "", polecat_id=polecat_id,
-                               tokens=work.tokens if work.tokens is not None else effective_tokens(work.item),
-                               now=time.time(),
-                               window=config.scheduler.seconds("budget_window"))
-        kept.heal(self.town, work.item["id"])
+        if not needs_spend(config):
+            return None
+        tokens = work.tokens if work.tokens is not None else effective_tokens(work.item)
+        try:
+            return kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
+                                      context_id=context_id or "", polecat_id="", tokens=tokens,
+                                      now=time.time(), window=config.scheduler.seconds("budget_window"))
+        except OSError:
+            if context_id is not None:
+                try:
+                    ctxs.clear_launch(store, [context_id])
+                except (OSError, SluiceError):
+                    pass  # the next survey settles an intent with no polecat behind it
+            raise
+
+    def _withdraw(self, charge: str | None) -> None:
+        """Take back the charge of a launch that did not happen; a charge left standing only holds back."""
+        if charge is not None:
+            try:
+                kept.withdraw_charge(self.town, charge)
+            except (OSError, SluiceError):
+                self.report.messages.append("warning: a launch that did not happen stays charged to the"
+                                            " token budget until the window passes")
 
     def _close_dispatched(self, store, context, polecat_id: str) -> bool:
         last_error: Exception | None = None

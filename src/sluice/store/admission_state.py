@@ -22,6 +22,7 @@ no parsing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -85,13 +86,23 @@ def record_launch(
     tokens: int,
     now: float,
     window: float,
-) -> None:
-    """Charge one launch's estimated tokens to the window."""
+) -> str:
+    """Charge one launch's estimated tokens to the window; returns the charge's id.
+
+    The launch path charges *before* it asks the executor, with no polecat
+    yet: a budget must hold even when the disk refuses a write or the
+    process dies right after the polecat starts, so a launch whose charge
+    cannot be written is not made.  :func:`name_charge` adds the polecat
+    once it runs; :func:`withdraw_charge` takes the charge back when the
+    launch did not happen.
+    """
+    charge = os.urandom(6).hex()
 
     def change(data: dict) -> None:
         launches = [e for e in data.get("launches", []) if e.get("at_ts", 0) > now - window]
         launches.append(
             {
+                "charge": charge,
                 "at": utc(now),
                 "at_ts": now,
                 "rig": rig,
@@ -103,6 +114,27 @@ def record_launch(
             }
         )
         data["launches"] = launches
+
+    update(town, BUDGET, change)
+    return charge
+
+
+def name_charge(town: Town, charge: str, polecat_id: str) -> None:
+    """Put the polecat that started on its launch's charge, so its reported usage finds it."""
+
+    def change(data: dict) -> None:
+        for entry in data.get("launches", []):
+            if entry.get("charge") == charge:
+                entry["polecat_id"] = polecat_id
+
+    update(town, BUDGET, change)
+
+
+def withdraw_charge(town: Town, charge: str) -> None:
+    """Take back the charge of a launch that did not happen."""
+
+    def change(data: dict) -> None:
+        data["launches"] = [e for e in data.get("launches", []) if e.get("charge") != charge]
 
     update(town, BUDGET, change)
 
