@@ -76,8 +76,9 @@ _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 PACKAGE = str(Path(__file__).resolve().parents[1])  # the sluice package: each job ships it to its node
 _CHATTY = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
 #: Waits (seconds) before submitting again when the head says it has no job agent free right now:
-#: Ray answers so while its agent starts or is overloaded, and asks to be tried again later.
-BUSY_RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0)
+#: Ray answers so while its agent starts or is overloaded, and asks to be tried again later.  Still
+#: busy after all of them (about 30 s), the head is unavailable, which blames no item.
+BUSY_RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 BUSY = "No available agent to submit job"
 FRESH_BRANCHES = 9  # branch names a clone may try (``sluice/<id>``, ``-2`` …) before giving up
 
@@ -224,7 +225,12 @@ class RayExecutor:
                 )
                 break
             except ExecutorError as err:
-                if BUSY in str(err) and wait is not None and not isinstance(err, ExecutorUnavailable):
+                if BUSY in str(err) and not isinstance(err, ExecutorUnavailable):
+                    if wait is None:
+                        raise ExecutorUnavailable(
+                            f"the Ray head at {self.address} still has no job agent free after"
+                            f" {sum(BUSY_RETRY_WAITS):g}s ({err}); nothing was launched or counted"
+                        ) from None
                     time.sleep(wait)  # the same submission id: a job the head did take is found below
                     continue
                 if "already exists" not in str(err) or isinstance(err, ExecutorUnavailable):
