@@ -99,10 +99,14 @@ def test_a_finished_polecat_keeps_its_exit_status_and_its_logs_by_item_after_rea
     code = "import os, sys; print('ending', os.environ['SLUICE_ITEM_ID']); sys.exit(int(sys.argv[1]))"
     configure(cli.town, {"executor.command": json.dumps([sys.executable, "-c", code, "{title}"])})
     write_items(cli.town, "alpha", [item("al-ok", "0"), item("al-bad", "1")])
-    cli.run("sling", "al-ok", "al-bad", "alpha")  # launched by a process that exits at once
+    slung = cli.run("sling", "al-ok", "al-bad", "alpha")  # launched by a process that exits at once
     executor = get_executor(Town(cli.town))
     wait_for(lambda: not executor.active())
     rows = {r["item_id"]: r for r in cli.json("polecat", "list")}
+    workers = Town(cli.town).workers_dir
+    assert set(rows) == {"al-ok", "al-bad"}, (  # what each part holds, should one run go missing
+        f"sling said: {slung.stdout}\nworkers: {sorted(p.name for p in workers.iterdir())}\n"
+        f"listing: {executor.listing()}\nruns: {cli.run('runs', '--json').stdout}")
     assert (rows["al-ok"]["state"], rows["al-ok"]["exit_code"]) == ("exited", 0)
     assert (rows["al-bad"]["state"], rows["al-bad"]["exit_code"]) == ("failed", 1)
     text = cli.run("polecat", "list").stdout
