@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import pytest
 
+from sluice import results
 from sluice.results import ItemRows, QueueEntry, RigInfo, _Document, field, result
 
 
@@ -69,3 +70,42 @@ def test_a_document_missing_a_required_key_fails_at_once_and_optional_keys_take_
     rig = RigInfo.from_json({"name": "a", "prefix": "a", "repo": "/r", "items": "/i", "read_only": False,
                              "source": "own", "remote": "u"})
     assert (rig.remote, rig.items_command) == ("u", None)
+
+
+def _parts() -> list[tuple[type, str, results._Part]]:
+    classes = [value for value in vars(results).values()
+               if isinstance(value, type) and "_spec" in vars(value)]
+    return [(cls, name, value) for cls in classes for name, value in vars(cls).items()
+            if isinstance(value, results._Part)]
+
+
+def _bare(cls: type, document: dict):
+    made = object.__new__(cls)  # no fields: only the parts are read
+    object.__setattr__(made, "document", document)
+    return made
+
+
+def test_every_part_reads_its_own_key_and_an_optional_one_reads_none_or_empty_when_absent():
+    parts = _parts()
+    assert {"binding", "basis", "labels"} <= {name for _, name, part in parts if not part.required}
+    assert {"reasons", "rigs", "event"} <= {name for _, name, part in parts if part.required}
+    for cls, name, part in parts:
+        value = object()
+        others = {key: object() for _, key, _ in parts if key != name}
+        assert getattr(_bare(cls, {**others, name: value}), name) is value, (cls, name)
+        if part.required:
+            with pytest.raises(KeyError, match=name):
+                getattr(_bare(cls, others), name)
+        else:
+            assert getattr(_bare(cls, others), name) == ([] if part.empty else None), (cls, name)
+    assert results.Item.from_json({"id": "a", "labels": None}).labels == []
+
+
+def test_parts_are_not_fields_and_cannot_be_assigned():
+    status = _bare(results.QueueStatus, {"binding": {"code": "paused"}})
+    assert "binding" not in results.QueueStatus._spec
+    assert "``{\"code\", \"detail\"}``" in results.QueueStatus.binding.__doc__
+    with pytest.raises(FrozenInstanceError):
+        status.binding = None
+    with pytest.raises(FrozenInstanceError):
+        results.QueueStatus.binding.__set__(status, None)

@@ -6,7 +6,10 @@ attributes.  The fields of a class are the one place that says which keys
 the document has: a field without a default must be there, so a key renamed
 on one side is a ``KeyError`` when the result is made, never a silent None.
 Lists of rows are converted on first access only: a queue of 100,000
-contexts printed as JSON never pays for 100,000 objects.
+contexts printed as JSON never pays for 100,000 objects.  Parts left as
+plain JSON (a dict, a list of dicts) are declared with :func:`part` (a key
+the document always has) or :func:`optional` (one it may leave out): they
+are read from the document on access, under the attribute's own name.
 
 Documents shaped like records (an item, the snapshot, a polecat row) are
 also read-only mappings of that document (``result["id"]``, ``get``,
@@ -54,8 +57,8 @@ def result(cls):
         spec.update(klass.__dict__.get("_spec", {}))
     # The class's own annotations, read as inspect.get_annotations does, without importing inspect.
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063
-        if not str(annotation).startswith("ClassVar"):
-            value = cls.__dict__.get(name, _MISSING)
+        value = cls.__dict__.get(name, _MISSING)
+        if not str(annotation).startswith("ClassVar") and not isinstance(value, _Part):
             spec[name] = value if isinstance(value, _Field) else _Field(value, _MISSING, True, True, False)
     for name, f in spec.items():
         if isinstance(cls.__dict__.get(name), _Field):
@@ -127,6 +130,37 @@ def _scalars(cls, doc: dict) -> dict:
         if (f.default is _MISSING and f.factory is _MISSING) or name in doc:
             out[name] = doc[name]
     return out
+
+
+class _Part:
+    """A part of the document read by key on each access, so nothing is copied when the result is made."""
+
+    def __init__(self, doc: str | None, required: bool, empty: Any) -> None:
+        self.__doc__, self.required, self.empty, self.key = doc, required, empty, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name  # the attribute's name is the document's key: it cannot be misspelt in one
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        if self.required:
+            return obj.document[self.key]
+        value = obj.document.get(self.key)
+        return self.empty() if self.empty is not None and not value else value
+
+    def __set__(self, obj: Any, value: Any) -> None:  # a data descriptor, as a property is
+        raise FrozenInstanceError(f"cannot assign to field {self.key!r}")
+
+
+def part(doc: str | None = None) -> Any:
+    """A key the document always has, read on access (a missing one is a ``KeyError`` then)."""
+    return _Part(doc, True, None)
+
+
+def optional(doc: str | None = None, *, empty: Any = None) -> Any:
+    """A key the document may leave out: None when absent, or ``empty()`` when absent or empty."""
+    return _Part(doc, False, empty)
 
 
 @result
@@ -220,20 +254,12 @@ class QueueStatus(_Document):
     last_dispatch_count: int
     executor_error: str | None = None
 
-    @property
-    def binding(self) -> dict | None:
-        """The one limit that stops the next launch now, ``{"code", "detail"}``; None when none does."""
-        return self.document.get("binding")
-
-    @property
-    def host(self) -> dict | None:
-        """The hold file and the host guard: limits, the last reading and its time, what holds."""
-        return self.document.get("host")
-
-    @property
-    def forecast(self) -> dict | None:
-        """The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None."""
-        return self.document.get("forecast")
+    binding: dict | None = optional(
+        'The one limit that stops the next launch now, ``{"code", "detail"}``; None when none does.')
+    host: dict | None = optional(
+        "The hold file and the host guard: limits, the last reading and its time, what holds.")
+    forecast: dict | None = optional(
+        'The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None.')
 
     @cached_property
     def items(self) -> list[QueueEntry]:
@@ -254,20 +280,12 @@ class Explanation(_Document):
     done_at: str | None = None
     done_p90_at: str | None = None
 
-    @property
-    def basis(self) -> dict | None:
-        """``{"level", "samples", "kind"}`` of the forecast, as in ``scheduler forecast``."""
-        return self.document.get("basis")
-
-    @property
-    def budget(self) -> dict | None:
-        """Whether its p90 tokens fit what is left of the token budget, as in ``scheduler forecast``."""
-        return self.document.get("budget")
-
-    @property
-    def reasons(self) -> list[dict]:
-        """``[{"code", "detail"}]`` with codes from :data:`sluice.core.admission.CODES`."""
-        return self.document["reasons"]
+    basis: dict | None = optional(
+        '``{"level", "samples", "kind"}`` of the forecast, as in ``scheduler forecast``.')
+    budget: dict | None = optional(
+        "Whether its p90 tokens fit what is left of the token budget, as in ``scheduler forecast``.")
+    reasons: list[dict] = part(
+        '``[{"code", "detail"}]`` with codes from :data:`sluice.core.admission.CODES`.')
 
     @property
     def codes(self) -> list[str]:
@@ -291,13 +309,8 @@ class ClearResult(_Document):
     item_id: str | None
     cleared: int
 
-    @property
-    def contexts(self) -> list[dict]:
-        return self.document["contexts"]
-
-    @property
-    def errors(self) -> list[dict]:
-        return self.document["errors"]
+    contexts: list[dict] = part()
+    errors: list[dict] = part()
 
 
 @result
@@ -312,13 +325,8 @@ class Decision(_Document):
     skipped: bool
     sling_command: str
 
-    @property
-    def reasons(self) -> list[str]:
-        return self.document["reasons"]
-
-    @property
-    def dispatch_hints(self) -> dict:
-        return self.document["dispatch_hints"]
+    reasons: list[str] = part()
+    dispatch_hints: dict = part()
 
 
 @result
@@ -338,13 +346,8 @@ class ScheduleStatus(_Document):
 
     ready_count: int
 
-    @property
-    def policy(self) -> dict:
-        return self.document["policy"]
-
-    @property
-    def merge_pressure(self) -> dict[str, int]:
-        return self.document["merge_pressure"]
+    policy: dict = part()
+    merge_pressure: dict[str, int] = part()
 
     @cached_property
     def recent_decisions(self) -> list[Decision]:
@@ -359,13 +362,8 @@ class PolicyInfo(_Document):
     merge_pressure_penalty: float
     skip_on_merge_pressure: bool
 
-    @property
-    def weights(self) -> dict[str, float]:
-        return self.document["weights"]
-
-    @property
-    def graph_overrides(self) -> dict[str, dict]:
-        return self.document["graph_overrides"]
+    weights: dict[str, float] = part()
+    graph_overrides: dict[str, dict] = part()
 
 
 @result
@@ -393,9 +391,7 @@ class ThrottleState(_Document):
     by: str | None = None
     cleared: bool | None = None
 
-    @property
-    def throttles(self) -> list[dict]:
-        return self.document["throttles"]
+    throttles: list[dict] = part()
 
 
 @result
@@ -438,11 +434,9 @@ class ItemForecast(_Document):
     tokens_p50: int | None
     tokens_p90: int | None = None
 
-    @property
-    def budget(self) -> dict | None:
-        """Budget fit: ``{"tokens_p90", "fits", "scope", "budget", "remaining", "window", "room_at"}``;
-        None when no token budget applies to the item."""
-        return self.document.get("budget")
+    budget: dict | None = optional(
+        'Budget fit: ``{"tokens_p90", "fits", "scope", "budget", "remaining", "window", "room_at"}``;'
+        " None when no token budget applies to the item.")
 
 
 @result
@@ -484,9 +478,7 @@ class CompactResult(_Document):
 
     retention: str
 
-    @property
-    def rigs(self) -> list[dict]:
-        return self.document["rigs"]
+    rigs: list[dict] = part()
 
 
 @result
@@ -500,9 +492,7 @@ class RigRemoved(_Document):
     items: str | None
     store: str | None
 
-    @property
-    def closed(self) -> list[dict]:
-        return self.document["closed"]
+    closed: list[dict] = part()
 
 
 @result
@@ -594,13 +584,8 @@ class Item(_Mapping, _Document):
     created_at: str | None = None
     updated_at: str | None = None
 
-    @property
-    def labels(self) -> list[str]:
-        return self.document.get("labels") or []
-
-    @property
-    def dependencies(self) -> list[dict]:
-        return self.document.get("dependencies") or []
+    labels: list[str] = optional(empty=list)
+    dependencies: list[dict] = optional(empty=list)
 
 
 @result
@@ -712,9 +697,7 @@ class FeedEntry(_Mapping, _Document):
     type: str | None
     text: str
 
-    @property
-    def event(self) -> dict:
-        return self.document["event"]
+    event: dict = part()
 
 
 @result
@@ -733,39 +716,21 @@ class Snapshot(_Mapping, _Document):
     town: str
     executor: str
 
-    @property
-    def scheduler(self) -> dict:
-        """``scheduler status`` without its rows."""
-        return self.document["scheduler"]
-
-    @property
-    def forecast(self) -> dict:
-        return self.document["forecast"]
+    scheduler: dict = part("``scheduler status`` without its rows.")
+    forecast: dict = part()
+    polecats: list[dict] = part(
+        "Rows of ``polecat list`` that still run, with ``runtime_seconds``, ``logs_command``, ``title``.")
+    rigs: dict[str, dict] = part()
+    decisions: list[dict] = part()
+    events: list[dict] = part()
 
     @cached_property
     def queue(self) -> list[QueueEntry]:
         return _entries(self.document["queue"])
 
-    @property
-    def polecats(self) -> list[dict]:
-        """Rows of ``polecat list`` that still run, with ``runtime_seconds``, ``logs_command``, ``title``."""
-        return self.document["polecats"]
-
     @cached_property
     def runs(self) -> list[RunRecord]:
         return [RunRecord.from_json(row) for row in self.document["runs"]]
-
-    @property
-    def rigs(self) -> dict[str, dict]:
-        return self.document["rigs"]
-
-    @property
-    def decisions(self) -> list[dict]:
-        return self.document["decisions"]
-
-    @property
-    def events(self) -> list[dict]:
-        return self.document["events"]
 
 
 @result
@@ -783,9 +748,11 @@ class ItemDetail(_Mapping, _Document):
     due: str | None  # in words: "due in 3h"
     executor_error: str | None = None
 
-    @property
-    def gate(self) -> Any:
-        return self.document["gate"]
+    gate: Any = part()
+    blocked_by: list = part()
+    reasons: list[str] = part()
+    polecats: list[dict] = part()
+    decisions: list[dict] = part()
 
     @cached_property
     def item(self) -> Item:
@@ -796,22 +763,6 @@ class ItemDetail(_Mapping, _Document):
         row = self.document["queue_row"]
         return QueueEntry.from_json(row) if row is not None else None
 
-    @property
-    def blocked_by(self) -> list:
-        return self.document["blocked_by"]
-
-    @property
-    def reasons(self) -> list[str]:
-        return self.document["reasons"]
-
-    @property
-    def polecats(self) -> list[dict]:
-        return self.document["polecats"]
-
     @cached_property
     def runs(self) -> list[RunRecord]:
         return [RunRecord.from_json(row) for row in self.document["runs"]]
-
-    @property
-    def decisions(self) -> list[dict]:
-        return self.document["decisions"]
