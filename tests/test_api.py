@@ -378,6 +378,30 @@ def test_every_name_of_the_facade_is_reachable_from_the_package():
         assert name in sluice.__all__ and getattr(sluice, name) is getattr(api, name), name
 
 
+def test_the_results_the_facade_and_the_package_name_the_same_results():
+    """sluice.api's ``__all__`` takes sluice.results'; sluice's lists are written out, since deriving them
+    would import the results on ``sluice --version``, so they must equal the facade's."""
+    import ast
+    import inspect
+
+    import sluice
+    from sluice import api, errors, results
+
+    defined = {name for name, value in vars(results).items() if isinstance(value, type)
+               and value.__module__ == results.__name__ and "_spec" in vars(value) and name[0] != "_"}
+    assert set(results.__all__) == defined and len(results.__all__) == len(defined)
+    assert all(getattr(api, name) is getattr(results, name) for name in results.__all__)
+    assert {"Town", "open_town", "SlingResult"} <= set(api.__all__) > set(results.__all__)
+    error_names = {name for name, value in vars(errors).items()
+                   if isinstance(value, type) and value.__module__ == errors.__name__}
+    assert set(sluice.__all__) == {*api.__all__, *error_names, "MemoryExecutor", "__version__"}
+    assert len(sluice.__all__) == len(set(sluice.__all__))
+    # what type checkers read: the names sluice imports from sluice.api under TYPE_CHECKING
+    typed = [alias.name for node in ast.walk(ast.parse(inspect.getsource(sluice)))
+             if isinstance(node, ast.ImportFrom) and node.module == "sluice.api" for alias in node.names]
+    assert sorted(typed) == sorted(api.__all__)
+
+
 def test_a_result_whose_document_lost_a_field_fails_at_once():
     """A key renamed on one side is a KeyError when the result is made, never a silent None."""
     from sluice.api import ResetResult

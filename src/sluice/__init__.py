@@ -40,15 +40,6 @@ from sluice.errors import (
 
 __version__ = "0.1.0"
 
-_API_NAMES = frozenset({
-    "BrokenItem", "BrokenItems", "ClearResult", "CompactResult", "CycleReport", "Decision", "Decisions",
-    "DependencyAdded", "Explanation", "Feed", "FeedEntry", "Forecast", "ImportResult", "Item", "ItemDetail",
-    "ItemForecast", "ItemRows", "Items", "PatrolReport", "PauseState", "PolecatRow", "Polecats",
-    "PolicyInfo", "Promotion", "Queue", "QueueEntry", "QueueStatus", "ResetResult", "RigInfo",
-    "RigRefreshed", "RigRemoved", "RunRecord", "Runs", "ScheduleStatus", "SlingResult", "Snapshot",
-    "ThrottleState", "Town", "UsageReport", "init_town", "open_town",
-})
-
 __all__ = [
     "BrokenItem", "BrokenItems", "ClearResult", "CompactResult", "ConfigError", "CycleReport", "Decision",
     "Decisions", "DependencyAdded", "DispatchBusy", "ExecutorError", "ExecutorUnavailable", "Explanation",
@@ -113,13 +104,14 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy on purpose: the API pulls in pydantic and the scheduler (see the module docstring).
-    if name in _API_NAMES:
-        from sluice import api
-
-        return getattr(api, name)
+    # Lazy on purpose: the API pulls in pydantic and the scheduler (see the module docstring).  Every
+    # name of __all__ not defined above is sluice.api's (a test keeps the lists equal).
     if name == "MemoryExecutor":
         from sluice.executors.memory import MemoryExecutor
 
         return MemoryExecutor
+    if name in __all__:
+        from sluice import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'sluice' has no attribute {name!r}")

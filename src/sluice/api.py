@@ -42,39 +42,34 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice import results
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
+from sluice.results import *  # noqa: F403 -- every result, re-exported (see __all__)
 from sluice.results import (
-    BrokenItem,
     BrokenItems,
     ClearResult,
     CompactResult,
-    Decision,
     Decisions,
     DependencyAdded,
     Explanation,
     Feed,
-    FeedEntry,
     Forecast,
     ImportResult,
     Item,
     ItemDetail,
-    ItemForecast,
     ItemRows,
     Items,
     PatrolReport,
     PauseState,
-    PolecatRow,
     Polecats,
     PolicyInfo,
     Promotion,
     Queue,
-    QueueEntry,
     QueueStatus,
     ResetResult,
     RigInfo,
     RigRefreshed,
     RigRemoved,
-    RunRecord,
     Runs,
     ScheduleStatus,
     Snapshot,
@@ -91,49 +86,8 @@ if TYPE_CHECKING:
     from sluice.store.kept import KeptReads
     from sluice.store.town import Town as TownFiles
 
-__all__ = [
-    "BrokenItem",
-    "BrokenItems",
-    "ClearResult",
-    "CompactResult",
-    "CycleReport",
-    "Decision",
-    "Decisions",
-    "DependencyAdded",
-    "Explanation",
-    "Feed",
-    "FeedEntry",
-    "Forecast",
-    "ImportResult",
-    "Item",
-    "ItemDetail",
-    "ItemForecast",
-    "ItemRows",
-    "Items",
-    "PatrolReport",
-    "PauseState",
-    "PolecatRow",
-    "Polecats",
-    "PolicyInfo",
-    "Promotion",
-    "Queue",
-    "QueueEntry",
-    "QueueStatus",
-    "ResetResult",
-    "RigInfo",
-    "RigRefreshed",
-    "RigRemoved",
-    "RunRecord",
-    "Runs",
-    "ScheduleStatus",
-    "SlingResult",
-    "Snapshot",
-    "ThrottleState",
-    "Town",
-    "UsageReport",
-    "init_town",
-    "open_town",
-]
+__all__ = ["CycleReport", "SlingResult", "Town", "init_town", "open_town"]
+__all__ += results.__all__
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,46 @@ from dataclasses import FrozenInstanceError
 from functools import cached_property
 from typing import Any, ClassVar
 
+# The results: sluice.api's __all__ takes this list, and a test keeps sluice's lazy names equal to it.
+__all__ = [
+    "BrokenItem",
+    "BrokenItems",
+    "ClearResult",
+    "CompactResult",
+    "Decision",
+    "Decisions",
+    "DependencyAdded",
+    "Explanation",
+    "Feed",
+    "FeedEntry",
+    "Forecast",
+    "ImportResult",
+    "Item",
+    "ItemDetail",
+    "ItemForecast",
+    "ItemRows",
+    "Items",
+    "PatrolReport",
+    "PauseState",
+    "PolecatRow",
+    "Polecats",
+    "PolicyInfo",
+    "Promotion",
+    "Queue",
+    "QueueEntry",
+    "QueueStatus",
+    "ResetResult",
+    "RigInfo",
+    "RigRefreshed",
+    "RigRemoved",
+    "RunRecord",
+    "Runs",
+    "ScheduleStatus",
+    "Snapshot",
+    "ThrottleState",
+    "UsageReport",
+]
+
 # -- frozen records, made without code generation ------------------------------------------------
 #
 # ``dataclasses.dataclass`` writes and compiles an ``__init__``, ``__repr__``, ``__eq__`` and
