@@ -160,6 +160,10 @@ def test_cross_rig_guard_and_force(two_rig_api):
     assert not refused.ok and "cross-rig" in refused.errors[0]["error"]
     forced = two_rig_api.sling([item["id"]], rig="web", force=True)
     assert forced.ok and forced.scheduled[0]["rig"] == "web"
+    with pytest.raises(UsageError, match="not both"):  # the rig is given once, last or as rig
+        two_rig_api.sling([item["id"], "web"], rig="web", rig_last=True)
+    refused = two_rig_api.sling([item["id"], "api", "web"], rig_last=True)  # "web" is the rig, not an item
+    assert [row["item_id"] for row in refused.errors] == [item["id"], "api"]
 
 
 def test_direct_mode_launches_through_the_injected_executor(two_rig_api):
@@ -467,6 +471,7 @@ def test_a_cycle_a_sling_a_snapshot_and_the_advisor_read_the_config_once_and_res
                                                                 or real_lookup(cls, t)))
     calls = {
         "sling": lambda: configured.sling([first, second]),
+        "sling ITEM... RIG": lambda: configured.sling([first, second, "api"], rig_last=True),
         "run_cycle --dry-run": lambda: configured.run_cycle(dry_run=True),
         "run_cycle": configured.run_cycle,
         "snapshot": configured.snapshot,

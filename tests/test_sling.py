@@ -395,3 +395,15 @@ def test_many_items_in_chunks(cli, items_dir):
     assert stamps == sorted(stamps) and len(set(stamps)) == 300
     assert len(events(items_dir, "Enqueued")) == 300
     assert len(records(ephemeral_path(items_dir, "alpha"))) == 300
+
+
+def test_one_sling_command_reads_the_config_once(cli, items_dir, monkeypatch):
+    """``ITEM... RIG`` is parsed in the sling's own session, as every command reads config.json once."""
+    from sluice.store.town import Town as TownFiles
+
+    reads = []
+    real_reload = TownFiles.reload_config
+    monkeypatch.setattr(TownFiles, "reload_config", lambda self: reads.append(1) or real_reload(self))
+    out = cli.json("sling", "al-1", "al-2", "alpha")
+    assert [row["item_id"] for row in out["scheduled"]] == ["al-1", "al-2"]
+    assert len(reads) == 1

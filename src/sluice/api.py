@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice import results
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
+from sluice.errors import UsageError
 from sluice.results import *  # noqa: F403 -- every result, re-exported (see __all__)
 from sluice.results import (
     BrokenItems,
@@ -286,7 +287,7 @@ class Town:
     # -- the dispatcher ---------------------------------------------------------------------
     def sling(self, items: Sequence[str], rig: str | None = None, *, formula: str = "", args: str = "",
               vars: Iterable[str] = (), agent: str = "", force: bool = False,
-              dry_run: bool = False) -> SlingResult:
+              dry_run: bool = False, rig_last: bool = False) -> SlingResult:
         """Queue ``items`` (deferred mode) or launch them now (direct mode).
 
         Each item goes to ``rig``, or to the rig its prefix routes to.  Epics
@@ -294,14 +295,22 @@ class Town:
         cross-rig and status guards (never a closed item).  An item already
         queued or running is reported under ``already``; per-item refusals
         are in ``errors`` (``result.ok`` is False when nothing succeeded).
+        With ``rig_last``, ``items`` is the command line's ``ITEM... [RIG]``:
+        its last entry is the rig when it names one.
         """
-        from sluice.scheduler.sling import SlingOptions, sling_items
+        from sluice.scheduler.sling import SlingOptions, parse_targets, sling_items
 
         if isinstance(items, str):
             items = [items]
         options = SlingOptions(formula=formula, args=args, vars=tuple(vars), agent=agent, force=force,
                                dry_run=dry_run)
-        return sling_items(self._session(), list(items), rig, options)
+        session = self._session()
+        if rig_last:
+            if rig is not None:
+                raise UsageError("give the rig last among the items or as rig, not both",
+                                 parameters=("rig",))
+            items, rig = parse_targets(session, list(items))
+        return sling_items(session, list(items), rig, options)
 
     def run_cycle(self, *, dry_run: bool = False, batch: int | None = None,
                   ignore_backoff: bool = False, item: str | None = None) -> CycleReport:
@@ -524,7 +533,6 @@ def _duration(text: str | None, name: str) -> float | None:
     if text is None:
         return None
     from sluice.core.clock import parse_duration
-    from sluice.errors import UsageError
 
     try:
         return parse_duration(text)

@@ -28,12 +28,8 @@ def sling(
     as_json: JsonOption = False,
 ) -> None:
     """Queue items for dispatch (deferred mode) or launch them now (direct mode)."""
-    from sluice.scheduler.sling import parse_targets
-
-    the_town = town()
-    items, rig = parse_targets(the_town.files, targets)
-    result = the_town.sling(items, rig, formula=formula, args=args, vars=var or (), agent=agent, force=force,
-                            dry_run=dry_run)
+    result = town().sling(targets, formula=formula, args=args, vars=var or (), agent=agent, force=force,
+                          dry_run=dry_run, rig_last=True)
     if not as_json:
         for row in result.errors:
             say(f"error: {shown(flag_words(row['error']))}")  # one line, whatever the id holds
