@@ -47,6 +47,7 @@ class Section:
     empty: str = "none"
     header: bool = True  # show the column names
     row_styles: list[str] = field(default_factory=list)
+    total: int | None = None  # rows in all when only the first were made (a long queue); None: len(rows)
 
     def wanted(self) -> int:
         count = max(1, len(self.rows))  # an empty table still says so, in one line
@@ -104,8 +105,9 @@ def _line(cells: list[Text], widths: list[int], right: list[bool], width: int, s
 def table_lines(section: Section, width: int, rows: int) -> list[Text]:
     """The section's title line, column names and its first ``rows`` rows, each at most ``width`` cells."""
     shown = section.rows[:rows]
-    title = section.title if len(shown) == len(section.rows) or not section.rows \
-        else f"{section.title} — {len(shown)} of {len(section.rows)} shown"
+    total = len(section.rows) if section.total is None else section.total
+    title = section.title if len(shown) == total or not section.rows \
+        else f"{section.title} — {len(shown)} of {total} shown"
     head = Text(f"─ {title} ", style="bold cyan", no_wrap=True, overflow="ellipsis")
     head.append("─" * max(0, width - head.cell_len), style="cyan")
     head.truncate(width)
@@ -113,7 +115,7 @@ def table_lines(section: Section, width: int, rows: int) -> list[Text]:
     if not section.rows:
         out.append(Text(f"  {section.empty}", style="dim"))
         return out
-    kept, widths = fit_columns(section.columns, section.rows, width)
+    kept, widths = fit_columns(section.columns, shown, width)  # what is shown, not every row made
     right = [section.columns[i].right for i in kept]
     if section.header:
         out.append(_line([Text(section.columns[i].name) for i in kept], widths, right, width, "bold"))

@@ -8,7 +8,10 @@ taken at once when the signature of the town's sources moves
 each rig's log and items), else only after the backstop; the frame is
 redrawn every interval with the running polecats' runtimes ticked, and at
 once on a resize — so an idle top costs a few stat calls a second, not a
-survey of the queue.
+survey of the queue.  The snapshot carries the queue's first
+:data:`SCREEN_ROWS` rows (counts stay exact; a rig filter takes them all)
+and a frame makes only the rows a screen can hold, so neither the survey's
+rows nor the redraw grow with the queue.
 
 * It runs on the terminal's alternate screen (rich ``Live(screen=True)``):
   each frame replaces the last in one write, so nothing flickers and the
@@ -45,6 +48,8 @@ from sluice.surfaces.watching import BACKSTOP, Sources
 if TYPE_CHECKING:
     from sluice.api import Town
 
+#: Queue rows a snapshot of ``top`` carries: more than any terminal shows.
+SCREEN_ROWS = 500
 
 
 def plain(text) -> str:
@@ -172,18 +177,28 @@ def eta(at) -> str:
     return str(at)[11:16] if at else "-"
 
 
-def queue_section(snap: dict, rig_filter: str | None = None) -> Section:
+def queue_section(snap: dict, rig_filter: str | None = None, limit: int | None = None) -> Section:
+    """The queue in dispatch order; with ``limit`` only its first rows are made (the title counts all).
+
+    A frame shows at most a screen of rows, and it is drawn every second:
+    making every row of a queue of 10,000 to show 40 of them was most of
+    what an idle ``top`` cost.
+    """
     rows = [r for r in snap["queue"] if not rig_filter or r.get("target_rig") == rig_filter]
+    made = rows if limit is None else rows[:limit]
+    sched = snap.get("scheduler") or {}
+    # a snapshot of the queue's first rows (``top``'s own) counts the rest in ``items_total``
+    total = sched.get("items_total", len(rows)) if sched.get("truncated") and not rig_filter else len(rows)
     columns = [Column("#", right=True, drop=1), Column("item"), Column("rig", drop=3),
                Column("score", right=True, drop=2), Column("start≈", drop=4), Column("done≈", drop=1),
                Column("why"), Column("title", flex=True)]
     return Section(
-        f"queue ({len(rows)}) — dispatch order", columns,
+        f"queue ({total}) — dispatch order", columns,
         [(str(n), Text(plain(r.get("id"))), Text(plain(r.get("target_rig"))), score_text(r.get("score")),
           eta(r.get("start_at")), eta(r.get("done_at")), Text(why(r)), Text(plain(r.get("title"))))
-         for n, r in enumerate(rows, start=1)],
+         for n, r in enumerate(made, start=1)],
         min_rows=8, empty="nothing queued",
-        row_styles=["dim" if r.get("blocked") else "" for r in rows])
+        row_styles=["dim" if r.get("blocked") else "" for r in made], total=total)
 
 
 def polecat_section(snap: dict, rig_filter: str | None = None) -> Section:
@@ -294,7 +309,7 @@ def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
     ``message`` an error shown under the header (a broken file, top keeps watching).
     """
     head = pack(header(snap, rig_filter, prompt, note, keys, message), width)
-    sections = [queue_section(snap, rig_filter), polecat_section(snap, rig_filter),
+    sections = [queue_section(snap, rig_filter, limit=max(1, height)), polecat_section(snap, rig_filter),
                 rig_section(snap, rig_filter)]
     if any(r.get("outcome") != "running" for r in snap.get("runs") or ()):  # none ended yet: no room taken
         sections.append(runs_section(snap, rig_filter))
@@ -362,7 +377,8 @@ class Top:
         # Sized from the terminal itself: an exported COLUMNS/LINES would pin the size and break resizing.
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         self.console = console or Console(_environ=environ)
-        self.take = take or (lambda t: t.snapshot().to_json())
+        # The queue's first rows only, unless a rig filter needs all of them to pick that rig's.
+        self.take = take or (lambda t: t.snapshot(limit=0 if self.rig_filter else SCREEN_ROWS).to_json())
         self.rig_filter: str | None = None
         self.prompt: str | None = None
         self.message: str | None = None
@@ -409,8 +425,10 @@ class Top:
             if self.prompt is not None:
                 if char in ("\r", "\n"):
                     self.rig_filter, self.prompt = (self.prompt.strip() or None), None
+                    self.dirty = True  # a filtered view is taken from the whole queue, an unfiltered one not
                 elif char == "\x1b":
                     self.rig_filter, self.prompt = None, None
+                    self.dirty = True
                 elif char in ("\x7f", "\b"):
                     self.prompt = self.prompt[:-1]
                 elif char.isprintable():
