@@ -174,6 +174,29 @@ def test_a_launch_whose_charge_the_disk_refuses_is_not_made_and_stays_queued(two
     assert charge["item_id"] == "al-0" and charge["polecat_id"].startswith("mem-")
 
 
+def test_a_charge_counts_from_when_the_polecat_started_not_from_before_its_launch(
+        two_rigs_dir, memory, clock, monkeypatch):
+    configure(two_rigs_dir, "scheduler.token_budget", "1500")
+    configure(two_rigs_dir, "scheduler.budget_window", "60s")
+    queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}, priority=0),
+          item("al-1", metadata={"estimated_tokens": 1000}, priority=1))
+    launch = memory.launch
+
+    def slow(request):
+        clock.advance(5)  # a clone or a slow executor between the charge and the start
+        return launch(request)
+
+    monkeypatch.setattr(memory, "launch", slow)
+    before = clock.time()
+    assert cycle(two_rigs_dir).dispatched == 1
+    [charge] = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    assert charge["at_ts"] >= before + 5
+    clock.advance(56)  # a window after the charge was taken, but not after the run began
+    assert cycle(two_rigs_dir).why == {"budget": 1}
+    clock.advance(5)
+    assert cycle(two_rigs_dir).dispatched == 1
+
+
 def test_a_launch_that_fails_takes_its_budget_charge_back(two_rigs_dir, memory):
     configure(two_rigs_dir, "scheduler.token_budget", "5000")
     queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))

@@ -203,8 +203,9 @@ class Launcher:
         self._after_launch(work, "its decision",
                            lambda: append_decision(self.town, work, polecat.id, self.stores))
         if charge is not None:
+            running = time.time()  # at or after the executor's own stamp of the start
             self._after_launch(work, "its polecat on its budget charge",
-                               lambda: kept.name_charge(self.town, charge, polecat.id))
+                               lambda: kept.name_charge(self.town, charge, polecat.id, running))
         self._after_launch(work, "its breaker healing", lambda: kept.heal(self.town, item["id"]))
         self.report.launched.append(payload)
         if context is None or self._close_dispatched(store, context, polecat.id):

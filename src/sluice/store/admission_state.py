@@ -119,13 +119,21 @@ def record_launch(
     return charge
 
 
-def name_charge(town: Town, charge: str, polecat_id: str) -> None:
-    """Put the polecat that started on its launch's charge, so its reported usage finds it."""
+def name_charge(town: Town, charge: str, polecat_id: str, started: float) -> None:
+    """Put the polecat that started on its launch's charge, so its reported usage finds it.
+
+    The charge moves to ``started`` (when the executor said the polecat
+    runs), so it leaves the window a window after the run began, not after
+    the moment before its launch: never earlier than a reader of the run's
+    start would expect.
+    """
 
     def change(data: dict) -> None:
         for entry in data.get("launches", []):
             if entry.get("charge") == charge:
                 entry["polecat_id"] = polecat_id
+                if started > entry.get("at_ts", 0):
+                    entry["at"], entry["at_ts"] = utc(started), started
 
     update(town, BUDGET, change)
 
