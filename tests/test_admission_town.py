@@ -174,6 +174,24 @@ def test_a_launch_whose_charge_the_disk_refuses_is_not_made_and_stays_queued(two
     assert charge["item_id"] == "al-0" and charge["polecat_id"].startswith("mem-")
 
 
+def test_a_disk_that_refuses_the_launch_itself_blames_no_item_and_keeps_no_intent_or_charge(
+        two_rigs_dir, memory, monkeypatch):
+    from sluice.store.fsutil import storage_error
+
+    configure(two_rigs_dir, "scheduler.token_budget", "5000")
+    queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
+
+    def full(request):  # what an executor writing its record on a full disk raises
+        raise storage_error(Path(two_rigs_dir) / "record.json", OSError(errno.ENOSPC, "No space left on device"))
+
+    monkeypatch.setattr(memory, "launch", full)
+    with pytest.raises(OSError, match="No space left"):
+        cycle(two_rigs_dir)
+    [context] = open_contexts(two_rigs_dir, "alpha", "al-0")
+    assert not fields(context).get("launch_started_at") and not fields(context).get("dispatch_failures")
+    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+
+
 def test_a_charge_counts_from_when_the_polecat_started_not_from_before_its_launch(
         two_rigs_dir, memory, clock, monkeypatch):
     configure(two_rigs_dir, "scheduler.token_budget", "1500")

@@ -243,6 +243,11 @@ class _Rows(_Document):
         return cls(document=doc)
 
 
+def _rows_named(doc: str) -> property:
+    """A list result's rows under a name of its own (``queue.entries``), read-only like ``rows``."""
+    return property(lambda self: self.rows, doc=doc)
+
+
 @result
 class QueueEntry(_Document):
     """One queued item, as a row of ``scheduler list``."""
@@ -273,9 +278,7 @@ class Queue(_Rows):
 
     row: ClassVar[Any] = QueueEntry
 
-    @property
-    def entries(self) -> list[QueueEntry]:
-        return self.rows
+    entries = _rows_named("The queued items, one QueueEntry each (the same list as ``rows``).")
 
 
 @result
@@ -375,9 +378,7 @@ class Decisions(_Rows):
 
     row: ClassVar[Any] = Decision
 
-    @property
-    def decisions(self) -> list[Decision]:
-        return self.rows
+    decisions = _rows_named("The decisions, best first, one Decision each (the same list as ``rows``).")
 
 
 @result
@@ -454,9 +455,7 @@ class BrokenItems(_Rows):
 
     row: ClassVar[Any] = BrokenItem
 
-    @property
-    def items(self) -> list[BrokenItem]:
-        return self.rows
+    items = _rows_named("The circuit-broken items, one BrokenItem each (the same list as ``rows``).")
 
 
 @result

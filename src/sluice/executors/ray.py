@@ -224,18 +224,19 @@ class RayExecutor:
                     **resource_options(self.resources),
                 )
                 break
+            except ExecutorUnavailable:
+                raise
             except ExecutorError as err:
-                if BUSY in str(err) and not isinstance(err, ExecutorUnavailable):
-                    if wait is None:
-                        raise ExecutorUnavailable(
-                            f"the Ray head at {self.address} still has no job agent free after"
-                            f" {sum(BUSY_RETRY_WAITS):g}s ({err}); nothing was launched or counted"
-                        ) from None
-                    time.sleep(wait)  # the same submission id: a job the head did take is found below
-                    continue
-                if "already exists" not in str(err) or isinstance(err, ExecutorUnavailable):
+                if "already exists" in str(err):
+                    break  # submitted before (a crash after submit): that job is this context's polecat
+                if BUSY not in str(err):
                     raise
-                break  # submitted before (a crash after submit): that job is this context's polecat
+                if wait is None:
+                    raise ExecutorUnavailable(
+                        f"the Ray head at {self.address} still has no job agent free after"
+                        f" {sum(BUSY_RETRY_WAITS):g}s ({err}); nothing was launched or counted"
+                    ) from None
+                time.sleep(wait)  # the same submission id: a job the head did take is found below
         job = self._job(submission_id)
         if job is None:
             raise ExecutorError(f"Ray accepted job {submission_id} but does not report it")

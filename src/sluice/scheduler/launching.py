@@ -19,6 +19,7 @@ of the item like any other, with git's words as the failure.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -133,8 +134,9 @@ class Launcher:
     ``dispatched``; or it books the failure: a ``DispatchFailed`` event and,
     on a context, the failure count and the breaker at ``max_failures``.
     Outcomes go into ``report`` (``launched``/``dispatched``,
-    ``failures``/``failed``, ``messages``).  ExecutorUnavailable is nobody's
-    item's fault: the intent is withdrawn and the error propagates.
+    ``failures``/``failed``, ``messages``).  An unavailable executor, a busy
+    lock or a refusal of the disk is nobody's item's fault: the intent and
+    the budget charge are withdrawn and the error propagates.
 
     The town, stores and executor are the call's ``session``'s; the clock is
     read afresh at each launch, since launches follow one another.
@@ -165,10 +167,10 @@ class Launcher:
                 self.report.skipped += 1
                 return False
         context_id = context.id if context is not None else None
-        charge = self._charge(work, store, context_id)
         with ExitStack() as held:
-            made = None
+            made = charge = None
             try:
+                charge = self._charge(work, context_id)
                 if self._clones(work.rig):
                     held.enter_context(workspaces.launching(self.town))
                     attempt = (fields.run_failures if fields is not None else 0) + 1
@@ -177,11 +179,12 @@ class Launcher:
                                        made)
                 started = time.time()  # the run starts with the polecat, not with its clone
                 polecat = self.executor.launch(request)
-            except (ExecutorUnavailable, LockBusy):  # nobody's item's fault: nothing is counted
+            except (ExecutorUnavailable, LockBusy, OSError):  # nobody's item's fault: nothing is counted
                 self._discard(made)
                 self._withdraw(charge)
                 if context is not None:
-                    ctxs.clear_launch(store, [context.id])
+                    with contextlib.suppress(OSError, SluiceError):  # else the next survey settles it
+                        ctxs.clear_launch(store, [context.id])
                 raise
             except ExecutorError as err:
                 self._discard(made)
@@ -235,31 +238,23 @@ class Launcher:
             self.report.messages.append(f"warning: {item_id} launched, but {what} was not written: {err}")
             return None
 
-    def _charge(self, work: Work, store, context_id: str | None) -> str | None:
+    def _charge(self, work: Work, context_id: str | None) -> str | None:
         """Charge the launch to the token budgets before the executor is asked; None when none applies.
 
         Charging first is what makes a budget hold: a charge written after
         the polecat started is lost to a full disk or a killed process, and
         the next cycle would launch into tokens already spent.  A charge the
-        disk refuses stops this launch (its intent withdrawn, the error
-        propagates, nobody's item is blamed); a charge whose launch does not
-        happen is withdrawn.
+        disk refuses stops this launch like any refusal of the disk (its
+        intent withdrawn, the error propagates, nobody's item is blamed); a
+        charge whose launch does not happen is withdrawn.
         """
         config = self.town.config
         if not needs_spend(config):
             return None
         tokens = work.tokens if work.tokens is not None else effective_tokens(work.item)
-        try:
-            return kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
-                                      context_id=context_id or "", polecat_id="", tokens=tokens,
-                                      now=time.time(), window=config.scheduler.seconds("budget_window"))
-        except OSError:
-            if context_id is not None:
-                try:
-                    ctxs.clear_launch(store, [context_id])
-                except (OSError, SluiceError):
-                    pass  # the next survey settles an intent with no polecat behind it
-            raise
+        return kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
+                                  context_id=context_id or "", polecat_id="", tokens=tokens,
+                                  now=time.time(), window=config.scheduler.seconds("budget_window"))
 
     def _withdraw(self, charge: str | None) -> None:
         """Take back the charge of a launch that did not happen; a charge left standing only holds back."""
