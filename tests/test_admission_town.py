@@ -182,7 +182,8 @@ def test_a_disk_that_refuses_the_launch_itself_blames_no_item_and_keeps_no_inten
     queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
 
     def full(request):  # what an executor writing its record on a full disk raises
-        raise storage_error(Path(two_rigs_dir) / "record.json", OSError(errno.ENOSPC, "No space left on device"))
+        refusal = OSError(errno.ENOSPC, "No space left on device")
+        raise storage_error(Path(two_rigs_dir) / "record.json", refusal)
 
     monkeypatch.setattr(memory, "launch", full)
     with pytest.raises(OSError, match="No space left"):
