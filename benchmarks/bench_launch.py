@@ -1,13 +1,14 @@
 """Time dispatch cycles that launch polecats, at several queue sizes, for one or more source trees.
 
 Usage:  python benchmarks/bench_launch.py [--sizes 1000,10000,100000] [--cycles 3] [--batch 20]
-                                          [--drain 10000] [--drain-seconds 60]
+                                          [--drain 10000] [--drain-seconds 60] [--set KEY=VALUE ...]
                                           [--tree NAME=SRC ...] [--work DIR] [--json]
 
 For each size N a town is built once: one rig reading a read-only beads
 export of N + a margin of plain open items, ``executor.command ["true"]``,
-``scheduler.max_polecats 1000``, ``scheduler.batch_size`` ``--batch``, and N
-contexts queued (``sling`` in chunks that fit a command line).  For each
+``scheduler.max_polecats 1000``, ``scheduler.batch_size`` ``--batch``, each
+``--set KEY=VALUE`` (e.g. ``scheduler.token_budget=1000000000``, to time
+launches that charge a budget), and N contexts queued (``sling`` in chunks that fit a command line).  For each
 tree (``--tree before=/old/src --tree after=src``; default: this checkout's
 ``src``) a copy of that town runs ``--cycles`` real cycles,
 ``python -m sluice scheduler run --json`` with ``PYTHONPATH`` set to the
@@ -65,6 +66,10 @@ def run(src: Path, town: Path, *args: str, check: bool = True) -> subprocess.Com
     return done
 
 
+#: ``--set KEY=VALUE`` settings for every town built (parsed in ``main``).
+SETTINGS: list[tuple[str, str]] = []
+
+
 def build(base: Path, src: Path, queued: int, batch: int) -> Path:
     """A town with one read-only rig of ``queued`` + margin items and ``queued`` contexts slung."""
     town, repo, export = base / "town", base / "repo", base / "export" / "issues.jsonl"
@@ -86,7 +91,7 @@ def build(base: Path, src: Path, queued: int, batch: int) -> Path:
     run(src, town, "init", str(town))
     run(src, town, "rig", "add", "bench", str(repo), "--prefix", "ln", "--items", str(export))
     for key, value in (("scheduler.max_polecats", "1000"), ("scheduler.batch_size", str(batch)),
-                       ("executor.command", '["true"]')):
+                       ("executor.command", '["true"]'), *SETTINGS):
         run(src, town, "config", "set", key, value)
     for start in range(0, queued, CHUNK):
         run(src, town, "sling", *ids[start:start + CHUNK], "bench")
@@ -229,9 +234,16 @@ def main() -> None:
                         help="queued contexts for the daemon; 0 skips it")
     parser.add_argument("--drain-seconds", type=float, default=60.0)
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=SRC")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="a config setting of every town built (with --work, use a directory of its own)")
     parser.add_argument("--work", type=Path, default=None, help="build the towns here and keep them")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    for spec in args.settings:
+        key, sep, value = spec.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {spec}: expected KEY=VALUE")
+        SETTINGS.append((key, value))
     trees = {}
     for spec in args.tree or [f"this={HERE.parent / 'src'}"]:
         name, _, src = spec.partition("=")

@@ -79,11 +79,14 @@ def test_bench_sources_compares_a_command_source_with_its_file(tmp_path: Path):
 def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
     """The launch benchmark at a tiny size: each cycle launches its batch, each view answers, clears clear."""
     argv = [sys.executable, str(ROOT / "benchmarks" / "bench_launch.py"), "--sizes", "12", "--cycles", "1",
-            "--batch", "4", "--drain", "0", "--work", str(tmp_path / "work"), "--json"]
+            "--batch", "4", "--drain", "0", "--work", str(tmp_path / "work"), "--json",
+            "--set", "scheduler.token_budget=1000000"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)["launches"]["this"]["12"]
     assert row["launched"] == 4 and row["cycle"] > 0 and row["cpu"] > 0
+    config = json.loads((tmp_path / "work" / "town-12" / "town" / ".sluice" / "config.json").read_text())
+    assert config["scheduler"]["token_budget"] == 1000000  # --set reached the town the cycles ran on
     assert set(row["views"]) == {"status", "list --limit 50", "snapshot --limit 50"}
     assert all(seconds > 0 for seconds in row["views"].values())  # this tree knows --limit
     # Then the queue left (12 slung, 4 launched) is cleared with and without a digest that fits.
