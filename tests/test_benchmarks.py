@@ -89,6 +89,7 @@ def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
     assert config["scheduler"]["token_budget"] == 1000000  # --set reached the town the cycles ran on
     assert set(row["views"]) == {"status", "list --limit 50", "snapshot --limit 50"}
     assert all(seconds > 0 for seconds in row["views"].values())  # this tree knows --limit
+    assert set(row["views_first"]) == set(row["views"])  # the first read after the cycles, apart
     # Then the queue left (12 slung, 4 launched) is cleared with and without a digest that fits.
     assert {case: c["cleared"] for case, c in row["clear"].items()} == {"kept": 8, "unkept": 12}
     assert all(c["cpu"] > 0 and c["peak_mib"] > 0 for c in row["clear"].values())

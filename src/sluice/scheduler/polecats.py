@@ -242,7 +242,7 @@ def stop_overdue(town: Town, executor: Executor, now: float | datetime,
 # -- retry backoff --------------------------------------------------------------------
 
 
-def _retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> float | None:
+def retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> float | None:
     """Failed launches and failed runs (a retried run) back off alike, counted together."""
     failures = fields.dispatch_failures + fields.run_failures
     if failures <= 0:
@@ -255,11 +255,11 @@ def _retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> flo
 
 def retry_due_at(fields: SlingContextFields, base: float, maximum: float) -> str | None:
     """When a failed context may be tried again (UTC ISO), or None if it need not wait."""
-    at = _retry_epoch(fields, base, maximum)
+    at = retry_epoch(fields, base, maximum)
     return None if at is None else iso(datetime.fromtimestamp(at, UTC))
 
 
 def is_retry_due(fields: SlingContextFields, now: float | datetime, base: float, maximum: float) -> bool:
     """True unless the context failed and its backoff has not yet passed at ``now``."""
-    at = _retry_epoch(fields, base, maximum)
+    at = retry_epoch(fields, base, maximum)
     return at is None or _epoch(now) >= at

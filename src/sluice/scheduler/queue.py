@@ -16,9 +16,11 @@ from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
 from sluice.core.items import priority_of
 from sluice.errors import StoreCorrupt, UsageError
-from sluice.scheduler.admission import assess, binding_of, reasons_of, why
+from sluice.scheduler import queuekeep
+from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
 from sluice.scheduler.polecats import retry_due_at
+from sluice.scheduler.ranking import load_town_policy
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
@@ -108,27 +110,38 @@ def _survey(session: Session) -> tuple[Survey, Assessment]:
     return view, assessment
 
 
-def _queue(session: Session, limit: int = 0, offset: int = 0
-           ) -> tuple[Survey, Assessment, list[dict], QueueCounts]:
-    """The survey and the queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
+def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
+    """The queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
 
     Only the rows shown are built and given their reasons, so a view of the
     first 50 of 100,000 queued items does not write out the other 99,950;
     the counts (every row, ready rows, per rig) come from the survey itself.
+    A page inside the queue's head is answered from the head kept by the
+    last survey of the same inputs (:mod:`sluice.scheduler.queuekeep`), and
+    a survey of such a page keeps its head for the next reader.
     """
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
+    key = None
+    if session.surveyed is None and limit > 0 and offset + limit <= queuekeep.HEAD_ROWS:
+        key = queuekeep.inputs(session, load_town_policy(session.files))
+        head = queuekeep.load(session, key) if key is not None else None
+        if head is not None:
+            return Page.from_head(head, offset, limit)
     config = session.config
     view, assessment = _survey(session)
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
     total = len(entries) + len(view.held)
-    stop = offset + limit if limit > 0 else total
-    rows = [_row(w, blocked, retry) for w, blocked in entries[offset:stop]]
-    rows += [_held_row(h) for h in view.held[max(0, offset - len(entries)):max(0, stop - len(entries))]]
+    if key is not None:  # the head is kept, and the page cut from it
+        start, stop = 0, queuekeep.HEAD_ROWS
+    else:
+        start, stop = offset, offset + limit if limit else total
+    rows = [_row(w, blocked, retry) for w, blocked in entries[start:stop]]
+    rows += [_held_row(h) for h in view.held[max(0, start - len(entries)):max(0, stop - len(entries))]]
     ready, backing_off = len(view.ready), len(view.backing_off)
-    for position, row in enumerate(rows, start=offset):
+    for position, row in enumerate(rows, start=start):
         if row.get("held"):
             row["why"] = [row["held"]]
             continue
@@ -139,7 +152,44 @@ def _queue(session: Session, limit: int = 0, offset: int = 0
         counts.add(work.rig, blocked)
     for held in view.held:
         counts.add(held.context.fields.target_rig, True)
-    return view, assessment, rows, counts
+    gates = assessment.gates
+    page = Page(rows, counts, len(view.stale), len(view.held), dict(view.unreadable),
+                assessment.admission.reason, _json_or_none(binding_of(assessment)),
+                gates.to_json() if gates is not None else None, assessment)
+    if key is not None:
+        if queuekeep.keepable(view, assessment):
+            queuekeep.keep(session, key, queuekeep.horizon(session, view, assessment, retry), page.head())
+        page.rows = rows[offset - start:offset - start + limit]
+    return page
+
+
+class Page:
+    """A page of the queue's rows, its exact counts, and what admission said of the whole queue.
+
+    ``assessment`` is the survey's admission when this call surveyed, None
+    when the page came from a kept head.
+    """
+
+    def __init__(self, rows: list[dict], counts: QueueCounts, stale: int, held: int, unreadable: dict,
+                 plan_reason: str | None, binding: dict | None, gates: dict | None,
+                 assessment: Assessment | None = None):
+        self.rows, self.counts = rows, counts
+        self.stale, self.held, self.unreadable = stale, held, unreadable
+        self.plan_reason, self.binding, self.gates = plan_reason, binding, gates
+        self.assessment = assessment
+
+    def head(self) -> dict:
+        counts = self.counts
+        return {"rows": self.rows, "total": counts.total, "ready": counts.ready, "rigs": counts.rigs,
+                "stale": self.stale, "held": self.held, "unreadable": self.unreadable,
+                "plan_reason": self.plan_reason, "binding": self.binding, "gates": self.gates}
+
+    @classmethod
+    def from_head(cls, head: dict, offset: int, limit: int) -> Page:
+        counts = QueueCounts(head["total"], head["ready"])
+        counts.rigs = head["rigs"]
+        return cls(head["rows"][offset:offset + limit], counts, head["stale"], head["held"],
+                   head["unreadable"], head["plan_reason"], head["binding"], head["gates"])
 
 
 class QueueCounts:
@@ -162,7 +212,7 @@ def list_queue(where: Town | Session, executor: Executor | None = None, limit: i
     (``held: "missing-item"``) is a context whose item no rig has right now;
     it is closed only once ``closes_at`` has passed.
     """
-    return _queue(Session.of(where, executor), limit, offset)[2]
+    return _queue(Session.of(where, executor), limit, offset).rows
 
 
 #: ``scheduler status`` lists this many queue rows unless asked for another number (0: all).
@@ -179,7 +229,8 @@ def status_with_counts(where: Town | Session, executor: Executor | None = None, 
     and the whole queue's counts (the snapshot's per-rig figures)."""
     session = Session.of(where, executor)
     town = session.files
-    view, assessment, rows, counts = _queue(session, limit)
+    page = _queue(session, limit)
+    rows, counts = page.rows, page.counts
     config, active, problem = session.config, session.active, session.problem
     state = load_state(town)
     sched = config.scheduler
@@ -198,16 +249,16 @@ def status_with_counts(where: Town | Session, executor: Executor | None = None, 
         "batch_size": sched.batch_size,
         "last_dispatch_at": state.last_dispatch_at,
         "last_dispatch_count": state.last_dispatch_count,
-        "stale": len(view.stale),
-        "held": len(view.held),
+        "stale": page.stale,
+        "held": page.held,
         # Rigs with a file sluice cannot read (file and line): their work is held, the rest goes on.
-        "unreadable": dict(view.unreadable),
+        "unreadable": page.unreadable,
         # Read-only rigs whose items may be behind their beads store (docs/items.md "Item sources").
         "source_stale": stale_rows(town),
         "items": rows,
         "items_total": counts.total,
         "truncated": len(rows) < counts.total,
-        **_admission_status(town, config, assessment),
+        **_admission_status(session, page),
         "forecast": kept_forecast(town),
     }
     if problem:
@@ -229,22 +280,30 @@ def kept_forecast(town: Town) -> dict | None:
             "items_total": head["items_total"]}
 
 
-def _admission_status(town: Town, config, assessment) -> dict:
-    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``."""
+def _admission_status(session: Session, page: Page) -> dict:
+    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``.
+
+    The caps and the spend are read now (a kept page carries only what
+    admission said of the queue: its reason, the binding limit, the gates).
+    """
+    town, config, now = session.files, session.config, session.now
     window = format_duration(config.scheduler.seconds("budget_window"))
-    caps = assessment.limits
+    assessment = page.assessment
+    if assessment is not None:
+        caps, spend = assessment.limits, assessment.spend
+    else:
+        caps = limits(config, len(session.active or []), config.scheduler.batch_size)
+        spend = kept.spend(town, now, config.scheduler.seconds("budget_window")) if needs_spend(config) \
+            else rules.Spend()
     budgets = []
     if caps.town_budget:
-        budgets.append({"rig": None, "spent": assessment.spend.town, "budget": caps.town_budget,
-                        "window": window})
+        budgets.append({"rig": None, "spent": spend.town, "budget": caps.town_budget, "window": window})
     for name, budget in sorted(caps.rig_budgets.items()):
-        budgets.append({"rig": name, "spent": assessment.spend.rigs.get(name, 0), "budget": budget,
-                        "window": window})
-    return {"budgets": budgets, "throttles": kept.throttle_rows(town, assessment.now),
+        budgets.append({"rig": name, "spent": spend.rigs.get(name, 0), "budget": budget, "window": window})
+    return {"budgets": budgets, "throttles": kept.throttle_rows(town, now),
             "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
-            "circuit_broken": len(kept.broken(town)), "plan_reason": assessment.admission.reason,
-            "binding": _json_or_none(binding_of(assessment)),
-            "host": assessment.gates.to_json() if assessment.gates is not None else None}
+            "circuit_broken": len(kept.broken(town)), "plan_reason": page.plan_reason,
+            "binding": page.binding, "host": page.gates}
 
 
 def _json_or_none(reason) -> dict | None:

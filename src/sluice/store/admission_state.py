@@ -183,6 +183,22 @@ def spend(town: Town, now: float, window: float) -> Spend:
     return Spend(total, rigs)
 
 
+def spend_moves_at(town: Town, now: float, window: float) -> float | None:
+    """The first moment after ``now`` a charge enters or leaves :func:`spend`'s window (None: never).
+
+    A charge counts while ``now`` lies in ``(at - window, at + window]``
+    (see :func:`spend`), so the answer moves only at those ends: what a
+    kept answer that depends on the spend may not outlive.
+    """
+    ends = []
+    for entry in read(town, BUDGET).get("launches", []):
+        at = entry.get("at_ts", 0)
+        if not isinstance(at, (int, float)):
+            continue
+        ends += [end for end in (at - window, at + window) if end > now]
+    return min(ends, default=None)
+
+
 # -- throttles ------------------------------------------------------------------------------
 
 

@@ -526,7 +526,7 @@ class DurableIndex:
         if kept is not None:
             since, until, groups = kept
             if until is None and now_ts > since:
-                until = self._next_release(since)
+                until = self.next_release(since)
                 self._kept["ready_groups"] = (since, until, groups)
             if since <= now_ts and (now_ts == since or now_ts < until):
                 return list(groups)
@@ -541,7 +541,7 @@ class DurableIndex:
         self._kept["ready_groups"] = (now_ts, None, groups)
         return list(groups)
 
-    def _next_release(self, now_ts: float) -> float:
+    def next_release(self, now_ts: float) -> float:
         """When the next deferred candidate becomes ready (infinity when none waits)."""
         sql = (
             "SELECT min(defer_ts), (SELECT min(parent_defer_ts) FROM items"

@@ -468,6 +468,14 @@ class RigStore:
         ready = readiness.ready_nodes(nodes, now_ts, limit=limit)
         return [(n.priority, n.created_ts, n.id, self._raw(n.id)) for n in ready]
 
+    def next_release(self, now_ts: float) -> float:
+        """When the clock alone next makes an item of this rig ready (a deferral ends; infinity: never).
+
+        ``now_ts`` itself when ephemeral records mix into readiness: then
+        only a full reading can say, and nothing may count on the answer.
+        """
+        return now_ts if self._interplay() else self.index.next_release(now_ts)
+
     def ready_among(self, now_ts: float, ids: Iterable[str]) -> set[str]:
         """Which of ``ids`` are ready: the ids of :meth:`ready_raw` among them, without reading the rest."""
         ids = set(ids)

@@ -1,0 +1,157 @@
+"""The head of the queue, kept between reads of a queue nothing changed.
+
+A survey of a long queue costs what the queue holds: about two seconds at
+100,000 queued contexts.  Most reads ask it of a queue that has not moved
+since the last one (an operator's ``scheduler status`` again, a view, an
+MCP client polling), so the answer a survey gave — the queue's first
+:data:`HEAD_ROWS` rows with their reasons, the exact counts, what admission
+said of the whole queue — is kept in ``runtime/queue-head.json`` and given
+again while three things hold:
+
+* **its inputs are as they were**: the signature (inode, size, modification
+  time) of every file a survey reads — the config, the policy, the state,
+  admission and decision files, the run log, the polecat records, the hold
+  file and the last host reading, each rig's ephemeral log and items file —
+  the git metadata each rig's warmth is read from
+  (:func:`~sluice.store.gitview.warmth_stamp`), and the running polecats
+  as the executor lists them now;
+* **the clock has not reached its horizon**: the first moment the clock
+  alone would change the answer — a backoff or a deferral ending, a
+  throttle lifting, a charge leaving the budget window, a missing item's
+  grace ending, an item command's refresh falling due — and never more than
+  :data:`KEEP_AT_MOST` after it was made;
+* **the clock has not gone back** before the moment it was made.
+
+Otherwise the reader surveys, as before, and keeps what it found.  Nothing
+is kept when the answer moves with the clock itself (policy aging or
+deadlines), when a rig's warmth can only be asked of git, when a source
+command is due, when a host reading was taken for this call alone, or when
+the survey saw a launch in flight or a rig it cannot read.
+
+The inputs are taken *before* the survey reads them: a file that changes
+while a survey runs has another signature by the next read, which then
+surveys again.  The head is written by rename and never fsynced
+(:func:`~sluice.store.fsutil.write_cache`); after a crash or a power cut a
+reader finds the old head, whose inputs no longer match, or a cut one,
+which is no head: it surveys.  The logs stay the only truth, and a
+head can only ever be an answer some survey gave for exactly these inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluice.errors import SluiceError
+from sluice.store import admission_state, fsutil, gitview, runs, sources
+
+if TYPE_CHECKING:
+    from sluice.scheduler.admission import Assessment
+    from sluice.scheduler.pending import Survey
+    from sluice.scheduler.session import Session
+    from sluice.store.town import Town
+
+#: Queue rows kept: ``scheduler status``'s 50, a screen of ``top`` and ``snapshot --limit 500``.
+HEAD_ROWS = 500
+#: Seconds a head answers at most, whatever its horizon: the bound on any clock-borne change it misses.
+KEEP_AT_MOST = 60.0
+FILE = "queue-head.json"
+VERSION = 1
+
+
+def path(town: Town) -> Path:
+    return town.runtime / FILE
+
+
+def inputs(session: Session, policy) -> list | None:
+    """The signature of everything a survey of ``session``'s queue reads; None: its answer may not be kept."""
+    if float(getattr(policy, "aging", 0.0) or 0.0) > 0:
+        return None
+    from sluice.core.scoring import deadline_enabled
+    from sluice.scheduler.gates import READING_FILE, hold_path
+
+    if deadline_enabled(policy):
+        return None
+    active = session.active
+    if active is None:  # the executor cannot say what runs
+        return None
+    town = session.files
+    files = [town.config_path, town.policy_path, town.state_path, town.decisions_path, town.workers_dir,
+             runs.log_path(town), town.runtime / READING_FILE,
+             *(town.runtime / f"{name}.json" for name in ("budget", "throttles", "breaker"))]
+    hold = hold_path(town)
+    parts: list = [VERSION, str(hold)]
+    if hold is not None:
+        files.append(hold)
+    for rig in town.rigs():
+        if rig.command is not None and sources.is_due(town, rig, sources.read_state(town, rig.name),
+                                                      session.now):
+            return None
+        stamp = gitview.warmth_stamp(rig.repo)
+        if stamp is None:  # only pygit2 can tell this rig's warmth
+            return None
+        items = rig.items if rig.items is not None else town.rig_dir(rig.name) / "issues.jsonl"
+        files += [town.rig_dir(rig.name) / "ephemeral.jsonl", items]
+        parts += [rig.name, stamp]
+    parts.append([fsutil.file_signature(f) for f in files])
+    parts.append(sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active))
+    return parts
+
+
+def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple[float, float]) -> float:
+    """The first moment after ``session.now`` the clock alone could change this survey's answer."""
+    from sluice.scheduler.admission import needs_spend
+    from sluice.scheduler.polecats import retry_epoch
+
+    now, town = session.now, session.files
+    ends = [now + KEEP_AT_MOST]
+    ends += [at for work in view.backing_off if (at := retry_epoch(work.payload.fields, *retry)) is not None]
+    ends += [held.closes_at for held in view.held if held.closes_at is not None]
+    ends += [t.until for t in assessment.throttles]
+    if needs_spend(session.config):
+        moves = admission_state.spend_moves_at(town, now, session.config.scheduler.seconds("budget_window"))
+        if moves is not None:
+            ends.append(moves)
+    for store in session.stores.all():
+        try:
+            ends.append(store.next_release(now))
+        except (SluiceError, OSError):  # the survey read it a moment ago; unsure now, so keep nothing
+            return now
+        rig = store.rig
+        if rig.command is not None:
+            ran_at = sources.read_state(town, rig.name).get("ran_at")
+            ends.append(ran_at + rig.command.refresh if isinstance(ran_at, (int, float)) else now)
+    return min(e for e in ends if not math.isnan(e))
+
+
+def keepable(view: Survey, assessment: Assessment) -> bool:
+    """Whether a survey's answer may be kept: every rig readable, no launch in flight, no reading of
+    the machine for this call alone."""
+    gates = assessment.gates
+    if view.unreadable or view.launched or view.relaunch:
+        return False
+    return not (gates is not None and gates.fresh)
+
+
+def load(session: Session, key: list) -> dict | None:
+    """The kept head for exactly these inputs, still inside its horizon; None: survey."""
+    try:
+        kept = json.loads(path(session.files).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("key") != key:
+        return None
+    made, until = kept.get("made_at"), kept.get("until")
+    if not isinstance(made, (int, float)) or not isinstance(until, (int, float)):
+        return None
+    return kept if made <= session.now < until else None
+
+
+def keep(session: Session, key: list, until: float, head: dict) -> None:
+    """Keep ``head`` (JSON-ready) for readers that find ``key`` as it is, until ``until``."""
+    if until <= session.now:
+        return
+    data = {"key": key, "made_at": session.now, "until": until, **head}
+    fsutil.write_cache(path(session.files), json.dumps(data, separators=(",", ":")).encode("utf-8"))

@@ -1,0 +1,304 @@
+"""The queue's head kept between reads: given again only for the inputs and the time it was made for.
+
+Each test compares what a read answers with the head kept against a fresh
+survey of the same files (the head removed), and counts the surveys: a read
+of an unchanged queue makes none, a read after any change makes one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import make_repo
+from helpers.foundation import quick_town
+from helpers.scheduler import configure, ephemeral_path, item, write_items
+from sluice.errors import ExecutorError
+from sluice.scheduler import queue, queuekeep
+from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store import admission_state
+from sluice.store.rigs import add_rig
+from sluice.store.town import Town
+
+
+@pytest.fixture
+def surveys(monkeypatch) -> list[int]:
+    """One entry per survey the queue's reads make."""
+    calls: list[int] = []
+    real = queue.survey
+    monkeypatch.setattr(queue, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def status(town_dir: Path, limit: int = 50) -> dict:
+    return queue.status(Town(town_dir), limit=limit)
+
+
+def fresh(town_dir: Path, limit: int = 50) -> dict:
+    """The answer of a survey of the files as they are now (no head to give)."""
+    queuekeep.path(Town(town_dir)).unlink(missing_ok=True)
+    return status(town_dir, limit)
+
+
+def stamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def slung(town_dir: Path, *ids: str, rig: str = "alpha") -> None:
+    result = sling(Town(town_dir), [*ids, rig], SlingOptions())
+    assert result.ok, result.errors
+
+
+@pytest.fixture
+def three_queued(cli, rig, town_dir) -> Path:
+    """Rig alpha with four items, three of them queued."""
+    configure(town_dir, "scheduler.max_polecats", "10")
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=n % 3) for n in range(4)])
+    slung(town_dir, "al-0", "al-1", "al-2")
+    return town_dir
+
+
+def test_a_read_of_an_unchanged_queue_answers_from_the_head_without_a_survey(three_queued, surveys):
+    first = status(three_queued)
+    assert len(surveys) == 1 and queuekeep.path(Town(three_queued)).exists()
+    again = status(three_queued)
+    assert len(surveys) == 1  # no second survey
+    assert again == first == fresh(three_queued)
+    assert [row["id"] for row in again["items"]] == [row["id"] for row in first["items"]]
+    assert again["items_total"] == 3
+
+
+def test_a_page_of_the_head_is_cut_from_it_and_a_page_past_it_surveys(three_queued, surveys):
+    whole = queue.list_queue(Town(three_queued), limit=3)
+    assert len(surveys) == 1
+    assert queue.list_queue(Town(three_queued), limit=1, offset=1) == whole[1:2]
+    assert len(surveys) == 1
+    queue.list_queue(Town(three_queued))  # every row: no head holds that answer
+    queue.list_queue(Town(three_queued), limit=10, offset=queuekeep.HEAD_ROWS)
+    assert len(surveys) == 3
+
+
+def _sling_another(town_dir, repo):
+    slung(town_dir, "al-3")
+
+
+def _close_an_item(town_dir, repo):
+    write_items(town_dir, "alpha", [item("al-0", status="closed"), *(item(f"al-{n}") for n in range(1, 4))])
+
+
+def _clear_the_queue(town_dir, repo):
+    from sluice.scheduler.control import clear
+
+    clear(Town(town_dir))
+
+
+def _pause(town_dir, repo):
+    from sluice.scheduler.control import pause
+
+    pause(Town(town_dir))
+
+
+def _batch_of_one(town_dir, repo):
+    configure(town_dir, "scheduler.batch_size", "1")
+
+
+def _throttle(town_dir, repo):
+    admission_state.set_throttle(Town(town_dir), until=datetime.now(UTC).timestamp() + 3600, rig="alpha",
+                                 reason="test", by="test", now=datetime.now(UTC).timestamp())
+
+
+def _a_worktree_warms_the_rig(town_dir, repo):
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", str(repo.parent / "wt"), "-b", "wt"],
+                   check=True, capture_output=True)
+
+
+def _hold_file(town_dir, repo):
+    hold = town_dir / "hold"
+    hold.write_text("maintenance\n")
+    configure(town_dir, "scheduler.hold_file", str(hold))
+
+
+def _policy(town_dir, repo):
+    Town(town_dir).policy_path.write_text(json.dumps({"weights": {"priority": 0.0, "tokens": 5.0}}))
+
+
+CHANGES = [_sling_another, _close_an_item, _clear_the_queue, _pause, _batch_of_one, _throttle,
+           _a_worktree_warms_the_rig, _hold_file, _policy]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__.strip("_"))
+def test_any_change_to_what_the_survey_reads_surveys_again(three_queued, surveys, tmp_path, change):
+    status(three_queued)
+    status(three_queued)
+    assert len(surveys) == 1
+    change(three_queued, tmp_path / "repos" / "alpha")
+    after = status(three_queued)
+    assert len(surveys) == 2, "the head of the queue before the change was given again"
+    assert after == fresh(three_queued)
+
+
+def test_a_polecat_ending_is_a_change_though_no_queue_file_moves(cli, rig, town_dir, memory, surveys):
+    configure(town_dir, "scheduler.max_polecats", "1")
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1")])
+    slung(town_dir, "al-0", "al-1")
+    assert run_cycle(Town(town_dir)).dispatched == 1
+    held = status(town_dir)
+    assert held["capacity"] == 0 and status(town_dir) == held
+    count = len(surveys)
+    memory.finish("al-0", 0)
+    after = status(town_dir)
+    assert len(surveys) == count + 1 and after["capacity"] == 1
+    assert after == fresh(town_dir)
+
+
+def test_a_deferral_that_ends_makes_its_item_ready_at_that_moment(cli, rig, town_dir, clock, surveys):
+    configure(town_dir, "scheduler.max_polecats", "10")
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1", defer_until=stamp(clock.now + 30))])
+    slung(town_dir, "al-0", "al-1")
+    before = status(town_dir)
+    assert before["queued_ready"] == 1
+    clock.advance(20)
+    assert status(town_dir) == before and len(surveys) == 1
+    clock.advance(11)
+    after = status(town_dir)
+    assert after["queued_ready"] == 2 and len(surveys) == 2
+
+
+def test_a_backoff_that_ends_makes_its_item_ready_at_that_moment(cli, rig, town_dir, memory, clock, surveys):
+    configure(town_dir, "scheduler.retry_base", "10s")
+    configure(town_dir, "scheduler.max_polecats", "10")
+    write_items(town_dir, "alpha", [item("al-0")])
+    slung(town_dir, "al-0")
+    memory.fail_next("al-0")
+    run_cycle(Town(town_dir))
+    waiting = status(town_dir)
+    assert waiting["queued_ready"] == 1 and waiting["items"][0]["retry_at"] is not None
+    assert waiting["items"][0]["why"] != []
+    count = len(surveys)
+    clock.advance(5)
+    assert status(town_dir) == waiting and len(surveys) == count
+    clock.advance(6)
+    after = status(town_dir)
+    assert len(surveys) == count + 1 and after["items"][0]["why"] == []
+
+
+def test_a_throttle_that_lifts_lets_the_queue_go_at_that_moment(three_queued, clock, surveys):
+    admission_state.set_throttle(Town(three_queued), clock.now + 30, "alpha", "test", "test", clock.now)
+    held = status(three_queued)
+    assert held["items"][0]["why"] and held["throttles"]
+    clock.advance(29)
+    assert status(three_queued) == held and len(surveys) == 1
+    clock.advance(2)
+    after = status(three_queued)
+    assert len(surveys) == 2 and after["items"][0]["why"] == [] and after == fresh(three_queued)
+
+
+def test_no_head_answers_longer_than_its_bound(three_queued, clock, surveys):
+    status(three_queued)
+    clock.advance(queuekeep.KEEP_AT_MOST - 1)
+    status(three_queued)
+    assert len(surveys) == 1
+    clock.advance(2)
+    status(three_queued)
+    assert len(surveys) == 2
+
+
+def test_a_policy_that_ages_the_queue_keeps_nothing(three_queued, surveys):
+    Town(three_queued).policy_path.write_text(json.dumps({"aging": 1.0, "aging_max": 10.0}))
+    status(three_queued)
+    status(three_queued)
+    assert len(surveys) == 2 and not queuekeep.path(Town(three_queued)).exists()
+
+
+def test_a_rig_that_cannot_be_read_keeps_nothing(three_queued, surveys):
+    with ephemeral_path(three_queued, "alpha").open("a") as log:
+        log.write("{not json\n")
+    first = status(three_queued)
+    assert first["unreadable"] and status(three_queued) == first
+    assert len(surveys) == 2 and not queuekeep.path(Town(three_queued)).exists()
+
+
+def test_a_cut_or_foreign_head_is_no_head(three_queued, surveys):
+    first = status(three_queued)
+    head = queuekeep.path(Town(three_queued))
+    head.write_bytes(head.read_bytes()[:100])
+    assert status(three_queued) == first and len(surveys) == 2
+    kept = json.loads(head.read_bytes())
+    kept["key"][0] = "another version"
+    head.write_text(json.dumps(kept))
+    assert status(three_queued) == first and len(surveys) == 3
+
+
+# -- the property: whatever happens, a read with the head answers what a fresh survey answers ----------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("sling"), st.integers(0, 2)),
+        st.tuples(st.just("close"), st.integers(0, 2)),
+        st.tuples(st.just("defer"), st.integers(0, 2), st.integers(1, 40)),
+        st.tuples(st.just("advance"), st.integers(1, 50)),
+        st.tuples(st.just("advance"), st.integers(1, 50)),
+        st.tuples(st.just("pause"), st.booleans()),
+        st.tuples(st.just("throttle"), st.integers(1, 40)),
+        st.tuples(st.just("cycle"), st.booleans()),
+        st.tuples(st.just("finish"), st.integers(0, 2)),
+    ),
+    min_size=1, max_size=12,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, ops):
+    from sluice.executors.memory import MemoryExecutor
+    from sluice.scheduler.control import pause, resume
+
+    base = Path(tempfile.mkdtemp(prefix="keep-"))
+    try:
+        town_dir = quick_town(base)
+        add_rig(Town(town_dir), "alpha", make_repo(base / "repos" / "alpha"), "al")
+        configure(town_dir, "executor.kind", "memory")
+        configure(town_dir, "scheduler.max_polecats", "2")
+        memory = MemoryExecutor(clock).serve(Town(town_dir))
+        records = {f"al-{n}": item(f"al-{n}", priority=n % 3) for n in range(3)}
+        write_items(town_dir, "alpha", list(records.values()))
+        sling(Town(town_dir), [*records, "alpha"], SlingOptions())
+        for op in ops:
+            kind = op[0]
+            if kind == "sling":
+                sling(Town(town_dir), [f"al-{op[1]}", "alpha"], SlingOptions())
+            elif kind in ("close", "defer"):
+                record = records[f"al-{op[1]}"]
+                if kind == "close":
+                    record["status"] = "closed"
+                else:
+                    record["defer_until"] = stamp(clock.now + op[2])
+                write_items(town_dir, "alpha", list(records.values()))
+            elif kind == "advance":
+                clock.advance(op[1])
+            elif kind == "pause":
+                (pause if op[1] else resume)(Town(town_dir))
+            elif kind == "throttle":
+                admission_state.set_throttle(Town(town_dir), clock.now + op[1], "alpha", "test", "test",
+                                             clock.now)
+            elif kind == "cycle":
+                run_cycle(Town(town_dir))
+            elif kind == "finish":
+                with contextlib.suppress(ExecutorError):  # not running: nothing to end
+                    memory.finish(f"al-{op[1]}", 0 if op[1] % 2 else 1)
+            first = status(town_dir)
+            again = status(town_dir)
+            assert again == first == fresh(town_dir), op
+        MemoryExecutor.forget_town(Town(town_dir))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
