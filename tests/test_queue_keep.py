@@ -50,6 +50,17 @@ def fresh(town_dir: Path, limit: int = 50) -> dict:
     return status(town_dir, limit)
 
 
+def forecast_at(town_dir: Path, now: float) -> dict:
+    from sluice.scheduler.forecast import forecast
+
+    return forecast(Town(town_dir), now=now)
+
+
+def fresh_forecast_at(town_dir: Path, now: float) -> dict:
+    queuekeep.path(Town(town_dir), queuekeep.REPLAY_FILE).unlink(missing_ok=True)
+    return forecast_at(town_dir, now)
+
+
 def stamp(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -220,6 +231,20 @@ def test_a_policy_that_ages_the_queue_keeps_nothing(three_queued, surveys):
     assert len(surveys) == 2 and not queuekeep.path(Town(three_queued)).exists()
 
 
+def test_a_forecast_of_an_unchanged_queue_replays_what_the_last_survey_read(three_queued, clock, surveys):
+    now = clock.now
+    first = forecast_at(three_queued, now)
+    assert len(surveys) == 1 and queuekeep.path(Town(three_queued), queuekeep.REPLAY_FILE).exists()
+    assert forecast_at(three_queued, now) == first and len(surveys) == 1
+    assert [row["item_id"] for row in first["items"]] == ["al-0", "al-1", "al-2"]
+    status(three_queued)  # the head and the forecast's reading are kept apart: each survey once
+    assert len(surveys) == 2
+    slung(three_queued, "al-3")
+    after = forecast_at(three_queued, clock.now)
+    assert len(surveys) == 3 and len(after["items"]) == 4
+    assert after == fresh_forecast_at(three_queued, clock.now)
+
+
 def test_a_rig_that_cannot_be_read_keeps_nothing(three_queued, surveys):
     with ephemeral_path(three_queued, "alpha").open("a") as log:
         log.write("{not json\n")
@@ -299,6 +324,9 @@ def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, 
             first = status(town_dir)
             again = status(town_dir)
             assert again == first == fresh(town_dir), op
+            now = clock.now
+            replayed = forecast_at(town_dir, now)
+            assert forecast_at(town_dir, now) == replayed == fresh_forecast_at(town_dir, now), op
         MemoryExecutor.forget_town(Town(town_dir))
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -29,9 +29,10 @@ from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.items import estimated_minutes, parse_ts
 from sluice.errors import SluiceError
-from sluice.scheduler import admission
+from sluice.scheduler import admission, queuekeep
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at
+from sluice.scheduler.ranking import load_town_policy
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
@@ -125,12 +126,9 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     """The queue replayed under today's caps from the learned runtimes (the survey is the session's)."""
     session = Session.of(where, executor, now)
     town, config, now = session.files, session.config, session.now
-    _, view, _, assessment = queue_model.queue_view(session)
     sched = config.scheduler
     timeout = sched.seconds("polecat_timeout") or None
-    works = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
-    backing_off = {id(w) for w in view.backing_off}
-    retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
+    works, caps = _queue_reading(session)
     kept_runs = runsamples.samples(town)  # the windows and the running runs, at one mark of the run log
     learned = kept_runs.model(timeout)
     default = model.DEFAULT_RUNTIME
@@ -141,26 +139,17 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
 
     queue, estimates, tokens = [], [], []
-    ready = assessment.applicants  # the ready works, first in ``works``, as admission read them
-    for position, (work, why) in enumerate(works):
-        item = work.item
-        minutes = estimated_minutes(item)
-        if minutes is None and isinstance(item.get("metadata"), dict):
-            minutes = estimated_minutes(item["metadata"])
-        estimate = learned.estimate(work.rig, item.get("issue_type"), item.get("labels") or (), minutes,
-                                    default, work.tokens)
+    for item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, cost in works:
+        estimate = learned.estimate(rig, kind, item_labels or (), minutes, default, work_tokens)
         estimates.append(estimate)
-        tokens.append(estimate.tokens_p90 if estimate.tokens_p90 is not None else work.tokens)
-        held_until = max(throttle_end.get(None, 0.0), throttle_end.get(work.rig, 0.0))
-        if id(work) in backing_off:  # a failed launch waits out its backoff, as dispatch has it
-            held_until = max(held_until, parse_ts(retry_due_at(work.payload.fields, *retry)) or 0.0)
-        # labels, touches and tokens as admission reads them
-        known = position < len(ready) and ready[position].payload is work
-        seen = ready[position] if known else admission.applicant(work)
-        queue.append(model.Queued(item["id"], work.rig, estimate.runtime_p50, estimate.runtime_p90,
+        tokens.append(estimate.tokens_p90 if estimate.tokens_p90 is not None else work_tokens)
+        held_until = max(throttle_end.get(None, 0.0), throttle_end.get(rig, 0.0))
+        if retry_at is not None:  # a failed launch waits out its backoff, as dispatch has it
+            held_until = max(held_until, retry_at)
+        queue.append(model.Queued(item_id, rig, estimate.runtime_p50, estimate.runtime_p90,
                                   not_before=held_until, why=rules.PAUSED if paused else why,
-                                  runtime_mean=estimate.runtime_mean, labels=seen.labels,
-                                  touches=seen.touches, tokens=seen.tokens))
+                                  runtime_mean=estimate.runtime_mean, labels=frozenset(labels),
+                                  touches=tuple(touches), tokens=cost))
 
     running = []
     for record in kept_runs.pending.values():
@@ -173,17 +162,59 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
                                      labels=frozenset(labels), touches=tuple(record.get("touches") or ())))
 
     interval, next_tick = _daemon(town, now)
-    caps = assessment.limits  # the caps and budgets the real admission reads, from the same config
-    limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(caps.rig_caps),
+    limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(caps["rig_caps"]),
                           batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
                           interval=interval or DAEMON_INTERVAL, first_tick=next_tick,
-                          label_caps=dict(caps.label_caps), town_budget=caps.town_budget,
-                          rig_budgets=dict(caps.rig_budgets), budget_window=sched.seconds("budget_window"))
+                          label_caps=dict(caps["label_caps"]), town_budget=caps["town_budget"],
+                          rig_budgets=dict(caps["rig_budgets"]), budget_window=sched.seconds("budget_window"))
     charges = _charges(town, limits)
     result = model.simulate(now, queue, running, limits, charges)
     # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
     return Replay(result, estimates, {"running": interval is not None, "interval": limits.interval}, tokens,
                   _budgets(limits, charges, now))
+
+
+def _queue_reading(session: Session) -> tuple[list[list], dict]:
+    """Each queued item as the replay reads it, in queue order, and the caps and budgets admission reads.
+
+    A row is ``[item id, rig, issue type, the item's labels, its estimated
+    minutes, its tokens, the end of its backoff (epoch, or None), why it
+    cannot start (None, or blocked), and the labels, touches and tokens
+    admission reads]``.  From the survey (the session's, if it made one),
+    or, for a queue nothing changed since, from what the last survey of the
+    same inputs kept (:mod:`sluice.scheduler.queuekeep`), so a forecast of
+    an unchanged queue replays it without surveying it.
+    """
+    key = None
+    if session.surveyed is None:
+        key = queuekeep.inputs(session, load_town_policy(session.files))
+        found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
+        if found is not None:
+            return found["works"], found["caps"]
+    _, view, _, assessment = queue_model.queue_view(session)
+    retry = (session.config.scheduler.seconds("retry_base"), session.config.scheduler.seconds("retry_max"))
+    backing_off = {id(w) for w in view.backing_off}
+    ready = assessment.applicants  # the ready works, first in the queue, as admission read them
+    works = []
+    entries = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
+    for position, (work, why) in enumerate(entries):
+        item = work.item
+        minutes = estimated_minutes(item)
+        if minutes is None and isinstance(item.get("metadata"), dict):
+            minutes = estimated_minutes(item["metadata"])
+        retry_at = parse_ts(retry_due_at(work.payload.fields, *retry)) if id(work) in backing_off else None
+        # labels, touches and tokens as admission reads them
+        known = position < len(ready) and ready[position].payload is work
+        seen = ready[position] if known else admission.applicant(work)
+        works.append([item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes,
+                      work.tokens, retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens])
+    limits = assessment.limits
+    caps = {"rig_caps": dict(limits.rig_caps), "label_caps": dict(limits.label_caps),
+            "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
+    if key is not None and queuekeep.keepable(view, assessment):
+        until = queuekeep.horizon(session, view, assessment, retry)
+        queuekeep.keep(session, key, until, {"works": works, "caps": caps}, queuekeep.REPLAY_FILE)
+    return works, caps
 
 
 def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:

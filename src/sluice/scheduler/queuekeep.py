@@ -58,11 +58,13 @@ HEAD_ROWS = 500
 #: Seconds a head answers at most, whatever its horizon: the bound on any clock-borne change it misses.
 KEEP_AT_MOST = 60.0
 FILE = "queue-head.json"
+#: The forecast's reading of every queued item, kept apart: a read of the head never loads it.
+REPLAY_FILE = "queue-replay.json"
 VERSION = 1
 
 
-def path(town: Town) -> Path:
-    return town.runtime / FILE
+def path(town: Town, name: str = FILE) -> Path:
+    return town.runtime / name
 
 
 def inputs(session: Session, policy) -> list | None:
@@ -135,10 +137,10 @@ def keepable(view: Survey, assessment: Assessment) -> bool:
     return not (gates is not None and gates.fresh)
 
 
-def load(session: Session, key: list) -> dict | None:
-    """The kept head for exactly these inputs, still inside its horizon; None: survey."""
+def load(session: Session, key: list, name: str = FILE) -> dict | None:
+    """What was kept (in ``name``) for exactly these inputs, still inside its horizon; None: survey."""
     try:
-        kept = json.loads(path(session.files).read_bytes())
+        kept = json.loads(path(session.files, name).read_bytes())
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("key") != key:
@@ -149,9 +151,9 @@ def load(session: Session, key: list) -> dict | None:
     return kept if made <= session.now < until else None
 
 
-def keep(session: Session, key: list, until: float, head: dict) -> None:
-    """Keep ``head`` (JSON-ready) for readers that find ``key`` as it is, until ``until``."""
+def keep(session: Session, key: list, until: float, head: dict, name: str = FILE) -> None:
+    """Keep ``head`` (JSON-ready) in ``name`` for readers that find ``key`` as it is, until ``until``."""
     if until <= session.now:
         return
     data = {"key": key, "made_at": session.now, "until": until, **head}
-    fsutil.write_cache(path(session.files), json.dumps(data, separators=(",", ":")).encode("utf-8"))
+    fsutil.write_cache(path(session.files, name), json.dumps(data, separators=(",", ":")).encode("utf-8"))
