@@ -264,6 +264,58 @@ def test_a_cut_or_foreign_head_is_no_head(three_queued, surveys):
     assert status(three_queued) == first and len(surveys) == 3
 
 
+@pytest.fixture
+def cycle_surveys(monkeypatch) -> list[int]:
+    """One entry per survey a dispatch cycle makes."""
+    from sluice.scheduler import dispatch
+
+    calls: list[int] = []
+    real = dispatch.survey
+    monkeypatch.setattr(dispatch, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_a_cycle_at_its_cap_over_an_unchanged_queue_reports_it_without_a_survey(
+        cli, rig, town_dir, memory, cycle_surveys):
+    configure(town_dir, "scheduler.max_polecats", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(3)])
+    slung(town_dir, "al-0", "al-1", "al-2")
+    assert run_cycle(Town(town_dir)).dispatched == 1
+    first = run_cycle(Town(town_dir))  # at the cap: surveys, launches nothing, keeps the head
+    assert first.dispatched == 0 and first.reason == "capacity" and len(cycle_surveys) == 2
+    again = run_cycle(Town(town_dir))
+    assert len(cycle_surveys) == 2  # the same queue, the same polecats: no survey
+    assert again.to_json() == first.to_json()
+    memory.finish("al-0", 0)
+    freed = run_cycle(Town(town_dir))
+    assert len(cycle_surveys) == 3 and freed.dispatched == 1
+
+
+def test_a_cycle_with_something_to_tidy_surveys_and_tidies(cli, rig, town_dir, memory, cycle_surveys):
+    configure(town_dir, "scheduler.max_polecats", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(3)])
+    slung(town_dir, "al-0", "al-1", "al-2")
+    run_cycle(Town(town_dir))
+    run_cycle(Town(town_dir))
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1", status="closed"), item("al-2")])
+    assert status(town_dir)["stale"] == 1  # a read keeps the head, and leaves the stale context open
+    tidied = run_cycle(Town(town_dir))  # the head names nothing to launch, but the cycle must close it
+    assert len(cycle_surveys) == 3 and tidied.closed
+    assert run_cycle(Town(town_dir)).to_json()["ready"] == 1
+
+
+def test_a_budget_that_holds_work_is_noted_by_a_surveying_cycle(cli, rig, town_dir, memory, cycle_surveys):
+    configure(town_dir, "scheduler.max_polecats", "5")
+    configure(town_dir, "scheduler.token_budget", "100")
+    write_items(town_dir, "alpha", [item(f"al-{n}", estimated_tokens=80) for n in range(3)])
+    slung(town_dir, "al-0", "al-1", "al-2")
+    run_cycle(Town(town_dir))
+    for _ in range(2):
+        report = run_cycle(Town(town_dir))
+        assert report.why.get("budget")
+    assert len(cycle_surveys) == 3  # never cut short while the budget holds work
+
+
 # -- the property: whatever happens, a read with the head answers what a fresh survey answers ----------
 
 OPS = st.lists(
@@ -284,7 +336,7 @@ OPS = st.lists(
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
-def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, ops):
+def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, cycle_surveys, ops):
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.control import pause, resume
 
@@ -321,6 +373,12 @@ def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, 
             elif kind == "finish":
                 with contextlib.suppress(ExecutorError):  # not running: nothing to end
                     memory.finish(f"al-{op[1]}", 0 if op[1] % 2 else 1)
+            if kind == "cycle" and op[1]:  # a second cycle: an idle one answers as a surveying one would
+                before = len(cycle_surveys)
+                idle = run_cycle(Town(town_dir)).to_json()
+                if len(cycle_surveys) == before:
+                    queuekeep.path(Town(town_dir)).unlink()
+                    assert run_cycle(Town(town_dir)).to_json() == idle, op
             first = status(town_dir)
             again = status(town_dir)
             assert again == first == fresh(town_dir), op

@@ -43,11 +43,13 @@ from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, UsageError
-from sluice.scheduler import admission, ends, runs
+from sluice.scheduler import admission, ends, queuekeep, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
+from sluice.scheduler.queue import keep_head
+from sluice.scheduler.ranking import load_town_policy
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
@@ -158,6 +160,15 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
         report.requeued += requeue_due(town, stores, now)
     gates = gate_view.current(town, fresh=not report.dry_run)
     active = session.require_active()
+    key = None  # the queue's inputs, taken before the survey: a cycle that launches nothing keeps its head
+    if not report.dry_run and item is None and not ignore_backoff and report.batch == sched.batch_size:
+        key = queuekeep.inputs(session, load_town_policy(town))
+        idle = queuekeep.idle_cycle(session, key) if key is not None else None
+        if idle is not None:  # the queue the last survey saw, unchanged: nothing to launch or close
+            report.capacity = max(0, sched.max_polecats - len(active))
+            report.ready, report.backing_off = idle["ready"], idle["backing_off"]
+            report.skipped, report.why, report.reason = idle["skipped"], dict(idle["why"]), idle["reason"]
+            return report
     backoff = None if ignore_backoff else (sched.seconds("retry_base"), sched.seconds("retry_max"))
     view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, now=now, backoff=backoff)
     if not report.dry_run:
@@ -191,6 +202,8 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     report.planned = [_planned_row(w) for w in planned]
     if report.dry_run:
         return report
+    if key is not None and not planned:  # an idle tick: the next one over the same queue need not survey
+        keep_head(session, key, view, assessment)
 
     launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
     for position, work in enumerate(planned):

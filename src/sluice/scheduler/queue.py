@@ -129,15 +129,36 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
         head = queuekeep.load(session, key) if key is not None else None
         if head is not None:
             return Page.from_head(head, offset, limit)
-    config = session.config
     view, assessment = _survey(session)
+    if key is None:
+        return _page(session, view, assessment, offset, offset + limit if limit else None)
+    page = keep_head(session, key, view, assessment)
+    page.rows = page.rows[offset:offset + limit]
+    return page
+
+
+def keep_head(session: Session, key: list, view: Survey, assessment: Assessment) -> Page:
+    """The queue's head page (its first :data:`~sluice.scheduler.queuekeep.HEAD_ROWS` rows) of this
+    survey, kept for the readers that find ``key`` as it was (when the survey may be kept at all).
+
+    ``key`` is :func:`~sluice.scheduler.queuekeep.inputs` taken before the survey read anything.
+    """
+    page = _page(session, view, assessment, 0, queuekeep.HEAD_ROWS)
+    if queuekeep.keepable(view, assessment):
+        sched = session.config.scheduler
+        retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
+        head = {**page.head(), "cycle": queuekeep.cycle_summary(view, assessment)}
+        queuekeep.keep(session, key, queuekeep.horizon(session, view, assessment, retry), head)
+    return page
+
+
+def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
+    """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts."""
+    config = session.config
     retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
     entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
     total = len(entries) + len(view.held)
-    if key is not None:  # the head is kept, and the page cut from it
-        start, stop = 0, queuekeep.HEAD_ROWS
-    else:
-        start, stop = offset, offset + limit if limit else total
+    stop = total if stop is None else stop
     rows = [_row(w, blocked, retry) for w, blocked in entries[start:stop]]
     rows += [_held_row(h) for h in view.held[max(0, start - len(entries)):max(0, stop - len(entries))]]
     ready, backing_off = len(view.ready), len(view.backing_off)
@@ -153,14 +174,9 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
     for held in view.held:
         counts.add(held.context.fields.target_rig, True)
     gates = assessment.gates
-    page = Page(rows, counts, len(view.stale), len(view.held), dict(view.unreadable),
+    return Page(rows, counts, len(view.stale), len(view.held), dict(view.unreadable),
                 assessment.admission.reason, _json_or_none(binding_of(assessment)),
                 gates.to_json() if gates is not None else None, assessment)
-    if key is not None:
-        if queuekeep.keepable(view, assessment):
-            queuekeep.keep(session, key, queuekeep.horizon(session, view, assessment, retry), page.head())
-        page.rows = rows[offset - start:offset - start + limit]
-    return page
 
 
 class Page:

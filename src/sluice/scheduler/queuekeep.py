@@ -44,6 +44,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core import admission as rules
 from sluice.errors import SluiceError
 from sluice.store import admission_state, fsutil, gitview, runs, sources
 
@@ -157,3 +158,48 @@ def keep(session: Session, key: list, until: float, head: dict, name: str = FILE
         return
     data = {"key": key, "made_at": session.now, "until": until, **head}
     fsutil.write_cache(path(session.files, name), json.dumps(data, separators=(",", ":")).encode("utf-8"))
+
+
+# -- a cycle with nothing to do ------------------------------------------------------------------
+
+
+def cycle_summary(view: Survey, assessment: Assessment) -> dict:
+    """What a dispatch cycle would report of this survey and admission, and whether it had anything to do.
+
+    ``tidy``: nothing for the cycle to write before it plans (no stale or
+    duplicate context to close, no missing item to mark or unmark).
+    """
+    plan = assessment.admission
+    why: dict[str, int] = {}
+    for reasons in plan.held.values():
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + 1
+    if view.backing_off:
+        why[rules.BACKOFF] = len(view.backing_off)
+    return {"planned": len(plan.to_dispatch), "ready": len(view.ready), "backing_off": len(view.backing_off),
+            "skipped": plan.skipped, "why": why, "reason": plan.reason,
+            "tidy": not (view.stale or view.held or view.duplicates or view.reappeared)}
+
+
+def idle_cycle(session: Session, key: list) -> dict | None:
+    """The kept :func:`cycle_summary` for ``key`` (:func:`inputs`, taken now) when it says a cycle
+    now would launch and write nothing; else None.
+
+    A daemon at its cap over a long queue ticks again and again over a
+    queue nothing changed: such a tick need not survey it to learn that.
+    Not when the budget holds work or was exhausted (the cycle notes when
+    that changes), nor when the host guard is on (each cycle reads the
+    machine afresh, and that reading may let work go).
+    """
+    from sluice.scheduler.gates import host_limits
+
+    if host_limits(session.config).on:
+        return None
+    head = load(session, key)
+    summary = head.get("cycle") if head is not None else None
+    if not isinstance(summary, dict) or summary.get("planned") != 0 or not summary.get("tidy"):
+        return None
+    if rules.BUDGET in summary.get("why", {}) or admission_state.read(session.files,
+                                                                       admission_state.BUDGET).get("exhausted"):
+        return None
+    return summary
