@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from helpers import make_repo
 from helpers.foundation import quick_town
-from helpers.scheduler import configure, ephemeral_path, item, write_items
+from helpers.scheduler import configure, ephemeral_path, item, without_etas, write_items
 from sluice.errors import ExecutorError
 from sluice.scheduler import queue, queuekeep
 from sluice.scheduler.dispatch import run_cycle
@@ -59,6 +59,13 @@ def forecast_at(town_dir: Path, now: float) -> dict:
 def fresh_forecast_at(town_dir: Path, now: float) -> dict:
     queuekeep.path(Town(town_dir), queuekeep.REPLAY_FILE).unlink(missing_ok=True)
     return forecast_at(town_dir, now)
+
+
+def queue_list(town_dir: Path) -> list[dict]:
+    """``scheduler list --limit 50``: the rows with their forecast times."""
+    from sluice.scheduler.forecast import list_queue
+
+    return list_queue(Town(town_dir), limit=50)
 
 
 def stamp(epoch: float) -> str:
@@ -243,6 +250,14 @@ def test_a_forecast_of_an_unchanged_queue_replays_what_the_last_survey_read(thre
     after = forecast_at(three_queued, clock.now)
     assert len(surveys) == 3 and len(after["items"]) == 4
     assert after == fresh_forecast_at(three_queued, clock.now)
+
+
+def test_one_survey_keeps_both_the_head_and_the_forecasts_reading(three_queued, surveys):
+    listed = queue_list(three_queued)
+    assert len(surveys) == 1
+    for name in (queuekeep.FILE, queuekeep.REPLAY_FILE):
+        assert queuekeep.path(Town(three_queued), name).exists()
+    assert without_etas(queue_list(three_queued)) == without_etas(listed) and len(surveys) == 1
 
 
 def test_a_rig_that_cannot_be_read_keeps_nothing(three_queued, surveys):

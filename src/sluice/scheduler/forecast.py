@@ -185,7 +185,7 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
     same inputs kept (:mod:`sluice.scheduler.queuekeep`), so a forecast of
     an unchanged queue replays it without surveying it.
     """
-    key = None
+    key = session.surveyed_inputs  # the inputs of the survey this session made, if it made one
     if session.surveyed is None:
         key = queuekeep.inputs(session, load_town_policy(session.files))
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None

@@ -132,6 +132,7 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
     view, assessment = _survey(session)
     if key is None:
         return _page(session, view, assessment, offset, offset + limit if limit else None)
+    session.surveyed_inputs = key  # this survey's: the session's forecast keeps its reading under them
     page = keep_head(session, key, view, assessment)
     page.rows = page.rows[offset:offset + limit]
     return page

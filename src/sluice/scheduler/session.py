@@ -46,6 +46,9 @@ class Session:
         # The queue's survey and admission, made once per call by sluice.scheduler.queue, so a view
         # that shows the queue and its forecast surveys it once.
         self.surveyed: tuple | None = None
+        # What that survey read, as taken before it began (sluice.scheduler.queuekeep.inputs), when
+        # its answer may be kept: what the session's other reads of the queue keep theirs under.
+        self.surveyed_inputs: list | None = None
 
     @classmethod
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
@@ -70,7 +73,7 @@ class Session:
         """
         other = copy.copy(self)
         other.__dict__.pop("active", None)
-        other._executor, other._resolved, other.surveyed = executor, True, None
+        other._executor, other._resolved, other.surveyed, other.surveyed_inputs = executor, True, None, None
         return other
 
     @property
