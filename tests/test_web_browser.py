@@ -203,3 +203,32 @@ def test_the_item_page_explains_and_the_token_comes_from_the_start_up_url(cli, w
     wait_for(lambda: [r["id"] for r in cli.json("scheduler", "list")] == ["al-1", "al-2"], timeout=60)
     wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == 2, timeout=60)
     assert _errors(browser) == []
+
+
+def test_a_queue_longer_than_the_page_carries_is_counted_whole(cli, rigs, browser):
+    """The page gets the queue's first rows and says how many of how many it shows, also per rig."""
+    from selenium.webdriver.common.by import By
+
+    from sluice.surfaces.web.app import QUEUE_ROWS
+
+    extra = 3
+    ids = [f"al-{n}" for n in range(QUEUE_ROWS + extra)]
+    write_items(cli.town, "alpha", [item(i) for i in ids])
+    write_items(cli.town, "beta", [item("be-1")])
+    configure(cli.town, {"scheduler.max_polecats": "2"})
+    cli.run("sling", *ids, "alpha")
+    cli.run("sling", "be-1", "beta")
+    server = WebServer(cli.town)
+    try:
+        browser.get(server.url)
+        whole = f"({QUEUE_ROWS} of {QUEUE_ROWS + extra + 1} shown)"
+        wait_for(lambda: _text(browser, "#queue-count") == whole, timeout=60)
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#queue tbody tr")) == QUEUE_ROWS
+        from selenium.webdriver.support.ui import Select
+
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, '#rig option[value="beta"]'), timeout=60)
+        Select(browser.find_element(By.ID, "rig")).select_by_value("beta")
+        # beta's one queued item, counted from the rig's figures whether or not it is among the rows
+        wait_for(lambda: _text(browser, "#queue-count") in ("(0 of 1 shown)", "(1)"), timeout=60)
+    finally:
+        server.stop()

@@ -42,7 +42,7 @@ from sluice.scheduler import forecast as forecasting
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.pending import survey
 from sluice.scheduler.polecats import RUNNING_STATES, polecat_row, polecat_runtime
-from sluice.scheduler.ranking import Work, rank_work
+from sluice.scheduler.ranking import Work, rank_work, ready_count
 from sluice.scheduler.session import Session
 from sluice.store.decisions import recent_decisions
 from sluice.store.events import recent_events
@@ -105,7 +105,7 @@ def _rigs(stores: Stores, counts, polecats: list[dict], now: float, sources: lis
             out[name] = {"error": f"held (rig-unreadable): {unreadable[name]}"}
             continue
         try:
-            ready = len(store.ready_raw(now, 0))
+            ready = ready_count(store, now)  # counted by the index: a large rig's rows are never built
             blocked = len(store.blocked_raw())
             merge = store.merge_queue_counts()
         except (SluiceError, OSError) as err:  # one broken rig must not blank the whole view

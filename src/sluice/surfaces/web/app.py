@@ -1,7 +1,9 @@
 """``sluice web``: the town's dashboard, served by Starlette over the one snapshot.
 
-* ``GET /api/state`` is :func:`sluice.scheduler.snapshot.snapshot`, exactly
-  what ``sluice snapshot --json`` prints; ``GET /api/events`` streams it as
+* ``GET /api/state`` is :func:`sluice.scheduler.snapshot.snapshot` with the
+  queue's first :data:`QUEUE_ROWS` rows, exactly what ``sluice snapshot
+  --json --limit 500`` prints (the counts are the whole queue's); ``GET
+  /api/events`` streams it as
   server-sent events (``event: state``) whenever it changes — when a source
   file's signature moves (:mod:`sluice.surfaces.watching`), else after its
   backstop (the page ticks runtimes itself) — computed once for every open stream
@@ -61,6 +63,10 @@ def _error(err: Exception, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": str(err)}, status_code=status)
 
 
+#: Queue rows a snapshot carries to the page: its first ones, as ``top`` takes (the counts stay exact).
+QUEUE_ROWS = 500
+
+
 class Dashboard:
     """The routes, bound to one town and one token."""
 
@@ -75,7 +81,7 @@ class Dashboard:
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:
-        return self.town.snapshot().to_json()
+        return self.town.snapshot(limit=QUEUE_ROWS).to_json()
 
     async def state(self, request: Request) -> Response:
         try:

@@ -127,7 +127,11 @@ function drawQueue(snap) {
   const body = document.querySelector("#queue tbody");
   clear(body);
   const rows = snap.queue.filter((r) => !rigFilter || r.target_rig === rigFilter);
-  document.getElementById("queue-count").textContent = "(" + rows.length + ")";
+  // The snapshot carries the queue's first rows; the counts are the whole queue's.
+  const rig = rigFilter ? snap.rigs[rigFilter] : null;
+  const total = rigFilter ? (rig && !rig.error ? rig.queued : rows.length) : snap.scheduler.items_total;
+  document.getElementById("queue-count").textContent =
+    "(" + (total > rows.length ? rows.length + " of " + total + " shown" : rows.length) + ")";
   if (!rows.length) emptyRow(body, 9, rigFilter ? "nothing queued for " + rigFilter : "nothing queued");
   rows.forEach((r, i) => {
     const tr = el("tr", null, r.blocked ? "blocked" : "");
