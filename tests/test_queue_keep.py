@@ -25,6 +25,8 @@ from helpers.scheduler import configure, ephemeral_path, item, without_etas, wri
 from sluice.errors import ExecutorError
 from sluice.scheduler import queue, queuekeep
 from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.ranking import load_town_policy
+from sluice.scheduler.session import Session
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store import admission_state
 from sluice.store.rigs import add_rig
@@ -258,6 +260,25 @@ def test_one_survey_keeps_both_the_head_and_the_forecasts_reading(three_queued, 
     for name in (queuekeep.FILE, queuekeep.REPLAY_FILE):
         assert queuekeep.path(Town(three_queued), name).exists()
     assert without_etas(queue_list(three_queued)) == without_etas(listed) and len(surveys) == 1
+
+
+def test_a_head_with_its_key_but_not_its_shape_is_no_head(three_queued, surveys, clock):
+    now = clock.now
+    forecast = forecast_at(three_queued, now)
+    first = status(three_queued)
+    for name in (queuekeep.FILE, queuekeep.REPLAY_FILE):
+        path = queuekeep.path(Town(three_queued), name)
+        kept = json.loads(path.read_bytes())
+        kept.update(rows=7, works=[["al-0"]], cycle={"planned": 0, "tidy": True})
+        path.write_text(json.dumps(kept))
+    assert status(three_queued) == first
+    assert forecast_at(three_queued, now) == forecast
+    head = queuekeep.path(Town(three_queued))
+    kept = json.loads(head.read_bytes())  # the survey just kept a whole head again; cut its cycle
+    head.write_text(json.dumps({**kept, "cycle": {"planned": 0, "tidy": True}}))
+    session = Session(Town(three_queued))
+    key = queuekeep.inputs(session, load_town_policy(session.files))
+    assert key == kept["key"] and queuekeep.idle_cycle(session, key) is None
 
 
 def test_a_rig_that_cannot_be_read_keeps_nothing(three_queued, surveys):

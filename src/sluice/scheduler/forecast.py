@@ -189,7 +189,7 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
     if session.surveyed is None:
         key = queuekeep.inputs(session, load_town_policy(session.files))
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
-        if found is not None:
+        if found is not None and _is_reading(found):
             return found["works"], found["caps"]
     _, view, _, assessment = queue_model.queue_view(session)
     retry = (session.config.scheduler.seconds("retry_base"), session.config.scheduler.seconds("retry_max"))
@@ -215,6 +215,18 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
         until = queuekeep.horizon(session, view, assessment, retry)
         queuekeep.keep(session, key, until, {"works": works, "caps": caps}, queuekeep.REPLAY_FILE)
     return works, caps
+
+
+def _is_reading(found: dict) -> bool:
+    """Whether a kept reading is as :func:`_queue_reading` writes it (else the queue is surveyed)."""
+    works, caps = found.get("works"), found.get("caps")
+    if not isinstance(works, list) or not isinstance(caps, dict):
+        return False
+    if not all(isinstance(caps.get(name), dict) for name in ("rig_caps", "label_caps", "rig_budgets")):
+        return False
+    return isinstance(caps.get("town_budget"), int) and all(
+        isinstance(row, list) and len(row) == 11 and isinstance(row[0], str) and isinstance(row[1], str)
+        for row in works)
 
 
 def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:

@@ -128,7 +128,10 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
         key = queuekeep.inputs(session, load_town_policy(session.files))
         head = queuekeep.load(session, key) if key is not None else None
         if head is not None:
-            return Page.from_head(head, offset, limit)
+            try:
+                return Page.from_head(head, offset, limit)
+            except (KeyError, TypeError, ValueError, AttributeError):  # not a head as written: survey
+                pass
     view, assessment = _survey(session)
     if key is None:
         return _page(session, view, assessment, offset, offset + limit if limit else None)
@@ -203,7 +206,11 @@ class Page:
 
     @classmethod
     def from_head(cls, head: dict, offset: int, limit: int) -> Page:
-        counts = QueueCounts(head["total"], head["ready"])
+        """The page of a kept head; a head not as :meth:`head` wrote it raises KeyError or TypeError."""
+        if not (isinstance(head["rows"], list) and all(isinstance(row, dict) for row in head["rows"])
+                and isinstance(head["rigs"], dict) and isinstance(head["unreadable"], dict)):
+            raise TypeError("not a queue head")
+        counts = QueueCounts(int(head["total"]), int(head["ready"]))
         counts.rigs = head["rigs"]
         return cls(head["rows"][offset:offset + limit], counts, head["stale"], head["held"],
                    head["unreadable"], head["plan_reason"], head["binding"], head["gates"])

@@ -197,7 +197,11 @@ def idle_cycle(session: Session, key: list) -> dict | None:
         return None
     head = load(session, key)
     summary = head.get("cycle") if head is not None else None
-    if not isinstance(summary, dict) or summary.get("planned") != 0 or not summary.get("tidy"):
+    if not isinstance(summary, dict) or summary.get("planned") != 0 or summary.get("tidy") is not True:
+        return None
+    if not all(isinstance(summary.get(name), int) for name in ("ready", "backing_off", "skipped")):
+        return None
+    if not isinstance(summary.get("why"), dict):
         return None
     if rules.BUDGET in summary.get("why", {}) or admission_state.read(session.files,
                                                                        admission_state.BUDGET).get("exhausted"):
