@@ -370,7 +370,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, cycle_surveys, ops):
     from sluice.executors.memory import MemoryExecutor
