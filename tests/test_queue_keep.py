@@ -25,7 +25,6 @@ from helpers.scheduler import configure, ephemeral_path, item, without_etas, wri
 from sluice.errors import ExecutorError
 from sluice.scheduler import queue, queuekeep
 from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.ranking import load_town_policy
 from sluice.scheduler.session import Session
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store import admission_state
@@ -33,13 +32,26 @@ from sluice.store.rigs import add_rig
 from sluice.store.town import Town
 
 
+def counted_surveys(monkeypatch, module) -> list[int]:
+    """One entry per survey ``module`` makes."""
+    calls: list[int] = []
+    real = module.survey
+    monkeypatch.setattr(module, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
 @pytest.fixture
 def surveys(monkeypatch) -> list[int]:
     """One entry per survey the queue's reads make."""
-    calls: list[int] = []
-    real = queue.survey
-    monkeypatch.setattr(queue, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
+    return counted_surveys(monkeypatch, queue)
+
+
+@pytest.fixture
+def cycle_surveys(monkeypatch) -> list[int]:
+    """One entry per survey a dispatch cycle makes."""
+    from sluice.scheduler import dispatch
+
+    return counted_surveys(monkeypatch, dispatch)
 
 
 def status(town_dir: Path, limit: int = 50) -> dict:
@@ -277,8 +289,7 @@ def test_a_head_with_its_key_but_not_its_shape_is_no_head(three_queued, surveys,
     kept = json.loads(head.read_bytes())  # the survey just kept a whole head again; cut its cycle
     head.write_text(json.dumps({**kept, "cycle": {"planned": 0, "tidy": True}}))
     session = Session(Town(three_queued))
-    key = queuekeep.inputs(session, load_town_policy(session.files))
-    assert key == kept["key"] and queuekeep.idle_cycle(session, key) is None
+    assert queuekeep.inputs(session) == kept["key"] and queuekeep.idle_cycle(session) is None
 
 
 def test_a_rig_that_cannot_be_read_keeps_nothing(three_queued, surveys):
@@ -298,17 +309,6 @@ def test_a_cut_or_foreign_head_is_no_head(three_queued, surveys):
     kept["key"][0] = "another version"
     head.write_text(json.dumps(kept))
     assert status(three_queued) == first and len(surveys) == 3
-
-
-@pytest.fixture
-def cycle_surveys(monkeypatch) -> list[int]:
-    """One entry per survey a dispatch cycle makes."""
-    from sluice.scheduler import dispatch
-
-    calls: list[int] = []
-    real = dispatch.survey
-    monkeypatch.setattr(dispatch, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
 
 
 def test_a_cycle_at_its_cap_over_an_unchanged_queue_reports_it_without_a_survey(

@@ -29,7 +29,7 @@ from sluice.core import admission as rules
 from sluice.core.admission import Admission, Applicant, Limits, Reason, Running
 from sluice.core.items import labels_of
 from sluice.scheduler.pending import item_store
-from sluice.scheduler.polecats import retry_due_at
+from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.store import admission_state as kept
 from sluice.store import events
 from sluice.store.runs import digest
@@ -185,7 +185,7 @@ def binding_of(assessment: Assessment) -> Reason | None:
 def backoff_reason(work: Work, config: TownConfig) -> Reason:
     sched = config.scheduler
     fields = work.payload.fields
-    at = retry_due_at(fields, sched.seconds("retry_base"), sched.seconds("retry_max"))
+    at = retry_due_at(fields, *retry_window(sched))
     return Reason(
         rules.BACKOFF,
         f"{_failures_text(fields)}; next attempt at {at}"

@@ -48,8 +48,8 @@ from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
+from sluice.scheduler.polecats import retry_window
 from sluice.scheduler.queue import keep_head
-from sluice.scheduler.ranking import load_town_policy
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
@@ -160,23 +160,21 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
         report.requeued += requeue_due(town, stores, now)
     gates = gate_view.current(town, fresh=not report.dry_run)
     active = session.require_active()
-    key = None  # the queue's inputs, taken before the survey: a cycle that launches nothing keeps its head
-    if not report.dry_run and item is None and not ignore_backoff and report.batch == sched.batch_size:
-        key = queuekeep.inputs(session, load_town_policy(town))
-        idle = queuekeep.idle_cycle(session, key) if key is not None else None
-        if idle is not None:  # the queue the last survey saw, unchanged: nothing to launch or close
-            report.capacity = max(0, sched.max_polecats - len(active))
-            report.ready, report.backing_off = idle["ready"], idle["backing_off"]
-            report.skipped, report.why, report.reason = idle["skipped"], dict(idle["why"]), idle["reason"]
-            return report
-    backoff = None if ignore_backoff else (sched.seconds("retry_base"), sched.seconds("retry_max"))
+    report.capacity = max(0, sched.max_polecats - len(active))
+    # The queue's inputs, taken before the survey: a cycle that launches nothing keeps its head.
+    plain = not report.dry_run and item is None and not ignore_backoff and report.batch == sched.batch_size
+    key = queuekeep.inputs(session) if plain else None
+    idle = queuekeep.idle_cycle(session) if key is not None else None
+    if idle is not None:  # the queue the last survey saw, unchanged: nothing to launch or close
+        _report_plan(report, idle)
+        return report
+    backoff = None if ignore_backoff else retry_window(sched)
     view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, now=now, backoff=backoff)
     if not report.dry_run:
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
     report.messages += [f"rig {name!r} is held (rig-unreadable): {detail}"
                         for name, detail in view.unreadable.items()]
-    report.capacity = max(0, sched.max_polecats - len(active))
     if item is not None:
         view = _only(session, item, view)
     assessment = admission.assess(town, stores, view, active, report.batch, now=now, gates=gates)
@@ -184,20 +182,12 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
         [work] = view.ready
         raise NotAdmitted(item, admission.reasons_of(assessment, work, "ready", config))
     plan = assessment.admission
-    report.ready = len(view.ready)
-    report.backing_off = len(view.backing_off)
-    report.skipped = plan.skipped
-    for reasons in plan.held.values():
-        for code in dict.fromkeys(r.code for r in reasons):
-            report.why[code] = report.why.get(code, 0) + 1
-    if view.backing_off:
-        report.why[rules.BACKOFF] = len(view.backing_off)
+    _report_plan(report, queuekeep.cycle_summary(view, assessment))
     for held in view.held:
         code = rules.RIG_UNREADABLE if held.reason == RIG_UNREADABLE else rules.MISSING_ITEM
         report.why[code] = report.why.get(code, 0) + 1
     # A dry run while paused previews the cycle after resume, so its reason is the plan's; `paused`
     # stays true.  `reason: paused` means exactly "the cycle skipped planning".
-    report.reason = plan.reason
     planned = [a.payload for a in plan.to_dispatch]
     report.planned = [_planned_row(w) for w in planned]
     if report.dry_run:
@@ -225,6 +215,14 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     except OSError as err:  # the launches are made: a refused note is a warning, not a failed cycle
         report.messages.append(f"warning: the budget's exhausted flag was not written: {err}")
     return report
+
+
+def _report_plan(report: CycleReport, summary: dict) -> None:
+    """The survey's and the plan's figures (a :func:`~sluice.scheduler.queuekeep.cycle_summary`)."""
+    report.ready, report.backing_off = summary["ready"], summary["backing_off"]
+    report.skipped = summary["skipped"]
+    report.why.update(summary["why"])
+    report.reason = summary["reason"]
 
 
 #: How often a cycle waiting out ``spawn_delay`` looks for a pause (seconds).

@@ -31,8 +31,7 @@ from sluice.core.items import estimated_minutes, parse_ts
 from sluice.errors import SluiceError
 from sluice.scheduler import admission, queuekeep
 from sluice.scheduler import queue as queue_model
-from sluice.scheduler.polecats import retry_due_at
-from sluice.scheduler.ranking import load_town_policy
+from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
@@ -187,12 +186,12 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
     """
     key = session.surveyed_inputs  # the inputs of the survey this session made, if it made one
     if session.surveyed is None:
-        key = queuekeep.inputs(session, load_town_policy(session.files))
+        key = queuekeep.inputs(session)
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
         if found is not None and _is_reading(found):
             return found["works"], found["caps"]
     _, view, _, assessment = queue_model.queue_view(session)
-    retry = (session.config.scheduler.seconds("retry_base"), session.config.scheduler.seconds("retry_max"))
+    retry = retry_window(session.config.scheduler)
     backing_off = {id(w) for w in view.backing_off}
     ready = assessment.applicants  # the ready works, first in the queue, as admission read them
     works = []

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorUnavailable
 from sluice.scheduler.pending import held_row, survey
-from sluice.scheduler.polecats import retry_due_at
+from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -85,7 +85,7 @@ def patrol(where: Town | Session, rig_name: str, fix: bool = False, executor: Ex
         active, find, executor_error = [], (lambda _cid: None), str(err)
     view = survey(town, stores, sched.max_dispatch_failures, active, find)
     rigs = {rig.name for rig in town.rigs()}
-    retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
+    retry = retry_window(sched)
     report = _report(rig_name, view, active, stores, rigs, retry)
     # The same keys on every run, so a cron job's JSON lines compare: `fixed` is [] without --fix,
     # `executor_error` null while the executor answers.

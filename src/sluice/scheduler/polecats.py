@@ -242,6 +242,11 @@ def stop_overdue(town: Town, executor: Executor, now: float | datetime,
 # -- retry backoff --------------------------------------------------------------------
 
 
+def retry_window(sched) -> tuple[float, float]:
+    """A scheduler config's retry backoff: (``retry_base``, ``retry_max``) in seconds."""
+    return sched.seconds("retry_base"), sched.seconds("retry_max")
+
+
 def retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> float | None:
     """Failed launches and failed runs (a retried run) back off alike, counted together."""
     failures = fields.dispatch_failures + fields.run_failures

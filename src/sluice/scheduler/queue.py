@@ -19,8 +19,7 @@ from sluice.errors import StoreCorrupt, UsageError
 from sluice.scheduler import queuekeep
 from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
-from sluice.scheduler.polecats import retry_due_at
-from sluice.scheduler.ranking import load_town_policy
+from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
@@ -102,7 +101,7 @@ def _survey(session: Session) -> tuple[Survey, Assessment]:
         return session.surveyed
     town, config, stores, now = session.files, session.config, session.stores, session.now
     active = session.active
-    retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    retry = retry_window(config.scheduler)
     view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], session.find,
                   now=now, backoff=retry)
     assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
@@ -125,7 +124,7 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
     key = None
     if session.surveyed is None and limit > 0 and offset + limit <= queuekeep.HEAD_ROWS:
-        key = queuekeep.inputs(session, load_town_policy(session.files))
+        key = queuekeep.inputs(session)
         head = queuekeep.load(session, key) if key is not None else None
         if head is not None:
             try:
@@ -149,8 +148,7 @@ def keep_head(session: Session, key: list, view: Survey, assessment: Assessment)
     """
     page = _page(session, view, assessment, 0, queuekeep.HEAD_ROWS)
     if queuekeep.keepable(view, assessment):
-        sched = session.config.scheduler
-        retry = (sched.seconds("retry_base"), sched.seconds("retry_max"))
+        retry = retry_window(session.config.scheduler)
         head = {**page.head(), "cycle": queuekeep.cycle_summary(view, assessment)}
         queuekeep.keep(session, key, queuekeep.horizon(session, view, assessment, retry), head)
     return page
@@ -159,7 +157,7 @@ def keep_head(session: Session, key: list, view: Survey, assessment: Assessment)
 def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
     """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts."""
     config = session.config
-    retry = (config.scheduler.seconds("retry_base"), config.scheduler.seconds("retry_max"))
+    retry = retry_window(config.scheduler)
     entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
     total = len(entries) + len(view.held)
     stop = total if stop is None else stop

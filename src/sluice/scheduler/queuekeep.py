@@ -68,22 +68,32 @@ def path(town: Town, name: str = FILE) -> Path:
     return town.runtime / name
 
 
-def inputs(session: Session, policy) -> list | None:
-    """The signature of everything a survey of ``session``'s queue reads; None: its answer may not be kept."""
-    if float(getattr(policy, "aging", 0.0) or 0.0) > 0:
-        return None
+def inputs(session: Session) -> list | None:
+    """The signature of everything a survey of ``session``'s queue reads; None: its answer may not be kept.
+
+    Taken once per session, at its first read of the queue (before any
+    survey of it): every later read in the session judges the same files,
+    as it judges the same ``now``.
+    """
+    if session.queue_inputs is None:
+        session.queue_inputs = (_inputs(session),)
+    return session.queue_inputs[0]
+
+
+def _inputs(session: Session) -> list | None:
     from sluice.core.scoring import deadline_enabled
     from sluice.scheduler.gates import READING_FILE, hold_path
+    from sluice.scheduler.ranking import load_town_policy
 
-    if deadline_enabled(policy):
+    policy = load_town_policy(session.files)
+    if float(getattr(policy, "aging", 0.0) or 0.0) > 0 or deadline_enabled(policy):
         return None
     active = session.active
     if active is None:  # the executor cannot say what runs
         return None
     town = session.files
     files = [town.config_path, town.policy_path, town.state_path, town.decisions_path, town.workers_dir,
-             runs.log_path(town), town.runtime / READING_FILE,
-             *(town.runtime / f"{name}.json" for name in ("budget", "throttles", "breaker"))]
+             runs.log_path(town), town.runtime / READING_FILE, *admission_state.paths(town)]
     hold = hold_path(town)
     parts: list = [VERSION, str(hold)]
     if hold is not None:
@@ -95,8 +105,7 @@ def inputs(session: Session, policy) -> list | None:
         stamp = gitview.warmth_stamp(rig.repo)
         if stamp is None:  # only pygit2 can tell this rig's warmth
             return None
-        items = rig.items if rig.items is not None else town.rig_dir(rig.name) / "issues.jsonl"
-        files += [town.rig_dir(rig.name) / "ephemeral.jsonl", items]
+        files += town.rig_files(rig)
         parts += [rig.name, stamp]
     parts.append([fsutil.file_signature(f) for f in files])
     parts.append(sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active))
@@ -181,9 +190,9 @@ def cycle_summary(view: Survey, assessment: Assessment) -> dict:
             "tidy": not (view.stale or view.held or view.duplicates or view.reappeared)}
 
 
-def idle_cycle(session: Session, key: list) -> dict | None:
-    """The kept :func:`cycle_summary` for ``key`` (:func:`inputs`, taken now) when it says a cycle
-    now would launch and write nothing; else None.
+def idle_cycle(session: Session) -> dict | None:
+    """The kept :func:`cycle_summary` of this session's queue when it says a cycle now would launch
+    and write nothing; else None.
 
     A daemon at its cap over a long queue ticks again and again over a
     queue nothing changed: such a tick need not survey it to learn that.
@@ -193,7 +202,8 @@ def idle_cycle(session: Session, key: list) -> dict | None:
     """
     from sluice.scheduler.gates import host_limits
 
-    if host_limits(session.config).on:
+    key = inputs(session)
+    if key is None or host_limits(session.config).on:
         return None
     head = load(session, key)
     summary = head.get("cycle") if head is not None else None

@@ -49,6 +49,8 @@ class Session:
         # What that survey read, as taken before it began (sluice.scheduler.queuekeep.inputs), when
         # its answer may be kept: what the session's other reads of the queue keep theirs under.
         self.surveyed_inputs: list | None = None
+        # (queuekeep.inputs,) once taken: the signature of what a survey of the queue reads.
+        self.queue_inputs: tuple | None = None
 
     @classmethod
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
@@ -74,6 +76,7 @@ class Session:
         other = copy.copy(self)
         other.__dict__.pop("active", None)
         other._executor, other._resolved, other.surveyed, other.surveyed_inputs = executor, True, None, None
+        other.queue_inputs = None  # its polecats are asked again, and they are part of the inputs
         return other
 
     @property

@@ -53,6 +53,11 @@ def _path(town: Town, name: str) -> Path:
     return town.runtime / f"{name}.json"
 
 
+def paths(town: Town) -> tuple[Path, ...]:
+    """The files admission remembers between cycles in (what a reader of the queue depends on)."""
+    return tuple(_path(town, name) for name in (BUDGET, THROTTLES, BREAKER))
+
+
 def read(town: Town, name: str) -> dict[str, Any]:
     path = _path(town, name)
     try:

@@ -101,9 +101,7 @@ class RigStore:
     def __init__(self, town: Town, rig: Rig):
         self.town = town
         self.rig = rig
-        own = town.rig_dir(rig.name)
-        self.durable_path = rig.items if rig.items is not None else own / "issues.jsonl"
-        self.ephemeral_path = own / "ephemeral.jsonl"
+        self.ephemeral_path, self.durable_path = town.rig_files(rig)
         self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
         self.index_path = town.runtime / "index" / f"{rig.name}.sqlite"
         self.queue_digest_path = self.index_path.with_suffix(".queue.json")  # sluice.store.queuedigest

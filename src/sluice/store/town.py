@@ -95,6 +95,11 @@ class Town:
     def rig_dir(self, rig: str) -> Path:
         return self.dir / "rigs" / rig
 
+    def rig_files(self, rig: Rig) -> tuple[Path, Path]:
+        """A rig's ephemeral log and its items file (its read-only export or snapshot, else its own store)."""
+        own = self.rig_dir(rig.name)
+        return own / "ephemeral.jsonl", rig.items if rig.items is not None else own / "issues.jsonl"
+
     # -- config --------------------------------------------------------------
     @cached_property
     def config(self) -> TownConfig:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import SluiceError
+from sluice.store import admission_state
 from sluice.store.fsutil import file_signature
 
 if TYPE_CHECKING:
@@ -43,16 +44,14 @@ class Sources:
             try:
                 paths = []
                 for rig in town.rigs():
-                    own = town.rig_dir(rig.name)
-                    items = rig.items if rig.items is not None else own / "issues.jsonl"
-                    paths += [own / "ephemeral.jsonl", items]
+                    paths += town.rig_files(rig)
                 self._rig_paths = tuple(paths)
             except SluiceError:  # a broken config: the view shows the error and watches for the fix
                 self._rig_paths = ()
         # Files, not the runtime directory: read commands keep caches there, and a view that
         # counted their writes as changes would survey again after its own snapshot.
-        admission = tuple(town.runtime / f"{name}.json" for name in ("budget", "throttles", "breaker"))
-        return (town.config_path, town.state_path, town.events_path, town.workers_dir, *admission,
+        return (town.config_path, town.state_path, town.events_path, town.workers_dir,
+                *admission_state.paths(town),
                 town.policy_path, town.decisions_path, town.dir / "runs" / "runs.jsonl", *self._rig_paths)
 
     def signature(self) -> tuple:
