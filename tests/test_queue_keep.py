@@ -424,3 +424,77 @@ def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, 
         MemoryExecutor.forget_town(Town(town_dir))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- a page's times, from the head of the forecast's reading ------------------------------------
+
+
+@pytest.fixture
+def twelve_queued(cli, rig, town_dir) -> Path:
+    """Rig alpha, twelve items queued: two at a time, the first ones carrying a label capped at one."""
+    configure(town_dir, "scheduler.max_polecats", "2")
+    configure(town_dir, "scheduler.batch_size", "1")
+    configure(town_dir, "scheduler.label_caps.db", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n:02}", priority=0 if n < 4 else 2,
+                                         labels=["db"] if n < 4 else [])
+                                    for n in range(12)])
+    slung(town_dir, *[f"al-{n:02}" for n in range(12)])
+    return town_dir
+
+
+def page_times(town_dir: Path, now: float, limit: int, offset: int = 0) -> list[tuple]:
+    from sluice.scheduler.forecast import list_queue
+
+    rows = list_queue(Session(Town(town_dir), now=now), limit=limit, offset=offset)
+    return [(row["id"], row["start_at"], row["done_at"]) for row in rows]
+
+
+def whole_times(town_dir: Path, now: float) -> list[tuple]:
+    """Every row's times as the replay of the whole queue gives them."""
+    rows = forecast_at(town_dir, now)["items"]
+    return [(row["item_id"], row["start_at"], row["done_at"]) for row in rows]
+
+
+def loaded(monkeypatch) -> list[str]:
+    """The kept files the reads load, by name."""
+    names: list[str] = []
+    real = queuekeep.load
+    monkeypatch.setattr(queuekeep, "load",
+                        lambda s, k, name=queuekeep.FILE: names.append(name) or real(s, k, name))
+    return names
+
+
+def test_a_page_shows_the_times_the_replay_of_the_whole_queue_gives(twelve_queued, clock, monkeypatch):
+    now = clock.now
+    whole = whole_times(twelve_queued, now)
+    assert len({start for _, start, _ in whole}) > 3  # the caps spread the starts out
+    names = loaded(monkeypatch)
+    for limit, offset in ((1, 0), (3, 2), (5, 7), (12, 0), (50, 0), (4, 10)):
+        assert page_times(twelve_queued, now, limit, offset) == whole[offset:offset + limit]
+    # an unchanged queue's pages replay from the head of the reading, never loading the whole of it
+    assert queuekeep.REPLAY_HEAD_FILE in names and queuekeep.REPLAY_FILE not in names
+
+
+def test_a_page_whose_replay_walks_past_the_kept_head_reads_the_whole_queue(twelve_queued, clock,
+                                                                            monkeypatch):
+    monkeypatch.setattr(queuekeep, "HEAD_ROWS", 2)  # two rows kept: the walk passes them at once
+    now = clock.now
+    whole = whole_times(twelve_queued, now)
+    kept = json.loads(queuekeep.path(Town(twelve_queued), queuekeep.REPLAY_HEAD_FILE).read_bytes())
+    assert len(kept["works"]) == 2 and kept["total"] == 12
+    assert page_times(twelve_queued, now, 2) == whole[:2]  # a survey of the page: it keeps the queue's head
+    names = loaded(monkeypatch)
+    assert page_times(twelve_queued, now, 2) == whole[:2]
+    assert names.count(queuekeep.REPLAY_HEAD_FILE) == 1 and queuekeep.REPLAY_FILE in names
+
+
+def test_a_cut_or_foreign_head_of_the_reading_is_no_head(twelve_queued, clock):
+    now = clock.now
+    whole = whole_times(twelve_queued, now)
+    path = queuekeep.path(Town(twelve_queued), queuekeep.REPLAY_HEAD_FILE)
+    kept = json.loads(path.read_bytes())
+    for bad in ({**kept, "total": 1}, {**kept, "total": "12"}, {**kept, "works": [["al-00"]]}):
+        path.write_text(json.dumps(bad))
+        assert page_times(twelve_queued, now, 5) == whole[:5]
+    path.write_text(json.dumps(kept)[:40])
+    assert page_times(twelve_queued, now, 5) == whole[:5]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.core.admission import touches_overlap
-from sluice.core.replay import Charge, Limits, Queued, Running, simulate
+from sluice.core.replay import Charge, Limits, Queued, Running, simulate, simulate_head
 from sluice.errors import ConfigError
 
 
@@ -218,3 +218,38 @@ def test_the_replay_under_every_rule_is_deterministic(rows_, held_, cap, interva
                     interval=interval)
     args = (0.0, build(rows_), running_of(held_), limits, [Charge(-100.0, 300, "a")])
     assert simulate(*args) == simulate(*args)
+
+
+class Watched(list):
+    """A queue that notes which of its items a replay asks for."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.asked: set[int] = set()
+
+    def __getitem__(self, index):
+        self.asked.add(index)
+        return list.__getitem__(self, index)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows, held, st.dictionaries(st.sampled_from(LABELS), st.integers(0, 2)),
+       st.dictionaries(st.sampled_from(RIGS), st.integers(0, 2)), st.one_of(st.none(), st.integers(0, 3)),
+       st.integers(1, 4), st.integers(1, 120), st.sampled_from([0, 900]), st.integers(0, 25))
+def test_a_replay_of_the_first_rows_gives_them_the_slots_of_the_whole_replay(
+        rows_, held_, label_caps, rig_caps, cap, batch, interval, budget, first):
+    queue, running = build(rows_), running_of(held_)
+    limits = Limits(town_cap=cap, rig_caps=rig_caps, label_caps=label_caps, batch_size=batch,
+                    interval=interval, town_budget=budget)
+    whole = simulate(0.0, queue, running, limits)
+    assert simulate_head(0.0, queue, first, running, limits) == whole.slots[:first]
+
+
+def test_a_replay_of_the_first_rows_stops_once_they_have_started():
+    queue = Watched([item(n, p50=100 + n) for n in range(1000)])
+    head = simulate_head(0.0, queue, 5, limits=Limits(town_cap=10, batch_size=5, interval=60.0))
+    assert [slot.start_at for slot in head] == [0.0] * 5 and queue.asked == set(range(5))
+    queue = Watched(queue)  # a rig cap of one: the first tick walks the whole queue looking for room
+    head = simulate_head(0.0, queue, 2, limits=Limits(town_cap=10, batch_size=5, rig_caps={"api": 1},
+                                                      interval=60.0))
+    assert [slot.start_at for slot in head] == [0.0, 120.0] and len(queue.asked) == 1000

@@ -249,6 +249,33 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
     touches and tokens: more room ahead lets an earlier item hold a path,
     or spend a window's tokens, that a later one then waits for.
     """
+    slots, drain, drain_p90 = _walk(now, queue, running, limits, charges, len(queue))
+    return QueueForecast(now, tuple(slots), drain, drain_p90)
+
+
+def simulate_head(now: float, queue: Sequence[Queued], rows: int, running: Sequence[Running] = (),
+                  limits: Limits = Limits(), charges: Sequence[Charge] = ()) -> tuple[Slot, ...]:
+    """The slots of the first ``rows`` items of ``queue``, exactly as :func:`simulate` gives them.
+
+    The replay stops once each of them has started (a slot, once given,
+    never changes), so a view of the first 50 rows of a long queue asks
+    ``queue`` for the items the walk reaches before then, not for every
+    one: ``queue`` may build its items as they are asked for.
+    """
+    return tuple(_walk(now, queue, running, limits, charges, min(rows, len(queue)))[0])
+
+
+def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limits: Limits,
+          charges: Sequence[Charge], rows: int) -> tuple[list[Slot], float | None, float | None]:
+    """The replay, until the first ``rows`` items have their slots (``len(queue)``: to the end).
+
+    The walk reaches items in queue order and takes each one's ``why`` and
+    ``not_before`` as it first reaches it.  That gives the same answer as
+    knowing every item from the start: a tick at which nothing could go and
+    the walk did not reach the end of the queue is one at which the town
+    was full, and then only a freed slot lets anything go (an earlier
+    throttle's end would be a tick at which nothing launched).
+    """
     first = max(now, limits.first_tick if limits.first_tick is not None else now)
     held = _Held(limits, charges, now)
     drain, drain_p90 = None, None
@@ -258,22 +285,50 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
         drain = end if drain is None else max(drain, end)
         drain_p90 = drain
 
-    slots: list[Slot | None] = [None] * len(queue)
-    pending: list[int] = []
-    for position, item in enumerate(queue):
-        why = item.why or _never(item, limits)
+    size = len(queue)
+    slots: list[Slot | None] = [None] * rows
+    shown = [queue[position] for position in range(rows)]
+    never: dict[tuple, str | None] = {}  # _never() by shape: items of one shape are many
+
+    def why_not(item: Queued) -> str | None:
+        if item.why is not None:
+            return item.why
+        shape = (item.rig, item.labels, item.tokens)
+        if shape not in never:
+            never[shape] = _never(item, limits)
+        return never[shape]
+
+    left = 0  # of the first ``rows`` items, those that may start and have no slot yet
+    for position, item in enumerate(shown):  # what cannot start says so whether or not the walk gets there
+        why = why_not(item)
         if why is not None:
             slots[position] = Slot(item.item_id, item.rig, position + 1, None, None, None, why)
         else:
-            pending.append(position)
+            left += 1
+
+    def reached(position: int) -> Queued | None:
+        """The item at ``position`` if it may start (its ``not_before`` noted), else None."""
+        if position < rows:
+            item = shown[position]
+            if slots[position] is not None:  # it cannot start: its slot says why
+                return None
+        else:
+            item = queue[position]
+            if why_not(item) is not None:
+                return None
+        if item.not_before not in seen_holds:
+            seen_holds.add(item.not_before)
+            bisect.insort(holds_until, item.not_before)
+        return item
 
     # Items passed over at an earlier tick wait in ``waiting`` (in order); all of them come before
-    # ``pending[cursor:]``, which no tick has reached yet.  A tick walks only as far as it can launch.
+    # ``cursor``, which no tick has reached yet.  A tick walks only as far as it can launch.
     waiting: list[int] = []
     cursor = 0
-    holds_until = sorted({item.not_before for item in queue})
+    holds_until: list[float] = []
+    seen_holds: set[float] = set()
     tick_number = 0
-    while waiting or cursor < len(pending):
+    while left and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
         launched, walked = 0, 0
@@ -283,12 +338,15 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
             if walked < len(waiting):
                 position = waiting[walked]
                 walked += 1
-            elif cursor < len(pending):
-                position = pending[cursor]
+                item = shown[position] if position < rows else queue[position]
+            elif cursor < size:
+                position = cursor
                 cursor += 1
+                item = reached(position)
+                if item is None:
+                    continue
             else:
                 break
-            item = queue[position]
             shape = (item.rig, item.labels, item.touches, item.tokens)
             if item.not_before > tick or shape in refused or not held.goes(item):
                 if item.not_before <= tick:
@@ -299,13 +357,15 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
             done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
             frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
             held.launch(item, start, frees)
-            slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
+            if position < rows:
+                slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
+                left -= 1
             # The queue drains when the last slot frees; its p90 is no earlier than that.
             drain = frees if drain is None else max(drain, frees)
             drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
             launched += 1
         waiting = kept + waiting[walked:]
-        if not waiting and cursor >= len(pending):
+        if not left or (not waiting and cursor >= size):
             break
         if launched:
             tick_number += 1
@@ -320,10 +380,12 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
         if later < len(holds_until):
             events.append(holds_until[later])
         if not events:  # cannot happen: _never() took out what cannot start; kept so no input loops forever
-            for position in waiting + pending[cursor:]:
-                stuck = queue[position]
-                slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
-                                       WHY_NO_CAPACITY)
+            for position in waiting + list(range(cursor, rows)):
+                if position < rows and slots[position] is None:
+                    stuck = shown[position]
+                    slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
+                                           WHY_NO_CAPACITY)
             break
         tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
-    return QueueForecast(now, tuple(s for s in slots if s is not None), drain, drain_p90)
+    out = [s for s in slots if s is not None]
+    return out, drain, drain_p90

@@ -18,6 +18,7 @@ queued.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
@@ -89,9 +90,8 @@ class Replay:
     """The queue replayed once: the simulation's answer and each queued item's estimate, in queue order."""
 
     result: model.QueueForecast
-    estimates: list[model.Estimate]
+    queue: _Queue
     daemon: dict
-    tokens_p90: list[int | None]  # per item: the p90 of its kind's tokens, else its launch estimate
     budgets: Budgets | None = None
 
     @cached_property
@@ -101,15 +101,16 @@ class Replay:
 
     def row(self, index: int) -> dict:
         """The ``scheduler forecast`` row of the ``index``-th queued item."""
-        slot, estimate = self.result.slots[index], self.estimates[index]
+        slot = self.result.slots[index]
+        _, estimate, tokens = self.queue.entry(index)
         row = {
             "item_id": slot.item_id, "rig": slot.rig, "position": slot.position,
             "start_at": _at(slot.start_at), "done_at": _at(slot.done_at),
             "done_p90_at": _at(slot.done_p90_at),
             "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
-            "tokens_p50": estimate.tokens_p50, "tokens_p90": self.tokens_p90[index],
+            "tokens_p50": estimate.tokens_p50, "tokens_p90": tokens,
             "basis": {**estimate.basis, "kind": estimate.kind},
-            "budget": self._fit(slot.rig, self.tokens_p90[index]),
+            "budget": self._fit(slot.rig, tokens),
         }
         if slot.why is not None:
             row["why"] = slot.why
@@ -121,35 +122,80 @@ class Replay:
         return self.budgets.fit(rig, need, self.result.at)
 
 
-def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Replay:
-    """The queue replayed under today's caps from the learned runtimes (the survey is the session's)."""
-    session = Session.of(where, executor, now)
+class _BeyondReading(Exception):
+    """The replay asked for an item past the rows of the reading it was given."""
+
+
+class _Queue(Sequence):
+    """The queued items as the replay reads them, each built (with its estimate) when first asked for.
+
+    ``works`` may be the first rows of a queue of ``size`` items: asking
+    for one past them raises :class:`_BeyondReading`, so a replay of the
+    queue's first rows that needs more of it reads the whole queue instead.
+    """
+
+    def __init__(self, works: list[list], size: int, learned: model.Model, paused: bool,
+                 throttle_end: dict[str | None, float]):
+        self.works, self.size, self.learned = works, size, learned
+        self.paused, self.throttle_end = paused, throttle_end
+        self.built: dict[int, tuple[model.Queued, model.Estimate, int | None]] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index):  # the replay asks by position only
+        return self.entry(index)[0]
+
+    def entry(self, index: int) -> tuple[model.Queued, model.Estimate, int | None]:
+        """The item at ``index``, its estimate, and the p90 of its kind's tokens (else its estimate)."""
+        found = self.built.get(index)
+        if found is not None:
+            return found
+        if not 0 <= index < len(self.works):
+            raise _BeyondReading(index)
+        item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, cost = \
+            self.works[index]
+        estimate = self.learned.estimate(rig, kind, item_labels or (), minutes, model.DEFAULT_RUNTIME,
+                                         work_tokens)
+        tokens = estimate.tokens_p90 if estimate.tokens_p90 is not None else work_tokens
+        held_until = max(self.throttle_end.get(None, 0.0), self.throttle_end.get(rig, 0.0))
+        if retry_at is not None:  # a failed launch waits out its backoff, as dispatch has it
+            held_until = max(held_until, retry_at)
+        queued = model.Queued(item_id, rig, estimate.runtime_p50, estimate.runtime_p90,
+                              not_before=held_until, why=rules.PAUSED if self.paused else why,
+                              runtime_mean=estimate.runtime_mean, labels=frozenset(labels),
+                              touches=tuple(touches), tokens=cost)
+        found = self.built[index] = (queued, estimate, tokens)
+        return found
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """Everything but the queue that the replay reads: running runs, caps, charges, the daemon."""
+
+    learned: model.Model
+    running: list[model.Running]
+    limits: model.Limits
+    charges: list[model.Charge]
+    daemon: dict
+    paused: bool
+    throttle_end: dict[str | None, float]
+
+    def queue(self, works: list[list], size: int | None = None) -> _Queue:
+        return _Queue(works, len(works) if size is None else size, self.learned, self.paused,
+                      self.throttle_end)
+
+
+def _setting(session: Session, caps: dict) -> _Setting:
     town, config, now = session.files, session.config, session.now
     sched = config.scheduler
     timeout = sched.seconds("polecat_timeout") or None
-    works, caps = _queue_reading(session)
     kept_runs = runsamples.samples(town)  # the windows and the running runs, at one mark of the run log
     learned = kept_runs.model(timeout)
     default = model.DEFAULT_RUNTIME
-    paused = load_state(town).paused
-
     throttle_end: dict[str | None, float] = {}
     for throttle in kept.throttles(town, now):
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
-
-    queue, estimates, tokens = [], [], []
-    for item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, cost in works:
-        estimate = learned.estimate(rig, kind, item_labels or (), minutes, default, work_tokens)
-        estimates.append(estimate)
-        tokens.append(estimate.tokens_p90 if estimate.tokens_p90 is not None else work_tokens)
-        held_until = max(throttle_end.get(None, 0.0), throttle_end.get(rig, 0.0))
-        if retry_at is not None:  # a failed launch waits out its backoff, as dispatch has it
-            held_until = max(held_until, retry_at)
-        queue.append(model.Queued(item_id, rig, estimate.runtime_p50, estimate.runtime_p90,
-                                  not_before=held_until, why=rules.PAUSED if paused else why,
-                                  runtime_mean=estimate.runtime_mean, labels=frozenset(labels),
-                                  touches=tuple(touches), tokens=cost))
-
     running = []
     for record in kept_runs.pending.values():
         started = parse_ts(record.get("started_at"))
@@ -166,11 +212,59 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
                           interval=interval or DAEMON_INTERVAL, first_tick=next_tick,
                           label_caps=dict(caps["label_caps"]), town_budget=caps["town_budget"],
                           rig_budgets=dict(caps["rig_budgets"]), budget_window=sched.seconds("budget_window"))
-    charges = _charges(town, limits)
-    result = model.simulate(now, queue, running, limits, charges)
     # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
-    return Replay(result, estimates, {"running": interval is not None, "interval": limits.interval}, tokens,
-                  _budgets(limits, charges, now))
+    daemon = {"running": interval is not None, "interval": limits.interval}
+    return _Setting(learned, running, limits, _charges(town, limits), daemon, load_state(town).paused,
+                    throttle_end)
+
+
+def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Replay:
+    """The queue replayed under today's caps from the learned runtimes (the survey is the session's)."""
+    session = Session.of(where, executor, now)
+    works, caps = _queue_reading(session)
+    setting = _setting(session, caps)
+    queue = setting.queue(works)
+    result = model.simulate(session.now, queue, setting.running, setting.limits, setting.charges)
+    return Replay(result, queue, setting.daemon, _budgets(setting.limits, setting.charges, session.now))
+
+
+def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
+    """The replay's slots of the queue's first ``rows`` items, as :func:`replay` gives them.
+
+    The replay stops once they have all started
+    (:func:`~sluice.core.replay.simulate_head`), so it reads the queue only
+    as far as that: from the head of the reading the last survey of the
+    same inputs kept (:data:`~sluice.scheduler.queuekeep.REPLAY_HEAD_FILE`)
+    when there is one and the replay stays inside it, else the whole
+    reading.
+    """
+    head = _head_reading(session)
+    if head is not None:
+        works, size, caps = head
+        setting = _setting(session, caps)
+        try:
+            return model.simulate_head(session.now, setting.queue(works, size), rows, setting.running,
+                                       setting.limits, setting.charges)
+        except _BeyondReading:
+            pass
+    works, caps = _queue_reading(session)
+    setting = _setting(session, caps)
+    return model.simulate_head(session.now, setting.queue(works), rows, setting.running, setting.limits,
+                               setting.charges)
+
+
+def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
+    """The first rows of the reading the last survey of these inputs kept, the queue's size and its caps."""
+    if session.surveyed is not None:  # this session surveyed: its own reading is at hand
+        return None
+    key = queuekeep.inputs(session)
+    found = queuekeep.load(session, key, queuekeep.REPLAY_HEAD_FILE) if key is not None else None
+    if found is None or not _is_reading(found):
+        return None
+    size = found.get("total")
+    if not isinstance(size, int) or isinstance(size, bool) or size < len(found["works"]):
+        return None
+    return found["works"], size, found["caps"]
 
 
 def _queue_reading(session: Session) -> tuple[list[list], dict]:
@@ -182,7 +276,8 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
     admission reads]``.  From the survey (the session's, if it made one),
     or, for a queue nothing changed since, from what the last survey of the
     same inputs kept (:mod:`sluice.scheduler.queuekeep`), so a forecast of
-    an unchanged queue replays it without surveying it.
+    an unchanged queue replays it without surveying it.  Its first rows are
+    kept apart too, for :func:`head_slots`.
     """
     key = session.surveyed_inputs  # the inputs of the survey this session made, if it made one
     if session.surveyed is None:
@@ -213,6 +308,8 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
     if key is not None and queuekeep.keepable(view, assessment):
         until = queuekeep.horizon(session, view, assessment, retry)
         queuekeep.keep(session, key, until, {"works": works, "caps": caps}, queuekeep.REPLAY_FILE)
+        queuekeep.keep(session, key, until, {"works": works[:queuekeep.HEAD_ROWS], "total": len(works),
+                                             "caps": caps}, queuekeep.REPLAY_HEAD_FILE)
     return works, caps
 
 
@@ -270,15 +367,24 @@ def summary(replayed: Replay) -> dict:
             "drain_p90_at": _at(result.drain_p90_at), "daemon": replayed.daemon}
 
 
-def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None = None) -> list[dict]:
+def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None = None,
+              upto: int | None = None) -> list[dict]:
     """``rows`` (queue rows) with their item's ``start_at`` and ``done_at``; None when it cannot start.
 
-    One replay of the whole queue (the order of every item ahead counts),
-    times written out only for the rows shown, so a page of 50 rows of a
-    long queue does not format every other one.
+    The order of every item ahead counts, so the replay walks the queue from
+    its head; times are written out only for the rows shown.  ``upto``: the
+    rows are among the queue's first ``upto``, and the replay (when none is
+    given) stops once those have started (:func:`head_slots`), so a page of
+    50 rows of a long queue costs what those rows and the items launched
+    before them cost.
     """
-    replayed = replayed or replay(where)
-    by_item, slots = replayed.by_item, replayed.result.slots
+    if replayed is not None or upto is None:
+        replayed = replayed or replay(where)
+        slots = replayed.result.slots
+        by_item = replayed.by_item
+    else:
+        slots = head_slots(Session.of(where), upto)
+        by_item = {slot.item_id: index for index, slot in enumerate(slots)}
     for row in rows:
         index = by_item.get(row["id"])
         slot = slots[index] if index is not None else None
@@ -289,9 +395,13 @@ def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None =
 
 def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0,
                offset: int = 0) -> list[dict]:
-    """``scheduler list``: the queue's rows with their expected start and finish (one survey)."""
+    """``scheduler list``: the queue's rows with their expected start and finish (one survey).
+
+    A page (``limit``) replays the queue only until its rows have started.
+    """
     session = Session.of(where, executor)
-    return with_etas(session, queue_model.list_queue(session, limit=limit, offset=offset))
+    rows = queue_model.list_queue(session, limit=limit, offset=offset)
+    return with_etas(session, rows, upto=offset + limit if limit else None)
 
 
 def explain(where: Town | Session, item_id: str, executor: Executor | None = None,

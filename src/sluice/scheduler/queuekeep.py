@@ -61,6 +61,8 @@ KEEP_AT_MOST = 60.0
 FILE = "queue-head.json"
 #: The forecast's reading of every queued item, kept apart: a read of the head never loads it.
 REPLAY_FILE = "queue-replay.json"
+#: Its first :data:`HEAD_ROWS` rows and the queue's size: what a replay of a view's first rows reads.
+REPLAY_HEAD_FILE = "queue-replay-head.json"
 VERSION = 1
 
 
