@@ -288,19 +288,9 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     size = len(queue)
     slots: list[Slot | None] = [None] * rows
     shown = [queue[position] for position in range(rows)]
-    never: dict[tuple, str | None] = {}  # _never() by shape: items of one shape are many
-
-    def why_not(item: Queued) -> str | None:
-        if item.why is not None:
-            return item.why
-        shape = (item.rig, item.labels, item.tokens)
-        if shape not in never:
-            never[shape] = _never(item, limits)
-        return never[shape]
-
     left = 0  # of the first ``rows`` items, those that may start and have no slot yet
     for position, item in enumerate(shown):  # what cannot start says so whether or not the walk gets there
-        why = why_not(item)
+        why = item.why or _never(item, limits)
         if why is not None:
             slots[position] = Slot(item.item_id, item.rig, position + 1, None, None, None, why)
         else:
@@ -314,7 +304,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
                 return None
         else:
             item = queue[position]
-            if why_not(item) is not None:
+            if (item.why or _never(item, limits)) is not None:
                 return None
         if item.not_before not in seen_holds:
             seen_holds.add(item.not_before)
@@ -380,12 +370,10 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
         if later < len(holds_until):
             events.append(holds_until[later])
         if not events:  # cannot happen: _never() took out what cannot start; kept so no input loops forever
-            for position in waiting + list(range(cursor, rows)):
-                if position < rows and slots[position] is None:
-                    stuck = shown[position]
+            for position, stuck in enumerate(shown):  # waiting, or not reached yet
+                if slots[position] is None:
                     slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
                                            WHY_NO_CAPACITY)
             break
         tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
-    out = [s for s in slots if s is not None]
-    return out, drain, drain_p90
+    return [s for s in slots if s is not None], drain, drain_p90

@@ -239,18 +239,22 @@ def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
     reading.
     """
     head = _head_reading(session)
-    if head is not None:
-        works, size, caps = head
-        setting = _setting(session, caps)
-        try:
-            return model.simulate_head(session.now, setting.queue(works, size), rows, setting.running,
-                                       setting.limits, setting.charges)
-        except _BeyondReading:
-            pass
-    works, caps = _queue_reading(session)
+    works, size, caps = head if head is not None else _whole_reading(session)
     setting = _setting(session, caps)
-    return model.simulate_head(session.now, setting.queue(works), rows, setting.running, setting.limits,
-                               setting.charges)
+    try:
+        return model.simulate_head(session.now, setting.queue(works, size), rows, setting.running,
+                                   setting.limits, setting.charges)
+    except _BeyondReading:  # the walk went past the kept head: the whole reading
+        works, size, whole_caps = _whole_reading(session)
+        if whole_caps != caps:  # kept under the same inputs, so the same caps; if not, the whole one rules
+            setting = _setting(session, whole_caps)
+        return model.simulate_head(session.now, setting.queue(works, size), rows, setting.running,
+                                   setting.limits, setting.charges)
+
+
+def _whole_reading(session: Session) -> tuple[list[list], int, dict]:
+    works, caps = _queue_reading(session)
+    return works, len(works), caps
 
 
 def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
