@@ -412,7 +412,7 @@ def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, 
             if kind == "cycle" and op[1]:  # a second cycle: an idle one answers as a surveying one would
                 before = len(cycle_surveys)
                 idle = run_cycle(Town(town_dir)).to_json()
-                if len(cycle_surveys) == before:
+                if len(cycle_surveys) == before and not idle["planned"]:  # not a chained cycle's launches
                     queuekeep.path(Town(town_dir)).unlink()
                     assert run_cycle(Town(town_dir)).to_json() == idle, op
             first = status(town_dir)

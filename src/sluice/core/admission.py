@@ -30,7 +30,11 @@ the candidates planned before it:
   as :func:`sluice.core.plan.plan_dispatch` decides).
 
 A held candidate never uses a slot, so the next one down the ranking may go
-instead: one rig at its cap does not stall the others.  Every reason that
+instead: one rig at its cap does not stall the others.  Once the plan is
+full nothing moves the counters again, so :func:`admit_head` admits a
+ranking known only as its head in order and the rest counted by shape, with
+the same plan, counts and reason (what a cycle taken from the last cycle's
+queue, :mod:`sluice.scheduler.chain`, stands on).  Every reason that
 applies is reported, not only the first, so ``explain`` can list them all.
 """
 
@@ -326,51 +330,137 @@ def admit(
     ``gates`` (town-wide reasons, e.g. a hold file) nothing is planned and the
     reason is the first gate's code.
     """
-    if limits.batch < 1:
-        plan_dispatch(0, limits.batch, ())  # raises the config error with its message
-    live = [t for t in throttles if t.until > now]
-    counts = _Counters(running, spend or Spend())
-    slots = 0 if gates else max(0, min(limits.capacity, limits.batch))
-    full = (
-        Reason(CAPACITY, f"no free polecat slot ({limits.capacity} free)")
-        if limits.capacity < limits.batch
-        else Reason(BATCH, f"ranked below this cycle's batch of {limits.batch}")
-    )
-    planned: list[Applicant] = []
-    held: dict[str, tuple[Reason, ...]] = {}
-    admissible = 0
-    first_rule: str | None = None
-    # The reasons depend only on (rig, labels, tokens, touches) and on the counters, which change
-    # only when something is planned: remember them per shape until then (10,000 queued contexts
-    # come in a few hundred shapes).
-    memo: dict[tuple, list[Reason]] = {}
-    for a in applicants:
-        shape = (a.rig, a.labels, a.tokens, a.touches)
-        known = memo.get(shape)
-        if known is None:
-            known = memo[shape] = _rule_reasons(a, limits, counts, live)
-        reasons = [*gates, *known]
-        if not known:
-            admissible += 1
-            if len(planned) < slots:
-                planned.append(a)
-                counts.plan(a)
-                memo.clear()
-                continue
-        elif first_rule is None:
-            first_rule = known[0].code
-        if len(planned) >= slots and not gates:
-            reasons.append(full)
-        held[a.key] = tuple(reasons)
+    walk = _Walk(running, limits, spend, throttles, gates, now)
+    walk.take(applicants)
+    return Admission(tuple(walk.planned), walk.held, walk.reason(bool(applicants)))
 
-    if not applicants:
-        reason = REASON_NONE
-    elif gates:
-        reason = gates[0].code
-    elif limits.capacity <= 0:
-        reason = REASON_CAPACITY
-    elif admissible > len(planned) or first_rule is None:
-        reason = plan_dispatch(limits.capacity, limits.batch, range(admissible)).reason
-    else:
-        reason = first_rule
-    return Admission(tuple(planned), held, reason)
+
+#: What admission reads of an applicant besides its place in the ranking: (rig, labels, tokens, touches).
+Shape = tuple[str, frozenset[str], int, tuple[str, ...]]
+
+
+def shape_of(a: Applicant) -> Shape:
+    return (a.rig, a.labels, a.tokens, a.touches)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """:func:`admit` over a whole ranking told as its head and the shapes of the rest: the plan, how
+    many applicants it holds and by which codes (each applicant's codes counted once), and its reason."""
+
+    to_dispatch: tuple[Applicant, ...]
+    skipped: int
+    why: Mapping[str, int]
+    reason: str
+
+
+def admit_head(
+    head: Sequence[Applicant],
+    rest: Mapping[Shape, int],
+    running: Sequence[Running],
+    limits: Limits,
+    *,
+    spend: Spend | None = None,
+    throttles: Sequence[Throttle] = (),
+    gates: Sequence[Reason] = (),
+    now: float,
+) -> Tally | None:
+    """:func:`admit` of ``head`` followed by the applicants counted in ``rest`` (by shape, in an order
+    not known), told as a :class:`Tally`; None when the rest's order would matter.
+
+    Once the plan is full the counters stop moving, so every later
+    applicant is held for reasons its shape alone decides: a cycle that
+    knows the head of a long queue in rank order and only the shapes of the
+    rest plans and counts exactly as over the whole ranking.  The order
+    matters, and None is returned, when the plan is not full after the head
+    (a later applicant might still be planned), or when no applicant of the
+    head was held by a rule but two shapes of the rest are held by rules
+    with different first codes (which one ranks first names the reason).
+    """
+    walk = _Walk(running, limits, spend, throttles, gates, now)
+    walk.take(head)
+    why: dict[str, int] = {}
+    for reasons in walk.held.values():
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + 1
+    waiting = sum(n for n in rest.values() if n > 0)
+    if waiting and len(walk.planned) < walk.slots:
+        return None
+    firsts: set[str] = set()
+    for (rig, labels, tokens, touches), n in rest.items():
+        if n <= 0:
+            continue
+        known = _rule_reasons(Applicant("", "", rig, tokens, labels, touches), limits, walk.counts, walk.live)
+        if known:
+            firsts.add(known[0].code)
+        else:
+            walk.admissible += n
+        reasons = [*walk.gates, *known] + ([walk.full] if not walk.gates else [])
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + n
+    if walk.first_rule is None and firsts:
+        if len(firsts) > 1 and walk.admissible <= len(walk.planned):
+            return None
+        walk.first_rule = min(firsts)  # only read when an admissible applicant was left out, or all agree
+    reason = walk.reason(bool(head) or waiting > 0)
+    return Tally(tuple(walk.planned), len(walk.held) + waiting, why, reason)
+
+
+class _Walk:
+    """One pass of admission down a ranking: the plan so far, who is held and why, the counters."""
+
+    def __init__(self, running: Sequence[Running], limits: Limits, spend: Spend | None,
+                 throttles: Sequence[Throttle], gates: Sequence[Reason], now: float):
+        if limits.batch < 1:
+            plan_dispatch(0, limits.batch, ())  # raises the config error with its message
+        self.limits, self.gates = limits, tuple(gates)
+        self.live = [t for t in throttles if t.until > now]
+        self.counts = _Counters(running, spend or Spend())
+        self.slots = 0 if gates else max(0, min(limits.capacity, limits.batch))
+        self.full = (
+            Reason(CAPACITY, f"no free polecat slot ({limits.capacity} free)")
+            if limits.capacity < limits.batch
+            else Reason(BATCH, f"ranked below this cycle's batch of {limits.batch}")
+        )
+        self.planned: list[Applicant] = []
+        self.held: dict[str, tuple[Reason, ...]] = {}
+        self.admissible = 0
+        self.first_rule: str | None = None
+
+    def take(self, applicants: Iterable[Applicant]) -> None:
+        limits, counts, live, gates = self.limits, self.counts, self.live, self.gates
+        planned, held = self.planned, self.held
+        # The reasons depend only on (rig, labels, tokens, touches) and on the counters, which change
+        # only when something is planned: remember them per shape until then (10,000 queued contexts
+        # come in a few hundred shapes).
+        memo: dict[tuple, list[Reason]] = {}
+        for a in applicants:
+            shape = (a.rig, a.labels, a.tokens, a.touches)
+            known = memo.get(shape)
+            if known is None:
+                known = memo[shape] = _rule_reasons(a, limits, counts, live)
+            reasons = [*gates, *known]
+            if not known:
+                self.admissible += 1
+                if len(planned) < self.slots:
+                    planned.append(a)
+                    counts.plan(a)
+                    memo.clear()
+                    continue
+            elif self.first_rule is None:
+                self.first_rule = known[0].code
+            if len(planned) >= self.slots and not gates:
+                reasons.append(self.full)
+            held[a.key] = tuple(reasons)
+
+    def reason(self, any_applicant: bool) -> str:
+        limits = self.limits
+        if not any_applicant:
+            return REASON_NONE
+        if self.gates:
+            return self.gates[0].code
+        if limits.capacity <= 0:
+            return REASON_CAPACITY
+        if self.admissible > len(self.planned) or self.first_rule is None:
+            return plan_dispatch(limits.capacity, limits.batch, range(self.admissible)).reason
+        return self.first_rule

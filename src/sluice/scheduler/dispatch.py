@@ -13,7 +13,9 @@ One cycle, in order (Gas Town's R-E, see docs/architecture.md):
    *held* (``missing-item``, with ``missing_since`` recorded once) and closed
    only after ``scheduler.missing_grace``;
 5. capacity = ``max(0, max_polecats − active polecats)``; pending = ready
-   contexts, one per item, ranked by :func:`sluice.scheduler.ranking.rank_work`;
+   contexts, one per item, ranked by :func:`sluice.scheduler.ranking.rank_work`
+   — from the queue the last cycle left (:mod:`sluice.scheduler.chain`) while
+   nothing but that cycle's own lines followed it, else from a survey;
 6. :func:`sluice.core.admission.admit` (town cap, batch, rig and label caps,
    token budgets, throttles, overlap), then for each planned context: record
    the launch intent, launch, close it ``dispatched`` (3 tries) and log the
@@ -43,7 +45,7 @@ from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, UsageError
-from sluice.scheduler import admission, ends, queuekeep, runs
+from sluice.scheduler import admission, chain, ends, queuekeep, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, command_template
@@ -168,8 +170,58 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     if idle is not None:  # the queue the last survey saw, unchanged: nothing to launch or close
         _report_plan(report, idle)
         return report
+    taken = chain.take(session, report.batch, gates) if plain else None
+    if taken is not None:  # the queue the last cycle left, changed since only by its own lines
+        assessment = None
+        _report_plan(report, chain.summary(taken))
+        planned = [a.payload for a in taken.tally.to_dispatch]
+        report.planned = [_planned_row(w) for w in planned]
+        base = taken.data
+    else:
+        planned, assessment = _surveyed(session, report, active, gates, now, ignore_backoff, item, key)
+        if report.dry_run:
+            return report
+        base = chain.from_survey(session, assessment.view, assessment.applicants) if plain and planned \
+            else None
+
+    launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
+    launched: list[str] = []
+    complete = True  # every launch tried was made and closed: the chain may be left
+    for position, work in enumerate(planned):
+        if position and load_state(town).paused:
+            left = len(planned) - position
+            report.paused = True
+            report.skipped += left
+            report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
+            break
+        if position and _gated(town, report, len(planned) - position):
+            break
+        if not launcher.launch(work):
+            complete = False
+            continue
+        launched.append(work.context_id)
+        record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
+        if sched.seconds("spawn_delay") > 0 and position < len(planned) - 1:
+            _spawn_delay(town, sched.seconds("spawn_delay"), sleep)
+    if plain:
+        chain.leave(session, base, launched, complete)
+    try:  # after the launches, so the event counts what they spent
+        if assessment is not None:  # a chained cycle has no budget (none is chained) to note
+            admission.note_budget(town, assessment)
+    except OSError as err:  # the launches are made: a refused note is a warning, not a failed cycle
+        report.messages.append(f"warning: the budget's exhausted flag was not written: {err}")
+    return report
+
+
+
+def _surveyed(session: Session, report: CycleReport, active, gates, now: float, ignore_backoff: bool,
+              item: str | None, key: list | None):
+    """The survey path of a cycle: survey, tidy, admit and report; returns (planned works, assessment)."""
+    town, config, stores = session.files, session.config, session.stores
+    sched = config.scheduler
     backoff = None if ignore_backoff else retry_window(sched)
-    view = survey(town, stores, sched.max_dispatch_failures, active, executor.find, now=now, backoff=backoff)
+    find = session.require_executor().find
+    view = survey(town, stores, sched.max_dispatch_failures, active, find, now=now, backoff=backoff)
     if not report.dry_run:
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
@@ -191,30 +243,10 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     planned = [a.payload for a in plan.to_dispatch]
     report.planned = [_planned_row(w) for w in planned]
     if report.dry_run:
-        return report
+        return planned, assessment
     if key is not None and not planned:  # an idle tick: the next one over the same queue need not survey
         keep_head(session, key, view, assessment)
-
-    launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
-    for position, work in enumerate(planned):
-        if position and load_state(town).paused:
-            left = len(planned) - position
-            report.paused = True
-            report.skipped += left
-            report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
-            break
-        if position and _gated(town, report, len(planned) - position):
-            break
-        if not launcher.launch(work):
-            continue
-        record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
-        if sched.seconds("spawn_delay") > 0 and position < len(planned) - 1:
-            _spawn_delay(town, sched.seconds("spawn_delay"), sleep)
-    try:  # after the launches, so the event counts what they spent
-        admission.note_budget(town, assessment)
-    except OSError as err:  # the launches are made: a refused note is a warning, not a failed cycle
-        report.messages.append(f"warning: the budget's exhausted flag was not written: {err}")
-    return report
+    return planned, assessment
 
 
 def _report_plan(report: CycleReport, summary: dict) -> None:

@@ -112,6 +112,7 @@ class RigStore:
         self._unkept: set[str] = set()
         # Without a whole read: a mark of the log and where the latest line of each record known stands.
         self._sparse: tuple[dict, dict[str, int]] | None = None
+        self._own = False  # every line after the mark handed to know_lines is this store's own
         self._refresh_source()
 
     def _refresh_source(self) -> None:
@@ -181,6 +182,24 @@ class RigStore:
         """
         if self.log_unread():
             self._sparse = (mark, offsets)
+            self._own = True
+
+    def own_mark(self) -> dict | None:
+        """The log's mark as this store last wrote or read it, when every line after the mark handed to
+        :meth:`know_lines` is one this store appended; None when another writer's line was seen since, or
+        the store lost its place (then it read, or will read, the log whole).
+
+        What a dispatch cycle leaves for the next one stands on it
+        (:mod:`sluice.scheduler.chain`): a queue known at a mark, changed
+        since only by this process's own lines.
+        """
+        if self._sparse is None or not self._own or not self.log_unread():
+            return None
+        return dict(self._sparse[0])
+
+    def known_offset(self, record_id: str) -> int | None:
+        """Where ``record_id``'s latest line starts, as known without a whole read; None: not known."""
+        return self._sparse[1].get(record_id) if self._sparse is not None and self.log_unread() else None
 
     def read_lean(self, keep: Callable[[dict], object]
                   ) -> tuple[dict[str, object], dict, dict[str, int]] | None:
@@ -227,6 +246,8 @@ class RigStore:
             self._sparse = None
             return None
         offsets.update(tail.at)
+        if tail.lines != mark["lines"]:  # lines another writer appended since
+            self._own = False
         self._sparse = (tail.mark(), offsets)
         if any(rid not in offsets for rid in ids):
             return None

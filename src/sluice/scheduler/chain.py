@@ -1,0 +1,362 @@
+"""What a dispatch cycle leaves for the next one: the queue's head, changed since only by its own lines.
+
+A cycle over a long queue used to survey all of it before its first
+launch (about two seconds at 100,000 queued contexts), and the next cycle
+surveyed it all again although the only change was the cycle's own: the
+launch marks and closes of the contexts it launched.  So a cycle that
+surveyed, or took its queue from a chain, leaves in
+``runtime/queue-chain.json``:
+
+* **the head of the ready queue**: its first :data:`HEAD_WORKS` works in
+  rank order, and for every kind of work (rig, graph, priority, tokens:
+  what the score depends on) at least its oldest one, each with its item
+  and its context as read, and where the context's latest line starts;
+* **the counts**: ready works per kind and per admission shape (rig,
+  labels, tokens, touches), backing-off works;
+* **what it stands on**: the signature of every file the survey reads that
+  no cycle writes (the config, the policy, each rig's items file), each
+  rig's ephemeral log at the mark the cycle left it, the items of the
+  running polecats (none of them queued), and the first moment the clock
+  alone would change the survey (a backoff or a deferral ending; never more
+  than :data:`KEEP_AT_MOST`, an hour, after the survey).
+
+The next cycle, holding the dispatch lock, takes the chain instead of a
+survey when all of that still holds: every log ends exactly at its mark
+(so no line was appended, by anyone, since the cycle's own last one), the
+signed files are as they were, every running polecat's item is one the
+chain knows is not queued, and the clock is inside the horizon.  It then
+ranks the head again with the signals as they are now (warmth, merge
+queues, fairness move with every launch, and change the order of kinds,
+never the order inside one), walks it only as far as no work outside the
+head could rank before it, and admits that walk followed by the counted
+rest (:func:`sluice.core.admission.admit_head`), which plans and counts
+exactly as admission over the whole queue.  Whatever it cannot be sure of
+— the walk ran out before the plan was full, a kind's kept works ran out,
+a rule's first code depends on an order not kept — it surveys, as before.
+
+Crash safety: the chain is written by rename after the cycle's last write
+and never fsynced.  A cycle killed before writing it leaves the old chain,
+whose marks the killed cycle's own lines (a launch intent, a close) no
+longer fit, or a cut file, which is no chain: the next cycle surveys, and
+the survey settles any interrupted launch as before.  A chain is only
+written when every launch the cycle planned was made and closed, and when
+each rig's store saw no line but its own after its mark
+(:meth:`~sluice.store.rigstore.RigStore.own_mark`); a sling, a clear, a
+promotion or a requeue by anyone (this cycle's own settling of ended runs
+included) moves a log past its mark and so costs the next cycle one survey.
+Not chained at all: policy aging or deadlines (the answer moves with the
+clock), token budgets, rigs fed by a command, promoted work, and a survey
+that found anything to tidy (stale, held, duplicate or mid-launch contexts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sluice.core.admission import Shape, admit_head, shape_of
+from sluice.core.clock import order_text
+from sluice.core.items import priority_of
+from sluice.core.records import SlingContextFields
+from sluice.core.scoring import rank_order
+from sluice.errors import SluiceError
+from sluice.store import fsutil
+from sluice.store.contexts import Context
+from sluice.store.jsonlog import LogTail
+
+if TYPE_CHECKING:
+    from sluice.core.admission import Tally
+    from sluice.scheduler.pending import Survey
+    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.session import Session
+
+FILE = "queue-chain.json"
+VERSION = 1
+#: Ready works kept in rank order: at 20 launches a cycle, 50 cycles before the head runs out.
+HEAD_WORKS = 1000
+#: More kinds of work than this and a chain would cost what a survey costs: none is kept.
+MAX_KINDS = 2000
+#: Seconds a chain stands at most after the survey it comes from.  The horizon names every change the
+#: clock alone makes to a survey that may be chained; this bounds what it would miss all the same, and
+#: is long enough for a daemon at its default interval (180 s) to chain many ticks.
+KEEP_AT_MOST = 3600.0
+
+Kind = tuple[str, str | None, int, int]
+
+
+@dataclass
+class Head:
+    """The queue as a cycle took it from a chain: the ranked walk, the plan's tally, what it stands on."""
+
+    works: list[Work]  # every kept work, ranked now
+    walked: list[Work]  # the prefix no unkept work can rank before
+    tally: Tally
+    data: dict  # the chain as read, for the next one
+
+
+def _kind(work: Work) -> Kind:
+    return (work.rig, work.graph_id, priority_of(work.item), int(work.tokens or 0))
+
+
+def _fixed(session: Session) -> list | None:
+    """The signature of what a survey reads that no cycle writes; None: no chain may stand on it."""
+    from sluice.core.scoring import deadline_enabled
+    from sluice.scheduler.admission import needs_spend
+    from sluice.scheduler.ranking import load_town_policy
+
+    town, config = session.files, session.config
+    policy = load_town_policy(town)
+    if float(getattr(policy, "aging", 0.0) or 0.0) > 0 or deadline_enabled(policy) or needs_spend(config):
+        return None
+    files = [town.config_path, town.policy_path]
+    names = []
+    for rig in town.rigs():
+        if rig.command is not None:
+            return None
+        names.append(rig.name)
+        files.append(town.rig_files(rig)[1])
+    return [VERSION, names, [fsutil.file_signature(f) for f in files]]
+
+
+def _log_mark(session: Session, rig: str) -> dict | str | None:
+    """Where ``rig``'s log stands as this process's stores left it: "absent" (no log), or None: unknown."""
+    store = session.stores.rig(rig)
+    if not store.ephemeral_path.exists() and store.log_unread():
+        return "absent"
+    return store.own_mark()
+
+
+def _still_at(session: Session, rig: str, mark: dict | str) -> bool:
+    """Whether ``rig``'s log ends exactly where ``mark`` says (nothing appended, replaced or cut)."""
+    path = session.files.rig_files(session.files.rig(rig))[0]
+    if mark == "absent":
+        return not path.exists()
+    try:
+        if os.stat(path).st_size != mark["offset"]:  # type: ignore[index]
+            return False
+    except (OSError, TypeError, KeyError):
+        return False
+    tail = LogTail.resume(path, mark)
+    return tail is not None and tail.lines == mark["lines"]  # type: ignore[index]
+
+
+def _horizon(session: Session, view: Survey) -> float:
+    from sluice.scheduler.polecats import retry_epoch, retry_window
+
+    now = session.now
+    retry = retry_window(session.config.scheduler)
+    ends = [now + KEEP_AT_MOST]
+    ends += [at for work in view.backing_off if (at := retry_epoch(work.payload.fields, *retry)) is not None]
+    for store in session.stores.all():
+        try:
+            ends.append(store.next_release(now))
+        except (SluiceError, OSError):
+            return now
+    return min(e for e in ends if not math.isnan(e))
+
+
+# -- leaving a chain -----------------------------------------------------------------------------
+
+
+def from_survey(session: Session, view: Survey, applicants: list) -> dict | None:
+    """The chain a cycle that surveyed may leave, before its launches; None: the survey cannot be kept."""
+    if (view.stale or view.held or view.duplicates or view.reappeared or view.launched or view.relaunch
+            or view.unreadable):
+        return None
+    if any(w.promoted_at for w in view.ready):
+        return None
+    fixed = _fixed(session)
+    if fixed is None:
+        return None
+    queued = {w.item["id"] for w in view.ready} | {w.item["id"] for w in view.blocked}
+    queued |= {w.item["id"] for w in view.backing_off}
+    running = {p.item_id for p in session.active or ()}
+    if session.active is None or running & queued:
+        return None  # a polecat's end would make its queued item ready: nothing the chain can see
+    kinds: Counter = Counter(_kind(w) for w in view.ready)
+    if len(kinds) > MAX_KINDS:
+        return None
+    kept = list(view.ready[:HEAD_WORKS])
+    seen = {_kind(w) for w in kept}
+    for work in view.ready[HEAD_WORKS:]:  # each kind's oldest work, for its score
+        kind = _kind(work)
+        if kind not in seen:
+            seen.add(kind)
+            kept.append(work)
+    shapes = Counter(shape_of(a) for a in applicants)  # admission's reading of view.ready
+    return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view), "fixed": fixed,
+            "running": sorted(running), "backing_off": len(view.backing_off), "ready": len(view.ready),
+            "kinds": kinds, "shapes": shapes, "works": kept}
+
+
+def leave(session: Session, base: dict | None, launched: list[str], complete: bool) -> None:
+    """After the launches: write the chain ``base`` minus the ``launched`` context ids, when it may stand.
+
+    ``complete``: every planned launch was made and its context closed.
+    Otherwise (or when a rig's log saw another writer's line, or a kind
+    would be left without a kept work) the old chain is removed, so the
+    next cycle surveys.
+    """
+    path = session.files.runtime / FILE
+    data = _next(session, base, launched) if base is not None and complete else None
+    if data is None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return
+    fsutil.write_cache(path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+
+
+def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
+    from sluice.scheduler.admission import applicant
+
+    gone = set(launched)
+    kinds: Counter = Counter(base["kinds"])
+    shapes: Counter = Counter(base["shapes"])
+    works = []
+    for work in base["works"]:
+        if work.context_id in gone:
+            kinds[_kind(work)] -= 1
+            shapes[shape_of(applicant(work))] -= 1
+        else:
+            works.append(work)
+    kinds = +kinds
+    shapes = +shapes
+    if {_kind(w) for w in works} != set(kinds):
+        return None  # a kind left with no kept work: its score could not be asked
+    marks = {}
+    for rig in session.files.rigs():
+        mark = _log_mark(session, rig.name)
+        if mark is None:
+            return None
+        marks[rig.name] = mark
+    running = {p.item_id for p in session.require_active()} | {w.item["id"] for w in base["works"]
+                                                                if w.context_id in gone}
+    offsets = _offsets(session, works)
+    if offsets is None:
+        return None
+    return {"version": VERSION, "made_at": base["made_at"], "until": base["until"], "fixed": base["fixed"],
+            "marks": marks, "running": sorted(running), "backing_off": base["backing_off"],
+            "ready": base["ready"] - len(gone),
+            "kinds": [[*k, n] for k, n in kinds.items()],
+            "shapes": [[s[0], sorted(s[1]), s[2], list(s[3]), n] for s, n in shapes.items()],
+            "works": [_work_row(w, offsets[w.context_id]) for w in works]}
+
+
+def _offsets(session: Session, works: list[Work]) -> dict[str, int] | None:
+    out = {}
+    for work in works:
+        store = session.stores.rig(work.payload.rig)
+        at = store.known_offset(work.context_id)
+        if at is None:
+            return None
+        out[work.context_id] = at
+    return out
+
+
+def _work_row(work: Work, offset: int) -> list:
+    context = work.payload
+    return [context.id, context.rig, context.fields.to_compact(), offset, work.item, work.rig,
+            work.tokens]
+
+
+# -- taking a chain ------------------------------------------------------------------------------
+
+
+def take(session: Session, batch: int, gates) -> Head | None:
+    """The next cycle's queue from the chain a cycle left, when it still stands; None: survey."""
+    try:
+        data = json.loads((session.files.runtime / FILE).read_bytes())
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            return None
+        return _take(session, data, batch, gates)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None  # no chain, or not one as written: survey
+
+
+def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
+    from sluice.scheduler.admission import applicant, limits, running
+    from sluice.scheduler.ranking import Work, rank_work
+    from sluice.store import admission_state as kept
+
+    now = session.now
+    if not data["made_at"] <= now < data["until"] or data["fixed"] != _fixed(session):
+        return None
+    active = session.require_active()
+    known = set(data["running"])
+    if any(p.item_id not in known for p in active):
+        return None
+    marks = data["marks"]
+    if set(marks) != {rig.name for rig in session.files.rigs()}:
+        return None
+    if not all(_still_at(session, rig, mark) for rig, mark in marks.items()):
+        return None
+    offsets: dict[str, dict[str, int]] = {}
+    works = []
+    for context_id, store_rig, fields, offset, item, rig, tokens in data["works"]:
+        parsed = SlingContextFields.from_object(fields)
+        if parsed is None:
+            return None
+        context = Context(context_id, store_rig, parsed)
+        offsets.setdefault(store_rig, {})[context_id] = offset
+        works.append(Work(item=item, rig=rig, order=context.order, context_id=context_id, payload=context,
+                          tokens=tokens))
+    for rig, mark in marks.items():
+        if mark != "absent":
+            session.stores.rig(rig).know_lines(mark, offsets.get(rig, {}))
+    ranked = rank_work(session.files, session.stores, works, now=now)
+    kinds = {tuple(row[:4]): row[4] for row in data["kinds"]}
+    kept_of: Counter = Counter(_kind(w) for w in ranked)
+    if set(kept_of) != set(kinds):
+        return None
+    bound = None
+    last: dict[Kind, tuple] = {}
+    for work in ranked:
+        last[_kind(work)] = _key(work)
+    for kind, count in kinds.items():
+        if count < kept_of[kind]:
+            return None  # not a chain as written
+        if count > kept_of[kind]:  # the kind's unkept works rank after its last kept one
+            bound = last[kind] if bound is None else min(bound, last[kind])
+    walked = ranked if bound is None else [w for w in ranked if _key(w) <= bound]
+    applicants = [applicant(w) for w in walked]
+    rest: Counter = Counter({(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in data["shapes"]})
+    for a in applicants:
+        rest[shape_of(a)] -= 1
+    if any(n < 0 for n in rest.values()):
+        return None
+    config = session.config
+    tally = admit_head(applicants, rest, running(session.stores, active), limits(config, len(active), batch),
+                       throttles=kept.throttles(session.files, now), gates=gates.reasons, now=now)
+    if tally is None:
+        return None
+    data["works"], data["kinds"], data["shapes"] = ranked, kinds, rest_total(data["shapes"])
+    return Head(ranked, walked, tally, data)
+
+
+def rest_total(rows: list) -> dict[Shape, int]:
+    return {(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in rows}
+
+
+def _key(work: Work) -> tuple:
+    return rank_order(work.score, work.tokens, order_text(work.order), work.item["id"])
+
+
+def summary(head: Head) -> dict:
+    """What the cycle reports of the queue it took from the chain (a :func:`queuekeep.cycle_summary`)."""
+    from sluice.core import admission as rules
+
+    tally, data = head.tally, head.data
+    why = dict(tally.why)
+    if data["backing_off"]:
+        why[rules.BACKOFF] = data["backing_off"]
+    return {"planned": len(tally.to_dispatch), "ready": data["ready"], "backing_off": data["backing_off"],
+            "skipped": tally.skipped, "why": why, "reason": tally.reason, "tidy": True}
+
+
+__all__ = ["FILE", "Head", "from_survey", "leave", "summary", "take"]

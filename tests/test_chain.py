@@ -1,0 +1,271 @@
+"""A cycle takes its queue from the one the last cycle left only while that queue is exactly what a survey
+would find, and then plans and reports exactly what a survey's cycle would."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import make_repo
+from helpers.foundation import quick_town
+from helpers.scheduler import configure, item, write_items
+from sluice.core import admission as rules
+from sluice.errors import ExecutorError
+from sluice.scheduler import chain
+from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store.rigs import add_rig
+from sluice.store.town import Town
+from test_queue_keep import counted_surveys
+
+# -- the pure tally: the head in rank order and the rest by shape admit as the whole ranking -------------
+
+SHAPES = [("a", frozenset(), 10, ()), ("a", frozenset({"db"}), 10, ()), ("b", frozenset(), 50, ()),
+          ("b", frozenset({"db", "ui"}), 10, ("src/*",)), ("a", frozenset({"ui"}), 500, ("src/api/x",))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(picks=st.lists(st.integers(0, len(SHAPES) - 1), max_size=40), cut=st.integers(0, 40),
+       capacity=st.integers(0, 6), batch=st.integers(1, 5), rig_cap=st.one_of(st.none(), st.integers(0, 3)),
+       label_cap=st.one_of(st.none(), st.integers(0, 3)), budget=st.sampled_from([0, 60, 400]),
+       running=st.lists(st.integers(0, len(SHAPES) - 1), max_size=3), gated=st.booleans(),
+       throttled=st.booleans())
+def test_a_head_and_the_shapes_of_the_rest_admit_as_the_whole_ranking(
+        picks, cut, capacity, batch, rig_cap, label_cap, budget, running, gated, throttled):
+    applicants = [rules.Applicant(f"c{n}", f"i{n}", SHAPES[p][0], SHAPES[p][2], SHAPES[p][1], SHAPES[p][3])
+                  for n, p in enumerate(picks)]
+    runs = [rules.Running(f"r{n}", SHAPES[p][0], SHAPES[p][1], SHAPES[p][3]) for n, p in enumerate(running)]
+    limits = rules.Limits(capacity, batch, rig_caps={"b": rig_cap} if rig_cap is not None else {},
+                          label_caps={"db": label_cap} if label_cap is not None else {}, town_budget=budget)
+    extra = {"throttles": [rules.Throttle(100.0, "a", "test")] if throttled else [],
+             "gates": [rules.Reason(rules.HOLD_FILE, "held")] if gated else [], "now": 0.0}
+    whole = rules.admit(applicants, runs, limits, **extra)
+    head, rest = applicants[:cut], {}
+    for a in applicants[cut:]:
+        rest[rules.shape_of(a)] = rest.get(rules.shape_of(a), 0) + 1
+    tally = rules.admit_head(head, rest, runs, limits, **extra)
+    if tally is None:  # only when the rest's order could matter
+        slots = 0 if gated else min(capacity, batch)
+        short = len(rules.admit(head, runs, limits, **extra).to_dispatch) < slots
+        assert rest and (short or len({r[0].code for r in whole.held.values() if r}) > 1)
+        return
+    assert tally.to_dispatch == whole.to_dispatch
+    assert tally.skipped == whole.skipped and tally.reason == whole.reason
+    why: dict[str, int] = {}
+    for reasons in whole.held.values():
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + 1
+    assert dict(tally.why) == why
+
+
+def test_a_head_whose_plan_is_not_full_leaves_the_rest_to_a_survey():
+    applicants = [rules.Applicant(f"c{n}", f"i{n}", "a") for n in range(3)]
+    limits = rules.Limits(5, 5)
+    assert rules.admit_head(applicants[:1], {rules.shape_of(applicants[1]): 2}, [], limits, now=0.0) is None
+    assert rules.admit_head(applicants, {}, [], limits, now=0.0).to_dispatch == tuple(applicants)
+
+
+# -- in a town: every chained cycle is checked against a survey of the same moment -------------------------
+
+
+@pytest.fixture
+def checked(monkeypatch) -> list[int]:
+    """Each cycle that takes the chain is checked against a survey and admission of the same files, polecats
+    and moment (with stores of their own); one entry per chained cycle."""
+    from sluice.scheduler import queuekeep
+    from sluice.scheduler.admission import assess
+    from sluice.scheduler.pending import survey
+    from sluice.scheduler.polecats import retry_window
+    from sluice.store.rigstore import Stores
+
+    taken: list[int] = []
+    real = chain.take
+
+    def take(session, batch, gates):
+        head = real(session, batch, gates)
+        if head is None:
+            return None
+        taken.append(1)
+        town, active = session.files, session.require_active()
+        stores = Stores(town)
+        sched = session.config.scheduler
+        view = survey(town, stores, sched.max_dispatch_failures, active, session.require_executor().find,
+                      now=session.now, backoff=retry_window(sched))
+        assessment = assess(town, stores, view, active, batch, now=session.now, gates=gates)
+        expected = queuekeep.cycle_summary(view, assessment)
+        assert expected["tidy"], "a chain stood over a queue with something to tidy"
+        assert chain.summary(head) == expected
+        assert [a.key for a in head.tally.to_dispatch] == [a.key for a in assessment.admission.to_dispatch]
+        return head
+
+    monkeypatch.setattr(chain, "take", take)
+    return taken
+
+
+def two_rigs(base: Path, clock):
+    from sluice.executors.memory import MemoryExecutor
+
+    town_dir = quick_town(base)
+    add_rig(Town(town_dir), "alpha", make_repo(base / "repos" / "alpha"), "al")
+    add_rig(Town(town_dir), "beta", make_repo(base / "repos" / "beta"), "be")
+    configure(town_dir, "executor.kind", "memory")
+    configure(town_dir, "scheduler.max_polecats", "3")
+    configure(town_dir, "scheduler.batch_size", "2")
+    configure(town_dir, "scheduler.label_caps.db", "1")
+    configure(town_dir, "rigs.beta.max_polecats", "1")
+    memory = MemoryExecutor(clock).serve(Town(town_dir))
+    records = {}
+    for prefix, rig in (("al", "alpha"), ("be", "beta")):
+        records[rig] = {f"{prefix}-{n}": item(f"{prefix}-{n}", priority=n % 3,
+                                              labels=["db"] if n % 4 == 0 else [])
+                        for n in range(8)}
+        write_items(town_dir, rig, list(records[rig].values()))
+    return town_dir, memory, records
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("cycle"), st.integers(1, 3)),
+        st.tuples(st.just("cycle"), st.integers(1, 3)),
+        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]), st.integers(0, 7)),
+        st.tuples(st.just("close"), st.sampled_from(["alpha", "beta"]), st.integers(0, 7)),
+        st.tuples(st.just("finish"), st.sampled_from(["al", "be"]), st.integers(0, 7)),
+        st.tuples(st.just("advance"), st.integers(1, 90)),
+        st.tuples(st.just("clear"), st.booleans()),
+    ),
+    min_size=1, max_size=10,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, ops):
+    from sluice.executors.memory import MemoryExecutor
+    from sluice.scheduler.control import clear
+
+    base = Path(tempfile.mkdtemp(prefix="chain-"))
+    try:
+        town_dir, memory, records = two_rigs(base, clock)
+        for rig, items in records.items():
+            sling(Town(town_dir), [*items, rig], SlingOptions())
+        for op in ops:
+            if op[0] == "cycle":
+                for _ in range(op[1]):
+                    run_cycle(Town(town_dir))
+            elif op[0] == "sling":
+                sling(Town(town_dir), [f"{op[1][:2]}-{op[2]}", op[1]], SlingOptions())
+            elif op[0] == "close":
+                records[op[1]][f"{op[1][:2]}-{op[2]}"]["status"] = "closed"
+                write_items(town_dir, op[1], list(records[op[1]].values()))
+            elif op[0] == "finish":
+                with contextlib.suppress(ExecutorError):  # not running: nothing to end
+                    memory.finish(f"{op[1]}-{op[2]}", op[2] % 2)
+            elif op[0] == "advance":
+                clock.advance(op[1])
+            elif op[0] == "clear" and op[1]:
+                clear(Town(town_dir))
+        MemoryExecutor.forget_town(Town(town_dir))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_drain_surveys_once_and_launches_in_the_surveyed_order(cli, rig, town_dir, memory, checked,
+                                                                   monkeypatch):
+    from sluice.scheduler import dispatch
+
+    surveys = counted_surveys(monkeypatch, dispatch)
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "3")
+    write_items(town_dir, "alpha", [item(f"al-{n:02}", priority=n % 4) for n in range(20)])
+    sling(Town(town_dir), [*(f"al-{n:02}" for n in range(20)), "alpha"], SlingOptions())
+    expected = [row["id"] for row in _listed(town_dir)]
+    launched = []
+    for _ in range(8):
+        launched += [row["item_id"] for row in run_cycle(Town(town_dir)).launched]
+    assert launched == expected
+    # The first cycle surveyed (from the digest the listing left) and left a chain; every later one took
+    # it, the last one too, over an empty queue.
+    assert len(surveys) == 1 and len(checked) == 7
+
+
+def _listed(town_dir: Path) -> list[dict]:
+    from sluice.scheduler.queue import list_queue
+
+    return list_queue(Town(town_dir))
+
+
+def _drained_once(town_dir: Path) -> None:
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(6)])
+    sling(Town(town_dir), [*(f"al-{n}" for n in range(5)), "alpha"], SlingOptions())
+    run_cycle(Town(town_dir))
+    run_cycle(Town(town_dir))
+    assert (Town(town_dir).runtime / chain.FILE).exists()
+
+
+def _sling_another(town_dir: Path) -> None:
+    sling(Town(town_dir), ["al-5", "alpha"], SlingOptions())
+
+
+def _close_an_item(town_dir: Path) -> None:
+    write_items(town_dir, "alpha", [item(f"al-{n}", status="closed" if n == 4 else "open") for n in range(6)])
+
+
+def _configure(town_dir: Path) -> None:
+    configure(town_dir, "scheduler.label_caps.db", "1")
+
+
+def _past_its_horizon(town_dir: Path) -> None:
+    import time
+
+    data = json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())
+    data["until"] = time.time() - 1
+    (Town(town_dir).runtime / chain.FILE).write_text(json.dumps(data))
+
+
+def _cut(town_dir: Path) -> None:
+    path = Town(town_dir).runtime / chain.FILE
+    path.write_bytes(path.read_bytes()[:200])
+
+
+@pytest.mark.parametrize("change", [_sling_another, _close_an_item, _configure, _past_its_horizon, _cut])
+def test_anything_but_the_cycles_own_lines_makes_the_next_cycle_survey(cli, rig, town_dir, memory, checked,
+                                                                      monkeypatch, change):
+    from sluice.scheduler import dispatch
+
+    _drained_once(town_dir)
+    surveys = counted_surveys(monkeypatch, dispatch)
+    change(town_dir)
+    report = run_cycle(Town(town_dir))
+    assert len(surveys) == 1 and report.dispatched == 1 and not checked
+    run_cycle(Town(town_dir))  # a survey that had to tidy (a stale context) left no chain; the next one does
+    run_cycle(Town(town_dir))
+    assert len(surveys) <= 2 and checked
+
+
+def test_a_polecat_the_chain_does_not_know_makes_the_next_cycle_survey(cli, rig, town_dir, memory, checked,
+                                                                      monkeypatch):
+    from sluice.scheduler import dispatch
+
+    _drained_once(town_dir)
+    surveys = counted_surveys(monkeypatch, dispatch)
+    data = json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())
+    data["running"] = []  # as if the running polecats were not known to be on unqueued items
+    (Town(town_dir).runtime / chain.FILE).write_text(json.dumps(data))
+    run_cycle(Town(town_dir))
+    assert len(surveys) == 1
+
+
+def test_a_failed_launch_leaves_no_chain(cli, rig, town_dir, memory, checked):
+    _drained_once(town_dir)
+    memory.fail_next("al-2", "no room")
+    report = run_cycle(Town(town_dir))
+    assert report.failed == 1 and not (Town(town_dir).runtime / chain.FILE).exists()
