@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from helpers import make_repo
 from helpers.foundation import quick_town
-from helpers.scheduler import configure, item, write_items
+from helpers.scheduler import configure, counted_surveys, item, write_items
 from sluice.core import admission as rules
 from sluice.errors import ExecutorError
 from sluice.scheduler import chain
@@ -23,7 +23,6 @@ from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store.rigs import add_rig
 from sluice.store.town import Town
-from test_queue_keep import counted_surveys
 
 # -- the pure tally: the head in rank order and the rest by shape admit as the whole ranking -------------
 
@@ -75,40 +74,6 @@ def test_a_head_whose_plan_is_not_full_leaves_the_rest_to_a_survey():
 # -- in a town: every chained cycle is checked against a survey of the same moment -------------------------
 
 
-@pytest.fixture
-def checked(monkeypatch) -> list[int]:
-    """Each cycle that takes the chain is checked against a survey and admission of the same files, polecats
-    and moment (with stores of their own); one entry per chained cycle."""
-    from sluice.scheduler import queuekeep
-    from sluice.scheduler.admission import assess
-    from sluice.scheduler.pending import survey
-    from sluice.scheduler.polecats import retry_window
-    from sluice.store.rigstore import Stores
-
-    taken: list[int] = []
-    real = chain.take
-
-    def take(session, batch, gates):
-        head = real(session, batch, gates)
-        if head is None:
-            return None
-        taken.append(1)
-        town, active = session.files, session.require_active()
-        stores = Stores(town)
-        sched = session.config.scheduler
-        view = survey(town, stores, sched.max_dispatch_failures, active, session.require_executor().find,
-                      now=session.now, backoff=retry_window(sched))
-        assessment = assess(town, stores, view, active, batch, now=session.now, gates=gates)
-        expected = queuekeep.cycle_summary(view, assessment)
-        assert expected["tidy"], "a chain stood over a queue with something to tidy"
-        assert chain.summary(head) == expected
-        assert [a.key for a in head.tally.to_dispatch] == [a.key for a in assessment.admission.to_dispatch]
-        return head
-
-    monkeypatch.setattr(chain, "take", take)
-    return taken
-
-
 def two_rigs(base: Path, clock):
     from sluice.executors.memory import MemoryExecutor
 
@@ -145,16 +110,20 @@ OPS = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS)
-def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, ops):
+@given(ops=OPS, head=st.integers(1, 12), beta=st.booleans())
+def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, monkeypatch, ops, head, beta):
+    """``head``: how many ready works a chain keeps in rank order (a plan may reach past them);
+    ``beta``: whether rig beta has anything queued (else its log does not exist)."""
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.control import clear
 
+    monkeypatch.setattr(chain, "HEAD_WORKS", head)
     base = Path(tempfile.mkdtemp(prefix="chain-"))
     try:
         town_dir, memory, records = two_rigs(base, clock)
         for rig, items in records.items():
-            sling(Town(town_dir), [*items, rig], SlingOptions())
+            if rig == "alpha" or beta:
+                sling(Town(town_dir), [*items, rig], SlingOptions())
         for op in ops:
             if op[0] == "cycle":
                 for _ in range(op[1]):
@@ -249,6 +218,30 @@ def test_anything_but_the_cycles_own_lines_makes_the_next_cycle_survey(cli, rig,
     run_cycle(Town(town_dir))  # a survey that had to tidy (a stale context) left no chain; the next one does
     run_cycle(Town(town_dir))
     assert len(surveys) <= 2 and checked
+
+
+def test_a_file_that_changes_while_the_survey_reads_it_leaves_no_chain(cli, rig, town_dir, memory, checked,
+                                                                      monkeypatch):
+    from sluice.scheduler import dispatch
+
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(4)])
+    sling(Town(town_dir), [*(f"al-{n}" for n in range(4)), "alpha"], SlingOptions())
+    real = dispatch._surveyed
+
+    def surveyed(*args, **kwargs):  # the export rewritten the moment after the survey read it
+        answer = real(*args, **kwargs)
+        write_items(town_dir, "alpha", [item(f"al-{n}", status="closed" if n == 1 else "open")
+                                        for n in range(4)])
+        return answer
+
+    monkeypatch.setattr(dispatch, "_surveyed", surveyed)
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-0"]
+    assert not (Town(town_dir).runtime / chain.FILE).exists()
+    monkeypatch.setattr(dispatch, "_surveyed", real)
+    report = run_cycle(Town(town_dir))  # surveys: closes al-1's context, launches al-2
+    assert [r["item_id"] for r in report.launched] == ["al-2"] and report.closed and not checked
 
 
 def test_a_polecat_the_chain_does_not_know_makes_the_next_cycle_survey(cli, rig, town_dir, memory, checked,

@@ -345,3 +345,26 @@ def test_a_launcher_killed_before_recording_the_pid_leaves_a_polecat_still_found
     [reaped] = later.reap()
     assert reaped.id == found.id and reaped.detail["exit_code"] == -signal.SIGTERM
     assert not list(town.workers_dir.glob(f"{found.id}.*[!g]"))  # .json, .exit, .started gone; the log stays
+
+
+def test_a_record_the_disk_refuses_once_the_polecat_runs_still_reports_it_launched(local_setup, monkeypatch):
+    """Were the refusal raised, the cycle would withdraw its intent and launch the item a second time."""
+    import errno
+
+    from sluice.errors import StorageError
+
+    town, executor, repo = local_setup
+    real_write = LocalExecutor._write
+
+    def full_once_started(self, record):
+        if record.get("pid") is not None:
+            raise StorageError(self._record_path(record["id"]), "cannot write it: No space left on device",
+                               errno.ENOSPC)
+        real_write(self, record)
+
+    monkeypatch.setattr(LocalExecutor, "_write", full_once_started)
+    polecat = executor.launch(request(town, repo, "import time; time.sleep(30)", context_id="al-wisp-8"))
+    monkeypatch.undo()
+    assert polecat.state == "running" and pid_alive(polecat.pid, proc_start_time(polecat.pid))
+    found = LocalExecutor(Town(town.root), stop_grace=1).find("al-wisp-8")  # the next cycle's view
+    assert found.id == polecat.id and found.state == "running" and found.pid == polecat.pid

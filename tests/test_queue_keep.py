@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from helpers import make_repo
 from helpers.foundation import quick_town
-from helpers.scheduler import configure, ephemeral_path, item, without_etas, write_items
+from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, without_etas, write_items
 from sluice.errors import ExecutorError
 from sluice.scheduler import queue, queuekeep
 from sluice.scheduler.dispatch import run_cycle
@@ -30,14 +30,6 @@ from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store import admission_state
 from sluice.store.rigs import add_rig
 from sluice.store.town import Town
-
-
-def counted_surveys(monkeypatch, module) -> list[int]:
-    """One entry per survey ``module`` makes."""
-    calls: list[int] = []
-    real = module.survey
-    monkeypatch.setattr(module, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
 
 
 @pytest.fixture
@@ -372,7 +364,8 @@ OPS = st.lists(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
-def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, cycle_surveys, ops):
+def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, cycle_surveys, checked, ops):
+    """(``checked``: every cycle taken from the last cycle's queue is held to a survey too.)"""
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.control import pause, resume
 

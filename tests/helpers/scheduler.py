@@ -181,3 +181,11 @@ def stop_polecats(town: Path) -> None:
     executor = get_executor(Town(town))
     for polecat in executor.active():
         executor.stop(polecat.id)
+
+
+def counted_surveys(monkeypatch, module) -> list[int]:
+    """One entry per survey ``module`` makes."""
+    calls: list[int] = []
+    real = module.survey
+    monkeypatch.setattr(module, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls

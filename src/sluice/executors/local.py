@@ -197,7 +197,13 @@ class LocalExecutor:
             raise ExecutorError(reason) from None
         record.update(state="running", pid=pid, start_time=proc_start_time(pid), watcher_pid=watcher.pid,
                       watcher_start=proc_start_time(watcher.pid))
-        self._write(record)
+        try:
+            self._write(record)
+        except OSError:
+            # The polecat runs: a refusal here must not read as "nothing launched", or the cycle would
+            # withdraw its intent and launch the item again.  The pending record and the watcher's
+            # started file (written before it reported) let find() adopt it (see _adopted).
+            pass
         return self._polecat(record, "running")
 
     def _started_path(self, polecat_id: str) -> Path:

@@ -262,7 +262,10 @@ class TmuxExecutor:
         if pid.isdigit():
             # Its start from boot, too: runtimes are measured on the boot clock, which no date change moves.
             record["pid"], record["start_time"] = int(pid), proc_start_time(int(pid))
-            fsutil.atomic_write_json(record_path, record)
+            try:
+                fsutil.atomic_write_json(record_path, record)
+            except OSError:
+                pass  # the session runs and its first record names it: find() still finds it, never relaunch
         return self._polecat(record, {name: record["pid"]})
 
     def active(self) -> list[Polecat]:

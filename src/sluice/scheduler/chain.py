@@ -112,22 +112,41 @@ def _fixed(session: Session) -> list | None:
     policy = load_town_policy(town)
     if float(getattr(policy, "aging", 0.0) or 0.0) > 0 or deadline_enabled(policy) or needs_spend(config):
         return None
-    files = [town.config_path, town.policy_path]
+    files = [town.policy_path]
     names = []
     for rig in town.rigs():
         if rig.command is not None:
             return None
         names.append(rig.name)
         files.append(town.rig_files(rig)[1])
-    return [VERSION, names, [fsutil.file_signature(f) for f in files]]
+    return [VERSION, names, session.config_signature, [fsutil.file_signature(f) for f in files]]
 
 
-def _log_mark(session: Session, rig: str) -> dict | str | None:
-    """Where ``rig``'s log stands as this process's stores left it: "absent" (no log), or None: unknown."""
+def before_survey(session: Session) -> dict | None:
+    """What a chain from the survey about to be made would stand on, taken before it reads anything:
+    the signed files, and the rigs with no log yet.  None: no chain may be left."""
+    fixed = _fixed(session)
+    if fixed is None:
+        return None
+    town = session.files
+    absent = [rig.name for rig in town.rigs() if not town.rig_files(rig)[0].exists()]
+    return {"fixed": fixed, "absent": absent}
+
+
+def _log_mark(session: Session, rig: str, absent: list[str]) -> dict | str | None:
+    """Where ``rig``'s log stands as this process's stores left it, with its modification time; "absent"
+    when it had no log when the queue was read and has none now; None: not known to be only ours."""
     store = session.stores.rig(rig)
-    if not store.ephemeral_path.exists() and store.log_unread():
-        return "absent"
-    return store.own_mark()
+    mark = store.own_mark()
+    if mark is None:
+        return "absent" if rig in absent and not store.ephemeral_path.exists() else None
+    try:
+        stat = os.stat(store.ephemeral_path)
+    except OSError:
+        return None
+    if stat.st_ino != mark["inode"] or stat.st_size != mark["offset"]:
+        return None  # a line after the cycle's last one: not only ours
+    return {**mark, "mtime": stat.st_mtime_ns}
 
 
 def _still_at(session: Session, rig: str, mark: dict | str) -> bool:
@@ -136,7 +155,9 @@ def _still_at(session: Session, rig: str, mark: dict | str) -> bool:
     if mark == "absent":
         return not path.exists()
     try:
-        if os.stat(path).st_size != mark["offset"]:  # type: ignore[index]
+        stat = os.stat(path)
+        if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != (mark["inode"], mark["offset"],  # type: ignore[index]
+                                                             mark["mtime"]):  # type: ignore[index]
             return False
     except (OSError, TypeError, KeyError):
         return False
@@ -162,15 +183,18 @@ def _horizon(session: Session, view: Survey) -> float:
 # -- leaving a chain -----------------------------------------------------------------------------
 
 
-def from_survey(session: Session, view: Survey, applicants: list) -> dict | None:
-    """The chain a cycle that surveyed may leave, before its launches; None: the survey cannot be kept."""
+def from_survey(session: Session, before: dict | None, view: Survey, applicants: list) -> dict | None:
+    """The chain a cycle that surveyed may leave, before its launches; None: the survey cannot be kept.
+
+    ``before`` is :func:`before_survey`, taken before the survey read anything: a file that changed
+    while it read has another signature now, and nothing is kept.
+    """
+    if before is None or _fixed(session) != before["fixed"]:
+        return None
     if (view.stale or view.held or view.duplicates or view.reappeared or view.launched or view.relaunch
             or view.unreadable):
         return None
     if any(w.promoted_at for w in view.ready):
-        return None
-    fixed = _fixed(session)
-    if fixed is None:
         return None
     queued = {w.item["id"] for w in view.ready} | {w.item["id"] for w in view.blocked}
     queued |= {w.item["id"] for w in view.backing_off}
@@ -188,8 +212,9 @@ def from_survey(session: Session, view: Survey, applicants: list) -> dict | None
             seen.add(kind)
             kept.append(work)
     shapes = Counter(shape_of(a) for a in applicants)  # admission's reading of view.ready
-    return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view), "fixed": fixed,
-            "running": sorted(running), "backing_off": len(view.backing_off), "ready": len(view.ready),
+    return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view),
+            "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
+            "backing_off": len(view.backing_off), "ready": len(view.ready),
             "kinds": kinds, "shapes": shapes, "works": kept}
 
 
@@ -216,6 +241,8 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
     from sluice.scheduler.admission import applicant
 
     gone = set(launched)
+    if not gone <= {w.context_id for w in base["works"]}:
+        return None  # a launch from beyond the kept works: the counts could not follow it
     kinds: Counter = Counter(base["kinds"])
     shapes: Counter = Counter(base["shapes"])
     works = []
@@ -231,7 +258,7 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
         return None  # a kind left with no kept work: its score could not be asked
     marks = {}
     for rig in session.files.rigs():
-        mark = _log_mark(session, rig.name)
+        mark = _log_mark(session, rig.name, base["absent"])
         if mark is None:
             return None
         marks[rig.name] = mark
@@ -241,7 +268,8 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
     if offsets is None:
         return None
     return {"version": VERSION, "made_at": base["made_at"], "until": base["until"], "fixed": base["fixed"],
-            "marks": marks, "running": sorted(running), "backing_off": base["backing_off"],
+            "absent": [rig for rig, mark in marks.items() if mark == "absent"], "marks": marks,
+            "running": sorted(running), "backing_off": base["backing_off"],
             "ready": base["ready"] - len(gone),
             "kinds": [[*k, n] for k, n in kinds.items()],
             "shapes": [[s[0], sorted(s[1]), s[2], list(s[3]), n] for s, n in shapes.items()],

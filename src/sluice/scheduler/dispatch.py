@@ -178,10 +178,11 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
         report.planned = [_planned_row(w) for w in planned]
         base = taken.data
     else:
+        before = chain.before_survey(session) if plain else None
         planned, assessment = _surveyed(session, report, active, gates, now, ignore_backoff, item, key)
         if report.dry_run:
             return report
-        base = chain.from_survey(session, assessment.view, assessment.applicants) if plain and planned \
+        base = chain.from_survey(session, before, assessment.view, assessment.applicants) if planned \
             else None
 
     launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
