@@ -399,9 +399,9 @@ def admit_head(
         for code in dict.fromkeys(r.code for r in reasons):
             why[code] = why.get(code, 0) + n
     if walk.first_rule is None and firsts:
-        if len(firsts) > 1 and walk.admissible <= len(walk.planned):
+        if len(firsts) > 1 and walk.reads_first_rule():
             return None
-        walk.first_rule = min(firsts)  # only read when an admissible applicant was left out, or all agree
+        walk.first_rule = min(firsts)  # read only when all agree (else the reason does not read it)
     reason = walk.reason(bool(head) or waiting > 0)
     return Tally(tuple(walk.planned), len(walk.held) + waiting, why, reason)
 
@@ -452,6 +452,11 @@ class _Walk:
             if len(planned) >= self.slots and not gates:
                 reasons.append(self.full)
             held[a.key] = tuple(reasons)
+
+    def reads_first_rule(self) -> bool:
+        """Whether :meth:`reason` names the first rule that held an applicant (rather than a gate, the
+        town's capacity or the plan's own reason)."""
+        return not self.gates and self.limits.capacity > 0 and self.admissible <= len(self.planned)
 
     def reason(self, any_applicant: bool) -> str:
         limits = self.limits
