@@ -433,9 +433,9 @@ class _Walk:
         # The reasons depend only on (rig, labels, tokens, touches) and on the counters, which change
         # only when something is planned: remember them per shape until then (10,000 queued contexts
         # come in a few hundred shapes).
-        memo: dict[tuple, list[Reason]] = {}
+        memo: dict[Shape, list[Reason]] = {}
         for a in applicants:
-            shape = (a.rig, a.labels, a.tokens, a.touches)
+            shape = shape_of(a)
             known = memo.get(shape)
             if known is None:
                 known = memo[shape] = _rule_reasons(a, limits, counts, live)

@@ -28,6 +28,7 @@ polecat still counts as running: readers never see an exit without its code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -197,13 +198,11 @@ class LocalExecutor:
             raise ExecutorError(reason) from None
         record.update(state="running", pid=pid, start_time=proc_start_time(pid), watcher_pid=watcher.pid,
                       watcher_start=proc_start_time(watcher.pid))
-        try:
+        # The polecat runs: a refusal here must not read as "nothing launched", or the cycle would
+        # withdraw its intent and launch the item again.  The pending record and the watcher's started
+        # file (written before it reported) let find() adopt it (see _adopted).
+        with contextlib.suppress(OSError):
             self._write(record)
-        except OSError:
-            # The polecat runs: a refusal here must not read as "nothing launched", or the cycle would
-            # withdraw its intent and launch the item again.  The pending record and the watcher's
-            # started file (written before it reported) let find() adopt it (see _adopted).
-            pass
         return self._polecat(record, "running")
 
     def _started_path(self, polecat_id: str) -> Path:

@@ -23,6 +23,7 @@ on record, running or not.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -262,10 +263,10 @@ class TmuxExecutor:
         if pid.isdigit():
             # Its start from boot, too: runtimes are measured on the boot clock, which no date change moves.
             record["pid"], record["start_time"] = int(pid), proc_start_time(int(pid))
-            try:
+            # The session runs and its first record names it: a refusal here must not read as "nothing
+            # launched" (the cycle would launch the item again); find() still finds it.
+            with contextlib.suppress(OSError):
                 fsutil.atomic_write_json(record_path, record)
-            except OSError:
-                pass  # the session runs and its first record names it: find() still finds it, never relaunch
         return self._polecat(record, {name: record["pid"]})
 
     def active(self) -> list[Polecat]:

@@ -51,6 +51,7 @@ that found anything to tidy (stale, held, duplicate or mid-launch contexts).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -58,7 +59,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sluice.core.admission import Shape, admit_head, shape_of
+from sluice.core.admission import admit_head, shape_of
 from sluice.core.clock import order_text
 from sluice.core.items import priority_of
 from sluice.core.records import SlingContextFields
@@ -90,12 +91,11 @@ Kind = tuple[str, str | None, int, int]
 
 @dataclass
 class Head:
-    """The queue as a cycle took it from a chain: the ranked walk, the plan's tally, what it stands on."""
+    """The queue as a cycle took it from a chain: the plan's tally, and the chain for the next one (its
+    works ranked now, its counts by kind and by shape read back)."""
 
-    works: list[Work]  # every kept work, ranked now
-    walked: list[Work]  # the prefix no unkept work can rank before
     tally: Tally
-    data: dict  # the chain as read, for the next one
+    data: dict
 
 
 def _kind(work: Work) -> Kind:
@@ -196,21 +196,20 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
         return None
     if any(w.promoted_at for w in view.ready):
         return None
-    queued = {w.item["id"] for w in view.ready} | {w.item["id"] for w in view.blocked}
-    queued |= {w.item["id"] for w in view.backing_off}
-    running = {p.item_id for p in session.active or ()}
-    if session.active is None or running & queued:
+    if session.active is None:
+        return None
+    running = {p.item_id for p in session.active}
+    if running and any(w.item["id"] in running for w in (*view.ready, *view.blocked, *view.backing_off)):
         return None  # a polecat's end would make its queued item ready: nothing the chain can see
-    kinds: Counter = Counter(_kind(w) for w in view.ready)
+    kinds: Counter = Counter()
+    kept = []
+    for position, work in enumerate(view.ready):
+        kind = _kind(work)
+        if position < HEAD_WORKS or kind not in kinds:  # the head, and each kind's oldest work for its score
+            kept.append(work)
+        kinds[kind] += 1
     if len(kinds) > MAX_KINDS:
         return None
-    kept = list(view.ready[:HEAD_WORKS])
-    seen = {_kind(w) for w in kept}
-    for work in view.ready[HEAD_WORKS:]:  # each kind's oldest work, for its score
-        kind = _kind(work)
-        if kind not in seen:
-            seen.add(kind)
-            kept.append(work)
     shapes = Counter(shape_of(a) for a in applicants)  # admission's reading of view.ready
     return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view),
             "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
@@ -229,10 +228,8 @@ def leave(session: Session, base: dict | None, launched: list[str], complete: bo
     path = session.files.runtime / FILE
     data = _next(session, base, launched) if base is not None and complete else None
     if data is None:
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
         return
     fsutil.write_cache(path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
 
@@ -353,7 +350,8 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
             bound = last[kind] if bound is None else min(bound, last[kind])
     walked = ranked if bound is None else [w for w in ranked if _key(w) <= bound]
     applicants = [applicant(w) for w in walked]
-    rest: Counter = Counter({(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in data["shapes"]})
+    shapes = {(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in data["shapes"]}
+    rest: Counter = Counter(shapes)
     for a in applicants:
         rest[shape_of(a)] -= 1
     if any(n < 0 for n in rest.values()):
@@ -363,12 +361,8 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
                        throttles=kept.throttles(session.files, now), gates=gates.reasons, now=now)
     if tally is None:
         return None
-    data["works"], data["kinds"], data["shapes"] = ranked, kinds, rest_total(data["shapes"])
-    return Head(ranked, walked, tally, data)
-
-
-def rest_total(rows: list) -> dict[Shape, int]:
-    return {(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in rows}
+    data["works"], data["kinds"], data["shapes"] = ranked, kinds, shapes
+    return Head(tally, data)
 
 
 def _key(work: Work) -> tuple:
