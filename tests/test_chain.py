@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from helpers import make_repo
 from helpers.foundation import quick_town
-from helpers.scheduler import configure, counted_surveys, item, write_items
+from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, write_items
 from sluice.core import admission as rules
 from sluice.errors import ExecutorError
 from sluice.scheduler import chain
@@ -110,17 +110,22 @@ OPS = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS, head=st.integers(1, 12), beta=st.booleans())
-def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, monkeypatch, ops, head, beta):
+@given(ops=OPS, head=st.integers(1, 12), beta=st.booleans(), fair=st.booleans())
+def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, monkeypatch, ops, head, beta,
+                                                               fair):
     """``head``: how many ready works a chain keeps in rank order (a plan may reach past them);
-    ``beta``: whether rig beta has anything queued (else its log does not exist)."""
+    ``beta``: whether rig beta has anything queued (else its log does not exist); ``fair``: a fairness
+    weight that outweighs priority, so each launch can move one rig's kinds past the other's."""
     from sluice.executors.memory import MemoryExecutor
+    from sluice.scheduler import advisor
     from sluice.scheduler.control import clear
 
     monkeypatch.setattr(chain, "HEAD_WORKS", head)
     base = Path(tempfile.mkdtemp(prefix="chain-"))
     try:
         town_dir, memory, records = two_rigs(base, clock)
+        if fair:
+            advisor.policy_set(Town(town_dir), fairness=3.0)
         for rig, items in records.items():
             if rig == "alpha" or beta:
                 sling(Town(town_dir), [*items, rig], SlingOptions())
@@ -205,7 +210,19 @@ def _cut(town_dir: Path) -> None:
     path.write_bytes(path.read_bytes()[:200])
 
 
-@pytest.mark.parametrize("change", [_sling_another, _close_an_item, _configure, _past_its_horizon, _cut])
+def _rewritten_in_place(town_dir: Path) -> None:
+    """The log's bytes written again where they are: the same size and ending, another modification."""
+    import time
+
+    path = ephemeral_path(town_dir, "alpha")
+    data = path.read_bytes()
+    time.sleep(0.01)
+    with open(path, "r+b") as fh:
+        fh.write(data)
+
+
+@pytest.mark.parametrize("change", [_sling_another, _close_an_item, _configure, _past_its_horizon, _cut,
+                                    _rewritten_in_place])
 def test_anything_but_the_cycles_own_lines_makes_the_next_cycle_survey(cli, rig, town_dir, memory, checked,
                                                                       monkeypatch, change):
     from sluice.scheduler import dispatch
@@ -228,6 +245,7 @@ def test_a_file_that_changes_while_the_survey_reads_it_leaves_no_chain(cli, rig,
     configure(town_dir, "scheduler.batch_size", "1")
     write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(4)])
     sling(Town(town_dir), [*(f"al-{n}" for n in range(4)), "alpha"], SlingOptions())
+    _listed(town_dir)  # a reader leaves the digest, so the cycle reads the log from its mark (and may chain)
     real = dispatch._surveyed
 
     def surveyed(*args, **kwargs):  # the export rewritten the moment after the survey read it
@@ -242,6 +260,121 @@ def test_a_file_that_changes_while_the_survey_reads_it_leaves_no_chain(cli, rig,
     monkeypatch.setattr(dispatch, "_surveyed", real)
     report = run_cycle(Town(town_dir))  # surveys: closes al-1's context, launches al-2
     assert [r["item_id"] for r in report.launched] == ["al-2"] and report.closed and not checked
+
+
+@pytest.mark.parametrize("digest", [True, False])
+def test_a_log_that_vanishes_after_the_survey_read_it_leaves_no_chain(cli, rigs, town_dir, memory, clock,
+                                                                    monkeypatch, digest):
+    """Rig beta's contexts were read (blocked, so none of them is kept); its log then goes: no chain may
+    stand on a log it no longer has, whether the survey read it from its digest or whole."""
+    from sluice.scheduler import dispatch
+
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(3)])
+    blocked = [item(f"be-{n}", deps=[("blocks", "be-0")]) for n in (1, 2)]
+    write_items(town_dir, "beta", [item("be-0"), *blocked])
+    sling(Town(town_dir), ["al-0", "al-1", "al-2", "alpha"], SlingOptions())
+    sling(Town(town_dir), ["be-1", "be-2", "beta"], SlingOptions())
+    _listed(town_dir)  # a reader leaves the digests, so the cycle reads each log from its mark
+    if not digest:  # beta's log read whole, then
+        (Town(town_dir).runtime / "index" / "beta.queue.json").unlink()
+    real = dispatch._surveyed
+
+    def surveyed(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        ephemeral_path(town_dir, "beta").unlink()
+        return answer
+
+    monkeypatch.setattr(dispatch, "_surveyed", surveyed)
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-0"]
+    assert not (Town(town_dir).runtime / chain.FILE).exists()
+
+
+def test_a_launch_from_beyond_the_kept_works_leaves_no_chain(cli, rigs, town_dir, memory, clock, monkeypatch):
+    """Beta's works head the ranking but are throttled; alpha's first is held by a label cap, so the plan
+    reaches an alpha work the chain did not keep: its counts could not follow that launch."""
+    from sluice.store import admission_state
+
+    monkeypatch.setattr(chain, "HEAD_WORKS", 5)  # beta's three, al-0 and al-1
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "2")
+    configure(town_dir, "scheduler.label_caps.db", "1")
+    write_items(town_dir, "beta", [item(f"be-{n}", priority=0) for n in range(3)])
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=2, labels=["db"] if n < 2 else [])
+                                    for n in range(6)])
+    sling(Town(town_dir), ["be-0", "be-1", "be-2", "beta"], SlingOptions())
+    sling(Town(town_dir), [*(f"al-{n}" for n in range(6)), "alpha"], SlingOptions())
+    admission_state.set_throttle(Town(town_dir), clock.now + 100, "beta", "test", "test", clock.now)
+    _listed(town_dir)
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-0", "al-2"]
+    assert not (Town(town_dir).runtime / chain.FILE).exists()
+
+
+def _duplicate(town_dir: Path) -> None:
+    """A second open context for al-1, as a hand edit (or a writer without the sling lock) leaves it."""
+    path = ephemeral_path(town_dir, "alpha")
+    lines = [line for line in path.read_text().splitlines() if '\\"work_bead_id\\": \\"al-1\\"' in line
+             or '\\"work_bead_id\\":\\"al-1\\"' in line]
+    record = json.loads(lines[-1])
+    record["id"] = "al-wisp-zzzz"
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def test_a_survey_that_finds_a_duplicate_context_leaves_no_chain(cli, rig, town_dir, memory):
+    """A duplicate context becomes the queued one once the first launches: nothing a chain could follow."""
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}") for n in range(6)])
+    sling(Town(town_dir), [*(f"al-{n}" for n in range(5)), "alpha"], SlingOptions())
+    _listed(town_dir)
+    _duplicate(town_dir)
+    assert run_cycle(Town(town_dir)).dispatched == 1
+    assert not (Town(town_dir).runtime / chain.FILE).exists()
+
+
+def test_a_survey_that_holds_a_missing_item_leaves_no_chain(cli, town_dir, memory, tmp_path):
+    """A missing item's context is held until its grace ends or the item is back: nothing a chain follows."""
+    export = tmp_path / "export.jsonl"
+    export.write_text("".join(json.dumps(item(f"ex-{n}")) + "\n" for n in range(5)))
+    cli.run("rig", "add", "ext", str(make_repo(tmp_path / "repos" / "ext")), "--prefix", "ex", "--items",
+            str(export))
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "1")
+    sling(Town(town_dir), [*(f"ex-{n}" for n in range(5)), "ext"], SlingOptions())
+    _listed(town_dir)
+    export.write_text("".join(json.dumps(item(f"ex-{n}")) + "\n" for n in range(5) if n != 3))
+    report = run_cycle(Town(town_dir))
+    assert report.dispatched == 1 and [h["item_id"] for h in report.held] == ["ex-3"]
+    assert not (Town(town_dir).runtime / chain.FILE).exists()
+
+
+@pytest.mark.parametrize("capped", [False, True])
+def test_a_launch_that_moves_fairness_reorders_the_kept_kinds(cli, rigs, town_dir, memory, checked,
+                                                               monkeypatch, capped):
+    """After alpha's launch beta is the rig with fewer decisions, and fairness lifts its work above alpha's:
+    the next cycle ranks its kept works afresh.  ``capped``: beta's oldest is held by a label cap, so the
+    plan would reach a beta work the chain did not keep, and the cycle surveys instead."""
+    from sluice.scheduler import advisor, dispatch
+
+    monkeypatch.setattr(chain, "HEAD_WORKS", 2)
+    advisor.policy_set(Town(town_dir), fairness=3.0)
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "1")
+    configure(town_dir, "scheduler.label_caps.db", "1")  # al-0 runs with it, so be-0 waits
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=0, labels=["db"] if capped and n == 0 else [])
+                                    for n in range(4)])
+    write_items(town_dir, "beta", [item(f"be-{n}", priority=1, labels=["db"] if capped and n == 0 else [])
+                                   for n in range(4)])
+    sling(Town(town_dir), [*(f"al-{n}" for n in range(4)), "alpha"], SlingOptions())
+    sling(Town(town_dir), [*(f"be-{n}" for n in range(4)), "beta"], SlingOptions())
+    _listed(town_dir)
+    surveys = counted_surveys(monkeypatch, dispatch)
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-0"]
+    second = [r["item_id"] for r in run_cycle(Town(town_dir)).launched]
+    assert second == (["be-1"] if capped else ["be-0"])
+    assert (len(surveys), len(checked)) == ((2, 0) if capped else (1, 1))
 
 
 def test_a_polecat_the_chain_does_not_know_makes_the_next_cycle_survey(cli, rig, town_dir, memory, checked,
