@@ -14,8 +14,10 @@ CLI, interpreter start-up included:
 
 * **hot reads** on a generated ``--items`` beads rig (``bench_ready``'s
   generator): ``--version``, ``item ready``, ``item blocked``, ``item show``,
-  and the commands still answered through typer (``schedule next``,
-  ``scheduler status``, ``scheduler list``) for comparison;
+  ``schedule next``, ``scheduler status``, ``scheduler list`` and
+  ``scheduler explain``, each also as its CPU time over a bare
+  ``python -c "import json, sqlite3"`` timed in the same rounds (what an
+  interpreter that reads JSON and SQLite costs before any sluice code);
 * **MCP server**: ``benchmarks/bench_mcp.py`` on the same rig, over stdio with
   the official client: a fresh server's first ``sluice_schedule_next``, its
   warm calls, and calls that re-open the town (``--runs`` fresh servers);
@@ -111,7 +113,9 @@ def hot_reads(work: Path, items: int, runs: int) -> list[str]:
     subprocess.run([*sluice, "config", "set", "scheduler.max_polecats", "4"], env=env, check=True,
                    capture_output=True)
     subprocess.run([*sluice, "sling", *ready[1:], "bench"], env=env, check=True, capture_output=True)
+    bare = "bare `python -c \"import json, sqlite3\"` (the baseline)"
     commands = {
+        bare: [sys.executable, "-c", "import json, sqlite3"],
         "`--version`": [*sluice, "--version"],
         "`item ready --json` (100 rows)": [*sluice, "item", "ready", "--json"],
         "`item ready --limit 0 --json` (every ready row)": [*sluice, "item", "ready", "--limit", "0", "--json"],
@@ -121,6 +125,7 @@ def hot_reads(work: Path, items: int, runs: int) -> list[str]:
                                                                      "--json"],
         "`scheduler status --json` (100 queued)": [*sluice, "scheduler", "status", "--json"],
         "`scheduler list --json` (100 queued)": [*sluice, "scheduler", "list", "--json"],
+        "`scheduler list --limit 50 --json`": [*sluice, "scheduler", "list", "--limit", "50", "--json"],
         f"`scheduler explain {ready[1]} --json`": [*sluice, "scheduler", "explain", ready[1], "--json"],
         "`hooks report --rig bench` (what each git hook runs)": [*sluice, "hooks", "report", "--rig", "bench"],
     }
@@ -128,9 +133,10 @@ def hot_reads(work: Path, items: int, runs: int) -> list[str]:
         subprocess.run(argv, env=env, capture_output=True)
     found = rounds(commands, env, runs)
     lines = [f"### Hot reads on a {items:,}-item rig (median of {runs} alternating runs)", "",
-             "| command | wall s | cpu s | peak MiB |", "|---|---|---|---|",
-             f"| first `item ready` (builds the derived index) | {cold[0]:.3f} | {cold[1]:.3f} | {cold[2]} |"]
-    lines += [f"| {name} | {w:.3f} | {c:.3f} | {m} |" for name, (w, c, m) in found.items()]
+             "| command | wall s | cpu s | peak MiB | cpu ÷ baseline |", "|---|---|---|---|---|",
+             f"| first `item ready` (builds the derived index) | {cold[0]:.3f} | {cold[1]:.3f} | {cold[2]} | |"]
+    base = found[bare][1]
+    lines += [f"| {name} | {w:.3f} | {c:.3f} | {m} | {c / base:.2f}× |" for name, (w, c, m) in found.items()]
     return lines
 
 

@@ -57,6 +57,20 @@ def run(loaded, name):
 
 
 @pytest.mark.parametrize("name", FILES)
+def test_one_items_causes_are_what_the_blocked_listing_names(loaded, name):
+    """`scheduler explain` asks one item's causes by id; they must be the listing's row for it."""
+    from sluice.store.rigstore import Stores
+    from sluice.store.town import Town
+
+    cli = run(loaded, name)
+    store = Stores(Town(cli.town)).rig("r")
+    listed = {record["id"]: causes for record, causes in store.blocked()}
+    assert listed, "each export has blocked items"
+    for item_id in [r["id"] for r in cli.json("item", "list")]:
+        assert store.blocked_by(item_id) == listed.get(item_id)
+
+
+@pytest.mark.parametrize("name", FILES)
 def test_file_registers_without_errors_or_warnings(loaded, name, beads_data):
     cli, added = loaded[name]
     assert added.returncode == 0

@@ -7,12 +7,13 @@ at a glance which functions touch the clock.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
 from collections.abc import Container
 from datetime import UTC, datetime
+
+from sluice.core.digest import sha256
 
 _B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -107,7 +108,7 @@ def new_id(prefix: str, seed: str, taken: Container[str]) -> str:
     """A fresh ``<prefix>-<base36>`` id, adaptive length like beads' hash ids."""
     nonce = 0
     while True:
-        digest = hashlib.sha256(f"{seed}|{time.time_ns()}|{os.getpid()}|{nonce}".encode()).digest()
+        digest = sha256(f"{seed}|{time.time_ns()}|{os.getpid()}|{nonce}".encode()).digest()
         number = int.from_bytes(digest[:8], "big")
         suffix = ""
         while number:

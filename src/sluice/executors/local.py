@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -56,6 +55,8 @@ from sluice.executors.procs import start_time as proc_start_time
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
+    import subprocess
+
     from sluice.store.town import Town
 
 DEMO_COMMAND = (sys.executable, "-m", "sluice.surfaces.demo_worker", "{item_id}")
@@ -365,6 +366,8 @@ class LocalExecutor:
 def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path,
                    started_path: Path):
     """Start ``argv`` under its watcher; (polecat pid, watcher process), or the OSError of the start."""
+    import subprocess  # here: the views list polecats through this executor and never start one (4 ms)
+
     for watcher in list(_watchers):
         if watcher.poll() is not None:
             _watchers.remove(watcher)

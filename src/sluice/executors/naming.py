@@ -13,10 +13,11 @@ different ids can never end up with the same name.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from typing import TYPE_CHECKING
+
+from sluice.core.digest import sha256
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
@@ -27,11 +28,11 @@ _LONGEST_PART = 60
 
 def town_key(town: Town) -> str:
     """A stable hex digest of the town's root path (the same town always gets the same key)."""
-    return hashlib.sha256(str(town.root).encode("utf-8")).hexdigest()
+    return sha256(str(town.root).encode("utf-8")).hexdigest()
 
 
 def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:6]
+    return sha256(text.encode("utf-8")).hexdigest()[:6]
 
 
 def polecat_name(namespace: str, prefix: str, context_id: str) -> str:

@@ -437,10 +437,7 @@ def _causes(found, item_id: str) -> list[str]:
     """The ids that block ``item_id`` in its rig (none when it is not blocked or not found)."""
     if found is None:
         return []
-    for record, causes in found[0].blocked():
-        if record and record.get("id") == item_id:
-            return list(causes)
-    return []
+    return found[0].blocked_by(item_id) or []
 
 
 def _blockers(causes: list[str], item_id: str, active: list[Polecat]) -> list[str]:

@@ -17,7 +17,6 @@ was found running.
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +46,8 @@ def host_of(polecat: Polecat) -> str:
     """Where the polecat runs: this machine, or the Ray node once the cluster names it."""
     if polecat.executor == "ray":
         return str(polecat.detail.get("node_id") or polecat.detail.get("address") or "")
+    import socket  # here: the views that import this module never ask (about 4 ms)
+
     return socket.gethostname()
 
 

@@ -27,13 +27,13 @@ one item twice.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, now_utc
+from sluice.core.digest import sha256
 from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.records import SlingContextFields
@@ -109,7 +109,7 @@ class SlingResult:
 
 def sling_lock_path(town: Town, item_id: str):
     """The lock stripe that guards slinging ``item_id`` (the same for every process)."""
-    digest = hashlib.sha256(item_id.encode("utf-8", "surrogatepass")).digest()
+    digest = sha256(item_id.encode("utf-8", "surrogatepass")).digest()
     stripe = int.from_bytes(digest[:4], "big") % LOCK_STRIPES
     return town.runtime / "locks" / f"sling-{stripe:02d}.lock"
 

@@ -21,7 +21,6 @@ else on the config (a pydantic method) loads and asks the full model.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -29,6 +28,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import parse_duration
+from sluice.core.digest import sha256
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _validator_key(kind: str) -> str:
 
 
 def _key(kind: str, text: bytes | None) -> str:
-    digest = "absent" if text is None else hashlib.sha256(text).hexdigest()
+    digest = "absent" if text is None else sha256(text).hexdigest()
     return digest + "/" + _validator_key(kind)
 
 

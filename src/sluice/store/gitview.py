@@ -7,12 +7,12 @@ than crashing a scheduling decision.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice.core.digest import sha256
 from sluice.errors import NotARepository
 from sluice.store.fsutil import file_signature
 
@@ -181,4 +181,4 @@ def warmth_stamp(path: Path) -> str | None:
             work_tree = None
         alive = work_tree is not None and work_tree.exists()
         parts += [name, _stat(pointer), _stat(admin / name / "locked"), str(alive)]
-    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+    return sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()

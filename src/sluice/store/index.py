@@ -447,6 +447,12 @@ class DurableIndex:
         rows = self.conn().execute(_BLOCKED_ROWS)
         return [(p, c, i, raw, json.loads(causes)) for p, c, i, raw, causes in rows]
 
+    def blocked_by(self, item_id: str) -> list[str] | None:
+        """What blocks ``item_id``, as :meth:`blocked_listing` names it; None: not one of its rows."""
+        sql = "SELECT blocked_by FROM items WHERE id = ? AND blocked = 1 AND blocked_by != '[]'"
+        row = self.conn().execute(sql, (item_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def blocked_lines(self) -> list[tuple[int, float, str, str]]:
         """(priority, created_ts, id, :func:`blocked_line`) of :meth:`blocked_listing`'s rows, same order."""
         sql = "SELECT priority, created_ts, id, line FROM blocked_order ORDER BY seq"

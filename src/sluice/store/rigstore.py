@@ -507,6 +507,16 @@ class RigStore:
         return [(self.get(row[2]) if row[3] is None else normalise(json.loads(row[3])), row[4])
                 for row in self.blocked_raw()]
 
+    def blocked_by(self, item_id: str) -> list[str] | None:
+        """What blocks ``item_id``, as :meth:`blocked` names it; None when it is not among its rows.
+
+        ``scheduler explain`` asks it of one item: a lookup by id when no
+        ephemeral record can change readiness, not the 13,000 rows of a busy rig.
+        """
+        if not self._interplay() and self._ephemeral_summary()[2]:
+            return self.index.blocked_by(item_id)
+        return next((list(row[4]) for row in self.blocked_raw() if row[2] == item_id), None)
+
     def blocked_raw(self) -> list[tuple]:
         """(priority, created_ts, id, raw or None, blocked_by) of blocked rows in beads order.
 
