@@ -141,3 +141,16 @@ def test_bench_forecast_cost_times_the_forecast_beside_status(tmp_path: Path):
     row = json.loads(done.stdout)["this"]
     assert set(row) == {"status", "forecast --limit 50", "forecast"}
     assert all(times["first"] > 0 and times["warm"] > 0 for times in row.values())
+
+
+def test_bench_hot_times_every_hot_command_against_the_bare_interpreter(tmp_path: Path):
+    """A tiny town, one round: every command is run for the tree and has a positive CPU time."""
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_hot.py"), "--items", "300", "--queued", "5",
+            "--runs", "1", "--work", str(tmp_path / "work"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["baseline_cpu_s"] > 0
+    [tree] = found["trees"].values()
+    assert len(tree) == 8 and all(seconds > 0 for seconds in tree.values())
+    assert "`scheduler explain ID --json` (a queued item)" in tree

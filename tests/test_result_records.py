@@ -109,3 +109,37 @@ def test_parts_are_not_fields_and_cannot_be_assigned():
         status.binding = None
     with pytest.raises(FrozenInstanceError):
         results.QueueStatus.binding.__set__(status, None)
+
+
+def _twin(cls):
+    """The frozen dataclass ``cls`` was before it became a record: same fields, same defaults."""
+    import dataclasses
+
+    from sluice.core.frozen import MISSING
+
+    specs = []
+    for name, f in cls._spec.items():
+        options = {"repr": f.repr, "compare": f.compare}
+        if f.default is not MISSING:
+            options["default"] = f.default
+        elif f.factory is not MISSING:
+            options["default_factory"] = f.factory
+        specs.append((name, object, dataclasses.field(**options)))
+    return dataclasses.make_dataclass(cls.__name__, specs, frozen=True)
+
+
+def test_core_classes_made_records_behave_as_their_frozen_dataclasses():
+    from sluice.core import admission, gates, replay
+    from sluice.core.admission import Throttle
+
+    cases = [(admission.Limits, (3, 2), {"rig_caps": {"a": 1}}), (Throttle, (5.0,), {"reason": "r"}),
+             (replay.Limits, (4, {}, 1, 0.0, 30.0), {}), (gates.HostLimits, (), {})]
+    for cls, args, kwargs in cases:
+        made, twin = cls(*args, **kwargs), _twin(cls)(*args, **kwargs)
+        assert repr(made) == repr(twin)
+        assert made == cls(*args, **kwargs) and made != twin  # equal by fields, never to another class
+        with pytest.raises(FrozenInstanceError):
+            made.anything = 1
+    throttle = Throttle(5.0, "alpha")
+    assert hash(throttle) == hash(Throttle(5.0, "alpha")) and {throttle: 1}[Throttle(5.0, "alpha")] == 1
+    assert admission.Limits(1, 1).rig_caps is not admission.Limits(1, 1).rig_caps  # a factory per record

@@ -25,6 +25,8 @@ from dataclasses import FrozenInstanceError
 from functools import cached_property
 from typing import Any, ClassVar
 
+from sluice.core.frozen import MISSING, field, frozen
+
 # The results: sluice.api's __all__ takes this list, and a test keeps sluice's lazy names equal to it.
 __all__ = [
     "BrokenItem",
@@ -65,98 +67,10 @@ __all__ = [
     "UsageReport",
 ]
 
-# -- frozen records, made without code generation ------------------------------------------------
-#
-# ``dataclasses.dataclass`` writes and compiles an ``__init__``, ``__repr__``, ``__eq__`` and
-# ``__setattr__`` for every class it decorates: about 0.4 ms each, so forty result classes cost
-# every hot command 15 ms of start-up, as long as a bare interpreter's.  ``result`` gives the
-# same frozen, keyword-or-positional, compared-by-field classes from one shared set of methods.
+# -- frozen records, made without code generation (:mod:`sluice.core.frozen`) ---------------------
 
-_MISSING: Any = object()
-
-
-class _Field:
-    """What :func:`field` says of one field: a default, or how to make one, and whether it shows."""
-
-    __slots__ = ("compare", "default", "factory", "kw_only", "repr")
-
-    def __init__(self, default, factory, repr_: bool, compare: bool, kw_only: bool):
-        self.default, self.factory, self.repr, self.compare, self.kw_only = (
-            default, factory, repr_, compare, kw_only)
-
-
-def field(*, default: Any = _MISSING, default_factory: Any = _MISSING, repr: bool = True,
-          compare: bool = True, kw_only: bool = False) -> Any:
-    return _Field(default, default_factory, repr, compare, kw_only)
-
-
-def result(cls):
-    """Make ``cls`` a frozen record of its annotated fields (base classes' first), like a dataclass."""
-    spec: dict[str, _Field] = {}
-    for klass in reversed(cls.__mro__[1:]):  # the bases' fields, as each base was made
-        spec.update(klass.__dict__.get("_spec", {}))
-    # The class's own annotations, read as inspect.get_annotations does, without importing inspect.
-    for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063
-        value = cls.__dict__.get(name, _MISSING)
-        if not str(annotation).startswith("ClassVar") and not isinstance(value, _Part):
-            spec[name] = value if isinstance(value, _Field) else _Field(value, _MISSING, True, True, False)
-    for name, f in spec.items():
-        if isinstance(cls.__dict__.get(name), _Field):
-            if f.default is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, f.default)
-    cls._spec = spec
-    cls._positional = tuple(name for name, f in spec.items() if not f.kw_only)
-    for name, method in (("__init__", _init), ("__repr__", _repr), ("__eq__", _eq), ("__hash__", _hash),
-                         ("__setattr__", _frozen), ("__delattr__", _frozen)):
-        setattr(cls, name, method)
-    return cls
-
-
-def _init(self, *args, **kwargs) -> None:
-    spec = type(self)._spec
-    if len(args) > len(self._positional):
-        raise TypeError(f"{type(self).__name__}() takes {len(self._positional)} positional arguments")
-    values = dict(zip(self._positional, args, strict=False))
-    for name, value in kwargs.items():
-        if name not in spec or name in values:
-            raise TypeError(f"{type(self).__name__}() got an unexpected or repeated argument {name!r}")
-        values[name] = value
-    put = object.__setattr__
-    for name, f in spec.items():
-        if name in values:
-            put(self, name, values[name])
-        elif f.default is not _MISSING:
-            put(self, name, f.default)
-        elif f.factory is not _MISSING:
-            put(self, name, f.factory())
-        else:
-            raise TypeError(f"{type(self).__name__}() missing required argument {name!r}")
-
-
-def _repr(self) -> str:
-    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, f in self._spec.items() if f.repr)
-    return f"{type(self).__name__}({shown})"
-
-
-def _compared(self) -> tuple:
-    return tuple(getattr(self, name) for name, f in self._spec.items() if f.compare)
-
-
-def _eq(self, other: object) -> bool:
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return _compared(self) == _compared(other)
-
-
-def _hash(self) -> int:
-    return hash(_compared(self))
-
-
-def _frozen(self, name: str, *value) -> None:
-    raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
+_MISSING = MISSING
+result = frozen
 
 def _scalars(cls, doc: dict) -> dict:
     """The document's values of the class's fields: a field without a default must be there.

@@ -44,6 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sluice.core.frozen import field as frozen_field
+from sluice.core.frozen import frozen
 from sluice.core.plan import REASON_CAPACITY, REASON_NONE, plan_dispatch
 
 # The one vocabulary of "why is this item not launched", used by explain, list, status and the plan.
@@ -133,7 +135,7 @@ class Running:
     touches: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen
 class Limits:
     """The caps of one cycle.
 
@@ -143,21 +145,21 @@ class Limits:
 
     capacity: int
     batch: int
-    rig_caps: Mapping[str, int] = field(default_factory=dict)
-    label_caps: Mapping[str, int] = field(default_factory=dict)
+    rig_caps: Mapping[str, int] = frozen_field(default_factory=dict)
+    label_caps: Mapping[str, int] = frozen_field(default_factory=dict)
     town_budget: int = 0
-    rig_budgets: Mapping[str, int] = field(default_factory=dict)
+    rig_budgets: Mapping[str, int] = frozen_field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen
 class Spend:
     """Tokens spent by launches inside the budget window, town-wide and per rig."""
 
     town: int = 0
-    rigs: Mapping[str, int] = field(default_factory=dict)
+    rigs: Mapping[str, int] = frozen_field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen
 class Throttle:
     """New launches held until ``until`` (epoch seconds); ``rig`` None holds the whole town."""
 
@@ -166,7 +168,7 @@ class Throttle:
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Admission:
     """The plan of one cycle and, for every applicant not in it, why."""
 
@@ -343,7 +345,7 @@ def shape_of(a: Applicant) -> Shape:
     return (a.rig, a.labels, a.tokens, a.touches)
 
 
-@dataclass(frozen=True)
+@frozen
 class Tally:
     """:func:`admit` over a whole ranking told as its head and the shapes of the rest: the plan, how
     many applicants it holds and by which codes (each applicant's codes counted once), and its reason."""

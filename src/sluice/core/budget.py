@@ -13,10 +13,11 @@ as far as the budget is concerned, if nothing else were launched before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from sluice.core.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Fit:
     """One budget's answer for one need: what is left, whether it fits, when it will (None: never)."""
 

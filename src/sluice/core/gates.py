@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from sluice.core.admission import (
     CAPACITY,
@@ -30,6 +29,8 @@ from sluice.core.admission import (
     Admission,
     Reason,
 )
+from sluice.core.frozen import field as frozen_field
+from sluice.core.frozen import frozen
 
 GATE_CODES = (HOLD_FILE, HOST_LOAD, HOST_MEMORY, HOST_DISK)
 
@@ -65,7 +66,7 @@ def format_size(size: int) -> str:
     return f"{size}B"
 
 
-@dataclass(frozen=True)
+@frozen
 class HostLimits:
     """The host guard's limits; None leaves that reading unchecked (the guard is off by default)."""
 
@@ -78,7 +79,7 @@ class HostLimits:
         return any(v is not None for v in (self.max_load, self.min_free_memory, self.min_free_disk))
 
 
-@dataclass(frozen=True)
+@frozen
 class HostReading:
     """What the machine looked like at ``at`` (epoch seconds); a None reading was not taken.
 
@@ -89,7 +90,7 @@ class HostReading:
     load: float | None = None  # 1-minute load average per core
     cores: int | None = None
     free_memory: int | None = None
-    disks: Mapping[str, int] = field(default_factory=dict)
+    disks: Mapping[str, int] = frozen_field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"at": self.at, "load_per_core": self.load, "cores": self.cores,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sluice.core.clock import iso
+from sluice.core.frozen import frozen
 from sluice.core.readiness import Node
 
 STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
@@ -80,7 +80,7 @@ def item_hints(record: Mapping, now: float) -> dict:
             else None, "due": due_text(due) if due is not None else None}
 
 
-@dataclass(frozen=True)
+@frozen
 class ReadyFilter:
     """``bd ready``'s filters people use (R8, R9): all given ones must hold."""
 

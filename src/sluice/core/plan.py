@@ -14,9 +14,9 @@ context wins" de-duplication.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from sluice.core.frozen import frozen
 from sluice.errors import ConfigError
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ REASON_BATCH = "batch"  # the batch size was the limit (also every tie)
 REASON_READY = "ready"  # fewer items were ready than either limit allowed
 
 
-@dataclass(frozen=True)
+@frozen
 class DispatchPlan(Generic[T]):
     """What one cycle will launch; ``skipped`` items stay queued for later."""
 

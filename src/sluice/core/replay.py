@@ -28,9 +28,11 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sluice.core.admission import touches_overlap
+from sluice.core.frozen import field as frozen_field
+from sluice.core.frozen import frozen
 from sluice.errors import ConfigError
 
 #: ``why`` of an item that no slot can ever take (its rig's or the town's cap is 0).
@@ -74,19 +76,19 @@ class Charge:
     rig: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Limits:
     """What bounds dispatch: caps (None is no cap), budgets (0 is none), batch, spawn delay, tick interval."""
 
     town_cap: int | None = None
-    rig_caps: Mapping[str, int] = field(default_factory=dict)
+    rig_caps: Mapping[str, int] = frozen_field(default_factory=dict)
     batch_size: int = 3
     spawn_delay: float = 0.0
     interval: float = 60.0
     first_tick: float | None = None  # the next daemon tick; None: now
-    label_caps: Mapping[str, int] = field(default_factory=dict)
+    label_caps: Mapping[str, int] = frozen_field(default_factory=dict)
     town_budget: int = 0
-    rig_budgets: Mapping[str, int] = field(default_factory=dict)
+    rig_budgets: Mapping[str, int] = frozen_field(default_factory=dict)
     budget_window: float = 3600.0
 
     def __post_init__(self) -> None:
@@ -113,7 +115,7 @@ class Slot:
     why: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class QueueForecast:
     at: float
     slots: tuple[Slot, ...]

@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sluice.core.frozen import frozen
 from sluice.errors import ConfigError, UsageError
 
 #: Beads priorities run 0 (most urgent) .. 4 (backlog); P = 4 - priority.
@@ -49,7 +50,7 @@ MAX_WEIGHT = 1_000_000.0
 WEIGHT_NAMES = ("priority", "affinity", "cost", "fairness", "deadline")
 
 
-@dataclass(frozen=True)
+@frozen
 class Weights:
     """The factor weights after graph overrides have been applied."""
 
@@ -102,7 +103,7 @@ class Scored:
     pressured: bool
 
 
-@dataclass(frozen=True)
+@frozen
 class Selection:
     """One entry of :func:`select`'s answer.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,7 @@ from sluice.core import budget
 from sluice.core import forecast as model
 from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
+from sluice.core.frozen import frozen
 from sluice.core.items import estimated_minutes, parse_ts
 from sluice.errors import SluiceError
 from sluice.scheduler import admission, queuekeep
@@ -58,7 +58,7 @@ def learn(town: Town, timeout: float | None = None) -> model.Model:
     return runsamples.samples(town).model(timeout)
 
 
-@dataclass(frozen=True)
+@frozen
 class Budgets:
     """The token budgets that apply, and the launches charged in their window (``(at, tokens)``, oldest
     first), as admission counts them."""
@@ -85,7 +85,7 @@ class Budgets:
                 "room_at": _at(bound.room_at)}
 
 
-@dataclass(frozen=True)
+@frozen
 class Replay:
     """The queue replayed once: the simulation's answer and each queued item's estimate, in queue order."""
 
@@ -169,7 +169,7 @@ class _Queue(Sequence):
         return found
 
 
-@dataclass(frozen=True)
+@frozen
 class _Setting:
     """Everything but the queue that the replay reads: running runs, caps, charges, the daemon."""
 

@@ -35,6 +35,8 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import order_of_ts, order_text
+from sluice.core.frozen import field as frozen_field
+from sluice.core.frozen import frozen
 from sluice.core.items import priority_of
 from sluice.core.scoring import (
     WEIGHT_NAMES,
@@ -159,7 +161,7 @@ def _age_hours(order: str, now: float) -> float:
 # -- the best of a whole ready set ------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class ReadyGroup:
     """Ready items of one rig that share graph, priority and tokens, hence score.
 
@@ -172,7 +174,7 @@ class ReadyGroup:
     priority: int
     tokens: int
     count: int
-    rows: Callable[[int], list[tuple[str, str]]] = field(compare=False)
+    rows: Callable[[int], list[tuple[str, str]]] = frozen_field(compare=False)
     due_in_hours: float | None = None  # only set when the policy scores deadlines
 
 

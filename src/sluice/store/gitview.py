@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.core.digest import sha256
+from sluice.core.frozen import frozen
 from sluice.errors import NotARepository
 from sluice.store.fsutil import file_signature
 
 log = logging.getLogger("sluice")
 
 
-@dataclass(frozen=True)
+@frozen
 class Worktree:
     name: str
     path: str

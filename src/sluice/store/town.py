@@ -8,11 +8,11 @@ library's entry points take.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core.frozen import frozen
 from sluice.errors import ConfigError, TownNotFound, UnknownRig, UsageError
 from sluice.store import configcache, fsutil
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 CONFIG_NAME = "config.json"
 
 
-@dataclass(frozen=True)
+@frozen
 class ItemCommand:
     """A rig's items read through a command (``rigs.NAME.items`` an object): how and how often."""
 
@@ -36,7 +36,7 @@ class ItemCommand:
     read_wait: float  # seconds a read command waits for a refresh before serving the last snapshot
 
 
-@dataclass(frozen=True)
+@frozen
 class Rig:
     name: str
     repo: Path

@@ -29,9 +29,11 @@ import gc
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
+from sluice.core.frozen import field as frozen_field
+from sluice.core.frozen import frozen
 from sluice.core.text import printable_text
 from sluice.errors import SluiceError
 
@@ -40,14 +42,14 @@ from sluice.errors import SluiceError
 STRICT_ENV = "SLUICE_FAST_STRICT"
 
 
-@dataclass(frozen=True)
+@frozen
 class Spec:
     """The plain form of one command: how many positionals, which valued options, which flags."""
 
     positionals: tuple[int, int] = (0, 0)
     options: tuple[str, ...] = ()
     flags: tuple[str, ...] = ("--json",)
-    integers: tuple[str, ...] = field(default=())
+    integers: tuple[str, ...] = frozen_field(default=())
 
 
 READY_OPTIONS = ("--limit", "--label", "--label-any", "--assignee", "--type", "--priority", "--sort")
