@@ -21,8 +21,11 @@ them), ``scheduler status --json``, ``scheduler list --limit 50 --json``,
 
 Reported: each command's median CPU time (user + system, which holds still
 on a shared machine) and its ratio to the baseline's (the target is 2.5×).
-Only the standard library and ``python -m sluice`` are used, interpreter
-start-up included, as a user sees it.
+Each command runs through the installed ``sluice`` program beside the
+interpreter when there is one (``PYTHONPATH`` puts each tree before the
+installed package), else ``python -m sluice``, which adds ``runpy``'s
+imports; only the standard library is used, interpreter start-up included,
+as a user sees it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BASELINE = "bare python"
+
+
+def sluice_argv() -> list[str]:
+    found = Path(sys.executable).parent / "sluice"
+    return [str(found)] if found.exists() else [sys.executable, "-m", "sluice"]
 
 
 def cpu(argv: list[str], env: dict) -> float:
@@ -132,7 +140,7 @@ def main() -> None:
             for name, src in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(towns[name])}
                 for label, argv in commands(shown, queued).items():
-                    argv = [sys.executable, "-m", "sluice", *argv]
+                    argv = [*sluice_argv(), *argv]
                     seen.setdefault((name, label), []).append(cpu(argv, env))
     finally:
         if args.work is None:
