@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Cli, git
+from helpers import Cli, git, make_repo
 from helpers.scheduler import configure, item, town_with_rigs, write_items
 
 # Runs sluice as `python -m sluice` does; with "typer" first, the fast path is switched off so the
@@ -27,7 +27,8 @@ runpy.run_module("sluice", run_name="__main__", alter_sys=True)
 HEAVY = ("typer", "rich", "pydantic", "pygit2", "click", "psutil")
 # Standard modules a hot read has no use for, each a few milliseconds of a 30 ms interpreter start:
 # OpenSSL's bindings (hashlib), tempfile (with shutil, random and the compressors), socket, subprocess.
-SPARE = ("_hashlib", "tempfile", "socket", "subprocess")
+# logging too: an answer that logs nothing never imports it (sluice.logs makes the logger on first use).
+SPARE = ("_hashlib", "tempfile", "socket", "subprocess", "logging", "threading")
 # Runs what `sluice` runs up to its exit (which, after a hot command, skips every `finally`).
 PROBE = f"""
 import sys
@@ -259,6 +260,21 @@ def test_affinity_follows_the_worktrees_without_opening_the_repository(fresh_dir
     git("worktree", "add", "-q", str(tmp_path / "beta-wt2"), cwd=tmp_path / "repos" / "beta")
     assert warm_and_heavy() == (True, "HEAVY=pygit2")
     assert warm_and_heavy() == (True, "HEAVY=")
+
+
+def test_a_hot_read_that_warns_says_so_as_typer_does(fresh_dir, tmp_path):
+    """The logger is made by the first warning, and the fast path still holds and words it as typer does."""
+    export = tmp_path / "export.jsonl"
+    export.write_text(json.dumps(item("ex-1", "an exported task")) + "\n")
+    Cli(fresh_dir).run("rig", "add", "ext", str(make_repo(tmp_path / "ext")), "--prefix", "ex", "--items",
+                       str(export))
+    with export.open("a") as fh:  # an exporter cut short: a torn last line is skipped and said
+        fh.write('{"id": "ex-2", "tit')
+    fast = run(fresh_dir, "fast", "item", "ready", "--json")
+    slow = run(fresh_dir, "typer", "item", "ready", "--json")
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert (fast.stdout, fast.stderr) == (slow.stdout, slow.stderr)
+    assert fast.stderr.startswith("warning: ") and "export.jsonl" in fast.stderr
 
 
 def test_a_config_with_crlf_line_ends_is_read_from_its_plain_copy(fresh_dir):

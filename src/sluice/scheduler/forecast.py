@@ -17,7 +17,6 @@ queued.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.frozen import frozen
 from sluice.core.items import estimated_minutes, parse_ts
 from sluice.errors import SluiceError
+from sluice.logs import log as logger
 from sluice.scheduler import admission, queuekeep
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at, retry_window
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.town import Town
 
-logger = logging.getLogger(__name__)
 
 
 def learn(town: Town, timeout: float | None = None) -> model.Model:

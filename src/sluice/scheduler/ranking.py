@@ -26,7 +26,6 @@ item ids only from the groups that reach the requested top, oldest first.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,6 +47,7 @@ from sluice.core.scoring import (
     score_all,
 )
 from sluice.errors import StoreCorrupt
+from sluice.logs import log
 
 if TYPE_CHECKING:
     from sluice.scheduler.signals import Signals
@@ -295,7 +295,7 @@ def rank_ready(
         except (StoreCorrupt, OSError) as err:  # a rig that cannot be read is held; the others are scored
             stores.hold_unreadable(store.rig.name, err)
             # Said, never dropped in silence: the answer leaves that rig's items out.
-            logging.getLogger("sluice").warning("rig %s left out (rig-unreadable): %s", store.rig.name, err)
+            log.warning("rig %s left out (rig-unreadable): %s", store.rig.name, err)
             first_error = first_error or err
     if first_error is not None and not readable:
         raise first_error  # no rig could be read: there is no answer to give, only the error

@@ -19,19 +19,18 @@ thousand contexts of one rig opens its repository once.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.items import edges
 from sluice.core.readiness import id_prefix
+from sluice.logs import log
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import Stores
     from sluice.store.town import Rig, Town
 
-log = logging.getLogger("sluice")
 
 EPIC = "epic"
 PARENT_CHILD = "parent-child"

@@ -16,12 +16,12 @@ change: it is a warning naming the file, and a note that ``patrol`` reports
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso, random_id
 from sluice.errors import LockBusy, StoreCorrupt
+from sluice.logs import log
 from sluice.store import fsutil
 from sluice.store.jsonlog import tail_objects
 
@@ -62,7 +62,6 @@ SCHEDULE_SKIPPED = "ScheduleSkipped"
 MERGE_QUEUE_DEPTH = "MergeQueueDepth"
 
 
-log = logging.getLogger("sluice")
 #: How ``json.dumps(..., ensure_ascii=False)`` writes one string.
 _text = json.encoder.encode_basestring
 

@@ -17,9 +17,9 @@ read as no forecast: it never fails the command that looked.
 from __future__ import annotations
 
 import json
-import logging
 from typing import TYPE_CHECKING
 
+from sluice.logs import log
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
     from sluice.store.town import Town
 
-log = logging.getLogger(__name__)
 
 VERSION = 1
 #: The head's keys, all kept; a file missing one of them is not a forecast.

@@ -15,15 +15,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
 from sluice.errors import LockBusy, StorageError
-
-log = logging.getLogger("sluice")
+from sluice.logs import log
 
 
 def storage_error(path: Path, err: OSError, doing: str = "write", after: str = "") -> StorageError:

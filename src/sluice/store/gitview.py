@@ -7,16 +7,14 @@ than crashing a scheduling decision.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
 from sluice.core.digest import sha256
 from sluice.core.frozen import frozen
 from sluice.errors import NotARepository
+from sluice.logs import log
 from sluice.store.fsutil import file_signature
-
-log = logging.getLogger("sluice")
 
 
 @frozen

@@ -29,7 +29,6 @@ SQLite is a :class:`~sluice.errors.StorageError` naming the index file.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import sqlite3
@@ -42,10 +41,10 @@ from sluice.core import readiness
 from sluice.core.items import effective_tokens, labels_of, normalise, to_node
 from sluice.core.readiness import Node
 from sluice.errors import StorageError, StoreCorrupt
+from sluice.logs import log
 from sluice.store.fsutil import file_signature
 
 SCHEMA_VERSION = "12"  # raised whenever a rebuild would store, or refuse, something different
-log = logging.getLogger("sluice")
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);

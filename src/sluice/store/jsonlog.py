@@ -8,7 +8,6 @@ long-lived reader parses only what was appended since.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from collections.abc import Callable
@@ -18,8 +17,7 @@ from typing import Any
 from sluice.core.items import normalise, priority_problem, shape_problem, skip_record
 from sluice.core.text import printable
 from sluice.errors import StoreCorrupt
-
-log = logging.getLogger("sluice")
+from sluice.logs import log
 
 
 class TornLine(Exception):

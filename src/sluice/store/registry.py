@@ -17,16 +17,14 @@ written the command goes on without it.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from sluice.core.clock import iso
 from sluice.errors import SluiceError
+from sluice.logs import log
 from sluice.store import fsutil
-
-log = logging.getLogger("sluice")
 
 #: Where the registry is, for tests and unusual set-ups (a file path).
 REGISTRY_VAR = "SLUICE_REGISTRY"

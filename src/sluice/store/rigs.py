@@ -26,20 +26,18 @@ while it goes.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
+from sluice.logs import log
 from sluice.store import beads_repo, events, fsutil, gitview, registry, sources
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import Stores, read_jsonl
 from sluice.store.sources import parse_command
 from sluice.store.town import ItemCommand, Rig, Town, validate_prefix, validate_rig_name
-
-log = logging.getLogger("sluice")
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
+from sluice.logs import log
 from sluice.store import fsutil
 from sluice.store.index import DurableIndex, blocked_line, with_causes
 from sluice.store.jsonlog import QUICK_ID, LogTail, TornLine, line_text, parse_line, worth_rewriting
 from sluice.store.town import Rig, Town
-
-log = logging.getLogger("sluice")
 
 #: The layout of ``<rig>.ephemeral.json``; a summary of another layout is ignored and written again.
 SUMMARY_VERSION = 2

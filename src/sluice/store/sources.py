@@ -25,7 +25,6 @@ paths, its last error) is ``runtime/sources/<rig>.state.json``.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import time
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import format_duration, iso
 from sluice.core.items import unwrap_envelope
 from sluice.errors import LockBusy, SourceFailed, StoreCorrupt, UsageError, os_error_text
+from sluice.logs import log
 from sluice.store import beads_repo, fsutil
 from sluice.store.jsonlog import TornLine, parse_line
 
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 # subprocess, tempfile and shlex are imported where a command runs: every read command checks
 # whether a source is due, and most of the time that is a stat and a small JSON read.
 
-log = logging.getLogger("sluice")
 
 
 def parse_command(spec: str | list[str]) -> list[str]:

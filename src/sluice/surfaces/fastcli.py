@@ -26,11 +26,11 @@ back, so a fast path that always fails cannot pass as one typer covers for.
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import sys
 from dataclasses import dataclass
 
+from sluice import logs
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
 from sluice.core.frozen import field as frozen_field
 from sluice.core.frozen import frozen
@@ -80,15 +80,37 @@ class Command:
     flags: set[str]
 
 
-class _Held(logging.Handler):
-    """Keeps log lines until the answer is known to stand."""
+class _Held:
+    """Keeps log lines until the answer is known to stand.
+
+    Its handler joins the ``sluice`` logger only once something logs
+    (:func:`sluice.logs.when_made`): an answer that logs nothing never
+    imports ``logging``.
+    """
 
     def __init__(self) -> None:
-        super().__init__()
         self.lines: list[str] = []
+        self.installed: list[tuple] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(printable_text(f"{record.levelname.lower()}: {record.getMessage()}") + "\n")
+    def install(self, logger) -> None:
+        import logging
+
+        lines = self.lines
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(printable_text(f"{record.levelname.lower()}: {record.getMessage()}") + "\n")
+
+        handler = Handler()
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
+        logger.propagate = False
+        self.installed.append((logger, handler))
+
+    def remove(self) -> None:
+        logs.forget(self.install)
+        for logger, handler in self.installed:
+            logger.removeHandler(handler)
 
 
 def parse(args: list[str]) -> Command | None:
@@ -200,11 +222,8 @@ def run(args: list[str]) -> int | None:
     command = parse(args)
     if command is None:
         return None
-    logger = logging.getLogger("sluice")
     held = _Held()
-    logger.addHandler(held)
-    logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
-    logger.propagate = False
+    logs.when_made(held.install)
     # A hot command reads up to 10,000 contexts and items into objects that all live until it ends:
     # collecting garbage among them only walks survivors (a seventh of a dispatch dry run).  What
     # it leaves is freed with the process; in a test process collection resumes afterwards.
@@ -220,7 +239,7 @@ def run(args: list[str]) -> int | None:
             raise
         return None
     finally:
-        logger.removeHandler(held)
+        held.remove()
         if collecting:
             gc.enable()
     from sluice.surfaces import output
