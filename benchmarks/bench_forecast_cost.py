@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_launch import trees_of  # the benchmarks' directory is the script's
+
 HERE = Path(__file__).resolve().parent
 STAMP = "2026-01-01T00:00:00Z"
 CHUNK = 10_000
@@ -101,14 +103,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="build the town here and keep it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    trees = {}
-    for spec in args.tree or [f"this={HERE.parent / 'src'}"]:
-        name, _, src = spec.partition("=")
-        trees[name] = Path(src).resolve()
-        if not (trees[name] / "sluice" / "__init__.py").is_file():
-            raise SystemExit(f"--tree {spec}: {trees[name]} holds no sluice package")
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(trees[name])], check=False,
-                       capture_output=True)
+    trees = trees_of(args.tree)
     work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-forecast-cost-"))
     load = os.getloadavg()[0]
     try:

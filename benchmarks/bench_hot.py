@@ -40,23 +40,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_launch import trees_of  # the benchmarks' directory is the script's
+from run_all import git_repo, measure, sluice_argv
+
 HERE = Path(__file__).resolve().parent
 BASELINE = "bare python"
-
-
-def sluice_argv() -> list[str]:
-    found = Path(sys.executable).parent / "sluice"
-    return [str(found)] if found.exists() else [sys.executable, "-m", "sluice"]
-
-
-def cpu(argv: list[str], env: dict) -> float:
-    """CPU seconds of one run; a failure stops the benchmark with its message."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read() if proc.stderr else b""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(argv[-4:])} failed: {err.decode(errors='replace').strip()[-300:]}")
-    return usage.ru_utime + usage.ru_stime
 
 
 def sluice(src: Path, town: Path, *args: str) -> str:
@@ -74,11 +62,7 @@ def build(work: Path, items: int, queued: int) -> tuple[Path, list[str]]:
     town, repo, export = base / "town", base / "repo", base / "export" / "issues.jsonl"
     shutil.rmtree(base, ignore_errors=True)
     export.parent.mkdir(parents=True)
-    git = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=git)
-    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
-                   env=git)
+    git_repo(repo)
     subprocess.run([sys.executable, str(HERE / "bench_ready.py"), "--items", str(items), "--generate-only",
                     str(export)], check=True, capture_output=True)
     sluice(src, town, "init", str(town))
@@ -113,14 +97,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="build the town here and keep it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    trees = {}
-    for spec in args.tree or [f"this={HERE.parent / 'src'}"]:
-        name, _, src = spec.partition("=")
-        trees[name] = Path(src).resolve()
-        if not (trees[name] / "sluice" / "__init__.py").is_file():
-            raise SystemExit(f"--tree {spec}: {trees[name]} holds no sluice package")
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(trees[name])], check=False,
-                       capture_output=True)
+    trees = trees_of(args.tree)
     work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-hot-"))
     work.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
@@ -136,12 +113,12 @@ def main() -> None:
         seen: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.runs):
             seen.setdefault((BASELINE, BASELINE), []).append(
-                cpu([sys.executable, "-c", "import json, sqlite3"], dict(os.environ)))
+                measure([sys.executable, "-c", "import json, sqlite3"], dict(os.environ))[1])
             for name, src in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(towns[name])}
                 for label, argv in commands(shown, queued).items():
                     argv = [*sluice_argv(), *argv]
-                    seen.setdefault((name, label), []).append(cpu(argv, env))
+                    seen.setdefault((name, label), []).append(measure(argv, env)[1])
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -102,6 +102,20 @@ def build(base: Path, src: Path, queued: int, batch: int) -> Path:
     return town
 
 
+def trees_of(specs: list[str]) -> dict[str, Path]:
+    """``--tree NAME=SRC`` options as name → source directory (default: this checkout's ``src``),
+    each checked to hold sluice and compiled, as an installed package runs."""
+    trees = {}
+    for spec in specs or [f"this={HERE.parent / 'src'}"]:
+        name, _, src = spec.partition("=")
+        trees[name] = Path(src).resolve()
+        if not (trees[name] / "sluice" / "__init__.py").is_file():
+            raise SystemExit(f"--tree {spec}: {trees[name]} holds no sluice package")
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(trees[name])], check=False,
+                       capture_output=True)
+    return trees
+
+
 def copy_town(town: Path, into: Path) -> Path:
     shutil.rmtree(into, ignore_errors=True)
     shutil.copytree(town, into, symlinks=True)
@@ -250,14 +264,7 @@ def main() -> None:
         if not sep:
             raise SystemExit(f"--set {spec}: expected KEY=VALUE")
         SETTINGS.append((key, value))
-    trees = {}
-    for spec in args.tree or [f"this={HERE.parent / 'src'}"]:
-        name, _, src = spec.partition("=")
-        trees[name] = Path(src).resolve()
-        if not (trees[name] / "sluice" / "__init__.py").is_file():
-            raise SystemExit(f"--tree {spec}: {trees[name]} holds no sluice package")
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(trees[name])], check=False,
-                       capture_output=True)
+    trees = trees_of(args.tree)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     work = args.work or Path(tempfile.mkdtemp(prefix="sluice-bench-launch-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -30,11 +30,6 @@ def logger() -> Any:
     return _made[0]
 
 
-def made() -> bool:
-    """Whether anything has logged (or asked for the logger) yet."""
-    return bool(_made)
-
-
 def when_made(callback: Callable[[Any], None]) -> None:
     """Call ``callback(logger)`` once the logger exists: now, or when something first logs."""
     if _made:
