@@ -12,6 +12,10 @@ mount namespace of its own (``unshare -m``) where the given directories are
 covered by empty tmpfs mounts: a machine that shares nothing with the town
 but the loopback network.  Both nodes listen on 127.0.0.1 only.
 
+``ray start`` itself gives up when its raylet has not registered with the
+GCS within a fixed 30 s, which a loaded machine can exceed; both the head and
+the node are then started again, with fresh ports, until their own deadline.
+
 Ray is an optional extra; these tests FAIL (they do not skip) when it is
 missing, because CI installs ``git-sluice[ray]`` and a silent skip would hide a
 broken executor.
@@ -129,7 +133,20 @@ def _popen(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = N
 
 
 def start_cluster() -> RayCluster:
+    """Start a head and return once its Jobs API answers; a ``ray start`` that gave up is run again."""
     require_ray()
+    deadline = time.monotonic() + START_TIMEOUT
+    failures: list[str] = []
+    while time.monotonic() < deadline:
+        cluster, failure = _try_head(deadline)
+        if cluster is not None:
+            return cluster
+        failures.append(failure)
+    pytest.fail(f"the Ray head did not come up within {START_TIMEOUT:g}s, "
+                f"after {len(failures)} start(s):\n" + "\n---\n".join(failures))
+
+
+def _try_head(deadline: float) -> tuple[RayCluster | None, str]:
     temp_dir = Path(tempfile.mkdtemp(prefix="sray", dir="/tmp"))
     port_argv, ports = _node_ports(head=True)
     argv = [
@@ -147,20 +164,18 @@ def start_cluster() -> RayCluster:
     process = _popen(argv, temp_dir / "ray-start.log", HEALTH_CHECKS)
     cluster = RayCluster(f"http://127.0.0.1:{ports['--dashboard-port']}", process, temp_dir,
                          f"127.0.0.1:{ports['--port']}")
-    deadline = time.monotonic() + START_TIMEOUT
     last = None
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
+    while time.monotonic() < deadline and process.poll() is None:
         try:
             cluster.client().list_jobs()
-            return cluster
+            return cluster, ""
         except Exception as err:  # not up yet: connection refused, 5xx while the agent starts
             last = err
             time.sleep(0.5)
+    how = f"exited with {process.returncode}" if process.poll() is not None else "still starting"
     output = (temp_dir / "ray-start.log").read_text(errors="replace")[-3000:]
     stop_cluster(cluster)
-    pytest.fail(f"the Ray head did not come up within {START_TIMEOUT:g}s ({last})\n{output}")
+    return None, f"{how} ({last})\n{output}"
 
 
 def stop_cluster(cluster: RayCluster) -> None:
@@ -180,6 +195,19 @@ def add_node(cluster: RayCluster, resources: dict[str, float], hidden: list[Path
     unshare = shutil.which("unshare")
     if unshare is None:
         pytest.fail("the two-node Ray tests need `unshare` (util-linux) to hide directories from a node")
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    failures: list[str] = []
+    while time.monotonic() < deadline:
+        node, failure = _try_node(unshare, cluster, resources, hidden, deadline)
+        if node is not None:
+            return node
+        failures.append(failure)
+    pytest.fail(f"the second Ray node did not join within {JOIN_TIMEOUT:g}s, "
+                f"after {len(failures)} start(s):\n" + "\n---\n".join(failures))
+
+
+def _try_node(unshare: str, cluster: RayCluster, resources: dict[str, float], hidden: list[Path],
+              deadline: float) -> tuple[RayNode | None, str]:
     port_argv, _ = _node_ports(head=False)
     argv = [
         unshare, *NAMESPACE, "sh", "-c", HIDE, "sh", *map(str, hidden), "--",
@@ -194,7 +222,6 @@ def add_node(cluster: RayCluster, resources: dict[str, float], hidden: list[Path
     ]  # fmt: skip
     log_path = cluster.temp_dir / f"ray-node-{port_argv[1]}.log"
     process = _popen(argv, log_path)
-    deadline = time.monotonic() + JOIN_TIMEOUT
     last: Exception | None = None
     while time.monotonic() < deadline and process.poll() is None:
         try:
@@ -203,11 +230,12 @@ def add_node(cluster: RayCluster, resources: dict[str, float], hidden: list[Path
         except Exception as err:  # the state API answers 5xx while the node registers
             found, last = [], err
         if found:
-            return RayNode(found[0]["node_id"], process, log_path)
+            return RayNode(found[0]["node_id"], process, log_path), ""
         time.sleep(0.5)
+    how = f"exited with {process.returncode}" if process.poll() is not None else "still joining"
     output = log_path.read_text(errors="replace")[-3000:]
     _end(process)
-    pytest.fail(f"the second Ray node did not join within {JOIN_TIMEOUT:g}s ({last})\n{output}")
+    return None, f"{how} ({last})\n{output}"
 
 
 def alive_nodes(cluster: RayCluster) -> list[dict]:
