@@ -81,7 +81,7 @@ weights = st.builds(Weights, priority=st.floats(-10, 10), affinity=st.floats(-10
 
 @given(candidates, weights, st.booleans(), st.booleans(), st.integers(0, 5))
 def test_with_deadline_weight_zero_a_due_date_changes_no_score_and_no_reason(c, w, warm, under, depth):
-    from dataclasses import replace
+    from sluice.core.recordclass import replace
 
     kwargs = {"warm": warm, "underrepresented": under, "merge_depth": depth, "threshold": 3, "penalty": 2.0}
     with_due = score_candidate(c, w, **kwargs)

@@ -28,7 +28,8 @@ HEAVY = ("typer", "rich", "pydantic", "pygit2", "click", "psutil")
 # Standard modules a hot read has no use for, each a few milliseconds of a 30 ms interpreter start:
 # OpenSSL's bindings (hashlib), tempfile (with shutil, random and the compressors), socket, subprocess.
 # logging too: an answer that logs nothing never imports it (sluice.logs makes the logger on first use).
-SPARE = ("_hashlib", "tempfile", "socket", "subprocess", "logging", "threading")
+# And dataclasses, with inspect, ast and dis: sluice's records are made by sluice.core.recordclass.
+SPARE = ("_hashlib", "tempfile", "socket", "subprocess", "logging", "threading", "dataclasses", "inspect")
 # Runs what `sluice` runs up to its exit (which, after a hot command, skips every `finally`).
 PROBE = f"""
 import sys

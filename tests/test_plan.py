@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +16,7 @@ from sluice.core.plan import (
     plan_dispatch,
     retry_delay,
 )
+from sluice.core.recordclass import FrozenInstanceError
 from sluice.errors import ConfigError
 
 # (name, capacity, batch, ready count) -> (dispatched, skipped, reason)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError
 from typing import ClassVar
 
 import pytest
 
 from sluice import results
+from sluice.core.recordclass import FrozenInstanceError
 from sluice.results import ItemRows, QueueEntry, RigInfo, _Document, field, result
 
 
@@ -115,7 +115,7 @@ def _twin(cls):
     """The frozen dataclass ``cls`` was before it became a record: same fields, same defaults."""
     import dataclasses
 
-    from sluice.core.frozen import MISSING
+    from sluice.core.recordclass import MISSING
 
     specs = []
     for name, f in cls._spec.items():

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import FrozenInstanceError
 from functools import cached_property
 from typing import Any, ClassVar
 
-from sluice.core.frozen import MISSING, field, frozen
+from sluice.core.recordclass import MISSING, FrozenInstanceError, field, frozen
 
 # The results: sluice.api's __all__ takes this list, and a test keeps sluice's lazy names equal to it.
 __all__ = [

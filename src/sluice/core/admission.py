@@ -41,12 +41,10 @@ applies is reported, not only the first, so ``explain`` can list them all.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sluice.core.frozen import field as frozen_field
-from sluice.core.frozen import frozen
 from sluice.core.plan import REASON_CAPACITY, REASON_NONE, plan_dispatch
+from sluice.core.recordclass import field, frozen, recordclass
 
 # The one vocabulary of "why is this item not launched", used by explain, list, status and the plan.
 NOT_QUEUED = "not-queued"
@@ -96,7 +94,7 @@ CODES = (
 WILDCARDS = frozenset("*?[{")
 
 
-@dataclass(frozen=True, slots=True)
+@recordclass(frozen=True, slots=True)
 class Reason:
     """One reason an item is not launched: a code from :data:`CODES` and a sentence."""
 
@@ -107,7 +105,7 @@ class Reason:
         return {"code": self.code, "detail": self.detail}
 
 
-@dataclass(frozen=True, slots=True)
+@recordclass(frozen=True, slots=True)
 class Applicant:
     """A ranked candidate as admission sees it.
 
@@ -125,7 +123,7 @@ class Applicant:
     payload: object = field(default=None, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@recordclass(frozen=True, slots=True)
 class Running:
     """A polecat that holds a slot now: its item's rig, labels and touches."""
 
@@ -145,10 +143,10 @@ class Limits:
 
     capacity: int
     batch: int
-    rig_caps: Mapping[str, int] = frozen_field(default_factory=dict)
-    label_caps: Mapping[str, int] = frozen_field(default_factory=dict)
+    rig_caps: Mapping[str, int] = field(default_factory=dict)
+    label_caps: Mapping[str, int] = field(default_factory=dict)
     town_budget: int = 0
-    rig_budgets: Mapping[str, int] = frozen_field(default_factory=dict)
+    rig_budgets: Mapping[str, int] = field(default_factory=dict)
 
 
 @frozen
@@ -156,7 +154,7 @@ class Spend:
     """Tokens spent by launches inside the budget window, town-wide and per rig."""
 
     town: int = 0
-    rigs: Mapping[str, int] = frozen_field(default_factory=dict)
+    rigs: Mapping[str, int] = field(default_factory=dict)
 
 
 @frozen

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import frozen
 
 
 @frozen

@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
+from sluice.core.recordclass import field, recordclass
 from sluice.core.replay import (  # noqa: F401 - the replay's names, where forecasts are made
     WHY_BUDGET,
     WHY_NO_CAPACITY,
@@ -116,7 +116,7 @@ def censored_mean(samples: Sequence[tuple[float, bool]]) -> float:
 # Samples and the model
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Sample:
     """One ended run as the model sees it."""
 
@@ -168,7 +168,7 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Estimate:
     """What one item is expected to take, and what that expectation stands on."""
 
@@ -188,7 +188,7 @@ class Estimate:
         return {"level": self.level, "samples": self.samples}
 
 
-@dataclass
+@recordclass
 class Model:
     """Recent samples per kind; ``estimate`` picks the most specific kind with enough of them.
 

@@ -29,8 +29,7 @@ from sluice.core.admission import (
     Admission,
     Reason,
 )
-from sluice.core.frozen import field as frozen_field
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import field, frozen
 
 GATE_CODES = (HOLD_FILE, HOST_LOAD, HOST_MEMORY, HOST_DISK)
 
@@ -90,7 +89,7 @@ class HostReading:
     load: float | None = None  # 1-minute load average per core
     cores: int | None = None
     free_memory: int | None = None
-    disks: Mapping[str, int] = frozen_field(default_factory=dict)
+    disks: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"at": self.at, "load_per_core": self.load, "cores": self.cores,

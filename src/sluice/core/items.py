@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluice.core.clock import iso
-from sluice.core.frozen import frozen
 from sluice.core.readiness import Node
+from sluice.core.recordclass import frozen
 
 STATUSES = ("open", "in_progress", "blocked", "hooked", "deferred", "pinned", "closed", "tombstone")
 DONE_STATUSES = frozenset({"closed", "tombstone"})  # a record in one of these has ended

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import frozen
 from sluice.errors import ConfigError
 
 T = TypeVar("T")

@@ -18,7 +18,8 @@ index may cache :func:`blocked_state` but must re-check deferral at query time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from sluice.core.recordclass import field, recordclass
 
 # Statuses in which an item no longer holds anything up (B0, B1).
 INACTIVE = frozenset({"closed", "pinned"})
@@ -27,7 +28,7 @@ BLOCKING_TYPES = frozenset({"blocks", "conditional-blocks"})
 NOT_WORK_TYPES = frozenset({"merge-request", "gate", "molecule", "message", "agent", "role", "rig"})
 
 
-@dataclass(slots=True)
+@recordclass(slots=True)
 class Node:
     """What readiness needs of one item; ``deps`` are (type, target, gate)."""
 

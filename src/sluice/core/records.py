@@ -14,8 +14,9 @@ naming it, as a hand edit gone wrong should.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
+
+from sluice.core.recordclass import field, fields, recordclass
 
 
 class RecordError(ValueError):
@@ -105,7 +106,7 @@ def _kinds(cls) -> dict[str, tuple[type, bool]]:
     return out
 
 
-@dataclass
+@recordclass
 class SlingContextFields(_Record):
     """The JSON a sling context carries in its description (Gas Town's shape)."""
 
@@ -163,7 +164,7 @@ class SlingContextFields(_Record):
             return None
 
 
-@dataclass
+@recordclass
 class SchedulerState(_Record):
     """``runtime/scheduler-state.json``: the pause flag and the last dispatch."""
 

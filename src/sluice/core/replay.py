@@ -28,11 +28,9 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from sluice.core.admission import touches_overlap
-from sluice.core.frozen import field as frozen_field
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import field, frozen, recordclass
 from sluice.errors import ConfigError
 
 #: ``why`` of an item that no slot can ever take (its rig's or the town's cap is 0).
@@ -41,7 +39,7 @@ WHY_NO_CAPACITY = "capacity"
 WHY_BUDGET = "budget"
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Queued:
     """One queued item in dispatch order; ``why`` set means it cannot start (blocked, paused, broken)."""
 
@@ -57,7 +55,7 @@ class Queued:
     tokens: int = 0  # the launch estimate a budget is charged
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Running:
     """A running polecat: the slots it holds (its rig, labels, touches) until ``remaining`` s from now."""
 
@@ -67,7 +65,7 @@ class Running:
     touches: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Charge:
     """A launch already charged to a budget: ``tokens`` at ``at`` (epoch seconds) in ``rig``."""
 
@@ -81,14 +79,14 @@ class Limits:
     """What bounds dispatch: caps (None is no cap), budgets (0 is none), batch, spawn delay, tick interval."""
 
     town_cap: int | None = None
-    rig_caps: Mapping[str, int] = frozen_field(default_factory=dict)
+    rig_caps: Mapping[str, int] = field(default_factory=dict)
     batch_size: int = 3
     spawn_delay: float = 0.0
     interval: float = 60.0
     first_tick: float | None = None  # the next daemon tick; None: now
-    label_caps: Mapping[str, int] = frozen_field(default_factory=dict)
+    label_caps: Mapping[str, int] = field(default_factory=dict)
     town_budget: int = 0
-    rig_budgets: Mapping[str, int] = frozen_field(default_factory=dict)
+    rig_budgets: Mapping[str, int] = field(default_factory=dict)
     budget_window: float = 3600.0
 
     def __post_init__(self) -> None:
@@ -102,7 +100,7 @@ class Limits:
             raise ConfigError(f"scheduler.budget_window must be > 0 (got {self.budget_window})")
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Slot:
     """When one queued item is expected to start and finish (None: it cannot start, see ``why``)."""
 

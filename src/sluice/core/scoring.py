@@ -33,10 +33,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import field, frozen, recordclass
 from sluice.errors import ConfigError, UsageError
 
 #: Beads priorities run 0 (most urgent) .. 4 (backlog); P = 4 - priority.
@@ -68,7 +67,7 @@ class Weights:
                 raise ValueError(f"weight {name} must be a finite number (got {getattr(self, name)!r})")
 
 
-@dataclass(frozen=True, slots=True)
+@recordclass(frozen=True, slots=True)
 class Candidate:
     """One thing that could be scheduled: a ready item or a queued context.
 
@@ -93,7 +92,7 @@ class Candidate:
             raise ValueError(f"{self.item_id}: tokens must be >= 0 (got {self.tokens})")
 
 
-@dataclass(frozen=True, slots=True)
+@recordclass(frozen=True, slots=True)
 class Scored:
     """A candidate with its score and the metagit reasons that explain it."""
 

@@ -15,17 +15,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from sluice.core.recordclass import asdict, field, recordclass
 from sluice.errors import ExecutorError
 
 PLACEHOLDERS = ("item_id", "rig", "title", "context_id", "repo", "workspace", "branch")
 MAX_ARG_BYTES = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest single argument or "KEY=value", NUL included
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class LaunchRequest:
     item_id: str
     rig: str
@@ -49,7 +49,7 @@ class LaunchRequest:
         return self.workspace or self.repo
 
 
-@dataclass
+@recordclass
 class Polecat:
     """One launched worker, as an executor reports it."""
 

@@ -37,11 +37,11 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
 from sluice.core.clock import iso
+from sluice.core.recordclass import replace
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest, Polecat, check_launchable, polecat_env
 

@@ -278,7 +278,7 @@ class RayExecutor:
             return self._polecat(max(jobs, key=lambda job: job.start_time or 0))
         for record in reversed(self._finished()):
             if record.get("context_id") == context_id:
-                return Polecat(**{k: record[k] for k in Polecat.__dataclass_fields__ if k in record})
+                return Polecat(**{k: record[k] for k in Polecat._spec if k in record})
         return None
 
     def stop(self, polecat_id: str) -> bool:
@@ -356,7 +356,7 @@ class RayExecutor:
 
     def finished(self) -> list[Polecat]:
         """Reaped jobs, oldest first, as recorded when they were deleted from Ray."""
-        return [Polecat(**{k: record[k] for k in Polecat.__dataclass_fields__ if k in record})
+        return [Polecat(**{k: record[k] for k in Polecat._spec if k in record})
                 for record in self._finished()]
 
 

@@ -23,10 +23,10 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core.recordclass import recordclass
 from sluice.core.workspaces import CLONE, safe_component
 from sluice.errors import ExecutorError, ExecutorUnavailable
 
@@ -44,7 +44,7 @@ _LOCAL_GIT_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIR
                    "GIT_REPLACE_REF_BASE", "GIT_SHALLOW_FILE")
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Workspace:
     path: Path
     branch: str

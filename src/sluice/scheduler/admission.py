@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
 from sluice.core.admission import Admission, Applicant, Limits, Reason, Running
 from sluice.core.items import labels_of
+from sluice.core.recordclass import field, recordclass
 from sluice.scheduler.pending import item_store
 from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.store import admission_state as kept
@@ -119,7 +119,7 @@ def needs_spend(config: TownConfig) -> bool:
     return config.scheduler.token_budget > 0 or any(r.token_budget for r in config.rigs.values())
 
 
-@dataclass
+@recordclass
 class Assessment:
     """One survey and its admission: the answer every surface shows."""
 

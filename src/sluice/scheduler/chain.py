@@ -56,12 +56,12 @@ import json
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sluice.core.admission import admit_head, shape_of
 from sluice.core.clock import order_text
 from sluice.core.items import priority_of
+from sluice.core.recordclass import recordclass
 from sluice.core.records import SlingContextFields
 from sluice.core.scoring import rank_order
 from sluice.errors import SluiceError
@@ -89,7 +89,7 @@ KEEP_AT_MOST = 3600.0
 Kind = tuple[str, str | None, int, int]
 
 
-@dataclass
+@recordclass
 class Head:
     """The queue as a cycle took it from a chain: the plan's tally, and the chain for the next one (its
     works ranked now, its counts by kind and by shape read back)."""

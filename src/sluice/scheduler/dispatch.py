@@ -38,12 +38,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
+from sluice.core.recordclass import replace
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, UsageError
 from sluice.scheduler import admission, chain, ends, queuekeep, runs
 from sluice.scheduler import gates as gate_view

@@ -26,8 +26,8 @@ from sluice.core import budget
 from sluice.core import forecast as model
 from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
-from sluice.core.frozen import frozen
 from sluice.core.items import estimated_minutes, parse_ts
+from sluice.core.recordclass import frozen
 from sluice.errors import SluiceError
 from sluice.logs import log as logger
 from sluice.scheduler import admission, queuekeep

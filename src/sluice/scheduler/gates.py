@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.admission import Reason, stamp
 from sluice.core.gates import HostLimits, HostReading, hold_reason, host_reasons, parse_size
+from sluice.core.recordclass import field, recordclass
 from sluice.core.text import printable
 from sluice.store import fsutil
 
@@ -70,7 +70,7 @@ def hold_line(path: Path) -> str | None:
     return printable(line[:_FIRST_LINE])
 
 
-@dataclass
+@recordclass
 class Gates:
     """What holds every launch now, and what the machine read (``reading``, None: guard off)."""
 

@@ -23,11 +23,11 @@ import contextlib
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso
 from sluice.core.items import effective_tokens
+from sluice.core.recordclass import asdict, field, recordclass
 from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, LockBusy, SluiceError
 from sluice.executors.base import LaunchRequest, substitute
 from sluice.scheduler import runs, workspaces
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 CLOSE_RETRY_WAITS = (0.5, 1.0)  # three attempts to close a dispatched context
 
 
-@dataclass
+@recordclass
 class CycleReport:
     """What one cycle planned and did; ``to_json`` is the ``scheduler run --json`` document."""
 

@@ -9,9 +9,9 @@ linked worktree of a rig's repository; that worktree belongs to the rig.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from sluice.core.recordclass import recordclass
 from sluice.errors import NotARepository, UnknownRig, UsageError
 from sluice.scheduler.ranking import load_town_policy
 from sluice.store.events import MERGE_QUEUE_DEPTH, emit_event
@@ -20,7 +20,7 @@ from sluice.store.rigstore import Stores
 from sluice.store.town import Rig, Town
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class MergeQueue:
     """A rig's merge-request items: queued (open) and running (in progress), and the pressure threshold."""
 

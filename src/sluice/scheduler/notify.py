@@ -39,9 +39,9 @@ import json
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sluice.core.recordclass import recordclass
 from sluice.store import events, fsutil
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def notify_name(event: dict) -> str | None:
 PLACEHOLDERS = ("event", "item_id", "rig", "town")
 
 
-@dataclass
+@recordclass
 class Outcome:
     event: str
     event_id: str

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
 from sluice.core.items import is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
+from sluice.core.recordclass import field, recordclass
 from sluice.errors import StoreCorrupt, UnknownItem
 from sluice.scheduler.polecats import is_retry_due
 from sluice.scheduler.ranking import Work, rank_work
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 
-@dataclass
+@recordclass
 class Stale:
     context: Context
     reason: str
@@ -62,7 +62,7 @@ MISSING_ITEM = "missing-item"
 RIG_UNREADABLE = "rig-unreadable"
 
 
-@dataclass
+@recordclass
 class Held:
     """A context whose work item is missing, kept open until ``scheduler.missing_grace`` runs out."""
 
@@ -84,7 +84,7 @@ def held_row(held: Held) -> dict:
     return row
 
 
-@dataclass
+@recordclass
 class Survey:
     ready: list[Work] = field(default_factory=list)  # ranked, one per item
     blocked: list[Work] = field(default_factory=list)  # ranked, one per item

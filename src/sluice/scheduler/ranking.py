@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import order_of_ts, order_text
-from sluice.core.frozen import field as frozen_field
-from sluice.core.frozen import frozen
 from sluice.core.items import priority_of
+from sluice.core.recordclass import field, frozen, recordclass, replace
 from sluice.core.scoring import (
     WEIGHT_NAMES,
     Candidate,
@@ -54,7 +52,7 @@ if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore, Stores
     from sluice.store.town import Town
 
-@dataclass
+@recordclass
 class Work:
     """One candidate: a ready item, possibly queued through a sling context."""
 
@@ -174,7 +172,7 @@ class ReadyGroup:
     priority: int
     tokens: int
     count: int
-    rows: Callable[[int], list[tuple[str, str]]] = frozen_field(compare=False)
+    rows: Callable[[int], list[tuple[str, str]]] = field(compare=False)
     due_in_hours: float | None = None  # only set when the policy scores deadlines
 
 

@@ -28,7 +28,6 @@ one item twice.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -36,6 +35,7 @@ from sluice.core.clock import iso, now_utc
 from sluice.core.digest import sha256
 from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
+from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
 from sluice.errors import (
     SluiceError,
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 LOCK_STRIPES = 64
 
 
-@dataclass
+@recordclass
 class SlingOptions:
     formula: str = ""
     args: str = ""
@@ -69,7 +69,7 @@ class SlingOptions:
     dry_run: bool = False
 
 
-@dataclass
+@recordclass
 class _Work:
     item: dict
     rig: str
@@ -80,7 +80,7 @@ class _Work:
         return self.item["id"]
 
 
-@dataclass
+@recordclass
 class SlingResult:
     scheduled: list[dict] = field(default_factory=list)
     already: list[dict] = field(default_factory=list)
@@ -287,7 +287,7 @@ def _routed_rig(town: Town, item_id: str) -> str:
     return home.name
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class _Refusal:
     message: str  # the error of an item named on the command line
     brief: str  # the skip reason of an epic's or convoy's member

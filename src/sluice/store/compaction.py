@@ -24,11 +24,11 @@ Safety, in order:
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sluice.core.items import DONE_STATUSES, is_context
+from sluice.core.recordclass import asdict, recordclass
 from sluice.store import fsutil
 from sluice.store.jsonlog import LogTail, line_text
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
 
 
-@dataclass
+@recordclass
 class CompactResult:
     rig: str
     lines_before: int

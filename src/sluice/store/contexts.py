@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from sluice.core.items import (
     is_context,
     priority_of,
 )
+from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
 from sluice.errors import StoreCorrupt
 from sluice.store import events, fsutil, queuedigest
@@ -63,7 +64,7 @@ def sling_lock(town: Town) -> fsutil.FileLock:
     return fsutil.file_lock(town.lock_path(SLING_LOCK), timeout=SLING_LOCK_WAIT)
 
 
-@dataclass
+@recordclass
 class Context:
     """One open context as read: its id, its rig and its parsed fields (None when unparseable)."""
 
@@ -356,13 +357,16 @@ def _closing(stamp: str, reason: str) -> tuple[Callable[[dict], dict | None], Ca
 #: One JSON string, exactly as the grammar has it (so a line that matches is valid JSON); possessive,
 #: so a line that does not match fails at once rather than after backtracking.
 _STRING = r'"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+"'
-#: The whole line :func:`build_record` makes (as :func:`~sluice.store.jsonlog.line_text` writes it),
-#: open, with any strings: its ``"status":"open"`` and its ``updated_at`` value are the groups.
-_OPEN_LINE = re.compile(
-    r'\{"id":<s>,"title":<s>,"description":<s>,("status":"open"),"priority":[0-4],"issue_type":"task",'
-    r'"ephemeral":true,"labels":\["sluice:sling-context"\],'
-    r'"dependencies":\[\{"issue_id":<s>,"depends_on_id":<s>,"type":"tracks","created_at":<s>\}\],'
-    r'"created_at":<s>,"updated_at":(<s>)\}'.replace("<s>", _STRING))
+@cache
+def _open_line() -> re.Pattern:
+    """The whole line :func:`build_record` makes (as :func:`~sluice.store.jsonlog.line_text` writes it),
+    open, with any strings: its ``"status":"open"`` and its ``updated_at`` value are the groups.
+    Compiled by the first close (about 1 ms, which a read-only view never spends)."""
+    return re.compile(
+        r'\{"id":<s>,"title":<s>,"description":<s>,("status":"open"),"priority":[0-4],"issue_type":"task",'
+        r'"ephemeral":true,"labels":\["sluice:sling-context"\],'
+        r'"dependencies":\[\{"issue_id":<s>,"depends_on_id":<s>,"type":"tracks","created_at":<s>\}\],'
+        r'"created_at":<s>,"updated_at":(<s>)\}'.replace("<s>", _STRING))
 
 
 def closed_suffix(stamp: str, reason: str) -> str:
@@ -380,7 +384,7 @@ def closed_line(text: str, suffix: str) -> str | None:
     the whole line's grammar, so only a line whose keys are those, in that
     order, is patched, and every other one is parsed and re-encoded.
     """
-    match = _OPEN_LINE.fullmatch(text)
+    match = _open_line().fullmatch(text)
     if match is None:
         return None
     return f'{text[:match.start(1)]}"status":"closed"{text[match.end(1):match.start(2)]}{suffix}'

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from sluice.core.digest import sha256
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import frozen
 from sluice.errors import NotARepository
 from sluice.logs import log
 from sluice.store.fsutil import file_signature

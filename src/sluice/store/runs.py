@@ -29,11 +29,11 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.items import parse_ts
+from sluice.core.recordclass import field, recordclass
 from sluice.errors import StoreCorrupt
 from sluice.store import fsutil
 
@@ -102,7 +102,7 @@ def _parse(path: Path, data: bytes, first_line: int) -> tuple[list[dict], int]:
     return out, end
 
 
-@dataclass
+@recordclass
 class RunTail:
     """What has been read of the run log, so the next :meth:`read` parses only what was appended.
 
@@ -164,7 +164,7 @@ def digest_path(town: Town) -> Path:
     return town.runtime / "runs-digest.json"
 
 
-@dataclass
+@recordclass
 class Digest:
     """What the scheduler reads on every cycle, kept at a mark of the log (a cache: safe to delete).
 
@@ -315,7 +315,7 @@ def update(town: Town, run_id: str, changes: dict) -> dict | None:
     return record
 
 
-@dataclass
+@recordclass
 class CompactResult:
     lines_before: int
     lines_after: int

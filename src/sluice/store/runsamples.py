@@ -23,10 +23,10 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sluice.core import forecast as model
+from sluice.core.recordclass import field, recordclass
 from sluice.store import fsutil
 from sluice.store import runs as log
 
@@ -42,7 +42,7 @@ RUNNING_FIELDS = ("item_id", "rig", "issue_type", "labels", "touches", "started_
 GUARD = 64  # bytes before the mark that must be unchanged for a read to continue from it
 
 
-@dataclass
+@recordclass
 class Samples:
     """Each kind's window of samples, caught up with the log to ``offset``."""
 

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import frozen
 from sluice.errors import ConfigError, TownNotFound, UnknownRig, UsageError
 from sluice.store import configcache, fsutil
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.core.clock import iso, new_id
 from sluice.core.defaults import READY_LIMIT
 from sluice.core.items import STATUSES, ReadyFilter, dependency, labels_of, normalise
 from sluice.core.readiness import id_prefix
+from sluice.core.recordclass import recordclass
 from sluice.errors import InvalidOperation, MissingFile, UnknownItem, UsageError
 from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
 from sluice.store.town import Town
 
 
-@dataclass
+@recordclass
 class NewItem:
     title: str
     priority: int = 2

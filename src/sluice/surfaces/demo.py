@@ -22,9 +22,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from sluice.core.recordclass import field, recordclass
 from sluice.errors import SluiceError, UsageError
 
 CAP = 3
@@ -71,7 +71,7 @@ TASKS = {
 CHAINS = (("api", 4, 0), ("api", 8, 3), ("web", 7, 0), ("web", 8, 2), ("docs", 2, 0), ("docs", 3, 1))
 
 
-@dataclass
+@recordclass
 class DemoSummary:
     town: str
     items: int

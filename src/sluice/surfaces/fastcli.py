@@ -28,12 +28,10 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from dataclasses import dataclass
 
 from sluice import logs
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
-from sluice.core.frozen import field as frozen_field
-from sluice.core.frozen import frozen
+from sluice.core.recordclass import field, frozen, recordclass
 from sluice.core.text import printable_text
 from sluice.errors import SluiceError
 
@@ -49,7 +47,7 @@ class Spec:
     positionals: tuple[int, int] = (0, 0)
     options: tuple[str, ...] = ()
     flags: tuple[str, ...] = ("--json",)
-    integers: tuple[str, ...] = frozen_field(default=())
+    integers: tuple[str, ...] = field(default=())
 
 
 READY_OPTIONS = ("--limit", "--label", "--label-any", "--assignee", "--type", "--priority", "--sort")
@@ -71,7 +69,7 @@ COMMANDS = {
 }
 
 
-@dataclass
+@recordclass
 class Command:
     town: str | None
     name: tuple[str, str]

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from sluice.core.recordclass import recordclass
 from sluice.errors import InvalidOperation
 from sluice.store.town import Rig, Town
 
@@ -65,7 +65,7 @@ def repo_hooks_dir(rig: Rig) -> Path:
     return Path(repo.path) / "hooks"
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class InstallResult:
     rig: str
     hooks_dir: str
@@ -106,7 +106,7 @@ def install(town: Town, rig_name: str, force: bool = False) -> InstallResult:
     return InstallResult(rig.name, str(hooks_dir), installed, unchanged, replaced)
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class UninstallResult:
     rig: str
     hooks_dir: str

@@ -18,15 +18,15 @@ Everything here is pure: sections in, ``rich.text.Text`` lines out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from rich.cells import cell_len
 from rich.text import Text
+
+from sluice.core.recordclass import field, recordclass
 
 GAP = 2  # spaces between two columns
 
 
-@dataclass(frozen=True)
+@recordclass(frozen=True)
 class Column:
     name: str
     right: bool = False  # numbers: right-aligned, and so is their header
@@ -35,7 +35,7 @@ class Column:
     flex_min: int = 12
 
 
-@dataclass
+@recordclass
 class Section:
     """A titled table: ``rows`` are tuples of cells (str or Text), one per column."""
 

@@ -20,10 +20,10 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core.recordclass import field, recordclass
 from sluice.errors import SluiceError, UsageError
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-@dataclass
+@recordclass
 class Web:
     """A bound, configured dashboard server; ``run()`` serves until stopped, ``start()`` in a thread."""
 
