@@ -613,6 +613,62 @@ def test_ready_groups_count_deferred_candidates_by_the_clock(town_dir, rig):
     assert index.ready_count((2031 - 1970) * 365.25 * 86400) == 5  # al-2, the epic and its child too
 
 
+def test_answers_kept_beside_the_index_hold_for_their_file_and_until_the_next_deferral_ends(town_dir, rig,
+                                                                                              caplog):
+    """A one-shot command reads a rig's ready counts and merge queue from ``<index>.answers.json``
+    without opening the index; whatever order the clock and the file move in, the answer is the
+    index's own."""
+    year = lambda y: (y - 1970) * 365.25 * 86400  # noqa: E731
+    records = [record("al-1", priority=1), record("al-2", priority=1, defer_until="2030-01-01T00:00:00Z"),
+               record("al-3", priority=2, defer_until="2028-01-01T00:00:00Z"),
+               record("al-mr", issue_type="merge-request"), record("al-mr2", issue_type="merge-request",
+                                                                   status="in_progress")]
+    write_lines(issues_path(town_dir), [json.dumps(r) for r in records])
+
+    def counted(now: float) -> list[tuple[int, int, int]]:  # the index asked directly, by a fresh open
+        index = store_of(town_dir).index
+        facts = {i: (p, t) for i, p, t in index.conn().execute("SELECT id, priority, tokens FROM items")}
+        groups: dict[tuple[int, int], int] = {}
+        for row in index.ready_rows(now):
+            groups[facts[row[2]]] = groups.get(facts[row[2]], 0) + 1
+        return sorted((p, t, n) for (p, t), n in groups.items())
+
+    for y in (2025, 2026, 2029, 2031, 2025, 2028.5, 2031):  # forwards past two deferrals, then back
+        fresh = store_of(town_dir).index
+        assert sorted(fresh.ready_groups(year(y))) == counted(year(y)), y
+    served = store_of(town_dir).index
+    assert sorted(served.ready_groups(year(2031))) == counted(year(2031))
+    assert served.status_counts("merge-request") == {"open": 1, "in_progress": 1}
+    served = store_of(town_dir).index
+    assert served.status_counts("merge-request") == {"open": 1, "in_progress": 1}
+    assert sorted(served.ready_groups(year(2031))) == counted(year(2031))
+    assert served._conn is None  # both from the kept answers: the index was never opened
+    answers = store_of(town_dir).index._answers_path
+
+    # The file changes: the kept answers are another file's, so the index is asked again.
+    write_lines(issues_path(town_dir), [json.dumps(r) for r in [*records, record("al-4", priority=3),
+                                                              record("al-mr3", issue_type="merge-request")]])
+    served = store_of(town_dir).index
+    assert (3, 0, 1) in [(p, 0, n) for p, _t, n in served.ready_groups(year(2031))]
+    assert store_of(town_dir).index.status_counts("merge-request") == {"open": 2, "in_progress": 1}
+    # Kept answers that are cut short or not ours are no answers.
+    for damaged in (b'{"version": 1, "sch', b"[]", json.dumps({**json.loads(answers.read_bytes()),
+                                                            "version": 99}).encode()):
+        answers.write_bytes(damaged)
+        assert sorted(store_of(town_dir).index.ready_groups(year(2031))) == counted(year(2031))
+        assert json.loads(answers.read_bytes())["version"] == 1  # and kept again, whole
+
+    # A torn last line is said by every command, the ones answered from the kept answers too.
+    with issues_path(town_dir).open("a") as fh:
+        fh.write('{"id": "al-torn", "tit')
+    assert sorted(store_of(town_dir).index.ready_groups(year(2031))) == counted(year(2031))
+    caplog.clear()
+    served = store_of(town_dir).index
+    served.ready_groups(year(2031))
+    assert served._conn is None and any("al-torn" in r.getMessage() or "issues.jsonl" in r.getMessage()
+                                        for r in caplog.records)
+
+
 def test_a_file_lock_waits_times_out_and_dies_with_its_holder(tmp_path):
     """Two holders never overlap; a busy lock is LockBusy after its timeout; kill -9 frees it."""
     import signal
