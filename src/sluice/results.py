@@ -66,9 +66,8 @@ __all__ = [
     "UsageReport",
 ]
 
-# -- frozen records, made without code generation (:mod:`sluice.core.frozen`) ---------------------
+# -- frozen records, made without code generation (:mod:`sluice.core.recordclass`) ----------------
 
-_MISSING = MISSING
 result = frozen
 
 def _scalars(cls, doc: dict) -> dict:
@@ -80,7 +79,7 @@ def _scalars(cls, doc: dict) -> dict:
     for name, f in cls._spec.items():
         if name == "document":
             continue
-        if (f.default is _MISSING and f.factory is _MISSING) or name in doc:
+        if (f.default is MISSING and f.factory is MISSING) or name in doc:
             out[name] = doc[name]
     return out
 

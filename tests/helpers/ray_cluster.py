@@ -135,15 +135,19 @@ def _popen(argv: list[str], log_path: Path, extra_env: dict[str, str] | None = N
 def start_cluster() -> RayCluster:
     """Start a head and return once its Jobs API answers; a ``ray start`` that gave up is run again."""
     require_ray()
-    deadline = time.monotonic() + START_TIMEOUT
+    return _started("the Ray head did not come up", START_TIMEOUT, _try_head)
+
+
+def _started(what: str, timeout: float, attempt):
+    """``attempt(deadline)`` until it gives something up, or fail with every attempt's output."""
+    deadline = time.monotonic() + timeout
     failures: list[str] = []
     while time.monotonic() < deadline:
-        cluster, failure = _try_head(deadline)
-        if cluster is not None:
-            return cluster
+        made, failure = attempt(deadline)
+        if made is not None:
+            return made
         failures.append(failure)
-    pytest.fail(f"the Ray head did not come up within {START_TIMEOUT:g}s, "
-                f"after {len(failures)} start(s):\n" + "\n---\n".join(failures))
+    pytest.fail(f"{what} within {timeout:g}s, after {len(failures)} start(s):\n" + "\n---\n".join(failures))
 
 
 def _try_head(deadline: float) -> tuple[RayCluster | None, str]:
@@ -195,15 +199,8 @@ def add_node(cluster: RayCluster, resources: dict[str, float], hidden: list[Path
     unshare = shutil.which("unshare")
     if unshare is None:
         pytest.fail("the two-node Ray tests need `unshare` (util-linux) to hide directories from a node")
-    deadline = time.monotonic() + JOIN_TIMEOUT
-    failures: list[str] = []
-    while time.monotonic() < deadline:
-        node, failure = _try_node(unshare, cluster, resources, hidden, deadline)
-        if node is not None:
-            return node
-        failures.append(failure)
-    pytest.fail(f"the second Ray node did not join within {JOIN_TIMEOUT:g}s, "
-                f"after {len(failures)} start(s):\n" + "\n---\n".join(failures))
+    return _started("the second Ray node did not join", JOIN_TIMEOUT,
+                    lambda deadline: _try_node(unshare, cluster, resources, hidden, deadline))
 
 
 def _try_node(unshare: str, cluster: RayCluster, resources: dict[str, float], hidden: list[Path],
