@@ -98,6 +98,22 @@ def test_compaction_archives_old_ended_runs_and_keeps_running_ones(town_files):
     assert [r["run_id"] for r in archived] == ["old"]
 
 
+def test_compaction_leaves_the_run_digest_a_whole_read_of_the_new_log_would_make(town_files):
+    now = time.time()
+    runlog.append(town_files, [record("old", "ok", "2020-01-01T00:00:00.000000Z"), record("live"),
+                               record("done", "failed", "2999-01-01T00:00:00.000000Z")])
+    runlog.append(town_files, [record("done", "ok", "2999-01-01T00:00:00.000000Z")])
+    runlog.digest(town_files)  # a digest of the old file
+    runlog.compact(town_files, retention=3600, now=now)
+    kept, stat = runlog._load_digest(town_files), runlog.log_path(town_files).stat()
+    assert kept is not None and (kept.inode, kept.offset, kept.lines) == (stat.st_ino, stat.st_size, 2)
+    runlog._memo.clear()
+    runlog.digest_path(town_files).unlink()
+    whole = runlog.digest(town_files)  # read whole
+    assert (kept.running, kept.latest, kept.totals) == (whole.running, whole.latest, whole.totals)
+    assert sorted(kept.running) == ["live"] and kept.totals == {"ok": 1}
+
+
 def _polecat(state: str, exit_code=None, executor: str = "local", **detail) -> Polecat:
     return Polecat(id="pc-1", executor=executor, item_id="al-1", rig="alpha", context_id="",
                    started_at="", state=state, detail={"exit_code": exit_code, **detail})

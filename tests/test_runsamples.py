@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -74,7 +75,13 @@ def test_the_windows_kept_at_a_mark_always_equal_a_whole_read(town_dir, steps, w
             assert set(kept.runs) == {run_id for rows in kept.kinds.values() for _, run_id in rows}
             assert set(kept.pending) == {r["run_id"] for r in runs if r["outcome"] == "running"}
         elif kind == "compact":
-            runlog.compact(town, retention=10**9)
+            runlog.compact(town, retention=10**9, keep=partial(runsamples.keep_written, town, window=window))
+            log = runlog.log_path(town)
+            if log.exists():  # the samples of the new file, from the runs compaction held: no line read
+                written, stat = runsamples._load(town), log.stat()
+                assert written is not None and (written.inode, written.offset) == (stat.st_ino, stat.st_size)
+                assert windows(written.model()) == windows(whole(town, window))
+                assert set(written.pending) == {r["run_id"] for r in runs if r["outcome"] == "running"}
     runsamples._memo.clear()  # a new process, from the kept file and the lines after its mark
     assert windows(runsamples.samples(town, window).model()) == windows(whole(town, window))
 

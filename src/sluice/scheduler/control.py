@@ -8,6 +8,7 @@ Reading the queue is :mod:`sluice.scheduler.queue`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sluice.errors import StoreCorrupt
@@ -21,6 +22,8 @@ from sluice.store.rigstore import Stores
 from sluice.store.state import detect_actor, set_paused, set_resumed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.store.town import Town
 
 # Every control command opens its session first, which reads the config: a corrupt file is an
@@ -86,6 +89,13 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}
 
 
+def _samples_kept(town: Town) -> Callable[[bytes, list[dict]], None]:
+    """What the run log's compaction keeps besides its digest: the forecast's samples of the new file."""
+    from sluice.store import runsamples  # here: it brings the forecast model, which pause and clear need not
+
+    return partial(runsamples.keep_written, town)
+
+
 def compact(where: Town | Session, rig: str | None = None) -> dict:
     """Compact every rig's ephemeral log (or ``rig``'s), archiving contexts closed before the retention."""
     session = Session.of(where)
@@ -95,7 +105,7 @@ def compact(where: Town | Session, rig: str | None = None) -> dict:
     rows = [compact_log(store, retention).to_json() for store in targets]
     out = {"retention": config.scheduler.compact_retention, "rigs": rows}
     if rig is None:  # the run log is the town's, archived by the same retention
-        out["runs"] = runlog.compact(town, retention).to_json()
+        out["runs"] = runlog.compact(town, retention, keep=_samples_kept(town)).to_json()
     return out
 
 
@@ -114,5 +124,6 @@ def compact_if_long(town: Town) -> list[dict]:
         except StoreCorrupt:  # a rig that cannot be read is held, never rewritten; the others are compacted
             continue
     if runlog.digest(town).lines > sched.compact_at:  # counted by the digest: no read of the log
-        rows.append({"rig": "(run log)", **runlog.compact(town, retention).to_json()})
+        rows.append({"rig": "(run log)",
+                     **runlog.compact(town, retention, keep=_samples_kept(town)).to_json()})
     return rows

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import DONE_STATUSES, is_context
 from sluice.core.recordclass import asdict, recordclass
-from sluice.store import fsutil
+from sluice.store import contexts, fsutil
 from sluice.store.jsonlog import LogTail, line_text
 
 if TYPE_CHECKING:
@@ -106,18 +106,47 @@ def compact(store: RigStore, retention: float | None = None, now: float | None =
         _remove_leftovers(store)
         tail = LogTail(store.ephemeral_path)
         records = tail.catch_up()
-        keep, archive = [], []
+        keep, kept, archive = [], [], []
         cutoff = now - retention if retention is not None else None
         # Each record where its latest version stood: the file reads as its last lines did.
         for record in sorted(records.values(), key=lambda r: tail.positions[r["id"]]):
             text = line_text(record) + "\n"
-            (archive if cutoff is not None and _expired(record, cutoff) else keep).append(text)
+            if cutoff is not None and _expired(record, cutoff):
+                archive.append(text)
+            else:
+                keep.append(text.encode("utf-8"))
+                kept.append(record)
         result = CompactResult(store.rig.name, tail.lines, len(keep), len(archive))
         if tail.lines == 0 and not store.ephemeral_path.exists():
             return result
         if archive:
             _append_archive(store.ephemeral_path.parent / ARCHIVE_NAME, archive)
-        fsutil.atomic_write_bytes(store.ephemeral_path, "".join(keep).encode("utf-8"))
+        data = b"".join(keep)
+        fsutil.atomic_write_bytes(store.ephemeral_path, data)
         store.forget_digests()  # their marks name the old file, whose inode a later file may reuse
+        _keep_digests(store, data, keep, kept)
     store.refresh()
     return result
+
+
+def _keep_digests(store: RigStore, data: bytes, lines: list[bytes], records: list[dict]) -> None:
+    """The digests of the log just written, so that the next reader need not parse it whole.
+
+    Compaction holds every record it wrote and knows where each line
+    starts, which is all the summary and the queue digest are made of; a
+    reader would otherwise read the new file whole once, about a second at
+    100,000 open contexts.  Written under the rig lock, after the rename:
+    a crash before they are written leaves no digest (the reader reads the
+    log whole, as before), and the marks name the new file, so no other
+    file can continue from them.
+    """
+    try:
+        mark = LogTail.mark_of_written(store.ephemeral_path, data, len(lines))
+    except OSError:  # the file just written cannot be looked at: the next reader reads it whole
+        return
+    offsets, at = [], 0
+    for line in lines:
+        offsets.append(at)
+        at += len(line)
+    store.keep_summary_of(mark, records)
+    contexts.keep_digest_of(store, mark, zip(records, offsets, strict=True))

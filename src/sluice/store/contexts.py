@@ -214,6 +214,15 @@ def _lean_open(store: RigStore) -> list[Context]:
     return found
 
 
+def keep_digest_of(store: RigStore, mark: dict, records_at: Iterable[tuple[dict, int]]) -> None:
+    """Keep the queue digest of a log just written whole (compaction): its records, each with its line's
+    offset, in the order they stand in the file."""
+    name = store.rig.name
+    rows = [_row(parse(name, record), at) for record, at in records_at
+            if record.get("status", "open") not in DONE_STATUSES and is_context(record)]
+    queuedigest.write(store.queue_digest_path, mark, rows)
+
+
 def _row(context: Context, offset: int) -> list:
     return [context.id, context.fields.to_compact() if context.fields is not None else None, offset]
 

@@ -85,6 +85,14 @@ class LogTail:
         return {"inode": self.inode, "offset": self.offset, "lines": self.lines, "guard": self.guard.hex()}
 
     @classmethod
+    def mark_of_written(cls, path: Path, data: bytes, lines: int) -> dict:
+        """The :meth:`mark` of a reader that has read all of ``path``, just written whole as ``data``."""
+        tail = cls(path)
+        tail.inode, tail.offset, tail.lines = os.stat(path).st_ino, len(data), lines
+        tail.guard = data[-cls.GUARD :]
+        return tail.mark()
+
+    @classmethod
     def resume(cls, path: Path, mark: object) -> LogTail | None:
         """A reader that parses only what was appended after ``mark`` (its ``records`` hold just that).
 

@@ -418,6 +418,10 @@ class RigStore:
             with contextlib.suppress(OSError):
                 path.unlink()
 
+    def keep_summary_of(self, mark: dict, records: Iterable[dict]) -> None:
+        """Keep the summary of a log just written whole (compaction) as ``records``, at its ``mark``."""
+        self._keep_summary(mark, self._summarise(records))
+
     def _kept_summary(self) -> tuple[dict, tuple[set[str], bool, bool]] | None:
         try:
             kept = json.loads(self._summary_path.read_bytes())

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -229,11 +229,15 @@ def digest(town: Town) -> Digest:
             kept.apply(record, fresh=False)
     kept.offset += used
     kept.lines += data[:used].count(b"\n")
+    _write_digest(town, kept)
+    _memo[path] = kept
+    return kept
+
+
+def _write_digest(town: Town, kept: Digest) -> None:
     document = {"version": DIGEST_VERSION, "inode": kept.inode, "offset": kept.offset, "lines": kept.lines,
                 "running": kept.running, "latest": kept.latest, "totals": kept.totals}
     fsutil.write_cache(digest_path(town), json.dumps(document, separators=(",", ":")).encode("utf-8"))
-    _memo[path] = kept
-    return kept
 
 
 _memo: dict[Path, Digest] = {}
@@ -333,8 +337,18 @@ def line_count(town: Town) -> int:
         return 0
 
 
-def compact(town: Town, retention: float, now: float | None = None) -> CompactResult:
-    """One line per run; runs that ended before ``now - retention`` go to the archive first."""
+def compact(town: Town, retention: float, now: float | None = None,
+            keep: Callable[[bytes, list[dict]], None] | None = None) -> CompactResult:
+    """One line per run; runs that ended before ``now - retention`` go to the archive first.
+
+    The run digest of the new file is written from the runs it holds (as a
+    whole read of it would make it), so the next cycle does not parse the
+    rewritten log; ``keep`` is handed the new file's bytes and its runs,
+    still under the lock, for what else is kept of the log (the forecast's
+    samples, which live above this module).  A crash before either is
+    written leaves a cache that no longer fits the file: the next reader
+    reads the log whole, as before.
+    """
     import gzip  # here: compaction is rare
 
     now = time.time() if now is None else now
@@ -344,13 +358,30 @@ def compact(town: Town, retention: float, now: float | None = None) -> CompactRe
         tail.read()
         if tail.inode is None:
             return CompactResult(0, 0, 0)
-        keep, archive = [], []
+        lines, kept, archive = [], [], []
         for record in tail.runs.values():
             ended = parse_ts(record.get("ended_at"))
             old = record.get("outcome") != RUNNING and ended is not None and ended < now - retention
-            (archive if old else keep).append(_line(record) + "\n")
+            if old:
+                archive.append(_line(record) + "\n")
+            else:
+                lines.append(_line(record) + "\n")
+                kept.append(record)
         if archive:  # archived (and synced) before the log is replaced: a crash can only archive twice
             member = gzip.compress("".join(archive).encode("utf-8"), mtime=0)
             fsutil.append_bytes(path.parent / ARCHIVE_NAME, member, mend=False)
-        fsutil.atomic_write_bytes(path, "".join(keep).encode("utf-8"))
-    return CompactResult(tail.lines, len(keep), len(archive))
+        data = "".join(lines).encode("utf-8")
+        fsutil.atomic_write_bytes(path, data)
+        try:
+            inode = os.stat(path).st_ino
+        except OSError:  # the file just written cannot be looked at: the next reader reads it whole
+            inode = None
+        if inode is not None:
+            written = Digest(inode=inode, offset=len(data), lines=len(lines))
+            for record in kept:  # each run once, as a whole read of the new file applies it
+                written.apply(record, fresh=True)
+            _write_digest(town, written)
+            _memo[path] = written
+            if keep is not None:
+                keep(data, kept)
+    return CompactResult(tail.lines, len(lines), len(archive))
