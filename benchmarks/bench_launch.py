@@ -30,7 +30,7 @@ the later ones a read of a queue nothing changed since (which a tree
 that keeps the queue's head answers from it).  Then ``scheduler clear --json`` closes the
 whole queue twice per tree: on that copy, whose digests the tree's own
 commands wrote, and on a fresh copy, where no digest fits (a copy has
-other inodes), as for the first command after a compaction; reported
+other inodes); reported
 are its CPU time, peak memory (the process's maximum resident set) and
 wall time (the target: under 3 s and 300 MB at 100,000).
 
@@ -147,7 +147,7 @@ def clears(work: Path, trees: dict[str, Path], town: Path, copies: dict[str, Pat
 
     ``kept``: on the tree's copy after its cycles and views, so with the
     digests its own commands wrote.  ``unkept``: on a fresh copy (another
-    inode, so no digest fits), the first command after a compaction.
+    inode, so no digest fits), as on a copied town.
     """
     out: dict[str, dict] = {name: {} for name in trees}
     fresh = {name: copy_town(town, work / f"clear-{n}-{name}") for name in trees}

@@ -343,11 +343,13 @@ def compact(town: Town, retention: float, now: float | None = None,
 
     The run digest of the new file is written from the runs it holds (as a
     whole read of it would make it), so the next cycle does not parse the
-    rewritten log; ``keep`` is handed the new file's bytes and its runs,
-    still under the lock, for what else is kept of the log (the forecast's
-    samples, which live above this module).  A crash before either is
-    written leaves a cache that no longer fits the file: the next reader
-    reads the log whole, as before.
+    rewritten log; ``keep`` is handed the new file's bytes and its runs for
+    what else is kept of the log (the forecast's samples, which live above
+    this module).  Both are written after the lock is released, so writers
+    need not wait for them: they describe a prefix of the new file, which
+    appends made meanwhile only extend.  A crash before they are written
+    leaves caches that no longer fit the file: the next reader reads the log
+    whole, as before.
     """
     import gzip  # here: compaction is rare
 
@@ -372,16 +374,15 @@ def compact(town: Town, retention: float, now: float | None = None,
             fsutil.append_bytes(path.parent / ARCHIVE_NAME, member, mend=False)
         data = "".join(lines).encode("utf-8")
         fsutil.atomic_write_bytes(path, data)
-        try:
+        try:  # taken while no writer can have appended to the new file
             inode = os.stat(path).st_ino
         except OSError:  # the file just written cannot be looked at: the next reader reads it whole
             inode = None
-        if inode is not None:
-            written = Digest(inode=inode, offset=len(data), lines=len(lines))
-            for record in kept:  # each run once, as a whole read of the new file applies it
-                written.apply(record, fresh=True)
-            _write_digest(town, written)
-            _memo[path] = written
-            if keep is not None:
-                keep(data, kept)
+    if inode is not None:  # after the lock: appends made meanwhile only extend what they describe
+        written = Digest(inode=inode, offset=len(data), lines=len(lines))
+        for record in kept:  # each run once, as a whole read of the new file applies it
+            written.apply(record, fresh=True)
+        _write_digest(town, written)
+        if keep is not None:
+            keep(data, kept)
     return CompactResult(tail.lines, len(lines), len(archive))
