@@ -412,6 +412,9 @@ def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, 
             again = status(town_dir)
             assert again == first == fresh(town_dir), op
             now = clock.now
+            shown = snapshot_times(town_dir, now)  # the last replay of this queue, if one is kept
+            assert snapshot_times(town_dir, now) == shown, op
+            assert shown == fresh_snapshot_times(town_dir, now), op
             replayed = forecast_at(town_dir, now)
             assert forecast_at(town_dir, now) == replayed == fresh_forecast_at(town_dir, now), op
         MemoryExecutor.forget_town(Town(town_dir))
@@ -491,3 +494,79 @@ def test_a_cut_or_foreign_head_of_the_reading_is_no_head(twelve_queued, clock):
         assert page_times(twelve_queued, now, 5) == whole[:5]
     path.write_text(json.dumps(kept)[:40])
     assert page_times(twelve_queued, now, 5) == whole[:5]
+
+
+# -- a snapshot's forecast, from the last replay of the same queue ---------------------------------
+
+
+def snapshot_times(town_dir: Path, now: float, limit: int = 50) -> tuple[dict, list[tuple]]:
+    """``snapshot --limit``'s forecast head and its queue rows' times, at ``now``."""
+    from sluice.scheduler.snapshot import snapshot
+
+    snap = snapshot(Session(Town(town_dir), now=now), limit=limit)
+    return snap["forecast"], [(row["id"], row["start_at"], row["done_at"]) for row in snap["queue"]]
+
+
+def fresh_snapshot_times(town_dir: Path, now: float, limit: int = 50) -> tuple[dict, list[tuple]]:
+    """What a replay gives, at the moment the kept one was made (``now`` when none is kept).
+
+    A kept replay answers only for the inputs it was made for, so the files
+    are as they were then: a snapshot at that moment with nothing kept of
+    the replay must show the same.
+    """
+    path = queuekeep.path(Town(town_dir), queuekeep.REPLAY_SUMMARY_FILE)
+    with contextlib.suppress(OSError, ValueError):
+        now = json.loads(path.read_bytes())["made_at"]
+    path.unlink(missing_ok=True)
+    return snapshot_times(town_dir, now, limit)
+
+
+def replays(monkeypatch) -> list[int]:
+    """One entry per replay of the whole queue."""
+    from sluice.scheduler import forecast
+
+    calls: list[int] = []
+    real = forecast.model.simulate
+    monkeypatch.setattr(forecast.model, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_a_snapshot_of_an_unchanged_queue_shows_the_last_replay_of_it(twelve_queued, clock, monkeypatch):
+    made = clock.now
+    first = snapshot_times(twelve_queued, made)
+    assert first[0]["at"] == forecast_at(twelve_queued, made)["at"]
+    assert [row[0] for row in first[1]] == [f"al-{n:02}" for n in range(12)]
+    assert all(row[1] for row in first[1])
+    counted = replays(monkeypatch)
+    assert snapshot_times(twelve_queued, made + 30) == first and not counted  # made at ``made``, its ``at``
+    assert fresh_snapshot_times(twelve_queued, made + 30) == first and len(counted) == 1
+    past = made + queuekeep.KEEP_AT_MOST + 1  # past its bound: replayed at the snapshot's own moment
+    again = snapshot_times(twelve_queued, past)
+    assert again[0]["at"] == forecast_at(twelve_queued, past)["at"] != first[0]["at"]
+    configure(twelve_queued, "scheduler.max_polecats", "3")  # a change: replayed, never the kept one
+    changed = snapshot_times(twelve_queued, past + 1)
+    assert changed[0]["at"] == forecast_at(twelve_queued, past + 1)["at"] and changed[1] != first[1]
+
+
+def test_a_snapshot_whose_rows_pass_the_kept_times_replays_the_queue(twelve_queued, clock, monkeypatch):
+    monkeypatch.setattr(queuekeep, "HEAD_ROWS", 2)  # two rows' times kept
+    now = clock.now
+    first = snapshot_times(twelve_queued, now, limit=2)
+    counted = replays(monkeypatch)
+    assert snapshot_times(twelve_queued, now + 1, limit=2) == first and not counted
+    five = snapshot_times(twelve_queued, now + 1, limit=5)
+    assert len(counted) == 1 and five[0]["at"] != first[0]["at"]  # past the kept times: replayed then
+    queuekeep.path(Town(twelve_queued), queuekeep.REPLAY_SUMMARY_FILE).unlink()
+    assert snapshot_times(twelve_queued, now + 1, limit=5) == five
+
+
+def test_a_cut_or_foreign_kept_replay_is_no_replay(twelve_queued, clock):
+    now = clock.now
+    first = snapshot_times(twelve_queued, now)
+    path = queuekeep.path(Town(twelve_queued), queuekeep.REPLAY_SUMMARY_FILE)
+    kept = json.loads(path.read_bytes())
+    for bad in ({**kept, "head": [1]}, {**kept, "times": {"al-00": "soon"}}, {**kept, "times": []}):
+        path.write_text(json.dumps(bad))
+        assert snapshot_times(twelve_queued, now) == first
+    path.write_text(json.dumps(kept)[:40])
+    assert snapshot_times(twelve_queued, now) == first

@@ -218,13 +218,68 @@ def _setting(session: Session, caps: dict) -> _Setting:
 
 
 def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Replay:
-    """The queue replayed under today's caps from the learned runtimes (the survey is the session's)."""
+    """The queue replayed under today's caps from the learned runtimes (the survey is the session's).
+
+    When the reading it replayed may be kept, the replay's head and its
+    first rows' times are kept under the same inputs (:func:`kept_head`).
+    """
     session = Session.of(where, executor, now)
-    works, caps = _queue_reading(session)
+    works, caps, until = _queue_reading(session)
     setting = _setting(session, caps)
     queue = setting.queue(works)
     result = model.simulate(session.now, queue, setting.running, setting.limits, setting.charges)
-    return Replay(result, queue, setting.daemon, _budgets(setting.limits, setting.charges, session.now))
+    replayed = Replay(result, queue, setting.daemon, _budgets(setting.limits, setting.charges, session.now))
+    if until is not None:
+        _keep_head(session, replayed, until)
+    return replayed
+
+
+def head(replayed: Replay) -> dict:
+    """A forecast's head as ``scheduler forecast`` and ``snapshot`` show it: :func:`summary`, and the
+    queue's size."""
+    return {**summary(replayed), "items_total": len(replayed.result.slots)}
+
+
+def kept_head(session: Session, rows: list[dict]) -> dict | None:
+    """The head of the last whole replay of this very queue, and ``rows``' start and finish from it.
+
+    ``rows`` are the queue's first rows (``scheduler status``'s).  A whole
+    replay of 100,000 queued items takes about a second, and a view that
+    refreshes (``top``, the web page, a client polling ``snapshot``) would
+    pay it at every refresh of a queue nothing changed: the replay that
+    :func:`replay` kept for the same inputs (the reading's, so until the
+    same horizon, never more than a minute) answers instead.  Its ``at``
+    says when it was made.  None when there is no such replay, or a row is
+    not among the times it kept (then the caller replays).
+    """
+    key = queuekeep.inputs(session)
+    found = queuekeep.load(session, key, queuekeep.REPLAY_SUMMARY_FILE) if key is not None else None
+    if found is None or not isinstance(found.get("head"), dict) or not isinstance(found.get("times"), dict):
+        return None
+    times, whole = found["times"], found.get("whole") is True
+    shown = []
+    for row in rows:
+        time = times.get(row["id"])
+        if time is None and not whole:  # past the kept rows: only the whole replay knows
+            return None
+        if time is not None and not (isinstance(time, list) and len(time) == 2):
+            return None
+        shown.append(time or [None, None])
+    for row, (start, done) in zip(rows, shown, strict=True):
+        row["start_at"], row["done_at"] = start, done
+    return found["head"]
+
+
+def _keep_head(session: Session, replayed: Replay, until: float) -> None:
+    """Keep ``replayed``'s head and the times of its first rows for :func:`kept_head`."""
+    key = queuekeep.inputs(session)
+    if key is None:
+        return
+    slots = replayed.result.slots
+    times = {slot.item_id: [_at(slot.start_at), _at(slot.done_at)] for slot in slots[:queuekeep.HEAD_ROWS]}
+    queuekeep.keep(session, key, until, {"head": head(replayed), "times": times,
+                                         "whole": len(slots) <= queuekeep.HEAD_ROWS},
+                   queuekeep.REPLAY_SUMMARY_FILE)
 
 
 def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
@@ -252,7 +307,7 @@ def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
 
 
 def _whole_reading(session: Session) -> tuple[list[list], int, dict]:
-    works, caps = _queue_reading(session)
+    works, caps, _until = _queue_reading(session)
     return works, len(works), caps
 
 
@@ -270,8 +325,9 @@ def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
     return found["works"], size, found["caps"]
 
 
-def _queue_reading(session: Session) -> tuple[list[list], dict]:
-    """Each queued item as the replay reads it, in queue order, and the caps and budgets admission reads.
+def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
+    """Each queued item as the replay reads it, in queue order, the caps and budgets admission reads,
+    and until when the reading is kept (None: it may not be).
 
     A row is ``[item id, rig, issue type, the item's labels, its estimated
     minutes, its tokens, the end of its backoff (epoch, or None), why it
@@ -287,7 +343,7 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
         key = queuekeep.inputs(session)
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
         if found is not None and _is_reading(found):
-            return found["works"], found["caps"]
+            return found["works"], found["caps"], found["until"]
     _, view, _, assessment = queue_model.queue_view(session)
     retry = retry_window(session.config.scheduler)
     backing_off = {id(w) for w in view.backing_off}
@@ -308,12 +364,13 @@ def _queue_reading(session: Session) -> tuple[list[list], dict]:
     limits = assessment.limits
     caps = {"rig_caps": dict(limits.rig_caps), "label_caps": dict(limits.label_caps),
             "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
+    until = None
     if key is not None and queuekeep.keepable(view, assessment):
         until = queuekeep.horizon(session, view, assessment, retry)
         queuekeep.keep(session, key, until, {"works": works, "caps": caps}, queuekeep.REPLAY_FILE)
         queuekeep.keep(session, key, until, {"works": works[:queuekeep.HEAD_ROWS], "total": len(works),
                                              "caps": caps}, queuekeep.REPLAY_HEAD_FILE)
-    return works, caps
+    return works, caps, until
 
 
 def _is_reading(found: dict) -> bool:
@@ -354,13 +411,13 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
     replayed = replay(session)
     result = replayed.result
     shown = range(min(limit, len(result.slots)) if limit else len(result.slots))
-    head = {**summary(replayed), "items_total": len(result.slots)}
+    top = head(replayed)
     try:
-        kept_forecasts.keep(session.files, {**head, "at_ts": result.at})
+        kept_forecasts.keep(session.files, {**top, "at_ts": result.at})
     except (OSError, SluiceError) as err:
         logger.warning("%s: the forecast was not kept (%s); scheduler status shows the previous one",
                     kept_forecasts.path(session.files), err)
-    return {**head, "items": [replayed.row(index) for index in shown]}
+    return {**top, "items": [replayed.row(index) for index in shown]}
 
 
 def summary(replayed: Replay) -> dict:

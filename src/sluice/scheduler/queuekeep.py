@@ -63,6 +63,8 @@ FILE = "queue-head.json"
 REPLAY_FILE = "queue-replay.json"
 #: Its first :data:`HEAD_ROWS` rows and the queue's size: what a replay of a view's first rows reads.
 REPLAY_HEAD_FILE = "queue-replay-head.json"
+#: The last whole replay's head and its first :data:`HEAD_ROWS` rows' times: what ``snapshot`` shows.
+REPLAY_SUMMARY_FILE = "queue-replay-summary.json"
 VERSION = 1
 
 

@@ -135,13 +135,16 @@ def _forecast(session: Session, queue: list[dict]) -> dict:
     that fails says why in ``error`` and leaves the rest of the view as it is.
     """
     try:
+        kept = forecasting.kept_head(session, queue)
+        if kept is not None:  # the last replay of this very queue: its ``at`` says when it was made
+            return kept
         replayed = forecasting.replay(session)
     except (SluiceError, OSError) as err:
         for row in queue:
             row["start_at"] = row["done_at"] = None
         return {"error": str(err)}
     forecasting.with_etas(session, queue, replayed)
-    return {**forecasting.summary(replayed), "items_total": len(replayed.result.slots)}
+    return forecasting.head(replayed)
 
 
 def snapshot(where: Town | Session, executor: Executor | None = None, *, decisions: int = RECENT_DECISIONS,
