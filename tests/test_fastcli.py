@@ -172,6 +172,12 @@ CASES = [
     ("scheduler", "run", "--dry-run", "--batch=1", "--ignore-backoff"),
     ("scheduler", "run", "--dry-run", "--batch", "0"),
     ("scheduler", "run", "--dry-run", "--batch", "x"),
+    ("snapshot",),
+    ("snapshot", "--json"),
+    ("snapshot", "--limit", "1", "--json"),
+    ("snapshot", "--limit=-1"),
+    ("snapshot", "--limit", "x"),
+    ("snapshot", "al-1"),
 ]
 
 
@@ -181,6 +187,7 @@ def same_run(text: str) -> str:
     times = "decision_id|at|start_at|done_at|done_p90_at|drain_at|drain_p90_at|room_at"
     text = re.sub(rf'"({times})":"[^"]*"', r'"\1":"…"', text)
     text = re.sub(r"(drains ≈|\(p90 )[^ )]+", r"\1…", text)  # the forecast's drain, as text
+    text = re.sub(r"\b\d{4}-\d\d-\d\dT[\d:.]+Z\b", "…", text)  # a snapshot's moment, as text
     return re.sub(r"\b\d\d:\d\d\b", "…", text)
 
 
@@ -214,7 +221,7 @@ def test_fast_path_follows_the_town_option_and_a_changed_config(fresh_dir, tmp_p
                                   ("scheduler", "status", "--json"), ("scheduler", "list"),
                                   ("scheduler", "explain", "al-1"), ("scheduler", "forecast", "--json"),
                                   ("hooks", "report", "--rig", "alpha"),
-                                  ("scheduler", "run", "--dry-run", "--json")],
+                                  ("scheduler", "run", "--dry-run", "--json"), ("snapshot", "--json")],
                          ids=" ".join)
 def test_hot_commands_import_nothing_heavy_or_spare(shared_dir, args):
     import os
@@ -304,6 +311,7 @@ ANSWERED = {
     ("scheduler", "forecast"): ["scheduler", "forecast", "--limit", "1"],
     ("hooks", "report"): ["hooks", "report", "--rig", "alpha", "--json"],
     ("scheduler", "run"): ["scheduler", "run", "--dry-run", "--json"],
+    ("snapshot",): ["snapshot", "--limit", "2"],
 }
 
 

@@ -27,7 +27,6 @@ from sluice.core.items import parse_ts
 from sluice.core.records import SlingContextFields
 from sluice.errors import ExecutorUnavailable, SluiceError, UnknownPolecat
 from sluice.scheduler import polecats as control
-from sluice.scheduler import workspaces
 from sluice.scheduler.breaker import trip_breaker
 from sluice.scheduler.requeue import queue_again, sling_params
 from sluice.scheduler.runs import history, outcome_of, running_records, stamp
@@ -137,6 +136,8 @@ def finish(town: Town, ends: dict[str, dict], stores: Stores | None = None) -> l
 def _end_workspace(town: Town, record: dict) -> None:
     """Retire or keep the run's workspace, and say which on its record (``workspace_kept``: why, or
     null when it is gone)."""
+    from sluice.scheduler import workspaces  # here: the views that settle ends need no git or sockets
+
     try:
         record["workspace_kept"] = workspaces.after_end(town, record)
         log.update(town, record["run_id"], {"workspace_kept": record["workspace_kept"]})

@@ -66,13 +66,15 @@ COMMANDS = {
     # Only the dry run, which reads: a real cycle launches, and is never tried twice.
     ("scheduler", "run"): Spec((0, 0), ("--batch",), ("--dry-run", "-n", "--ignore-backoff", "--json"),
                                ("--batch",)),
+    # A view that looks records what has ended, as typer's would: tried twice, nothing is recorded twice.
+    ("snapshot",): Spec((0, 0), ("--limit",), integers=("--limit",)),
 }
 
 
 @recordclass
 class Command:
     town: str | None
-    name: tuple[str, str]
+    name: tuple[str, ...]
     positionals: list[str]
     options: dict[str, str]
     flags: set[str]
@@ -120,10 +122,13 @@ def parse(args: list[str]) -> Command | None:
         town, args = args[0].split("=", 1)[1], args[1:]
     name = tuple(args[:2])
     spec = COMMANDS.get(name)  # type: ignore[arg-type]
+    if spec is None and args:  # a command of one word (``snapshot``)
+        name = (args[0],)
+        spec = COMMANDS.get(name)  # type: ignore[arg-type]
     if spec is None:
         return None
     command = Command(town, name, [], {}, set())  # type: ignore[arg-type]
-    rest = args[2:]
+    rest = args[len(name):]
     position = 0
     while position < len(rest):
         token = rest[position]
@@ -207,6 +212,9 @@ def _answer(command: Command):
         case ("hooks", "report"):
             queue = town.hooks_report(options.get("--rig"), options.get("--repo"), options.get("--hook", ""))
             return queue.to_json(), as_json, None, [queue.line()]
+        case ("snapshot",):
+            snap = town.snapshot(int(options.get("--limit", "0")))
+            return snap.to_json(), as_json, output.snapshot_text, []
         case ("scheduler", "run"):
             batch = options.get("--batch")
             report = town.run_cycle(batch=int(batch) if batch is not None else None, dry_run=True,

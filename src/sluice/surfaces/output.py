@@ -311,6 +311,28 @@ def budget_text(fit: dict) -> str:
     return f"{need} do not fit the {fit['remaining']} left of {of}; room ≈{clock_text(fit['room_at'])}"
 
 
+def snapshot_text(snap: dict) -> str:
+    """``snapshot`` for a person: the scheduler, the forecast's drain and each rig in a line."""
+    sched = snap["scheduler"]
+    state = "PAUSED" if sched["paused"] else "active"
+    lines = [f"sluice town {snap['town']} at {snap['at']}",
+             f"  scheduler {state}, {sched['mode']} mode, {sched['active_polecats'] or 0} polecat(s) running,"
+             f" {sched['queued_total']} queued ({sched['queued_ready']} ready)"]
+    forecast = snap.get("forecast") or {}
+    if forecast.get("error"):
+        lines.append(f"  no forecast: {forecast['error']}")
+    elif forecast:
+        lines.append(f"  queue drains {drain_text(forecast)} (forecast, UTC)")
+    for name, rig in snap["rigs"].items():
+        if "error" in rig:
+            lines.append(f"  {name}: {rig['error']}")
+            continue
+        lines.append(f"  {name}: {rig['ready']} ready, {rig['blocked']} blocked, {rig['queued']} queued,"
+                     f" {rig['running']} running, merge queue {rig['merge_queue']['depth']}")
+    lines.append("(`sluice snapshot --json` for everything; `sluice top` to watch it live)")
+    return "\n".join(lines)
+
+
 def drain_text(forecast: dict) -> str:
     """When a forecast has the queue drain: ``≈15:10 (p90 15:40)``, or that nothing was left to wait for."""
     if not forecast.get("drain_at"):

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, town
-from sluice.surfaces.output import drain_text
+from sluice.surfaces.output import snapshot_text
 
 
 def snapshot(
@@ -15,28 +15,7 @@ def snapshot(
     as_json: JsonOption = False,
 ) -> None:
     """The town's state in one document: scheduler, queue, polecats, rigs, decisions, events."""
-    emit(town().snapshot(limit).to_json(), as_json, _snapshot_text)
-
-
-def _snapshot_text(snap: dict) -> str:
-    sched = snap["scheduler"]
-    state = "PAUSED" if sched["paused"] else "active"
-    lines = [f"sluice town {snap['town']} at {snap['at']}",
-             f"  scheduler {state}, {sched['mode']} mode, {sched['active_polecats'] or 0} polecat(s) running,"
-             f" {sched['queued_total']} queued ({sched['queued_ready']} ready)"]
-    forecast = snap.get("forecast") or {}
-    if forecast.get("error"):
-        lines.append(f"  no forecast: {forecast['error']}")
-    elif forecast:
-        lines.append(f"  queue drains {drain_text(forecast)} (forecast, UTC)")
-    for name, rig in snap["rigs"].items():
-        if "error" in rig:
-            lines.append(f"  {name}: {rig['error']}")
-            continue
-        lines.append(f"  {name}: {rig['ready']} ready, {rig['blocked']} blocked, {rig['queued']} queued,"
-                     f" {rig['running']} running, merge queue {rig['merge_queue']['depth']}")
-    lines.append("(`sluice snapshot --json` for everything; `sluice top` to watch it live)")
-    return "\n".join(lines)
+    emit(town().snapshot(limit).to_json(), as_json, snapshot_text)
 
 
 def top(
