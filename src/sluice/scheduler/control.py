@@ -89,7 +89,7 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}
 
 
-def _samples_kept(town: Town) -> Callable[[bytes, list[dict]], None]:
+def _samples_kept(town: Town) -> Callable[[int, bytes, list[dict]], None]:
     """What the run log's compaction keeps besides its digest: the forecast's samples of the new file."""
     from sluice.store import runsamples  # here: it brings the forecast model, which pause and clear need not
 

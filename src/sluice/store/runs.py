@@ -338,18 +338,18 @@ def line_count(town: Town) -> int:
 
 
 def compact(town: Town, retention: float, now: float | None = None,
-            keep: Callable[[bytes, list[dict]], None] | None = None) -> CompactResult:
+            keep: Callable[[int, bytes, list[dict]], None] | None = None) -> CompactResult:
     """One line per run; runs that ended before ``now - retention`` go to the archive first.
 
     The run digest of the new file is written from the runs it holds (as a
     whole read of it would make it), so the next cycle does not parse the
-    rewritten log; ``keep`` is handed the new file's bytes and its runs for
-    what else is kept of the log (the forecast's samples, which live above
-    this module).  Both are written after the lock is released, so writers
-    need not wait for them: they describe a prefix of the new file, which
-    appends made meanwhile only extend.  A crash before they are written
-    leaves caches that no longer fit the file: the next reader reads the log
-    whole, as before.
+    rewritten log; ``keep`` is handed the new file's inode (taken under the
+    lock), its bytes and its runs, for what else is kept of the log (the
+    forecast's samples, which live above this module).  Both are written
+    after the lock is released, so writers need not wait for them: they
+    describe a prefix of the new file, which appends made meanwhile only
+    extend.  A crash before they are written leaves caches that no longer
+    fit the file: the next reader reads the log whole, as before.
     """
     import gzip  # here: compaction is rare
 
@@ -384,5 +384,5 @@ def compact(town: Town, retention: float, now: float | None = None,
             written.apply(record, fresh=True)
         _write_digest(town, written)
         if keep is not None:
-            keep(data, kept)
+            keep(inode, data, kept)
     return CompactResult(tail.lines, len(lines), len(archive))

@@ -169,18 +169,17 @@ def samples(town: Town, window: int = model.DEFAULT_WINDOW) -> Samples:
     return kept
 
 
-def keep_written(town: Town, data: bytes, records: list[dict], window: int = model.DEFAULT_WINDOW) -> None:
+def keep_written(town: Town, inode: int, data: bytes, records: list[dict],
+                 window: int = model.DEFAULT_WINDOW) -> None:
     """Keep the samples of a run log just written whole (compaction) as ``data``, one line per record.
 
     They are what a whole read of that file would keep, made from the records
     compaction holds instead of parsing the file again: the first forecast
-    after a compaction of 100,000 runs then reads no line of it.
+    after a compaction of 100,000 runs then reads no line of it.  ``inode``
+    is the file's, as compaction found it under the lock (by now another
+    compaction may have replaced it: then these samples fit no file).
     """
     source = log.log_path(town)
-    try:
-        inode = os.stat(source).st_ino
-    except OSError:  # the file just written cannot be looked at: the next reader reads it whole
-        return
     kept = Samples(window, inode=inode)
     for number, record in enumerate(records, start=1):
         kept.apply(record, number)
