@@ -235,9 +235,12 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
 
 
 def head(replayed: Replay) -> dict:
-    """A forecast's head as ``scheduler forecast`` and ``snapshot`` show it: :func:`summary`, and the
-    queue's size."""
-    return {**summary(replayed), "items_total": len(replayed.result.slots)}
+    """A forecast's head as ``scheduler forecast`` and ``snapshot`` show it: when it was made, when the
+    queue drains, the daemon it assumed, and the queue's size."""
+    result = replayed.result
+    return {"at": stamp(result.at), "drain_at": _at(result.drain_at),
+            "drain_p90_at": _at(result.drain_p90_at), "daemon": replayed.daemon,
+            "items_total": len(result.slots)}
 
 
 def kept_head(session: Session, rows: list[dict]) -> dict | None:
@@ -256,7 +259,8 @@ def kept_head(session: Session, rows: list[dict]) -> dict | None:
     found = queuekeep.load(session, key, queuekeep.REPLAY_SUMMARY_FILE) if key is not None else None
     if found is None or not isinstance(found.get("head"), dict) or not isinstance(found.get("times"), dict):
         return None
-    times, whole = found["times"], found.get("whole") is True
+    times, head_of = found["times"], found["head"]
+    whole = len(times) == head_of.get("items_total")  # every slot's times are kept
     shown = []
     for row in rows:
         time = times.get(row["id"])
@@ -267,7 +271,7 @@ def kept_head(session: Session, rows: list[dict]) -> dict | None:
         shown.append(time or [None, None])
     for row, (start, done) in zip(rows, shown, strict=True):
         row["start_at"], row["done_at"] = start, done
-    return found["head"]
+    return head_of
 
 
 def _keep_head(session: Session, replayed: Replay, until: float) -> None:
@@ -277,8 +281,7 @@ def _keep_head(session: Session, replayed: Replay, until: float) -> None:
         return
     slots = replayed.result.slots
     times = {slot.item_id: [_at(slot.start_at), _at(slot.done_at)] for slot in slots[:queuekeep.HEAD_ROWS]}
-    queuekeep.keep(session, key, until, {"head": head(replayed), "times": times,
-                                         "whole": len(slots) <= queuekeep.HEAD_ROWS},
+    queuekeep.keep(session, key, until, {"head": head(replayed), "times": times},
                    queuekeep.REPLAY_SUMMARY_FILE)
 
 
@@ -418,13 +421,6 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
         logger.warning("%s: the forecast was not kept (%s); scheduler status shows the previous one",
                     kept_forecasts.path(session.files), err)
     return {**top, "items": [replayed.row(index) for index in shown]}
-
-
-def summary(replayed: Replay) -> dict:
-    """The forecast's head: when it was made, when the queue drains, the daemon it assumed."""
-    result = replayed.result
-    return {"at": stamp(result.at), "drain_at": _at(result.drain_at),
-            "drain_p90_at": _at(result.drain_p90_at), "daemon": replayed.daemon}
 
 
 def with_etas(where: Town | Session, rows: list[dict], replayed: Replay | None = None,

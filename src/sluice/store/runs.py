@@ -183,6 +183,14 @@ class Digest:
     latest: dict[str, dict] = field(default_factory=dict)
     totals: dict[str, int] = field(default_factory=dict)
 
+    @classmethod
+    def of_runs(cls, inode: int, runs: Iterable[dict], offset: int = 0, lines: int = 0) -> Digest:
+        """The digest a whole read of a log makes: ``runs`` are each run's latest version, once."""
+        made = cls(inode=inode, offset=offset, lines=lines)
+        for record in runs:
+            made.apply(record, fresh=True)
+        return made
+
     def apply(self, record: dict, fresh: bool) -> None:
         run_id, outcome = record["run_id"], record.get("outcome")
         if outcome == RUNNING:
@@ -218,12 +226,7 @@ def digest(town: Town) -> Digest:
     start_line = kept.lines + 1 if kept is not None else 1
     records, used = _parse(path, data, start_line)
     if kept is None:  # read whole: each run once, as its latest version
-        kept = Digest(inode=st.st_ino)
-        latest: dict[str, dict] = {}
-        for record in records:
-            latest[record["run_id"]] = record
-        for record in latest.values():
-            kept.apply(record, fresh=True)
+        kept = Digest.of_runs(st.st_ino, {record["run_id"]: record for record in records}.values())
     else:
         for record in records:
             kept.apply(record, fresh=False)
@@ -379,10 +382,7 @@ def compact(town: Town, retention: float, now: float | None = None,
         except OSError:  # the file just written cannot be looked at: the next reader reads it whole
             inode = None
     if inode is not None:  # after the lock: appends made meanwhile only extend what they describe
-        written = Digest(inode=inode, offset=len(data), lines=len(lines))
-        for record in kept:  # each run once, as a whole read of the new file applies it
-            written.apply(record, fresh=True)
-        _write_digest(town, written)
+        _write_digest(town, Digest.of_runs(inode, kept, len(data), len(lines)))
         if keep is not None:
             keep(inode, data, kept)
     return CompactResult(tail.lines, len(lines), len(archive))
