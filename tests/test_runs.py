@@ -335,7 +335,8 @@ def test_tmux_polecats_end_as_run_records_and_their_throttle_exit_is_acted_on(cl
           item("al-slow", title="exit 75"))
     tmux = get_executor(Town(sleeper_dir))
     try:
-        assert cycle(sleeper_dir).dispatched == 3
+        launched = cycle(sleeper_dir)
+        assert launched.dispatched == 3, launched.failures  # a launch that failed says why
         wait_for(lambda: not tmux.active(), timeout=30)
         report = cycle(sleeper_dir)
         outcomes = {r["item_id"]: (r["outcome"], r["exit_code"]) for r in records(sleeper_dir)}
