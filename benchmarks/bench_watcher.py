@@ -3,7 +3,8 @@
 Usage:  python benchmarks/bench_watcher.py [--launches 40] [--rounds 5] [--tree NAME=SRC ...] [--json]
 
 Every local launch waits for a fresh watcher interpreter to start the
-polecat and report its pid (``sluice.executors.local._start_watched``), so
+polecat and report its pid (``_spawn_watcher`` and ``_reported`` in
+``sluice.executors.local``; ``_start_watched`` in older trees), so
 that start is a floor under the cost of every launch, whatever the queue.
 For each tree (``--tree before=/old/src --tree after=src``; default: this
 checkout's ``src``) a child interpreter with ``PYTHONPATH`` set to the tree
@@ -29,7 +30,13 @@ HERE = Path(__file__).resolve().parent
 PROBE = r"""
 import json, os, resource, sys, tempfile, time
 from pathlib import Path
-from sluice.executors.local import _start_watched
+try:
+    from sluice.executors.local import _reported, _spawn_watcher
+
+    def _start_watched(*args):
+        return _reported(*_spawn_watcher(*args))
+except ImportError:  # a tree from before the watcher's start and its report were two steps
+    from sluice.executors.local import _start_watched
 
 launches = int(sys.argv[1])
 work = Path(tempfile.mkdtemp(prefix="sluice-bench-watcher-"))

@@ -531,3 +531,97 @@ def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli,
     again = dispatch.run_cycle(Town(deferred_dir))
     assert again.dispatched == 0 and again.closed[0]["reason"] == "dispatched"
     assert len(worker_records(deferred_dir)) == 1  # launched once, never twice
+
+
+def _watched_steps(monkeypatch) -> list[str]:
+    """Each watcher's start (``start``) and its report of the polecat (``report``), in the order made."""
+    from sluice.executors import local
+
+    steps: list[str] = []
+    spawn, reported = local._spawn_watcher, local._reported
+
+    def spawning(*args):
+        steps.append("start")
+        return spawn(*args)
+
+    def reporting(*args):
+        steps.append("report")
+        return reported(*args)
+
+    monkeypatch.setattr(local, "_spawn_watcher", spawning)
+    monkeypatch.setattr(local, "_reported", reporting)
+    return steps
+
+
+def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferred_dir, executor, monkeypatch):
+    from sluice.scheduler.dispatch import run_cycle
+
+    ids = ["al-1", "al-2", "al-3"]
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "3")
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    steps = _watched_steps(monkeypatch)
+    report = run_cycle(Town(deferred_dir))
+    assert steps == ["start"] * 3 + ["report"] * 3
+    assert [row["item_id"] for row in report.launched] == ids  # booked in plan order
+    assert report.dispatched == 3 and not open_contexts(deferred_dir, "alpha")
+    assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ids
+    assert all(r["state"] == "running" and r["pid"] for r in worker_records(deferred_dir))
+    assert [e["payload"]["item_id"] for e in events(deferred_dir, "Dispatched")] == ids
+
+
+def test_launches_spaced_by_a_spawn_delay_are_made_one_by_one(cli, deferred_dir, executor, monkeypatch):
+    from sluice.scheduler.dispatch import run_cycle
+
+    ids = ["al-1", "al-2", "al-3"]
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "3")
+    configure(cli.town, "scheduler.spawn_delay", "10m")
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    steps = _watched_steps(monkeypatch)
+    slept: list[float] = []
+    report = run_cycle(Town(deferred_dir), sleep=slept.append)
+    assert steps == ["start", "report"] * 3
+    assert report.dispatched == 3 and len(slept) >= 2  # the delay after each launch but the last
+
+
+def test_a_refused_launch_still_books_the_launches_begun_before_it(cli, deferred_dir, executor, monkeypatch):
+    from sluice.errors import ExecutorError
+    from sluice.scheduler.dispatch import run_cycle
+
+    ids = ["al-1", "al-2", "al-3", "al-4"]
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "4")
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    last = context_of(deferred_dir, "al-4")["id"]
+    start, mark = LocalExecutor.start, ctxs.mark_launch
+
+    def refusing(self, request):
+        if request.item_id == "al-2":
+            raise ExecutorError("no room for this one")  # the item's own failure: counted
+        return start(self, request)
+
+    def refused_intent(store, context_id):
+        if context_id == last:
+            raise OSError(28, "No space left on device")  # the disk refuses: the cycle stops
+        return mark(store, context_id)
+
+    monkeypatch.setattr(LocalExecutor, "start", refusing)
+    monkeypatch.setattr(ctxs, "mark_launch", refused_intent)
+    with pytest.raises(OSError):
+        run_cycle(Town(deferred_dir))
+    # al-1 and al-3 were begun before the refusal: their polecats run and their contexts are closed
+    assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ["al-1", "al-3"]
+    assert all(r["state"] == "running" for r in worker_records(deferred_dir))
+    assert {fields(c)["work_bead_id"] for c in open_contexts(deferred_dir, "alpha")} == {"al-2", "al-4"}
+    assert [e["payload"]["item_id"] for e in events(deferred_dir, "Dispatched")] == ["al-1", "al-3"]
+    failed = fields(context_of(deferred_dir, "al-2"))
+    assert failed["dispatch_failures"] == 1 and "no room for this one" in failed["last_failure"]
+    assert not fields(context_of(deferred_dir, "al-4")).get("launch_started_at")
+    assert cli.json("scheduler", "status")["last_dispatch_count"] == 2

@@ -172,6 +172,9 @@ CASES = [
     ("scheduler", "run", "--dry-run", "--batch=1", "--ignore-backoff"),
     ("scheduler", "run", "--dry-run", "--batch", "0"),
     ("scheduler", "run", "--dry-run", "--batch", "x"),
+    ("scheduler", "run"),  # a real cycle; this town has no executor.command, so it launches nothing
+    ("scheduler", "run", "--json", "--batch", "1"),
+    ("scheduler", "run", "--batch", "0"),
     ("snapshot",),
     ("snapshot", "--json"),
     ("snapshot", "--limit", "1", "--json"),
@@ -236,9 +239,10 @@ def test_hot_commands_import_nothing_heavy_or_spare(shared_dir, args):
     assert heavy == []
 
 
-@pytest.mark.parametrize("args", [("item", "list"), ("scheduler", "run", "--json")], ids=" ".join)
+@pytest.mark.parametrize("args", [("item", "list"), ("scheduler", "run", "--item", "al-1", "--json")],
+                         ids=" ".join)
 def test_a_command_the_fast_path_does_not_answer_still_loads_typer(fresh_dir, args):
-    """`item list` is not a hot command; a real cycle launches, so it is never answered twice."""
+    """`item list` is not a hot command, nor a cycle that launches one item ahead of the queue."""
     import os
 
     env = {**os.environ, "SLUICE_TOWN": str(fresh_dir)}
@@ -359,3 +363,73 @@ def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(fresh_di
     assert "the answer could not be written: cannot print" in capsys.readouterr().err
     assert len(recent_decisions(Town(fresh_dir), 1000)) == before + 1
     assert fastcli.run(["schedule", "next", "--preview"]) is None  # a read still hands over
+
+
+def _launch_ids_blanked(text: str) -> str:
+    """A cycle's answer with what differs between two towns that launched alike blanked: the polecat
+    and run ids, and the moments."""
+    text = re.sub(r'"(polecat_id|run_id)":"[^"]*"', r'"\1":"…"', text)
+    text = re.sub(r"\bpc-[0-9a-z-]+", "pc-…", text)
+    return same_run(text)
+
+
+@pytest.mark.parametrize("args", [("scheduler", "run", "--json"), ("scheduler", "run")], ids=" ".join)
+def test_a_real_cycle_launches_on_the_fast_path_as_typer_does(fresh_dir, tmp_path, args):
+    import shutil
+
+    from helpers.scheduler import python_command
+
+    configure(fresh_dir, "executor.command", python_command("pass"))
+    fast_town, typer_town = tmp_path / "fast-town", tmp_path / "typer-town"
+    shutil.copytree(fresh_dir, fast_town)
+    shutil.copytree(fresh_dir, typer_town)
+    fast, slow = run(fast_town, "fast", *args), run(typer_town, "typer", *args)
+    assert (fast.returncode, _launch_ids_blanked(fast.stdout), fast.stderr) == \
+        (slow.returncode, _launch_ids_blanked(slow.stdout), slow.stderr)
+    assert fast.returncode == 0 and "al-1" in fast.stdout  # it launched
+    for town in (fast_town, typer_town):
+        assert Cli(town).json("scheduler", "status")["queued_total"] == 0
+    import os
+
+    Cli(fresh_dir).run("scheduler", "status")  # the changed config validated once, as on any used town
+    probe = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
+                           env={**os.environ, "SLUICE_TOWN": str(fresh_dir)})
+    heavy = probe.stderr.strip().splitlines()[-1]
+    assert heavy.startswith("HEAVY=") and not {"typer", "pydantic", "rich"} & set(heavy[6:].split(","))
+
+
+def test_a_real_cycle_stopped_by_an_error_is_not_tried_again(fresh_dir, monkeypatch, capsys):
+    """Whatever stops a cycle that may have launched is said as typer says it, and typer never runs it."""
+    from sluice.errors import ExecutorUnavailable
+    from sluice.scheduler import dispatch
+    from sluice.surfaces import fastcli
+
+    monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))
+    monkeypatch.setenv(fastcli.STRICT_ENV, "1")  # strict or not: there is no second try to fall back to
+    cycles = []
+
+    def stopped(*_args, **_kwargs):
+        cycles.append(1)
+        raise ExecutorUnavailable("the executor went away")
+
+    monkeypatch.setattr(dispatch, "run_cycle", stopped)
+    assert fastcli.run(["scheduler", "run", "--json"]) == 1
+    assert capsys.readouterr().err == "error: the executor went away\n"
+
+    def refused(*_args, **_kwargs):
+        cycles.append(1)
+        raise OSError(28, "No space left on device", "/town/.sluice/rigs/alpha/ephemeral.jsonl")
+
+    monkeypatch.setattr(dispatch, "run_cycle", refused)
+    assert fastcli.run(["scheduler", "run"]) == 1
+    said = capsys.readouterr().err
+    assert said == "error: /town/.sluice/rigs/alpha/ephemeral.jsonl: No space left on device\n"
+
+    def broken(*_args, **_kwargs):
+        cycles.append(1)
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(dispatch, "run_cycle", broken)
+    assert fastcli.run(["scheduler", "run"]) == 1
+    assert "internal error: KeyError" in capsys.readouterr().err
+    assert len(cycles) == 3  # each cycle ran once

@@ -33,7 +33,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -162,6 +162,19 @@ class LocalExecutor:
 
     # -- protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
+        return self.start(request)()
+
+    def start(self, request: LaunchRequest) -> Callable[[], Polecat]:
+        """Start the polecat's watcher and return the wait for its report (the polecat, or ExecutorError).
+
+        Most of a launch is the watcher's interpreter starting, which needs
+        nothing of the launcher; a dispatch cycle starts a batch's watchers
+        one after another and only then waits for each, so the interpreters
+        start side by side instead of one by one.  The pending record is
+        written before the watcher starts, as for a single launch, so a
+        launcher killed between the two steps leaves polecats that
+        :meth:`find` still finds (see :meth:`_adopted`).
+        """
         require_command(request)
         cwd = Path(request.cwd)
         if not cwd.is_dir():
@@ -189,22 +202,35 @@ class LocalExecutor:
         self._write(record)  # intent first: a crash from here on is found by find()
         env = {**os.environ, **sluice_env}
         try:
-            pid, watcher = _start_watched(list(request.argv), cwd, env, log_path,
-                                          exit_path(self.dir, polecat_id), self._started_path(polecat_id))
+            starting = _spawn_watcher(list(request.argv), cwd, env, log_path, exit_path(self.dir, polecat_id),
+                                      self._started_path(polecat_id))
         except (OSError, ValueError) as err:
-            reason = _launch_error(request.argv[0], err)
-            with open(log_path, "a", encoding="utf-8") as log:
-                log.write(f"sluice: {reason}\n")
-            self._record_path(polecat_id).unlink(missing_ok=True)
-            raise ExecutorError(reason) from None
-        record.update(state="running", pid=pid, start_time=proc_start_time(pid), watcher_pid=watcher.pid,
-                      watcher_start=proc_start_time(watcher.pid))
-        # The polecat runs: a refusal here must not read as "nothing launched", or the cycle would
-        # withdraw its intent and launch the item again.  The pending record and the watcher's started
-        # file (written before it reported) let find() adopt it (see _adopted).
-        with contextlib.suppress(OSError):
-            self._write(record)
-        return self._polecat(record, "running")
+            raise self._not_started(request, polecat_id, log_path, err) from None
+
+        def wait() -> Polecat:
+            try:
+                pid, watcher = _reported(*starting)
+            except (OSError, ValueError) as err:
+                raise self._not_started(request, polecat_id, log_path, err) from None
+            record.update(state="running", pid=pid, start_time=proc_start_time(pid), watcher_pid=watcher.pid,
+                          watcher_start=proc_start_time(watcher.pid))
+            # The polecat runs: a refusal here must not read as "nothing launched", or the cycle would
+            # withdraw its intent and launch the item again.  The pending record and the watcher's
+            # started file (written before it reported) let find() adopt it (see _adopted).
+            with contextlib.suppress(OSError):
+                self._write(record)
+            return self._polecat(record, "running")
+
+        return wait
+
+    def _not_started(self, request: LaunchRequest, polecat_id: str, log_path: Path, err: Exception
+                     ) -> ExecutorError:
+        """The error of a polecat that did not start, said in its log; its pending record goes."""
+        reason = _launch_error(request.argv[0], err)
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"sluice: {reason}\n")
+        self._record_path(polecat_id).unlink(missing_ok=True)
+        return ExecutorError(reason)
 
     def _started_path(self, polecat_id: str) -> Path:
         return self.dir / f"{polecat_id}.started"
@@ -363,9 +389,13 @@ class LocalExecutor:
         return [self._polecat(record, record.get("state", "exited")) for record in self._finished()]
 
 
-def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path,
-                   started_path: Path):
-    """Start ``argv`` under its watcher; (polecat pid, watcher process), or the OSError of the start."""
+def _spawn_watcher(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path,
+                   started_path: Path) -> tuple[subprocess.Popen, int]:
+    """Start ``argv``'s watcher; (the watcher, the pipe it reports on), or the OSError of its start.
+
+    ``-S``: the watcher needs nothing from site-packages, and skipping them
+    (and their ``.pth`` files) shortens every launch.
+    """
     import subprocess  # here: the views list polecats through this executor and never start one (4 ms)
 
     for watcher in list(_watchers):
@@ -375,21 +405,24 @@ def _start_watched(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_p
     try:
         with open(log_path, "ab") as log:
             watcher = subprocess.Popen(
-                [sys.executable, "-I", WATCHER, str(exit_path), str(started_path), str(write_end), "--",
+                [sys.executable, "-I", "-S", WATCHER, str(exit_path), str(started_path), str(write_end), "--",
                  *argv],
                 cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, pass_fds=(write_end,),
             )
-        os.close(write_end)
-        write_end = -1
-        with os.fdopen(read_end, "rb") as pipe:
-            read_end = -1
-            answer = pipe.read().decode("ascii", "replace")
+    except BaseException:
+        os.close(read_end)
+        raise
     finally:
-        for fd in (read_end, write_end):
-            if fd >= 0:
-                os.close(fd)
+        os.close(write_end)
     _watchers.append(watcher)
+    return watcher, read_end
+
+
+def _reported(watcher: subprocess.Popen, read_end: int) -> tuple[int, subprocess.Popen]:
+    """(polecat pid, watcher) once the watcher reports, or the OSError of the polecat's start."""
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read().decode("ascii", "replace")
     if answer.startswith("P"):
         return int(answer[1:]), watcher
     errno = int(answer[1:] or 0) if answer.startswith("E") and answer[1:].isdigit() else 0

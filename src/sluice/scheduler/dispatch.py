@@ -21,9 +21,14 @@ One cycle, in order (Gas Town's R-E, see docs/architecture.md):
    the launch intent, launch, close it ``dispatched`` (3 tries) and log the
    decision — or count the failure and trip the breaker at the threshold;
    ``spawn_delay`` between successful launches; a pause issued meanwhile
-   stops further launches, and ends a delay as soon as it is seen;
-7. after each launch, record ``last_dispatch_at/count`` (this cycle's launches
-   so far) in the state, re-read fresh under its lock.
+   stops further launches, and ends a delay as soon as it is seen.  With no
+   delay, the launches are begun one after another (intent, charge, the
+   executor's start) and then finished in plan order (the executor's answer,
+   the records, the close), so the local executor's watchers start side by
+   side rather than each waiting for the one before;
+7. after each launch (or each batch of launches begun together), record
+   ``last_dispatch_at/count`` (this cycle's launches so far) in the state,
+   re-read fresh under its lock.
 
 Crash safety: because the intent is on the context before the executor is
 asked, a cycle killed at any point leaves either no intent (nothing was
@@ -48,7 +53,7 @@ from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, Usag
 from sluice.scheduler import admission, chain, ends, queuekeep, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
-from sluice.scheduler.launching import CycleReport, Launcher, command_template
+from sluice.scheduler.launching import CycleReport, Launcher, Started, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.polecats import retry_window
 from sluice.scheduler.queue import keep_head
@@ -188,22 +193,44 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
     launched: list[str] = []
     complete = True  # every launch tried was made and closed: the chain may be left
-    for position, work in enumerate(planned):
-        if position and load_state(town).paused:
-            left = len(planned) - position
-            report.paused = True
-            report.skipped += left
-            report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
-            break
-        if position and _gated(town, report, len(planned) - position):
-            break
-        if not launcher.launch(work):
-            complete = False
-            continue
-        launched.append(work.context_id)
-        record_dispatch(town, report.dispatched)  # at once: a cycle killed later still leaves it recorded
-        if sched.seconds("spawn_delay") > 0 and position < len(planned) - 1:
-            _spawn_delay(town, sched.seconds("spawn_delay"), sleep)
+    delay = sched.seconds("spawn_delay")
+    waiting: list[Started] = []  # launches begun whose polecats are not known yet, in plan order
+
+    def finish_waiting() -> None:
+        nonlocal complete
+        made = len(launched)
+        try:
+            while waiting:
+                if launcher.finish(started := waiting.pop(0)):
+                    launched.append(started.work.context_id)
+                else:
+                    complete = False
+        finally:  # once the launches begun together are booked: a cycle killed later still has them
+            if len(launched) > made:
+                record_dispatch(town, report.dispatched)
+
+    try:
+        for position, work in enumerate(planned):
+            if position and load_state(town).paused:
+                left = len(planned) - position
+                report.paused = True
+                report.skipped += left
+                report.messages.append(f"paused during the cycle; {left} planned item(s) left queued")
+                break
+            if position and _gated(town, report, len(planned) - position):
+                break
+            started = launcher.start(work)
+            if started is None:
+                complete = False
+                continue
+            waiting.append(started)
+            if delay > 0 or started.holds_workspace:  # made one by one (a delay after each one made)
+                made = len(launched)
+                finish_waiting()
+                if delay > 0 and len(launched) > made and position < len(planned) - 1:
+                    _spawn_delay(town, delay, sleep)
+    finally:  # the launches begun are booked whatever stopped the loop: their polecats may run
+        finish_waiting()
     if plain:
         chain.leave(session, base, launched, complete)
     try:  # after the launches, so the event counts what they spent

@@ -125,6 +125,25 @@ def make_request(
     )
 
 
+class Started:
+    """A launch between :meth:`Launcher.start` and :meth:`Launcher.finish`: what the second half books."""
+
+    def __init__(self, work: Work, store, fields: SlingContextFields | None):
+        self.work, self.store, self.fields = work, store, fields
+        self.context_id: str | None = work.payload.id if work.payload is not None else None
+        self.charge: str | None = None
+        self.made: Workspace | None = None
+        self.started = 0.0
+        self.wait: Callable[[], Any] = lambda: None
+        self.error: BaseException | None = None  # what the first half raised, raised again by the second
+        self.held = ExitStack()  # the clone's lock, when the run has a workspace
+
+    @property
+    def holds_workspace(self) -> bool:
+        """Whether it holds the workspaces' lock until it finishes: no other launch may begin before."""
+        return self.made is not None
+
+
 class Launcher:
     """The one launch path: the dispatch cycle and sling's direct mode both launch through it.
 
@@ -158,46 +177,83 @@ class Launcher:
         ``work.payload`` is the sling context, or None for a direct launch,
         which then takes its parameters from ``fields``.
         """
+        started = self.start(work, fields)
+        return self.finish(started) if isinstance(started, Started) else False
+
+    def start(self, work: Work, fields: SlingContextFields | None = None) -> Started | None:
+        """The first half of :meth:`launch`: the intent, the charge, the workspace and the executor's
+        start; None when the context was cleared or closed since the survey.
+
+        An executor with a ``start`` of its own (the local one) is only
+        asked to begin here, and :meth:`finish` waits for its answer, so a
+        cycle can begin a batch's launches before it waits for the first.
+        Any other executor launches here whole.
+        """
         context = work.payload
         store = self.stores.rig(context.rig) if context is not None else None
-        item = work.item
         if context is not None:
             fields = context.fields
             if ctxs.mark_launch(store, context.id) is None:  # cleared or closed since the survey
                 self.report.skipped += 1
-                return False
-        context_id = context.id if context is not None else None
-        with ExitStack() as held:
-            made = charge = None
-            try:
-                charge = self._charge(work, context_id)
-                if self._clones(work.rig):
-                    held.enter_context(workspaces.launching(self.town))
-                    attempt = (fields.run_failures if fields is not None else 0) + 1
-                    made = workspaces.prepare(self.town, work.rig, item["id"], attempt)
-                request = make_request(self.town, self.template, item, work.rig, context_id or "", fields,
-                                       made)
-                started = time.time()  # the run starts with the polecat, not with its clone
+                return None
+        launch = Started(work, store, fields)
+        held = ExitStack()
+        try:
+            launch.charge = self._charge(work, launch.context_id)
+            if self._clones(work.rig):
+                held.enter_context(workspaces.launching(self.town))
+                attempt = (fields.run_failures if fields is not None else 0) + 1
+                launch.made = workspaces.prepare(self.town, work.rig, work.item["id"], attempt)
+            request = make_request(self.town, self.template, work.item, work.rig, launch.context_id or "",
+                                   fields, launch.made)
+            launch.started = time.time()  # the run starts with the polecat, not with its clone
+            begin = getattr(self.executor, "start", None) if launch.made is None else None
+            if begin is not None:
+                launch.wait = begin(request)
+            else:
                 polecat = self.executor.launch(request)
+                launch.wait = lambda: polecat
+        except Exception as err:  # booked by finish, as if it had been raised there
+            held.close()
+            launch.error = err
+        except BaseException:
+            held.close()
+            self._withdraw(launch.charge)
+            raise
+        else:
+            launch.held = held
+        return launch
+
+    def finish(self, launch: Started) -> bool:
+        """The second half of :meth:`launch`: the executor's answer, and the launch booked as made or as
+        failed; True when the polecat runs and its context is closed."""
+        work, context, store = launch.work, launch.work.payload, launch.store
+        with launch.held:  # a clone stays locked until its run record names it
+            try:
+                if launch.error is not None:
+                    raise launch.error
+                polecat = launch.wait()
             except (ExecutorUnavailable, LockBusy, OSError):  # nobody's item's fault: nothing is counted
-                self._discard(made)
-                self._withdraw(charge)
+                self._discard(launch.made)
+                self._withdraw(launch.charge)
                 if context is not None:
                     with contextlib.suppress(OSError, SluiceError):  # else the next survey settles it
                         ctxs.clear_launch(store, [context.id])
                 raise
             except ExecutorError as err:
-                self._discard(made)
-                self._withdraw(charge)
+                self._discard(launch.made)
+                self._withdraw(launch.charge)
                 self._failed(work, store, f"launch failed: {err}")
                 return False
             except BaseException:
-                self._withdraw(charge)
+                self._withdraw(launch.charge)
                 raise
+            item, fields, made = work.item, launch.fields, launch.made
             tokens = work.tokens if work.tokens is not None else effective_tokens(item)
             run = self._after_launch(work, "its run record", lambda: runs.record_launch(
-                self.town, item, work.rig, polecat, started=started, tokens=tokens, fields=fields,
+                self.town, item, work.rig, polecat, started=launch.started, tokens=tokens, fields=fields,
                 workspace=made))
+        context_id, charge = launch.context_id, launch.charge
         payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id,
                    "run_id": run["run_id"] if run is not None else None}
         direct = {} if context is not None else {"direct": True}

@@ -1,4 +1,4 @@
-"""The hot commands answered without typer, rich, pydantic or pygit2.
+"""The hot commands (and the dispatch cycle) answered without typer, rich, pydantic or pygit2.
 
 Agents and git hooks run ``schedule next``, ``item ready`` and friends
 thousands of times a day; importing typer and rich alone takes about 0.1 s,
@@ -17,7 +17,10 @@ here either only reads or raises before it writes (``schedule next`` records
 its decisions, ``hooks report`` its event, as their last step), so trying
 twice changes nothing.  Once such a write happened, the answer is never
 handed to typer again: should printing it fail, the command says so and
-exits 1 rather than record twice.  Warnings logged while answering are held
+exits 1 rather than record twice.  A real dispatch cycle (``scheduler run``)
+launches before it ends, so it is never tried twice at all: but for a
+refusal of its command line, whatever stops it is said here, in the words
+and with the exit code typer's command line would use.  Warnings logged while answering are held
 back and said only when the answer stands.  With ``SLUICE_FAST_STRICT=1``
 (the tests set it) a failure other than a refusal raises instead of falling
 back, so a fast path that always fails cannot pass as one typer covers for.
@@ -63,7 +66,7 @@ COMMANDS = {
     # It keeps its head for `scheduler status` as it ends: written again when tried twice, the same.
     ("scheduler", "forecast"): Spec((0, 0), ("--limit",), integers=("--limit",)),
     ("hooks", "report"): Spec((0, 0), ("--rig", "--repo", "--hook")),
-    # Only the dry run, which reads: a real cycle launches, and is never tried twice.
+    # A real cycle launches: once it began it is never handed to typer (see `launches`).
     ("scheduler", "run"): Spec((0, 0), ("--batch",), ("--dry-run", "-n", "--ignore-backoff", "--json"),
                                ("--batch",)),
     # A view that looks records what has ended, as typer's would: tried twice, nothing is recorded twice.
@@ -152,8 +155,6 @@ def parse(args: list[str]) -> Command | None:
     low, high = spec.positionals
     if not low <= len(command.positionals) <= high:
         return None
-    if command.name == ("scheduler", "run") and not command.flags & {"--dry-run", "-n"}:
-        return None
     for option in spec.integers:
         if option in command.options:
             try:
@@ -164,9 +165,20 @@ def parse(args: list[str]) -> Command | None:
 
 
 def writes(command: Command) -> bool:
-    """Whether answering records something: ``schedule next`` its decisions, ``hooks report`` its event."""
-    return command.name == ("hooks", "report") or (
+    """Whether answering records something: ``schedule next`` its decisions, ``hooks report`` its event,
+    a real cycle its launches."""
+    return command.name == ("hooks", "report") or launches(command) or (
         command.name == ("schedule", "next") and "--preview" not in command.flags)
+
+
+def launches(command: Command) -> bool:
+    """A real dispatch cycle: it may launch before it fails, so it is never tried twice.
+
+    Its refusals of the command line (a bad ``--batch``, exit 2) come before
+    it takes the dispatch lock and go to typer as any other; every other
+    error ends it here, said as typer says it (:func:`output.failure_text`).
+    """
+    return command.name == ("scheduler", "run") and not command.flags & {"--dry-run", "-n"}
 
 
 def _answer(command: Command):
@@ -217,7 +229,8 @@ def _answer(command: Command):
             return snap.to_json(), as_json, output.snapshot_text, []
         case ("scheduler", "run"):
             batch = options.get("--batch")
-            report = town.run_cycle(batch=int(batch) if batch is not None else None, dry_run=True,
+            report = town.run_cycle(batch=int(batch) if batch is not None else None,
+                                    dry_run=not launches(command),
                                     ignore_backoff="--ignore-backoff" in command.flags)
             return report.to_json(), as_json, output.cycle_text, [] if as_json else list(report.messages)
     raise AssertionError(command.name)  # every name in COMMANDS has a case
@@ -238,12 +251,23 @@ def run(args: list[str]) -> int | None:
     strict = os.environ.get(STRICT_ENV) == "1"
     try:
         data, as_json, human, say = _answer(command)
-    except SluiceError:
+    except SluiceError as err:
+        if launches(command) and err.exit_code != 2:
+            return _ended(held, err)
         return None  # refused before anything was written: typer says so, as it always does
-    except Exception:
-        if strict:
+    except KeyboardInterrupt:
+        if not launches(command):
             raise
-        return None
+        sys.stderr.write("".join(held.lines) + "interrupted\n")
+        return 130
+    except Exception as err:
+        if not launches(command):
+            if strict:
+                raise
+            return None
+        if os.environ.get("SLUICE_DEBUG") and not isinstance(err, OSError):
+            raise  # a bug, with its traceback, as typer's command line shows it
+        return _ended(held, err)
     finally:
         held.remove()
         if collecting:
@@ -274,3 +298,11 @@ def run(args: list[str]) -> int | None:
     except BrokenPipeError:
         return 0
     return 0
+
+
+def _ended(held: _Held, err: BaseException) -> int:
+    """A real cycle stopped by ``err``: what was logged, then the error as typer says it; exit 1."""
+    from sluice.surfaces.output import failure_text
+
+    sys.stderr.write("".join(held.lines) + failure_text(err))
+    return getattr(err, "exit_code", 1)

@@ -7,6 +7,7 @@ the typer commands print without importing them.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -477,3 +478,47 @@ def _cycle_summary(data: dict) -> str | None:
     else:
         lines.append("Nothing to dispatch")
     return "\n".join(lines)
+
+
+# -- the command line's words for errors ---------------------------------------------------------
+
+#: Parameters whose flag is not simply ``--`` and the name with dashes.
+_FLAGS = {"vars": "--var", "deps": "--dep", "labels": "--label", "add_labels": "--add-label"}
+
+
+def flag_of(parameter: str) -> str:
+    return _FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def flag_words(message: str, parameters: tuple[str, ...] = ()) -> str:
+    """A library message as the command line says it: the parameters it names become flags.
+
+    The library speaks of parameters (``batch``, ``force``) because it is also
+    called from Python and over MCP; an error lists the ones its message names
+    (first mention), and a refusal that ``force`` overrides says "override with
+    force".  Only here are they spelled as flags.
+    """
+    for parameter in parameters:
+        pattern = rf"(?<![\w-]){re.escape(parameter)}(?![\w-])"
+        message = re.sub(pattern, flag_of(parameter), message, count=1)
+    return message.replace("override with force", "override with --force")
+
+
+def error_text(err: Exception) -> str:
+    """A library error's message, in the command line's words (see :func:`flag_words`), safe to print.
+
+    Messages quote what was asked for (an id, a path), which may hold control characters.
+    """
+    return printable_text(flag_words(str(err), getattr(err, "parameters", ())))
+
+
+def failure_text(err: BaseException) -> str:
+    """The line the command line ends with when ``err`` stops a command: a library error in its own
+    words, the machine's refusal as ``path: reason``, anything else as the bug it is."""
+    from sluice.errors import SluiceError, internal_error_text, os_error_text
+
+    if isinstance(err, SluiceError):
+        return f"error: {error_text(err)}\n"
+    if isinstance(err, OSError):
+        return f"error: {printable_text(os_error_text(err))}\n"
+    return f"error: {printable_text(internal_error_text(err))}\n"

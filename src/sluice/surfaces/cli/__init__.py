@@ -120,7 +120,8 @@ def main() -> None:
     logger.setLevel(logging.DEBUG if os.environ.get("SLUICE_DEBUG") else logging.WARNING)
     logger.propagate = False
 
-    from sluice.errors import SluiceError, internal_error_text, os_error_text
+    from sluice.errors import SluiceError
+    from sluice.surfaces.output import failure_text
 
     try:
         # Not standalone: typer's own usage errors reach us here instead of printing a boxed panel.
@@ -132,7 +133,7 @@ def main() -> None:
         sys.stderr.write("aborted\n")
         sys.exit(1)
     except SluiceError as err:
-        sys.stderr.write(f"error: {common.error_text(err)}\n")
+        sys.stderr.write(failure_text(err))
         if err.exit_code == 2:
             _try_help(_command_path(sys.argv[1:]))
         sys.exit(err.exit_code)
@@ -142,10 +143,10 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as err:  # the machine said no (a directory where a file belongs, no permission, full disk)
-        sys.stderr.write(f"error: {printable_text(os_error_text(err))}\n")
+        sys.stderr.write(failure_text(err))
         sys.exit(1)
     except Exception as err:  # a bug: say so plainly, keep the traceback for SLUICE_DEBUG
         if os.environ.get("SLUICE_DEBUG"):
             raise
-        sys.stderr.write(f"error: {printable_text(internal_error_text(err))}\n")
+        sys.stderr.write(failure_text(err))
         sys.exit(1)

@@ -8,14 +8,20 @@ do not pay for pydantic, pygit2 or the MCP SDK.
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Annotated
 
 import typer
 
 from sluice.core.text import printable_text
-from sluice.surfaces.output import RawJSON, emit, shown  # noqa: F401 - the commands import them from here
+from sluice.surfaces.output import (  # noqa: F401 - the commands import them from here
+    RawJSON,
+    emit,
+    error_text,
+    flag_of,
+    flag_words,
+    shown,
+)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -42,33 +48,5 @@ def say(message: str) -> None:
     sys.stderr.write(printable_text(message) + "\n")
 
 
-#: Parameters whose flag is not simply ``--`` and the name with dashes.
-_FLAGS = {"vars": "--var", "deps": "--dep", "labels": "--label", "add_labels": "--add-label"}
-
-
-def flag_of(parameter: str) -> str:
-    return _FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
-
-
-def flag_words(message: str, parameters: tuple[str, ...] = ()) -> str:
-    """A library message as the command line says it: the parameters it names become flags.
-
-    The library speaks of parameters (``batch``, ``force``) because it is also
-    called from Python and over MCP; an error lists the ones its message names
-    (first mention), and a refusal that ``force`` overrides says "override with
-    force".  Only here are they spelled as flags.
-    """
-    for parameter in parameters:
-        pattern = rf"(?<![\w-]){re.escape(parameter)}(?![\w-])"
-        message = re.sub(pattern, flag_of(parameter), message, count=1)
-    return message.replace("override with force", "override with --force")
-
-
-def error_text(err: Exception) -> str:
-    """A library error's message, in the command line's words (see :func:`flag_words`), safe to print.
-
-    Messages quote what was asked for (an id, a path), which may hold control characters.
-    """
-    return printable_text(flag_words(str(err), getattr(err, "parameters", ())))
 
 
