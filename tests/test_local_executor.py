@@ -86,6 +86,31 @@ def test_start_times_read_from_the_kernel_equal_psutil_s(local_setup):
     assert start_time(2**22 + 12345) is None  # beyond pid_max: no such process
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, which only Linux has")
+def test_liveness_read_from_the_kernel_is_psutil_s(local_setup):
+    """A running process, a zombie, a process gone, another start time: what psutil says of each."""
+    import psutil
+
+    from sluice.executors import procs
+    from sluice.executors.watch import start_time
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_for(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    me = os.getpid()
+    cases = [(me, None), (me, start_time(me)), (me, start_time(me) + 5), (me, int(start_time(me) * 100)),
+             (1, start_time(1)), (zombie.pid, None), (gone.pid, None), (2**22 + 12345, None), (0, None),
+             (-4, None)]
+    try:
+        for pid, started in cases:
+            assert procs._alive_in_proc(pid, started) == (procs._process(pid, started) is not None), (pid,
+                                                                                                     started)
+        assert procs.alive(me, start_time(me)) and not procs.alive(zombie.pid, None)
+    finally:
+        zombie.wait()
+
+
 def test_finished_polecats_stop_counting_and_are_reaped_with_their_exit_code(local_setup):
     town, executor, repo = local_setup
     polecat = executor.launch(request(town, repo, "print('done'); raise SystemExit(3)"))
@@ -191,9 +216,9 @@ def test_a_new_polecat_never_takes_the_id_of_an_earlier_or_concurrent_one(local_
 
     def next_pick(prefix, _seed, taken):
         for candidate in picks:
-            if candidate == "pc-race":  # another launcher claims this one between glob and claim
-                (town.workers_dir / "pc-race.log").write_text("other polecat\n")
             if candidate not in taken:
+                if candidate == "pc-race":  # another launcher claims this one between the look and the claim
+                    (town.workers_dir / "pc-race.log").write_text("other polecat\n")
                 return candidate
         raise AssertionError("ran out of ids")
 
@@ -204,6 +229,23 @@ def test_a_new_polecat_never_takes_the_id_of_an_earlier_or_concurrent_one(local_
     assert list(executor.logs(old.id)) == ["old polecat"]
     assert list(executor.logs("pc-race")) == ["other polecat"]
     assert list(executor.logs(new.id)) == ["new polecat"]
+
+
+def test_a_launch_does_not_list_the_logs_of_every_earlier_polecat(local_setup, monkeypatch):
+    """The workers' directory keeps every log the town wrote: a launch asks about its own id only."""
+    town, executor, repo = local_setup
+    town.workers_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(50):
+        (town.workers_dir / f"pc-old{n}.log").write_text("an earlier polecat\n")
+    listed = []
+    glob, iterdir, scandir = Path.glob, Path.iterdir, os.scandir
+    monkeypatch.setattr(Path, "glob", lambda self, *a: listed.append(self) or glob(self, *a))
+    monkeypatch.setattr(Path, "iterdir", lambda self: listed.append(self) or iterdir(self))
+    monkeypatch.setattr(os, "scandir", lambda *a: listed.append(a) or scandir(*a))
+    start = executor.start(request(town, repo, "pass"))
+    assert listed == []
+    polecat = start()
+    assert polecat.state == "running" and not polecat.id.startswith("pc-old")
 
 
 def test_text_no_program_can_receive_is_a_launch_failure(local_setup):

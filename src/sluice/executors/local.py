@@ -265,9 +265,12 @@ class LocalExecutor:
         Logs outlive their records (reaping keeps them) and two launchers may
         pick an id at the same moment; creating the log exclusively settles
         both, so a new polecat never writes into another one's log or record.
+        An id is taken when its log or its record is on disk: asked of each
+        candidate, not of a listing of the directory, which holds every log
+        the town ever wrote and would make each launch cost more than the last.
         """
         self.dir.mkdir(parents=True, exist_ok=True)
-        taken = {p.stem for p in self.dir.glob("*.json")} | {p.stem for p in self.dir.glob("*.log")}
+        taken = _OnDisk(self)
         while True:
             polecat_id = new_id("pc", f"{request.context_id}|{request.item_id}", taken)
             log_path = self.log_path(polecat_id)
@@ -387,6 +390,24 @@ class LocalExecutor:
     def finished(self) -> list[Polecat]:
         """Reaped polecats, oldest first (their records moved to ``finished.jsonl``)."""
         return [self._polecat(record, record.get("state", "exited")) for record in self._finished()]
+
+
+class _OnDisk:
+    """The polecat ids that have a log or a record in the workers' directory, asked one at a time."""
+
+    def __init__(self, executor: LocalExecutor):
+        self.executor = executor
+        self.claimed: set[str] = set()  # lost to another launcher between the look and the claim
+
+    def __contains__(self, polecat_id: object) -> bool:
+        if not isinstance(polecat_id, str):
+            return False
+        executor = self.executor
+        return polecat_id in self.claimed or executor.log_path(polecat_id).exists() \
+            or executor._record_path(polecat_id).exists()
+
+    def add(self, polecat_id: str) -> None:
+        self.claimed.add(polecat_id)
 
 
 def _spawn_watcher(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_path: Path,

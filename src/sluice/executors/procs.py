@@ -14,8 +14,10 @@ a descendant of something sluice knows.  :func:`stop_tree` signals the
 polecat, every descendant of it, and every descendant of its watcher except
 the watcher itself, then waits and kills what is left.
 
-psutil is imported inside each function: only a liveness check, a launch, a
-stop or a host reading pays for the import, never a hot read.
+psutil is imported inside each function: only a launch on another system, a
+stop or a host reading pays for the import, never a hot read.  On Linux a
+liveness check reads ``/proc/PID/stat`` itself (what psutil reads there), so
+a cycle or a view that looks at every running polecat does not import it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-from sluice.executors.watch import start_time
+from sluice.executors.watch import _CLOCK_TICKS, start_time
 
 __all__ = ["alive", "group_alive", "same_start", "seconds_from_boot", "start_time", "stop_tree"]
 
@@ -78,7 +80,28 @@ def _process(pid: int, started: float | int | None):
 
 def alive(pid: int, started: float | int | None) -> bool:
     """True when ``pid`` runs (not a zombie) and, where known, started at ``started``."""
+    if _CLOCK_TICKS:
+        return _alive_in_proc(pid, started)
     return _process(pid, started) is not None
+
+
+def _alive_in_proc(pid: int, started: float | int | None) -> bool:
+    """:func:`alive` from the kernel's ``/proc/PID/stat``: its state (Z zombie, X dead) and start tick."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat.rpartition(b")")[2].split()  # the name before it may hold spaces and ")"
+    try:
+        state, ticks = fields[0], int(fields[19])  # fields 3 and 22: state, starttime
+    except (IndexError, ValueError):
+        return False
+    if state in (b"Z", b"X", b"x"):
+        return False
+    return started is None or same_start(started, round(ticks / _CLOCK_TICKS, 2))
 
 
 def _running(proc) -> bool:
