@@ -515,19 +515,19 @@ def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli,
     write_items(deferred_dir, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", "al-1", "alpha")
-    real_close = ctxs.close
+    real_close = ctxs.close_many
 
-    def broken_close(town_, store, context_id, reason, extra=None):
+    def broken_close(town_, store, closes):
         raise OSError("disk full")
 
-    monkeypatch.setattr(dispatch.ctxs, "close", broken_close)
+    monkeypatch.setattr(dispatch.ctxs, "close_many", broken_close)
     waits: list[float] = []
     report = dispatch.run_cycle(Town(deferred_dir), sleep=waits.append)
     assert (report.dispatched, report.failed) == (0, 1) and waits == [0.5, 1.0]
     assert any("closing its context failed" in m for m in report.messages)
     context = context_of(deferred_dir, "al-1")
     assert context["status"] == "open" and fields(context)["launch_started_at"]  # the intent remains
-    monkeypatch.setattr(dispatch.ctxs, "close", real_close)
+    monkeypatch.setattr(dispatch.ctxs, "close_many", real_close)
     again = dispatch.run_cycle(Town(deferred_dir))
     assert again.dispatched == 0 and again.closed[0]["reason"] == "dispatched"
     assert len(worker_records(deferred_dir)) == 1  # launched once, never twice
@@ -563,8 +563,19 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
     configure(cli.town, "executor.command", sleeper(5))
     cli.run("sling", *ids, "alpha")
     steps = _watched_steps(monkeypatch)
+    from collections import Counter
+
+    from sluice.store import fsutil
+
+    appends: Counter = Counter()
+    append = fsutil.append_bytes
+    monkeypatch.setattr(fsutil, "append_bytes",
+                        lambda path, *a, **k: appends.update([Path(path).name]) or append(path, *a, **k))
     report = run_cycle(Town(deferred_dir))
     assert steps == ["start"] * 3 + ["report"] * 3
+    # booked together: one append of the three run records, of the decisions, of the closes
+    assert appends["runs.jsonl"] == 1 and appends["decisions.jsonl"] == 1
+    assert appends["ephemeral.jsonl"] == 3 + 1  # each launch's intent before its start, then the closes
     assert [row["item_id"] for row in report.launched] == ids  # booked in plan order
     assert report.dispatched == 3 and not open_contexts(deferred_dir, "alpha")
     assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ids

@@ -198,16 +198,17 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
 
     def finish_waiting() -> None:
         nonlocal complete
-        made = len(launched)
+        batch, before = waiting[:], report.dispatched
+        waiting.clear()
+        if not batch:
+            return
         try:
-            while waiting:
-                if launcher.finish(started := waiting.pop(0)):
-                    launched.append(started.work.context_id)
-                else:
-                    complete = False
+            outcomes = launcher.finish_many(batch)
         finally:  # once the launches begun together are booked: a cycle killed later still has them
-            if len(launched) > made:
+            if report.dispatched > before:
                 record_dispatch(town, report.dispatched)
+        launched.extend(s.work.context_id for s, made in zip(batch, outcomes, strict=True) if made)
+        complete = complete and all(outcomes)
 
     try:
         for position, work in enumerate(planned):

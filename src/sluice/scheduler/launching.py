@@ -227,51 +227,116 @@ class Launcher:
     def finish(self, launch: Started) -> bool:
         """The second half of :meth:`launch`: the executor's answer, and the launch booked as made or as
         failed; True when the polecat runs and its context is closed."""
+        return self.finish_many([launch])[0]
+
+    def finish_many(self, launches: list[Started]) -> list[bool]:
+        """:meth:`finish` of launches begun together, each True when its polecat runs and its context is
+        closed: every answer is waited for in order, then the launches made are booked together, one
+        write per log (the run records, the events, the decisions, each rig's closes).
+
+        What stops one answer (the executor gone, a refused write) stops
+        the cycle, but only once the others are waited for and booked: their
+        polecats run.  A crash among the writes leaves what a crash after a
+        single launch leaves, an open context with its intent and its
+        polecat on record, which the next survey closes as dispatched.
+        """
+        answered: list[tuple[Started, Any]] = []
+        error: BaseException | None = None
+        with ExitStack() as held:
+            for launch in launches:
+                held.enter_context(launch.held)  # a clone stays locked until its run record names it
+            for launch in launches:
+                try:
+                    polecat = self._answer(launch)
+                except BaseException as err:  # raised again once the others are booked
+                    error = error or err
+                    continue
+                if polecat is not None:
+                    answered.append((launch, polecat))
+            runs_of = self._record_runs(answered)
+        made = self._book(answered, runs_of)
+        if error is not None:
+            raise error
+        return [id(launch) in made for launch in launches]
+
+    def _answer(self, launch: Started):
+        """The executor's answer to a launch begun: its polecat, or None when the launch failed (booked as
+        the item's failure); an error that is nobody's item's fault withdraws the launch and is raised."""
         work, context, store = launch.work, launch.work.payload, launch.store
-        with launch.held:  # a clone stays locked until its run record names it
-            try:
-                if launch.error is not None:
-                    raise launch.error
-                polecat = launch.wait()
-            except (ExecutorUnavailable, LockBusy, OSError):  # nobody's item's fault: nothing is counted
-                self._discard(launch.made)
-                self._withdraw(launch.charge)
-                if context is not None:
-                    with contextlib.suppress(OSError, SluiceError):  # else the next survey settles it
-                        ctxs.clear_launch(store, [context.id])
-                raise
-            except ExecutorError as err:
-                self._discard(launch.made)
-                self._withdraw(launch.charge)
-                self._failed(work, store, f"launch failed: {err}")
-                return False
-            except BaseException:
-                self._withdraw(launch.charge)
-                raise
-            item, fields, made = work.item, launch.fields, launch.made
-            tokens = work.tokens if work.tokens is not None else effective_tokens(item)
-            run = self._after_launch(work, "its run record", lambda: runs.record_launch(
-                self.town, item, work.rig, polecat, started=launch.started, tokens=tokens, fields=fields,
-                workspace=made))
-        context_id, charge = launch.context_id, launch.charge
-        payload = {"context_id": context_id, "item_id": item["id"], "rig": work.rig, "polecat_id": polecat.id,
-                   "run_id": run["run_id"] if run is not None else None}
-        direct = {} if context is not None else {"direct": True}
-        scored = {"score": work.score} if work.score is not None else {}
-        events.emit_event(self.town, events.DISPATCHED, {**payload, **direct, **scored})
-        self._after_launch(work, "its decision",
-                           lambda: append_decision(self.town, work, polecat.id, self.stores))
-        if charge is not None:
-            running = time.time()  # at or after the executor's own stamp of the start
-            self._after_launch(work, "its polecat on its budget charge",
-                               lambda: kept.name_charge(self.town, charge, polecat.id, running))
-        self._after_launch(work, "its breaker healing", lambda: kept.heal(self.town, item["id"]))
-        self.report.launched.append(payload)
-        if context is None or self._close_dispatched(store, context, polecat.id):
-            self.report.dispatched += 1
-            return True
-        self.report.failed += 1
-        return False
+        try:
+            if launch.error is not None:
+                raise launch.error
+            return launch.wait()
+        except (ExecutorUnavailable, LockBusy, OSError):  # nobody's item's fault: nothing is counted
+            self._discard(launch.made)
+            self._withdraw(launch.charge)
+            if context is not None:
+                with contextlib.suppress(OSError, SluiceError):  # else the next survey settles it
+                    ctxs.clear_launch(store, [context.id])
+            raise
+        except ExecutorError as err:
+            self._discard(launch.made)
+            self._withdraw(launch.charge)
+            self._failed(work, store, f"launch failed: {err}")
+            return None
+        except BaseException:
+            self._withdraw(launch.charge)
+            raise
+
+    def _record_runs(self, answered: list[tuple[Started, Any]]) -> list[dict | None]:
+        """The run records of the launches made, in one append; Nones (and a warning each) if refused."""
+        records = [runs.launch_record(launch.work.item, launch.work.rig, polecat, started=launch.started,
+                                      tokens=_tokens(launch.work), fields=launch.fields,
+                                      workspace=launch.made)
+                   for launch, polecat in answered]
+        if not records:
+            return []
+        written = self._after_launch([launch.work for launch, _ in answered], "its run record",
+                                     lambda: runs.record_launches(self.town, records))
+        return records if written is not None else [None] * len(records)
+
+    def _book(self, answered: list[tuple[Started, Any]], records: list[dict | None]) -> set[int]:
+        """The launches made, booked: their ``Dispatched`` events, decisions, budget charges, breakers and
+        closes; the ``id`` of each whose context is closed (or that had none)."""
+        if not answered:
+            return set()
+        payloads = []
+        for (launch, polecat), run in zip(answered, records, strict=True):
+            work = launch.work
+            payload = {"context_id": launch.context_id, "item_id": work.item["id"], "rig": work.rig,
+                       "polecat_id": polecat.id, "run_id": run["run_id"] if run is not None else None}
+            direct = {} if work.payload is not None else {"direct": True}
+            scored = {"score": work.score} if work.score is not None else {}
+            payloads.append((payload, {**payload, **direct, **scored}))
+        events.emit_events(self.town, [(events.DISPATCHED, event) for _, event in payloads])
+        works = [launch.work for launch, _ in answered]
+        self._after_launch(works, "its decision", lambda: append_decisions(
+            self.town, [decision_of(self.town, launch.work, polecat.id, self.stores)
+                        for launch, polecat in answered]))
+        for launch, polecat in answered:
+            work, charge = launch.work, launch.charge
+            if charge is not None:
+                running = time.time()  # at or after the executor's own stamp of the start
+                self._after_launch([work], "its polecat on its budget charge",
+                                   lambda c=charge, p=polecat.id, r=running:
+                                   kept.name_charge(self.town, c, p, r))
+            self._after_launch([work], "its breaker healing",
+                               lambda i=work.item["id"]: kept.heal(self.town, i))
+        self.report.launched += [payload for payload, _ in payloads]
+        closes: dict[str, list[tuple[Started, str]]] = {}
+        made = set()
+        for launch, polecat in answered:
+            if launch.work.payload is None:
+                made.add(id(launch))
+            else:
+                closes.setdefault(launch.store.rig.name, []).append((launch, polecat.id))
+        for group in closes.values():
+            contexts = [(launch.work.payload, polecat_id) for launch, polecat_id in group]
+            if self._close_dispatched(group[0][0].store, contexts):
+                made.update(id(launch) for launch, _ in group)
+        self.report.dispatched += len(made)
+        self.report.failed += len(answered) - len(made)
+        return made
 
     def _clones(self, rig_name: str) -> bool:
         """A workspace is made here for local and tmux polecats; an executor whose polecats run on other
@@ -284,14 +349,15 @@ class Launcher:
         if made is not None:
             workspaces.discard(made)
 
-    def _after_launch(self, work: Work, what: str, write: Callable[[], Any]) -> Any:
-        """Bookkeeping after a launch: the polecat runs whatever happens here, so the cycle reports it
+    def _after_launch(self, works: list[Work], what: str, write: Callable[[], Any]) -> Any:
+        """Bookkeeping after launches: the polecats run whatever happens here, so the cycle reports them
         launched, and a record the disk refuses is a warning in the report, not a failure of the cycle."""
         try:
             return write()
         except OSError as err:
-            item_id = work.item["id"]
-            self.report.messages.append(f"warning: {item_id} launched, but {what} was not written: {err}")
+            for work in works:
+                item_id = work.item["id"]
+                self.report.messages.append(f"warning: {item_id} launched, but {what} was not written: {err}")
             return None
 
     def _charge(self, work: Work, context_id: str | None) -> str | None:
@@ -321,24 +387,31 @@ class Launcher:
                 self.report.messages.append("warning: a launch that did not happen stays charged to the"
                                             " token budget until the window passes")
 
-    def _close_dispatched(self, store, context, polecat_id: str) -> bool:
+    def _close_dispatched(self, store, launched: list[tuple[Any, str]]) -> bool:
+        """Close the contexts of one rig's launches ``dispatched`` (each with its polecat), in one append;
+        False when even the last resort failed (their intents still keep them from launching again)."""
+        closes = [(context.id, ctxs.DISPATCHED, {"polecat_id": polecat_id})
+                  for context, polecat_id in launched]
         last_error: Exception | None = None
         for attempt in range(len(CLOSE_RETRY_WAITS) + 1):
             try:
-                ctxs.close(self.town, store, context.id, ctxs.DISPATCHED, {"polecat_id": polecat_id})
+                ctxs.close_many(self.town, store, closes)
                 return True
             except (OSError, SluiceError) as err:
                 last_error = err
                 if attempt < len(CLOSE_RETRY_WAITS):
                     self.sleep(CLOSE_RETRY_WAITS[attempt])
         message = f"dispatch succeeded but closing its context failed: {last_error}"
-        self.report.messages.append(f"warning: {context.work_id}: {message}")
+        for context, _polecat_id in launched:
+            self.report.messages.append(f"warning: {context.work_id}: {message}")
         try:  # last resort; failing that, the intent on the context still prevents a relaunch
-            ctxs.close(self.town, store, context.id, ctxs.DISPATCH_CLOSE_FAILED, {"polecat_id": polecat_id})
+            ctxs.close_many(self.town, store, [(cid, ctxs.DISPATCH_CLOSE_FAILED, extra)
+                                               for cid, _reason, extra in closes])
         except (OSError, SluiceError):
-            self.report.messages.append(
-                f"warning: {context.id} is still open with a launch intent; the next cycle will settle it"
-            )
+            for context, _polecat_id in launched:
+                self.report.messages.append(
+                    f"warning: {context.id} is still open with a launch intent; the next cycle will settle it"
+                )
         return False
 
     def _failed(self, work: Work, store, error: str) -> None:
@@ -367,13 +440,15 @@ class Launcher:
         self.report.failures.append(row)
 
 
-def append_decision(town: Town, work: Work, polecat_id: str, stores: Stores) -> dict:
-    """Log a launch in ``decisions.jsonl`` in the advisor's decision shape, so fairness sees it."""
+def decision_of(town: Town, work: Work, polecat_id: str, stores: Stores) -> dict:
+    """A launch as ``decisions.jsonl`` logs it, in the advisor's decision shape, so fairness sees it."""
     item = work.item
     graph_id = work.graph_id if work.score is not None else Graphs(town, stores).of_record(item)
-    decision = make_decision(
+    return make_decision(
         item, town.rig(work.rig), graph_id=graph_id, score=work.score, reasons=work.reasons, at=iso(),
         source="dispatch", context_id=getattr(work.payload, "id", None), polecat_id=polecat_id,
     )
-    append_decisions(town, [decision])
-    return decision
+
+
+def _tokens(work: Work) -> int:
+    return work.tokens if work.tokens is not None else effective_tokens(work.item)

@@ -1,6 +1,6 @@
 """Run records: what each launch froze, read back for admission, history and the views.
 
-* **At launch** (:func:`record_launch`, from the one launch path) a run record
+* **At launch** (:func:`launch_record`, from the one launch path) a run record
   freezes what admission needs about running work — rig, labels, touches,
   token estimate — so caps never consult an item file that changed since.
 * **Outcomes** (:func:`outcome_of`): ``ok`` (exit 0), ``throttled``
@@ -10,7 +10,7 @@
   on, by :mod:`sluice.scheduler.ends`.
 
 A launch that crash recovery settles as never started has no run record: only
-:func:`record_launch` writes one, after the executor said the polecat runs,
+:func:`record_launches` writes them, after the executor said the polecats run,
 and reconciliation (:func:`record_reconciled`) writes one for a polecat that
 was found running.
 """
@@ -79,9 +79,9 @@ def new_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens
     }
 
 
-def record_launch(town: Town, item: dict, rig: str, polecat: Polecat, *, started: float, tokens: int,
+def launch_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens: int,
                   fields: SlingContextFields | None = None, workspace: Workspace | None = None) -> dict:
-    """The run record of a launch that just succeeded, appended with outcome ``running``.
+    """The run record of a launch that just succeeded, with outcome ``running``.
 
     ``attempt`` is 1 for the first run after a sling and one more for each retry of a failed run.
     A run in a workspace of its own names it (``workspace``, ``branch``).
@@ -90,8 +90,12 @@ def record_launch(town: Town, item: dict, rig: str, polecat: Polecat, *, started
     record = new_record(item, rig, polecat, started=started, tokens=tokens, attempt=attempt)
     if workspace is not None:
         record.update(workspace=str(workspace.path), branch=workspace.branch)
-    log.append(town, [record])
     return record
+
+
+def record_launches(town: Town, records: list[dict]) -> None:
+    """Append the run records of launches just made (:func:`launch_record`), all in one write."""
+    log.append(town, records)
 
 
 def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[dict]:
