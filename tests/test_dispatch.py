@@ -581,6 +581,55 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
     assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ids
     assert all(r["state"] == "running" and r["pid"] for r in worker_records(deferred_dir))
     assert [e["payload"]["item_id"] for e in events(deferred_dir, "Dispatched")] == ids
+    run_log = deferred_dir / ".sluice" / "runs" / "runs.jsonl"
+    runs = {r["polecat_id"]: r["run_id"] for r in map(json.loads, run_log.read_text().splitlines())}
+    assert [row["run_id"] for row in report.launched] == [runs[row["polecat_id"]] for row in report.launched]
+    assert [e["payload"]["run_id"] for e in events(deferred_dir, "Dispatched")] == \
+        [row["run_id"] for row in report.launched]
+
+
+def test_at_most_so_many_launches_are_begun_before_the_cycle_waits(cli, deferred_dir, executor, monkeypatch):
+    from sluice.scheduler import dispatch
+
+    ids = ["al-1", "al-2", "al-3"]
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "3")
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    steps = _watched_steps(monkeypatch)
+    monkeypatch.setattr(dispatch, "OVERLAP", 2)
+    report = dispatch.run_cycle(Town(deferred_dir))
+    assert steps == ["start", "start", "report", "report", "start", "report"]
+    assert report.dispatched == 3 and [row["item_id"] for row in report.launched] == ids
+
+
+def test_an_error_that_is_nobodys_fault_stops_the_cycle_before_the_next_launch_begins(
+        cli, deferred_dir, executor, monkeypatch):
+    from sluice.errors import ExecutorUnavailable
+    from sluice.scheduler.dispatch import run_cycle
+
+    ids = ["al-1", "al-2", "al-3", "al-4"]
+    write_items(deferred_dir, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", "4")
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    start = LocalExecutor.start
+
+    def gone(self, request):
+        if request.item_id == "al-2":
+            raise ExecutorUnavailable("the executor went away")
+        return start(self, request)
+
+    monkeypatch.setattr(LocalExecutor, "start", gone)
+    with pytest.raises(ExecutorUnavailable):
+        run_cycle(Town(deferred_dir))
+    assert [r["item_id"] for r in worker_records(deferred_dir)] == ["al-1"]  # booked, and nothing after
+    assert context_of(deferred_dir, "al-1")["status"] == "closed"
+    for later in ("al-2", "al-3", "al-4"):  # al-2's intent withdrawn, the others never begun
+        left = fields(context_of(deferred_dir, later))
+        assert not left.get("launch_started_at") and not left.get("dispatch_failures")
 
 
 def test_launches_spaced_by_a_spawn_delay_are_made_one_by_one(cli, deferred_dir, executor, monkeypatch):

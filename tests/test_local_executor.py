@@ -248,6 +248,37 @@ def test_a_launch_does_not_list_the_logs_of_every_earlier_polecat(local_setup, m
     assert polecat.state == "running" and not polecat.id.startswith("pc-old")
 
 
+def test_a_polecat_is_recorded_with_the_start_time_its_watcher_read(local_setup, monkeypatch):
+    """A batch's reports are read after all its watchers started: a polecat that ended by then is gone
+    from /proc, so its start time (the guard against a reused pid) comes from the watcher's own file."""
+    from sluice.executors import local
+
+    town, executor, repo = local_setup
+    wait = executor.start(request(town, repo, "pass"))
+    monkeypatch.setattr(local, "proc_start_time", lambda pid: None)  # as for a process already gone
+    polecat = wait()
+    record = json.loads((town.workers_dir / f"{polecat.id}.json").read_text())
+    started = json.loads((town.workers_dir / f"{polecat.id}.started").read_text())
+    assert record["start_time"] is not None and record["start_time"] == started["start_time"]
+    assert record["watcher_start"] == started["watcher_start"] is not None
+
+
+def test_a_watcher_whose_launcher_is_gone_still_records_the_exit(local_setup):
+    """A launcher killed between starting a watcher and reading its report (a batch in flight):
+    the polecat is watched to its end all the same."""
+    from sluice.executors import local
+
+    town, _executor, repo = local_setup
+    town.workers_dir.mkdir(parents=True, exist_ok=True)
+    work = town.workers_dir
+    polecat = [sys.executable, "-c", "import time; time.sleep(0.5)"]
+    watcher, read_end = local._spawn_watcher(polecat, repo, dict(os.environ), work / "w.log", work / "w.exit",
+                                             work / "w.started")
+    os.close(read_end)  # nobody will read the report
+    assert watcher.wait(timeout=60) == 0
+    assert json.loads((work / "w.exit").read_text())["exit_code"] == 0
+
+
 def test_text_no_program_can_receive_is_a_launch_failure(local_setup):
     town, executor, repo = local_setup
     with pytest.raises(ExecutorError, match="argument 3 of the polecat command contains a NUL byte"):

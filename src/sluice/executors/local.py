@@ -52,6 +52,7 @@ from sluice.executors.base import (
     require_command,
 )
 from sluice.executors.procs import start_time as proc_start_time
+from sluice.executors.watch import _CLOCK_TICKS
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ FINISHED_LOG = "finished.jsonl"
 _PENDING_GRACE = 30.0
 WATCHER = str(Path(__file__).with_name("watch.py"))
 _watchers: list[subprocess.Popen] = []  # polled now and then so finished watchers leave no zombies
+#: ``-S`` only where the watcher reads start times from ``/proc``: elsewhere it imports psutil.
+_WATCHER_FLAGS = ("-I", "-S") if _CLOCK_TICKS else ("-I",)
 
 
 def pid_alive(pid: int, start_time: float | int | None) -> bool:
@@ -212,8 +215,11 @@ class LocalExecutor:
                 pid, watcher = _reported(*starting)
             except (OSError, ValueError) as err:
                 raise self._not_started(request, polecat_id, log_path, err) from None
-            record.update(state="running", pid=pid, start_time=proc_start_time(pid), watcher_pid=watcher.pid,
-                          watcher_start=proc_start_time(watcher.pid))
+            # The start times the watcher wrote as it started the polecat: by the time a batch's reports
+            # are read, a polecat that ended at once is gone, and its pid could be another process's.
+            started = self._started_times(polecat_id, pid, watcher.pid)
+            record.update(state="running", pid=pid, start_time=started[0], watcher_pid=watcher.pid,
+                          watcher_start=started[1])
             # The polecat runs: a refusal here must not read as "nothing launched", or the cycle would
             # withdraw its intent and launch the item again.  The pending record and the watcher's
             # started file (written before it reported) let find() adopt it (see _adopted).
@@ -231,6 +237,16 @@ class LocalExecutor:
             log.write(f"sluice: {reason}\n")
         self._record_path(polecat_id).unlink(missing_ok=True)
         return ExecutorError(reason)
+
+    def _started_times(self, polecat_id: str, pid: int, watcher: int) -> tuple:
+        """(polecat start, watcher start) as the watcher's started file has them, else read now."""
+        try:
+            started = json.loads(self._started_path(polecat_id).read_text(encoding="utf-8"))
+            if started["pid"] == pid and started["watcher_pid"] == watcher:
+                return started.get("start_time"), started.get("watcher_start")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return proc_start_time(pid), proc_start_time(watcher)
 
     def _started_path(self, polecat_id: str) -> Path:
         return self.dir / f"{polecat_id}.started"
@@ -414,8 +430,9 @@ def _spawn_watcher(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_p
                    started_path: Path) -> tuple[subprocess.Popen, int]:
     """Start ``argv``'s watcher; (the watcher, the pipe it reports on), or the OSError of its start.
 
-    ``-S``: the watcher needs nothing from site-packages, and skipping them
-    (and their ``.pth`` files) shortens every launch.
+    ``-S`` where the kernel's ``/proc`` gives start times: the watcher then
+    needs nothing from site-packages, and skipping them (and their ``.pth``
+    files) shortens every launch; elsewhere it reads them through psutil.
     """
     import subprocess  # here: the views list polecats through this executor and never start one (4 ms)
 
@@ -426,8 +443,8 @@ def _spawn_watcher(argv: list[str], cwd: Path, env: dict, log_path: Path, exit_p
     try:
         with open(log_path, "ab") as log:
             watcher = subprocess.Popen(
-                [sys.executable, "-I", "-S", WATCHER, str(exit_path), str(started_path), str(write_end), "--",
-                 *argv],
+                [sys.executable, *_WATCHER_FLAGS, WATCHER, str(exit_path), str(started_path), str(write_end),
+                 "--", *argv],
                 cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True, pass_fds=(write_end,),
             )

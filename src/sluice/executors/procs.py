@@ -101,7 +101,10 @@ def _alive_in_proc(pid: int, started: float | int | None) -> bool:
         return False
     if state in (b"Z", b"X", b"x"):
         return False
-    return started is None or same_start(started, round(ticks / _CLOCK_TICKS, 2))
+    try:
+        return started is None or same_start(started, round(ticks / _CLOCK_TICKS, 2))
+    except (TypeError, ValueError):  # a start time on record that is no number: not this process
+        return False
 
 
 def _running(proc) -> bool:

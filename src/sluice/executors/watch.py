@@ -196,6 +196,19 @@ def spawn(command: list[str], report: int) -> int:
                                 close_fds=True).pid
 
 
+def tell(report: int, answer: str) -> None:
+    """Report to the launcher, which may be gone (killed mid-launch, or mid-batch): the polecat is
+    watched and its exit recorded all the same (the started file is what finds it then)."""
+    try:
+        os.write(report, answer.encode())
+    except OSError:  # EPIPE: nobody reads any more
+        pass
+    try:
+        os.close(report)
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     exit_file, started_file, fd_text, dashes, *command = argv
     if dashes != "--" or not command:
@@ -209,8 +222,7 @@ def main(argv: list[str]) -> int:
         child = spawn(command, report)
     except OSError as err:
         _discard(started_file)
-        os.write(report, f"E{err.errno or 0}".encode())
-        os.close(report)
+        tell(report, f"E{err.errno or 0}")
         return 127
     try:
         fill_reserved(started_file, {"pid": child, "start_time": start_time(child),
@@ -222,11 +234,9 @@ def main(argv: list[str]) -> int:
             pass
         wait_for(child)
         _discard(started_file)
-        os.write(report, f"E{getattr(err, 'errno', 0) or 0}".encode())
-        os.close(report)
+        tell(report, f"E{getattr(err, 'errno', 0) or 0}")
         return 127
-    os.write(report, f"P{child}".encode())
-    os.close(report)
+    tell(report, f"P{child}")
     code = wait_for(child)
     exited = {"exit_code": code, "finished_ts": time.time()}
     if hasattr(time, "CLOCK_BOOTTIME"):  # the end on the clock the start time is on: no date step moves it

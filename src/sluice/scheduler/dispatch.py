@@ -40,6 +40,7 @@ A dry run reads only: no lock, no cleanup, no events, no decisions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -49,7 +50,7 @@ from sluice.core import admission as rules
 from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.core.recordclass import replace
-from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, UsageError
+from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, SluiceError, UsageError
 from sluice.scheduler import admission, chain, ends, queuekeep, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
@@ -204,9 +205,13 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
             return
         try:
             outcomes = launcher.finish_many(batch)
-        finally:  # once the launches begun together are booked: a cycle killed later still has them
-            if report.dispatched > before:
-                record_dispatch(town, report.dispatched)
+        except BaseException:
+            if report.dispatched > before:  # what was booked before the error stays recorded
+                with contextlib.suppress(OSError, SluiceError):
+                    record_dispatch(town, report.dispatched)
+            raise
+        if report.dispatched > before:  # once per batch booked: a cycle killed later still has them
+            record_dispatch(town, report.dispatched)
         launched.extend(s.work.context_id for s, made in zip(batch, outcomes, strict=True) if made)
         complete = complete and all(outcomes)
 
@@ -225,13 +230,18 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
                 complete = False
                 continue
             waiting.append(started)
-            if delay > 0 or started.holds_workspace:  # made one by one (a delay after each one made)
+            if delay > 0 or started.alone or len(waiting) >= OVERLAP:  # (a delay after each one made)
                 made = len(launched)
                 finish_waiting()
                 if delay > 0 and len(launched) > made and position < len(planned) - 1:
                     _spawn_delay(town, delay, sleep)
-    finally:  # the launches begun are booked whatever stopped the loop: their polecats may run
-        finish_waiting()
+    except BaseException as stop:  # the launches begun are booked whatever stopped the loop: they may run
+        try:
+            finish_waiting()
+        except BaseException as also:
+            raise stop from also  # what stopped the loop is what the cycle reports
+        raise
+    finish_waiting()
     if plain:
         chain.leave(session, base, launched, complete)
     try:  # after the launches, so the event counts what they spent
@@ -285,6 +295,9 @@ def _report_plan(report: CycleReport, summary: dict) -> None:
     report.why.update(summary["why"])
     report.reason = summary["reason"]
 
+
+#: Launches begun before the cycle waits for their answers: each holds a pipe and a starting watcher.
+OVERLAP = 32
 
 #: How often a cycle waiting out ``spawn_delay`` looks for a pause (seconds).
 PAUSE_POLL = 0.25

@@ -136,12 +136,14 @@ class Started:
         self.started = 0.0
         self.wait: Callable[[], Any] = lambda: None
         self.error: BaseException | None = None  # what the first half raised, raised again by the second
-        self.held = ExitStack()  # the clone's lock, when the run has a workspace
+        self.held = ExitStack()  # the workspaces' lock, when the run gets a workspace of its own
+        self.locked = False
 
     @property
-    def holds_workspace(self) -> bool:
-        """Whether it holds the workspaces' lock until it finishes: no other launch may begin before."""
-        return self.made is not None
+    def alone(self) -> bool:
+        """Whether it must be finished before another launch begins: it holds the workspaces' lock, or
+        its first half failed (an error that is nobody's item's fault stops the cycle there)."""
+        return self.locked or self.error is not None
 
 
 class Launcher:
@@ -202,6 +204,7 @@ class Launcher:
             launch.charge = self._charge(work, launch.context_id)
             if self._clones(work.rig):
                 held.enter_context(workspaces.launching(self.town))
+                launch.locked = True
                 attempt = (fields.run_failures if fields is not None else 0) + 1
                 launch.made = workspaces.prepare(self.town, work.rig, work.item["id"], attempt)
             request = make_request(self.town, self.template, work.item, work.rig, launch.context_id or "",
@@ -213,15 +216,13 @@ class Launcher:
             else:
                 polecat = self.executor.launch(request)
                 launch.wait = lambda: polecat
-        except Exception as err:  # booked by finish, as if it had been raised there
-            held.close()
+        except Exception as err:  # booked by finish (a clone discarded under its lock), as if raised there
             launch.error = err
         except BaseException:
             held.close()
             self._withdraw(launch.charge)
             raise
-        else:
-            launch.held = held
+        launch.held = held
         return launch
 
     def finish(self, launch: Started) -> bool:
@@ -293,7 +294,7 @@ class Launcher:
             return []
         written = self._after_launch([launch.work for launch, _ in answered], "its run record",
                                      lambda: runs.record_launches(self.town, records))
-        return records if written is not None else [None] * len(records)
+        return written if written is not None else [None] * len(records)
 
     def _book(self, answered: list[tuple[Started, Any]], records: list[dict | None]) -> set[int]:
         """The launches made, booked: their ``Dispatched`` events, decisions, budget charges, breakers and

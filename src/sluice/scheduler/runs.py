@@ -93,9 +93,11 @@ def launch_record(item: dict, rig: str, polecat: Polecat, *, started: float, tok
     return record
 
 
-def record_launches(town: Town, records: list[dict]) -> None:
-    """Append the run records of launches just made (:func:`launch_record`), all in one write."""
+def record_launches(town: Town, records: list[dict]) -> list[dict]:
+    """Append the run records of launches just made (:func:`launch_record`), all in one write; returns
+    them."""
     log.append(town, records)
+    return records
 
 
 def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[dict]:

@@ -247,7 +247,8 @@ def run(args: list[str]) -> int | None:
     # collecting garbage among them only walks survivors (a seventh of a dispatch dry run).  What
     # it leaves is freed with the process; in a test process collection resumes afterwards.
     collecting = gc.isenabled()
-    gc.disable()
+    if not launches(command):  # a real cycle may wait out spawn delays for minutes: it collects as typer's
+        gc.disable()
     strict = os.environ.get(STRICT_ENV) == "1"
     try:
         data, as_json, human, say = _answer(command)
@@ -265,7 +266,10 @@ def run(args: list[str]) -> int | None:
             if strict:
                 raise
             return None
+        if isinstance(err, BrokenPipeError):
+            return 0  # the reader left, as typer's command line takes it
         if os.environ.get("SLUICE_DEBUG") and not isinstance(err, OSError):
+            sys.stderr.write("".join(held.lines))
             raise  # a bug, with its traceback, as typer's command line shows it
         return _ended(held, err)
     finally:
