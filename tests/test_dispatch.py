@@ -533,6 +533,19 @@ def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli,
     assert len(worker_records(deferred_dir)) == 1  # launched once, never twice
 
 
+def _queued_sleepers(cli, town: Path, count: int, *settings: tuple[str, str]) -> list[str]:
+    """``count`` items slung to alpha, all launched by one cycle, each polecat sleeping 5 s."""
+    ids = [f"al-{n}" for n in range(1, count + 1)]
+    write_items(town, "alpha", [item(i) for i in ids])
+    configure(cli.town, "scheduler.max_polecats", "5")
+    configure(cli.town, "scheduler.batch_size", str(count))
+    for key, value in settings:
+        configure(cli.town, key, value)
+    configure(cli.town, "executor.command", sleeper(5))
+    cli.run("sling", *ids, "alpha")
+    return ids
+
+
 def _watched_steps(monkeypatch) -> list[str]:
     """Each watcher's start (``start``) and its report of the polecat (``report``), in the order made."""
     from sluice.executors import local
@@ -556,12 +569,7 @@ def _watched_steps(monkeypatch) -> list[str]:
 def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferred_dir, executor, monkeypatch):
     from sluice.scheduler.dispatch import run_cycle
 
-    ids = ["al-1", "al-2", "al-3"]
-    write_items(deferred_dir, "alpha", [item(i) for i in ids])
-    configure(cli.town, "scheduler.max_polecats", "5")
-    configure(cli.town, "scheduler.batch_size", "3")
-    configure(cli.town, "executor.command", sleeper(5))
-    cli.run("sling", *ids, "alpha")
+    ids = _queued_sleepers(cli, deferred_dir, 3)
     steps = _watched_steps(monkeypatch)
     from collections import Counter
 
@@ -591,12 +599,7 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
 def test_at_most_so_many_launches_are_begun_before_the_cycle_waits(cli, deferred_dir, executor, monkeypatch):
     from sluice.scheduler import dispatch
 
-    ids = ["al-1", "al-2", "al-3"]
-    write_items(deferred_dir, "alpha", [item(i) for i in ids])
-    configure(cli.town, "scheduler.max_polecats", "5")
-    configure(cli.town, "scheduler.batch_size", "3")
-    configure(cli.town, "executor.command", sleeper(5))
-    cli.run("sling", *ids, "alpha")
+    ids = _queued_sleepers(cli, deferred_dir, 3)
     steps = _watched_steps(monkeypatch)
     monkeypatch.setattr(dispatch, "OVERLAP", 2)
     report = dispatch.run_cycle(Town(deferred_dir))
@@ -609,12 +612,7 @@ def test_an_error_that_is_nobodys_fault_stops_the_cycle_before_the_next_launch_b
     from sluice.errors import ExecutorUnavailable
     from sluice.scheduler.dispatch import run_cycle
 
-    ids = ["al-1", "al-2", "al-3", "al-4"]
-    write_items(deferred_dir, "alpha", [item(i) for i in ids])
-    configure(cli.town, "scheduler.max_polecats", "5")
-    configure(cli.town, "scheduler.batch_size", "4")
-    configure(cli.town, "executor.command", sleeper(5))
-    cli.run("sling", *ids, "alpha")
+    _queued_sleepers(cli, deferred_dir, 4)
     start = LocalExecutor.start
 
     def gone(self, request):
@@ -635,13 +633,7 @@ def test_an_error_that_is_nobodys_fault_stops_the_cycle_before_the_next_launch_b
 def test_launches_spaced_by_a_spawn_delay_are_made_one_by_one(cli, deferred_dir, executor, monkeypatch):
     from sluice.scheduler.dispatch import run_cycle
 
-    ids = ["al-1", "al-2", "al-3"]
-    write_items(deferred_dir, "alpha", [item(i) for i in ids])
-    configure(cli.town, "scheduler.max_polecats", "5")
-    configure(cli.town, "scheduler.batch_size", "3")
-    configure(cli.town, "scheduler.spawn_delay", "10m")
-    configure(cli.town, "executor.command", sleeper(5))
-    cli.run("sling", *ids, "alpha")
+    _queued_sleepers(cli, deferred_dir, 3, ("scheduler.spawn_delay", "10m"))
     steps = _watched_steps(monkeypatch)
     slept: list[float] = []
     report = run_cycle(Town(deferred_dir), sleep=slept.append)
@@ -653,12 +645,7 @@ def test_a_refused_launch_still_books_the_launches_begun_before_it(cli, deferred
     from sluice.errors import ExecutorError
     from sluice.scheduler.dispatch import run_cycle
 
-    ids = ["al-1", "al-2", "al-3", "al-4"]
-    write_items(deferred_dir, "alpha", [item(i) for i in ids])
-    configure(cli.town, "scheduler.max_polecats", "5")
-    configure(cli.town, "scheduler.batch_size", "4")
-    configure(cli.town, "executor.command", sleeper(5))
-    cli.run("sling", *ids, "alpha")
+    _queued_sleepers(cli, deferred_dir, 4)
     last = context_of(deferred_dir, "al-4")["id"]
     start, mark = LocalExecutor.start, ctxs.mark_launch
 

@@ -27,7 +27,7 @@ import signal
 import time
 from collections.abc import Iterable
 
-from sluice.executors.watch import _CLOCK_TICKS, start_time
+from sluice.executors.watch import _CLOCK_TICKS, proc_stat, start_time
 
 __all__ = ["alive", "group_alive", "same_start", "seconds_from_boot", "start_time", "stop_tree"]
 
@@ -89,12 +89,9 @@ def _alive_in_proc(pid: int, started: float | int | None) -> bool:
     """:func:`alive` from the kernel's ``/proc/PID/stat``: its state (Z zombie, X dead) and start tick."""
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
+    fields = proc_stat(pid)
+    if fields is None:  # no such process
         return False
-    fields = stat.rpartition(b")")[2].split()  # the name before it may hold spaces and ")"
     try:
         state, ticks = fields[0], int(fields[19])  # fields 3 and 22: state, starttime
     except (IndexError, ValueError):

@@ -56,12 +56,9 @@ def start_time(pid: int) -> float | None:
     import); elsewhere psutil.
     """
     if _CLOCK_TICKS:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
+        fields = proc_stat(pid)
+        if fields is None:  # no such process
             return None
-        fields = stat.rpartition(b")")[2].split()  # the name before it may hold spaces and ")"
         try:
             return round(int(fields[19]) / _CLOCK_TICKS, 2)  # field 22, starttime
         except (IndexError, ValueError):
@@ -73,6 +70,17 @@ def start_time(pid: int) -> float | None:
         return round(proc.create_time() - psutil.boot_time(), 2)
     except (psutil.Error, ValueError):
         return None
+
+
+def proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the process's name (``[0]`` is field 3, its state);
+    None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat.rpartition(b")")[2].split()  # the name before it may hold spaces and ")"
 
 
 def _clock_ticks() -> int:
