@@ -1,14 +1,15 @@
-"""Durations and fresh ids: the clock module's promises."""
+"""Durations, fresh ids and stamps: the clock module's promises."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.core.clock import format_duration, parse_duration, random_id
+from sluice.core.clock import format_duration, iso, iso_epoch, parse_duration, random_id
 
 
 def test_random_ids_are_version_4_uuids_and_differ():
@@ -27,3 +28,24 @@ def test_a_formatted_duration_reads_back(seconds):
 def test_what_is_not_a_duration_is_refused(text):
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+#: Moments whose microseconds sit on a rounding edge: half a microsecond, just under a whole second.
+EDGES = st.integers(0, 2**34).flatmap(lambda second: st.sampled_from(
+    [second + 0.0000005, second + 0.0000015, second + 0.9999995, second + 0.9999996, float(second)]))
+
+
+@given(st.one_of(st.floats(0, 253402300798.0), st.floats(1.6e9, 2.0e9), EDGES))
+def test_an_epoch_is_spelled_as_its_datetime_is(epoch):
+    assert iso_epoch(epoch) == iso(datetime.fromtimestamp(epoch, UTC))
+
+
+@pytest.mark.parametrize("epoch", [-1.5, -86400.25, 253402300798.9999999, 1e12])
+def test_outside_the_spelled_span_it_is_the_datetime_or_its_error(epoch):
+    try:
+        expected = iso(datetime.fromtimestamp(epoch, UTC))
+    except (OverflowError, OSError, ValueError) as err:
+        with pytest.raises(type(err)):
+            iso_epoch(epoch)
+    else:
+        assert iso_epoch(epoch) == expected

@@ -260,6 +260,8 @@ STEPS = st.lists(st.one_of(
     st.tuples(st.just("launch"), st.integers(0, 3)),
     # a clear: the queue read lean (streamed when no digest fits, the digests kept), then closed
     st.tuples(st.just("clear"), st.integers(0, 3)),
+    # `scheduler clear`: every context closed, the digests kept at the end of its own closes
+    st.tuples(st.just("clear-all"), st.none()),
 ), min_size=1, max_size=14)
 
 
@@ -323,6 +325,16 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
             closing = [(c.id, ctxs.CLEARED, {"item_id": c.work_id}) for c in found[:arg]]
             ctxs.close_many(store.town, store, closing)
             assert store.log_unread()  # read lean or from the digest, never whole
+        elif kind == "clear-all":
+            whole_before = log.read_bytes()
+            clear_everything(digest_dir)
+            kept = json.loads(store_of(digest_dir).queue_digest_path.read_text())
+            summary = json.loads(store_of(digest_dir)._summary_path.read_text())
+            data = log.read_bytes()
+            if data.endswith(b"\n"):  # no torn fragment left at the end (a close would have mended it)
+                assert kept["open"] == [] and kept["mark"]["offset"] == len(data)
+                if whole_before.endswith(b"\n"):  # the summary before the closes stood at the log's end
+                    assert summary["mark"]["offset"] == len(data)
         else:
             compact(store_of(digest_dir))
         queue, summary = whole(digest_dir)
@@ -333,6 +345,49 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
         assert ids == summary[0] and edges >= summary[1] and quiet <= summary[2]
         if kind == "compact":  # compaction leaves both digests of the file it wrote: not read whole
             assert reader.rig("alpha").log_unread()
+
+
+def clear_everything(town: Path) -> dict:
+    from sluice.scheduler.control import clear
+
+    return clear(Town(town))
+
+
+def test_a_clear_keeps_no_digest_past_a_line_another_writer_appended_during_it(digest_dir, monkeypatch):
+    """A sling landing between a clear's read and its closes is open after the clear: neither digest may
+    be carried over it, and the next reader finds the new context."""
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(3)))
+    real_close_many = ctxs.close_many
+
+    def a_sling_first(town, store, closes):
+        with open(log, "a") as fh:
+            fh.write(json.dumps(context("al-wisp-new", "open", valid, 9)) + "\n")
+        return real_close_many(town, store, closes)
+
+    monkeypatch.setattr(ctxs, "close_many", a_sling_first)
+    assert clear_everything(digest_dir)["cleared"] == 3
+    monkeypatch.undo()
+    reader = Stores(Town(digest_dir))
+    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-new"]
+    assert "al-wisp-new" in reader.rig("alpha").log_ids()
+
+
+def test_after_a_clear_the_next_reader_parses_no_line_of_the_log(digest_dir, monkeypatch):
+    """A clear of 100,000 contexts used to leave the next command their 100,000 closes to parse."""
+    from sluice.store import jsonlog
+
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(50)))
+    assert clear_everything(digest_dir)["cleared"] == 50
+    parsed: list[int] = []
+    real_parse = jsonlog.parse_line
+    monkeypatch.setattr(jsonlog, "parse_line", lambda *a, **k: parsed.append(1) or real_parse(*a, **k))
+    reader = Stores(Town(digest_dir))
+    assert ctxs.open_contexts(reader) == [] and reader.rig("alpha").index_is_exact()
+    assert parsed == []
 
 
 def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_read(digest_dir):

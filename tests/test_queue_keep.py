@@ -171,6 +171,20 @@ def test_any_change_to_what_the_survey_reads_surveys_again(three_queued, surveys
     assert after == fresh(three_queued)
 
 
+def test_a_reading_kept_for_other_inputs_is_refused_by_its_first_bytes(three_queued, monkeypatch):
+    """The first read after a change must not parse a long kept reading only to find its key stale."""
+    status(three_queued)
+    session = Session.of(Town(three_queued))
+    key = queuekeep.inputs(session)
+    assert queuekeep.load(session, key) is not None
+    parsed: list[int] = []
+    real_loads = queuekeep.json.loads
+    monkeypatch.setattr(queuekeep.json, "loads", lambda data: parsed.append(len(data)) or real_loads(data))
+    assert queuekeep.load(session, [*key, "another input"]) is None
+    assert parsed == []
+    assert queuekeep.load(session, key) is not None and len(parsed) == 1
+
+
 def test_a_polecat_ending_is_a_change_though_no_queue_file_moves(cli, rig, town_dir, memory, surveys):
     configure(town_dir, "scheduler.max_polecats", "1")
     write_items(town_dir, "alpha", [item("al-0"), item("al-1")])

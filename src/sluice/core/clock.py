@@ -7,11 +7,12 @@ at a glance which functions touch the clock.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
 from collections.abc import Container
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from sluice.core.digest import sha256
 
@@ -58,6 +59,38 @@ def iso(ts: datetime | None = None) -> str:
     """UTC RFC 3339 with microseconds, the timestamp format sluice writes."""
     ts = ts or now_utc()
     return ts.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+#: Epoch seconds :func:`iso_epoch` spells by arithmetic: 1970 up to the last second of year 9999.
+_ARITHMETIC_SPAN = (0.0, 253402300798.0)
+_EPOCH_DATE = date(1970, 1, 1)
+_day_texts: dict[int, str] = {}
+
+
+def iso_epoch(epoch: float) -> str:
+    """``iso(datetime.fromtimestamp(epoch, UTC))``, character for character, at half its cost.
+
+    A forecast spells tens of thousands of moments (each queued item's start
+    and finish); a datetime per moment was most of what writing its rows cost.
+    The microseconds are rounded half to even, as ``fromtimestamp`` rounds
+    them, and each day's date is spelled once.  Outside 1970…9999, or for a
+    value that is no finite number, it is the datetime's own spelling (or its
+    error).
+    """
+    if not _ARITHMETIC_SPAN[0] <= epoch <= _ARITHMETIC_SPAN[1]:
+        return iso(datetime.fromtimestamp(epoch, UTC))
+    fraction, whole = math.modf(epoch)
+    micro = round(fraction * 1e6)
+    seconds = int(whole)
+    if micro >= 1_000_000:
+        seconds, micro = seconds + 1, micro - 1_000_000
+    day, second = divmod(seconds, 86400)
+    date_text = _day_texts.get(day)
+    if date_text is None:
+        if len(_day_texts) > 4096:
+            _day_texts.clear()
+        date_text = _day_texts[day] = (_EPOCH_DATE + timedelta(days=day)).isoformat()
+    return "%sT%02d:%02d:%02d.%06dZ" % (date_text, second // 3600, second // 60 % 60, second % 60, micro)  # noqa: UP031 - %-format is faster here
 
 
 #: The order text of an unreadable or missing timestamp: after every real time.

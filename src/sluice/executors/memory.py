@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
 
-from sluice.core.clock import iso
+from sluice.core.clock import iso_epoch
 from sluice.core.recordclass import replace
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest, Polecat, check_launchable, polecat_env
@@ -130,7 +130,7 @@ class MemoryExecutor:
         return self.clock.time() if self.clock is not None else time.time()
 
     def _stamp(self, ts: float) -> str:
-        return iso(datetime.fromtimestamp(ts, UTC))
+        return iso_epoch(ts)
 
     # -- arranging outcomes (tests) -------------------------------------------
     def fail_next(self, item_id: str, error: str = "launch refused", times: int = 1,

@@ -36,12 +36,11 @@ import socket
 import time
 import warnings
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from sluice.core.clock import iso
+from sluice.core.clock import iso_epoch
 from sluice.core.workspaces import CLONE, branch_name
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import (
@@ -170,7 +169,7 @@ class RayExecutor:
     def _polecat(self, job) -> Polecat:
         meta = job.metadata or {}
         status = str(getattr(job.status, "value", job.status))
-        started = iso(datetime.fromtimestamp(job.start_time / 1000, UTC)) if job.start_time else ""
+        started = iso_epoch(job.start_time / 1000) if job.start_time else ""
         local_log = self._log_path(job.submission_id)
         reason = reason_of(job.message) if status == "FAILED" else None
         return Polecat(

@@ -52,9 +52,8 @@ def next_decisions(
     _check_count("limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
         raise UsageError(f"graph_id must be a non-empty string (got {graph_id!r})", parameters=("graph_id",))
-    from datetime import UTC, datetime
 
-    from sluice.core.clock import iso
+    from sluice.core.clock import iso_epoch
     from sluice.core.scoring import select
     from sluice.scheduler.ranking import load_town_policy, rank_ready
     from sluice.scheduler.session import Session
@@ -70,7 +69,7 @@ def next_decisions(
     top = rank_ready(town, stores, signals, policy, limit, graph_id=graph_id, now=now)
     if not top:
         return []
-    at = iso(datetime.fromtimestamp(now, UTC))
+    at = iso_epoch(now)
     decisions = [_decision(town, stores, selection, at) for selection in select(top, limit,
                                                                                  policy.skip_on_merge_pressure)]
     if not preview:

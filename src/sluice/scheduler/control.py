@@ -62,14 +62,18 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     closed, failed = [], []
     by_rig: dict[str, list] = {}
     matched = 0
+    everything = item_id is None
     # Lean: a log with no digest to start from is read without holding every record (100,000 of them
-    # took over 400 MB); the closes then read each context's line where the read found it.
-    for context in ctxs.open_contexts(stores, fresh=True, lean=True):
-        if item_id is None or context.work_id == item_id:
+    # took over 400 MB); the closes then read each context's line where the read found it.  A clear of
+    # everything keeps no digest of what it is about to close: it keeps the one after its closes.
+    for context in ctxs.open_contexts(stores, fresh=True, lean=True, digest=not everything):
+        if everything or context.work_id == item_id:
             matched += 1
             by_rig.setdefault(context.rig, []).append(context)
     if item_id is not None and not matched:
         stores.for_id(item_id)  # raises UnknownItem when no rig has it
+    broken: set[str] = set()  # rigs where a chunk failed: what is open there is not known
+    before = {store.rig.name: store.summary_at_own_mark() for store in stores.all()} if everything else {}
     for rig_name, found in by_rig.items():
         # A few thousand contexts per lock, read and append: linear in the queue, and a clear of
         # 100,000 holds one chunk's records, lines and events at a time, not all of them.
@@ -80,9 +84,17 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
                 done = set(ctxs.close_many(town, stores.rig(rig_name), wanted))
             except OSError as err:
                 failed.extend({"context_id": c.id, "error": str(err)} for c in chunk)
+                broken.add(rig_name)
                 continue
             closed.extend({"context_id": c.id, "item_id": c.work_id, "rig": c.rig}
                           for c in chunk if c.id in done)
+    if everything:
+        gone = {row["context_id"] for row in closed}
+        for store in stores.all():
+            name = store.rig.name
+            if name not in broken and name not in stores.unreadable:
+                ctxs.keep_digests_after_closes(store, before.get(name),
+                                               [c for c in by_rig.get(name, ()) if c.id not in gone])
     if closed:
         events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed),
                                                  "by": actor or detect_actor()})

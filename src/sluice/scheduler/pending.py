@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import iso
+from sluice.core.clock import iso_epoch
 from sluice.core.items import is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
 from sluice.core.recordclass import field, recordclass
@@ -76,7 +75,7 @@ class Held:
 def held_row(held: Held) -> dict:
     """One held context as the cycle, ``scheduler list`` and patrol report it."""
     context = held.context
-    closes_at = iso(datetime.fromtimestamp(held.closes_at, UTC)) if held.closes_at is not None else None
+    closes_at = iso_epoch(held.closes_at) if held.closes_at is not None else None
     row = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
            "reason": held.reason, "missing_since": held.since, "closes_at": closes_at}
     if held.detail is not None:

@@ -20,11 +20,11 @@ Times are epoch seconds (``time.time()``) or aware datetimes; both are accepted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import boot_seconds, iso, runtime_seconds
+from sluice.core.clock import boot_seconds, iso_epoch, runtime_seconds
 from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
 from sluice.errors import ExecutorError, UnknownPolecat, UsageError
@@ -261,7 +261,7 @@ def retry_epoch(fields: SlingContextFields, base: float, maximum: float) -> floa
 def retry_due_at(fields: SlingContextFields, base: float, maximum: float) -> str | None:
     """When a failed context may be tried again (UTC ISO), or None if it need not wait."""
     at = retry_epoch(fields, base, maximum)
-    return None if at is None else iso(datetime.fromtimestamp(at, UTC))
+    return None if at is None else iso_epoch(at)
 
 
 def is_retry_due(fields: SlingContextFields, now: float | datetime, base: float, maximum: float) -> bool:

@@ -152,9 +152,19 @@ def keepable(view: Survey, assessment: Assessment) -> bool:
 
 
 def load(session: Session, key: list, name: str = FILE) -> dict | None:
-    """What was kept (in ``name``) for exactly these inputs, still inside its horizon; None: survey."""
+    """What was kept (in ``name``) for exactly these inputs, still inside its horizon; None: survey.
+
+    :func:`keep` writes the key first, so a file kept for other inputs is
+    told by its first bytes: the first read after a change does not parse a
+    reading of 100,000 queued items (about 0.1 s) only to find it stale.
+    """
+    prefix = b'{"key":' + json.dumps(key, separators=(",", ":")).encode("utf-8") + b","
     try:
-        kept = json.loads(path(session.files, name).read_bytes())
+        with open(path(session.files, name), "rb") as fh:
+            start = fh.read(len(prefix))
+            if start != prefix:
+                return None
+            kept = json.loads(start + fh.read())
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("key") != key:

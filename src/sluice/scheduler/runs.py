@@ -18,11 +18,10 @@ was found running.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import iso, random_id
+from sluice.core.clock import iso_epoch, random_id
 from sluice.core.items import effective_tokens, labels_of, parse_ts
 from sluice.scheduler.admission import touches_of
 from sluice.scheduler.pending import item_store
@@ -39,7 +38,7 @@ LIVE_STATES = ("running", "pending")
 
 
 def stamp(epoch: float) -> str:
-    return iso(datetime.fromtimestamp(epoch, UTC))
+    return iso_epoch(epoch)
 
 
 def host_of(polecat: Polecat) -> str:

@@ -31,10 +31,9 @@ ones or not; ``queued`` counts the rig's queue rows.
 from __future__ import annotations
 
 import shlex
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sluice.core.clock import boot_seconds, iso
+from sluice.core.clock import boot_seconds, iso_epoch
 from sluice.core.items import gate_of, item_hints
 from sluice.errors import ExecutorError, SluiceError
 from sluice.scheduler import ends, runs
@@ -182,7 +181,7 @@ def snapshot(where: Town | Session, executor: Executor | None = None, *, decisio
     _titles(session.stores, polecats)
     return {
         "version": VERSION,
-        "at": iso(datetime.fromtimestamp(now, UTC)),
+        "at": iso_epoch(now),
         "town": str(town.root),
         "executor": session.config.executor.kind,
         "scheduler": status,

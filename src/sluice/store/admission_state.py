@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.admission import Spend, Throttle
-from sluice.core.clock import iso
+from sluice.core.clock import iso_epoch
 from sluice.core.records import json_object
 from sluice.errors import ConfigError
 from sluice.store import fsutil
@@ -46,7 +45,7 @@ MAX_COOLDOWN = 24 * 3600.0
 
 
 def utc(epoch: float) -> str:
-    return iso(datetime.fromtimestamp(epoch, UTC))
+    return iso_epoch(epoch)
 
 
 def _path(town: Town, name: str) -> Path:

@@ -27,11 +27,10 @@ WALK_LIMIT = 5000
 
 
 def _iso(seconds: float) -> str:
-    from datetime import UTC, datetime
 
-    from sluice.core.clock import iso
+    from sluice.core.clock import iso_epoch
 
-    return iso(datetime.fromtimestamp(seconds, UTC))
+    return iso_epoch(seconds)
 
 
 def beads_dir(repo: Path) -> Path:

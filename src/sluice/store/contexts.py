@@ -168,7 +168,7 @@ def read_fresh(store: RigStore) -> dict[str, dict]:
     return store.ephemeral_fresh()
 
 
-def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False) -> list[Context]:
+def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False, digest: bool = True) -> list[Context]:
     """The rig's open contexts in log order: from its kept digest and the lines appended after it.
 
     A process that has not read the log yet (every CLI command) takes the open
@@ -179,14 +179,16 @@ def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False) -> list[
     so an append costs only what it writes.  A process that has read the log (the daemon's cycle after its
     first read, the MCP server, a writer) reads on from where it was.  ``lean``: a log
     with no digest that fits is read as a stream that keeps only the open contexts
-    (:meth:`RigStore.read_lean`), for a caller that needs nothing else of it.
+    (:meth:`RigStore.read_lean`), for a caller that needs nothing else of it; ``digest``
+    False: that read keeps no digest of them, for a caller about to close them all
+    (:func:`keep_digests_after_closes` keeps the one after).
     """
     if store.log_unread():
         kept = _kept_open(store)
         if kept is not None:
             return kept
         if lean:
-            return _lean_open(store)
+            return _lean_open(store, digest)
     records = read_fresh(store).values() if fresh else store.ephemeral().values()
     # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.
     found = [parse(store.rig.name, r) for r in records if _is_open(r)]
@@ -196,8 +198,9 @@ def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False) -> list[
     return found
 
 
-def _lean_open(store: RigStore) -> list[Context]:
-    """The open contexts from a read of the log that holds no other record, their digest kept from it."""
+def _lean_open(store: RigStore, digest: bool = True) -> list[Context]:
+    """The open contexts from a read of the log that holds no other record, their digest kept from it
+    (``digest``)."""
     name = store.rig.name
 
     def keep(record: dict) -> Context | None:
@@ -208,8 +211,38 @@ def _lean_open(store: RigStore) -> list[Context]:
         return []
     kept, mark, at = read
     found = [context for context in kept.values() if context is not None]
-    queuedigest.write(store.queue_digest_path, mark, [_row(c, at[c.id]) for c in found])
+    if digest:
+        queuedigest.write(store.queue_digest_path, mark, [_row(c, at[c.id]) for c in found])
     return found
+
+
+def keep_digests_after_closes(store: RigStore, before: tuple | None, still_open: list[Context]) -> bool:
+    """Keep the queue digest and the log summary of a log whose last lines are this process's closes:
+    ``still_open`` its open contexts now, ``before`` :meth:`RigStore.summary_at_own_mark` taken
+    before the closes.
+
+    For a clear, whose closes would otherwise leave the next reader a digest
+    of every context it closed and their closes to parse after it (at
+    100,000 contexts, about two seconds and 500 MB of the next command).
+    Kept only when the log ends exactly where this store's own last line
+    left it (no other writer's line since its read, :meth:`RigStore.own_mark`)
+    and each context's line is known; False: nothing kept, the next reader
+    starts from whatever fits, as before.  The summary carries over
+    unchanged, since a close changes no id and no dependency.  Written like
+    any digest: at a mark the log only ever extends, so a line appended
+    after it is the next reader's tail.
+    """
+    mark = store.end_at_own_mark()
+    if mark is None:
+        return False
+    if before is not None:
+        store.carry_summary(before[1], mark)
+    at = [store.known_offset(c.id) for c in still_open]
+    if any(offset is None for offset in at):
+        return False
+    queuedigest.write(store.queue_digest_path, mark, [_row(c, offset) for c, offset in zip(still_open, at,
+                                                                                             strict=True)])
+    return True
 
 
 def keep_digest_of(store: RigStore, mark: dict, records_at: Iterable[tuple[dict, int]]) -> None:
@@ -262,7 +295,8 @@ def _kept_open(store: RigStore) -> list[Context] | None:
     return list(found.values())
 
 
-def open_contexts(stores: Stores, fresh: bool = False, lean: bool = False) -> list[Context]:
+def open_contexts(stores: Stores, fresh: bool = False, lean: bool = False, digest: bool = True
+                  ) -> list[Context]:
     """Open contexts of every rig: valid ones oldest first (ties by id), unparseable ones last.
 
     A rig whose log cannot be read (a malformed line, an unreadable file) is
@@ -273,7 +307,7 @@ def open_contexts(stores: Stores, fresh: bool = False, lean: bool = False) -> li
     found = []
     for store in stores.all():
         try:
-            found.extend(_open_contexts_of(store, fresh, lean))
+            found.extend(_open_contexts_of(store, fresh, lean, digest))
         except (StoreCorrupt, OSError) as err:
             stores.hold_unreadable(store.rig.name, err)
     found.sort(key=_listing_key)

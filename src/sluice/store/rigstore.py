@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -417,6 +418,32 @@ class RigStore:
         for path in (self._summary_path, self.queue_digest_path):
             with contextlib.suppress(OSError):
                 path.unlink()
+
+    def end_at_own_mark(self) -> dict | None:
+        """:meth:`own_mark`, when the log ends exactly there now (no line after this store's last)."""
+        mark = self.own_mark()
+        try:
+            stat = os.stat(self.ephemeral_path)
+        except OSError:
+            return None
+        if mark is None or (stat.st_ino, stat.st_size) != (mark["inode"], mark["offset"]):
+            return None
+        return mark
+
+    def summary_at_own_mark(self) -> tuple[dict, tuple[set[str], bool, bool]] | None:
+        """(:meth:`end_at_own_mark`, the log summary as of it); None: the log does not end there."""
+        mark = self.end_at_own_mark()
+        return None if mark is None else (mark, self._ephemeral_summary())
+
+    def carry_summary(self, summary: tuple[set[str], bool, bool], mark: dict) -> None:
+        """Keep ``summary`` (of an earlier mark, :meth:`summary_at_own_mark`) as the summary at ``mark``.
+
+        Only for lines between the two that change no record's id or
+        dependencies, which a close never does: a clear of 100,000 contexts
+        then leaves the next reader no 100,000 lines to parse for ids it
+        already knows.
+        """
+        self._keep_summary(mark, summary)
 
     def keep_summary_of(self, mark: dict, records: Iterable[dict]) -> None:
         """Keep the summary of a log just written whole (compaction) as ``records``, at its ``mark``."""

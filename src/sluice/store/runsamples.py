@@ -4,7 +4,10 @@ The forecast learns from the last :data:`~sluice.core.forecast.DEFAULT_WINDOW`
 runs of each kind.  Parsing a run log of 100,000 runs for that costs seconds;
 this cache keeps each kind's window (the runs in it, oldest first) at a byte
 offset of the log, and a reader parses only the lines appended since, as the
-run digest (:func:`sluice.store.runs.digest`) and the queue digest do.  A
+run digest (:func:`sluice.store.runs.digest`) and the queue digest do; it
+writes the cache again only once those lines are worth it
+(:func:`~sluice.store.jsonlog.worth_rewriting`), so the forecast after a
+cycle's 20 launches does not write out 100,000 ended runs.  A
 cache of another layout or window, or whose mark the log no longer continues
 from (compacted: another inode, or shorter), is ignored and the log is read
 whole.  It is only a cache: deleting it costs one whole read.
@@ -29,6 +32,7 @@ from sluice.core import forecast as model
 from sluice.core.recordclass import field, recordclass
 from sluice.store import fsutil
 from sluice.store import runs as log
+from sluice.store.jsonlog import worth_rewriting
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -58,6 +62,7 @@ class Samples:
     pending: dict[str, dict] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)  # every run seen ended
     holds: dict[str, int] = field(default_factory=dict)  # run id → how many windows hold it (not kept)
+    written: int = -1  # the line the kept file stands at (-1: no file fits), not kept either
 
     def __post_init__(self) -> None:
         if not self.holds:
@@ -164,7 +169,8 @@ def samples(town: Town, window: int = model.DEFAULT_WINDOW) -> Samples:
     kept.offset += used
     kept.lines += data[:used].count(b"\n")
     kept.guard = (kept.guard + data[:used])[-GUARD:]
-    _write(town, kept)
+    if worth_rewriting(kept.lines - max(kept.written, 0), len(kept.ended) + len(kept.runs)):
+        _write(town, kept)
     _memo[source] = kept
     return kept
 
@@ -202,6 +208,7 @@ def _write(town: Town, kept: Samples) -> None:
                 "pending": kept.pending,
                 "ended": "\n".join(sorted(kept.ended))}
     fsutil.write_cache(path(town), json.dumps(document, separators=(",", ":")).encode("utf-8"))
+    kept.written = kept.lines
 
 
 def _load(town: Town) -> Samples | None:
@@ -213,6 +220,7 @@ def _load(town: Town) -> Samples | None:
         return Samples(window=int(data["window"]), inode=data["inode"], offset=int(data["offset"]),
                        lines=int(data["lines"]), guard=bytes.fromhex(data["guard"]),
                        runs=dict(data["runs"]), kinds=dict(data["kinds"]),
-                       pending=dict(data["pending"]), ended=set(ended.split("\n")) if ended else set())
+                       pending=dict(data["pending"]), ended=set(ended.split("\n")) if ended else set(),
+                       written=int(data["lines"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # no cache, or one cut short: read the log
