@@ -32,7 +32,8 @@ whole queue twice per tree: on that copy, whose digests the tree's own
 commands wrote, and on a fresh copy, where no digest fits (a copy has
 other inodes); reported
 are its CPU time, peak memory (the process's maximum resident set) and
-wall time (the target: under 3 s and 300 MB at 100,000).
+wall time (the target: under 3 s and 300 MB at 100,000), and what the
+``scheduler status --json`` right after the clear costs (CPU, peak memory).
 
 ``--drain N`` then starts ``sluice daemon --interval 0.01`` on a fresh copy
 with N queued (per tree) and counts launches for ``--drain-seconds`` (or
@@ -143,7 +144,8 @@ def cycle(src: Path, town: Path) -> tuple[float, int, float]:
 
 
 def clears(work: Path, trees: dict[str, Path], town: Path, copies: dict[str, Path], n: int) -> dict:
-    """``scheduler clear --json`` of the whole queue, per tree, as (wall s, CPU s, peak MiB, cleared).
+    """``scheduler clear --json`` of the whole queue, per tree, as (wall s, CPU s, peak MiB, cleared),
+    and the ``scheduler status --json`` right after it (``next_cpu``, ``next_peak_mib``).
 
     ``kept``: on the tree's copy after its cycles and views, so with the
     digests its own commands wrote.  ``unkept``: on a fresh copy (another
@@ -154,8 +156,10 @@ def clears(work: Path, trees: dict[str, Path], town: Path, copies: dict[str, Pat
     for case, where in (("kept", copies), ("unkept", fresh)):
         for name, src in trees.items():  # the trees alternate, case by case
             wall, cpu, peak, text = measured(src, where[name], ["scheduler", "clear", "--json"])
+            _wall, next_cpu, next_peak, _text = measured(src, where[name], ["scheduler", "status", "--json"])
             out[name][case] = {"wall": wall, "cpu": cpu, "peak_mib": peak,
-                               "cleared": json.loads(text)["cleared"]}
+                               "cleared": json.loads(text)["cleared"], "next_cpu": next_cpu,
+                               "next_peak_mib": next_peak}
     for path in fresh.values():
         shutil.rmtree(path, ignore_errors=True)
     return out
@@ -310,6 +314,14 @@ def main() -> None:
         print("|---|" + "---|" * len(trees))
         for n in sizes:
             cells = [" / ".join(f"{c['cpu']:.2f}, {c['peak_mib']:.0f} ({c['wall']:.2f})"
+                                for c in found["launches"][name][n]["clear"].values()) for name in trees]
+            print(f"| {n:,} | {' | '.join(cells)} |")
+        print()
+        heads = [f"{n}: status after the clear, digest kept / no digest: CPU s, peak MiB" for n in trees]
+        print(f"| queued | {' | '.join(heads)} |")
+        print("|---|" + "---|" * len(trees))
+        for n in sizes:
+            cells = [" / ".join(f"{c['next_cpu']:.2f}, {c['next_peak_mib']:.0f}"
                                 for c in found["launches"][name][n]["clear"].values()) for name in trees]
             print(f"| {n:,} | {' | '.join(cells)} |")
     if args.drain:
