@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -40,11 +41,12 @@ def test_an_epoch_is_spelled_as_its_datetime_is(epoch):
     assert iso_epoch(epoch) == iso(datetime.fromtimestamp(epoch, UTC))
 
 
-@pytest.mark.parametrize("epoch", [-1.5, -86400.25, 253402300798.9999999, 1e12])
+@pytest.mark.parametrize("epoch", [-1.5, -86400.25, 253402300798.9999999, 1e12, float("nan"), float("inf"),
+                                   True, Decimal("1.5")])
 def test_outside_the_spelled_span_it_is_the_datetime_or_its_error(epoch):
     try:
         expected = iso(datetime.fromtimestamp(epoch, UTC))
-    except (OverflowError, OSError, ValueError) as err:
+    except (OverflowError, OSError, TypeError, ValueError) as err:
         with pytest.raises(type(err)):
             iso_epoch(epoch)
     else:

@@ -374,6 +374,24 @@ def test_a_clear_keeps_no_digest_past_a_line_another_writer_appended_during_it(d
     assert "al-wisp-new" in reader.rig("alpha").log_ids()
 
 
+def test_a_clear_with_no_summary_to_carry_over_never_reads_the_log_whole(digest_dir, monkeypatch):
+    """With the queue digest kept and the summary gone (deleted, another version, never written), a
+    clear still closes from the digest: it carries no summary rather than read 100,000 records for one."""
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(20)))
+    ctxs.open_contexts(Stores(Town(digest_dir)))  # the queue digest of this log
+    store_of(digest_dir)._summary_path.unlink(missing_ok=True)
+
+    def no_whole_read(self):
+        raise AssertionError("the log was read whole")
+
+    monkeypatch.setattr(RigStore, "ephemeral_fresh", no_whole_read)
+    assert clear_everything(digest_dir)["cleared"] == 20
+    monkeypatch.undo()
+    assert ctxs.open_contexts(Stores(Town(digest_dir))) == []
+
+
 def test_after_a_clear_the_next_reader_parses_no_line_of_the_log(digest_dir, monkeypatch):
     """A clear of 100,000 contexts used to leave the next command their 100,000 closes to parse."""
     from sluice.store import jsonlog

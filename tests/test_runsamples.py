@@ -22,6 +22,8 @@ STEPS = st.lists(st.one_of(
                                         st.integers(1, 900))),
     st.tuples(st.just("usage"), st.tuples(st.integers(0, 30), st.integers(0, 5000))),
     st.tuples(st.just("read"), st.booleans()),  # True: a new process (only the kept file)
+    # many runs at once: past the lines after which a reader writes the kept file again
+    st.tuples(st.just("burst"), st.integers(1, 80)),
     st.tuples(st.just("compact"), st.none()),
 ), min_size=1, max_size=40)
 
@@ -57,6 +59,14 @@ def test_the_windows_kept_at_a_mark_always_equal_a_whole_read(town_dir, steps, w
                       "started_at": "2026-12-01T10:00:00Z", "tokens_estimated": 100}
             runs.append(record)
             runlog.append(town, [record])
+        elif kind == "burst":
+            rig, issue_type, labels = KINDS[arg % len(KINDS)]
+            batch = [{"run_id": f"r{len(runs) + k}", "item_id": f"it-{len(runs) + k}", "rig": rig,
+                      "issue_type": issue_type, "labels": labels, "outcome": "ok",
+                      "runtime_seconds": float(k), "started_at": "2026-12-01T10:00:00Z",
+                      "tokens_estimated": 100} for k in range(arg)]
+            runs += batch
+            runlog.append(town, batch)
         elif kind == "end":
             n, outcome, runtime = arg
             if n < len(runs) and runs[n]["outcome"] == "running":

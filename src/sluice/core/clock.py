@@ -64,6 +64,7 @@ def iso(ts: datetime | None = None) -> str:
 #: Epoch seconds :func:`iso_epoch` spells by arithmetic: 1970 up to the last second of year 9999.
 _ARITHMETIC_SPAN = (0.0, 253402300798.0)
 _EPOCH_DATE = date(1970, 1, 1)
+_PLAIN = (float, int)
 _day_texts: dict[int, str] = {}
 
 
@@ -73,11 +74,13 @@ def iso_epoch(epoch: float) -> str:
     A forecast spells tens of thousands of moments (each queued item's start
     and finish); a datetime per moment was most of what writing its rows cost.
     The microseconds are rounded half to even, as ``fromtimestamp`` rounds
-    them, and each day's date is spelled once.  Outside 1970…9999, or for a
-    value that is no finite number, it is the datetime's own spelling (or its
-    error).
+    them, and each day's date is spelled once.  Outside 1970…9999, for a
+    value that is no finite ``float`` or ``int``, it is the datetime's own
+    spelling (or its error).  The days are POSIX days of 86,400 seconds, as
+    on any system clock but one set to a ``right/`` time zone (which counts
+    leap seconds, and which sluice does not support).
     """
-    if not _ARITHMETIC_SPAN[0] <= epoch <= _ARITHMETIC_SPAN[1]:
+    if type(epoch) not in _PLAIN or not _ARITHMETIC_SPAN[0] <= epoch <= _ARITHMETIC_SPAN[1]:
         return iso(datetime.fromtimestamp(epoch, UTC))
     fraction, whole = math.modf(epoch)
     micro = round(fraction * 1e6)

@@ -431,9 +431,19 @@ class RigStore:
         return mark
 
     def summary_at_own_mark(self) -> tuple[dict, tuple[set[str], bool, bool]] | None:
-        """(:meth:`end_at_own_mark`, the log summary as of it); None: the log does not end there."""
+        """(:meth:`end_at_own_mark`, the log summary as of it), from the kept summary and the lines after
+        its mark; None when the log does not end there, no kept summary fits, or those lines cannot be
+        read.  Never a whole read: a clear that finds no summary to carry over carries none."""
         mark = self.end_at_own_mark()
-        return None if mark is None else (mark, self._ephemeral_summary())
+        if mark is None:
+            return None
+        try:
+            caught_up = self._summary_caught_up()
+        except (StoreCorrupt, OSError):  # the clear's own read says what is wrong with the log
+            return None
+        if caught_up is None or caught_up[3].mark()["offset"] != mark["offset"]:
+            return None  # no summary, or a line appended since the mark was taken
+        return mark, caught_up[2]
 
     def carry_summary(self, summary: tuple[set[str], bool, bool], mark: dict) -> None:
         """Keep ``summary`` (of an earlier mark, :meth:`summary_at_own_mark`) as the summary at ``mark``.
@@ -491,22 +501,32 @@ class RigStore:
             if self.keeps("summary"):
                 self._keep_summary(self._log.mark(), summary)
             return summary
-        kept = self._kept_summary()
-        if kept is not None:
-            mark, summary = kept
-            tail = LogTail.resume(self.ephemeral_path, mark)
-            if tail is not None:
-                if tail.lines != mark["lines"]:
-                    ids, edges, quiet = self._summarise(tail.records.values())
-                    kept_ids = len(summary[0])
-                    summary = (summary[0] | ids, summary[1] or edges, summary[2] and quiet)
-                    if worth_rewriting(tail.lines - mark["lines"], kept_ids):
-                        self._keep_summary(tail.mark(), summary)
-                return summary
+        caught_up = self._summary_caught_up()
+        if caught_up is not None:
+            mark, kept_ids, summary, tail = caught_up
+            if worth_rewriting(tail.lines - mark["lines"], kept_ids):
+                self._keep_summary(tail.mark(), summary)
+            return summary
         summary = self._summarise(self.ephemeral_fresh().values())
         if self.keeps("summary"):
             self._keep_summary(self._log.mark(), summary)
         return summary
+
+    def _summary_caught_up(self) -> tuple[dict, int, tuple[set[str], bool, bool], LogTail] | None:
+        """The kept summary's mark and size, the summary brought up to the log's end from the lines
+        after that mark, and the tail read; None when no kept summary fits the log."""
+        kept = self._kept_summary()
+        if kept is None:
+            return None
+        mark, summary = kept
+        tail = LogTail.resume(self.ephemeral_path, mark)
+        if tail is None:
+            return None
+        kept_ids = len(summary[0])
+        if tail.lines != mark["lines"]:
+            ids, edges, quiet = self._summarise(tail.records.values())
+            summary = (summary[0] | ids, summary[1] or edges, summary[2] and quiet)
+        return mark, kept_ids, summary, tail
 
     def ready_raw(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready items in beads order."""

@@ -169,8 +169,8 @@ def samples(town: Town, window: int = model.DEFAULT_WINDOW) -> Samples:
     kept.offset += used
     kept.lines += data[:used].count(b"\n")
     kept.guard = (kept.guard + data[:used])[-GUARD:]
-    if worth_rewriting(kept.lines - max(kept.written, 0), len(kept.ended) + len(kept.runs)):
-        _write(town, kept)
+    if kept.written < 0 or worth_rewriting(kept.lines - kept.written, len(kept.ended) + len(kept.runs)):
+        _write(town, kept)  # no file fits (none yet, or one of another log): one is written at once
     _memo[source] = kept
     return kept
 
