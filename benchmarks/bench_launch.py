@@ -309,26 +309,25 @@ def main() -> None:
                 print(f"| {n:,} | {' | '.join(cells)} |")
             print()
         print()
-        heads = [f"{n}: clear, digest kept / no digest: CPU s, peak MiB (wall s)" for n in trees]
-        print(f"| queued | {' | '.join(heads)} |")
-        print("|---|" + "---|" * len(trees))
-        for n in sizes:
-            cells = [" / ".join(f"{c['cpu']:.2f}, {c['peak_mib']:.0f} ({c['wall']:.2f})"
-                                for c in found["launches"][name][n]["clear"].values()) for name in trees]
-            print(f"| {n:,} | {' | '.join(cells)} |")
+        clear_table(found, trees, sizes, "clear, digest kept / no digest: CPU s, peak MiB (wall s)",
+                    lambda c: f"{c['cpu']:.2f}, {c['peak_mib']:.0f} ({c['wall']:.2f})")
         print()
-        heads = [f"{n}: status after the clear, digest kept / no digest: CPU s, peak MiB" for n in trees]
-        print(f"| queued | {' | '.join(heads)} |")
-        print("|---|" + "---|" * len(trees))
-        for n in sizes:
-            cells = [" / ".join(f"{c['next_cpu']:.2f}, {c['next_peak_mib']:.0f}"
-                                for c in found["launches"][name][n]["clear"].values()) for name in trees]
-            print(f"| {n:,} | {' | '.join(cells)} |")
+        clear_table(found, trees, sizes, "status after the clear, digest kept / no digest: CPU s, peak MiB",
+                    lambda c: f"{c['next_cpu']:.2f}, {c['next_peak_mib']:.0f}")
     if args.drain:
         print()
         print(f"daemon draining {args.drain:,} queued contexts:")
         for name, row in found["drain"].items():
             print(f"  {name}: {row['launched']:,} launches in {row['seconds']:.1f} s = {row['rate']:.1f}/s")
+
+
+def clear_table(found: dict, trees: dict, sizes: list[int], what: str, cell) -> None:
+    """One markdown table of the clears: a row per size, a column per tree, ``cell`` of each case."""
+    print(f"| queued | {' | '.join(f'{name}: {what}' for name in trees)} |")
+    print("|---|" + "---|" * len(trees))
+    for n in sizes:
+        cells = [" / ".join(cell(c) for c in found["launches"][name][n]["clear"].values()) for name in trees]
+        print(f"| {n:,} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
