@@ -93,6 +93,7 @@ def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
     # Then the queue left (12 slung, 4 launched) is cleared with and without a digest that fits.
     assert {case: c["cleared"] for case, c in row["clear"].items()} == {"kept": 8, "unkept": 12}
     assert all(c["cpu"] > 0 and c["peak_mib"] > 0 for c in row["clear"].values())
+    assert all(c["next_cpu"] > 0 and c["next_peak_mib"] > 0 for c in row["clear"].values())  # status after
 
 
 def test_bench_watcher_starts_real_watched_polecats_for_each_tree(tmp_path: Path):
