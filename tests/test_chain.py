@@ -7,6 +7,7 @@ import contextlib
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ def test_a_head_and_the_shapes_of_the_rest_admit_as_the_whole_ranking(
         return
     assert tally.to_dispatch == whole.to_dispatch
     assert tally.skipped == whole.skipped and tally.reason == whole.reason
+    assert dict(tally.held) == {a.key: whole.held[a.key] for a in head if a.key in whole.held}
     why: dict[str, int] = {}
     for reasons in whole.held.values():
         for code in dict.fromkeys(r.code for r in reasons):
@@ -145,9 +147,115 @@ def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, m
                 clock.advance(op[1])
             elif op[0] == "clear" and op[1]:
                 clear(Town(town_dir))
+            for limit in (2, 50):
+                assert_status_as_surveyed(town_dir, monkeypatch, limit)
         MemoryExecutor.forget_town(Town(town_dir))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+#: Whether each status checked by :func:`assert_status_as_surveyed` came from the chain.
+STATUS_FROM_CHAIN: list[bool] = []
+
+
+def assert_status_as_surveyed(town_dir: Path, monkeypatch, limit: int) -> dict:
+    """``scheduler status`` as it answers (from the chain when one stands) equals a survey's of the same
+    files and moment, neither with a kept head to give."""
+    from sluice.scheduler import forecast, queue, queuekeep
+    from sluice.scheduler.forecast import list_queue
+    from sluice.scheduler.session import Session
+
+    real = queue._chain_page
+
+    def spied(session, rows):
+        page = real(session, rows)
+        STATUS_FROM_CHAIN.append(page is not None)
+        return page
+
+    queuekeep.path(Town(town_dir)).unlink(missing_ok=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue, "_chain_page", spied)
+        answered, counts = queue.status_with_counts(Town(town_dir), limit=limit, chained=True)
+    queuekeep.path(Town(town_dir)).unlink(missing_ok=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue, "_chain_page", lambda session, rows: None)
+        surveyed, surveyed_counts = queue.status_with_counts(Town(town_dir), limit=limit, chained=True)
+    assert answered == surveyed
+    assert counts.rigs == surveyed_counts.rigs  # per rig, as the snapshot would show them
+    # A page of `scheduler list`, its rows' times replayed from the chain's walk when it reaches them
+    # (both at one moment: the first launch is forecast for now).
+    now = time.time()
+    for name in (queuekeep.FILE, queuekeep.REPLAY_HEAD_FILE, queuekeep.REPLAY_FILE):
+        queuekeep.path(Town(town_dir), name).unlink(missing_ok=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue, "_chain_page", spied)
+        listed = list_queue(Session(Town(town_dir), now=now), limit=limit)
+    for name in (queuekeep.FILE, queuekeep.REPLAY_HEAD_FILE, queuekeep.REPLAY_FILE):
+        queuekeep.path(Town(town_dir), name).unlink(missing_ok=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue, "_chain_page", lambda session, rows: None)
+        patched.setattr(forecast, "_chain_reading", lambda session: None)
+        assert listed == list_queue(Session(Town(town_dir), now=now), limit=limit)
+    return answered
+
+
+def test_after_a_cycle_status_answers_from_its_chain_as_a_survey_would(cli, rig, town_dir, memory, checked,
+                                                                        monkeypatch):
+    """A daemon's every cycle changes the queue, so each status after one used to survey all of it."""
+    from sluice.scheduler import queue
+
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "3")
+    configure(town_dir, "scheduler.label_caps.db", "1")
+    gate = item("al-gate")  # open and never queued: the items behind it stay blocked
+    write_items(town_dir, "alpha", [gate] + [
+        item(f"al-{n:02}", priority=n % 4, labels=["db"] if n % 5 == 0 else [],
+             deps=(("blocks", "al-gate"),) if n >= 16 else ()) for n in range(20)])
+    sling(Town(town_dir), [f"al-{n:02}" for n in range(20)] + ["alpha"], SlingOptions())
+    queue.status(Town(town_dir))  # the digest a cycle's chain stands on (a cycle that read the log whole
+    for cycles in range(1, 4):        # leaves none)
+        run_cycle(Town(town_dir))
+        surveys = counted_surveys(monkeypatch, queue)
+        STATUS_FROM_CHAIN.clear()
+        answered = assert_status_as_surveyed(town_dir, monkeypatch, 5)
+        # status and a page of list from the chain; the two surveys are the comparisons', and the third
+        # the list's replay: to find room under the label cap it walks into the blocked works the chain
+        # does not keep, so it reads the whole queue
+        assert STATUS_FROM_CHAIN == [True, True] and len(surveys) == 3
+        assert answered["queued_total"] == 20 - 3 * cycles and len(answered["items"]) == 5
+        assert answered["queued_ready"] == 16 - 3 * cycles  # the four behind al-gate are counted blocked
+        assert any("label-cap" in row["why"] or "batch" in row["why"] for row in answered["items"])
+    with monkeypatch.context() as patched:  # a status after a cycle, past the chain's walk: surveyed
+        patched.setattr(queue, "_chain_page", lambda session, rows: None)
+        assert queue.status(Town(town_dir), limit=50)["items_total"] == 11
+    from sluice.scheduler.control import pause
+
+    pause(Town(town_dir), actor="ops")  # no cycle runs, the chain stands: every row says why
+    STATUS_FROM_CHAIN.clear()
+    paused = assert_status_as_surveyed(town_dir, monkeypatch, 5)
+    assert STATUS_FROM_CHAIN == [True, True] and paused["binding"]["code"] == "paused"
+    assert all(row["why"][0] == "paused" for row in paused["items"])
+
+
+def test_after_a_cycle_a_page_of_list_replays_from_its_chain_as_a_survey_would(cli, rig, town_dir, memory,
+                                                                                checked, monkeypatch):
+    from sluice.scheduler import forecast, queue
+
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "3")
+    write_items(town_dir, "alpha", [item(f"al-{n:02}", priority=n % 4) for n in range(30)])
+    sling(Town(town_dir), [f"al-{n:02}" for n in range(30)] + ["alpha"], SlingOptions())
+    queue.status(Town(town_dir))
+    readings: list[bool] = []
+    real = forecast._chain_reading
+    monkeypatch.setattr(forecast, "_chain_reading", lambda session: readings.append(1) or real(session))
+    for _ in range(2):
+        run_cycle(Town(town_dir))
+        surveys = counted_surveys(monkeypatch, queue)
+        STATUS_FROM_CHAIN.clear()
+        readings.clear()
+        assert_status_as_surveyed(town_dir, monkeypatch, 5)
+        assert STATUS_FROM_CHAIN == [True, True] and readings == [1] and len(surveys) == 2
 
 
 def test_a_drain_surveys_once_and_launches_in_the_surveyed_order(cli, rig, town_dir, memory, checked,

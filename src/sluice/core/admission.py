@@ -346,12 +346,14 @@ def shape_of(a: Applicant) -> Shape:
 @frozen
 class Tally:
     """:func:`admit` over a whole ranking told as its head and the shapes of the rest: the plan, how
-    many applicants it holds and by which codes (each applicant's codes counted once), and its reason."""
+    many applicants it holds and by which codes (each applicant's codes counted once), its reason, and
+    the reasons of each applicant of the head it holds (by key), as :func:`admit` gives them."""
 
     to_dispatch: tuple[Applicant, ...]
     skipped: int
     why: Mapping[str, int]
     reason: str
+    held: Mapping[str, tuple[Reason, ...]] = field(default_factory=dict)
 
 
 def admit_head(
@@ -403,7 +405,7 @@ def admit_head(
             return None
         walk.first_rule = min(firsts)  # read only when all agree (else the reason does not read it)
     reason = walk.reason(bool(head) or waiting > 0)
-    return Tally(tuple(walk.planned), len(walk.held) + waiting, why, reason)
+    return Tally(tuple(walk.planned), len(walk.held) + waiting, why, reason, dict(walk.held))
 
 
 class _Walk:

@@ -12,7 +12,8 @@ surveyed, or took its queue from a chain, leaves in
   what the score depends on) at least its oldest one, each with its item
   and its context as read, and where the context's latest line starts;
 * **the counts**: ready works per kind and per admission shape (rig,
-  labels, tokens, touches), backing-off works;
+  labels, tokens, touches), backing-off and blocked works, and the queue's
+  works per target rig, as ``scheduler status`` counts them;
 * **what it stands on**: the signature of every file the survey reads that
   no cycle writes (the config, the policy, each rig's items file), each
   rig's ephemeral log at the mark the cycle left it, the items of the
@@ -33,6 +34,10 @@ rest (:func:`sluice.core.admission.admit_head`), which plans and counts
 exactly as admission over the whole queue.  Whatever it cannot be sure of
 — the walk ran out before the plan was full, a kind's kept works ran out,
 a rule's first code depends on an order not kept — it surveys, as before.
+
+``scheduler status`` takes a chain the same way, read-only, for the
+queue's first rows and counts after a cycle
+(:func:`sluice.scheduler.queue._chain_page`).
 
 Crash safety: the chain is written by rename after the cycle's last write
 and never fsynced.  A cycle killed before writing it leaves the old chain,
@@ -76,7 +81,7 @@ if TYPE_CHECKING:
     from sluice.scheduler.session import Session
 
 FILE = "queue-chain.json"
-VERSION = 1
+VERSION = 2
 #: Ready works kept in rank order: at 20 launches a cycle, 50 cycles before the head runs out.
 HEAD_WORKS = 1000
 #: More kinds of work than this and a chain would cost what a survey costs: none is kept.
@@ -96,6 +101,9 @@ class Head:
 
     tally: Tally
     data: dict
+    #: How many of ``data["works"]`` (ranked now) stand where a survey would rank them: every work
+    #: outside the chain ranks after them, so they are the queue's first ``walked`` ready works.
+    walked: int = 0
 
 
 def _kind(work: Work) -> Kind:
@@ -211,10 +219,14 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
     if len(kinds) > MAX_KINDS:
         return None
     shapes = Counter(shape_of(a) for a in applicants)  # admission's reading of view.ready
+    rigs: dict[str, list[int]] = {}  # rig → [ready or backing off, blocked], as the queue counts them
+    for works, blocked in ((view.ready, 0), (view.backing_off, 0), (view.blocked, 1)):
+        for work in works:
+            rigs.setdefault(work.rig, [0, 0])[blocked] += 1
     return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view),
             "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
-            "backing_off": len(view.backing_off), "ready": len(view.ready),
-            "kinds": kinds, "shapes": shapes, "works": kept}
+            "backing_off": len(view.backing_off), "ready": len(view.ready), "blocked": len(view.blocked),
+            "rigs": rigs, "kinds": kinds, "shapes": shapes, "works": kept}
 
 
 def leave(session: Session, base: dict | None, launched: list[str], complete: bool) -> None:
@@ -242,11 +254,13 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
         return None  # a launch from beyond the kept works: the counts could not follow it
     kinds: Counter = Counter(base["kinds"])
     shapes: Counter = Counter(base["shapes"])
+    rigs = {rig: list(counts) for rig, counts in base["rigs"].items()}
     works = []
     for work in base["works"]:
         if work.context_id in gone:
             kinds[_kind(work)] -= 1
             shapes[shape_of(applicant(work))] -= 1
+            rigs[work.rig][0] -= 1
         else:
             works.append(work)
     kinds = +kinds
@@ -267,7 +281,8 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
     return {"version": VERSION, "made_at": base["made_at"], "until": base["until"], "fixed": base["fixed"],
             "absent": [rig for rig, mark in marks.items() if mark == "absent"], "marks": marks,
             "running": sorted(running), "backing_off": base["backing_off"],
-            "ready": base["ready"] - len(gone),
+            "ready": base["ready"] - len(gone), "blocked": base["blocked"],
+            "rigs": {rig: counts for rig, counts in rigs.items() if counts != [0, 0]},
             "kinds": [[*k, n] for k, n in kinds.items()],
             "shapes": [[s[0], sorted(s[1]), s[2], list(s[3]), n] for s, n in shapes.items()],
             "works": [_work_row(w, offsets[w.context_id]) for w in works]}
@@ -362,7 +377,7 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
     if tally is None:
         return None
     data["works"], data["kinds"], data["shapes"] = ranked, kinds, shapes
-    return Head(tally, data)
+    return Head(tally, data, len(walked))
 
 
 def _key(work: Work) -> tuple:

@@ -308,6 +308,8 @@ def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
     reading.
     """
     head = _head_reading(session)
+    if head is None:
+        head = _chain_reading(session)
     works, size, caps = head if head is not None else _whole_reading(session)
     setting = _setting(session, caps)
     try:
@@ -340,6 +342,35 @@ def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
     return found["works"], size, found["caps"]
 
 
+def _chain_reading(session: Session) -> tuple[list[list], int, dict] | None:
+    """The first rows of the reading a survey would make, from the last cycle's chain, when the queue's
+    page came from it too (:func:`sluice.scheduler.queue.chain_read`): its walk, in queue order, the
+    queue's size and the caps.  None: no chain was taken (a replay past the walk reads the whole)."""
+    if session.surveyed is not None:
+        return None
+    taken = queue_model.chain_read(session) if session.chain_read is not None else None
+    if taken is None:
+        return None
+    head, _gates = taken
+    data, config = head.data, session.config
+    walked = data["works"][:head.walked]
+    works = [_reading_row(work, None, None, admission.applicant(work)) for work in walked]
+    caps = admission.limits(config, len(session.active or []), config.scheduler.batch_size)
+    size = data["ready"] + data["backing_off"] + data["blocked"]
+    return works, size, {"rig_caps": dict(caps.rig_caps), "label_caps": dict(caps.label_caps),
+                         "town_budget": caps.town_budget, "rig_budgets": dict(caps.rig_budgets)}
+
+
+def _reading_row(work, retry_at: float | None, why: str | None, seen) -> list:
+    """One queued item as the replay reads it (see :func:`_queue_reading`)."""
+    item = work.item
+    minutes = estimated_minutes(item)
+    if minutes is None and isinstance(item.get("metadata"), dict):
+        minutes = estimated_minutes(item["metadata"])
+    return [item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes, work.tokens,
+            retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]
+
+
 def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
     """Each queued item as the replay reads it, in queue order, the caps and budgets admission reads,
     and until when the reading is kept (None: it may not be).
@@ -366,16 +397,11 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
     works = []
     entries = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
     for position, (work, why) in enumerate(entries):
-        item = work.item
-        minutes = estimated_minutes(item)
-        if minutes is None and isinstance(item.get("metadata"), dict):
-            minutes = estimated_minutes(item["metadata"])
         retry_at = parse_ts(retry_due_at(work.payload.fields, *retry)) if id(work) in backing_off else None
         # labels, touches and tokens as admission reads them
         known = position < len(ready) and ready[position].payload is work
         seen = ready[position] if known else admission.applicant(work)
-        works.append([item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes,
-                      work.tokens, retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens])
+        works.append(_reading_row(work, retry_at, why, seen))
     limits = assessment.limits
     caps = {"rig_caps": dict(limits.rig_caps), "label_caps": dict(limits.label_caps),
             "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
@@ -468,7 +494,7 @@ def list_queue(where: Town | Session, executor: Executor | None = None, limit: i
     A page (``limit``) replays the queue only until its rows have started.
     """
     session = Session.of(where, executor)
-    rows = queue_model.list_queue(session, limit=limit, offset=offset)
+    rows = queue_model.list_queue(session, limit=limit, offset=offset, chained=True)
     return with_etas(session, rows, upto=offset + limit if limit else None)
 
 

@@ -55,6 +55,8 @@ class Session:
         self.surveyed_inputs: list | None = None
         # (queuekeep.inputs,) once taken: the signature of what a survey of the queue reads.
         self.queue_inputs: tuple | None = None
+        # (the last cycle's chain as a read takes it, or None,) once asked (sluice.scheduler.queue).
+        self.chain_read: tuple | None = None
 
     @classmethod
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
