@@ -4,7 +4,10 @@
 (:mod:`sluice.scheduler.pending`) and the same admission
 (:mod:`sluice.scheduler.admission`), so what they show as ready is exactly
 what the next cycle would consider, in the order it would launch it (R-L);
-``explain`` gives every reason one item would not be launched.
+``explain`` gives every reason one item would not be launched.  After a
+cycle, ``status`` and a first page of ``list`` take the queue from the
+chain the cycle left, as the next cycle would (:func:`_chain_page`),
+rather than survey all of it again.
 """
 
 from __future__ import annotations
