@@ -258,6 +258,62 @@ def test_after_a_cycle_a_page_of_list_replays_from_its_chain_as_a_survey_would(c
         assert STATUS_FROM_CHAIN == [True, True] and readings == [1] and len(surveys) == 2
 
 
+def _slung_one_by_one(town_dir: Path, records: list[dict]) -> None:
+    from sluice.scheduler import queue
+
+    write_items(town_dir, "alpha", records)
+    for record in records:
+        sling(Town(town_dir), [record["id"], "alpha"], SlingOptions())
+    queue.status(Town(town_dir))  # the digest a cycle's chain stands on
+
+
+def test_a_binding_limit_named_only_past_the_walk_is_left_to_a_survey(cli, rig, town_dir, memory, checked,
+                                                                       monkeypatch):
+    """The walk plans its works in full, every work past it is held by the label cap: the plan's reason
+    is the cap, whose sentence only a work the chain did not walk can give."""
+    monkeypatch.setattr(chain, "HEAD_WORKS", 4)
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "2")
+    configure(town_dir, "scheduler.label_caps.db", "1")
+    names = ["al-d0", "al-a0", "al-b1", "al-b2", "al-a3", "al-a4"]
+    _slung_one_by_one(town_dir, [item(name, priority=0, labels=["db"] if name in ("al-d0", "al-a3", "al-a4")
+                                      else []) for name in names])
+    run_cycle(Town(town_dir))
+    STATUS_FROM_CHAIN.clear()
+    answered = assert_status_as_surveyed(town_dir, monkeypatch, 2)
+    assert STATUS_FROM_CHAIN[0] is False  # surveyed: the chain stood, its walk could not name the limit
+    assert answered["binding"]["code"] == "label-cap" and answered["binding"]["detail"]
+
+
+def test_backing_off_work_counts_as_ready_in_a_status_from_the_chain(cli, rig, town_dir, memory, checked,
+                                                                     monkeypatch):
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "2")
+    _slung_one_by_one(town_dir, [item(f"al-{n:02}", priority=0) for n in range(10)])
+    memory.fail_next("al-00")
+    run_cycle(Town(town_dir))  # al-00's launch fails: no chain
+    run_cycle(Town(town_dir))  # a survey, al-00 backing off: a chain
+    run_cycle(Town(town_dir))  # taken
+    STATUS_FROM_CHAIN.clear()
+    answered = assert_status_as_surveyed(town_dir, monkeypatch, 3)
+    assert STATUS_FROM_CHAIN[0] is True
+    assert json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())["backing_off"] == 1  # al-00
+    assert answered["queued_total"] == answered["queued_ready"] == 5  # al-00 among them, waiting
+
+
+def test_an_executor_that_cannot_say_what_runs_leaves_status_to_a_survey(cli, rig, town_dir, memory, checked,
+                                                                          monkeypatch):
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "2")
+    _slung_one_by_one(town_dir, [item(f"al-{n:02}", priority=0) for n in range(10)])
+    run_cycle(Town(town_dir))
+    run_cycle(Town(town_dir))
+    memory.unavailable = "down"
+    STATUS_FROM_CHAIN.clear()
+    answered = assert_status_as_surveyed(town_dir, monkeypatch, 3)
+    assert STATUS_FROM_CHAIN[0] is False and "down" in answered["executor_error"]
+
+
 def test_a_drain_surveys_once_and_launches_in_the_surveyed_order(cli, rig, town_dir, memory, checked,
                                                                    monkeypatch):
     from sluice.scheduler import dispatch

@@ -268,7 +268,9 @@ class Daemon:
             return  # most ticks launch nothing: no need to survey the queue again
 
         try:
-            now = queue_model.status(session)
+            # Surveyed, not taken from the chain: the kept forecast after it replays the whole queue
+            # from this very survey, and the head it keeps lets the next tick at the cap be idle.
+            now = queue_model.status(session, chained=False)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
             return

@@ -190,7 +190,11 @@ def _chain_page(session: Session, limit: int) -> Page | None:
         return None
     head, gates = taken
     data, tally = head.data, head.tally
-    ready, backing_off, blocked = data["ready"], data["backing_off"], data["blocked"]
+    try:
+        ready, backing_off, blocked = int(data["ready"]), int(data["backing_off"]), int(data["blocked"])
+        per_rig = {str(rig): [int(n[0]), int(n[1])] for rig, n in data["rigs"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):  # not a chain as written
+        return None
     total = ready + backing_off + blocked
     shown = min(limit, total)
     if head.walked < shown:  # rows past the walk (or behind the ready works) are not known in order
@@ -213,7 +217,7 @@ def _chain_page(session: Session, limit: int) -> Page | None:
         row["why"] = list(dict.fromkeys(r.code for r in reasons))
         rows.append(row)
     counts = QueueCounts(total, ready + backing_off)
-    counts.rigs = {rig: list(n) for rig, n in data["rigs"].items()}
+    counts.rigs = per_rig
     return Page(rows, counts, 0, 0, {}, tally.reason, _json_or_none(found), gates.to_json())
 
 
@@ -319,8 +323,10 @@ def list_queue(where: Town | Session, executor: Executor | None = None, limit: i
 STATUS_ROWS = 50
 
 
-def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS) -> dict:
-    return status_with_counts(where, executor, limit, chained=True)[0]
+def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS,
+           chained: bool = True) -> dict:
+    """``scheduler status``; ``chained`` False: surveyed (or from a kept head), never from the chain."""
+    return status_with_counts(where, executor, limit, chained=chained)[0]
 
 
 def status_with_counts(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS,

@@ -83,6 +83,7 @@ class Session:
         other.__dict__.pop("active", None)
         other._executor, other._resolved, other.surveyed, other.surveyed_inputs = executor, True, None, None
         other.queue_inputs = None  # its polecats are asked again, and they are part of the inputs
+        other.chain_read = None  # whether a chain stands depends on them too
         return other
 
     @property
