@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
@@ -237,7 +237,16 @@ def why(assessment: Assessment, work: Work, where: str, config: TownConfig) -> l
     Asked per row shown, not per item queued: a page of 50 rows of 100,000
     pays for 50.
     """
+    if where == "ready" and assessment.deferred:
+        held = assessment.admission.held.get(work.context_id or work.item["id"], ())
+        return ready_why(assessment.paused, held)
     return list(dict.fromkeys(r.code for r in reasons_of(assessment, work, where, config)))
+
+
+def ready_why(paused: bool, held: Iterable[Reason]) -> list[str]:
+    """The reason codes of a ready item in deferred mode (:func:`reasons_of`'s codes): ``paused`` first,
+    then the reasons admission held it for; a view taken from a cycle's chain spells them the same."""
+    return list(dict.fromkeys([*([rules.PAUSED] if paused else []), *(r.code for r in held)]))
 
 
 def note_budget(town: Town, assessment: Assessment) -> bool:

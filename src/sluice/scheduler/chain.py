@@ -12,8 +12,9 @@ surveyed, or took its queue from a chain, leaves in
   what the score depends on) at least its oldest one, each with its item
   and its context as read, and where the context's latest line starts;
 * **the counts**: ready works per kind and per admission shape (rig,
-  labels, tokens, touches), backing-off and blocked works, and the queue's
-  works per target rig, as ``scheduler status`` counts them;
+  labels, tokens, touches), backing-off works, and the queue's works per
+  target rig (ready or backing off, blocked), as ``scheduler status``
+  counts them;
 * **what it stands on**: the signature of every file the survey reads that
   no cycle writes (the config, the policy, each rig's items file), each
   rig's ephemeral log at the mark the cycle left it, the items of the
@@ -225,8 +226,8 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
             rigs.setdefault(work.rig, [0, 0])[blocked] += 1
     return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view),
             "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
-            "backing_off": len(view.backing_off), "ready": len(view.ready), "blocked": len(view.blocked),
-            "rigs": rigs, "kinds": kinds, "shapes": shapes, "works": kept}
+            "backing_off": len(view.backing_off), "ready": len(view.ready), "rigs": rigs,
+            "kinds": kinds, "shapes": shapes, "works": kept}
 
 
 def leave(session: Session, base: dict | None, launched: list[str], complete: bool) -> None:
@@ -281,7 +282,7 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
     return {"version": VERSION, "made_at": base["made_at"], "until": base["until"], "fixed": base["fixed"],
             "absent": [rig for rig, mark in marks.items() if mark == "absent"], "marks": marks,
             "running": sorted(running), "backing_off": base["backing_off"],
-            "ready": base["ready"] - len(gone), "blocked": base["blocked"],
+            "ready": base["ready"] - len(gone),
             "rigs": {rig: counts for rig, counts in rigs.items() if counts != [0, 0]},
             "kinds": [[*k, n] for k, n in kinds.items()],
             "shapes": [[s[0], sorted(s[1]), s[2], list(s[3]), n] for s, n in shapes.items()],
@@ -380,6 +381,15 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
     return Head(tally, data, len(walked))
 
 
+def queue_counts(data: dict) -> dict[str, list[int]]:
+    """A taken chain's queue per target rig: [ready or backing off, blocked], checked to be counts;
+    ValueError (or KeyError, TypeError) when it is not as written."""
+    rigs = {str(rig): [int(n[0]), int(n[1])] for rig, n in data["rigs"].items()}
+    if sum(n[0] for n in rigs.values()) != int(data["ready"]) + int(data["backing_off"]):
+        raise ValueError("the per-rig counts do not add up")
+    return rigs
+
+
 def _key(work: Work) -> tuple:
     return rank_order(work.score, work.tokens, order_text(work.order), work.item["id"])
 
@@ -396,4 +406,4 @@ def summary(head: Head) -> dict:
             "skipped": tally.skipped, "why": why, "reason": tally.reason, "tidy": True}
 
 
-__all__ = ["FILE", "Head", "from_survey", "leave", "summary", "take"]
+__all__ = ["FILE", "Head", "from_survey", "leave", "queue_counts", "summary", "take"]

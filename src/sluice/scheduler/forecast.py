@@ -30,7 +30,7 @@ from sluice.core.items import estimated_minutes, parse_ts
 from sluice.core.recordclass import frozen
 from sluice.errors import SluiceError
 from sluice.logs import log as logger
-from sluice.scheduler import admission, queuekeep
+from sluice.scheduler import admission, chain, queuekeep
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.runs import stamp
@@ -356,9 +356,14 @@ def _chain_reading(session: Session) -> tuple[list[list], int, dict] | None:
     walked = data["works"][:head.walked]
     works = [_reading_row(work, None, None, admission.applicant(work)) for work in walked]
     caps = admission.limits(config, len(session.active or []), config.scheduler.batch_size)
-    size = data["ready"] + data["backing_off"] + data["blocked"]
-    return works, size, {"rig_caps": dict(caps.rig_caps), "label_caps": dict(caps.label_caps),
-                         "town_budget": caps.town_budget, "rig_budgets": dict(caps.rig_budgets)}
+    size = sum(sum(n) for n in chain.queue_counts(data).values())  # checked when the page was taken
+    return works, size, _caps_of(caps)
+
+
+def _caps_of(limits) -> dict:
+    """The caps and budgets a reading keeps of admission's limits."""
+    return {"rig_caps": dict(limits.rig_caps), "label_caps": dict(limits.label_caps),
+            "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
 
 
 def _reading_row(work, retry_at: float | None, why: str | None, seen) -> list:
@@ -402,9 +407,7 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
         known = position < len(ready) and ready[position].payload is work
         seen = ready[position] if known else admission.applicant(work)
         works.append(_reading_row(work, retry_at, why, seen))
-    limits = assessment.limits
-    caps = {"rig_caps": dict(limits.rig_caps), "label_caps": dict(limits.label_caps),
-            "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
+    caps = _caps_of(assessment.limits)
     until = None
     if key is not None and queuekeep.keepable(view, assessment):
         until = queuekeep.horizon(session, view, assessment, retry)

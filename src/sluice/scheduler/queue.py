@@ -20,7 +20,7 @@ from sluice.core.clock import format_duration
 from sluice.core.items import priority_of
 from sluice.errors import StoreCorrupt, UsageError
 from sluice.scheduler import queuekeep
-from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, reasons_of, why
+from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, ready_why, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
 from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.session import Session
@@ -159,7 +159,9 @@ def chain_read(session: Session):
         from sluice.scheduler import gates as gate_view
 
         config, found = session.config, None
-        if config.scheduler.deferred and session.active is not None:
+        # No gates read for nothing: with the host guard on, reading them may probe the machine.
+        if config.scheduler.deferred and (session.files.runtime / chain.FILE).exists() \
+                and session.active is not None:
             gates = gate_view.current(session.files)
             head = chain.take(session, config.scheduler.batch_size, gates)
             found = (head, gates) if head is not None else None
@@ -183,6 +185,7 @@ def _chain_page(session: Session, limit: int) -> Page | None:
     the town is in deferred mode and the executor can say what runs.
     """
     from sluice.core.gates import binding
+    from sluice.scheduler import chain
 
     config, town = session.config, session.files
     taken = chain_read(session)
@@ -191,11 +194,11 @@ def _chain_page(session: Session, limit: int) -> Page | None:
     head, gates = taken
     data, tally = head.data, head.tally
     try:
-        ready, backing_off, blocked = int(data["ready"]), int(data["backing_off"]), int(data["blocked"])
-        per_rig = {str(rig): [int(n[0]), int(n[1])] for rig, n in data["rigs"].items()}
+        per_rig = chain.queue_counts(data)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):  # not a chain as written
         return None
-    total = ready + backing_off + blocked
+    queued = sum(n[0] for n in per_rig.values())
+    total = queued + sum(n[1] for n in per_rig.values())
     shown = min(limit, total)
     if head.walked < shown:  # rows past the walk (or behind the ready works) are not known in order
         return None
@@ -212,11 +215,9 @@ def _chain_page(session: Session, limit: int) -> Page | None:
     rows = []
     for work in works:
         row = _row(work, False, retry)
-        reasons = [Reason(rules.PAUSED, "")] if state.paused else []
-        reasons += tally.held.get(work.context_id or work.item["id"], ())
-        row["why"] = list(dict.fromkeys(r.code for r in reasons))
+        row["why"] = ready_why(state.paused, tally.held.get(work.context_id or work.item["id"], ()))
         rows.append(row)
-    counts = QueueCounts(total, ready + backing_off)
+    counts = QueueCounts(total, queued)
     counts.rigs = per_rig
     return Page(rows, counts, 0, 0, {}, tally.reason, _json_or_none(found), gates.to_json())
 
