@@ -13,6 +13,11 @@ median of ``--runs`` warm ones are timed for ``scheduler status --json``,
 ``scheduler forecast --json --limit 50`` and ``scheduler forecast --json``,
 through the CLI, interpreter start included.  The trees and commands run
 alternately, so a slow spell of a shared machine falls on all alike.
+
+Then ``forecast after a change``: ``--runs`` times, one queued item is
+cleared and slung again (its context closed, a new one appended: the queue
+an operator changes between two looks), and the ``scheduler forecast
+--json`` after it is timed, wall and CPU (user + system of the command).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -39,15 +45,24 @@ TYPES = ("task", "bug", "feature")
 COMMANDS = {"status": ["scheduler", "status", "--json"],
             "forecast --limit 50": ["scheduler", "forecast", "--json", "--limit", "50"],
             "forecast": ["scheduler", "forecast", "--json"]}
+AFTER_CHANGE = "forecast after a change"
 
 
 def run(src: Path, town: Path, *args: str) -> float:
+    return run_cpu(src, town, *args)[0]
+
+
+def run_cpu(src: Path, town: Path, *args: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one command, interpreter start included."""
     env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(town)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"sluice {' '.join(args[:3])} … failed: {done.stderr.strip()[-400:]}")
-    return time.perf_counter() - began
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def build(base: Path, src: Path, queued: int, history: int) -> Path:
@@ -122,11 +137,21 @@ def main() -> None:
             for command, argv in COMMANDS.items():
                 for name, src in trees.items():
                     warm[name][command].append(run(src, copies[name], *argv))
+        changed: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+        for round_ in range(args.runs):  # the first forecast after a clear and a sling of one item
+            item_id = f"fq-w{(round_ * 7919) % args.queued:06d}"
+            for name, src in trees.items():
+                run(src, copies[name], "scheduler", "clear", "--item", item_id)
+                run(src, copies[name], "sling", item_id, "bench")
+                changed[name].append(run_cpu(src, copies[name], *COMMANDS["forecast"]))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     found = {name: {command: {"first": first[name][command], "warm": statistics.median(warm[name][command])}
                     for command in COMMANDS} for name in trees}
+    for name in trees:
+        found[name][AFTER_CHANGE] = {"wall": statistics.median(w for w, _ in changed[name]),
+                                     "cpu": statistics.median(c for _, c in changed[name])}
     found["load"] = [load, os.getloadavg()[0]]
     if args.json:
         print(json.dumps(found, indent=2))
@@ -141,6 +166,14 @@ def main() -> None:
         cells = [f"{row[c]['warm']:.2f} s ({row[c]['first']:.2f})" for c in COMMANDS]
         ratio = row["forecast"]["warm"] / row["status"]["warm"]
         print(f"| {name} | " + " | ".join(cells) + f" | {ratio:.1f}× |")
+    print()
+    print(f"`scheduler forecast --json` after a clear and a sling of one item, median of {args.runs}:")
+    print()
+    print("| tree | wall | CPU |")
+    print("|---|---|---|")
+    for name in trees:
+        row = found[name][AFTER_CHANGE]
+        print(f"| {name} | {row['wall']:.2f} s | {row['cpu']:.2f} s |")
 
 
 if __name__ == "__main__":

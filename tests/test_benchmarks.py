@@ -140,8 +140,10 @@ def test_bench_forecast_cost_times_the_forecast_beside_status(tmp_path: Path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)["this"]
+    changed = row.pop("forecast after a change")
     assert set(row) == {"status", "forecast --limit 50", "forecast"}
     assert all(times["first"] > 0 and times["warm"] > 0 for times in row.values())
+    assert changed["wall"] > 0 and changed["cpu"] > 0
 
 
 def test_bench_hot_times_every_hot_command_against_the_bare_interpreter(tmp_path: Path):

@@ -165,6 +165,13 @@ def resolve_weights(policy: PolicyLike, graph_id: str | None) -> Weights:
     return Weights(**{name: pick(name) for name in WEIGHT_NAMES})
 
 
+def fairness_enabled(policy: PolicyLike) -> bool:
+    """Whether any graph scores fairness, i.e. whether one candidate's score depends on the others' rigs."""
+    if getattr(policy.weights, "fairness", 0.0):
+        return True
+    return any(getattr(o, "fairness", None) for o in policy.graph_overrides.values())
+
+
 def deadline_enabled(policy: PolicyLike) -> bool:
     """Whether any graph scores deadlines, i.e. whether items' ``due_at`` must be read."""
     if getattr(policy.weights, "deadline", 0.0):

@@ -18,7 +18,7 @@ queued.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
@@ -26,13 +26,14 @@ from sluice.core import budget
 from sluice.core import forecast as model
 from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
-from sluice.core.items import estimated_minutes, parse_ts
+from sluice.core.items import parse_ts
 from sluice.core.recordclass import frozen
 from sluice.errors import SluiceError
 from sluice.logs import log as logger
-from sluice.scheduler import admission, chain, queuekeep
+from sluice.scheduler import admission, chain, queuekeep, readingtail
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at, retry_window
+from sluice.scheduler.readingtail import reading_row
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
@@ -109,17 +110,13 @@ class Replay:
             "done_p90_at": _at(slot.done_p90_at),
             "runtime_p50": p50, "runtime_p90": p90,
             "tokens_p50": estimate.tokens_p50, "tokens_p90": tokens,
-            "basis": dict(basis),
-            "budget": self._fit(slot.rig, tokens),
+            "basis": basis.copy(),
+            "budget": None if self.budgets is None or tokens is None else self.budgets.fit(slot.rig, tokens,
+                                                                                            self.result.at),
         }
         if slot.why is not None:
             row["why"] = slot.why
         return row
-
-    def _fit(self, rig: str, need: int | None) -> dict | None:
-        if self.budgets is None or need is None:
-            return None
-        return self.budgets.fit(rig, need, self.result.at)
 
 
 class _BeyondReading(Exception):
@@ -139,6 +136,7 @@ class _Queue(Sequence):
         self.works, self.size, self.learned = works, size, learned
         self.paused, self.throttle_end = paused, throttle_end
         self.built: dict[int, tuple[model.Queued, model.Estimate, int | None]] = {}
+        self._shapes: dict[tuple, tuple] = {}
         self._shown: dict[int, tuple[float, float, dict]] = {}
 
     def shown(self, estimate: model.Estimate) -> tuple[float, float, dict]:
@@ -164,20 +162,36 @@ class _Queue(Sequence):
             return found
         if not 0 <= index < len(self.works):
             raise _BeyondReading(index)
-        item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, cost = \
-            self.works[index]
+        row = self.works[index]
+        shape = _shape_key(row)
+        parts = self._shapes.get(shape)
+        if parts is None:
+            parts = self._shapes[shape] = self._parts(row)
+        estimate, tokens, held_until, why, labels, touches = parts
+        queued = model.Queued(row[0], row[1], estimate.runtime_p50, estimate.runtime_p90, held_until, why,
+                              estimate.runtime_mean, labels, touches, row[10])
+        found = self.built[index] = (queued, estimate, tokens)
+        return found
+
+    def _parts(self, row: list) -> tuple:
+        """What every queued item of one shape shares: its estimate, token p90, hold, why, labels, touches."""
+        _item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, _cost = row
         estimate = self.learned.estimate(rig, kind, item_labels or (), minutes, model.DEFAULT_RUNTIME,
                                          work_tokens)
         tokens = estimate.tokens_p90 if estimate.tokens_p90 is not None else work_tokens
         held_until = max(self.throttle_end.get(None, 0.0), self.throttle_end.get(rig, 0.0))
         if retry_at is not None:  # a failed launch waits out its backoff, as dispatch has it
             held_until = max(held_until, retry_at)
-        queued = model.Queued(item_id, rig, estimate.runtime_p50, estimate.runtime_p90,
-                              not_before=held_until, why=rules.PAUSED if self.paused else why,
-                              runtime_mean=estimate.runtime_mean, labels=frozenset(labels),
-                              touches=tuple(touches), tokens=cost)
-        found = self.built[index] = (queued, estimate, tokens)
-        return found
+        return (estimate, tokens, held_until, rules.PAUSED if self.paused else why, frozenset(labels),
+                tuple(touches))
+
+
+def _shape_key(row: list) -> tuple:
+    """What of a reading's row its estimate and hold depend on (all but its id and launch cost): a queue
+    of 10,000 items comes in a few dozen such shapes, each worked out once."""
+    _item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, _cost = row
+    return (rig, kind, tuple(item_labels) if item_labels else (), minutes, work_tokens, retry_at, why,
+            tuple(labels), tuple(touches))
 
 
 @frozen
@@ -354,7 +368,7 @@ def _chain_reading(session: Session) -> tuple[list[list], int, dict] | None:
     head, _gates = taken
     data, config = head.data, session.config
     walked = data["works"][:head.walked]
-    works = [_reading_row(work, None, None, admission.applicant(work)) for work in walked]
+    works = [reading_row(work, None, None, admission.applicant(work)) for work in walked]
     caps = admission.limits(config, len(session.active or []), config.scheduler.batch_size)
     size = sum(sum(n) for n in chain.queue_counts(data).values())  # checked when the page was taken
     return works, size, _caps_of(caps)
@@ -364,16 +378,6 @@ def _caps_of(limits) -> dict:
     """The caps and budgets a reading keeps of admission's limits."""
     return {"rig_caps": dict(limits.rig_caps), "label_caps": dict(limits.label_caps),
             "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
-
-
-def _reading_row(work, retry_at: float | None, why: str | None, seen) -> list:
-    """One queued item as the replay reads it (see :func:`_queue_reading`)."""
-    item = work.item
-    minutes = estimated_minutes(item)
-    if minutes is None and isinstance(item.get("metadata"), dict):
-        minutes = estimated_minutes(item["metadata"])
-    return [item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes, work.tokens,
-            retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]
 
 
 def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
@@ -386,8 +390,10 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
     admission reads]``.  From the survey (the session's, if it made one),
     or, for a queue nothing changed since, from what the last survey of the
     same inputs kept (:mod:`sluice.scheduler.queuekeep`), so a forecast of
-    an unchanged queue replays it without surveying it.  Its first rows are
-    kept apart too, for :func:`head_slots`.
+    an unchanged queue replays it without surveying it; for a queue changed
+    since only by slings, clears and launches, from that reading carried past
+    them (:mod:`sluice.scheduler.readingtail`).  Its first rows are kept apart
+    too, for :func:`head_slots`.
     """
     key = session.surveyed_inputs  # the inputs of the survey this session made, if it made one
     if session.surveyed is None:
@@ -395,6 +401,9 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
         if found is not None and _is_reading(found):
             return found["works"], found["caps"], found["until"]
+        carried = readingtail.carry(session, key) if key is not None else None
+        if carried is not None:  # the kept reading, past the slings, clears and launches since
+            return carried
     _, view, _, assessment = queue_model.queue_view(session)
     retry = retry_window(session.config.scheduler)
     backing_off = {id(w) for w in view.backing_off}
@@ -406,14 +415,12 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
         # labels, touches and tokens as admission reads them
         known = position < len(ready) and ready[position].payload is work
         seen = ready[position] if known else admission.applicant(work)
-        works.append(_reading_row(work, retry_at, why, seen))
+        works.append(reading_row(work, retry_at, why, seen))
     caps = _caps_of(assessment.limits)
     until = None
     if key is not None and queuekeep.keepable(view, assessment):
         until = queuekeep.horizon(session, view, assessment, retry)
-        queuekeep.keep(session, key, until, {"works": works, "caps": caps}, queuekeep.REPLAY_FILE)
-        queuekeep.keep(session, key, until, {"works": works[:queuekeep.HEAD_ROWS], "total": len(works),
-                                             "caps": caps}, queuekeep.REPLAY_HEAD_FILE)
+        readingtail.keep(session, key, until, works, caps, readingtail.tail_facts(session, view))
     return works, caps, until
 
 
@@ -590,10 +597,17 @@ def _daemon(town: Town, now: float) -> tuple[float | None, float | None]:
 
 
 def _at(epoch: float | None) -> str | None:
-    return None if epoch is None else _stamp(epoch)
-
-
-@lru_cache(maxsize=1 << 14)
-def _stamp(epoch: float) -> str:
     """:func:`stamp`, remembered: the items of a tick start at the same few moments."""
-    return stamp(epoch)
+    if epoch is None:
+        return None
+    found = _stamps.get(epoch)
+    if found is None:
+        if len(_stamps) >= _STAMPS_KEPT:
+            _stamps.clear()
+        found = _stamps[epoch] = stamp(epoch)
+    return found
+
+
+#: The moments :func:`_at` remembers, at most :data:`_STAMPS_KEPT` of them.
+_stamps: dict[float, str] = {}
+_STAMPS_KEPT = 1 << 16

@@ -65,7 +65,7 @@ REPLAY_FILE = "queue-replay.json"
 REPLAY_HEAD_FILE = "queue-replay-head.json"
 #: The last whole replay's head and its first :data:`HEAD_ROWS` rows' times: what ``snapshot`` shows.
 REPLAY_SUMMARY_FILE = "queue-replay-summary.json"
-VERSION = 1
+VERSION = 2
 
 
 def path(town: Town, name: str = FILE) -> Path:
@@ -96,12 +96,16 @@ def _inputs(session: Session) -> list | None:
     if active is None:  # the executor cannot say what runs
         return None
     town = session.files
-    files = [town.config_path, town.policy_path, town.state_path, town.decisions_path, town.workers_dir,
-             runs.log_path(town), town.runtime / READING_FILE, *admission_state.paths(town)]
+    # What a survey's reading of the queue (the forecast's) stands on, apart from what only admission, the
+    # replay and the views read: a reading may be carried past a change of the latter (readingtail).
+    read = [town.config_path, town.policy_path]
+    others = [town.state_path, town.decisions_path, town.workers_dir, runs.log_path(town),
+              town.runtime / READING_FILE, *admission_state.paths(town)]
     hold = hold_path(town)
     parts: list = [VERSION, str(hold)]
     if hold is not None:
-        files.append(hold)
+        others.append(hold)
+    logs = []
     for rig in town.rigs():
         if rig.command is not None and sources.is_due(town, rig, sources.read_state(town, rig.name),
                                                       session.now):
@@ -109,11 +113,27 @@ def _inputs(session: Session) -> list | None:
         stamp = gitview.warmth_stamp(rig.repo)
         if stamp is None:  # only pygit2 can tell this rig's warmth
             return None
-        files += town.rig_files(rig)
+        log, items = town.rig_files(rig)
+        read.append(items)
+        logs.append(fsutil.file_signature(log))
         parts += [rig.name, stamp]
-    parts.append([fsutil.file_signature(f) for f in files])
+    parts.append([fsutil.file_signature(f) for f in read])
+    parts.append([fsutil.file_signature(f) for f in others])
     parts.append(sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active))
+    parts.append(logs)
     return parts
+
+
+def same_reading_inputs(kept: object, key: list) -> bool:
+    """Whether a kept key names the inputs ``key`` names as far as a survey's reading of the queue reads
+    them: all but the files only admission and the replay read, the running polecats and the rigs' logs
+    (its last three parts), which :mod:`sluice.scheduler.readingtail` follows itself."""
+    return isinstance(kept, list) and len(kept) == len(key) and kept[:-3] == key[:-3]
+
+
+def running_items(key: list) -> set[str]:
+    """The items of the running polecats a key names (:func:`same_reading_inputs`'s second-last part)."""
+    return {str(polecat[1]) for polecat in key[-2]}
 
 
 def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple[float, float]) -> float:
@@ -168,6 +188,24 @@ def load(session: Session, key: list, name: str = FILE) -> dict | None:
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("key") != key:
+        return None
+    made, until = kept.get("made_at"), kept.get("until")
+    if not isinstance(made, (int, float)) or not isinstance(until, (int, float)):
+        return None
+    return kept if made <= session.now < until else None
+
+
+def load_whole(session: Session, name: str) -> dict | None:
+    """What was kept in ``name``, for whatever inputs, still inside its horizon; None: nothing usable.
+
+    For a reader that may carry a kept answer past a change it can follow
+    (:mod:`sluice.scheduler.readingtail`); the caller compares the key.
+    """
+    try:
+        kept = json.loads(path(session.files, name).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict):
         return None
     made, until = kept.get("made_at"), kept.get("until")
     if not isinstance(made, (int, float)) or not isinstance(until, (int, float)):

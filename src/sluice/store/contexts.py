@@ -191,7 +191,7 @@ def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False, digest: 
             return _lean_open(store, digest)
     records = read_fresh(store).values() if fresh else store.ephemeral().values()
     # Closed contexts are most of a long-lived log: skip them before parsing their descriptions.
-    found = [parse(store.rig.name, r) for r in records if _is_open(r)]
+    found = [parse(store.rig.name, r) for r in records if is_open(r)]
     if store.keeps("queue"):  # this process read the log whole: keep what it found
         at = store.line_offsets()
         queuedigest.write(store.queue_digest_path, store.log_mark(), [_row(c, at[c.id]) for c in found])
@@ -204,7 +204,7 @@ def _lean_open(store: RigStore, digest: bool = True) -> list[Context]:
     name = store.rig.name
 
     def keep(record: dict) -> Context | None:
-        return parse(name, record) if _is_open(record) else None
+        return parse(name, record) if is_open(record) else None
 
     read = store.read_lean(keep)
     if read is None:
@@ -249,11 +249,11 @@ def keep_digest_of(store: RigStore, mark: dict, records_at: Iterable[tuple[dict,
     """Keep the queue digest of a log just written whole (compaction): its records, each with its line's
     offset, in the order they stand in the file."""
     name = store.rig.name
-    rows = [_row(parse(name, record), at) for record, at in records_at if _is_open(record)]
+    rows = [_row(parse(name, record), at) for record, at in records_at if is_open(record)]
     queuedigest.write(store.queue_digest_path, mark, rows)
 
 
-def _is_open(record: dict) -> bool:
+def is_open(record: dict) -> bool:
     """Whether a log record is an open sling context: what the queue digest holds."""
     return record.get("status", "open") not in DONE_STATUSES and is_context(record)
 
@@ -285,7 +285,7 @@ def _kept_open(store: RigStore) -> list[Context] | None:
     if tail.lines == mark["lines"]:
         return list(found.values())
     for record_id, record in tail.records.items():
-        if _is_open(record):
+        if is_open(record):
             found[record_id] = parse(name, record)
         else:
             found.pop(record_id, None)

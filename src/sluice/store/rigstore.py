@@ -196,6 +196,16 @@ class RigStore:
             return None
         return dict(self._sparse[0])
 
+    def read_mark(self) -> dict | None:
+        """How far this process has the log as it stands (its digest's tail included), whichever way it
+        read it; None when that is not known (no read yet)."""
+        if not self.log_unread():
+            return self._log.mark()
+        if self._sparse is not None:
+            return dict(self._sparse[0])
+        # A log that was not there when read (a rig nothing was ever slung to) leaves no trace of the read.
+        return None if self.ephemeral_path.exists() else LogTail(self.ephemeral_path).mark()
+
     def known_offset(self, record_id: str) -> int | None:
         """Where ``record_id``'s latest line starts, as known without a whole read; None: not known."""
         return self._sparse[1].get(record_id) if self._sparse is not None and self.log_unread() else None

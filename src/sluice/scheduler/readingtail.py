@@ -1,0 +1,257 @@
+"""The forecast's kept reading of the queue, carried past the slings, clears and launches since.
+
+``scheduler forecast`` replays a *reading* of the queue: every queued item
+in dispatch order with what the replay needs of it (:func:`reading_row`).
+A survey makes it, and it is kept for the inputs the survey read
+(:mod:`sluice.scheduler.queuekeep`), so a forecast of an unchanged queue
+does not survey again.  But a queue changes all the time, by a line or two
+at a time: a sling appends a context, a clear closes one, a dispatch cycle
+closes the ones it launched (and starts polecats, books runs and
+decisions).  Each made the next forecast survey every queued context again:
+about half a second at 10,000 queued, of which the reading's own change is
+a row or two.
+
+So a reading that may be carried keeps, beside its rows, where each rig's
+log stood when the survey read it and, for each row, its context and what
+its rank is made of.  The next reader whose inputs differ from the kept
+ones only where the reading does not look — the state, the decision and
+run logs, the polecat records, holds, throttles and budgets (read by
+admission and the replay, which the forecast does afresh), the running
+polecats (as long as none of them is on an item still queued) and the
+rigs' ephemeral logs — parses just the lines appended to those logs after
+the marks and carries the reading on, when each record they leave is
+
+* **a new sling context**, open, as a sling writes it (no failure, launch,
+  promotion, force or missing mark; for a registered rig), for an item
+  that is not queued already and that its rig holds: it becomes a ready row
+  ranked among the ready ones by the same key the survey ranks by, or a
+  blocked row among the blocked ones (its item not ready, or running); or
+* **a closed context** (cleared, dispatched, or stale): a queued one's row
+  goes, unless the survey saw a younger duplicate of its item, which would
+  take its place; any other's changes nothing.
+
+Anything else — a queued context still open but changed (a launch in
+flight, a failure, a promotion), a record that is no context, an item
+missing, closed or queued twice, more lines than :data:`MOST_LINES` — and
+the reader surveys as before.  So does a reading whose survey saw promoted
+work or scored fairness, where the rank of one item depends on the others.
+
+Why the carried reading is the survey's answer: a survey classifies each
+open context by its own fields and its item (the items files are
+unchanged, so every item's readiness, tokens, graph and parents are), ranks
+it by a key made of its own score, tokens, enqueue time and id (the score
+depends on the rig's warmth and merge queue, also unchanged, and with
+fairness off on nothing of the other rows), and keeps one context per item,
+the oldest; what runs only blocks the items it runs.  A new context of an
+unqueued item thus stands where the survey would put it; a closed one
+leaves exactly its row.  The horizon stays the kept one: the clock's next
+change to any item's readiness is the rig's
+(:meth:`~sluice.store.rigstore.RigStore.next_release`, over every item), and
+new rows bring no backoff.  A crash leaves a reading whose marks still name
+a prefix of each log, so whoever reads next carries from there or surveys.
+The property test in ``tests/test_reading_tail.py`` holds every forecast so
+made to a fresh survey's.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import TYPE_CHECKING
+
+from sluice.core import admission as rules
+from sluice.core.clock import order_text
+from sluice.core.items import DONE_STATUSES, estimated_minutes, is_context
+from sluice.core.scoring import fairness_enabled
+from sluice.errors import SluiceError
+from sluice.scheduler import admission, queuekeep
+from sluice.scheduler.pending import UNREADABLE, items_of
+from sluice.scheduler.ranking import Work, load_town_policy, rank_work
+from sluice.store import contexts
+from sluice.store.jsonlog import LogTail
+
+if TYPE_CHECKING:
+    from sluice.scheduler.pending import Survey
+    from sluice.scheduler.session import Session
+
+#: More lines after the marks than this and a survey costs about what carrying would.
+MOST_LINES = 2000
+
+
+def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> list:
+    """One queued item as the replay reads it: ``[item id, rig, issue type, the item's labels, its
+    estimated minutes, its tokens, the end of its backoff, why it cannot start, and the labels, touches
+    and tokens admission reads]`` (``seen``: its :func:`~sluice.scheduler.admission.applicant`)."""
+    item = work.item
+    minutes = estimated_minutes(item)
+    if minutes is None and isinstance(item.get("metadata"), dict):
+        minutes = estimated_minutes(item["metadata"])
+    return [item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes, work.tokens,
+            retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]
+
+
+def tail_facts(session: Session, view: Survey) -> dict | None:
+    """What a reading of ``view`` keeps so that the next reader may carry it (see the module docstring),
+    its rows being ready, backing off, then blocked works, in that order; None: it may not be carried."""
+    if any(w.promoted_at for w in view.ready) or fairness_enabled(load_town_policy(session.files)):
+        return None
+    if any(mark is None for mark in view.marks.values()):
+        return None
+    rows = [[w.context_id, w.score, w.order] for w in (*view.ready, *view.backing_off, *view.blocked)]
+    return {"marks": view.marks, "rows": rows, "ready": len(view.ready), "backing_off": len(view.backing_off),
+            "duplicated": sorted({c.work_id for c in view.duplicates})}
+
+
+def carry(session: Session, key: list) -> tuple[list[list], dict, float] | None:
+    """The kept reading carried past the lines appended to the rigs' logs since, kept again for ``key``
+    (the inputs now): (rows, caps, horizon); None when it cannot be (then the caller surveys)."""
+    found = queuekeep.load_whole(session, queuekeep.REPLAY_FILE)
+    if found is None or not queuekeep.same_reading_inputs(found.get("key"), key):
+        return None
+    try:
+        carried = _carried(session, found, key)
+    except (SluiceError, OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None  # a log or a kept file not as written: survey
+    if carried is None:
+        return None
+    works, facts = carried
+    caps, until = found["caps"], found["until"]
+    keep(session, key, until, works, caps, facts)
+    return works, caps, until
+
+
+def keep(session: Session, key: list, until: float, works: list[list], caps: dict, facts: dict | None
+         ) -> None:
+    """Keep a reading (and its first rows apart, for a view's replay of its first rows) for ``key``."""
+    whole = {"works": works, "caps": caps}
+    if facts is not None:
+        whole["tail"] = facts
+    queuekeep.keep(session, key, until, whole, queuekeep.REPLAY_FILE)
+    queuekeep.keep(session, key, until, {"works": works[:queuekeep.HEAD_ROWS], "total": len(works),
+                                         "caps": caps}, queuekeep.REPLAY_HEAD_FILE)
+
+
+def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict] | None:
+    facts, works = found.get("tail"), found["works"]
+    if not isinstance(facts, dict):
+        return None
+    rows, ready, backing = facts["rows"], int(facts["ready"]), int(facts["backing_off"])
+    if len(rows) != len(works) or not 0 <= ready <= ready + backing <= len(rows):
+        return None
+    town = session.files
+    marks, appended, lines = {}, [], 0
+    for rig in town.rigs():
+        tail = _tail(town.rig_files(rig)[0], facts["marks"][rig.name])
+        if tail is None:
+            return None
+        lines += tail.lines - facts["marks"][rig.name]["lines"]
+        if lines > MOST_LINES:
+            return None
+        marks[rig.name] = tail.mark()
+        appended += [(rig.name, record) for record in tail.records.values()]
+    # A polecat that started or ended since makes its item blocked or ready, if that item is still queued.
+    moved = queuekeep.running_items(found["key"]) ^ queuekeep.running_items(key)
+    if not appended:  # no line since: the reading stands as it was
+        return None if moved & {work[0] for work in works} else (works, {**facts, "marks": marks})
+    # A survey sees only where the lines leave each context, not the order they came in: the closes
+    # first, then the new contexts, each for an item no open context holds any more.
+    position = {row[0]: index for index, row in enumerate(rows)}
+    duplicated = set(facts["duplicated"])
+    gone: set[int] = set()
+    opened: list[tuple[str, dict]] = []
+    for rig, record in appended:
+        if not isinstance(record, dict) or not is_context(record):
+            return None  # another kind of record may change what is ready
+        index = position.get(record["id"])
+        if index is not None:
+            if contexts.is_open(record) or works[index][0] in duplicated:
+                return None  # a queued context changed, or one of its item's duplicates takes its place
+            gone.add(index)
+        elif contexts.is_open(record):
+            opened.append((rig, record))
+    queued = {work[0] for index, work in enumerate(works) if index not in gone}
+    if moved & queued:
+        return None
+    new: list[contexts.Context] = []
+    for rig, record in opened:
+        context = _new_context(session, rig, record)
+        if context is None or context.work_id in queued:
+            return None  # not as a sling writes it, or a second open context of one item
+        queued.add(context.work_id)
+        new.append(context)
+    added = _ranked(session, new)
+    if added is None:
+        return None
+    was_ready = ready
+    ready -= sum(1 for k in gone if k < was_ready)
+    backing -= sum(1 for k in gone if was_ready <= k < was_ready + backing)
+    kept = [(works[k], rows[k]) for k in range(len(works)) if k not in gone]
+    segments = [kept[:ready], kept[ready:ready + backing], kept[ready + backing:]]
+    keys = [[_key(row, work) for work, row in segment] for segment in segments]
+    for (work, row), blocked in added:
+        part = 2 if blocked else 0
+        key = _key(row, work)
+        at = bisect.bisect_left(keys[part], key)
+        keys[part].insert(at, key)
+        segments[part].insert(at, (work, row))
+    kept = [*segments[0], *segments[1], *segments[2]]
+    return [work for work, _row in kept], {**facts, "marks": marks, "rows": [row for _work, row in kept],
+                                           "ready": len(segments[0]), "backing_off": backing}
+
+
+def _tail(path, mark: dict) -> LogTail | None:
+    """What was appended to a rig's log after ``mark``; a log that had no lines then is read whole."""
+    if mark.get("inode") is None and mark.get("offset") == 0:
+        tail = LogTail(path)
+        tail.catch_up()
+        return tail
+    return LogTail.resume(path, mark)
+
+
+def _new_context(session: Session, rig: str, record: dict) -> contexts.Context | None:
+    """An appended open context as a sling writes it, else None."""
+    context = contexts.parse(rig, record)
+    fields = context.fields
+    if fields is None or not context.valid or fields.target_rig not in {r.name for r in session.files.rigs()}:
+        return None
+    if (fields.dispatch_failures or fields.run_failures or fields.launch_started_at or fields.missing_since
+            or fields.promoted_at or fields.force or fields.last_failure or fields.last_failure_at):
+        return None
+    if record["id"] in session.stores.rig(rig).index.outside_targets():
+        return None  # an item waits on this very id: its readiness would change
+    return context
+
+
+def _ranked(session: Session, new: list[contexts.Context]) -> list[tuple[tuple[list, list], bool]] | None:
+    """The new contexts' works as reading rows with their rank facts, and whether each is blocked."""
+    if not new:
+        return []
+    stores, now = session.stores, session.now
+    found = items_of(stores, new, now)
+    busy = {p.item_id for p in session.require_active()}
+    ready: list[Work] = []
+    blocked: list[Work] = []
+    for context in new:
+        there = found.get(context.work_id)
+        if there is None or there == UNREADABLE:
+            return None  # missing or unreadable: held, not queued
+        _store, item, is_ready, tokens = there
+        status = item.get("status", "open")
+        if status in DONE_STATUSES or status == "hooked":
+            return None  # stale: a cycle closes it
+        work = Work(item=item, rig=context.fields.target_rig, order=context.order, context_id=context.id,
+                    payload=context, tokens=tokens)
+        (ready if is_ready and item["id"] not in busy else blocked).append(work)
+    out = []
+    for works, why in ((ready, None), (blocked, rules.BLOCKED)):
+        for work in rank_work(session.files, stores, works, now=now) if works else []:
+            out.append(((reading_row(work, None, why, admission.applicant(work)),
+                         [work.context_id, work.score, work.order]), why is not None))
+    return out
+
+
+def _key(row: list, work: list) -> tuple:
+    """A reading row's rank key, as :func:`sluice.scheduler.ranking.rank_work` orders works."""
+    return (-row[1], work[5], order_text(row[2]), work[0])
+
+
+__all__ = ["MOST_LINES", "carry", "keep", "reading_row", "tail_facts"]

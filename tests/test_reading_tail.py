@@ -1,0 +1,414 @@
+"""The forecast's kept reading, carried past slings and clears instead of surveying the queue again.
+
+Each test makes a reading (a forecast surveys and keeps it), changes the
+queue, and compares the next forecast with a fresh survey's at the same
+moment, counting the surveys: a change the reading can follow costs none,
+any other costs one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, write_items
+from sluice.scheduler import queue, queuekeep, readingtail
+from sluice.scheduler.control import clear
+from sluice.scheduler.forecast import forecast
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store.town import Town
+
+
+@pytest.fixture
+def surveys(monkeypatch) -> list[int]:
+    return counted_surveys(monkeypatch, queue)
+
+
+def forecast_at(town_dir: Path, now: float) -> dict:
+    return forecast(Town(town_dir), now=now)
+
+
+def fresh_forecast_at(town_dir: Path, now: float) -> dict:
+    """The forecast a survey of the files as they are now gives (no reading to carry)."""
+    queuekeep.path(Town(town_dir), queuekeep.REPLAY_FILE).unlink(missing_ok=True)
+    return forecast_at(town_dir, now)
+
+
+def slung(town_dir: Path, *ids: str) -> None:
+    result = sling(Town(town_dir), [*ids, "alpha"], SlingOptions())
+    assert result.ok, result.errors
+
+
+def order(doc: dict) -> list[tuple[str, str | None]]:
+    return [(row["item_id"], row.get("why")) for row in doc["items"]]
+
+
+@pytest.fixture
+def read_queue(cli, rig, town_dir, clock) -> Path:
+    """Rig alpha with items of mixed priority (al-6 waits on al-7, al-8 is closed), five of them queued
+    and the queue read."""
+    configure(town_dir, "scheduler.max_polecats", "2")
+    records = [item(f"al-{n}", priority=n % 4, labels=["area:api"] if n % 2 else []) for n in range(6)]
+    records += [item("al-6", deps=[("blocks", "al-7")]), item("al-7", priority=3),
+                item("al-8", status="closed")]
+    write_items(town_dir, "alpha", records)
+    slung(town_dir, "al-0", "al-1", "al-2", "al-3", "al-4")
+    forecast_at(town_dir, clock.now)
+    return town_dir
+
+
+def test_a_sling_is_carried_into_the_reading_where_a_survey_would_rank_it(read_queue, clock, surveys):
+    slung(read_queue, "al-5", "al-6")  # al-5: priority 1, ranked inside the queue; al-6: blocked
+    carried = forecast_at(read_queue, clock.now)
+    assert surveys == []
+    assert carried == fresh_forecast_at(read_queue, clock.now) and len(surveys) == 1
+    assert ("al-6", "blocked") in order(carried) and len(carried["items"]) == 7
+    ids = [row[0] for row in order(carried)]
+    assert ids.index("al-1") < ids.index("al-5") < ids.index("al-2")  # priority 1 after the older one
+
+
+def test_a_clear_takes_its_row_out_and_a_sling_after_it_puts_the_item_back_as_a_new_one(read_queue, clock,
+                                                                                      surveys):
+    clear(Town(read_queue), item_id="al-0")
+    without = forecast_at(read_queue, clock.now)
+    assert surveys == [] and "al-0" not in [r[0] for r in order(without)]
+    assert without == fresh_forecast_at(read_queue, clock.now)
+    forecast_at(read_queue, clock.now)  # the survey's reading again
+    clear(Town(read_queue), item_id="al-1")
+    slung(read_queue, "al-1")  # the same item, enqueued later: behind the priority-1 work it led
+    back = forecast_at(read_queue, clock.now)
+    assert len(surveys) == 1 and back == fresh_forecast_at(read_queue, clock.now)
+
+
+def test_a_carried_reading_is_kept_for_the_next_reader(read_queue, clock, surveys):
+    slung(read_queue, "al-5")
+    first = forecast_at(read_queue, clock.now)
+    slung(read_queue, "al-6")
+    second = forecast_at(read_queue, clock.now)  # carried from the carried reading
+    assert surveys == [] and len(second["items"]) == len(first["items"]) + 1
+    assert second == fresh_forecast_at(read_queue, clock.now)
+
+
+def _append(town_dir: Path, record: dict) -> None:
+    with ephemeral_path(town_dir, "alpha").open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def _latest(town_dir: Path, item_id: str) -> dict:
+    lines = ephemeral_path(town_dir, "alpha").read_text().splitlines()
+    return next(r for r in map(json.loads, reversed(lines)) if f'"work_bead_id":"{item_id}"' in
+                r.get("description", "").replace(" ", ""))
+
+
+def test_an_update_of_a_queued_context_is_surveyed(read_queue, clock, surveys):
+    context = _latest(read_queue, "al-2")
+    fields = json.loads(context["description"])
+    _append(read_queue, {**context, "description": json.dumps({**fields, "dispatch_failures": 1})})
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2  # the carry refused, then the fresh one
+
+
+def test_a_second_open_context_of_a_queued_item_is_surveyed(read_queue, clock, surveys):
+    context = _latest(read_queue, "al-2")
+    _append(read_queue, {**context, "id": "al-wisp-zzzz"})
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_a_context_not_as_a_sling_writes_it_is_surveyed(read_queue, clock, surveys):
+    context = _latest(read_queue, "al-2")
+    fields = json.loads(context["description"])
+    _append(read_queue, {**context, "id": "al-wisp-zzzz",
+                     "description": json.dumps({**fields, "work_bead_id": "al-5", "force": True})})
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_another_kind_of_record_in_the_log_is_surveyed(read_queue, clock, surveys):
+    _append(read_queue, {"id": "al-note", "title": "a note", "status": "open", "issue_type": "task",
+                     "ephemeral": True, "dependencies": [{"issue_id": "al-note", "depends_on_id": "al-0",
+                                                          "type": "blocks"}]})
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_a_new_context_whose_item_is_missing_is_surveyed(read_queue, clock, surveys):
+    context = _latest(read_queue, "al-2")
+    fields = json.loads(context["description"])
+    _append(read_queue, {**context, "id": "al-wisp-zzzz",
+                     "description": json.dumps({**fields, "work_bead_id": "al-99"})})
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_fairness_makes_a_reading_that_is_not_carried(read_queue, clock, surveys):
+    Town(read_queue).policy_path.write_text(json.dumps({"weights": {"fairness": 1.0}}))
+    forecast_at(read_queue, clock.now)
+    assert "tail" not in json.loads(queuekeep.path(Town(read_queue), queuekeep.REPLAY_FILE).read_text())
+    slung(read_queue, "al-5")
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 3
+
+
+def test_a_change_beside_the_logs_is_surveyed(read_queue, clock, surveys):
+    slung(read_queue, "al-5")
+    configure(read_queue, "scheduler.batch_size", "3")
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_more_lines_than_are_worth_carrying_are_surveyed(read_queue, clock, surveys, monkeypatch):
+    monkeypatch.setattr(readingtail, "MOST_LINES", 1)
+    slung(read_queue, "al-5", "al-6")
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_a_reading_past_its_horizon_is_surveyed(read_queue, clock, surveys):
+    slung(read_queue, "al-5")
+    later = clock.now + queuekeep.KEEP_AT_MOST + 1
+    assert forecast_at(read_queue, later) == fresh_forecast_at(read_queue, later)
+    assert len(surveys) == 2
+
+
+def test_a_running_items_new_context_is_carried_as_blocked(cli, rig, town_dir, clock, memory, surveys):
+    from sluice.scheduler.dispatch import run_cycle
+
+    configure(town_dir, "scheduler.max_polecats", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=n) for n in range(3)])
+    slung(town_dir, "al-0", "al-1")
+    assert run_cycle(Town(town_dir)).dispatched == 1  # al-0 runs, its context closed
+    forecast_at(town_dir, clock.now)
+    context = _latest(town_dir, "al-1")  # a context for al-0 while it runs (sling itself would say no)
+    fields = json.loads(context["description"])
+    _append(town_dir, {**context, "id": "al-wisp-zzzz",
+                       "description": json.dumps({**fields, "work_bead_id": "al-0"})})
+    carried = forecast_at(town_dir, clock.now)
+    assert len(surveys) == 1 and ("al-0", "blocked") in order(carried)
+    assert carried == fresh_forecast_at(town_dir, clock.now)
+
+
+def test_a_first_sling_to_a_rig_with_no_log_yet_is_carried(cli, rig, town_dir, clock, surveys):
+    from helpers.scheduler import add_rig
+
+    add_rig(cli, town_dir.parent / "beta-repos", "beta", "be")
+    configure(town_dir, "scheduler.max_polecats", "2")
+    write_items(town_dir, "alpha", [item("al-0")])
+    write_items(town_dir, "beta", [item("be-0", priority=0)])
+    slung(town_dir, "al-0")
+    forecast_at(town_dir, clock.now)
+    assert sling(Town(town_dir), ["be-0", "beta"], SlingOptions()).ok
+    carried = forecast_at(town_dir, clock.now)
+    assert len(surveys) == 1 and [r[0] for r in order(carried)] == ["be-0", "al-0"]
+    assert carried == fresh_forecast_at(town_dir, clock.now)
+
+
+def _another(town_dir: Path, item_id: str, context_id: str = "al-wisp-zzzz", **changes) -> None:
+    """Append an open context for ``item_id`` as a sling writes it, enqueued after every other, with
+    ``changes`` to its fields."""
+    context = json.loads(ephemeral_path(town_dir, "alpha").read_text().splitlines()[0])  # the first context
+    fields = {**json.loads(context["description"]), "work_bead_id": item_id,
+              "enqueued_at": "2030-01-01T00:00:00.000000Z", **changes}
+    _append(town_dir, {**context, "id": context_id, "description": json.dumps(fields)})
+
+
+@pytest.mark.parametrize("item_id, changes", [
+    ("al-5", {"dispatch_failures": 3}),  # circuit-broken: stale
+    ("al-5", {"launch_started_at": "2026-01-01T00:00:00Z"}),  # mid-launch
+    ("al-5", {"target_rig": "nowhere"}),  # an unknown rig: stale
+    ("al-8", {}),  # a closed item: stale
+])
+def test_a_new_context_a_survey_would_not_queue_is_surveyed(read_queue, clock, surveys, item_id, changes):
+    _another(read_queue, item_id, **changes)
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2
+
+
+def test_closing_a_queued_context_whose_item_has_a_younger_duplicate_is_surveyed(read_queue, clock, surveys):
+    older = _latest(read_queue, "al-2")
+    _another(read_queue, "al-2")  # a duplicate: the survey keeps the older one
+    forecast_at(read_queue, clock.now)
+    _append(read_queue, {**older, "status": "closed", "close_reason": "cleared"})  # the duplicate takes over
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 3
+
+
+def test_a_record_an_item_waits_on_is_surveyed(cli, rig, town_dir, clock, surveys):
+    """A durable item waiting on an id no rig holds is ready; a record of that id appearing blocks it."""
+    configure(town_dir, "scheduler.max_polecats", "2")
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1", deps=[("blocks", "al-note")]),
+                                    item("al-2", deps=[("blocks", "al-wisp-zzzz")])])
+    slung(town_dir, "al-0", "al-1", "al-2")
+    forecast_at(town_dir, clock.now)
+    _append(town_dir, {"id": "al-note", "title": "a note", "status": "open", "issue_type": "task",
+                       "ephemeral": True})
+    blocked = forecast_at(town_dir, clock.now)
+    assert ("al-1", "blocked") in order(blocked) and blocked == fresh_forecast_at(town_dir, clock.now)
+    assert len(surveys) == 3
+
+
+def test_a_context_whose_id_an_item_waits_on_is_surveyed(cli, rig, town_dir, clock, surveys):
+    configure(town_dir, "scheduler.max_polecats", "2")
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1"),
+                                    item("al-2", deps=[("blocks", "al-wisp-zzzz")])])
+    slung(town_dir, "al-0", "al-2")
+    forecast_at(town_dir, clock.now)
+    _another(town_dir, "al-1", "al-wisp-zzzz")  # a context whose very id al-2 waits on
+    changed = forecast_at(town_dir, clock.now)
+    assert ("al-2", "blocked") in order(changed) and changed == fresh_forecast_at(town_dir, clock.now)
+    assert len(surveys) == 3
+
+
+def test_promoted_work_makes_a_reading_that_is_not_carried(read_queue, clock, surveys):
+    from sluice.scheduler.promote import promote
+
+    promote(Town(read_queue), "al-4")
+    forecast_at(read_queue, clock.now)
+    slung(read_queue, "al-5")
+    carried = forecast_at(read_queue, clock.now)
+    assert order(carried)[0] == ("al-4", None) and carried == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 3
+
+
+# -- the property: whatever lines come, a carried reading forecasts what a survey forecasts ---------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("sling"), st.lists(st.integers(0, 7), min_size=1, max_size=3)),
+        st.tuples(st.just("sling"), st.lists(st.integers(0, 7), min_size=1, max_size=3)),
+        st.tuples(st.just("clear"), st.integers(0, 7)),
+        st.tuples(st.just("clear"), st.integers(0, 7)),
+        st.tuples(st.just("cycle"), st.just(0)),
+        st.tuples(st.just("finish"), st.integers(0, 7)),
+        st.tuples(st.just("advance"), st.integers(1, 90)),
+        st.tuples(st.just("close"), st.integers(0, 7)),
+        st.tuples(st.just("dup"), st.integers(0, 7)),
+    ),
+    min_size=1, max_size=10,
+)
+
+
+def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch):
+    """Slings and clears (carried) among cycles, ends, closed items, duplicates and time (surveyed)."""
+    from helpers import make_repo
+    from helpers.foundation import quick_town
+    from sluice.errors import ExecutorError
+    from sluice.executors.memory import MemoryExecutor
+    from sluice.scheduler.dispatch import run_cycle
+    from sluice.store.rigs import add_rig
+
+    tally = {"carried": 0, "checked": 0}
+    real = readingtail._carried
+
+    def counted(*args):
+        found = real(*args)
+        tally["carried"] += found is not None
+        return found
+
+    monkeypatch.setattr(readingtail, "_carried", counted)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(ops=OPS)
+    def replay(ops):
+        base = Path(tempfile.mkdtemp(prefix="tail-"))
+        try:
+            town_dir = quick_town(base)
+            add_rig(Town(town_dir), "alpha", make_repo(base / "repos" / "alpha"), "al")
+            configure(town_dir, "executor.kind", "memory")
+            configure(town_dir, "scheduler.max_polecats", "2")
+            memory = MemoryExecutor(clock).serve(Town(town_dir))
+            records = {f"al-{n}": item(f"al-{n}", priority=n % 3, labels=["area:db"] if n % 3 == 1 else [],
+                                       deps=[("blocks", "al-7")] if n == 6 else ()) for n in range(8)}
+            write_items(town_dir, "alpha", list(records.values()))
+            slung(town_dir, "al-0", "al-1", "al-2")
+            forecast_at(town_dir, clock.now)
+            for kind, arg in ops:
+                if kind == "sling":
+                    sling(Town(town_dir), [*(f"al-{n}" for n in arg), "alpha"], SlingOptions())
+                elif kind == "clear":
+                    clear(Town(town_dir), item_id=f"al-{arg}")
+                elif kind == "cycle":
+                    run_cycle(Town(town_dir))
+                elif kind == "finish":
+                    with contextlib.suppress(ExecutorError):  # not running: nothing to end
+                        memory.finish(f"al-{arg}", arg % 2)
+                elif kind == "advance":
+                    clock.advance(arg)
+                elif kind == "close":
+                    records[f"al-{arg}"]["status"] = "closed"
+                    write_items(town_dir, "alpha", list(records.values()))
+                elif kind == "dup" and any(c["status"] == "open" for c in _open_of(town_dir, f"al-{arg}")):
+                    context = _open_of(town_dir, f"al-{arg}")[0]
+                    _append(town_dir, {**context, "id": f"al-wisp-dup{arg}{len(ops)}"})
+                now = clock.now
+                kept = forecast_at(town_dir, now)
+                assert forecast_at(town_dir, now) == kept == fresh_forecast_at(town_dir, now), (kind, arg)
+                tally["checked"] += 1
+            MemoryExecutor.forget_town(Town(town_dir))
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+    replay()
+    assert tally["carried"] > 0, tally  # the property was tested where it matters
+
+
+def _open_of(town_dir: Path, item_id: str) -> list[dict]:
+    from helpers.scheduler import open_contexts
+
+    return open_contexts(town_dir, "alpha", item_id)
+
+
+def test_a_cycles_launches_are_carried_out_of_the_reading(cli, rig, town_dir, clock, memory, surveys):
+    from sluice.scheduler.dispatch import run_cycle
+
+    configure(town_dir, "scheduler.max_polecats", "2")
+    configure(town_dir, "scheduler.batch_size", "2")
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=n % 3) for n in range(5)])
+    slung(town_dir, *(f"al-{n}" for n in range(5)))
+    forecast_at(town_dir, clock.now)
+    assert run_cycle(Town(town_dir)).dispatched == 2  # two polecats, two contexts closed
+    carried = forecast_at(town_dir, clock.now)
+    assert len(surveys) == 1 and len(carried["items"]) == 3  # the first forecast's survey only
+    assert carried == fresh_forecast_at(town_dir, clock.now)
+    memory.finish("al-0", 0)  # an end: the polecat's item is no longer queued, nothing moves
+    assert forecast_at(town_dir, clock.now) == fresh_forecast_at(town_dir, clock.now)
+    assert len(surveys) == 3  # the two fresh ones
+
+
+def test_a_polecat_ending_on_an_item_still_queued_is_surveyed(cli, rig, town_dir, clock, memory, surveys):
+    from sluice.scheduler.dispatch import run_cycle
+
+    configure(town_dir, "scheduler.max_polecats", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=n) for n in range(3)])
+    slung(town_dir, "al-0", "al-1", "al-2")
+    run_cycle(Town(town_dir))
+    _another(town_dir, "al-0")  # queued again while it runs: blocked
+    assert ("al-0", "blocked") in order(forecast_at(town_dir, clock.now))
+    memory.finish("al-0", 0)  # now it may go
+    ended = forecast_at(town_dir, clock.now)
+    assert ("al-0", None) in order(ended) and ended == fresh_forecast_at(town_dir, clock.now)
+    assert len(surveys) == 3
+
+
+def test_a_polecat_ending_on_a_queued_item_beside_a_sling_is_surveyed(cli, rig, town_dir, clock, memory,
+                                                                       surveys):
+    from sluice.scheduler.dispatch import run_cycle
+
+    configure(town_dir, "scheduler.max_polecats", "1")
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=n) for n in range(4)])
+    slung(town_dir, "al-0", "al-1")
+    run_cycle(Town(town_dir))
+    _another(town_dir, "al-0")  # queued again while it runs: blocked
+    forecast_at(town_dir, clock.now)
+    memory.finish("al-0", 0)
+    slung(town_dir, "al-2")  # a line to carry, beside the end that unblocks al-0
+    ended = forecast_at(town_dir, clock.now)
+    assert ("al-0", None) in order(ended) and ended == fresh_forecast_at(town_dir, clock.now)
+    assert len(surveys) == 3
