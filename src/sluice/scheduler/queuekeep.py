@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -195,14 +196,22 @@ def load(session: Session, key: list, name: str = FILE) -> dict | None:
     return kept if made <= session.now < until else None
 
 
-def load_whole(session: Session, name: str) -> dict | None:
-    """What was kept in ``name``, for whatever inputs, still inside its horizon; None: nothing usable.
+def load_whole(session: Session, name: str, accept: Callable[[object], bool]) -> dict | None:
+    """What was kept in ``name`` under a key ``accept`` takes, still inside its horizon; None: nothing usable.
 
     For a reader that may carry a kept answer past a change it can follow
-    (:mod:`sluice.scheduler.readingtail`); the caller compares the key.
+    (:mod:`sluice.scheduler.readingtail`).  The key comes first in the file,
+    so one the reader cannot follow is refused before the rest is parsed.
     """
+    start = b'{"key":'
     try:
-        kept = json.loads(path(session.files, name).read_bytes())
+        data = path(session.files, name).read_bytes()
+        if not data.startswith(start):
+            return None
+        key, _end = json.JSONDecoder().raw_decode(data[len(start):].decode())
+        if not accept(key):
+            return None
+        kept = json.loads(data)
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict):

@@ -104,8 +104,9 @@ def tail_facts(session: Session, view: Survey) -> dict | None:
 def carry(session: Session, key: list) -> tuple[list[list], dict, float] | None:
     """The kept reading carried past the lines appended to the rigs' logs since, kept again for ``key``
     (the inputs now): (rows, caps, horizon); None when it cannot be (then the caller surveys)."""
-    found = queuekeep.load_whole(session, queuekeep.REPLAY_FILE)
-    if found is None or not queuekeep.same_reading_inputs(found.get("key"), key):
+    found = queuekeep.load_whole(session, queuekeep.REPLAY_FILE,
+                                 lambda kept: queuekeep.same_reading_inputs(kept, key))
+    if found is None:
         return None
     try:
         carried = _carried(session, found, key)
