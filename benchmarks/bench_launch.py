@@ -29,8 +29,10 @@ round is the first read after the cycles wrote the queue, the median of
 the later ones a read of a queue nothing changed since (which a tree
 that keeps the queue's head answers from it).  Then ``scheduler clear --json`` closes the
 whole queue twice per tree: on that copy, whose digests the tree's own
-commands wrote, and on a fresh copy, where no digest fits (a copy has
-other inodes); reported
+commands wrote, and on a fresh copy of the town as the first tree built it
+(other inodes: a tree whose marks carry a CRC of the bytes they read goes
+on from the digests there, one whose marks do not reads every log whole);
+reported
 are its CPU time, peak memory (the process's maximum resident set) and
 wall time (the target: under 3 s and 300 MB at 100,000), and what the
 ``scheduler status --json`` right after the clear costs (CPU, peak memory).
@@ -148,8 +150,8 @@ def clears(work: Path, trees: dict[str, Path], town: Path, copies: dict[str, Pat
     and the ``scheduler status --json`` right after it (``next_cpu``, ``next_peak_mib``).
 
     ``kept``: on the tree's copy after its cycles and views, so with the
-    digests its own commands wrote.  ``unkept``: on a fresh copy (another
-    inode, so no digest fits), as on a copied town.
+    digests its own commands wrote.  ``unkept``: on a fresh copy of the
+    town as built (other inodes), as on a copied town.
     """
     out: dict[str, dict] = {name: {} for name in trees}
     fresh = {name: copy_town(town, work / f"clear-{n}-{name}") for name in trees}

@@ -77,3 +77,50 @@ def test_a_bad_line_read_in_blocks_is_named_by_its_line_in_the_log(tmp_path):
     path.write_text("".join(line(f"a-{n}", "open", "sluice", n) for n in range(20)) + "{oops\n")
     with pytest.raises(StoreCorrupt, match=r"ephemeral.jsonl:21: malformed record"):
         LogTail(path).catch_up(block=50)
+
+
+@given(versions, st.integers(0, 40), st.integers(0, 3))
+def test_a_read_continues_in_a_copy_of_the_log_only_when_its_prefix_is_the_one_read(tmp_path_factory,
+                                                                                    written, split, change):
+    """A mark's CRC lets a reader go on in a copy (another inode) of the log it read, as it would in the
+    log itself; a copy whose read part differs by one byte, or a mark without a CRC, reads it whole."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("log")
+    path, copy = base / "ephemeral.jsonl", base / "copy.jsonl"
+    text = [line(i, s, shape, n) for n, (i, s, shape) in enumerate(written)]
+    path.write_text("".join(text[:split]))
+    first = LogTail(path)
+    first.catch_up()
+    mark = first.mark()
+    with open(path, "a") as fh:
+        fh.write("".join(text[split:]))
+    shutil.copyfile(path, copy)  # another inode, the same bytes
+    resumed = LogTail.resume(copy, mark)
+    assert resumed is not None and resumed.inode == copy.stat().st_ino
+    whole = LogTail(copy)
+    whole.catch_up()
+    assert resumed.mark() == whole.mark()  # the same place, the same CRC, as a whole read of the copy
+    assert {rid: r for rid, r in whole.records.items() if whole.positions[rid] > mark["lines"]} == \
+        {rid: r for rid, r in resumed.records.items()}
+    if mark["offset"]:  # a byte of the read part changed in the copy: no continuing there
+        data = bytearray(copy.read_bytes())
+        data[(change * 7919) % mark["offset"]] ^= 0x01
+        copy.write_bytes(bytes(data))
+        assert LogTail.resume(copy, mark) is None
+    shutil.copyfile(path, copy)
+    assert LogTail.resume(copy, {k: v for k, v in mark.items() if k != "crc"}) is None
+
+
+def test_a_mark_moved_past_an_append_is_the_mark_of_a_read_to_its_end(tmp_path):
+    path = tmp_path / "ephemeral.jsonl"
+    path.write_text(line("a-1", "open", "sluice", 0))
+    tail = LogTail(path)
+    tail.catch_up()
+    data = (line("a-2", "open", "sluice", 1) + line("a-1", "closed", "sluice", 2)).encode()
+    with open(path, "ab") as fh:
+        fh.write(data)
+    whole = LogTail(path)
+    whole.catch_up()
+    assert LogTail.mark_after(tail.mark(), data, 2) == whole.mark()
+    assert LogTail.mark_of_written(path, path.read_bytes(), 3) == whole.mark()

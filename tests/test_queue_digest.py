@@ -449,3 +449,33 @@ def test_a_digest_far_enough_behind_the_log_is_kept_again_at_its_end(digest_dir)
     kept = json.loads(digest.read_text())
     assert (kept["mark"]["offset"], kept["mark"]["lines"], len(kept["open"])) == (log.stat().st_size, 65, 65)
     assert worth_rewriting(12_501, 100_000) and not worth_rewriting(12_500, 100_000)
+
+
+def test_a_copied_town_keeps_its_digests(digest_dir, tmp_path, monkeypatch):
+    """A copy of a town (a backup restored, a town moved) holds its logs under other inodes: the digests
+    kept at marks of the originals still stand, by the CRC of the bytes they read, so its first clear
+    reads no log whole.  A copy whose log differs before the mark is read whole, as it must be."""
+    import shutil
+
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(20)))
+    ctxs.open_contexts(Stores(Town(digest_dir)))  # the queue digest of this log
+    copy = shutil.copytree(digest_dir, tmp_path / "copy", symlinks=True)
+    copied_log = copy / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    assert copied_log.stat().st_ino != log.stat().st_ino
+
+    def no_whole_read(self):
+        raise AssertionError("the log was read whole")
+
+    monkeypatch.setattr(RigStore, "ephemeral_fresh", no_whole_read)
+    assert len(ctxs.open_contexts(Stores(Town(copy)))) == 20
+    assert clear_everything(copy)["cleared"] == 20
+    monkeypatch.undo()
+    assert ctxs.open_contexts(Stores(Town(copy))) == []
+    assert len(ctxs.open_contexts(Stores(Town(digest_dir)))) == 20  # the original is its own
+
+    changed = shutil.copytree(digest_dir, tmp_path / "changed", symlinks=True)
+    changed_log = changed / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    changed_log.write_text(changed_log.read_text().replace("al-wisp-3", "al-wisp-X", 1))
+    assert sorted(c.id for c in ctxs.open_contexts(Stores(Town(changed))))[-1] == "al-wisp-X"

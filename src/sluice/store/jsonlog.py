@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,20 @@ class LogTail:
     continues from ``offset`` (the end of the last complete line) while the
     file is the same one (inode) and still ends its read part with the same
     bytes; a log replaced by compaction or cut shorter is read again whole.
+
+    A mark also carries the CRC-32 of everything read (``crc``), so a read
+    can continue in a *copy* of the log (another inode: a town copied,
+    restored from a backup, moved to another disk) once the copy's first
+    ``offset`` bytes are found to have that CRC: one sequential pass over
+    bytes, instead of parsing every line again and losing every digest kept
+    at a mark of the original.  A mark written before marks carried a CRC
+    (or one of a tail resumed from such a mark) holds none, and continues
+    only in the same file, as before.
     """
 
     GUARD = 64  # bytes before ``offset`` that must be unchanged for a read to continue
+    #: Bytes read at a time to check a copy's prefix against a mark's CRC.
+    CRC_BLOCK = 1 << 20
 
     def __init__(self, path: Path, keep: Callable[[dict], Any] | None = None):
         self.path = path
@@ -79,10 +91,14 @@ class LogTail:
         self.lines = 0
         self.inode: int | None = None
         self.guard = b""
+        self.crc: int | None = 0  # of the ``offset`` bytes read; None: not known (a mark without one)
 
     def mark(self) -> dict:
         """Where this reader stands, as plain JSON: what a digest of the log read so far is keyed by."""
-        return {"inode": self.inode, "offset": self.offset, "lines": self.lines, "guard": self.guard.hex()}
+        mark = {"inode": self.inode, "offset": self.offset, "lines": self.lines, "guard": self.guard.hex()}
+        if self.crc is not None:
+            mark["crc"] = self.crc
+        return mark
 
     @classmethod
     def mark_of_written(cls, path: Path, data: bytes, lines: int) -> dict:
@@ -90,7 +106,17 @@ class LogTail:
         tail = cls(path)
         tail.inode, tail.offset, tail.lines = os.stat(path).st_ino, len(data), lines
         tail.guard = data[-cls.GUARD :]
+        tail.crc = zlib.crc32(data)
         return tail.mark()
+
+    @staticmethod
+    def mark_after(mark: dict, data: bytes, lines: int) -> dict:
+        """``mark`` moved past ``data`` (``lines`` whole lines) appended right at it."""
+        moved = {"inode": mark["inode"], "offset": mark["offset"] + len(data), "lines": mark["lines"] + lines,
+                 "guard": (bytes.fromhex(mark["guard"]) + data)[-LogTail.GUARD:].hex()}
+        if mark.get("crc") is not None:
+            moved["crc"] = zlib.crc32(data, mark["crc"])
+        return moved
 
     @classmethod
     def resume(cls, path: Path, mark: object) -> LogTail | None:
@@ -104,10 +130,13 @@ class LogTail:
         try:
             tail.inode, tail.offset, tail.lines = mark["inode"], mark["offset"], mark["lines"]  # type: ignore[index]
             tail.guard = bytes.fromhex(mark["guard"])  # type: ignore[index]
-        except (TypeError, KeyError, ValueError):
+            tail.crc = mark.get("crc")  # type: ignore[union-attr]
+        except (TypeError, KeyError, ValueError, AttributeError):
             return None
         if not all(type(v) is int and v >= 0 for v in (tail.inode, tail.offset, tail.lines)) or \
                 len(tail.guard) != min(tail.offset, cls.GUARD):
+            return None
+        if tail.crc is not None and not (type(tail.crc) is int and 0 <= tail.crc < 1 << 32):
             return None
         try:
             fh = open(path, "rb")  # noqa: SIM115 - closed by the with below
@@ -155,12 +184,29 @@ class LogTail:
         return self.records
 
     def _continues(self, fh, stat) -> bool:
-        if self.inode is None or stat.st_ino != self.inode or stat.st_size < self.offset:
+        if self.inode is None or stat.st_size < self.offset:
             return False
+        if stat.st_ino != self.inode:  # another file: a copy of the one read, if its prefix says so
+            if self.crc is None or not self._same_prefix(fh):
+                return False
+            self.inode = stat.st_ino
+            return True
         if not self.guard:
             return True
         fh.seek(self.offset - len(self.guard))
         return fh.read(len(self.guard)) == self.guard
+
+    def _same_prefix(self, fh) -> bool:
+        """Whether the file's first ``offset`` bytes have the CRC-32 of what this reader read."""
+        fh.seek(0)
+        crc, left = 0, self.offset
+        while left:
+            chunk = fh.read(min(self.CRC_BLOCK, left))
+            if not chunk:
+                return False
+            crc = zlib.crc32(chunk, crc)
+            left -= len(chunk)
+        return crc == self.crc
 
     def _parse(self, data: bytes) -> None:
         """Read the lines in ``data``, parsing only each record's latest version.
@@ -221,6 +267,8 @@ class LogTail:
             self.at[record_id] = self.offset + found[record_id][2]
         if consumed:
             self.guard = (self.guard + data[:consumed])[-self.GUARD :]
+            if self.crc is not None:
+                self.crc = zlib.crc32(data[:consumed], self.crc)
             self.offset += consumed
             self.lines += lines
 

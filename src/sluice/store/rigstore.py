@@ -294,9 +294,7 @@ class RigStore:
         for record_id, line in zip(ids, data.split(b"\n"), strict=False):
             offsets[record_id] = at
             at += len(line) + 1
-        guard = (bytes.fromhex(mark["guard"]) + data)[-LogTail.GUARD:]
-        self._sparse = ({"inode": inode, "offset": end, "lines": mark["lines"] + len(ids),
-                         "guard": guard.hex()}, offsets)
+        self._sparse = (LogTail.mark_after(mark, data, len(ids)), offsets)
 
     def keeps(self, digest: str) -> bool:
         """True once after a whole read of the log for ``digest`` ("summary", "queue"): keep yours now.
