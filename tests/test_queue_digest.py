@@ -479,3 +479,23 @@ def test_a_copied_town_keeps_its_digests(digest_dir, tmp_path, monkeypatch):
     changed_log = changed / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     changed_log.write_text(changed_log.read_text().replace("al-wisp-3", "al-wisp-X", 1))
     assert sorted(c.id for c in ctxs.open_contexts(Stores(Town(changed))))[-1] == "al-wisp-X"
+
+
+def test_a_clear_does_not_keep_the_digest_of_what_it_is_about_to_close(digest_dir, monkeypatch):
+    """A digest far behind the log is brought up to date by a reader and kept again; a clear, which closes
+    every context it reads, keeps only the digest after its closes (writing the one before cost a
+    second of a clear of 100,000)."""
+    from sluice.store import queuedigest
+
+    log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
+    valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
+    log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(10)))
+    ctxs.open_contexts(Stores(Town(digest_dir)))  # the digest, at 10 lines
+    with open(log, "a") as fh:  # lines enough after its mark to be worth a new digest
+        fh.write("".join(json.dumps(context(f"al-wisp-x{n}", "open", valid, n)) + "\n" for n in range(100)))
+    written: list[int] = []
+    real = queuedigest.write
+    monkeypatch.setattr(queuedigest, "write", lambda path, mark, rows: written.append(len(rows)) or
+                        real(path, mark, rows))
+    assert clear_everything(digest_dir)["cleared"] == 110
+    assert written == [0]  # the digest after the closes only

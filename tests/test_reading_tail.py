@@ -290,13 +290,14 @@ OPS = st.lists(
         st.tuples(st.just("advance"), st.integers(1, 90)),
         st.tuples(st.just("close"), st.integers(0, 7)),
         st.tuples(st.just("dup"), st.integers(0, 7)),
+        st.tuples(st.just("fail"), st.integers(0, 7)),
     ),
     min_size=1, max_size=10,
 )
 
 
 def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch):
-    """Slings and clears (carried) among cycles, ends, closed items, duplicates and time (surveyed)."""
+    """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates and time."""
     from helpers import make_repo
     from helpers.foundation import quick_town
     from sluice.errors import ExecutorError
@@ -341,6 +342,8 @@ def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monke
                         memory.finish(f"al-{arg}", arg % 2)
                 elif kind == "advance":
                     clock.advance(arg)
+                elif kind == "fail":  # its next launch fails: it backs off
+                    memory.fail_next(f"al-{arg}")
                 elif kind == "close":
                     records[f"al-{arg}"]["status"] = "closed"
                     write_items(town_dir, "alpha", list(records.values()))
@@ -412,3 +415,20 @@ def test_a_polecat_ending_on_a_queued_item_beside_a_sling_is_surveyed(cli, rig, 
     ended = forecast_at(town_dir, clock.now)
     assert ("al-0", None) in order(ended) and ended == fresh_forecast_at(town_dir, clock.now)
     assert len(surveys) == 3
+
+
+def test_a_reading_with_work_backing_off_is_carried(cli, rig, town_dir, clock, memory, surveys):
+    """Work waiting out a failed launch's backoff stands apart from the ranked rows; a sling is carried
+    past it all the same."""
+    from sluice.scheduler.dispatch import run_cycle
+
+    configure(town_dir, "scheduler.max_polecats", "2")
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=n % 3) for n in range(4)])
+    slung(town_dir, "al-0", "al-1")
+    memory.fail_next("al-0")
+    run_cycle(Town(town_dir))
+    first = forecast_at(town_dir, clock.now)
+    assert first["items"][-1]["item_id"] == "al-0"  # backing off, after the ready work
+    slung(town_dir, "al-2", "al-3")
+    carried = forecast_at(town_dir, clock.now)
+    assert len(surveys) == 1 and carried == fresh_forecast_at(town_dir, clock.now)

@@ -187,7 +187,8 @@ def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict
     backing -= sum(1 for k in gone if was_ready <= k < was_ready + backing)
     kept = [(works[k], rows[k]) for k in range(len(works)) if k not in gone]
     segments = [kept[:ready], kept[ready:ready + backing], kept[ready + backing:]]
-    keys = [[_key(row, work) for work, row in segment] for segment in segments]
+    # Backing-off works were never ranked (the survey sets them aside first): nothing is placed among them.
+    keys = [[_key(row, work) for work, row in segments[part]] if part != 1 else [] for part in range(3)]
     for (work, row), blocked in added:
         part = 2 if blocked else 0
         key = _key(row, work)

@@ -184,7 +184,7 @@ def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False, digest: 
     (:func:`keep_digests_after_closes` keeps the one after).
     """
     if store.log_unread():
-        kept = _kept_open(store)
+        kept = _kept_open(store, digest)
         if kept is not None:
             return kept
         if lean:
@@ -262,12 +262,13 @@ def _row(context: Context, offset: int) -> list:
     return [context.id, context.fields.to_compact() if context.fields is not None else None, offset]
 
 
-def _kept_open(store: RigStore) -> list[Context] | None:
+def _kept_open(store: RigStore, digest: bool = True) -> list[Context] | None:
     """The open contexts from the digest and the log's lines after its mark; None: read the log whole.
 
     The lines after the mark are applied as a whole read would apply them
     (each id's latest version wins; closed or not a context: gone), and the
-    result is kept at the new mark, so the next reader starts from there.
+    result is kept at the new mark, so the next reader starts from there
+    (``digest`` False: not by a caller about to close them all).
     """
     kept = queuedigest.rows(store.queue_digest_path)
     if kept is None:
@@ -289,7 +290,7 @@ def _kept_open(store: RigStore) -> list[Context] | None:
             found[record_id] = parse(name, record)
         else:
             found.pop(record_id, None)
-    if worth_rewriting(tail.lines - mark["lines"], len(rows)):
+    if digest and worth_rewriting(tail.lines - mark["lines"], len(rows)):
         queuedigest.write(store.queue_digest_path, tail.mark(),
                           [_row(c, offsets[c.id]) for c in found.values()])
     return list(found.values())
