@@ -60,6 +60,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STAMP = "2026-01-01T00:00:00Z"
 CHUNK = 10_000  # ids per sling command: well inside ARG_MAX
+MARGIN = 16  # items in the export never slung when the town is built (``ln-m000`` …): slung one by one later
 
 
 def run(src: Path, town: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -88,7 +89,7 @@ def build(base: Path, src: Path, queued: int, batch: int) -> Path:
                    env=git)
     ids = [f"ln-w{k:06d}" for k in range(queued)]
     with export.open("w") as fh:
-        for k, item_id in enumerate(ids):
+        for k, item_id in enumerate(ids + [f"ln-m{k:03d}" for k in range(MARGIN)]):
             fh.write(json.dumps({"id": item_id, "title": f"work item {k}", "status": "open",
                                  "priority": k % 5, "issue_type": "task", "created_at": STAMP,
                                  "updated_at": STAMP}) + "\n")
