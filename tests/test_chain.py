@@ -92,18 +92,23 @@ def two_rigs(base: Path, clock):
     for prefix, rig in (("al", "alpha"), ("be", "beta")):
         records[rig] = {f"{prefix}-{n}": item(f"{prefix}-{n}", priority=n % 3,
                                               labels=["db"] if n % 4 == 0 else [])
-                        for n in range(8)}
+                        for n in range(SLUNG + FRESH)}
         write_items(town_dir, rig, list(records[rig].values()))
     return town_dir, memory, records
 
+
+#: Items of each rig slung before the operations; the next ``FRESH`` ones are first slung by them.
+SLUNG, FRESH = 8, 4
 
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("cycle"), st.integers(1, 3)),
         st.tuples(st.just("cycle"), st.integers(1, 3)),
-        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]), st.integers(0, 7)),
-        st.tuples(st.just("close"), st.sampled_from(["alpha", "beta"]), st.integers(0, 7)),
-        st.tuples(st.just("finish"), st.sampled_from(["al", "be"]), st.integers(0, 7)),
+        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]), st.integers(0, SLUNG + FRESH - 1)),
+        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]),
+                  st.integers(SLUNG, SLUNG + FRESH - 1)),
+        st.tuples(st.just("close"), st.sampled_from(["alpha", "beta"]), st.integers(0, SLUNG + FRESH - 1)),
+        st.tuples(st.just("finish"), st.sampled_from(["al", "be"]), st.integers(0, SLUNG + FRESH - 1)),
         st.tuples(st.just("advance"), st.integers(1, 90)),
         st.tuples(st.just("clear"), st.booleans()),
     ),
@@ -117,21 +122,44 @@ def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, m
                                                                fair):
     """``head``: how many ready works a chain keeps in rank order (a plan may reach past them);
     ``beta``: whether rig beta has anything queued (else its log does not exist); ``fair``: a fairness
-    weight that outweighs priority, so each launch can move one rig's kinds past the other's."""
+    weight that outweighs priority, so each launch can move one rig's kinds past the other's; a sling
+    between two cycles (of an item not queued yet, or of one queued or running: then nothing) lands
+    before the views and the next cycle."""
+    _run_ops(clock, monkeypatch, ops, head, beta, fair)
+
+
+def test_views_after_slings_between_cycles_take_the_chain_as_the_survey_would(clock, checked, monkeypatch):
+    """The operations of the property test above, in one order where slings land between cycles and
+    views: some of those views (each held to a survey) take the chain with the slung works folded in,
+    and so do the cycles after them."""
+    ops = [("cycle", 1), ("sling", "alpha", 8), ("sling", "beta", 9), ("cycle", 1), ("sling", "alpha", 10),
+           ("advance", 5), ("sling", "alpha", 9), ("cycle", 2), ("sling", "beta", 11), ("cycle", 1)]
+    seen = _run_ops(clock, monkeypatch, ops, 12, True, False)
+    assert any(op == "sling" and appended and any(views) for op, appended, views in seen)
+    assert len(checked) >= 6  # the cycles after the first survey, and views, each held to a survey
+
+
+def _run_ops(clock, monkeypatch, ops, head: int, beta: bool, fair: bool
+             ) -> list[tuple[str, bool, list[bool]]]:
+    """Run ``ops`` on a town of two rigs, holding every status and page of list after each to a survey;
+    per op: its name, whether it appended to a log, and which of those views took the chain."""
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler import advisor
     from sluice.scheduler.control import clear
 
     monkeypatch.setattr(chain, "HEAD_WORKS", head)
     base = Path(tempfile.mkdtemp(prefix="chain-"))
+    seen = []
     try:
         town_dir, memory, records = two_rigs(base, clock)
         if fair:
             advisor.policy_set(Town(town_dir), fairness=3.0)
         for rig, items in records.items():
             if rig == "alpha" or beta:
-                sling(Town(town_dir), [*items, rig], SlingOptions())
+                sling(Town(town_dir), [*list(items)[:SLUNG], rig], SlingOptions())
+        _listed(town_dir)  # the digests a cycle's chain stands on (a cycle that read a log whole leaves none)
         for op in ops:
+            sizes = [_size(ephemeral_path(town_dir, rig)) for rig in records]
             if op[0] == "cycle":
                 for _ in range(op[1]):
                     run_cycle(Town(town_dir))
@@ -147,11 +175,19 @@ def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, m
                 clock.advance(op[1])
             elif op[0] == "clear" and op[1]:
                 clear(Town(town_dir))
+            appended = sizes != [_size(ephemeral_path(town_dir, rig)) for rig in records]
+            STATUS_FROM_CHAIN.clear()
             for limit in (2, 50):
                 assert_status_as_surveyed(town_dir, monkeypatch, limit)
+            seen.append((op[0], appended, list(STATUS_FROM_CHAIN)))
         MemoryExecutor.forget_town(Town(town_dir))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    return seen
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else -1
 
 
 #: Whether each status checked by :func:`assert_status_as_surveyed` came from the chain.
