@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,24 @@ def test_a_head_whose_plan_is_not_full_leaves_the_rest_to_a_survey():
     limits = rules.Limits(5, 5)
     assert rules.admit_head(applicants[:1], {rules.shape_of(applicants[1]): 2}, [], limits, now=0.0) is None
     assert rules.admit_head(applicants, {}, [], limits, now=0.0).to_dispatch == tuple(applicants)
+
+
+@settings(max_examples=100, deadline=None)
+@given(kept=st.sets(st.text(max_size=12), max_size=40), added=st.sets(st.text(max_size=12), max_size=10),
+       other=st.text(max_size=12))
+def test_the_ids_a_chain_has_seen_hold_every_one_added_through_a_write_and_a_read(kept, added, other):
+    """Never a key added taken for one not (a false "new" would fold a change as a new context)."""
+    from sluice.scheduler.chaintail import Seen
+
+    seen = Seen.of(kept)
+    for key in added:
+        seen.add(key)
+    again = Seen.from_json(json.loads(json.dumps(seen.to_json())))
+    for held in (seen, again):
+        assert all(key in held for key in kept | added)
+        if other not in kept | added and other in held:  # a CRC shared with a key held: possible, rare
+            assert any(zlib.crc32(other.encode()) == zlib.crc32(k.encode()) for k in kept | added)
+    assert len(again) == len({zlib.crc32(k.encode()) for k in kept | added})
 
 
 # -- in a town: every chained cycle is checked against a survey of the same moment -------------------------
@@ -746,6 +765,7 @@ NOT_FOLDED = {
     "a blocker of a queued item": (lambda t: _append_context(t, "al-20", "al-wisp-blocker"),
                                    {"blocks": "al-27"}),
     "a torn line": (lambda t: ephemeral_path(t, "alpha").open("a").write('{"id":"al-wisp-torn","ti'), {}),
+    "a malformed line": (lambda t: ephemeral_path(t, "alpha").open("a").write("{not a record\n"), {}),
 }
 
 
@@ -823,8 +843,8 @@ def test_a_kind_kept_whole_keeps_a_new_work_only_within_the_head(cli, rig, town_
 @pytest.mark.parametrize("limit", ["MAX_LINES", "MAX_SEEN"])
 def test_too_many_new_lines_or_ids_are_left_to_a_survey(cli, rig, town_dir, memory, checked, monkeypatch,
                                                          limit):
-    """``MAX_LINES``: two slings' lines against a bound of one; ``MAX_SEEN``: a chain made with no filter
-    (too many ids to keep one of), which folds no line."""
+    """``MAX_LINES``: two slings' lines against a bound of one; ``MAX_SEEN``: a chain made with no ids seen
+    (too many of them to keep), which folds no line."""
     from sluice.scheduler import chaintail
 
     if limit == "MAX_SEEN":

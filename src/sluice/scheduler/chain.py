@@ -20,13 +20,21 @@ surveyed, or took its queue from a chain, leaves in
   rig's ephemeral log at the mark the cycle left it, the items of the
   running polecats (none of them queued), and the first moment the clock
   alone would change the survey (a backoff or a deferral ending; never more
-  than :data:`KEEP_AT_MOST`, an hour, after the survey).
+  than :data:`KEEP_AT_MOST`, an hour, after the survey);
+* **what it has seen**: the CRC-32s of every record id in each rig's log
+  and of every queued item (:class:`~sluice.scheduler.chaintail.Seen`),
+  which tell a line appended later that holds a new record from one that
+  changes a record the queue knew.
 
 The next cycle, holding the dispatch lock, takes the chain instead of a
-survey when all of that still holds: every log ends exactly at its mark
-(so no line was appended, by anyone, since the cycle's own last one), the
-signed files are as they were, every running polecat's item is one the
-chain knows is not queued, and the clock is inside the horizon.  It then
+survey when all of that still holds: every log ends exactly at its mark,
+or continues from it with lines that are each a new open sling context (a
+sling's own append: :mod:`sluice.scheduler.chaintail` reads only those
+lines and folds each new context in as a survey would count and rank it,
+or gives up), the signed files are as they were, every running polecat's
+item is one the chain knows is not queued, and the clock is inside the
+horizon.  Taking a chain writes nothing; the cycle then leaves a chain
+whose marks are past the folded lines and whose ids seen hold theirs.  It then
 ranks the head again with the signals as they are now (warmth, merge
 queues, fairness move with every launch, and change the order of kinds,
 never the order inside one), walks it only as far as no work outside the
@@ -47,9 +55,12 @@ longer fit, or a cut file, which is no chain: the next cycle surveys, and
 the survey settles any interrupted launch as before.  A chain is only
 written when every launch the cycle planned was made and closed, and when
 each rig's store saw no line but its own after its mark
-(:meth:`~sluice.store.rigstore.RigStore.own_mark`); a sling, a clear, a
-promotion or a requeue by anyone (this cycle's own settling of ended runs
-included) moves a log past its mark and so costs the next cycle one survey.
+(:meth:`~sluice.store.rigstore.RigStore.own_mark`, taken past any lines the
+cycle folded in); a clear, a close, a promotion, a requeue that backs off
+or any other change of a record by anyone (this cycle's own settling of
+ended runs included) moves a log past its mark with a line no chain
+folds, and so costs the next cycle one survey.  A sling of items not
+queued costs none.
 Not chained at all: policy aging or deadlines (the answer moves with the
 clock), token budgets, rigs fed by a command, promoted work, and a survey
 that found anything to tidy (stale, held, duplicate or mid-launch contexts).
@@ -71,7 +82,7 @@ from sluice.core.recordclass import recordclass
 from sluice.core.records import SlingContextFields
 from sluice.core.scoring import rank_order
 from sluice.errors import SluiceError
-from sluice.scheduler.chaintail import Fold, Seen, fold, seen_at_survey, tail_after
+from sluice.scheduler.chaintail import MAX_SEEN, Fold, Seen, fold, seen_at_survey, tail_after
 from sluice.store import fsutil
 from sluice.store.contexts import Context
 
@@ -274,10 +285,11 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
 
 
 def _seen_row(seen: Seen | dict | None) -> dict | None:
-    """The filter as the next chain keeps it: a taken chain's as it was read, or as lines folded into it
-    left it (none once it holds more than it was made for: no line is folded then)."""
+    """What the next chain keeps of the ids and items seen: a taken chain's as it was read, or with the
+    lines folded into it (none once it holds more than :data:`~sluice.scheduler.chaintail.MAX_SEEN`:
+    no line is folded then)."""
     if isinstance(seen, Seen):
-        return None if seen.full() else seen.to_json()
+        return None if len(seen) > MAX_SEEN else seen.to_json()
     return seen
 
 
@@ -402,7 +414,7 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
 def _with_folded(data: dict, ranked: list[Work], folded: Fold, kinds: dict, shapes: dict
                  ) -> list[Work] | None:
     """The kept works ranked with the new ready ones, less those the chain only counts; the counts
-    (``kinds``, ``shapes``, ``data``'s) and the filter take in the new works.  None: a new work ranks
+    (``kinds``, ``shapes``, ``data``'s) and the ids seen take in the new works.  None: a new work ranks
     among its kind's kept works, which would then no longer be the kind's first works.
 
     A new context is younger than every context kept, and inside one kind the order is the contexts'
