@@ -840,20 +840,25 @@ def test_a_kind_kept_whole_keeps_a_new_work_only_within_the_head(cli, rig, town_
     assert sum(row[4] for row in data["kinds"]) == 3
 
 
-@pytest.mark.parametrize("limit", ["MAX_LINES", "MAX_SEEN"])
+@pytest.mark.parametrize("limit", ["MAX_LINES", "MAX_BYTES", "MAX_SEEN"])
 def test_too_many_new_lines_or_ids_are_left_to_a_survey(cli, rig, town_dir, memory, checked, monkeypatch,
                                                          limit):
-    """``MAX_LINES``: two slings' lines against a bound of one; ``MAX_SEEN``: a chain made with no ids seen
-    (too many of them to keep), which folds no line."""
+    """``MAX_LINES``, ``MAX_BYTES``: two slings' lines against a bound that one of them fits;
+    ``MAX_SEEN``: a chain made with no ids seen (too many of them to keep), which folds no line."""
     from sluice.scheduler import chaintail
 
     if limit == "MAX_SEEN":
         monkeypatch.setattr(chaintail, "MAX_SEEN", 0)
     _chained(town_dir)
-    monkeypatch.setattr(chaintail, "MAX_LINES", 1)
+    size = ephemeral_path(town_dir, "alpha").stat().st_size
     sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())
+    one = ephemeral_path(town_dir, "alpha").stat().st_size - size
+    monkeypatch.setattr(chaintail, "MAX_LINES", 1)
+    monkeypatch.setattr(chaintail, "MAX_BYTES", one if limit == "MAX_BYTES" else chaintail.MAX_BYTES)
+    if limit == "MAX_BYTES":
+        monkeypatch.setattr(chaintail, "MAX_LINES", 10)
     _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
-    assert from_chain == [limit == "MAX_LINES"] * 2
+    assert from_chain == [limit != "MAX_SEEN"] * 2
     sling(Town(town_dir), ["al-24", "alpha"], SlingOptions())
     _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
     assert from_chain == [False, False]

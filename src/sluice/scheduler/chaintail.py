@@ -31,7 +31,7 @@ line is one it can place soundly:
 A deferral's end needs nothing here: the chain's horizon is already the
 first release of any item of the rig (:meth:`RigStore.next_release`).
 At most :data:`MAX_LINES` new lines are folded; more, and a survey is as
-cheap.  A torn or malformed last line, a log created since the mark, or a
+cheap.  A torn last line, a malformed line, a log created since the mark, or a
 chain kept without :class:`Seen` (more than :data:`MAX_SEEN` ids) folds none.
 
 What the folded works change is :func:`sluice.scheduler.chain._take`'s:
