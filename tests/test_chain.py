@@ -827,17 +827,19 @@ def test_a_new_work_behind_unkept_works_of_its_kind_is_only_counted(cli, rig, to
 
 def test_a_kind_kept_whole_keeps_a_new_work_only_within_the_head(cli, rig, town_dir, memory, checked,
                                                                    monkeypatch):
-    _chained(town_dir)  # al-04 … al-07 kept: their kind whole
+    """The chain keeps four works, al-04 … al-07 (their kind whole): al-20, of that kind, is counted;
+    al-24 and al-26 are of a new kind, whose oldest is kept and the other counted."""
+    _chained(town_dir, [item("al-26", priority=1)])
     monkeypatch.setattr(chain, "HEAD_WORKS", 4)
-    sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())
+    sling(Town(town_dir), ["al-20", "al-24", "al-26", "alpha"], SlingOptions())
     _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 4)
     assert from_chain == [True, True]
     taken = len(checked)
     run_cycle(Town(town_dir))
     assert len(checked) == taken + 1
     data = json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())
-    assert [w[4]["id"] for w in data["works"]] == ["al-06", "al-07"]  # al-20 counted, not kept
-    assert sum(row[4] for row in data["kinds"]) == 3
+    assert [w[4]["id"] for w in data["works"]] == ["al-06", "al-07", "al-24"]
+    assert sorted(row[4] for row in data["kinds"]) == [2, 3]
 
 
 @pytest.mark.parametrize("limit", ["MAX_LINES", "MAX_BYTES", "MAX_SEEN"])

@@ -419,7 +419,7 @@ def _with_folded(data: dict, ranked: list[Work], folded: Fold, kinds: dict, shap
 
     A new context is younger than every context kept, and inside one kind the order is the contexts'
     age, so a new work ranks after its kind's kept works (else: a clock set back, say, and None).  It is
-    kept when its kind is new (it is the kind's oldest) or every work of its kind is kept (it is the
+    kept when its kind is new (it is the kind's oldest), or every work of its kind is kept (it is the
     next one) while the chain keeps fewer than :data:`HEAD_WORKS`; otherwise it is only counted, as any
     work behind the kept ones.
     """
@@ -447,6 +447,7 @@ def _with_folded(data: dict, ranked: list[Work], folded: Fold, kinds: dict, shap
             if kind in last and not (whole and room > 0):
                 continue  # counted, behind its kind's kept works
             kept_of[kind] += 1
+            last[kind] = _key(work)  # a new kind's next works are kept as any kind's
             room -= 1
         kept.append(work)
     if len(kinds) > MAX_KINDS:
