@@ -864,3 +864,22 @@ def test_too_many_new_lines_or_ids_are_left_to_a_survey(cli, rig, town_dir, memo
     sling(Town(town_dir), ["al-24", "alpha"], SlingOptions())
     _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
     assert from_chain == [False, False]
+
+
+def test_a_new_deferred_item_is_counted_blocked_until_the_chains_horizon(cli, rig, town_dir, memory, clock,
+                                                                        checked, monkeypatch):
+    """A deferral's end is a change the clock alone makes: the chain's horizon is already the first
+    release of any item of the rig, so a new context for a deferred item is counted blocked, and the
+    chain stands no later than its release."""
+    from datetime import UTC, datetime
+
+    release = datetime.fromtimestamp(clock.now + 600, UTC).isoformat().replace("+00:00", "Z")
+    _chained(town_dir, [item("al-28", priority=0, defer_until=release)])
+    assert json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())["until"] <= clock.now + 600
+    sling(Town(town_dir), ["al-28", "alpha"], SlingOptions())
+    answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
+    assert from_chain == [True, True]
+    assert answered["queued_total"] == 5 and answered["queued_ready"] == 4  # al-28 counted blocked
+    clock.advance(700)  # al-28 is ready now: past the chain's horizon, a survey says so
+    answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
+    assert from_chain == [False, False] and answered["queued_ready"] == 5
