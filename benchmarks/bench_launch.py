@@ -27,7 +27,10 @@ After the cycles, each tree's copy times the views at that size
 row, and the table says so), ``--cycles`` rounds of the three: the first
 round is the first read after the cycles wrote the queue, the median of
 the later ones a read of a queue nothing changed since (which a tree
-that keeps the queue's head answers from it).  Then ``scheduler clear --json`` closes the
+that keeps the queue's head answers from it).  Then ``--cycles`` rounds of:
+one item not queued yet slung (the export holds :data:`MARGIN` items
+never slung at build), ``scheduler status --json`` and ``scheduler list
+--json --limit 50`` timed (wall and CPU), and a cycle.  Then ``scheduler clear --json`` closes the
 whole queue twice per tree: on that copy, whose digests the tree's own
 commands wrote, and on a fresh copy of the town as the first tree built it
 (other inodes: a tree whose marks carry a CRC of the bytes they read goes
@@ -62,6 +65,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STAMP = "2026-01-01T00:00:00Z"
 CHUNK = 10_000  # ids per sling command: well inside ARG_MAX
+MARGIN = 16  # items in the export never slung when the town is built (``ln-m000`` …): slung one by one later
 
 
 def run(src: Path, town: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -90,7 +94,7 @@ def build(base: Path, src: Path, queued: int, batch: int) -> Path:
                    env=git)
     ids = [f"ln-w{k:06d}" for k in range(queued)]
     with export.open("w") as fh:
-        for k, item_id in enumerate(ids):
+        for k, item_id in enumerate(ids + [f"ln-m{k:03d}" for k in range(MARGIN)]):
             fh.write(json.dumps({"id": item_id, "title": f"work item {k}", "status": "open",
                                  "priority": k % 5, "issue_type": "task", "created_at": STAMP,
                                  "updated_at": STAMP}) + "\n")
@@ -184,6 +188,7 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
             for name, src in trees.items():
                 for view, argv in VIEWS.items():
                     views[name].setdefault(view, []).append(timed(src, copies[name], argv))
+        slung = after_slings(trees, copies, cycles)
         cleared = clears(work, trees, town, copies, n)
         for name in trees:
             wall = statistics.median(w for w, _, _ in seen[name])
@@ -194,10 +199,37 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
             first = {view: times[0] for view, times in views[name].items()}
             found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1),
                               "cpu": cpu, "cpu_per_launch": cpu / max(launched, 1), "views": medians,
-                              "views_first": first,
+                              "views_first": first, "after_sling": slung[name],
                               "clear": cleared[name]}
             shutil.rmtree(copies[name], ignore_errors=True)
     return found
+
+
+#: The views timed after one more item is slung (CPU s of the command, as with ``measured``).
+SLUNG_VIEWS = {"status": ["scheduler", "status", "--json"],
+               "list --limit 50": ["scheduler", "list", "--json", "--limit", "50"]}
+
+
+def after_slings(trees: dict[str, Path], copies: dict[str, Path], rounds: int) -> dict:
+    """Per tree, ``rounds`` times: one item not queued yet slung (``ln-m000`` …), then each of
+    :data:`SLUNG_VIEWS` and a cycle, timed (median wall and CPU s of each, by name; ``cycle`` too).
+
+    The first read after a sling is what a daemon's operator meets between two ticks whenever anyone
+    queues work; a tree whose chain stands only while no line but the cycles' own follows it surveys
+    the whole queue for it.
+    """
+    seen: dict[str, dict[str, list[tuple[float, float]]]] = {name: {} for name in trees}
+    for k in range(rounds):
+        for name, src in trees.items():
+            run(src, copies[name], "sling", f"ln-m{k:03d}", "bench")
+            for view, argv in SLUNG_VIEWS.items():
+                wall, cpu, _peak, _out = measured(src, copies[name], argv)
+                seen[name].setdefault(view, []).append((wall, cpu))
+            wall, _launched, cpu = cycle(src, copies[name])
+            seen[name].setdefault("cycle", []).append((wall, cpu))
+    return {name: {what: {"wall": statistics.median(w for w, _ in times),
+                          "cpu": statistics.median(c for _, c in times)} for what, times in found.items()}
+            for name, found in seen.items()}
 
 
 #: The views timed at each size; a tree that does not know ``--limit`` answers the whole queue instead.
@@ -310,6 +342,13 @@ def main() -> None:
                                     for t in found["launches"][name][n][key].values()) for name in trees]
                 print(f"| {n:,} | {' | '.join(cells)} |")
             print()
+        print(f"after a sling of one more item: {' / '.join(SLUNG_VIEWS)} / the next cycle, wall s (CPU s):")
+        print(f"| queued | {' | '.join(trees)} |")
+        print("|---|" + "---|" * len(trees))
+        for n in sizes:
+            cells = [" / ".join(f"{t['wall']:.2f} ({t['cpu']:.2f})" for t in found["launches"][name][n]
+                                ["after_sling"].values()) for name in trees]
+            print(f"| {n:,} | {' | '.join(cells)} |")
         print()
         clear_table(found, trees, sizes, "clear, digest kept / no digest: CPU s, peak MiB (wall s)",
                     lambda c: f"{c['cpu']:.2f}, {c['peak_mib']:.0f} ({c['wall']:.2f})")

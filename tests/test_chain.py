@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,24 @@ def test_a_head_whose_plan_is_not_full_leaves_the_rest_to_a_survey():
     assert rules.admit_head(applicants, {}, [], limits, now=0.0).to_dispatch == tuple(applicants)
 
 
+@settings(max_examples=100, deadline=None)
+@given(kept=st.sets(st.text(max_size=12), max_size=40), added=st.sets(st.text(max_size=12), max_size=10),
+       other=st.text(max_size=12))
+def test_the_ids_a_chain_has_seen_hold_every_one_added_through_a_write_and_a_read(kept, added, other):
+    """Never a key added taken for one not (a false "new" would fold a change as a new context)."""
+    from sluice.scheduler.chaintail import Seen
+
+    seen = Seen.of(kept)
+    for key in added:
+        seen.add(key)
+    again = Seen.from_json(json.loads(json.dumps(seen.to_json())))
+    for held in (seen, again):
+        assert all(key in held for key in kept | added)
+        if other not in kept | added and other in held:  # a CRC shared with a key held: possible, rare
+            assert any(zlib.crc32(other.encode()) == zlib.crc32(k.encode()) for k in kept | added)
+    assert len(again) == len({zlib.crc32(k.encode()) for k in kept | added})
+
+
 # -- in a town: every chained cycle is checked against a survey of the same moment -------------------------
 
 
@@ -92,18 +111,23 @@ def two_rigs(base: Path, clock):
     for prefix, rig in (("al", "alpha"), ("be", "beta")):
         records[rig] = {f"{prefix}-{n}": item(f"{prefix}-{n}", priority=n % 3,
                                               labels=["db"] if n % 4 == 0 else [])
-                        for n in range(8)}
+                        for n in range(SLUNG + FRESH)}
         write_items(town_dir, rig, list(records[rig].values()))
     return town_dir, memory, records
 
+
+#: Items of each rig slung before the operations; the next ``FRESH`` ones are first slung by them.
+SLUNG, FRESH = 8, 4
 
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("cycle"), st.integers(1, 3)),
         st.tuples(st.just("cycle"), st.integers(1, 3)),
-        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]), st.integers(0, 7)),
-        st.tuples(st.just("close"), st.sampled_from(["alpha", "beta"]), st.integers(0, 7)),
-        st.tuples(st.just("finish"), st.sampled_from(["al", "be"]), st.integers(0, 7)),
+        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]), st.integers(0, SLUNG + FRESH - 1)),
+        st.tuples(st.just("sling"), st.sampled_from(["alpha", "beta"]),
+                  st.integers(SLUNG, SLUNG + FRESH - 1)),
+        st.tuples(st.just("close"), st.sampled_from(["alpha", "beta"]), st.integers(0, SLUNG + FRESH - 1)),
+        st.tuples(st.just("finish"), st.sampled_from(["al", "be"]), st.integers(0, SLUNG + FRESH - 1)),
         st.tuples(st.just("advance"), st.integers(1, 90)),
         st.tuples(st.just("clear"), st.booleans()),
     ),
@@ -117,21 +141,44 @@ def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, m
                                                                fair):
     """``head``: how many ready works a chain keeps in rank order (a plan may reach past them);
     ``beta``: whether rig beta has anything queued (else its log does not exist); ``fair``: a fairness
-    weight that outweighs priority, so each launch can move one rig's kinds past the other's."""
+    weight that outweighs priority, so each launch can move one rig's kinds past the other's; a sling
+    between two cycles (of an item not queued yet, or of one queued or running: then nothing) lands
+    before the views and the next cycle."""
+    _run_ops(clock, monkeypatch, ops, head, beta, fair)
+
+
+def test_views_after_slings_between_cycles_take_the_chain_as_the_survey_would(clock, checked, monkeypatch):
+    """The operations of the property test above, in one order where slings land between cycles and
+    views: some of those views (each held to a survey) take the chain with the slung works folded in,
+    and so do the cycles after them."""
+    ops = [("cycle", 1), ("sling", "alpha", 8), ("sling", "beta", 9), ("cycle", 1), ("sling", "alpha", 10),
+           ("advance", 5), ("sling", "alpha", 9), ("cycle", 2), ("sling", "beta", 11), ("cycle", 1)]
+    seen = _run_ops(clock, monkeypatch, ops, 12, True, False)
+    assert any(op == "sling" and appended and any(views) for op, appended, views in seen)
+    assert len(checked) >= 6  # the cycles after the first survey, and views, each held to a survey
+
+
+def _run_ops(clock, monkeypatch, ops, head: int, beta: bool, fair: bool
+             ) -> list[tuple[str, bool, list[bool]]]:
+    """Run ``ops`` on a town of two rigs, holding every status and page of list after each to a survey;
+    per op: its name, whether it appended to a log, and which of those views took the chain."""
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler import advisor
     from sluice.scheduler.control import clear
 
     monkeypatch.setattr(chain, "HEAD_WORKS", head)
     base = Path(tempfile.mkdtemp(prefix="chain-"))
+    seen = []
     try:
         town_dir, memory, records = two_rigs(base, clock)
         if fair:
             advisor.policy_set(Town(town_dir), fairness=3.0)
         for rig, items in records.items():
             if rig == "alpha" or beta:
-                sling(Town(town_dir), [*items, rig], SlingOptions())
+                sling(Town(town_dir), [*list(items)[:SLUNG], rig], SlingOptions())
+        _listed(town_dir)  # the digests a cycle's chain stands on (a cycle that read a log whole leaves none)
         for op in ops:
+            sizes = [_size(ephemeral_path(town_dir, rig)) for rig in records]
             if op[0] == "cycle":
                 for _ in range(op[1]):
                     run_cycle(Town(town_dir))
@@ -147,11 +194,19 @@ def test_a_chained_cycle_plans_and_reports_what_a_survey_would(clock, checked, m
                 clock.advance(op[1])
             elif op[0] == "clear" and op[1]:
                 clear(Town(town_dir))
+            appended = sizes != [_size(ephemeral_path(town_dir, rig)) for rig in records]
+            STATUS_FROM_CHAIN.clear()
             for limit in (2, 50):
                 assert_status_as_surveyed(town_dir, monkeypatch, limit)
+            seen.append((op[0], appended, list(STATUS_FROM_CHAIN)))
         MemoryExecutor.forget_town(Town(town_dir))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    return seen
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else -1
 
 
 #: Whether each status checked by :func:`assert_status_as_surveyed` came from the chain.
@@ -385,7 +440,14 @@ def _rewritten_in_place(town_dir: Path) -> None:
         fh.write(data)
 
 
-@pytest.mark.parametrize("change", [_sling_another, _close_an_item, _configure, _past_its_horizon, _cut,
+def _promote_another(town_dir: Path) -> None:
+    """A line that changes a queued context (its promotion): not a new one, which a chain could fold in."""
+    from sluice.scheduler.promote import promote
+
+    promote(Town(town_dir), "al-3")
+
+
+@pytest.mark.parametrize("change", [_promote_another, _close_an_item, _configure, _past_its_horizon, _cut,
                                     _rewritten_in_place])
 def test_anything_but_the_cycles_own_lines_makes_the_next_cycle_survey(cli, rig, town_dir, memory, checked,
                                                                       monkeypatch, change):
@@ -399,6 +461,22 @@ def test_anything_but_the_cycles_own_lines_makes_the_next_cycle_survey(cli, rig,
     run_cycle(Town(town_dir))  # a survey that had to tidy (a stale context) left no chain; the next one does
     run_cycle(Town(town_dir))
     assert len(surveys) <= 2 and checked
+
+
+def test_a_sling_after_the_marks_is_folded_into_the_next_cycle(cli, rig, town_dir, memory, checked,
+                                                               monkeypatch):
+    """The one change above that a chain now follows: a sling's new context, of an item not queued."""
+    from sluice.scheduler import dispatch
+
+    _drained_once(town_dir)
+    surveys = counted_surveys(monkeypatch, dispatch)
+    _sling_another(town_dir)
+    report = run_cycle(Town(town_dir))
+    assert not surveys and report.dispatched == 1 and len(checked) == 1
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-3"]
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-4"]
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-5"]
+    assert not surveys and len(checked) == 4
 
 
 def test_a_file_that_changes_while_the_survey_reads_it_leaves_no_chain(cli, rig, town_dir, memory, checked,
@@ -559,3 +637,268 @@ def test_a_failed_launch_leaves_no_chain(cli, rig, town_dir, memory, checked):
     memory.fail_next("al-2", "no room")
     report = run_cycle(Town(town_dir))
     assert report.failed == 1 and not (Town(town_dir).runtime / chain.FILE).exists()
+
+
+# -- new contexts appended after the chain's marks -------------------------------------------------------
+
+
+def _chained(town_dir: Path, extra: list[dict] = (), also: tuple[str, ...] = (), before=None) -> None:
+    """Eight works queued in alpha (al-00 … al-07, one kind), two cycles of two launches (al-00 … al-03
+    run), the second taken from the chain the first left; ``extra`` items written beside them and
+    ``also`` slung with them, and ``before`` run, before the survey the chain stands on."""
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "2")
+    write_items(town_dir, "alpha", [item(f"al-{n:02}", priority=0) for n in range(8)] + [
+        item("al-20", priority=0), item("al-21", priority=0, status="closed"),
+        item("al-22", priority=0, status="in_progress"), item("al-gate"),
+        item("al-23", priority=0, deps=(("blocks", "al-gate"),)), item("al-24", priority=1),
+        item("al-25", priority=0, status="hooked"), *extra])
+    sling(Town(town_dir), [*(f"al-{n:02}" for n in range(8)), *also, "alpha"], SlingOptions())
+    if before is not None:
+        before()
+    _listed(town_dir)  # the digest a cycle's chain stands on
+    run_cycle(Town(town_dir))
+    run_cycle(Town(town_dir))
+    assert (Town(town_dir).runtime / chain.FILE).exists()
+
+
+def _append_context(town_dir: Path, item_id: str, context_id: str = "al-wisp-hand", status: str = "open",
+                    label: bool = True, description: str | None = None, **fields) -> None:
+    """A context's line as :func:`sluice.store.contexts.create` writes it, appended to alpha's log by hand
+    (what a writer without the sling's guards, or a later version of sluice, might leave)."""
+    from datetime import UTC, datetime
+
+    from sluice.core.clock import iso
+    from sluice.core.records import SlingContextFields
+    from sluice.store import contexts as ctxs
+    from sluice.store.jsonlog import line_text
+
+    # stamped as a sling stamps its contexts (the wall clock, which the test's clock does not move)
+    stamp = fields.pop("enqueued_at", None) or iso(datetime.now(UTC))
+    target = fields.pop("target_rig", "alpha")
+    record = ctxs.build_record(context_id, item(item_id), SlingContextFields(
+        work_bead_id=item_id, target_rig=target, enqueued_at=stamp, **fields), stamp)
+    record["status"] = status
+    if not label:
+        record["labels"] = []
+    if description is not None:
+        record["description"] = description
+    with open(ephemeral_path(town_dir, "alpha"), "a", encoding="utf-8") as fh:
+        fh.write(line_text(record) + "\n")
+
+
+def _views_from_chain(town_dir: Path, monkeypatch, limit: int = 5) -> tuple[dict, list[bool]]:
+    """:func:`assert_status_as_surveyed`, and whether its status and its page of list took the chain."""
+    STATUS_FROM_CHAIN.clear()
+    answered = assert_status_as_surveyed(town_dir, monkeypatch, limit)
+    return answered, list(STATUS_FROM_CHAIN)
+
+
+def test_after_a_cycle_and_a_sling_status_answers_from_the_chain_with_the_new_work(
+        cli, rig, town_dir, memory, checked, monkeypatch):
+    """A sling of one item between two cycles used to cost the next status, and the next cycle, a survey
+    of the whole queue; its new context is now folded into the chain as it is read."""
+    from sluice.scheduler import dispatch, queue, queuekeep
+
+    _chained(town_dir)
+    sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())  # ready, of the kept works' kind
+    sling(Town(town_dir), ["al-23", "alpha"], SlingOptions())  # blocked behind al-gate
+    sling(Town(town_dir), ["al-24", "alpha"], SlingOptions())  # ready, a kind of its own
+    surveys = counted_surveys(monkeypatch, queue)
+    queuekeep.path(Town(town_dir)).unlink(missing_ok=True)
+    status = queue.status(Town(town_dir), limit=5)  # (the blocked row is past the ready works kept)
+    assert not surveys  # no survey of its own
+    assert status["queued_total"] == 7 and status["queued_ready"] == 6
+    assert [row["id"] for row in status["items"]] == ["al-04", "al-05", "al-06", "al-07", "al-20"]
+    answered, from_chain = _views_from_chain(town_dir, monkeypatch)
+    assert from_chain == [True, True] and answered == status
+    surveys = counted_surveys(monkeypatch, dispatch)
+    for launched, rows, chained in ((["al-04", "al-05"], 4, True), (["al-06", "al-07"], 2, False),
+                                    (["al-20", "al-24"], 0, False)):
+        # each cycle takes the chain (the first with the new works folded in, the next ones the chain it
+        # left), checked against a survey of the same moment; so do the views between them while a row
+        # they show is held by the batch (else the plan's reason, batch, is no row's: a survey), and
+        # while their rows are ready ones (the blocked al-23 is only counted)
+        taken = len(checked)
+        assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == launched
+        assert not surveys and len(checked) == taken + 1
+        answered, from_chain = _views_from_chain(town_dir, monkeypatch, rows or 1)
+        assert from_chain == [chained] * 2
+        assert answered["queued_total"] == rows + 1 and answered["queued_ready"] == rows
+
+
+def _rewritten(town_dir: Path) -> None:
+    """al-05's open context written again for another item (of a kind of its own, so nothing else
+    tells): a change of a record the chain keeps, not a new one."""
+    from sluice.store import contexts as ctxs
+    from sluice.store.rigstore import Stores
+
+    [context] = ctxs.find_open(Stores(Town(town_dir)), "al-05")
+    _append_context(town_dir, "al-24", context.id, enqueued_at=context.fields.enqueued_at)
+
+
+def _shadowed(town_dir: Path) -> None:
+    _append_context(town_dir, "al-26", "al-wisp-shadowed")
+
+
+def _close_queued(town_dir: Path) -> None:
+    from sluice.store import contexts as ctxs
+    from sluice.store.rigstore import Stores
+
+    stores = Stores(Town(town_dir))
+    [context] = ctxs.find_open(stores, "al-05")
+    assert ctxs.close(Town(town_dir), stores.rig("alpha"), context.id, ctxs.CLEARED)
+
+
+def _clear(town_dir: Path) -> None:
+    from sluice.scheduler.control import clear
+
+    clear(Town(town_dir))
+
+
+NOT_FOLDED = {
+    "a close": (_close_queued, {}),
+    "a clear": (_clear, {}),
+    "a changed record": (_rewritten, {}),
+    "a closed context": (lambda t: _append_context(t, "al-20", status="closed"), {}),
+    "not a context": (lambda t: _append_context(t, "al-20", label=False), {}),
+    "no sling fields": (lambda t: _append_context(t, "al-20", description="not fields"), {}),
+    "a broken context": (lambda t: _append_context(t, "al-20", dispatch_failures=3), {}),
+    "an unknown rig": (lambda t: _append_context(t, "al-20", target_rig="nowhere"), {}),
+    "a launch begun": (lambda t: _append_context(t, "al-20", launch_started_at="2026-01-01T00:00:00Z"), {}),
+    "a missing mark": (lambda t: _append_context(t, "al-20", missing_since="2026-01-01T00:00:00Z"), {}),
+    "a promotion": (lambda t: _append_context(t, "al-20", promoted_at="2026-01-01T00:00:00Z"), {}),
+    "two for one item": (lambda t: (_append_context(t, "al-20", "al-wisp-one"),
+                                    _append_context(t, "al-20", "al-wisp-two")), {}),
+    "a queued item": (lambda t: _append_context(t, "al-06"), {}),
+    "a running item": (lambda t: _append_context(t, "al-01"), {"resurvey": True}),
+    "a closed item": (lambda t: _append_context(t, "al-21"), {}),
+    "a hooked item": (lambda t: _append_context(t, "al-25"), {}),
+    "a forced sling of an item in progress": (lambda t: _append_context(t, "al-22", force=True), {}),
+    "a failure backing off": (lambda t: _append_context(t, "al-20", dispatch_failures=1,
+                                                        last_failure="x", last_failure_at=_now_stamp()), {}),
+    "older than the kept": (lambda t: _append_context(t, "al-20", enqueued_at="2000-01-01T00:00:00Z"), {}),
+    "an item in its rig's log": (_shadowed, {"log": "al-26"}),
+    "a blocker of a queued item": (lambda t: _append_context(t, "al-20", "al-wisp-blocker"),
+                                   {"blocks": "al-27"}),
+    "a torn line": (lambda t: ephemeral_path(t, "alpha").open("a").write('{"id":"al-wisp-torn","ti'), {}),
+    "a malformed line": (lambda t: ephemeral_path(t, "alpha").open("a").write("{not a record\n"), {}),
+}
+
+
+def _now_stamp() -> str:
+    from sluice.core.clock import iso
+
+    return iso()
+
+
+@pytest.mark.parametrize("case", list(NOT_FOLDED))
+def test_a_line_after_the_marks_that_is_not_a_new_context_the_chain_can_place_is_left_to_a_survey(
+        cli, rig, town_dir, memory, checked, monkeypatch, case):
+    """Each line here is one a survey would read otherwise than as one more ready or blocked work (a
+    change, a stale or held context, a duplicate, a mid-launch or backing-off one, one that moves the
+    kept order, or one that changes the readiness of others): status, list and the next cycle survey,
+    and answer as a survey does."""
+    from sluice.scheduler import dispatch
+    from sluice.store.jsonlog import line_text
+
+    append, setup = NOT_FOLDED[case]
+    extra, also = [item("al-26", priority=0)], ()
+    if "blocks" in setup:  # queued, and blocked by a record of that id once one is in the log
+        extra.append(item(setup["blocks"], priority=0, deps=(("blocks", "al-wisp-blocker"),)))
+        also = (setup["blocks"],)
+    before = None
+    if "log" in setup:  # a record of the item's id in its rig's log before the chain (a closed one)
+        def before():
+            with open(ephemeral_path(town_dir, "alpha"), "a", encoding="utf-8") as fh:
+                fh.write(line_text({**item(setup["log"]), "status": "closed", "ephemeral": True}) + "\n")
+    _chained(town_dir, extra, also, before)
+    if "resurvey" in setup:  # a chain from a survey while al-00 … al-03 run: none of them queued then
+        (Town(town_dir).runtime / chain.FILE).unlink()
+        assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-04", "al-05"]
+        assert (Town(town_dir).runtime / chain.FILE).exists()
+    append(town_dir)
+    _answered, from_chain = _views_from_chain(town_dir, monkeypatch)
+    assert from_chain == [False, False]
+    surveys = counted_surveys(monkeypatch, dispatch)
+    taken = len(checked)
+    report = run_cycle(Town(town_dir))
+    # the cycle does not take the chain: it surveys (or, the queue cleared, idles on the views' kept survey)
+    assert len(checked) == taken
+    assert len(surveys) == 1 or (case == "a clear" and not report.dispatched)
+
+
+def test_a_new_work_behind_unkept_works_of_its_kind_is_only_counted(cli, rig, town_dir, memory, checked,
+                                                                     monkeypatch):
+    """al-20 is of the kind whose first works the chain keeps (al-04 … al-06) and whose others it only
+    counts (al-07): it ranks after them, so it is counted with them, never kept before them."""
+    monkeypatch.setattr(chain, "HEAD_WORKS", 7)  # the survey keeps al-00 … al-06
+    _chained(town_dir)
+    sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())
+    for limit in (3, 4, 5):
+        answered, from_chain = _views_from_chain(town_dir, monkeypatch, limit)
+        assert from_chain == [limit == 3] * 2  # the walk is al-04 … al-06
+    assert answered["queued_ready"] == 5
+    taken = len(checked)
+    assert [r["item_id"] for r in run_cycle(Town(town_dir)).launched] == ["al-04", "al-05"]
+    assert len(checked) == taken + 1
+
+
+def test_a_kind_kept_whole_keeps_a_new_work_only_within_the_head(cli, rig, town_dir, memory, checked,
+                                                                   monkeypatch):
+    """The chain keeps four works, al-04 … al-07 (their kind whole): al-20, of that kind, is counted;
+    al-24 and al-26 are of a new kind, whose oldest is kept and the other counted."""
+    _chained(town_dir, [item("al-26", priority=1)])
+    monkeypatch.setattr(chain, "HEAD_WORKS", 4)
+    sling(Town(town_dir), ["al-20", "al-24", "al-26", "alpha"], SlingOptions())
+    _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 4)
+    assert from_chain == [True, True]
+    taken = len(checked)
+    run_cycle(Town(town_dir))
+    assert len(checked) == taken + 1
+    data = json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())
+    assert [w[4]["id"] for w in data["works"]] == ["al-06", "al-07", "al-24"]
+    assert sorted(row[4] for row in data["kinds"]) == [2, 3]
+
+
+@pytest.mark.parametrize("limit", ["MAX_LINES", "MAX_BYTES", "MAX_SEEN"])
+def test_too_many_new_lines_or_ids_are_left_to_a_survey(cli, rig, town_dir, memory, checked, monkeypatch,
+                                                         limit):
+    """``MAX_LINES``, ``MAX_BYTES``: two slings' lines against a bound that one of them fits;
+    ``MAX_SEEN``: a chain made with no ids seen (too many of them to keep), which folds no line."""
+    from sluice.scheduler import chaintail
+
+    if limit == "MAX_SEEN":
+        monkeypatch.setattr(chaintail, "MAX_SEEN", 0)
+    _chained(town_dir)
+    size = ephemeral_path(town_dir, "alpha").stat().st_size
+    sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())
+    one = ephemeral_path(town_dir, "alpha").stat().st_size - size
+    monkeypatch.setattr(chaintail, "MAX_LINES", 1)
+    monkeypatch.setattr(chaintail, "MAX_BYTES", one if limit == "MAX_BYTES" else chaintail.MAX_BYTES)
+    if limit == "MAX_BYTES":
+        monkeypatch.setattr(chaintail, "MAX_LINES", 10)
+    _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
+    assert from_chain == [limit != "MAX_SEEN"] * 2
+    sling(Town(town_dir), ["al-24", "alpha"], SlingOptions())
+    _answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
+    assert from_chain == [False, False]
+
+
+def test_a_new_deferred_item_is_counted_blocked_until_the_chains_horizon(cli, rig, town_dir, memory, clock,
+                                                                        checked, monkeypatch):
+    """A deferral's end is a change the clock alone makes: the chain's horizon is already the first
+    release of any item of the rig, so a new context for a deferred item is counted blocked, and the
+    chain stands no later than its release."""
+    from datetime import UTC, datetime
+
+    release = datetime.fromtimestamp(clock.now + 600, UTC).isoformat().replace("+00:00", "Z")
+    _chained(town_dir, [item("al-28", priority=0, defer_until=release)])
+    assert json.loads((Town(town_dir).runtime / chain.FILE).read_bytes())["until"] <= clock.now + 600
+    sling(Town(town_dir), ["al-28", "alpha"], SlingOptions())
+    answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
+    assert from_chain == [True, True]
+    assert answered["queued_total"] == 5 and answered["queued_ready"] == 4  # al-28 counted blocked
+    clock.advance(700)  # al-28 is ready now: past the chain's horizon, a survey says so
+    answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
+    assert from_chain == [False, False] and answered["queued_ready"] == 5

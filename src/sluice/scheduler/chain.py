@@ -20,13 +20,21 @@ surveyed, or took its queue from a chain, leaves in
   rig's ephemeral log at the mark the cycle left it, the items of the
   running polecats (none of them queued), and the first moment the clock
   alone would change the survey (a backoff or a deferral ending; never more
-  than :data:`KEEP_AT_MOST`, an hour, after the survey).
+  than :data:`KEEP_AT_MOST`, an hour, after the survey);
+* **what it has seen**: the CRC-32s of every record id in each rig's log
+  and of every queued item (:class:`~sluice.scheduler.chaintail.Seen`),
+  which tell a line appended later that holds a new record from one that
+  changes a record the queue knew.
 
 The next cycle, holding the dispatch lock, takes the chain instead of a
-survey when all of that still holds: every log ends exactly at its mark
-(so no line was appended, by anyone, since the cycle's own last one), the
-signed files are as they were, every running polecat's item is one the
-chain knows is not queued, and the clock is inside the horizon.  It then
+survey when all of that still holds: every log ends exactly at its mark,
+or continues from it with lines that are each a new open sling context (a
+sling's own append: :mod:`sluice.scheduler.chaintail` reads only those
+lines and folds each new context in as a survey would count and rank it,
+or gives up), the signed files are as they were, every running polecat's
+item is one the chain knows is not queued, and the clock is inside the
+horizon.  Taking a chain writes nothing; the cycle then leaves a chain
+whose marks are past the folded lines and whose ids seen hold theirs.  It then
 ranks the head again with the signals as they are now (warmth, merge
 queues, fairness move with every launch, and change the order of kinds,
 never the order inside one), walks it only as far as no work outside the
@@ -47,9 +55,12 @@ longer fit, or a cut file, which is no chain: the next cycle surveys, and
 the survey settles any interrupted launch as before.  A chain is only
 written when every launch the cycle planned was made and closed, and when
 each rig's store saw no line but its own after its mark
-(:meth:`~sluice.store.rigstore.RigStore.own_mark`); a sling, a clear, a
-promotion or a requeue by anyone (this cycle's own settling of ended runs
-included) moves a log past its mark and so costs the next cycle one survey.
+(:meth:`~sluice.store.rigstore.RigStore.own_mark`, taken past any lines the
+cycle folded in); a clear, a close, a promotion, a requeue that backs off
+or any other change of a record by anyone (this cycle's own settling of
+ended runs included) moves a log past its mark with a line no chain
+folds, and so costs the next cycle one survey.  A sling of items not
+queued costs none.
 Not chained at all: policy aging or deadlines (the answer moves with the
 clock), token budgets, rigs fed by a command, promoted work, and a survey
 that found anything to tidy (stale, held, duplicate or mid-launch contexts).
@@ -71,9 +82,9 @@ from sluice.core.recordclass import recordclass
 from sluice.core.records import SlingContextFields
 from sluice.core.scoring import rank_order
 from sluice.errors import SluiceError
+from sluice.scheduler.chaintail import MAX_SEEN, Fold, Seen, fold, seen_at_survey, tail_after
 from sluice.store import fsutil
 from sluice.store.contexts import Context
-from sluice.store.jsonlog import LogTail
 
 if TYPE_CHECKING:
     from sluice.core.admission import Tally
@@ -82,7 +93,7 @@ if TYPE_CHECKING:
     from sluice.scheduler.session import Session
 
 FILE = "queue-chain.json"
-VERSION = 2
+VERSION = 3
 #: Ready works kept in rank order: at 20 launches a cycle, 50 cycles before the head runs out.
 HEAD_WORKS = 1000
 #: More kinds of work than this and a chain would cost what a survey costs: none is kept.
@@ -158,22 +169,6 @@ def _log_mark(session: Session, rig: str, absent: list[str]) -> dict | str | Non
     return {**mark, "mtime": stat.st_mtime_ns}
 
 
-def _still_at(session: Session, rig: str, mark: dict | str) -> bool:
-    """Whether ``rig``'s log ends exactly where ``mark`` says (nothing appended, replaced or cut)."""
-    path = session.files.rig_files(session.files.rig(rig))[0]
-    if mark == "absent":
-        return not path.exists()
-    try:
-        stat = os.stat(path)
-        if (stat.st_ino, stat.st_size, stat.st_mtime_ns) != (mark["inode"], mark["offset"],  # type: ignore[index]
-                                                             mark["mtime"]):  # type: ignore[index]
-            return False
-    except (OSError, TypeError, KeyError):
-        return False
-    tail = LogTail.resume(path, mark)
-    return tail is not None and tail.lines == mark["lines"]  # type: ignore[index]
-
-
 def _horizon(session: Session, view: Survey) -> float:
     from sluice.scheduler.polecats import retry_epoch, retry_window
 
@@ -227,7 +222,7 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
     return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view),
             "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
             "backing_off": len(view.backing_off), "ready": len(view.ready), "rigs": rigs,
-            "kinds": kinds, "shapes": shapes, "works": kept}
+            "kinds": kinds, "shapes": shapes, "works": kept, "seen": seen_at_survey(session, view)}
 
 
 def leave(session: Session, base: dict | None, launched: list[str], complete: bool) -> None:
@@ -286,7 +281,16 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
             "rigs": {rig: counts for rig, counts in rigs.items() if counts != [0, 0]},
             "kinds": [[*k, n] for k, n in kinds.items()],
             "shapes": [[s[0], sorted(s[1]), s[2], list(s[3]), n] for s, n in shapes.items()],
-            "works": [_work_row(w, offsets[w.context_id]) for w in works]}
+            "works": [_work_row(w, offsets[w.context_id]) for w in works], "seen": _seen_row(base["seen"])}
+
+
+def _seen_row(seen: Seen | dict | None) -> dict | None:
+    """What the next chain keeps of the ids and items seen: a taken chain's as it was read, or with the
+    lines folded into it (none once it holds more than :data:`~sluice.scheduler.chaintail.MAX_SEEN`:
+    no line is folded then)."""
+    if isinstance(seen, Seen):
+        return None if len(seen) > MAX_SEEN else seen.to_json()
+    return seen
 
 
 def _offsets(session: Session, works: list[Work]) -> dict[str, int] | None:
@@ -335,8 +339,26 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
     marks = data["marks"]
     if set(marks) != {rig.name for rig in session.files.rigs()}:
         return None
-    if not all(_still_at(session, rig, mark) for rig, mark in marks.items()):
-        return None
+    tails = {}
+    for rig, mark in marks.items():
+        path = session.files.rig_files(session.files.rig(rig))[0]
+        if mark == "absent":
+            if path.exists():
+                return None
+            continue
+        tail = tail_after(path, mark)
+        if tail is None:
+            return None
+        if tail is not False:
+            tails[rig] = tail
+    folded = None
+    if tails:  # lines after the marks: new contexts folded in, or a survey
+        if data.get("seen") is None:
+            return None
+        data["seen"] = Seen.from_json(data["seen"])
+        folded = fold(session, data, tails, data["seen"])
+        if folded is None:
+            return None
     offsets: dict[str, dict[str, int]] = {}
     works = []
     for context_id, store_rig, fields, offset, item, rig, tokens in data["works"]:
@@ -348,13 +370,22 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
         works.append(Work(item=item, rig=rig, order=context.order, context_id=context_id, payload=context,
                           tokens=tokens))
     for rig, mark in marks.items():
-        if mark != "absent":
+        if rig in tails:  # the store reads on after the new lines, where each new context stands known
+            session.stores.rig(rig).know_lines(tails[rig].mark(), {**offsets.get(rig, {}), **tails[rig].at})
+        elif mark != "absent":
             session.stores.rig(rig).know_lines(mark, offsets.get(rig, {}))
-    ranked = rank_work(session.files, session.stores, works, now=now)
+    new = folded.ready if folded is not None else []
+    ranked = rank_work(session.files, session.stores, works + new, now=now)
     kinds = {tuple(row[:4]): row[4] for row in data["kinds"]}
-    kept_of: Counter = Counter(_kind(w) for w in ranked)
+    shapes = {(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in data["shapes"]}
+    kept_of: Counter = Counter(_kind(w) for w in works)
     if set(kept_of) != set(kinds):
         return None
+    if folded is not None:
+        ranked = _with_folded(data, ranked, folded, kinds, shapes)
+        if ranked is None:
+            return None
+        kept_of = Counter(_kind(w) for w in ranked)
     bound = None
     last: dict[Kind, tuple] = {}
     for work in ranked:
@@ -366,7 +397,6 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
             bound = last[kind] if bound is None else min(bound, last[kind])
     walked = ranked if bound is None else [w for w in ranked if _key(w) <= bound]
     applicants = [applicant(w) for w in walked]
-    shapes = {(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in data["shapes"]}
     rest: Counter = Counter(shapes)
     for a in applicants:
         rest[shape_of(a)] -= 1
@@ -379,6 +409,55 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
         return None
     data["works"], data["kinds"], data["shapes"] = ranked, kinds, shapes
     return Head(tally, data, len(walked))
+
+
+def _with_folded(data: dict, ranked: list[Work], folded: Fold, kinds: dict, shapes: dict
+                 ) -> list[Work] | None:
+    """The kept works ranked with the new ready ones, less those the chain only counts; the counts
+    (``kinds``, ``shapes``, ``data``'s) and the ids seen take in the new works.  None: a new work ranks
+    among its kind's kept works, which would then no longer be the kind's first works.
+
+    A new context is younger than every context kept, and inside one kind the order is the contexts'
+    age, so a new work ranks after its kind's kept works (else: a clock set back, say, and None).  It is
+    kept when its kind is new (it is the kind's oldest), or every work of its kind is kept (it is the
+    next one) while the chain keeps fewer than :data:`HEAD_WORKS`; otherwise it is only counted, as any
+    work behind the kept ones.
+    """
+    from sluice.scheduler.admission import applicant
+
+    new = {id(w) for w in folded.ready}
+    last: dict[Kind, tuple] = {}
+    kept_of: Counter = Counter()
+    for work in ranked:
+        if id(work) not in new:
+            last[_kind(work)] = _key(work)
+            kept_of[_kind(work)] += 1
+    room = HEAD_WORKS - (len(ranked) - len(new))
+    kept = []
+    for work in ranked:
+        kind = _kind(work)
+        if id(work) in new:
+            if kind in last and _key(work) <= last[kind]:
+                return None
+            whole = kinds.get(kind, 0) == kept_of[kind]  # every work of its kind is kept
+            kinds[kind] = kinds.get(kind, 0) + 1
+            shape = shape_of(applicant(work))
+            shapes[shape] = shapes.get(shape, 0) + 1
+            data["rigs"].setdefault(work.rig, [0, 0])[0] += 1
+            if kind in last and not (whole and room > 0):
+                continue  # counted, behind its kind's kept works
+            kept_of[kind] += 1
+            last[kind] = _key(work)  # a new kind's next works are kept as any kind's
+            room -= 1
+        kept.append(work)
+    if len(kinds) > MAX_KINDS:
+        return None
+    for rig, count in folded.blocked.items():
+        data["rigs"].setdefault(rig, [0, 0])[1] += count
+    data["ready"] += len(folded.ready)
+    for key in folded.keys:
+        data["seen"].add(key)
+    return kept
 
 
 def queue_counts(data: dict) -> dict[str, list[int]]:
