@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import make_repo
+from helpers.forecast import forecast_at, fresh_forecast_at
 from helpers.foundation import quick_town
 from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, without_etas, write_items
 from sluice.errors import ExecutorError
@@ -54,17 +55,6 @@ def fresh(town_dir: Path, limit: int = 50) -> dict:
     """The answer of a survey of the files as they are now (no head to give)."""
     queuekeep.path(Town(town_dir)).unlink(missing_ok=True)
     return status(town_dir, limit)
-
-
-def forecast_at(town_dir: Path, now: float) -> dict:
-    from sluice.scheduler.forecast import forecast
-
-    return forecast(Town(town_dir), now=now)
-
-
-def fresh_forecast_at(town_dir: Path, now: float) -> dict:
-    queuekeep.path(Town(town_dir), queuekeep.REPLAY_FILE).unlink(missing_ok=True)
-    return forecast_at(town_dir, now)
 
 
 def queue_list(town_dir: Path) -> list[dict]:

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers.forecast import forecast_at, fresh_forecast_at
 from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, write_items
 from sluice.scheduler import queue, queuekeep, readingtail
 from sluice.scheduler.control import clear
-from sluice.scheduler.forecast import forecast
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store.town import Town
 
@@ -29,16 +29,6 @@ from sluice.store.town import Town
 @pytest.fixture
 def surveys(monkeypatch) -> list[int]:
     return counted_surveys(monkeypatch, queue)
-
-
-def forecast_at(town_dir: Path, now: float) -> dict:
-    return forecast(Town(town_dir), now=now)
-
-
-def fresh_forecast_at(town_dir: Path, now: float) -> dict:
-    """The forecast a survey of the files as they are now gives (no reading to carry)."""
-    queuekeep.path(Town(town_dir), queuekeep.REPLAY_FILE).unlink(missing_ok=True)
-    return forecast_at(town_dir, now)
 
 
 def slung(town_dir: Path, *ids: str) -> None:
