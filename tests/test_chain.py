@@ -196,6 +196,7 @@ def _run_ops(clock, monkeypatch, ops, head: int, beta: bool, fair: bool
                 clear(Town(town_dir))
             appended = sizes != [_size(ephemeral_path(town_dir, rig)) for rig in records]
             STATUS_FROM_CHAIN.clear()
+            assert_snapshot_as_surveyed(town_dir, monkeypatch, 5)  # first: the reading is the last op's
             for limit in (2, 50):
                 assert_status_as_surveyed(town_dir, monkeypatch, limit)
             seen.append((op[0], appended, list(STATUS_FROM_CHAIN)))
@@ -211,6 +212,31 @@ def _size(path: Path) -> int:
 
 #: Whether each status checked by :func:`assert_status_as_surveyed` came from the chain.
 STATUS_FROM_CHAIN: list[bool] = []
+
+
+def assert_snapshot_as_surveyed(town_dir: Path, monkeypatch, limit: int) -> None:
+    """A snapshot's queue, counts and forecast, from the chain and the forecast's reading as kept or carried
+    past the lines since, are a survey's of the same files at the same moment."""
+    from sluice.scheduler import queue, queuekeep
+
+    now = time.time()
+    for name in (queuekeep.FILE, queuekeep.REPLAY_SUMMARY_FILE):
+        queuekeep.path(Town(town_dir), name).unlink(missing_ok=True)
+    shown = _snapshot_parts(town_dir, now, limit)
+    for name in (queuekeep.FILE, queuekeep.REPLAY_SUMMARY_FILE, queuekeep.REPLAY_FILE):
+        queuekeep.path(Town(town_dir), name).unlink(missing_ok=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(queue, "_chain_page", lambda session, rows: None)
+        assert shown == _snapshot_parts(town_dir, now, limit)
+
+
+def _snapshot_parts(town_dir: Path, now: float, limit: int) -> dict:
+    """What of ``snapshot --limit`` stands on the queue (not the polecats' running times or the logs)."""
+    from sluice.scheduler.session import Session
+    from sluice.scheduler.snapshot import snapshot
+
+    snap = snapshot(Session(Town(town_dir), now=now), limit=limit)
+    return {key: snap[key] for key in ("scheduler", "forecast", "queue", "rigs")}
 
 
 def assert_status_as_surveyed(town_dir: Path, monkeypatch, limit: int) -> dict:
@@ -902,3 +928,32 @@ def test_a_new_deferred_item_is_counted_blocked_until_the_chains_horizon(cli, ri
     clock.advance(700)  # al-28 is ready now: past the chain's horizon, a survey says so
     answered, from_chain = _views_from_chain(town_dir, monkeypatch, 3)
     assert from_chain == [False, False] and answered["queued_ready"] == 5
+
+
+def test_a_snapshot_after_a_cycle_and_a_sling_surveys_nothing(cli, rig, town_dir, memory, checked,
+                                                               monkeypatch):
+    """Its rows and counts from the chain, its forecast from the reading carried past the cycle's closes
+    and the sling's new context: no survey of the queue, and the answer a survey gives."""
+    from sluice.scheduler import queue, readingtail
+    from sluice.scheduler.forecast import forecast
+
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "3")
+    write_items(town_dir, "alpha", [item(f"al-{n:02}", priority=n % 4) for n in range(31)])
+    sling(Town(town_dir), [f"al-{n:02}" for n in range(30)] + ["alpha"], SlingOptions())
+    queue.status(Town(town_dir))  # the digests a cycle's chain stands on
+    forecast(Town(town_dir))  # the forecast's reading
+    run_cycle(Town(town_dir))
+    sling(Town(town_dir), ["al-30", "alpha"], SlingOptions())
+    surveys = counted_surveys(monkeypatch, queue)
+    carried: list[bool] = []
+    real = readingtail._carried
+
+    def counted(*args):
+        found = real(*args)
+        carried.append(found is not None)
+        return found
+
+    monkeypatch.setattr(readingtail, "_carried", counted)
+    assert_snapshot_as_surveyed(town_dir, monkeypatch, 5)
+    assert carried == [True] and len(surveys) == 1  # the survey the comparison made, and only it

@@ -334,8 +334,7 @@ def status_with_counts(where: Town | Session, executor: Executor | None = None, 
                        chained: bool = False) -> tuple[dict, QueueCounts]:
     """``scheduler status`` with its first ``limit`` queue rows (``items_total``, ``truncated``),
     and the whole queue's counts (the snapshot's per-rig figures).  ``chained``: the rows may come from
-    the last cycle's chain (:func:`_chain_page`); the snapshot, which surveys for its replay anyway,
-    takes them from that survey."""
+    the last cycle's chain (:func:`_chain_page`)."""
     session = Session.of(where, executor)
     town = session.files
     page = _queue(session, limit, chained=chained)
