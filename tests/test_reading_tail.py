@@ -422,3 +422,22 @@ def test_a_reading_with_work_backing_off_is_carried(cli, rig, town_dir, clock, m
     slung(town_dir, "al-2", "al-3")
     carried = forecast_at(town_dir, clock.now)
     assert len(surveys) == 1 and carried == fresh_forecast_at(town_dir, clock.now)
+
+
+# -- review: holes found (each a forecast carried where a survey answers otherwise) -----------------
+
+
+def test_review_a_sling_carried_past_promoted_blocked_work_stays_behind_it(cli, rig, town_dir, clock, surveys):
+    """A promoted context leads its list whatever its score, the blocked list too: a reading whose blocked
+    rows start with promoted work may not place a new blocked row by score alone."""
+    from sluice.scheduler.promote import promote
+
+    configure(town_dir, "scheduler.max_polecats", "2")
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1", priority=3, deps=[("blocks", "al-9")]),
+                                    item("al-2", priority=0, deps=[("blocks", "al-9")]), item("al-9")])
+    slung(town_dir, "al-0", "al-1")
+    promote(Town(town_dir), "al-1")  # blocked, promoted: first of the blocked rows
+    forecast_at(town_dir, clock.now)
+    slung(town_dir, "al-2")  # blocked, priority 0: by score ahead of al-1, but al-1 is promoted
+    carried = forecast_at(town_dir, clock.now)
+    assert carried == fresh_forecast_at(town_dir, clock.now)
