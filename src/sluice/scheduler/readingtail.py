@@ -92,7 +92,10 @@ def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> li
 def tail_facts(session: Session, view: Survey) -> dict | None:
     """What a reading of ``view`` keeps so that the next reader may carry it (see the module docstring),
     its rows being ready, backing off, then blocked works, in that order; None: it may not be carried."""
-    if any(w.promoted_at for w in view.ready) or fairness_enabled(load_town_policy(session.files)):
+    # Promoted work leads its list, ready or blocked, whatever its score: no new row may be placed by score.
+    if any(w.promoted_at for w in (*view.ready, *view.blocked)):
+        return None
+    if fairness_enabled(load_town_policy(session.files)):
         return None
     if any(mark is None for mark in view.marks.values()):
         return None
