@@ -441,3 +441,36 @@ def test_review_a_sling_carried_past_promoted_blocked_work_stays_behind_it(cli, 
     slung(town_dir, "al-2")  # blocked, priority 0: by score ahead of al-1, but al-1 is promoted
     carried = forecast_at(town_dir, clock.now)
     assert carried == fresh_forecast_at(town_dir, clock.now)
+
+
+def test_review_a_compacted_log_at_the_marks_reused_inode_is_not_carried_past(read_queue, clock):
+    """Compaction forgets the digests kept at marks of the old log, since a later file may take its inode
+    (on ext4 a few compactions later it does); the reading's marks outlive it.  A mark of the same inode
+    continues on its 64-byte guard alone, and the end of a context's line is its two stamps, the same for
+    lines written in the same microsecond.  The reuse is made certain here: the marked file is kept by a
+    second link, and the compacted bytes are put in it."""
+    import os
+
+    from sluice.store.compaction import compact
+    from sluice.store.rigstore import Stores
+
+    log = ephemeral_path(read_queue, "alpha")
+    compact(Stores(Town(read_queue)).rig("alpha"))  # the log as compaction writes it
+    forecast_at(read_queue, clock.now)  # the reading's marks: this inode, at the end of al-4's line
+    marked = log.with_name("marked.jsonl")
+    os.link(log, marked)
+    size = log.stat().st_size
+    clear(Town(read_queue), item_id="al-0")
+    last = json.loads(log.read_text().splitlines()[4])  # al-4's context, which ends the marked prefix
+    assert '"al-4"' in last["description"]
+    # al-5 slung in the microsecond al-4 was: a line as long as al-0's, ending in the same bytes
+    _append(read_queue, {**last, "id": last["id"][:-1] + ("x" if last["id"][-1] != "x" else "y"),
+                         "description": last["description"].replace('"al-4"', '"al-5"')})
+    compact(Stores(Town(read_queue)).rig("alpha"), retention=0.0, now=clock.now + 1)  # al-0 archived
+    assert log.stat().st_size == size  # al-1…al-5 where al-0…al-4 stood
+    with marked.open("r+b") as fh:  # the compacted file, at the marked inode (as a reused one would be)
+        fh.write(log.read_bytes())
+        fh.truncate()
+    os.replace(marked, log)
+    carried = forecast_at(read_queue, clock.now)
+    assert carried == fresh_forecast_at(read_queue, clock.now)
