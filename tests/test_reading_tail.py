@@ -474,3 +474,25 @@ def test_review_a_compacted_log_at_the_marks_reused_inode_is_not_carried_past(re
     os.replace(marked, log)
     carried = forecast_at(read_queue, clock.now)
     assert carried == fresh_forecast_at(read_queue, clock.now)
+
+
+def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_does(read_queue, clock, surveys):
+    """A carried reading keeps the horizon its survey worked out, with the throttles and charges of then;
+    the replay of it is kept (what snapshot shows) under the inputs now, a throttle set since among them,
+    until that old horizon.  A survey of the same inputs keeps it only until the throttle ends
+    (queuekeep.horizon): past that end, snapshot would replay, not show the throttled plan."""
+    from sluice.scheduler.forecast import kept_head
+    from sluice.scheduler.session import Session
+    from sluice.store import admission_state
+
+    now = clock.now
+    admission_state.set_throttle(Town(read_queue), now + 10, None, "a test", "review", now)
+    throttled = forecast_at(read_queue, now)  # carried (no line since): its replay kept until the old horizon
+    assert surveys == []
+    rows = [{"id": row["item_id"]} for row in throttled["items"]]
+    later = now + 20  # the throttle over
+    carried = kept_head(Session.of(Town(read_queue), None, later), [dict(r) for r in rows])
+    assert fresh_forecast_at(read_queue, now) == throttled and len(surveys) == 1  # the same plan, surveyed
+    surveyed = kept_head(Session.of(Town(read_queue), None, later), [dict(r) for r in rows])
+    assert surveyed is None  # kept until the throttle's end only
+    assert carried == surveyed
