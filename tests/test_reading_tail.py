@@ -427,7 +427,8 @@ def test_a_reading_with_work_backing_off_is_carried(cli, rig, town_dir, clock, m
 # -- review: holes found (each a forecast carried where a survey answers otherwise) -----------------
 
 
-def test_review_a_sling_carried_past_promoted_blocked_work_stays_behind_it(cli, rig, town_dir, clock, surveys):
+def test_review_a_sling_carried_past_promoted_blocked_work_stays_behind_it(cli, rig, town_dir, clock,
+                                                                         surveys):
     """A promoted context leads its list whatever its score, the blocked list too: a reading whose blocked
     rows start with promoted work may not place a new blocked row by score alone."""
     from sluice.scheduler.promote import promote
@@ -476,7 +477,8 @@ def test_review_a_compacted_log_at_the_marks_reused_inode_is_not_carried_past(re
     assert carried == fresh_forecast_at(read_queue, clock.now)
 
 
-def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_does(read_queue, clock, surveys):
+def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_does(read_queue, clock,
+                                                                                   surveys):
     """A carried reading keeps the horizon its survey worked out, with the throttles and charges of then;
     the replay of it is kept (what snapshot shows) under the inputs now, a throttle set since among them,
     until that old horizon.  A survey of the same inputs keeps it only until the throttle ends

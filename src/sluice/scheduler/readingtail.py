@@ -118,7 +118,8 @@ def carry(session: Session, key: list) -> tuple[list[list], dict, float] | None:
     if carried is None:
         return None
     works, facts = carried
-    caps, until = found["caps"], found["until"]
+    # The survey's horizon, and admission's as its files are now (a throttle set since, a launch's charge).
+    caps, until = found["caps"], min(found["until"], queuekeep.admission_horizon(session))
     keep(session, key, until, works, caps, facts)
     return works, caps, until
 
