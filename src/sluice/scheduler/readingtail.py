@@ -210,7 +210,9 @@ def _tail(path, mark: dict) -> LogTail | None:
         tail = LogTail(path)
         tail.catch_up()
         return tail
-    return LogTail.resume(path, mark)
+    # Compaction forgets the digests kept at its old file's marks, not the reading's: a later file may
+    # take the old inode, so the whole prefix must have the mark's CRC (one pass, a few ms at 10 MB).
+    return LogTail.resume(path, mark, whole_prefix=True)
 
 
 def _new_context(session: Session, rig: str, record: dict) -> contexts.Context | None:
