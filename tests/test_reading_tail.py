@@ -281,19 +281,27 @@ OPS = st.lists(
         st.tuples(st.just("close"), st.integers(0, 7)),
         st.tuples(st.just("dup"), st.integers(0, 7)),
         st.tuples(st.just("fail"), st.integers(0, 7)),
+        st.tuples(st.just("promote"), st.integers(0, 7)),
+        st.tuples(st.just("compact"), st.integers(0, 1)),
+        st.tuples(st.just("throttle"), st.integers(1, 30)),
     ),
     min_size=1, max_size=10,
 )
 
 
 def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch):
-    """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates and time."""
+    """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates, time,
+    promotions, compactions and throttles."""
     from helpers import make_repo
     from helpers.foundation import quick_town
-    from sluice.errors import ExecutorError
+    from sluice.errors import ExecutorError, SluiceError
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.promote import promote
+    from sluice.store import admission_state
+    from sluice.store.compaction import compact
     from sluice.store.rigs import add_rig
+    from sluice.store.rigstore import Stores
 
     tally = {"carried": 0, "checked": 0}
     real = readingtail._carried
@@ -334,6 +342,15 @@ def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monke
                     clock.advance(arg)
                 elif kind == "fail":  # its next launch fails: it backs off
                     memory.fail_next(f"al-{arg}")
+                elif kind == "promote":  # promoted work leads its list, ready or blocked
+                    with contextlib.suppress(SluiceError):  # no open context: nothing to promote
+                        promote(Town(town_dir), f"al-{arg}")
+                elif kind == "compact":  # the log replaced (closed contexts archived, or not)
+                    retention = 0.0 if arg else None
+                    compact(Stores(Town(town_dir)).rig("alpha"), retention=retention, now=clock.now)
+                elif kind == "throttle":
+                    admission_state.set_throttle(Town(town_dir), clock.now + arg, None, "a test", "test",
+                                                 clock.now)
                 elif kind == "close":
                     records[f"al-{arg}"]["status"] = "closed"
                     write_items(town_dir, "alpha", list(records.values()))
