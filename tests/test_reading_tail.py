@@ -281,19 +281,27 @@ OPS = st.lists(
         st.tuples(st.just("close"), st.integers(0, 7)),
         st.tuples(st.just("dup"), st.integers(0, 7)),
         st.tuples(st.just("fail"), st.integers(0, 7)),
+        st.tuples(st.just("promote"), st.integers(0, 7)),
+        st.tuples(st.just("compact"), st.integers(0, 1)),
+        st.tuples(st.just("throttle"), st.integers(1, 30)),
     ),
     min_size=1, max_size=10,
 )
 
 
 def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch):
-    """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates and time."""
+    """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates, time,
+    promotions, compactions and throttles."""
     from helpers import make_repo
     from helpers.foundation import quick_town
-    from sluice.errors import ExecutorError
+    from sluice.errors import ExecutorError, SluiceError
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.promote import promote
+    from sluice.store import admission_state
+    from sluice.store.compaction import compact
     from sluice.store.rigs import add_rig
+    from sluice.store.rigstore import Stores
 
     tally = {"carried": 0, "checked": 0}
     real = readingtail._carried
@@ -334,6 +342,15 @@ def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monke
                     clock.advance(arg)
                 elif kind == "fail":  # its next launch fails: it backs off
                     memory.fail_next(f"al-{arg}")
+                elif kind == "promote":  # promoted work leads its list, ready or blocked
+                    with contextlib.suppress(SluiceError):  # no open context: nothing to promote
+                        promote(Town(town_dir), f"al-{arg}")
+                elif kind == "compact":  # the log replaced (closed contexts archived, or not)
+                    retention = 0.0 if arg else None
+                    compact(Stores(Town(town_dir)).rig("alpha"), retention=retention, now=clock.now)
+                elif kind == "throttle":
+                    admission_state.set_throttle(Town(town_dir), clock.now + arg, None, "a test", "test",
+                                                 clock.now)
                 elif kind == "close":
                     records[f"al-{arg}"]["status"] = "closed"
                     write_items(town_dir, "alpha", list(records.values()))
@@ -422,3 +439,79 @@ def test_a_reading_with_work_backing_off_is_carried(cli, rig, town_dir, clock, m
     slung(town_dir, "al-2", "al-3")
     carried = forecast_at(town_dir, clock.now)
     assert len(surveys) == 1 and carried == fresh_forecast_at(town_dir, clock.now)
+
+
+# -- review: holes found (each a forecast carried where a survey answers otherwise) -----------------
+
+
+def test_review_a_sling_carried_past_promoted_blocked_work_stays_behind_it(cli, rig, town_dir, clock,
+                                                                         surveys):
+    """A promoted context leads its list whatever its score, the blocked list too: a reading whose blocked
+    rows start with promoted work may not place a new blocked row by score alone."""
+    from sluice.scheduler.promote import promote
+
+    configure(town_dir, "scheduler.max_polecats", "2")
+    write_items(town_dir, "alpha", [item("al-0"), item("al-1", priority=3, deps=[("blocks", "al-9")]),
+                                    item("al-2", priority=0, deps=[("blocks", "al-9")]), item("al-9")])
+    slung(town_dir, "al-0", "al-1")
+    promote(Town(town_dir), "al-1")  # blocked, promoted: first of the blocked rows
+    forecast_at(town_dir, clock.now)
+    slung(town_dir, "al-2")  # blocked, priority 0: by score ahead of al-1, but al-1 is promoted
+    carried = forecast_at(town_dir, clock.now)
+    assert carried == fresh_forecast_at(town_dir, clock.now)
+
+
+def test_review_a_compacted_log_at_the_marks_reused_inode_is_not_carried_past(read_queue, clock):
+    """Compaction forgets the digests kept at marks of the old log, since a later file may take its inode
+    (on ext4 a few compactions later it does); the reading's marks outlive it.  A mark of the same inode
+    continues on its 64-byte guard alone, and the end of a context's line is its two stamps, the same for
+    lines written in the same microsecond.  The reuse is made certain here: the marked file is kept by a
+    second link, and the compacted bytes are put in it."""
+    import os
+
+    from sluice.store.compaction import compact
+    from sluice.store.rigstore import Stores
+
+    log = ephemeral_path(read_queue, "alpha")
+    compact(Stores(Town(read_queue)).rig("alpha"))  # the log as compaction writes it
+    forecast_at(read_queue, clock.now)  # the reading's marks: this inode, at the end of al-4's line
+    marked = log.with_name("marked.jsonl")
+    os.link(log, marked)
+    size = log.stat().st_size
+    clear(Town(read_queue), item_id="al-0")
+    last = json.loads(log.read_text().splitlines()[4])  # al-4's context, which ends the marked prefix
+    assert '"al-4"' in last["description"]
+    # al-5 slung in the microsecond al-4 was: a line as long as al-0's, ending in the same bytes
+    _append(read_queue, {**last, "id": last["id"][:-1] + ("x" if last["id"][-1] != "x" else "y"),
+                         "description": last["description"].replace('"al-4"', '"al-5"')})
+    compact(Stores(Town(read_queue)).rig("alpha"), retention=0.0, now=clock.now + 1)  # al-0 archived
+    assert log.stat().st_size == size  # al-1…al-5 where al-0…al-4 stood
+    with marked.open("r+b") as fh:  # the compacted file, at the marked inode (as a reused one would be)
+        fh.write(log.read_bytes())
+        fh.truncate()
+    os.replace(marked, log)
+    carried = forecast_at(read_queue, clock.now)
+    assert carried == fresh_forecast_at(read_queue, clock.now)
+
+
+def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_does(read_queue, clock,
+                                                                                   surveys):
+    """A carried reading keeps the horizon its survey worked out, with the throttles and charges of then;
+    the replay of it is kept (what snapshot shows) under the inputs now, a throttle set since among them,
+    until that old horizon.  A survey of the same inputs keeps it only until the throttle ends
+    (queuekeep.horizon): past that end, snapshot would replay, not show the throttled plan."""
+    from sluice.scheduler.forecast import kept_head
+    from sluice.scheduler.session import Session
+    from sluice.store import admission_state
+
+    now = clock.now
+    admission_state.set_throttle(Town(read_queue), now + 10, None, "a test", "review", now)
+    throttled = forecast_at(read_queue, now)  # carried (no line since): its replay kept until the old horizon
+    assert surveys == []
+    rows = [{"id": row["item_id"]} for row in throttled["items"]]
+    later = now + 20  # the throttle over
+    carried = kept_head(Session.of(Town(read_queue), None, later), [dict(r) for r in rows])
+    assert fresh_forecast_at(read_queue, now) == throttled and len(surveys) == 1  # the same plan, surveyed
+    surveyed = kept_head(Session.of(Town(read_queue), None, later), [dict(r) for r in rows])
+    assert surveyed is None  # kept until the throttle's end only
+    assert carried == surveyed

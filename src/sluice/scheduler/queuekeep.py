@@ -139,7 +139,6 @@ def running_items(key: list) -> set[str]:
 
 def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple[float, float]) -> float:
     """The first moment after ``session.now`` the clock alone could change this survey's answer."""
-    from sluice.scheduler.admission import needs_spend
     from sluice.scheduler.polecats import retry_epoch
 
     now, town = session.now, session.files
@@ -147,10 +146,7 @@ def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple
     ends += [at for work in view.backing_off if (at := retry_epoch(work.payload.fields, *retry)) is not None]
     ends += [held.closes_at for held in view.held if held.closes_at is not None]
     ends += [t.until for t in assessment.throttles]
-    if needs_spend(session.config):
-        moves = admission_state.spend_moves_at(town, now, session.config.scheduler.seconds("budget_window"))
-        if moves is not None:
-            ends.append(moves)
+    ends.append(spend_horizon(session))
     for store in session.stores.all():
         try:
             ends.append(store.next_release(now))
@@ -161,6 +157,24 @@ def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple
             ran_at = sources.read_state(town, rig.name).get("ran_at")
             ends.append(ran_at + rig.command.refresh if isinstance(ran_at, (int, float)) else now)
     return min(e for e in ends if not math.isnan(e))
+
+
+def spend_horizon(session: Session) -> float:
+    """When a charge next leaves the budget window (infinity: never, or no budget applies)."""
+    from sluice.scheduler.admission import needs_spend
+
+    if not needs_spend(session.config):
+        return math.inf
+    moves = admission_state.spend_moves_at(session.files, session.now,
+                                           session.config.scheduler.seconds("budget_window"))
+    return math.inf if moves is None else moves
+
+
+def admission_horizon(session: Session) -> float:
+    """The part of :func:`horizon` that admission's files make (a throttle lifting, a charge leaving the
+    budget window) as they are now: what a reading carried past a change of them must end by."""
+    throttles = admission_state.throttles(session.files, session.now)
+    return min([spend_horizon(session), *(t.until for t in throttles)])
 
 
 def keepable(view: Survey, assessment: Assessment) -> bool:

@@ -92,7 +92,10 @@ def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> li
 def tail_facts(session: Session, view: Survey) -> dict | None:
     """What a reading of ``view`` keeps so that the next reader may carry it (see the module docstring),
     its rows being ready, backing off, then blocked works, in that order; None: it may not be carried."""
-    if any(w.promoted_at for w in view.ready) or fairness_enabled(load_town_policy(session.files)):
+    # Promoted work leads its list, ready or blocked, whatever its score: no new row may be placed by score.
+    if any(w.promoted_at for w in (*view.ready, *view.blocked)):
+        return None
+    if fairness_enabled(load_town_policy(session.files)):
         return None
     if any(mark is None for mark in view.marks.values()):
         return None
@@ -115,7 +118,8 @@ def carry(session: Session, key: list) -> tuple[list[list], dict, float] | None:
     if carried is None:
         return None
     works, facts = carried
-    caps, until = found["caps"], found["until"]
+    # The survey's horizon, and admission's as its files are now (a throttle set since, a launch's charge).
+    caps, until = found["caps"], min(found["until"], queuekeep.admission_horizon(session))
     keep(session, key, until, works, caps, facts)
     return works, caps, until
 
@@ -206,7 +210,9 @@ def _tail(path, mark: dict) -> LogTail | None:
         tail = LogTail(path)
         tail.catch_up()
         return tail
-    return LogTail.resume(path, mark)
+    # Compaction forgets the digests kept at its old file's marks, not the reading's: a later file may
+    # take the old inode, so the whole prefix must have the mark's CRC (one pass, a few ms at 10 MB).
+    return LogTail.resume(path, mark, whole_prefix=True)
 
 
 def _new_context(session: Session, rig: str, record: dict) -> contexts.Context | None:

@@ -119,12 +119,16 @@ class LogTail:
         return moved
 
     @classmethod
-    def resume(cls, path: Path, mark: object) -> LogTail | None:
+    def resume(cls, path: Path, mark: object, *, whole_prefix: bool = False) -> LogTail | None:
         """A reader that parses only what was appended after ``mark`` (its ``records`` hold just that).
 
         None when the log no longer continues from ``mark`` (replaced, cut
         shorter, its bytes before the mark changed) or the mark is not one:
-        then the caller reads the log whole.
+        then the caller reads the log whole.  ``whole_prefix``: in the same
+        file too, a mark with a CRC continues only once the whole prefix is
+        found to have it, not just the :data:`GUARD` bytes before the mark —
+        for a mark kept where compaction does not forget it, whose log a new
+        file at the same (reused) inode may have replaced.
         """
         tail = cls(path)
         try:
@@ -143,7 +147,7 @@ class LogTail:
         except FileNotFoundError:
             return None
         with fh:
-            if not tail._continues(fh, os.fstat(fh.fileno())):
+            if not tail._continues(fh, os.fstat(fh.fileno()), whole_prefix):
                 return None
             fh.seek(tail.offset)
             data = fh.read()
@@ -183,10 +187,11 @@ class LogTail:
                 self._parse(rest)
         return self.records
 
-    def _continues(self, fh, stat) -> bool:
+    def _continues(self, fh, stat, whole_prefix: bool = False) -> bool:
         if self.inode is None or stat.st_size < self.offset:
             return False
-        if stat.st_ino != self.inode:  # another file: a copy of the one read, if its prefix says so
+        # another file (a copy of the one read, if its prefix says so), or one that must prove its prefix
+        if stat.st_ino != self.inode or (whole_prefix and self.crc is not None):
             if self.crc is None or not self._same_prefix(fh):
                 return False
             self.inode = stat.st_ino
