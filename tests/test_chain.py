@@ -957,3 +957,20 @@ def test_a_snapshot_after_a_cycle_and_a_sling_surveys_nothing(cli, rig, town_dir
     monkeypatch.setattr(readingtail, "_carried", counted)
     assert_snapshot_as_surveyed(town_dir, monkeypatch, 5)
     assert carried == [True] and len(surveys) == 1  # the survey the comparison made, and only it
+
+
+def test_a_compaction_forgets_the_chain(cli, rig, town_dir, memory, checked):
+    """Compaction replaces a log with a new file that may take the old one's inode: a chain's marks must
+    not seem to fit it."""
+    from sluice.scheduler import queue
+    from sluice.scheduler.control import compact
+
+    configure(town_dir, "scheduler.max_polecats", "100")
+    configure(town_dir, "scheduler.batch_size", "3")
+    write_items(town_dir, "alpha", [item(f"al-{n:02}", priority=n % 4) for n in range(10)])
+    sling(Town(town_dir), [f"al-{n:02}" for n in range(10)] + ["alpha"], SlingOptions())
+    queue.status(Town(town_dir))
+    run_cycle(Town(town_dir))
+    assert (Town(town_dir).runtime / chain.FILE).exists()
+    compact(Town(town_dir))
+    assert not (Town(town_dir).runtime / chain.FILE).exists()

@@ -515,3 +515,13 @@ def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_do
     surveyed = kept_head(Session.of(Town(read_queue), None, later), [dict(r) for r in rows])
     assert surveyed is None  # kept until the throttle's end only
     assert carried == surveyed
+
+
+def test_a_kept_reading_not_as_written_is_surveyed_not_carried(read_queue, clock, surveys):
+    path = queuekeep.path(Town(read_queue), queuekeep.REPLAY_FILE)
+    kept = json.loads(path.read_bytes())
+    kept["works"][0] = kept["works"][0][:3]  # a row cut short
+    path.write_text(json.dumps(kept))
+    slung(read_queue, "al-5")
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
+    assert len(surveys) == 2

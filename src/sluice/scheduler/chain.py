@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from sluice.scheduler.pending import Survey
     from sluice.scheduler.ranking import Work
     from sluice.scheduler.session import Session
+    from sluice.store.town import Town
 
 FILE = "queue-chain.json"
 VERSION = 3
@@ -223,6 +224,13 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
             "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
             "backing_off": len(view.backing_off), "ready": len(view.ready), "rigs": rigs,
             "kinds": kinds, "shapes": shapes, "works": kept, "seen": seen_at_survey(session, view)}
+
+
+def forget(town: Town) -> None:
+    """Remove the chain: after a compaction, whose new log may take the old one's inode (its marks could
+    then seem to fit a file they never described)."""
+    with contextlib.suppress(OSError):
+        (town.runtime / FILE).unlink(missing_ok=True)
 
 
 def leave(session: Session, base: dict | None, launched: list[str], complete: bool) -> None:
@@ -485,4 +493,4 @@ def summary(head: Head) -> dict:
             "skipped": tally.skipped, "why": why, "reason": tally.reason, "tidy": True}
 
 
-__all__ = ["FILE", "Head", "from_survey", "leave", "queue_counts", "summary", "take"]
+__all__ = ["FILE", "Head", "forget", "from_survey", "leave", "queue_counts", "summary", "take"]

@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from sluice.errors import StoreCorrupt
+from sluice.scheduler import chain
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -115,6 +116,7 @@ def compact(where: Town | Session, rig: str | None = None) -> dict:
     targets = [stores.rig(town.rig(rig).name)] if rig is not None else stores.all()
     retention = config.scheduler.seconds("compact_retention")
     rows = [compact_log(store, retention).to_json() for store in targets]
+    chain.forget(town)
     out = {"retention": config.scheduler.compact_retention, "rigs": rows}
     if rig is None:  # the run log is the town's, archived by the same retention
         out["runs"] = runlog.compact(town, retention, keep=_samples_kept(town)).to_json()
@@ -135,6 +137,7 @@ def compact_if_long(town: Town) -> list[dict]:
             rows.append(compact_log(store, retention).to_json())
         except StoreCorrupt:  # a rig that cannot be read is held, never rewritten; the others are compacted
             continue
+        chain.forget(town)
     if runlog.digest(town).lines > sched.compact_at:  # counted by the digest: no read of the log
         rows.append({"rig": "(run log)",
                      **runlog.compact(town, retention, keep=_samples_kept(town)).to_json()})

@@ -33,7 +33,7 @@ from sluice.logs import log as logger
 from sluice.scheduler import admission, chain, queuekeep, readingtail
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at, retry_window
-from sluice.scheduler.readingtail import reading_row
+from sluice.scheduler.readingtail import is_reading, reading_row
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
@@ -348,7 +348,7 @@ def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
         return None
     key = queuekeep.inputs(session)
     found = queuekeep.load(session, key, queuekeep.REPLAY_HEAD_FILE) if key is not None else None
-    if found is None or not _is_reading(found):
+    if found is None or not is_reading(found):
         return None
     size = found.get("total")
     if not isinstance(size, int) or isinstance(size, bool) or size < len(found["works"]):
@@ -399,7 +399,7 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
     if session.surveyed is None:
         key = queuekeep.inputs(session)
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
-        if found is not None and _is_reading(found):
+        if found is not None and is_reading(found):
             return found["works"], found["caps"], found["until"]
         carried = readingtail.carry(session, key) if key is not None else None
         if carried is not None:  # the kept reading, past the slings, clears and launches since
@@ -422,18 +422,6 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
         until = queuekeep.horizon(session, view, assessment, retry)
         readingtail.keep(session, key, until, works, caps, readingtail.tail_facts(session, view))
     return works, caps, until
-
-
-def _is_reading(found: dict) -> bool:
-    """Whether a kept reading is as :func:`_queue_reading` writes it (else the queue is surveyed)."""
-    works, caps = found.get("works"), found.get("caps")
-    if not isinstance(works, list) or not isinstance(caps, dict):
-        return False
-    if not all(isinstance(caps.get(name), dict) for name in ("rig_caps", "label_caps", "rig_budgets")):
-        return False
-    return isinstance(caps.get("town_budget"), int) and all(
-        isinstance(row, list) and len(row) == 11 and isinstance(row[0], str) and isinstance(row[1], str)
-        for row in works)
 
 
 def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:

@@ -89,6 +89,19 @@ def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> li
             retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]
 
 
+def is_reading(found: dict) -> bool:
+    """Whether a kept reading is as the forecast writes it (rows of :func:`reading_row`, and the caps);
+    else the queue is surveyed."""
+    works, caps = found.get("works"), found.get("caps")
+    if not isinstance(works, list) or not isinstance(caps, dict):
+        return False
+    if not all(isinstance(caps.get(name), dict) for name in ("rig_caps", "label_caps", "rig_budgets")):
+        return False
+    return isinstance(caps.get("town_budget"), int) and all(
+        isinstance(row, list) and len(row) == 11 and isinstance(row[0], str) and isinstance(row[1], str)
+        for row in works)
+
+
 def tail_facts(session: Session, view: Survey) -> dict | None:
     """What a reading of ``view`` keeps so that the next reader may carry it (see the module docstring),
     its rows being ready, backing off, then blocked works, in that order; None: it may not be carried."""
@@ -109,7 +122,7 @@ def carry(session: Session, key: list) -> tuple[list[list], dict, float] | None:
     (the inputs now): (rows, caps, horizon); None when it cannot be (then the caller surveys)."""
     found = queuekeep.load_whole(session, queuekeep.REPLAY_FILE,
                                  lambda kept: queuekeep.same_reading_inputs(kept, key))
-    if found is None:
+    if found is None or not is_reading(found):
         return None
     try:
         carried = _carried(session, found, key)
@@ -262,4 +275,4 @@ def _key(row: list, work: list) -> tuple:
     return (-row[1], work[5], order_text(row[2]), work[0])
 
 
-__all__ = ["MOST_LINES", "carry", "keep", "reading_row", "tail_facts"]
+__all__ = ["MOST_LINES", "carry", "is_reading", "keep", "reading_row", "tail_facts"]
