@@ -44,11 +44,16 @@ depends on the rig's warmth and merge queue, also unchanged, and with
 fairness off on nothing of the other rows), and keeps one context per item,
 the oldest; what runs only blocks the items it runs.  A new context of an
 unqueued item thus stands where the survey would put it; a closed one
-leaves exactly its row.  The horizon stays the kept one: the clock's next
-change to any item's readiness is the rig's
+leaves exactly its row.  The horizon stays the kept one, cut to admission's
+as its files are now (a throttle set since lifting, a launch's charge
+leaving the budget window: the replay kept of the carried reading shows
+them): the clock's next change to any item's readiness is the rig's
 (:meth:`~sluice.store.rigstore.RigStore.next_release`, over every item), and
-new rows bring no backoff.  A crash leaves a reading whose marks still name
-a prefix of each log, so whoever reads next carries from there or surveys.
+new rows bring no backoff.  The marks are followed only into a log whose
+whole prefix has their CRC, same file or not: compaction forgets the
+digests kept at its old file's marks but not this reading's, and a new log
+may take the old inode.  A crash leaves a reading whose marks still name a
+prefix of each log, so whoever reads next carries from there or surveys.
 The property test in ``tests/test_reading_tail.py`` holds every forecast so
 made to a fresh survey's.
 """
