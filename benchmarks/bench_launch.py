@@ -29,8 +29,9 @@ round is the first read after the cycles wrote the queue, the median of
 the later ones a read of a queue nothing changed since (which a tree
 that keeps the queue's head answers from it).  Then ``--cycles`` rounds of:
 one item not queued yet slung (the export holds :data:`MARGIN` items
-never slung at build), ``scheduler status --json`` and ``scheduler list
---json --limit 50`` timed (wall and CPU), and a cycle.  Then ``scheduler clear --json`` closes the
+never slung at build), ``scheduler status --json``, ``scheduler list
+--json --limit 50`` and ``snapshot --json --limit 50`` timed (wall and
+CPU), and a cycle.  Then ``scheduler clear --json`` closes the
 whole queue twice per tree: on that copy, whose digests the tree's own
 commands wrote, and on a fresh copy of the town as the first tree built it
 (other inodes: a tree whose marks carry a CRC of the bytes they read goes
@@ -207,7 +208,8 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
 
 #: The views timed after one more item is slung (CPU s of the command, as with ``measured``).
 SLUNG_VIEWS = {"status": ["scheduler", "status", "--json"],
-               "list --limit 50": ["scheduler", "list", "--json", "--limit", "50"]}
+               "list --limit 50": ["scheduler", "list", "--json", "--limit", "50"],
+               "snapshot --limit 50": ["snapshot", "--json", "--limit", "50"]}
 
 
 def after_slings(trees: dict[str, Path], copies: dict[str, Path], rounds: int) -> dict:

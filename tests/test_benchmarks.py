@@ -91,7 +91,7 @@ def test_bench_launch_runs_real_cycles_and_times_the_views(tmp_path: Path):
     assert all(seconds > 0 for seconds in row["views"].values())  # this tree knows --limit
     assert set(row["views_first"]) == set(row["views"])  # the first read after the cycles, apart
     # One more item slung, status and a page of list after it, and a cycle (4 more launched).
-    assert set(row["after_sling"]) == {"status", "list --limit 50", "cycle"}
+    assert set(row["after_sling"]) == {"status", "list --limit 50", "snapshot --limit 50", "cycle"}
     assert all(t["wall"] > 0 and t["cpu"] > 0 for t in row["after_sling"].values())
     # Then the queue left (12 + 1 slung, 8 launched) is cleared with and without a digest that fits (a
     # fresh copy of the town as built: 12 queued).
