@@ -67,6 +67,9 @@ REPLAY_HEAD_FILE = "queue-replay-head.json"
 #: The last whole replay's head and its first :data:`HEAD_ROWS` rows' times: what ``snapshot`` shows.
 REPLAY_SUMMARY_FILE = "queue-replay-summary.json"
 VERSION = 2
+#: The key's last three parts (:func:`inputs`), after the signatures of the files a survey's reading of
+#: the queue stands on: the other files' signatures, the running polecats, the rigs' ephemeral logs.
+OTHER_FILES, RUNNING, LOGS = -3, -2, -1
 
 
 def path(town: Town, name: str = FILE) -> Path:
@@ -119,22 +122,24 @@ def _inputs(session: Session) -> list | None:
         logs.append(fsutil.file_signature(log))
         parts += [rig.name, stamp]
     parts.append([fsutil.file_signature(f) for f in read])
-    parts.append([fsutil.file_signature(f) for f in others])
-    parts.append(sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active))
-    parts.append(logs)
+    parts += [None, None, None]  # the trailing parts, by their names below
+    parts[OTHER_FILES] = [fsutil.file_signature(f) for f in others]
+    parts[RUNNING] = sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active)
+    parts[LOGS] = logs
     return parts
 
 
 def same_reading_inputs(kept: object, key: list) -> bool:
     """Whether a kept key names the inputs ``key`` names as far as a survey's reading of the queue reads
     them: all but the files only admission and the replay read, the running polecats and the rigs' logs
-    (its last three parts), which :mod:`sluice.scheduler.readingtail` follows itself."""
-    return isinstance(kept, list) and len(kept) == len(key) and kept[:-3] == key[:-3]
+    (:data:`OTHER_FILES`, :data:`RUNNING`, :data:`LOGS`), which :mod:`sluice.scheduler.readingtail`
+    follows itself."""
+    return isinstance(kept, list) and len(kept) == len(key) and kept[:OTHER_FILES] == key[:OTHER_FILES]
 
 
 def running_items(key: list) -> set[str]:
-    """The items of the running polecats a key names (:func:`same_reading_inputs`'s second-last part)."""
-    return {str(polecat[1]) for polecat in key[-2]}
+    """The items of the running polecats a key names (its :data:`RUNNING` part)."""
+    return {str(polecat[1]) for polecat in key[RUNNING]}
 
 
 def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple[float, float]) -> float:
