@@ -22,6 +22,7 @@ from helpers.forecast import forecast_at, fresh_forecast_at
 from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, write_items
 from sluice.scheduler import queue, queuekeep, readingtail
 from sluice.scheduler.control import clear
+from sluice.scheduler.session import Session
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store.town import Town
 
@@ -525,3 +526,44 @@ def test_a_kept_reading_not_as_written_is_surveyed_not_carried(read_queue, clock
     slung(read_queue, "al-5")
     assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
     assert len(surveys) == 2
+
+
+@pytest.mark.parametrize("key_bytes", [queuekeep.KEY_BYTES, 40])
+def test_a_kept_reading_under_a_key_it_cannot_follow_is_refused_by_its_first_bytes(read_queue, clock, surveys,
+                                                                                  monkeypatch, key_bytes):
+    """The key is read first (from all of the file when it is longer than the bytes read): a reading kept
+    for other files is refused without reading past it, and one it can follow is carried as ever."""
+    monkeypatch.setattr(queuekeep, "KEY_BYTES", key_bytes)
+    path = queuekeep.path(Town(read_queue), queuekeep.REPLAY_FILE)
+    data = path.read_bytes()
+    slung(read_queue, "al-5")
+    carried = forecast_at(read_queue, clock.now)
+    assert surveys == [] and len(carried["items"]) == 6
+    path.write_bytes(data)  # the reading before the sling, its rest made unreadable past the key
+    cut = data.index(b',"made_at"')
+    path.write_bytes(data[:cut] + b',"made_at":' + b"x" * 100_000)
+    configure(read_queue, "scheduler.batch_size", "3")  # a key it cannot follow: refused by its key alone
+    session = Session(Town(read_queue), now=clock.now)
+    read: list[int] = []
+
+    class Counted:  # the file, counting the bytes read from it
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def read(self, size=-1):
+            chunk = self.fh.read(size)
+            read.append(len(chunk))
+            return chunk
+
+    monkeypatch.setattr(queuekeep, "open", lambda *a: Counted(open(*a)), raising=False)  # noqa: SIM115
+    assert queuekeep.load_whole(session, queuekeep.REPLAY_FILE, lambda key: False) is None
+    whole = cut + 100_011  # the file as cut above
+    assert sum(read) == (min(key_bytes, whole) if key_bytes > cut else whole)
+    monkeypatch.undo()
+    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)

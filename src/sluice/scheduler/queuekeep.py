@@ -67,6 +67,8 @@ REPLAY_HEAD_FILE = "queue-replay-head.json"
 #: The last whole replay's head and its first :data:`HEAD_ROWS` rows' times: what ``snapshot`` shows.
 REPLAY_SUMMARY_FILE = "queue-replay-summary.json"
 VERSION = 2
+#: Bytes a reader reads first for a kept file's key: a town of a few dozen rigs and polecats.
+KEY_BYTES = 64 * 1024
 #: The key's last three parts (:func:`inputs`), after the signatures of the files a survey's reading of
 #: the queue stands on: the other files' signatures, the running polecats, the rigs' ephemeral logs.
 OTHER_FILES, RUNNING, LOGS = -3, -2, -1
@@ -219,18 +221,25 @@ def load_whole(session: Session, name: str, accept: Callable[[object], bool]) ->
     """What was kept in ``name`` under a key ``accept`` takes, still inside its horizon; None: nothing usable.
 
     For a reader that may carry a kept answer past a change it can follow
-    (:mod:`sluice.scheduler.readingtail`).  The key comes first in the file,
-    so one the reader cannot follow is refused before the rest is parsed.
+    (:mod:`sluice.scheduler.readingtail`).  The key comes first in the file
+    and is read from its first bytes, so one the reader cannot follow is
+    refused without reading the rest (a reading of 100,000 queued items is
+    about 14 MB).
     """
     start = b'{"key":'
     try:
-        data = path(session.files, name).read_bytes()
-        if not data.startswith(start):
-            return None
-        key, _end = json.JSONDecoder().raw_decode(data[len(start):].decode())
-        if not accept(key):
-            return None
-        kept = json.loads(data)
+        with open(path(session.files, name), "rb") as fh:
+            data = fh.read(KEY_BYTES)
+            if not data.startswith(start):
+                return None
+            try:  # a key longer than the bytes read (or cut inside a character) is read again from all
+                key, _end = json.JSONDecoder().raw_decode(data[len(start):].decode("utf-8", "ignore"))
+            except ValueError:
+                data += fh.read()
+                key, _end = json.JSONDecoder().raw_decode(data[len(start):].decode())
+            if not accept(key):
+                return None
+            kept = json.loads(data + fh.read())
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict):
