@@ -19,17 +19,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import make_repo
 from helpers.forecast import forecast_at, fresh_forecast_at
-from helpers.foundation import quick_town
-from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, without_etas, write_items
+from helpers.scheduler import (
+    configure,
+    counted_surveys,
+    ephemeral_path,
+    item,
+    memory_alpha,
+    without_etas,
+    write_items,
+)
 from sluice.errors import ExecutorError
 from sluice.scheduler import chain, queue, queuekeep
 from sluice.scheduler.dispatch import run_cycle
 from sluice.scheduler.session import Session
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store import admission_state
-from sluice.store.rigs import add_rig
 from sluice.store.town import Town
 
 
@@ -375,13 +380,8 @@ def test_a_read_with_the_head_always_answers_what_a_fresh_survey_answers(clock, 
 
     base = Path(tempfile.mkdtemp(prefix="keep-"))
     try:
-        town_dir = quick_town(base)
-        add_rig(Town(town_dir), "alpha", make_repo(base / "repos" / "alpha"), "al")
-        configure(town_dir, "executor.kind", "memory")
-        configure(town_dir, "scheduler.max_polecats", "2")
-        memory = MemoryExecutor(clock).serve(Town(town_dir))
         records = {f"al-{n}": item(f"al-{n}", priority=n % 3) for n in range(3)}
-        write_items(town_dir, "alpha", list(records.values()))
+        town_dir, memory = memory_alpha(base, clock, list(records.values()))
         sling(Town(town_dir), [*records, "alpha"], SlingOptions())
         for op in ops:
             kind = op[0]

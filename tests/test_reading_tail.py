@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.forecast import forecast_at, fresh_forecast_at
-from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, write_items
+from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, memory_alpha, write_items
 from sluice.scheduler import queue, queuekeep, readingtail
 from sluice.scheduler.control import clear
 from sluice.scheduler.session import Session
@@ -113,28 +113,10 @@ def test_a_second_open_context_of_a_queued_item_is_surveyed(read_queue, clock, s
     assert len(surveys) == 2
 
 
-def test_a_context_not_as_a_sling_writes_it_is_surveyed(read_queue, clock, surveys):
-    context = _latest(read_queue, "al-2")
-    fields = json.loads(context["description"])
-    _append(read_queue, {**context, "id": "al-wisp-zzzz",
-                     "description": json.dumps({**fields, "work_bead_id": "al-5", "force": True})})
-    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
-    assert len(surveys) == 2
-
-
 def test_another_kind_of_record_in_the_log_is_surveyed(read_queue, clock, surveys):
     _append(read_queue, {"id": "al-note", "title": "a note", "status": "open", "issue_type": "task",
-                     "ephemeral": True, "dependencies": [{"issue_id": "al-note", "depends_on_id": "al-0",
-                                                          "type": "blocks"}]})
-    assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
-    assert len(surveys) == 2
-
-
-def test_a_new_context_whose_item_is_missing_is_surveyed(read_queue, clock, surveys):
-    context = _latest(read_queue, "al-2")
-    fields = json.loads(context["description"])
-    _append(read_queue, {**context, "id": "al-wisp-zzzz",
-                     "description": json.dumps({**fields, "work_bead_id": "al-99"})})
+                         "ephemeral": True, "dependencies": [{"issue_id": "al-note", "depends_on_id": "al-0",
+                                                              "type": "blocks"}]})
     assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)
     assert len(surveys) == 2
 
@@ -215,6 +197,8 @@ def _another(town_dir: Path, item_id: str, context_id: str = "al-wisp-zzzz", **c
     ("al-5", {"launch_started_at": "2026-01-01T00:00:00Z"}),  # mid-launch
     ("al-5", {"target_rig": "nowhere"}),  # an unknown rig: stale
     ("al-8", {}),  # a closed item: stale
+    ("al-99", {}),  # an item no rig has: held
+    ("al-5", {"force": True}),  # forced: not as a sling writes a plain context
 ])
 def test_a_new_context_a_survey_would_not_queue_is_surveyed(read_queue, clock, surveys, item_id, changes):
     _another(read_queue, item_id, **changes)
@@ -293,15 +277,12 @@ OPS = st.lists(
 def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch):
     """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates, time,
     promotions, compactions and throttles."""
-    from helpers import make_repo
-    from helpers.foundation import quick_town
     from sluice.errors import ExecutorError, SluiceError
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle
     from sluice.scheduler.promote import promote
     from sluice.store import admission_state
     from sluice.store.compaction import compact
-    from sluice.store.rigs import add_rig
     from sluice.store.rigstore import Stores
 
     tally = {"carried": 0, "checked": 0}
@@ -319,14 +300,9 @@ def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monke
     def replay(ops):
         base = Path(tempfile.mkdtemp(prefix="tail-"))
         try:
-            town_dir = quick_town(base)
-            add_rig(Town(town_dir), "alpha", make_repo(base / "repos" / "alpha"), "al")
-            configure(town_dir, "executor.kind", "memory")
-            configure(town_dir, "scheduler.max_polecats", "2")
-            memory = MemoryExecutor(clock).serve(Town(town_dir))
             records = {f"al-{n}": item(f"al-{n}", priority=n % 3, labels=["area:db"] if n % 3 == 1 else [],
                                        deps=[("blocks", "al-7")] if n == 6 else ()) for n in range(8)}
-            write_items(town_dir, "alpha", list(records.values()))
+            town_dir, memory = memory_alpha(base, clock, list(records.values()))
             slung(town_dir, "al-0", "al-1", "al-2")
             forecast_at(town_dir, clock.now)
             for kind, arg in ops:

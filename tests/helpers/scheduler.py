@@ -189,3 +189,20 @@ def counted_surveys(monkeypatch, module) -> list[int]:
     real = module.survey
     monkeypatch.setattr(module, "survey", lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
+
+
+def memory_alpha(base: Path, clock, records: list[dict]):
+    """A town under ``base`` with rig ``alpha`` (its own store holding ``records``), the memory executor
+    on ``clock`` and ``max_polecats`` 2: what the property tests of the kept queue start from.
+    Returns (town dir, the executor)."""
+    from helpers.foundation import quick_rig, quick_town
+    from sluice.executors.memory import MemoryExecutor
+    from sluice.store.town import Town
+
+    town_dir = quick_town(base)
+    quick_rig(town_dir, base)
+    configure(town_dir, "executor.kind", "memory")
+    configure(town_dir, "scheduler.max_polecats", "2")
+    memory = MemoryExecutor(clock).serve(Town(town_dir))
+    write_items(town_dir, "alpha", records)
+    return town_dir, memory

@@ -165,18 +165,21 @@ def resolve_weights(policy: PolicyLike, graph_id: str | None) -> Weights:
     return Weights(**{name: pick(name) for name in WEIGHT_NAMES})
 
 
+def _weighed_anywhere(policy: PolicyLike, name: str) -> bool:
+    """Whether the base weights or any graph's override give weight ``name`` a non-zero value."""
+    if getattr(policy.weights, name, 0.0):
+        return True
+    return any(getattr(o, name, None) for o in policy.graph_overrides.values())
+
+
 def fairness_enabled(policy: PolicyLike) -> bool:
     """Whether any graph scores fairness, i.e. whether one candidate's score depends on the others' rigs."""
-    if getattr(policy.weights, "fairness", 0.0):
-        return True
-    return any(getattr(o, "fairness", None) for o in policy.graph_overrides.values())
+    return _weighed_anywhere(policy, "fairness")
 
 
 def deadline_enabled(policy: PolicyLike) -> bool:
     """Whether any graph scores deadlines, i.e. whether items' ``due_at`` must be read."""
-    if getattr(policy.weights, "deadline", 0.0):
-        return True
-    return any(getattr(o, "deadline", None) for o in policy.graph_overrides.values())
+    return _weighed_anywhere(policy, "deadline")
 
 
 # --------------------------------------------------------------------------

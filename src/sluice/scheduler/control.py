@@ -25,6 +25,7 @@ from sluice.store.state import detect_actor, set_paused, set_resumed
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.store.rigstore import RigStore
     from sluice.store.town import Town
 
 # Every control command opens its session first, which reads the config: a corrupt file is an
@@ -109,14 +110,21 @@ def _samples_kept(town: Town) -> Callable[[int, bytes, list[dict]], None]:
     return partial(runsamples.keep_written, town)
 
 
+def _compacted(town: Town, store: RigStore, retention: float) -> dict:
+    """One rig's log compacted; the last cycle's chain goes with the old file (whose inode the new log,
+    or a later one, may take: the chain's marks must not seem to fit it)."""
+    row = compact_log(store, retention).to_json()
+    chain.forget(town)
+    return row
+
+
 def compact(where: Town | Session, rig: str | None = None) -> dict:
     """Compact every rig's ephemeral log (or ``rig``'s), archiving contexts closed before the retention."""
     session = Session.of(where)
     town, config, stores = session.files, session.config, session.stores
     targets = [stores.rig(town.rig(rig).name)] if rig is not None else stores.all()
     retention = config.scheduler.seconds("compact_retention")
-    rows = [compact_log(store, retention).to_json() for store in targets]
-    chain.forget(town)
+    rows = [_compacted(town, store, retention) for store in targets]
     out = {"retention": config.scheduler.compact_retention, "rigs": rows}
     if rig is None:  # the run log is the town's, archived by the same retention
         out["runs"] = runlog.compact(town, retention, keep=_samples_kept(town)).to_json()
@@ -134,10 +142,9 @@ def compact_if_long(town: Town) -> list[dict]:
         if line_count(store) <= sched.compact_at:
             continue
         try:
-            rows.append(compact_log(store, retention).to_json())
+            rows.append(_compacted(town, store, retention))
         except StoreCorrupt:  # a rig that cannot be read is held, never rewritten; the others are compacted
             continue
-        chain.forget(town)
     if runlog.digest(town).lines > sched.compact_at:  # counted by the digest: no read of the log
         rows.append({"rig": "(run log)",
                      **runlog.compact(town, retention, keep=_samples_kept(town)).to_json()})

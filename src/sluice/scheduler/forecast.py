@@ -163,21 +163,21 @@ class _Queue(Sequence):
         if not 0 <= index < len(self.works):
             raise _BeyondReading(index)
         row = self.works[index]
-        shape = _shape_key(row)
+        shape = _shape(row)
         parts = self._shapes.get(shape)
         if parts is None:
-            parts = self._shapes[shape] = self._parts(row)
+            parts = self._shapes[shape] = self._parts(shape)
         estimate, tokens, held_until, why, labels, touches = parts
         queued = model.Queued(row[0], row[1], estimate.runtime_p50, estimate.runtime_p90, held_until, why,
                               estimate.runtime_mean, labels, touches, row[10])
         found = self.built[index] = (queued, estimate, tokens)
         return found
 
-    def _parts(self, row: list) -> tuple:
-        """What every queued item of one shape shares: its estimate, token p90, hold, why, labels, touches."""
-        _item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, _cost = row
-        estimate = self.learned.estimate(rig, kind, item_labels or (), minutes, model.DEFAULT_RUNTIME,
-                                         work_tokens)
+    def _parts(self, shape: tuple) -> tuple:
+        """What every queued item of one :func:`_shape` shares: its estimate, token p90, hold, why, labels
+        and touches."""
+        rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches = shape
+        estimate = self.learned.estimate(rig, kind, item_labels, minutes, model.DEFAULT_RUNTIME, work_tokens)
         tokens = estimate.tokens_p90 if estimate.tokens_p90 is not None else work_tokens
         held_until = max(self.throttle_end.get(None, 0.0), self.throttle_end.get(rig, 0.0))
         if retry_at is not None:  # a failed launch waits out its backoff, as dispatch has it
@@ -186,7 +186,7 @@ class _Queue(Sequence):
                 tuple(touches))
 
 
-def _shape_key(row: list) -> tuple:
+def _shape(row: list) -> tuple:
     """What of a reading's row its estimate and hold depend on (all but its id and launch cost): a queue
     of 10,000 items comes in a few dozen such shapes, each worked out once."""
     _item_id, rig, kind, item_labels, minutes, work_tokens, retry_at, why, labels, touches, _cost = row

@@ -211,10 +211,7 @@ def load(session: Session, key: list, name: str = FILE) -> dict | None:
         return None
     if not isinstance(kept, dict) or kept.get("key") != key:
         return None
-    made, until = kept.get("made_at"), kept.get("until")
-    if not isinstance(made, (int, float)) or not isinstance(until, (int, float)):
-        return None
-    return kept if made <= session.now < until else None
+    return _standing(kept, session.now)
 
 
 def load_whole(session: Session, name: str, accept: Callable[[object], bool]) -> dict | None:
@@ -242,12 +239,15 @@ def load_whole(session: Session, name: str, accept: Callable[[object], bool]) ->
             kept = json.loads(data + fh.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict):
-        return None
+    return _standing(kept, session.now) if isinstance(kept, dict) else None
+
+
+def _standing(kept: dict, now: float) -> dict | None:
+    """``kept`` while ``now`` is inside the span it was kept for (made, until), else None."""
     made, until = kept.get("made_at"), kept.get("until")
     if not isinstance(made, (int, float)) or not isinstance(until, (int, float)):
         return None
-    return kept if made <= session.now < until else None
+    return kept if made <= now < until else None
 
 
 def keep(session: Session, key: list, until: float, head: dict, name: str = FILE) -> None:

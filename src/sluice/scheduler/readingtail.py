@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING
 from sluice.core import admission as rules
 from sluice.core.clock import order_text
 from sluice.core.items import DONE_STATUSES, estimated_minutes, is_context
-from sluice.core.scoring import fairness_enabled
+from sluice.core.scoring import fairness_enabled, rank_order
 from sluice.errors import SluiceError
 from sluice.scheduler import admission, queuekeep
 from sluice.scheduler.pending import UNREADABLE, items_of
@@ -276,8 +276,9 @@ def _ranked(session: Session, new: list[contexts.Context]) -> list[tuple[tuple[l
 
 
 def _key(row: list, work: list) -> tuple:
-    """A reading row's rank key, as :func:`sluice.scheduler.ranking.rank_work` orders works."""
-    return (-row[1], work[5], order_text(row[2]), work[0])
+    """A reading row's rank key, as :func:`sluice.scheduler.ranking.rank_work` orders works (score, tokens,
+    enqueue time, item id)."""
+    return rank_order(row[1], work[5], order_text(row[2]), work[0])
 
 
 __all__ = ["MOST_LINES", "carry", "is_reading", "keep", "reading_row", "tail_facts"]
