@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sluice.core.admission import touches_overlap
@@ -253,3 +253,79 @@ def test_a_replay_of_the_first_rows_stops_once_they_have_started():
     head = simulate_head(0.0, queue, 2, limits=Limits(town_cap=10, batch_size=5, rig_caps={"api": 1},
                                                       interval=60.0))
     assert [slot.start_at for slot in head] == [0.0, 120.0] and len(queue.asked) == 1000
+
+
+# --------------------------------------------------------------------------
+# Items alike are walked together, with the answer of walking them one by one
+
+#: What an item may be, but its id: queues drawn from a few of these hold long runs of items alike.
+kinds = st.tuples(st.sampled_from(RIGS), st.sampled_from([30.0, 100.0, 400.0]), st.sampled_from([0.0, 50.0]),
+                  st.one_of(st.none(), st.sampled_from([80.0, 150.0])),
+                  st.frozensets(st.sampled_from(LABELS), max_size=2),
+                  st.lists(st.sampled_from(TOUCHES), max_size=1), st.sampled_from([0, 200, 700]),
+                  st.sampled_from([0.0, 90.0, 500.0]), st.sampled_from([None, None, None, "blocked"]))
+
+
+def alike(base, variants, picks):
+    """A queue of ``picks`` over ``base`` and its variants, each of which differs from it in one field."""
+    shapes = [base, *((*base[:field], other[field], *base[field + 1:]) for field, other in variants)]
+    out = []
+    for n, pick in enumerate(picks):
+        rig, p50, spread, mean, labels, touches, tokens, not_before, why = shapes[pick % len(shapes)]
+        out.append(Queued(f"it-{n}", rig, p50, p50 + spread, not_before, why, mean, labels, tuple(touches),
+                          tokens))
+    return out
+
+
+@settings(max_examples=800, deadline=None)
+@given(kinds, st.lists(st.tuples(st.integers(0, 8), kinds), max_size=3),
+       st.lists(st.integers(0, 3), max_size=40), held,
+       st.one_of(st.none(), st.integers(0, 6)), st.dictionaries(st.sampled_from(RIGS), st.integers(0, 3)),
+       st.dictionaries(st.sampled_from(LABELS), st.integers(0, 3)), st.integers(1, 5),
+       st.sampled_from([0.0, 0.0, 7.0]), st.sampled_from([15.0, 60.0]), st.sampled_from([None, 0.0, 45.0]),
+       st.sampled_from([0, 0, 900, 1500]), st.lists(st.tuples(st.integers(-900, 0), st.integers(0, 700)),
+                                                    max_size=2),
+       st.integers(0, 45))
+@example(("a", 100.0, 0.0, None, frozenset(), [], 700, 0.0, None),  # alike but for the tokens charged
+         [(6, ("a", 100.0, 0.0, None, frozenset(), [], 200, 0.0, None))], [1, 0, 1, 1], [], None, {}, {}, 4,
+         0.0, 60.0, None, 900, [], 4)
+def test_walking_items_alike_together_gives_every_slot_of_walking_them_one_by_one(
+        base, variants, picks, held_, cap, rig_caps, label_caps, batch, spawn, interval, first_tick, budget,
+        ledger, first):
+    from helpers.replay_reference import simulate_one_by_one
+
+    queue, running = alike(base, variants, picks), running_of(held_)
+    limits = Limits(town_cap=cap, rig_caps=rig_caps, label_caps=label_caps, batch_size=batch,
+                    spawn_delay=spawn, interval=interval, first_tick=first_tick, town_budget=budget,
+                    budget_window=900.0)
+    charges = [Charge(float(at), tokens, "a") for at, tokens in ledger]
+    assert simulate(0.0, queue, running, limits, charges) == simulate_one_by_one(0.0, queue, running, limits,
+                                                                                  charges)
+    watched, reference = Watched(queue), Watched(queue)
+    head = simulate_head(0.0, watched, first, running, limits, charges)
+    assert head == simulate_one_by_one(0.0, reference, running, limits, charges, rows=first).slots
+    assert watched.asked == reference.asked  # a first page reads no further into the queue than before
+
+
+class Counted:
+    """A queued item (duck-typed) that counts how often a replay reads when it may go."""
+
+    reads = 0
+
+    def __init__(self, n: int):
+        self.item_id, self.rig, self.runtime_p50, self.runtime_p90 = f"it-{n}", "api", 100.0, 100.0
+        self.why, self.runtime_mean, self.labels, self.touches, self.tokens = None, None, frozenset(), (), 0
+
+    @property
+    def not_before(self) -> float:
+        Counted.reads += 1
+        return 0.0
+
+
+def test_a_tick_asks_a_run_of_items_alike_once_not_each_of_them():
+    # 400 items behind a rig cap of one: 400 ticks, each of which used to walk every item still waiting.
+    queue = [Counted(n) for n in range(400)]
+    Counted.reads = 0
+    forecast = simulate(0.0, queue, limits=Limits(rig_caps={"api": 1}, interval=60.0))
+    assert [slot.start_at for slot in forecast.slots] == [120.0 * n for n in range(400)]
+    assert Counted.reads < 10 * len(queue)

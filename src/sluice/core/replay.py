@@ -265,16 +265,44 @@ def simulate_head(now: float, queue: Sequence[Queued], rows: int, running: Seque
     return tuple(_walk(now, queue, running, limits, charges, min(rows, len(queue)))[0])
 
 
+class _Alike:
+    """Queued items alike in everything the replay reads of them (all but their ids), waiting in order.
+
+    Dispatch passes over a whole shape at once (what stops one item of it
+    stops the next), so a tick asks each such group once instead of each
+    item: a queue of 100,000 behind a rig cap walks the few groups that
+    wait at each tick, not the 100,000 items.
+    """
+
+    __slots__ = ("item", "never", "order", "passed", "shape", "waiting")
+
+    def __init__(self, item: Queued, never: str | None, order: int):
+        self.item = item
+        self.shape = (item.rig, item.labels, item.touches, item.tokens)
+        self.never = never  # why none of them can ever start, or None
+        self.waiting: deque[int] = deque()  # positions reached and not launched, in queue order
+        self.order = order  # tells two groups apart in the heap (one's head is never another's)
+        self.passed = -1  # the round at which a tick last passed the group over
+
+
 def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limits: Limits,
           charges: Sequence[Charge], rows: int) -> tuple[list[Slot], float | None, float | None]:
     """The replay, until the first ``rows`` items have their slots (``len(queue)``: to the end).
 
-    The walk reaches items in queue order and takes each one's ``why`` and
-    ``not_before`` as it first reaches it.  That gives the same answer as
-    knowing every item from the start: a tick at which nothing could go and
-    the walk did not reach the end of the queue is one at which the town
-    was full, and then only a freed slot lets anything go (an earlier
-    throttle's end would be a tick at which nothing launched).
+    A tick walks the waiting items in queue order and then the items no
+    tick has reached yet, launching each that may go, until its batch is
+    launched or the town is full.  The items that wait are kept in groups of
+    items alike (:class:`_Alike`), and a tick walks the groups' first items
+    in queue order: a group whose first item cannot go is passed over whole,
+    since the rest of it cannot go either (the same hold, and launches only
+    take room).  The walk reaches items in queue order and takes each one's
+    ``why`` and ``not_before`` as it first reaches it.  That gives the same
+    answer as knowing every item from the start: a tick at which nothing
+    could go and the walk did not reach the end of the queue is one at which
+    the town was full, and then only a freed slot lets anything go (an
+    earlier throttle's end would be a tick at which nothing launched).
+    ``tests/helpers/replay_reference.py`` walks the items one by one, and the
+    tests hold the two to the same slots.
     """
     first = max(now, limits.first_tick if limits.first_tick is not None else now)
     held = _Held(limits, charges, now)
@@ -288,6 +316,19 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     size = len(queue)
     slots: list[Slot | None] = [None] * rows
     shown = [queue[position] for position in range(rows)]
+    groups: dict[tuple, _Alike] = {}
+
+    def group_of(item: Queued) -> _Alike:
+        key = (item.why, item.rig, item.labels, item.touches, item.tokens, item.not_before,
+               item.runtime_p50, item.runtime_p90, item.runtime_mean)
+        found = groups.get(key)
+        if found is None:
+            found = groups[key] = _Alike(item, item.why or _never(item, limits), len(groups))
+            if found.never is None and item.not_before not in seen_holds:
+                seen_holds.add(item.not_before)
+                bisect.insort(holds_until, item.not_before)
+        return found
+
     left = 0  # of the first ``rows`` items, those that may start and have no slot yet
     for position, item in enumerate(shown):  # what cannot start says so whether or not the walk gets there
         why = item.why or _never(item, limits)
@@ -296,65 +337,61 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
         else:
             left += 1
 
-    def reached(position: int) -> Queued | None:
-        """The item at ``position`` if it may start (its ``not_before`` noted), else None."""
-        if position < rows:
-            item = shown[position]
-            if slots[position] is not None:  # it cannot start: its slot says why
-                return None
-        else:
-            item = queue[position]
-            if (item.why or _never(item, limits)) is not None:
-                return None
-        if item.not_before not in seen_holds:
-            seen_holds.add(item.not_before)
-            bisect.insort(holds_until, item.not_before)
-        return item
-
-    # Items passed over at an earlier tick wait in ``waiting`` (in order); all of them come before
-    # ``cursor``, which no tick has reached yet.  A tick walks only as far as it can launch.
-    waiting: list[int] = []
+    waiting = 0  # items reached and not launched; every one of them comes before ``cursor``
     cursor = 0
     holds_until: list[float] = []
     seen_holds: set[float] = set()
     tick_number = 0
+    rounds = 0
+    batch, spawn_delay = limits.batch_size, limits.spawn_delay
     while left and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
-        launched, walked = 0, 0
-        kept: list[int] = []
+        rounds += 1
+        launched = 0
         refused: set[tuple] = set()
-        while launched < limits.batch_size and not held.full():
-            if walked < len(waiting):
-                position = waiting[walked]
-                walked += 1
-                item = shown[position] if position < rows else queue[position]
-            elif cursor < size:
+        heads = [(group.waiting[0], group.order, group) for group in groups.values() if group.waiting]
+        heapq.heapify(heads)
+        while launched < batch and not held.full():
+            if heads:
+                position, _, group = heads[0]
+            elif cursor < size:  # every waiting item was walked: the next one no tick has reached
                 position = cursor
                 cursor += 1
-                item = reached(position)
-                if item is None:
+                group = group_of(queue[position] if position >= rows else shown[position])
+                if group.never is not None:
                     continue
+                group.waiting.append(position)
+                waiting += 1
+                if group.passed != rounds:  # a group waiting in this tick would be among the heads
+                    heapq.heappush(heads, (position, group.order, group))
+                continue
             else:
                 break
-            shape = (item.rig, item.labels, item.touches, item.tokens)
-            if item.not_before > tick or shape in refused or not held.goes(item):
+            item = group.item
+            if item.not_before > tick or group.shape in refused or not held.goes(item):
                 if item.not_before <= tick:
-                    refused.add(shape)
-                kept.append(position)
+                    refused.add(group.shape)
+                group.passed = rounds
+                heapq.heappop(heads)
                 continue
-            start = tick + launched * limits.spawn_delay
+            start = tick + launched * spawn_delay
             done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
             frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
             held.launch(item, start, frees)
+            group.waiting.popleft()
+            waiting -= 1
+            if group.waiting:
+                heapq.heapreplace(heads, (group.waiting[0], group.order, group))
+            else:
+                heapq.heappop(heads)
             if position < rows:
-                slots[position] = Slot(item.item_id, item.rig, position + 1, start, done, done_p90)
+                slots[position] = Slot(shown[position].item_id, item.rig, position + 1, start, done, done_p90)
                 left -= 1
             # The queue drains when the last slot frees; its p90 is no earlier than that.
             drain = frees if drain is None else max(drain, frees)
             drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
             launched += 1
-        waiting = kept + waiting[walked:]
         if not left or (not waiting and cursor >= size):
             break
         if launched:
