@@ -526,13 +526,22 @@ def fresh_snapshot_times(town_dir: Path, now: float, limit: int = 50) -> tuple[d
     return snapshot_times(town_dir, now, limit)
 
 
-def replays(monkeypatch) -> list[int]:
-    """One entry per replay of the whole queue."""
+def replays(monkeypatch, *, first_rows: list[int] | None = None) -> list[int]:
+    """One entry per replay of the whole queue (``first_rows``: one per replay that gave the slots of its
+    first rows only, of how many, each also counted in the list returned)."""
     from sluice.scheduler import forecast
 
     calls: list[int] = []
-    real = forecast.model.simulate
+    real, real_first = forecast.model.simulate, forecast.model.simulate_first
+
+    def first(now, queue, rows, *rest):
+        calls.append(1)
+        if first_rows is not None:
+            first_rows.append(rows)
+        return real_first(now, queue, rows, *rest)
+
     monkeypatch.setattr(forecast.model, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(forecast.model, "simulate_first", first)
     return calls
 
 
@@ -563,6 +572,22 @@ def test_a_snapshot_whose_rows_pass_the_kept_times_replays_the_queue(twelve_queu
     assert len(counted) == 1 and five[0]["at"] != first[0]["at"]  # past the kept times: replayed then
     queuekeep.path(Town(twelve_queued), queuekeep.REPLAY_SUMMARY_FILE).unlink()
     assert snapshot_times(twelve_queued, now + 1, limit=5) == five
+
+
+def test_a_snapshot_of_a_few_rows_replays_the_whole_queue_for_its_drain_and_slots_only_its_rows(
+        twelve_queued, clock, monkeypatch):
+    monkeypatch.setattr(queuekeep, "HEAD_ROWS", 2)
+    now = clock.now
+    whole = forecast_at(twelve_queued, now)
+    queuekeep.path(Town(twelve_queued), queuekeep.REPLAY_SUMMARY_FILE).unlink()
+    first_rows: list[int] = []
+    replays(monkeypatch, first_rows=first_rows)
+    head, rows = snapshot_times(twelve_queued, now, limit=3)
+    assert first_rows == [3]  # the rows shown slotted (more than the times kept), the rest walked
+    assert {key: head[key] for key in ("at", "drain_at", "drain_p90_at", "items_total")} == {
+        key: whole[key] for key in ("at", "drain_at", "drain_p90_at", "items_total")}
+    assert head["items_total"] == 12
+    assert rows == [(row["item_id"], row["start_at"], row["done_at"]) for row in whole["items"][:3]]
 
 
 def test_a_cut_or_foreign_kept_replay_is_no_replay(twelve_queued, clock):

@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sluice.core.admission import touches_overlap
-from sluice.core.replay import Charge, Limits, Queued, Running, simulate, simulate_head
+from sluice.core.replay import Charge, Limits, Queued, Running, simulate, simulate_first, simulate_head
 from sluice.errors import ConfigError
 
 
@@ -301,6 +301,10 @@ def test_walking_items_alike_together_gives_every_slot_of_walking_them_one_by_on
     charges = [Charge(float(at), tokens, "a") for at, tokens in ledger]
     assert simulate(0.0, queue, running, limits, charges) == simulate_one_by_one(0.0, queue, running, limits,
                                                                                   charges)
+    whole = simulate(0.0, queue, running, limits, charges)
+    firsts = simulate_first(0.0, queue, first, running, limits, charges)
+    assert firsts.slots == whole.slots[:first] and (firsts.drain_at, firsts.drain_p90_at) == (
+        whole.drain_at, whole.drain_p90_at)
     watched, reference = Watched(queue), Watched(queue)
     head = simulate_head(0.0, watched, first, running, limits, charges)
     assert head == simulate_one_by_one(0.0, reference, running, limits, charges, rows=first).slots

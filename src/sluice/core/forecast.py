@@ -40,6 +40,7 @@ from sluice.core.replay import (  # noqa: F401 - the replay's names, where forec
     Running,
     Slot,
     simulate,
+    simulate_first,
     simulate_head,
 )
 from sluice.errors import ConfigError

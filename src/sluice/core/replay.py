@@ -265,6 +265,19 @@ def simulate_head(now: float, queue: Sequence[Queued], rows: int, running: Seque
     return tuple(_walk(now, queue, running, limits, charges, min(rows, len(queue)))[0])
 
 
+def simulate_first(now: float, queue: Sequence[Queued], rows: int, running: Sequence[Running] = (),
+                   limits: Limits = Limits(), charges: Sequence[Charge] = ()) -> QueueForecast:
+    """:func:`simulate`'s slots of the first ``rows`` items, and its drain of the whole queue.
+
+    The walk goes to the end of the queue (the queue drains when its last
+    run ends), but of the items past ``rows`` it reads only what makes them
+    alike (:class:`_Alike`), never their ids, so ``queue`` may give one
+    object for all the items of a kind there.
+    """
+    slots, drain, drain_p90 = _walk(now, queue, running, limits, charges, min(rows, len(queue)), to_end=True)
+    return QueueForecast(now, tuple(slots), drain, drain_p90)
+
+
 class _Alike:
     """Queued items alike in everything the replay reads of them (all but their ids), waiting in order.
 
@@ -286,8 +299,10 @@ class _Alike:
 
 
 def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limits: Limits,
-          charges: Sequence[Charge], rows: int) -> tuple[list[Slot], float | None, float | None]:
-    """The replay, until the first ``rows`` items have their slots (``len(queue)``: to the end).
+          charges: Sequence[Charge], rows: int,
+          to_end: bool = False) -> tuple[list[Slot], float | None, float | None]:
+    """The replay, until the first ``rows`` items have their slots (``len(queue)`` or ``to_end``: to the
+    end; the slots are those of the first ``rows`` items either way).
 
     A tick walks the waiting items in queue order and then the items no
     tick has reached yet, launching each that may go, until its batch is
@@ -344,7 +359,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     tick_number = 0
     rounds = 0
     batch, spawn_delay = limits.batch_size, limits.spawn_delay
-    while left and (waiting or cursor < size):
+    while (left or to_end) and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
         rounds += 1
@@ -392,7 +407,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             drain = frees if drain is None else max(drain, frees)
             drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
             launched += 1
-        if not left or (not waiting and cursor >= size):
+        if (not left and not to_end) or (not waiting and cursor >= size):
             break
         if launched:
             tick_number += 1

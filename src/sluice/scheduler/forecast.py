@@ -137,6 +137,7 @@ class _Queue(Sequence):
         self.paused, self.throttle_end = paused, throttle_end
         self.built: dict[int, tuple[model.Queued, model.Estimate, int | None]] = {}
         self._shapes: dict[tuple, tuple] = {}
+        self._alike: dict[tuple, model.Queued] = {}
         self._shown: dict[int, tuple[float, float, dict]] = {}
 
     def shown(self, estimate: model.Estimate) -> tuple[float, float, dict]:
@@ -173,6 +174,22 @@ class _Queue(Sequence):
         found = self.built[index] = (queued, estimate, tokens)
         return found
 
+    def alike(self, index: int) -> model.Queued:
+        """An item as alike as the replay reads it to the one at ``index``: one object for every item of a
+        shape and launch cost, for a walk that reads the items past a view's rows only for the drain."""
+        row = self.works[index]
+        key = (_shape(row), row[10])
+        found = self._alike.get(key)
+        if found is None:
+            parts = self._shapes.get(key[0])
+            if parts is None:
+                parts = self._shapes[key[0]] = self._parts(key[0])
+            estimate, _tokens, held_until, why, labels, touches = parts
+            found = self._alike[key] = model.Queued(row[0], row[1], estimate.runtime_p50,
+                                                    estimate.runtime_p90, held_until, why,
+                                                    estimate.runtime_mean, labels, touches, row[10])
+        return found
+
     def _parts(self, shape: tuple) -> tuple:
         """What every queued item of one :func:`_shape` shares: its estimate, token p90, hold, why, labels
         and touches."""
@@ -184,6 +201,19 @@ class _Queue(Sequence):
             held_until = max(held_until, retry_at)
         return (estimate, tokens, held_until, rules.PAUSED if self.paused else why, frozenset(labels),
                 tuple(touches))
+
+
+class _FirstRows(Sequence):
+    """A queue whose first ``rows`` items are its own and whose later ones are :meth:`_Queue.alike`'s."""
+
+    def __init__(self, queue: _Queue, rows: int):
+        self.queue, self.rows = queue, rows
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def __getitem__(self, index):
+        return self.queue.entry(index)[0] if index < self.rows else self.queue.alike(index)
 
 
 def _shape(row: list) -> tuple:
@@ -243,17 +273,26 @@ def _setting(session: Session, caps: dict) -> _Setting:
                     throttle_end)
 
 
-def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Replay:
+def replay(where: Town | Session, executor: Executor | None = None, now: float | None = None,
+           rows: int | None = None) -> Replay:
     """The queue replayed under today's caps from the learned runtimes (the survey is the session's).
 
-    When the reading it replayed may be kept, the replay's head and its
-    first rows' times are kept under the same inputs (:func:`kept_head`).
+    ``rows``: only the first ``rows`` items get their slots (at least those
+    whose times :func:`kept_head` keeps), and the rest count for the drain
+    alone; a snapshot of 50 rows of 100,000 queued builds no row for the
+    others.  When the reading it replayed may be kept, the replay's head and
+    its first rows' times are kept under the same inputs (:func:`kept_head`).
     """
     session = Session.of(where, executor, now)
     works, caps, until = _queue_reading(session)
     setting = _setting(session, caps)
     queue = setting.queue(works)
-    result = model.simulate(session.now, queue, setting.running, setting.limits, setting.charges)
+    if rows is not None and max(rows, queuekeep.HEAD_ROWS) < len(queue):
+        rows = max(rows, queuekeep.HEAD_ROWS)
+        result = model.simulate_first(session.now, _FirstRows(queue, rows), rows, setting.running,
+                                      setting.limits, setting.charges)
+    else:
+        result = model.simulate(session.now, queue, setting.running, setting.limits, setting.charges)
     replayed = Replay(result, queue, setting.daemon, _budgets(setting.limits, setting.charges, session.now))
     if until is not None:
         _keep_head(session, replayed, until)
@@ -266,7 +305,7 @@ def head(replayed: Replay) -> dict:
     result = replayed.result
     return {"at": stamp(result.at), "drain_at": _at(result.drain_at),
             "drain_p90_at": _at(result.drain_p90_at), "daemon": replayed.daemon,
-            "items_total": len(result.slots)}
+            "items_total": len(replayed.queue)}
 
 
 def kept_head(session: Session, rows: list[dict]) -> dict | None:

@@ -207,16 +207,15 @@ def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict
     was_ready = ready
     ready -= sum(1 for k in gone if k < was_ready)
     backing -= sum(1 for k in gone if was_ready <= k < was_ready + backing)
-    kept = [(works[k], rows[k]) for k in range(len(works)) if k not in gone]
+    kept = list(zip(works, rows, strict=True))
+    if gone:
+        kept = [pair for k, pair in enumerate(kept) if k not in gone]
     segments = [kept[:ready], kept[ready:ready + backing], kept[ready + backing:]]
     # Backing-off works were never ranked (the survey sets them aside first): nothing is placed among them.
-    keys = [[_key(row, work) for work, row in segments[part]] if part != 1 else [] for part in range(3)]
+    # A segment is in rank order, so a new row's place is found by the keys of a few rows, not of all.
     for (work, row), blocked in added:
-        part = 2 if blocked else 0
-        key = _key(row, work)
-        at = bisect.bisect_left(keys[part], key)
-        keys[part].insert(at, key)
-        segments[part].insert(at, (work, row))
+        segment = segments[2 if blocked else 0]
+        segment.insert(bisect.bisect_left(segment, _key(row, work), key=_pair_key), (work, row))
     kept = [*segments[0], *segments[1], *segments[2]]
     return [work for work, _row in kept], {**facts, "marks": marks, "rows": [row for _work, row in kept],
                                            "ready": len(segments[0]), "backing_off": backing}
@@ -273,6 +272,11 @@ def _ranked(session: Session, new: list[contexts.Context]) -> list[tuple[tuple[l
             out.append(((reading_row(work, None, why, admission.applicant(work)),
                          [work.context_id, work.score, work.order]), why is not None))
     return out
+
+
+def _pair_key(pair: tuple[list, list]) -> tuple:
+    work, row = pair
+    return _key(row, work)
 
 
 def _key(row: list, work: list) -> tuple:

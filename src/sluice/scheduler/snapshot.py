@@ -137,7 +137,7 @@ def _forecast(session: Session, queue: list[dict]) -> dict:
         kept = forecasting.kept_head(session, queue)
         if kept is not None:  # the last replay of this very queue: its ``at`` says when it was made
             return kept
-        replayed = forecasting.replay(session)
+        replayed = forecasting.replay(session, rows=len(queue))  # the rows shown, and the drain
     except (SluiceError, OSError) as err:
         for row in queue:
             row["start_at"] = row["done_at"] = None
