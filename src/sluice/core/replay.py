@@ -333,12 +333,18 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     shown = [queue[position] for position in range(rows)]
     groups: dict[tuple, _Alike] = {}
 
+    by_object: dict[int, _Alike] = {}  # a queue may give one object for many items: its group at once
+
     def group_of(item: Queued) -> _Alike:
+        found = by_object.get(id(item))
+        if found is not None and found.item is item:
+            return found
         key = (item.why, item.rig, item.labels, item.touches, item.tokens, item.not_before,
                item.runtime_p50, item.runtime_p90, item.runtime_mean)
         found = groups.get(key)
         if found is None:
             found = groups[key] = _Alike(item, item.why or _never(item, limits), len(groups))
+            by_object[id(item)] = found  # the group keeps the object alive, so its id is no other's
             if found.never is None and item.not_before not in seen_holds:
                 seen_holds.add(item.not_before)
                 bisect.insort(holds_until, item.not_before)
@@ -370,17 +376,18 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
         while launched < batch and not held.full():
             if heads:
                 position, _, group = heads[0]
+                reached = False
             elif cursor < size:  # every waiting item was walked: the next one no tick has reached
                 position = cursor
                 cursor += 1
                 group = group_of(queue[position] if position >= rows else shown[position])
                 if group.never is not None:
                     continue
-                group.waiting.append(position)
-                waiting += 1
-                if group.passed != rounds:  # a group waiting in this tick would be among the heads
-                    heapq.heappush(heads, (position, group.order, group))
-                continue
+                if group.passed == rounds:  # passed over at this tick: it waits with the rest of its group
+                    group.waiting.append(position)
+                    waiting += 1
+                    continue
+                reached = True  # none of its group waits (they would be among the heads): it is asked now
             else:
                 break
             item = group.item
@@ -388,18 +395,23 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
                 if item.not_before <= tick:
                     refused.add(group.shape)
                 group.passed = rounds
-                heapq.heappop(heads)
+                if reached:
+                    group.waiting.append(position)
+                    waiting += 1
+                else:
+                    heapq.heappop(heads)
                 continue
             start = tick + launched * spawn_delay
             done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
             frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
             held.launch(item, start, frees)
-            group.waiting.popleft()
-            waiting -= 1
-            if group.waiting:
-                heapq.heapreplace(heads, (group.waiting[0], group.order, group))
-            else:
-                heapq.heappop(heads)
+            if not reached:
+                group.waiting.popleft()
+                waiting -= 1
+                if group.waiting:
+                    heapq.heapreplace(heads, (group.waiting[0], group.order, group))
+                else:
+                    heapq.heappop(heads)
             if position < rows:
                 slots[position] = Slot(shown[position].item_id, item.rig, position + 1, start, done, done_p90)
                 left -= 1
