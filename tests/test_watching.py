@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers.polecats import configure
 from helpers.scheduler import item, write_items
 from sluice.store.town import Town
-from sluice.surfaces.watching import Sources
+from sluice.surfaces.watching import Pace, Sources
 
 
 def test_every_source_of_the_snapshot_moves_the_signature_and_reading_does_not(cli, rig):
@@ -30,3 +30,39 @@ def test_every_source_of_the_snapshot_moves_the_signature_and_reading_does_not(c
         now = sources.signature()
         assert now != seen, f"{command} changed the town, and the views would not see it"
         seen = now
+
+
+def test_the_rest_after_a_snapshot_is_in_proportion_to_what_it_cost():
+    pace = Pace()
+    assert pace.ready(0.0)
+    pace.took(10.0, 10.5)  # half a second: the next change waits two more
+    assert not pace.ready(11.0) and not pace.ready(12.49) and pace.ready(12.5)
+    pace.took(20.0, 20.01)  # a small town's snapshot: the next change shows at once
+    assert pace.ready(20.06)
+
+
+def test_a_town_that_changes_all_the_time_is_not_snapshotted_back_to_back():
+    import asyncio
+    import itertools
+    import time
+
+    from sluice.surfaces.web.feed import Feed
+
+    ticks = itertools.count()
+
+    def slow_snapshot() -> dict:
+        time.sleep(0.3)  # a long queue's snapshot after a change
+        return {"n": next(ticks)}
+
+    changing = itertools.count()  # every look at the files finds them changed
+
+    async def listen(feed: Feed, seconds: float) -> None:
+        assert feed.join()
+        await asyncio.sleep(seconds)
+        feed.leave()
+
+    feed = Feed(slow_snapshot, lambda: next(changing), interval=1.0)
+    asyncio.run(listen(feed, 3.0))
+    # Back to back, a snapshot every 0.3 s plus a look every 0.25 s: six or more in 3 s. With a rest of
+    # four times what each took, at most one every 1.5 s, whatever the machine's load adds to each.
+    assert 1 <= feed.computed <= 3

@@ -43,7 +43,7 @@ from rich.text import Text
 from sluice.core.text import printable
 from sluice.errors import SluiceError
 from sluice.surfaces.screen import Column, Section, frame, pack
-from sluice.surfaces.watching import BACKSTOP, Sources
+from sluice.surfaces.watching import BACKSTOP, Pace, Sources
 
 if TYPE_CHECKING:
     from sluice.api import Town
@@ -452,15 +452,16 @@ class Top:
         try:
             with _Keys() as keys, Live(console=self.console, screen=True, auto_refresh=False,
                                        redirect_stdout=False, redirect_stderr=False) as live:
-                sources = Sources(self.town.files)
+                sources, pace = Sources(self.town.files), Pace()
                 seen = None
                 next_at = drawn_at = 0.0
                 while True:
                     now = time.monotonic()
-                    watched = sources.signature()
+                    watched = sources.signature() if pace.ready(now) else seen
                     if self.dirty or now >= next_at or watched != seen:
                         seen = watched
                         self.refresh()
+                        pace.took(now, time.monotonic())
                         self.dirty = False
                         next_at = now + max(self.interval, BACKSTOP)
                         drawn_at = now + self.interval

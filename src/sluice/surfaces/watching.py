@@ -8,7 +8,8 @@ decision and run logs, the polecat records (their directory), and each
 rig's ephemeral log and items file — and
 otherwise only every :data:`BACKSTOP` seconds, for what moves with the
 clock alone (a deferral or a backoff ending, a host reading); polecat
-runtimes tick on screen without a new snapshot.
+runtimes tick on screen without a new snapshot.  A change waits out a rest
+in proportion to what the last snapshot cost (:class:`Pace`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,34 @@ if TYPE_CHECKING:
 
 #: Seconds between snapshots when no watched file changed.
 BACKSTOP = 30.0
+
+#: After a snapshot that took ``t`` seconds, a change waits until ``REST × t`` seconds have passed since
+#: it ended before the next: a view of a town that changes all the time spends at most a fifth of a core.
+REST = 4.0
+
+
+class Pace:
+    """When a live view may take its next snapshot after a change.
+
+    A daemon draining a long queue changes the town at every tick, and a
+    snapshot of 100,000 queued items takes most of a second after a change:
+    a view that took one per change would keep a core busy.  The rest after
+    each snapshot is in proportion to what that snapshot cost, so a small
+    town shows a change at once (a snapshot of a few hundred items takes a
+    few hundredths of a second) and a large one every few seconds.
+    """
+
+    def __init__(self, rest: float = REST):
+        self.rest = rest
+        self.calm_at = 0.0
+
+    def took(self, started: float, ended: float) -> None:
+        """Note a snapshot taken from ``started`` to ``ended`` (a monotonic clock)."""
+        self.calm_at = ended + self.rest * max(0.0, ended - started)
+
+    def ready(self, now: float) -> bool:
+        """Whether a change seen at ``now`` may be shown now."""
+        return now >= self.calm_at
 
 
 class Sources:

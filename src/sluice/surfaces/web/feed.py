@@ -4,9 +4,9 @@ Each stream used to compute the whole snapshot itself every second, so ten
 open tabs cost ten surveys of the queue a second.  Now one task, running
 while at least one stream is open, watches the signature of the town's
 sources (:mod:`sluice.surfaces.watching`) and computes the snapshot when it
-changed, or after the backstop for what moves with the clock alone (the
-page ticks runtimes itself); every stream sends the newest message it has
-not sent yet.  The number of open streams is
+changed (after a rest in proportion to what the last one cost), or after
+the backstop for what moves with the clock alone (the page ticks runtimes
+itself); every stream sends the newest message it has not sent yet.  The number of open streams is
 bounded, so a page left open in many tabs, or a misbehaving client, cannot
 pile up connections: one past the bound is answered 503 at once.
 """
@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 
 from sluice.errors import SluiceError
-from sluice.surfaces.watching import BACKSTOP
+from sluice.surfaces.watching import BACKSTOP, Pace
 
 POLL = 0.25  # seconds between looks at the watched files
 DEFAULT_MAX_STREAMS = 32
@@ -37,6 +37,7 @@ class Feed:
         self.version = 0
         self.message = ""
         self.computed = 0  # snapshots computed so far, whatever the number of streams
+        self.pace = Pace()
         # Set when a newer message is out, then replaced by a fresh one. An Event, not a Condition:
         # a stream's wait is cancelled by its timeout, and a Condition's wait cancelled that way can
         # leave its lock released under the waiter ("cannot wait on un-acquired lock").
@@ -71,14 +72,16 @@ class Feed:
         loop = asyncio.get_running_loop()
         seen, next_at, last = None, 0.0, None
         while self.streams > 0:
-            watched = await asyncio.to_thread(self.watched)
+            watched = await asyncio.to_thread(self.watched) if self.pace.ready(loop.time()) else seen
             if watched != seen or loop.time() >= next_at:
-                seen, next_at = watched, loop.time() + max(self.interval, BACKSTOP)
+                started = loop.time()
+                seen, next_at = watched, started + max(self.interval, BACKSTOP)
                 try:
                     snapshot = await asyncio.to_thread(self.compute)
                     data, kind = json.dumps(snapshot, ensure_ascii=False), "state"
                 except SluiceError as err:
                     data, kind = json.dumps({"error": str(err)}), "problem"
+                self.pace.took(started, loop.time())
                 self.computed += 1
                 if data != last:
                     last = data
