@@ -590,6 +590,21 @@ def test_a_snapshot_of_a_few_rows_replays_the_whole_queue_for_its_drain_and_slot
     assert rows == [(row["item_id"], row["start_at"], row["done_at"]) for row in whole["items"][:3]]
 
 
+def test_a_forecast_of_its_first_rows_has_the_whole_ones_head_and_rows(twelve_queued, clock, monkeypatch):
+    from sluice.scheduler.forecast import forecast
+
+    monkeypatch.setattr(queuekeep, "HEAD_ROWS", 2)
+    now = clock.now
+    whole = forecast_at(twelve_queued, now)
+    first_rows: list[int] = []
+    replays(monkeypatch, first_rows=first_rows)
+    part = forecast(Session(Town(twelve_queued), now=now), limit=3)
+    assert first_rows == [3]  # the daemon's kept forecast asks for one row: it slots no more than that
+    assert {key: value for key, value in part.items() if key != "items"} == {
+        key: value for key, value in whole.items() if key != "items"}
+    assert part["items"] == whole["items"][:3]
+
+
 def test_a_cut_or_foreign_kept_replay_is_no_replay(twelve_queued, clock):
     now = clock.now
     first = snapshot_times(twelve_queued, now)

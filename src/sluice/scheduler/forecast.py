@@ -486,7 +486,7 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
     of the forecast itself.
     """
     session = Session.of(where, executor, now)
-    replayed = replay(session)
+    replayed = replay(session, rows=limit or None)  # the daemon's kept forecast asks for one row
     result = replayed.result
     shown = range(min(limit, len(result.slots)) if limit else len(result.slots))
     top = head(replayed)
