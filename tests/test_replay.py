@@ -333,3 +333,22 @@ def test_a_tick_asks_a_run_of_items_alike_once_not_each_of_them():
     forecast = simulate(0.0, queue, limits=Limits(rig_caps={"api": 1}, interval=60.0))
     assert [slot.start_at for slot in forecast.slots] == [120.0 * n for n in range(400)]
     assert Counted.reads < 10 * len(queue)
+
+
+def test_alike_items_going_together_leave_an_earlier_waiting_item_its_turn():
+    # a-0 and b-1 wait out a hold, c-2 and c-3 fill tick 0's batch, and a-4 is not reached then. At the
+    # next tick a-0 goes first and b-1, waiting ahead of a-4, takes the batch's second place.
+    held_until = 60.0
+    queue = [Queued("a-0", "a", 100.0, 100.0, not_before=held_until), Queued("b-1", "b", 100.0, 100.0,
+                                                                              not_before=held_until),
+             Queued("c-2", "c", 100.0, 100.0), Queued("c-3", "c", 100.0, 100.0),
+             Queued("a-4", "a", 100.0, 100.0, not_before=held_until)]
+    forecast = simulate(0.0, queue, limits=Limits(batch_size=2, interval=60.0))
+    assert starts(forecast) == [60.0, 60.0, 0.0, 0.0, 120.0]
+
+
+def test_alike_items_going_together_are_each_charged_their_tokens():
+    queue = [item(n, tokens=300) for n in range(4)]
+    forecast = simulate(0.0, queue, limits=Limits(batch_size=4, interval=60.0, town_budget=900,
+                                                  budget_window=900.0))
+    assert starts(forecast) == [0.0, 0.0, 0.0, 900.0]

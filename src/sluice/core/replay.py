@@ -126,7 +126,8 @@ class _Held:
 
     def __init__(self, limits: Limits, charges: Sequence[Charge], now: float):
         self.limits = limits
-        self.busy: list[tuple[float, int, str, frozenset[str], tuple[str, ...]]] = []  # frees at, seq, …
+        self.busy: list[tuple[float, int, str, frozenset[str], tuple[str, ...], int]] = []  # frees at, seq, …
+        self.held = 0  # runs held: alike runs that free together are one entry of ``busy``, counted
         self.seq = 0
         self.per_rig: dict[str, int] = {}
         self.per_label: dict[str, int] = {}
@@ -145,27 +146,55 @@ class _Held:
         self.town_spend += charge.tokens
         self.rig_spend[charge.rig] = self.rig_spend.get(charge.rig, 0) + charge.tokens
 
-    def hold(self, frees: float, rig: str, labels: frozenset[str], touches: tuple[str, ...]) -> None:
+    def hold(self, frees: float, rig: str, labels: frozenset[str], touches: tuple[str, ...],
+             count: int = 1) -> None:
         self.seq += 1
-        heapq.heappush(self.busy, (frees, self.seq, rig, labels, touches))
-        self.per_rig[rig] = self.per_rig.get(rig, 0) + 1
+        heapq.heappush(self.busy, (frees, self.seq, rig, labels, touches, count))
+        self.held += count
+        self.per_rig[rig] = self.per_rig.get(rig, 0) + count
         for label in labels:
-            self.per_label[label] = self.per_label.get(label, 0) + 1
-        if touches:
+            self.per_label[label] = self.per_label.get(label, 0) + count
+        if touches:  # alike runs that touch paths overlap each other: never more than one at once
             self.touching.setdefault(rig, {})[self.seq] = touches
 
-    def launch(self, item: Queued, start: float, frees: float) -> None:
-        self.hold(frees, item.rig, item.labels, item.touches)
+    def launch(self, item: Queued, start: float, frees: float, count: int = 1) -> None:
+        """Hold ``count`` runs alike to ``item`` started at ``start``, and charge their tokens."""
+        self.hold(frees, item.rig, item.labels, item.touches, count)
         if self.budgeted:
-            self._charge(Charge(start, item.tokens, item.rig))
+            self._charge(Charge(start, item.tokens * count, item.rig))
+
+    def room(self, item: Queued, most: int) -> int:
+        """How many items alike to ``item`` (which :meth:`goes`) may go now one after another, at most
+        ``most``: each cap's room, each budget's room in tokens, and one at a time for touched paths."""
+        limits = self.limits
+        room = most
+        if limits.town_cap is not None:
+            room = min(room, limits.town_cap - self.held)
+        rig_cap = limits.rig_caps.get(item.rig)
+        if rig_cap is not None:
+            room = min(room, rig_cap - self.per_rig.get(item.rig, 0))
+        for label in item.labels:
+            cap = limits.label_caps.get(label)
+            if cap is not None:
+                room = min(room, cap - self.per_label.get(label, 0))
+        if item.tokens > 0:
+            if limits.town_budget > 0:
+                room = min(room, (limits.town_budget - self.town_spend) // item.tokens)
+            rig_budget = limits.rig_budgets.get(item.rig, 0)
+            if rig_budget > 0:
+                room = min(room, (rig_budget - self.rig_spend.get(item.rig, 0)) // item.tokens)
+        if item.touches:
+            room = min(room, 1)
+        return max(room, 1)
 
     def release(self, tick: float) -> None:
         """Free the slots whose runs have ended by ``tick`` and forget charges a window old."""
         while self.busy and self.busy[0][0] <= tick:
-            _, seq, rig, labels, touches = heapq.heappop(self.busy)
-            self.per_rig[rig] -= 1
+            _, seq, rig, labels, touches, count = heapq.heappop(self.busy)
+            self.held -= count
+            self.per_rig[rig] -= count
             for label in labels:
-                self.per_label[label] -= 1
+                self.per_label[label] -= count
             if touches:
                 del self.touching[rig][seq]
         window = self.limits.budget_window
@@ -176,7 +205,7 @@ class _Held:
 
     def full(self) -> bool:
         cap = self.limits.town_cap
-        return cap is not None and len(self.busy) >= cap
+        return cap is not None and self.held >= cap
 
     def goes(self, item: Queued) -> bool:
         """Whether admission would let ``item`` go now (its ``not_before`` is the caller's)."""
@@ -404,21 +433,39 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             start = tick + launched * spawn_delay
             done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
             frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
-            held.launch(item, start, frees)
+            # With no spawn delay, the items of the group that the walk meets next go with it, as far as
+            # there is room: they start, end and free their slots together.
+            together = [position]
+            most = held.room(item, batch - launched) if spawn_delay == 0 else 1
+            reaching = reached  # whether the walk's next item is one it has not reached yet
             if not reached:
                 group.waiting.popleft()
                 waiting -= 1
+                others = min((entry[0] for entry in heads[1:3]), default=size)  # the next other group's
+                while len(together) < most and group.waiting and group.waiting[0] < others:
+                    together.append(group.waiting.popleft())
+                    waiting -= 1
+                reaching = not group.waiting and len(heads) == 1
+            while reaching and len(together) < most and cursor < size:
+                if group_of(queue[cursor] if cursor >= rows else shown[cursor]) is not group:
+                    break  # reached again by the walk, as its next item
+                together.append(cursor)
+                cursor += 1
+            held.launch(item, start, frees, len(together))
+            if heads and heads[0][2] is group:
                 if group.waiting:
                     heapq.heapreplace(heads, (group.waiting[0], group.order, group))
                 else:
                     heapq.heappop(heads)
-            if position < rows:
-                slots[position] = Slot(shown[position].item_id, item.rig, position + 1, start, done, done_p90)
-                left -= 1
+            for position in together:
+                if position < rows:
+                    slots[position] = Slot(shown[position].item_id, item.rig, position + 1, start, done,
+                                           done_p90)
+                    left -= 1
             # The queue drains when the last slot frees; its p90 is no earlier than that.
             drain = frees if drain is None else max(drain, frees)
             drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
-            launched += 1
+            launched += len(together)
         if (not left and not to_end) or (not waiting and cursor >= size):
             break
         if launched:
