@@ -72,10 +72,11 @@ def test_config_set_help_lists_every_key_with_its_default():
 
 
 def test_show_completion_prints_a_bash_script_that_completes_commands(tmp_path: Path):
-    # Run from bash, as a person would: typer finds the shell it was started from.
+    # Run from bash, as a person would: typer finds the shell it was started from. A lone command
+    # under ``bash -c`` replaces bash (its parent would be this test's), so bash is kept waiting for it.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    script = subprocess.run(["bash", "-c", "sluice --show-completion"], capture_output=True, text=True,
-                            env=env, timeout=60)
+    script = subprocess.run(["bash", "-c", "sluice --show-completion; exit $?"], capture_output=True,
+                            text=True, env=env, timeout=60)
     assert script.returncode == 0, script.stderr
     assert "_sluice_completion" in script.stdout and "complete " in script.stdout
     (tmp_path / "completion.bash").write_text(script.stdout)
