@@ -161,3 +161,18 @@ def test_bench_hot_times_every_hot_command_against_the_bare_interpreter(tmp_path
     [tree] = found["trees"].values()
     assert len(tree) == 8 and all(seconds > 0 for seconds in tree.values())
     assert "`scheduler explain ID --json` (a queued item)" in tree
+
+
+def test_bench_replay_times_every_case_and_the_trees_agree_on_each_drain():
+    src = str(ROOT / "src")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_replay.py"), "--sizes", "300", "--runs", "1",
+         "--tree", f"one={src}", "--tree", f"two={src}", "--json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT / "benchmarks",
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert set(found) == {"no cap", "rig cap 5", "label cap 3", "touches", "budget"}
+    for case in found.values():
+        one, two = case["one"]["300"], case["two"]["300"]
+        assert one["cpu"] >= 0 and one["drain"] == two["drain"] > 0
