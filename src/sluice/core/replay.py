@@ -262,10 +262,11 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
     runtime when it has one (a queue drains by the sum of its runtimes, and
     a sum goes by the mean), else its median; ``done_at`` is the item's own
     median finish and the p90 only widens it.  Ticks at which nothing can
-    change are skipped, so a long queue costs a walk per launch, not per
-    tick; within a tick, an item shaped like one already passed over
-    (rig, labels, touches, tokens) is passed over without asking again,
-    since launches only ever take room.
+    change are skipped, and a tick asks each group of waiting items alike
+    once (:func:`_walk`), so a long queue behind a cap costs its groups per
+    tick, not its items; within a tick, an item shaped like one already
+    passed over (rig, labels, touches, tokens) is passed over without asking
+    again, since launches only ever take room.
 
     Raising a cap does not always bring every ETA forward, as it does not in
     dispatch either.  With the town cap and rig caps alone it does, and the
