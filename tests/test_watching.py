@@ -39,6 +39,8 @@ def test_the_rest_after_a_snapshot_is_in_proportion_to_what_it_cost():
     assert not pace.ready(11.0) and not pace.ready(12.49) and pace.ready(12.5)
     pace.took(20.0, 20.01)  # a small town's snapshot: the next change shows at once
     assert pace.ready(20.06)
+    pace.took(30.0, 40.0)  # a snapshot of ten seconds on a machine at its limit: never more than 15 s behind
+    assert not pace.ready(54.9) and pace.ready(55.0)
 
 
 def test_a_town_that_changes_all_the_time_is_not_snapshotted_back_to_back():

@@ -31,6 +31,8 @@ BACKSTOP = 30.0
 #: After a snapshot that took ``t`` seconds, a change waits until ``REST × t`` seconds have passed since
 #: it ended before the next: a view of a town that changes all the time spends at most a fifth of a core.
 REST = 4.0
+#: But a view is never more than this many seconds behind a change for it.
+MOST_REST = 15.0
 
 
 class Pace:
@@ -50,7 +52,7 @@ class Pace:
 
     def took(self, started: float, ended: float) -> None:
         """Note a snapshot taken from ``started`` to ``ended`` (a monotonic clock)."""
-        self.calm_at = ended + self.rest * max(0.0, ended - started)
+        self.calm_at = ended + min(MOST_REST, self.rest * max(0.0, ended - started))
 
     def ready(self, now: float) -> bool:
         """Whether a change seen at ``now`` may be shown now."""
