@@ -309,23 +309,29 @@ def simulate_first(now: float, queue: Sequence[Queued], rows: int, running: Sequ
 
 
 class _Alike:
-    """Queued items alike in everything the replay reads of them (all but their ids), waiting in order.
+    """Queued items that a tick passes over together, waiting in queue order.
 
-    Dispatch passes over a whole shape at once (what stops one item of it
-    stops the next), so a tick asks each such group once instead of each
-    item: a queue of 100,000 behind a rig cap walks the few groups that
-    wait at each tick, not the 100,000 items.
+    What decides whether an item may go (its rig, labels, touches, tokens
+    under a budget, hold and ``why``) is the same for all of them, so what
+    stops one stops the next, and a tick asks each such group once instead
+    of each item: a queue of 100,000 behind a rig cap walks the few groups
+    that wait at each tick, not the 100,000 items.  Each item keeps its own
+    runtimes, which count only once it goes.
     """
 
     __slots__ = ("item", "never", "order", "passed", "shape", "waiting")
 
-    def __init__(self, item: Queued, never: str | None, order: int):
-        self.item = item
-        self.shape = (item.rig, item.labels, item.touches, item.tokens)
+    def __init__(self, item: Queued, never: str | None, order: int, budgeted: bool):
+        self.item = item  # the first of them: what admission reads of any of them
+        self.shape = (item.rig, item.labels, item.touches, item.tokens if budgeted else 0)
         self.never = never  # why none of them can ever start, or None
-        self.waiting: deque[int] = deque()  # positions reached and not launched, in queue order
-        self.order = order  # tells two groups apart in the heap (one's head is never another's)
+        self.waiting: deque[tuple[int, Queued]] = deque()  # (position, item) reached and not launched
+        self.order = order  # tells two groups apart (one's first position is never another's)
         self.passed = -1  # the round at which a tick last passed the group over
+
+
+def _runtimes(item: Queued) -> tuple[float, float, float | None]:
+    return item.runtime_p50, item.runtime_p90, item.runtime_mean
 
 
 def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limits: Limits,
@@ -362,23 +368,22 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     slots: list[Slot | None] = [None] * rows
     shown = [queue[position] for position in range(rows)]
     groups: dict[tuple, _Alike] = {}
-
-    by_object: dict[int, _Alike] = {}  # a queue may give one object for many items: its group at once
+    by_object: dict[int, tuple[Queued, _Alike]] = {}  # a queue may give one object for many items
+    budgeted = held.budgeted  # tokens count only under a budget
 
     def group_of(item: Queued) -> _Alike:
         found = by_object.get(id(item))
-        if found is not None and found.item is item:
-            return found
-        key = (item.why, item.rig, item.labels, item.touches, item.tokens, item.not_before,
-               item.runtime_p50, item.runtime_p90, item.runtime_mean)
-        found = groups.get(key)
-        if found is None:
-            found = groups[key] = _Alike(item, item.why or _never(item, limits), len(groups))
-            by_object[id(item)] = found  # the group keeps the object alive, so its id is no other's
-            if found.never is None and item.not_before not in seen_holds:
+        if found is not None and found[0] is item:
+            return found[1]
+        key = (item.why, item.rig, item.labels, item.touches, item.tokens if budgeted else 0, item.not_before)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Alike(item, item.why or _never(item, limits), len(groups), budgeted)
+            if group.never is None and item.not_before not in seen_holds:
                 seen_holds.add(item.not_before)
                 bisect.insort(holds_until, item.not_before)
-        return found
+        by_object[id(item)] = (item, group)  # kept alive here, so its id is no other object's
+        return group
 
     left = 0  # of the first ``rows`` items, those that may start and have no slot yet
     for position, item in enumerate(shown):  # what cannot start says so whether or not the walk gets there
@@ -395,29 +400,38 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     tick_number = 0
     rounds = 0
     batch, spawn_delay = limits.batch_size, limits.spawn_delay
+    # The groups with items waiting, as (first position, order, group), in queue order: a tick walks
+    # them from the start; one whose first item moved on at this tick (some of it launched) waits in
+    # ``moved`` for its new turn, and one passed over keeps its place in ``passed`` for the next tick.
+    heads: list[tuple[int, int, _Alike]] = []
     while (left or to_end) and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
         rounds += 1
         launched = 0
         refused: set[tuple] = set()
-        heads = [(group.waiting[0], group.order, group) for group in groups.values() if group.waiting]
-        heapq.heapify(heads)
+        at = 0
+        moved: list[tuple[int, int, _Alike]] = []
+        passed: list[tuple[int, int, _Alike]] = []
         while launched < batch and not held.full():
-            if heads:
-                position, _, group = heads[0]
-                reached = False
+            if at < len(heads) and (not moved or heads[at][0] < moved[0][0]):
+                position, _, group = heads[at]
+                source = heads
+            elif moved:
+                position, _, group = moved[0]
+                source = moved
             elif cursor < size:  # every waiting item was walked: the next one no tick has reached
                 position = cursor
                 cursor += 1
-                group = group_of(queue[position] if position >= rows else shown[position])
+                reached = queue[position] if position >= rows else shown[position]
+                group = group_of(reached)
                 if group.never is not None:
                     continue
                 if group.passed == rounds:  # passed over at this tick: it waits with the rest of its group
-                    group.waiting.append(position)
+                    group.waiting.append((position, reached))
                     waiting += 1
                     continue
-                reached = True  # none of its group waits (they would be among the heads): it is asked now
+                source = None  # none of its group waits (it would be walked already): it is asked now
             else:
                 break
             item = group.item
@@ -425,39 +439,50 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
                 if item.not_before <= tick:
                     refused.add(group.shape)
                 group.passed = rounds
-                if reached:
-                    group.waiting.append(position)
+                if source is None:
+                    group.waiting.append((position, reached))
                     waiting += 1
+                    passed.append((position, group.order, group))
+                elif source is heads:
+                    passed.append(heads[at])
+                    at += 1
                 else:
-                    heapq.heappop(heads)
+                    passed.append(heapq.heappop(moved))
                 continue
+            # The first item goes, with its own runtimes; with no spawn delay, the items of its group
+            # with the same runtimes that the walk meets next go with it, as far as there is room:
+            # they start, end and free their slots together.
+            if source is None:
+                first_item, others = reached, size
+            else:
+                first_item = group.waiting.popleft()[1]
+                waiting -= 1
+                if source is heads:
+                    at += 1
+                else:
+                    heapq.heappop(moved)
+                # where the next other group's first item stands (the queue's end: none waits)
+                others = min(heads[at][0] if at < len(heads) else size, moved[0][0] if moved else size)
+            runtimes = (first_item.runtime_p50, first_item.runtime_p90, first_item.runtime_mean)
             start = tick + launched * spawn_delay
-            done, done_p90 = start + item.runtime_p50, start + max(item.runtime_p50, item.runtime_p90)
-            frees = start + (item.runtime_mean if item.runtime_mean is not None else item.runtime_p50)
-            # With no spawn delay, the items of the group that the walk meets next go with it, as far as
-            # there is room: they start, end and free their slots together.
+            done, done_p90 = start + runtimes[0], start + max(runtimes[0], runtimes[1])
+            frees = start + (runtimes[2] if runtimes[2] is not None else runtimes[0])
             together = [position]
             most = held.room(item, batch - launched) if spawn_delay == 0 else 1
-            reaching = reached  # whether the walk's next item is one it has not reached yet
-            if not reached:
-                group.waiting.popleft()
+            while (len(together) < most and group.waiting and group.waiting[0][0] < others
+                   and _runtimes(group.waiting[0][1]) == runtimes):
+                together.append(group.waiting.popleft()[0])
                 waiting -= 1
-                others = min((entry[0] for entry in heads[1:3]), default=size)  # the next other group's
-                while len(together) < most and group.waiting and group.waiting[0] < others:
-                    together.append(group.waiting.popleft())
-                    waiting -= 1
-                reaching = not group.waiting and len(heads) == 1
-            while reaching and len(together) < most and cursor < size:
-                if group_of(queue[cursor] if cursor >= rows else shown[cursor]) is not group:
-                    break  # reached again by the walk, as its next item
-                together.append(cursor)
-                cursor += 1
+            if not group.waiting and others == size:  # the walk's next item is one it has not reached
+                while len(together) < most and cursor < size:
+                    after = queue[cursor] if cursor >= rows else shown[cursor]
+                    if group_of(after) is not group or _runtimes(after) != runtimes:
+                        break  # reached again by the walk, as its next item
+                    together.append(cursor)
+                    cursor += 1
+            if group.waiting:
+                heapq.heappush(moved, (group.waiting[0][0], group.order, group))
             held.launch(item, start, frees, len(together))
-            if heads and heads[0][2] is group:
-                if group.waiting:
-                    heapq.heapreplace(heads, (group.waiting[0], group.order, group))
-                else:
-                    heapq.heappop(heads)
             for position in together:
                 if position < rows:
                     slots[position] = Slot(shown[position].item_id, item.rig, position + 1, start, done,
@@ -467,6 +492,8 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             drain = frees if drain is None else max(drain, frees)
             drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
             launched += len(together)
+        heads = passed + moved + heads[at:]  # runs in queue order each: the sort merges them
+        heads.sort()
         if (not left and not to_end) or (not waiting and cursor >= size):
             break
         if launched:

@@ -457,11 +457,13 @@ class Top:
                 next_at = drawn_at = 0.0
                 while True:
                     now = time.monotonic()
-                    watched = sources.signature() if pace.ready(now) else seen
-                    if self.dirty or now >= next_at or watched != seen:
+                    due = self.dirty or now >= next_at  # a key pressed, or the backstop
+                    watched = sources.signature() if due or pace.ready(now) else seen
+                    if due or watched != seen:
                         seen = watched
+                        taken = time.monotonic()
                         self.refresh()
-                        pace.took(now, time.monotonic())
+                        pace.took(taken, time.monotonic())
                         self.dirty = False
                         next_at = now + max(self.interval, BACKSTOP)
                         drawn_at = now + self.interval

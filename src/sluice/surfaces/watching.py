@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 BACKSTOP = 30.0
 
 #: After a snapshot that took ``t`` seconds, a change waits until ``REST × t`` seconds have passed since
-#: it ended before the next: a view of a town that changes all the time spends at most a fifth of a core.
+#: it ended before the next: a view of a town that changes all the time spends at most a fifth of a core
+#: on its snapshots (while each takes under ``MOST_REST / REST`` seconds; past that, the rest is capped).
 REST = 4.0
 #: But a view is never more than this many seconds behind a change for it.
 MOST_REST = 15.0

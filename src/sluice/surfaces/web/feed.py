@@ -72,8 +72,9 @@ class Feed:
         loop = asyncio.get_running_loop()
         seen, next_at, last = None, 0.0, None
         while self.streams > 0:
-            watched = await asyncio.to_thread(self.watched) if self.pace.ready(loop.time()) else seen
-            if watched != seen or loop.time() >= next_at:
+            due = loop.time() >= next_at  # the backstop: what moves with the clock alone
+            watched = await asyncio.to_thread(self.watched) if due or self.pace.ready(loop.time()) else seen
+            if watched != seen or due:
                 started = loop.time()
                 seen, next_at = watched, started + max(self.interval, BACKSTOP)
                 try:
