@@ -11,6 +11,8 @@ labels), replayed from a town of 1,000 slots with 20 launches a tick:
 
 * ``no cap``: only the town's cap;
 * ``rig cap 5``: one of the two rigs may hold 5 slots;
+* ``own runtimes``: the rig cap, and every item its own runtime (as items
+  with their own ``estimated_minutes`` have);
 * ``label cap 3``: the items with label ``db`` may hold 3;
 * ``touches``: each rig's items all touch ``src/**``, so one at a time per rig;
 * ``budget``: a town budget of 40 launches' tokens an hour.
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from bench_launch import trees_of  # the benchmarks' directory is the script's
 
-CASES = ("no cap", "rig cap 5", "label cap 3", "touches", "budget")
+CASES = ("no cap", "rig cap 5", "own runtimes", "label cap 3", "touches", "budget")
 
 #: Run in the tree's own interpreter: builds the case's queue, replays it ``runs`` times, prints the CPU s.
 PROBE = r"""
@@ -42,9 +44,11 @@ case, size, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 kinds = [("api", 600.0, 1500.0, frozenset({"db"})), ("web", 1800.0, 4000.0, frozenset()),
          ("api", 1800.0, 4000.0, frozenset()), ("web", 600.0, 1500.0, frozenset({"db"}))]
 touches = ("src/**",) if case == "touches" else ()
-queue = [Queued(f"it-{n}", rig, p50, p90, labels=labels, touches=touches, tokens=5000)
+own = 0.001 if case == "own runtimes" else 0.0
+queue = [Queued(f"it-{n}", rig, p50 + own * n, p90 + own * n, labels=labels, touches=touches, tokens=5000)
          for n, (rig, p50, p90, labels) in ((n, kinds[(n * 7 + n // 3) % 4]) for n in range(size))]
-limits = {"no cap": {}, "rig cap 5": {"rig_caps": {"api": 5}}, "label cap 3": {"label_caps": {"db": 3}},
+limits = {"no cap": {}, "rig cap 5": {"rig_caps": {"api": 5}}, "own runtimes": {"rig_caps": {"api": 5}},
+          "label cap 3": {"label_caps": {"db": 3}},
           "touches": {}, "budget": {"town_budget": 200_000, "budget_window": 3600.0}}[case]
 limits = Limits(town_cap=1000, batch_size=20, interval=60.0, **limits)
 times, drain = [], None

@@ -172,7 +172,7 @@ def test_bench_replay_times_every_case_and_the_trees_agree_on_each_drain():
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert set(found) == {"no cap", "rig cap 5", "label cap 3", "touches", "budget"}
+    assert set(found) == {"no cap", "rig cap 5", "own runtimes", "label cap 3", "touches", "budget"}
     for case in found.values():
         one, two = case["one"]["300"], case["two"]["300"]
         assert one["cpu"] >= 0 and one["drain"] == two["drain"] > 0
