@@ -379,10 +379,10 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
         group = groups.get(key)
         if group is None:
             group = groups[key] = _Alike(item, item.why or _never(item, limits), len(groups), budgeted)
+            by_object[id(item)] = (item, group)  # kept alive here, so its id is no other object's
             if group.never is None and item.not_before not in seen_holds:
                 seen_holds.add(item.not_before)
                 bisect.insort(holds_until, item.not_before)
-        by_object[id(item)] = (item, group)  # kept alive here, so its id is no other object's
         return group
 
     left = 0  # of the first ``rows`` items, those that may start and have no slot yet
@@ -404,6 +404,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     # them from the start; one whose first item moved on at this tick (some of it launched) waits in
     # ``moved`` for its new turn, and one passed over keeps its place in ``passed`` for the next tick.
     heads: list[tuple[int, int, _Alike]] = []
+    peeked: tuple[int, Queued, _Alike] | None = None  # the item at ``cursor`` and its group, once looked at
     while (left or to_end) and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
@@ -423,8 +424,11 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             elif cursor < size:  # every waiting item was walked: the next one no tick has reached
                 position = cursor
                 cursor += 1
-                reached = queue[position] if position >= rows else shown[position]
-                group = group_of(reached)
+                if peeked is not None and peeked[0] == position:  # looked at already, by a launch
+                    _, reached, group = peeked
+                else:
+                    reached = queue[position] if position >= rows else shown[position]
+                    group = group_of(reached)
                 if group.never is not None:
                     continue
                 if group.passed == rounds:  # passed over at this tick: it waits with the rest of its group
@@ -435,7 +439,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             else:
                 break
             item = group.item
-            if item.not_before > tick or group.shape in refused or not held.goes(item):
+            if item.not_before > tick or (refused and group.shape in refused) or not held.goes(item):
                 if item.not_before <= tick:
                     refused.add(group.shape)
                 group.passed = rounds
@@ -468,16 +472,27 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             done, done_p90 = start + runtimes[0], start + max(runtimes[0], runtimes[1])
             frees = start + (runtimes[2] if runtimes[2] is not None else runtimes[0])
             together = [position]
-            most = held.room(item, batch - launched) if spawn_delay == 0 else 1
-            while (len(together) < most and group.waiting and group.waiting[0][0] < others
+            most = 0 if spawn_delay == 0 else 1  # how many may go together, worked out once one could
+            while (group.waiting and group.waiting[0][0] < others
                    and _runtimes(group.waiting[0][1]) == runtimes):
+                most = most or held.room(item, batch - launched)
+                if len(together) >= most:
+                    break
                 together.append(group.waiting.popleft()[0])
                 waiting -= 1
             if not group.waiting and others == size:  # the walk's next item is one it has not reached
-                while len(together) < most and cursor < size:
+                town_cap = limits.town_cap
+                while cursor < size:
+                    if launched + len(together) >= batch or (town_cap is not None
+                                                             and held.held + len(together) >= town_cap):
+                        break  # the tick is over: its walk reads no further
                     after = queue[cursor] if cursor >= rows else shown[cursor]
-                    if group_of(after) is not group or _runtimes(after) != runtimes:
-                        break  # reached again by the walk, as its next item
+                    peeked = (cursor, after, group_of(after))  # the walk's next item, whatever happens here
+                    if peeked[2] is not group or _runtimes(after) != runtimes:
+                        break
+                    most = most or held.room(item, batch - launched)
+                    if len(together) >= most:
+                        break
                     together.append(cursor)
                     cursor += 1
             if group.waiting:
