@@ -327,7 +327,7 @@ class _Alike:
         self.never = never  # why none of them can ever start, or None
         self.waiting: deque[tuple[int, Queued]] = deque()  # (position, item) reached and not launched
         self.order = order  # tells two groups apart (one's first position is never another's)
-        self.passed = -1  # the round at which a tick last passed the group over
+        self.passed = -1  # the tick (its number) at which the walk last passed the group over
 
 
 def _runtimes(item: Queued) -> tuple[float, float, float | None]:
@@ -397,8 +397,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     cursor = 0
     holds_until: list[float] = []
     seen_holds: set[float] = set()
-    tick_number = 0
-    rounds = 0
+    tick_number = 0  # it grows at every tick walked: a group passed over notes it
     batch, spawn_delay = limits.batch_size, limits.spawn_delay
     # The groups with items waiting, as (first position, order, group), in queue order: a tick walks
     # them from the start; one whose first item moved on at this tick (some of it launched) waits in
@@ -408,7 +407,6 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     while (left or to_end) and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
-        rounds += 1
         launched = 0
         refused: set[tuple] = set()
         at = 0
@@ -431,7 +429,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
                     group = group_of(reached)
                 if group.never is not None:
                     continue
-                if group.passed == rounds:  # passed over at this tick: it waits with the rest of its group
+                if group.passed == tick_number:  # passed over at this tick: it waits with its group
                     group.waiting.append((position, reached))
                     waiting += 1
                     continue
@@ -442,7 +440,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             if item.not_before > tick or (refused and group.shape in refused) or not held.goes(item):
                 if item.not_before <= tick:
                     refused.add(group.shape)
-                group.passed = rounds
+                group.passed = tick_number
                 if source is None:
                     group.waiting.append((position, reached))
                     waiting += 1
@@ -467,7 +465,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
                     heapq.heappop(moved)
                 # where the next other group's first item stands (the queue's end: none waits)
                 others = min(heads[at][0] if at < len(heads) else size, moved[0][0] if moved else size)
-            runtimes = (first_item.runtime_p50, first_item.runtime_p90, first_item.runtime_mean)
+            runtimes = _runtimes(first_item)
             start = tick + launched * spawn_delay
             done, done_p90 = start + runtimes[0], start + max(runtimes[0], runtimes[1])
             frees = start + (runtimes[2] if runtimes[2] is not None else runtimes[0])

@@ -164,14 +164,7 @@ class _Queue(Sequence):
         if not 0 <= index < len(self.works):
             raise _BeyondReading(index)
         row = self.works[index]
-        shape = _shape(row)
-        parts = self._shapes.get(shape)
-        if parts is None:
-            parts = self._shapes[shape] = self._parts(shape)
-        estimate, tokens, held_until, why, labels, touches = parts
-        queued = model.Queued(row[0], row[1], estimate.runtime_p50, estimate.runtime_p90, held_until, why,
-                              estimate.runtime_mean, labels, touches, row[10])
-        found = self.built[index] = (queued, estimate, tokens)
+        found = self.built[index] = self._made(row, _shape(row))
         return found
 
     def alike(self, index: int) -> model.Queued:
@@ -181,14 +174,19 @@ class _Queue(Sequence):
         key = (_shape(row), row[10])
         found = self._alike.get(key)
         if found is None:
-            parts = self._shapes.get(key[0])
-            if parts is None:
-                parts = self._shapes[key[0]] = self._parts(key[0])
-            estimate, _tokens, held_until, why, labels, touches = parts
-            found = self._alike[key] = model.Queued(row[0], row[1], estimate.runtime_p50,
-                                                    estimate.runtime_p90, held_until, why,
-                                                    estimate.runtime_mean, labels, touches, row[10])
+            found = self._alike[key] = self._made(row, key[0])[0]
         return found
+
+    def _made(self, row: list, shape: tuple) -> tuple[model.Queued, model.Estimate, int | None]:
+        """The reading row ``row`` of :func:`_shape` ``shape`` as the replay reads it, its estimate and token
+        p90 (the shape's parts worked out once)."""
+        parts = self._shapes.get(shape)
+        if parts is None:
+            parts = self._shapes[shape] = self._parts(shape)
+        estimate, tokens, held_until, why, labels, touches = parts
+        queued = model.Queued(row[0], row[1], estimate.runtime_p50, estimate.runtime_p90, held_until, why,
+                              estimate.runtime_mean, labels, touches, row[10])
+        return queued, estimate, tokens
 
     def _parts(self, shape: tuple) -> tuple:
         """What every queued item of one :func:`_shape` shares: its estimate, token p90, hold, why, labels
@@ -287,9 +285,9 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     works, caps, until = _queue_reading(session)
     setting = _setting(session, caps)
     queue = setting.queue(works)
-    if rows is not None and max(rows, queuekeep.HEAD_ROWS) < len(queue):
-        rows = max(rows, queuekeep.HEAD_ROWS)
-        result = model.simulate_first(session.now, _FirstRows(queue, rows), rows, setting.running,
+    slotted = None if rows is None else max(rows, queuekeep.HEAD_ROWS)  # the rows and the times kept
+    if slotted is not None and slotted < len(queue):
+        result = model.simulate_first(session.now, _FirstRows(queue, slotted), slotted, setting.running,
                                       setting.limits, setting.charges)
     else:
         result = model.simulate(session.now, queue, setting.running, setting.limits, setting.charges)
