@@ -8,7 +8,6 @@ import math
 from collections.abc import Sequence
 
 from sluice.core.replay import (
-    WHY_NO_CAPACITY,
     Charge,
     Limits,
     Queued,
@@ -17,6 +16,8 @@ from sluice.core.replay import (
     Slot,
     _Held,
     _never,
+    _next_moment,
+    _stuck,
 )
 
 
@@ -124,20 +125,9 @@ def walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limits
         if launched:
             tick_number += 1
             continue
-        # Nothing could go: the next tick that matters is the first after a slot frees, a charge
-        # leaves the budget window, or a throttle or backoff ends.
-        events = []
-        change = held.next_change()
-        if change is not None:
-            events.append(change)
-        later = bisect.bisect_right(holds_until, tick)
-        if later < len(holds_until):
-            events.append(holds_until[later])
-        if not events:  # cannot happen: _never() took out what cannot start; kept so no input loops forever
-            for position, stuck in enumerate(shown):  # waiting, or not reached yet
-                if slots[position] is None:
-                    slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
-                                           WHY_NO_CAPACITY)
+        moment = _next_moment(held, holds_until, tick)
+        if moment is None:  # cannot happen (_never() took out what cannot start): no input loops forever
+            _stuck(shown, slots)
             break
-        tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
+        tick_number = max(tick_number + 1, math.ceil((moment - first) / limits.interval))
     return [s for s in slots if s is not None], drain, drain_p90

@@ -512,20 +512,30 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
         if launched:
             tick_number += 1
             continue
-        # Nothing could go: the next tick that matters is the first after a slot frees, a charge
-        # leaves the budget window, or a throttle or backoff ends.
-        events = []
-        change = held.next_change()
-        if change is not None:
-            events.append(change)
-        later = bisect.bisect_right(holds_until, tick)
-        if later < len(holds_until):
-            events.append(holds_until[later])
-        if not events:  # cannot happen: _never() took out what cannot start; kept so no input loops forever
-            for position, stuck in enumerate(shown):  # waiting, or not reached yet
-                if slots[position] is None:
-                    slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None,
-                                           WHY_NO_CAPACITY)
+        moment = _next_moment(held, holds_until, tick)
+        if moment is None:  # cannot happen (_never() took out what cannot start): no input loops forever
+            _stuck(shown, slots)
             break
-        tick_number = max(tick_number + 1, math.ceil((min(events) - first) / limits.interval))
+        tick_number = max(tick_number + 1, math.ceil((moment - first) / limits.interval))
     return [s for s in slots if s is not None], drain, drain_p90
+
+
+def _next_moment(held: _Held, holds_until: list[float], tick: float) -> float | None:
+    """After a tick at which nothing could go, the next moment that matters: the first at which a slot
+    frees, a charge leaves the budget window, or a throttle or backoff (of those in ``holds_until``,
+    sorted) ends; None when there is none."""
+    moments = []
+    change = held.next_change()
+    if change is not None:
+        moments.append(change)
+    later = bisect.bisect_right(holds_until, tick)
+    if later < len(holds_until):
+        moments.append(holds_until[later])
+    return min(moments) if moments else None
+
+
+def _stuck(shown: Sequence[Queued], slots: list[Slot | None]) -> None:
+    """Give every shown item still without a slot one that says no slot can take it."""
+    for position, stuck in enumerate(shown):  # waiting, or not reached yet
+        if slots[position] is None:
+            slots[position] = Slot(stuck.item_id, stuck.rig, position + 1, None, None, None, WHY_NO_CAPACITY)
