@@ -494,10 +494,36 @@ def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_do
     assert carried == surveyed
 
 
-def test_a_kept_reading_not_as_written_is_surveyed_not_carried(read_queue, clock, surveys):
+def _cut_kind(reading):
+    reading["kinds"][0] = reading["kinds"][0][:3]
+
+
+def _run_past_kinds(reading):
+    reading["kind_stretches"][0][0] = len(reading["kinds"])
+
+
+def _one_id_more(reading):
+    reading["ids"] += "\nal-99"
+
+
+def _run_of_none(reading):
+    reading["kind_stretches"][0][1] = 0
+
+
+def _score_as_text(reading):
+    reading["scores"][0][0] = "high"
+
+
+def _context_not_text(reading):
+    reading["contexts"] = [7, *reading["contexts"].split("\n")[1:]]
+
+
+@pytest.mark.parametrize("spoil", [_cut_kind, _run_past_kinds, _one_id_more, _run_of_none, _score_as_text,
+                                   _context_not_text])
+def test_a_kept_reading_not_as_written_is_surveyed_not_carried(read_queue, clock, surveys, spoil):
     path = queuekeep.path(Town(read_queue), queuekeep.REPLAY_FILE)
     kept = json.loads(path.read_bytes())
-    kept["works"][0] = kept["works"][0][:3]  # a row cut short
+    spoil(kept["reading"])
     path.write_text(json.dumps(kept))
     slung(read_queue, "al-5")
     assert forecast_at(read_queue, clock.now) == fresh_forecast_at(read_queue, clock.now)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -309,6 +311,54 @@ def test_walking_items_alike_together_gives_every_slot_of_walking_them_one_by_on
     head = simulate_head(0.0, watched, first, running, limits, charges)
     assert head == simulate_one_by_one(0.0, reference, running, limits, charges, rows=first).slots
     assert watched.asked == reference.asked  # a first page reads no further into the queue than before
+    # Past the first rows, one object for each stretch of items alike, and where each stretch ends.
+    stretched = simulate_first(0.0, Stretches(queue, first), first, running, limits, charges)
+    assert stretched.slots == whole.slots[:first] and (stretched.drain_at, stretched.drain_p90_at) == (
+        whole.drain_at, whole.drain_p90_at)
+
+
+class Stretches(list):
+    """A queue whose items past its first ``rows`` are one object per stretch of items alike but for
+    their ids, and which says where each stretch ends (``alike_until``); it counts the items asked for."""
+
+    def __init__(self, items, rows):
+        out, ends = list(items[:rows]), []
+        for position in range(rows, len(items)):
+            if position > rows and _but_id(items[position]) == _but_id(items[position - 1]):
+                out.append(out[-1])
+                continue
+            if position > rows:
+                ends.append(position)
+            out.append(items[position])
+        ends.append(len(items))
+        super().__init__(out)
+        self.ends, self.asked = ends, 0
+
+    def __getitem__(self, index):
+        self.asked += 1
+        return list.__getitem__(self, index)
+
+    def alike_until(self, position):
+        return self.ends[bisect.bisect_right(self.ends, position)]
+
+
+def _but_id(item):
+    return (item.rig, item.runtime_p50, item.runtime_p90, item.not_before, item.why, item.runtime_mean,
+            item.labels, item.touches, item.tokens)
+
+
+@pytest.mark.parametrize("cap", [None, 40], ids=["no-cap", "town-cap"])
+def test_a_drain_counts_a_stretch_of_items_alike_instead_of_reaching_each(cap):
+    # 20,000 items in three stretches: the walk for the drain reads a few items a tick, not every one.
+    queue = ([item(n, p50=100.0) for n in range(8000)] + [item(n, p50=300.0) for n in range(8000, 12000)]
+             + [item(n, p50=100.0) for n in range(12000, 20000)])
+    limits = Limits(town_cap=cap, batch_size=50, interval=60.0)
+    stretched = Stretches(queue, 10)
+    forecast = simulate_first(0.0, stretched, 10, limits=limits)
+    whole = simulate(0.0, queue, limits=limits)
+    assert forecast.slots == whole.slots[:10] and forecast.drain_at == whole.drain_at
+    ticks = {slot.start_at for slot in whole.slots}
+    assert stretched.asked < 4 * len(ticks) + 100 < len(queue)
 
 
 class Counted:

@@ -302,7 +302,12 @@ def simulate_first(now: float, queue: Sequence[Queued], rows: int, running: Sequ
     The walk goes to the end of the queue (the queue drains when its last
     run ends), but of the items past ``rows`` it reads only what makes them
     alike (:class:`_Alike`), never their ids, so ``queue`` may give one
-    object for all the items of a kind there.
+    object for all the items of a kind there.  A queue that does may also
+    say where such a stretch ends: ``queue.alike_until(position)``, the
+    position after the last of the items from ``position`` on that it gives
+    as the very same object.  Then the items of a stretch that go together
+    at a tick are counted, not reached one by one, and a queue of 100,000
+    items of a few kinds costs its ticks and stretches, not its items.
     """
     slots, drain, drain_p90 = _walk(now, queue, running, limits, charges, min(rows, len(queue)), to_end=True)
     return QueueForecast(now, tuple(slots), drain, drain_p90)
@@ -365,6 +370,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
         drain_p90 = drain
 
     size = len(queue)
+    stretch = getattr(queue, "alike_until", None) if to_end else None  # see simulate_first
     slots: list[Slot | None] = [None] * rows
     shown = [queue[position] for position in range(rows)]
     groups: dict[tuple, _Alike] = {}
@@ -469,33 +475,39 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             start = tick + launched * spawn_delay
             done, done_p90 = start + runtimes[0], start + max(runtimes[0], runtimes[1])
             frees = start + (runtimes[2] if runtimes[2] is not None else runtimes[0])
-            together = [position]
+            together = [position]  # those that go together and are shown (< rows): ``count`` in all
+            count = 1
             most = 0 if spawn_delay == 0 else 1  # how many may go together, worked out once one could
             while (group.waiting and group.waiting[0][0] < others
                    and _runtimes(group.waiting[0][1]) == runtimes):
                 most = most or held.room(item, batch - launched)
-                if len(together) >= most:
+                if count >= most:
                     break
                 together.append(group.waiting.popleft()[0])
                 waiting -= 1
+                count += 1
             if not group.waiting and others == size:  # the walk's next item is one it has not reached
                 town_cap = limits.town_cap
                 while cursor < size:
-                    if launched + len(together) >= batch or (town_cap is not None
-                                                             and held.held + len(together) >= town_cap):
+                    if launched + count >= batch or (town_cap is not None and held.held + count >= town_cap):
                         break  # the tick is over: its walk reads no further
                     after = queue[cursor] if cursor >= rows else shown[cursor]
                     peeked = (cursor, after, group_of(after))  # the walk's next item, whatever happens here
                     if peeked[2] is not group or _runtimes(after) != runtimes:
                         break
                     most = most or held.room(item, batch - launched)
-                    if len(together) >= most:
+                    if count >= most:
                         break
-                    together.append(cursor)
-                    cursor += 1
+                    if cursor >= rows and stretch is not None:  # the same object up to its stretch's end
+                        take = min(max(min(stretch(cursor), size) - cursor, 1), most - count)
+                    else:
+                        take = 1
+                        together.append(cursor)
+                    count += take
+                    cursor += take
             if group.waiting:
                 heapq.heappush(moved, (group.waiting[0][0], group.order, group))
-            held.launch(item, start, frees, len(together))
+            held.launch(item, start, frees, count)
             for position in together:
                 if position < rows:
                     slots[position] = Slot(shown[position].item_id, item.rig, position + 1, start, done,
@@ -504,7 +516,7 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             # The queue drains when the last slot frees; its p90 is no earlier than that.
             drain = frees if drain is None else max(drain, frees)
             drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
-            launched += len(together)
+            launched += count
         heads = passed + moved + heads[at:]  # runs in queue order each: the sort merges them
         heads.sort()
         if (not left and not to_end) or (not waiting and cursor >= size):

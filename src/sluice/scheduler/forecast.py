@@ -33,6 +33,7 @@ from sluice.logs import log as logger
 from sluice.scheduler import admission, chain, queuekeep, readingtail
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at, retry_window
+from sluice.scheduler.reading import Reading
 from sluice.scheduler.readingtail import is_reading, reading_row
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
@@ -126,18 +127,18 @@ class _BeyondReading(Exception):
 class _Queue(Sequence):
     """The queued items as the replay reads them, each built (with its estimate) when first asked for.
 
-    ``works`` may be the first rows of a queue of ``size`` items: asking
+    ``reading`` may be the first rows of a queue of ``size`` items: asking
     for one past them raises :class:`_BeyondReading`, so a replay of the
     queue's first rows that needs more of it reads the whole queue instead.
     """
 
-    def __init__(self, works: list[list], size: int, learned: model.Model, paused: bool,
+    def __init__(self, reading: Reading, size: int, learned: model.Model, paused: bool,
                  throttle_end: dict[str | None, float]):
-        self.works, self.size, self.learned = works, size, learned
+        self.reading, self.size, self.learned = reading, size, learned
         self.paused, self.throttle_end = paused, throttle_end
         self.built: dict[int, tuple[model.Queued, model.Estimate, int | None]] = {}
         self._shapes: dict[tuple, tuple] = {}
-        self._alike: dict[tuple, model.Queued] = {}
+        self._alike: dict[int, model.Queued] = {}
         self._shown: dict[int, tuple[float, float, dict]] = {}
 
     def shown(self, estimate: model.Estimate) -> tuple[float, float, dict]:
@@ -161,20 +162,21 @@ class _Queue(Sequence):
         found = self.built.get(index)
         if found is not None:
             return found
-        if not 0 <= index < len(self.works):
+        if not 0 <= index < len(self.reading):
             raise _BeyondReading(index)
-        row = self.works[index]
+        row = self.reading.row(index)
         found = self.built[index] = self._made(row, _shape(row))
         return found
 
     def alike(self, index: int) -> model.Queued:
-        """An item as alike as the replay reads it to the one at ``index``: one object for every item of a
-        shape and launch cost, for a walk that reads the items past a view's rows only for the drain."""
-        row = self.works[index]
-        key = (_shape(row), row[10])
-        found = self._alike.get(key)
+        """An item as alike as the replay reads it to the one at ``index``: one object for every item of
+        its kind (:mod:`sluice.scheduler.reading`), for a walk that reads the items past a view's rows only
+        for the drain."""
+        kind = self.reading.kind_of[index]
+        found = self._alike.get(kind)
         if found is None:
-            found = self._alike[key] = self._made(row, key[0])[0]
+            row = self.reading.row(index)
+            found = self._alike[kind] = self._made(row, _shape(row))[0]
         return found
 
     def _made(self, row: list, shape: tuple) -> tuple[model.Queued, model.Estimate, int | None]:
@@ -213,6 +215,11 @@ class _FirstRows(Sequence):
     def __getitem__(self, index):
         return self.queue.entry(index)[0] if index < self.rows else self.queue.alike(index)
 
+    def alike_until(self, index: int) -> int:
+        """Where the stretch of items of ``index``'s kind ends: :meth:`__getitem__` gives one object for
+        all of them (past the first rows, where the replay asks)."""
+        return self.queue.reading.alike_until(index)
+
 
 def _shape(row: list) -> tuple:
     """What of a reading's row its estimate and hold depend on (all but its id and launch cost): a queue
@@ -234,8 +241,8 @@ class _Setting:
     paused: bool
     throttle_end: dict[str | None, float]
 
-    def queue(self, works: list[list], size: int | None = None) -> _Queue:
-        return _Queue(works, len(works) if size is None else size, self.learned, self.paused,
+    def queue(self, reading: Reading, size: int | None = None) -> _Queue:
+        return _Queue(reading, len(reading) if size is None else size, self.learned, self.paused,
                       self.throttle_end)
 
 
@@ -282,9 +289,9 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     its first rows' times are kept under the same inputs (:func:`kept_head`).
     """
     session = Session.of(where, executor, now)
-    works, caps, until = _queue_reading(session)
+    reading, caps, until = _queue_reading(session)
     setting = _setting(session, caps)
-    queue = setting.queue(works)
+    queue = setting.queue(reading)
     slotted = None if rows is None else max(rows, queuekeep.HEAD_ROWS)  # the rows and the times kept
     if slotted is not None and slotted < len(queue):
         result = model.simulate_first(session.now, _FirstRows(queue, slotted), slotted, setting.running,
@@ -361,25 +368,25 @@ def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
     head = _head_reading(session)
     if head is None:
         head = _chain_reading(session)
-    works, size, caps = head if head is not None else _whole_reading(session)
+    reading, size, caps = head if head is not None else _whole_reading(session)
     setting = _setting(session, caps)
     try:
-        return model.simulate_head(session.now, setting.queue(works, size), rows, setting.running,
+        return model.simulate_head(session.now, setting.queue(reading, size), rows, setting.running,
                                    setting.limits, setting.charges)
     except _BeyondReading:  # the walk went past the kept head: the whole reading
-        works, size, whole_caps = _whole_reading(session)
+        reading, size, whole_caps = _whole_reading(session)
         if whole_caps != caps:  # kept under the same inputs, so the same caps; if not, the whole one rules
             setting = _setting(session, whole_caps)
-        return model.simulate_head(session.now, setting.queue(works, size), rows, setting.running,
+        return model.simulate_head(session.now, setting.queue(reading, size), rows, setting.running,
                                    setting.limits, setting.charges)
 
 
-def _whole_reading(session: Session) -> tuple[list[list], int, dict]:
-    works, caps, _until = _queue_reading(session)
-    return works, len(works), caps
+def _whole_reading(session: Session) -> tuple[Reading, int, dict]:
+    reading, caps, _until = _queue_reading(session)
+    return reading, len(reading), caps
 
 
-def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
+def _head_reading(session: Session) -> tuple[Reading, int, dict] | None:
     """The first rows of the reading the last survey of these inputs kept, the queue's size and its caps."""
     if session.surveyed is not None:  # this session surveyed: its own reading is at hand
         return None
@@ -390,10 +397,10 @@ def _head_reading(session: Session) -> tuple[list[list], int, dict] | None:
     size = found.get("total")
     if not isinstance(size, int) or isinstance(size, bool) or size < len(found["works"]):
         return None
-    return found["works"], size, found["caps"]
+    return Reading.of(found["works"]), size, found["caps"]
 
 
-def _chain_reading(session: Session) -> tuple[list[list], int, dict] | None:
+def _chain_reading(session: Session) -> tuple[Reading, int, dict] | None:
     """The first rows of the reading a survey would make, from the last cycle's chain, when the queue's
     page came from it too (:func:`sluice.scheduler.queue.chain_read`): its walk, in queue order, the
     queue's size and the caps.  None: no chain was taken (a replay past the walk reads the whole)."""
@@ -408,7 +415,7 @@ def _chain_reading(session: Session) -> tuple[list[list], int, dict] | None:
     works = [reading_row(work, None, None, admission.applicant(work)) for work in walked]
     caps = admission.limits(config, len(session.active or []), config.scheduler.batch_size)
     size = sum(sum(n) for n in chain.queue_counts(data).values())  # checked when the page was taken
-    return works, size, _caps_of(caps)
+    return Reading.of(works), size, _caps_of(caps)
 
 
 def _caps_of(limits) -> dict:
@@ -417,7 +424,7 @@ def _caps_of(limits) -> dict:
             "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
 
 
-def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
+def _queue_reading(session: Session) -> tuple[Reading, dict, float | None]:
     """Each queued item as the replay reads it, in queue order, the caps and budgets admission reads,
     and until when the reading is kept (None: it may not be).
 
@@ -436,8 +443,9 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
     if session.surveyed is None:
         key = queuekeep.inputs(session)
         found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
-        if found is not None and is_reading(found):
-            return found["works"], found["caps"], found["until"]
+        reading = readingtail.kept_reading(found) if found is not None else None
+        if reading is not None:
+            return reading, found["caps"], found["until"]
         carried = readingtail.carry(session, key) if key is not None else None
         if carried is not None:  # the kept reading, past the slings, clears and launches since
             return carried
@@ -455,10 +463,13 @@ def _queue_reading(session: Session) -> tuple[list[list], dict, float | None]:
         works.append(reading_row(work, retry_at, why, seen))
     caps = _caps_of(assessment.limits)
     until = None
-    if key is not None and queuekeep.keepable(view, assessment):
-        until = queuekeep.horizon(session, view, assessment, retry)
-        readingtail.keep(session, key, until, works, caps, readingtail.tail_facts(session, view))
-    return works, caps, until
+    if key is None or not queuekeep.keepable(view, assessment):
+        return Reading.of(works), caps, until
+    until = queuekeep.horizon(session, view, assessment, retry)
+    tail = readingtail.tail_facts(session, view)
+    reading = Reading.of(works, tail[1] if tail is not None else None)
+    readingtail.keep(session, key, until, reading, caps, tail[0] if tail is not None else None)
+    return reading, caps, until
 
 
 def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:

@@ -66,7 +66,7 @@ REPLAY_FILE = "queue-replay.json"
 REPLAY_HEAD_FILE = "queue-replay-head.json"
 #: The last whole replay's head and its first :data:`HEAD_ROWS` rows' times: what ``snapshot`` shows.
 REPLAY_SUMMARY_FILE = "queue-replay-summary.json"
-VERSION = 2
+VERSION = 3
 #: Bytes a reader reads first for a kept file's key: a town of a few dozen rigs and polecats.
 KEY_BYTES = 64 * 1024
 #: The key's last three parts (:func:`inputs`), after the signatures of the files a survey's reading of

@@ -71,6 +71,7 @@ from sluice.errors import SluiceError
 from sluice.scheduler import admission, queuekeep
 from sluice.scheduler.pending import UNREADABLE, items_of
 from sluice.scheduler.ranking import Work, load_town_policy, rank_work
+from sluice.scheduler.reading import Reading
 from sluice.store import contexts
 from sluice.store.jsonlog import LogTail
 
@@ -95,21 +96,27 @@ def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> li
 
 
 def is_reading(found: dict) -> bool:
-    """Whether a kept reading is as the forecast writes it (rows of :func:`reading_row`, and the caps);
-    else the queue is surveyed."""
-    works, caps = found.get("works"), found.get("caps")
-    if not isinstance(works, list) or not isinstance(caps, dict):
-        return False
-    if not all(isinstance(caps.get(name), dict) for name in ("rig_caps", "label_caps", "rig_budgets")):
-        return False
-    return isinstance(caps.get("town_budget"), int) and all(
+    """Whether kept rows are as the forecast writes them (rows of :func:`reading_row`, and the caps); else
+    the queue is surveyed."""
+    works = found.get("works")
+    return isinstance(works, list) and is_caps(found.get("caps")) and all(
         isinstance(row, list) and len(row) == 11 and isinstance(row[0], str) and isinstance(row[1], str)
         for row in works)
 
 
-def tail_facts(session: Session, view: Survey) -> dict | None:
+def is_caps(caps: object) -> bool:
+    """Whether a reading's caps are as the forecast keeps them."""
+    if not isinstance(caps, dict):
+        return False
+    if not all(isinstance(caps.get(name), dict) for name in ("rig_caps", "label_caps", "rig_budgets")):
+        return False
+    return isinstance(caps.get("town_budget"), int)
+
+
+def tail_facts(session: Session, view: Survey) -> tuple[dict, list[list]] | None:
     """What a reading of ``view`` keeps so that the next reader may carry it (see the module docstring),
-    its rows being ready, backing off, then blocked works, in that order; None: it may not be carried."""
+    and each row's rank facts (``[context, score, enqueue time]``), its rows being ready, backing off,
+    then blocked works, in that order; None: it may not be carried."""
     # Promoted work leads its list, ready or blocked, whatever its score: no new row may be placed by score.
     if any(w.promoted_at for w in (*view.ready, *view.blocked)):
         return None
@@ -118,47 +125,55 @@ def tail_facts(session: Session, view: Survey) -> dict | None:
     if any(mark is None for mark in view.marks.values()):
         return None
     rows = [[w.context_id, w.score, w.order] for w in (*view.ready, *view.backing_off, *view.blocked)]
-    return {"marks": view.marks, "rows": rows, "ready": len(view.ready), "backing_off": len(view.backing_off),
-            "duplicated": sorted({c.work_id for c in view.duplicates})}
+    return {"marks": view.marks, "ready": len(view.ready), "backing_off": len(view.backing_off),
+            "duplicated": sorted({c.work_id for c in view.duplicates})}, rows
 
 
-def carry(session: Session, key: list) -> tuple[list[list], dict, float] | None:
+def carry(session: Session, key: list) -> tuple[Reading, dict, float] | None:
     """The kept reading carried past the lines appended to the rigs' logs since, kept again for ``key``
-    (the inputs now): (rows, caps, horizon); None when it cannot be (then the caller surveys)."""
+    (the inputs now): (reading, caps, horizon); None when it cannot be (then the caller surveys)."""
     found = queuekeep.load_whole(session, queuekeep.REPLAY_FILE,
                                  lambda kept: queuekeep.same_reading_inputs(kept, key))
-    if found is None or not is_reading(found):
+    reading = kept_reading(found) if found is not None else None
+    if reading is None or not isinstance(found.get("tail"), dict):
         return None
     try:
-        carried = _carried(session, found, key)
+        facts = _carried(session, reading, found["tail"], found["key"], key)
     except (SluiceError, OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None  # a log or a kept file not as written: survey
-    if carried is None:
+    if facts is None:
         return None
-    works, facts = carried
     # The survey's horizon, and admission's as its files are now (a throttle set since, a launch's charge).
     caps, until = found["caps"], min(found["until"], queuekeep.admission_horizon(session))
-    keep(session, key, until, works, caps, facts)
-    return works, caps, until
+    keep(session, key, until, reading, caps, facts)
+    return reading, caps, until
 
 
-def keep(session: Session, key: list, until: float, works: list[list], caps: dict, facts: dict | None
-         ) -> None:
+def kept_reading(found: dict) -> Reading | None:
+    """The reading a kept file holds, as :func:`keep` wrote it (with its caps); else None."""
+    if not is_caps(found.get("caps")):
+        return None
+    return Reading.decode(found.get("reading"))
+
+
+def keep(session: Session, key: list, until: float, reading: Reading, caps: dict, facts: dict | None) -> None:
     """Keep a reading (and its first rows apart, for a view's replay of its first rows) for ``key``."""
-    whole = {"works": works, "caps": caps}
-    if facts is not None:
+    whole = {"reading": reading.encode(), "caps": caps}
+    if facts is not None and reading.ranks is not None:
         whole["tail"] = facts
     queuekeep.keep(session, key, until, whole, queuekeep.REPLAY_FILE)
-    queuekeep.keep(session, key, until, {"works": works[:queuekeep.HEAD_ROWS], "total": len(works),
+    queuekeep.keep(session, key, until, {"works": reading.rows(queuekeep.HEAD_ROWS), "total": len(reading),
                                          "caps": caps}, queuekeep.REPLAY_HEAD_FILE)
 
 
-def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict] | None:
-    facts, works = found.get("tail"), found["works"]
-    if not isinstance(facts, dict):
+def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, key: list) -> dict | None:
+    """Carry ``reading`` (in place) past the lines appended since ``facts``' marks; the facts that stand
+    then, or None when the lines leave what only a survey can place (``reading`` is then as it was)."""
+    if reading.ranks is None:
         return None
-    rows, ready, backing = facts["rows"], int(facts["ready"]), int(facts["backing_off"])
-    if len(rows) != len(works) or not 0 <= ready <= ready + backing <= len(rows):
+    ids, context_ids = reading.ids, reading.ranks[0]
+    ready, backing = int(facts["ready"]), int(facts["backing_off"])
+    if not 0 <= ready <= ready + backing <= len(reading):
         return None
     town = session.files
     marks, appended, lines = {}, [], 0
@@ -172,12 +187,12 @@ def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict
         marks[rig.name] = tail.mark()
         appended += [(rig.name, record) for record in tail.records.values()]
     # A polecat that started or ended since makes its item blocked or ready, if that item is still queued.
-    moved = queuekeep.running_items(found["key"]) ^ queuekeep.running_items(key)
+    moved = queuekeep.running_items(kept_key) ^ queuekeep.running_items(key)
     if not appended:  # no line since: the reading stands as it was
-        return None if moved & {work[0] for work in works} else (works, {**facts, "marks": marks})
+        return None if moved and not moved.isdisjoint(ids) else {**facts, "marks": marks}
     # A survey sees only where the lines leave each context, not the order they came in: the closes
     # first, then the new contexts, each for an item no open context holds any more.
-    position = {row[0]: index for index, row in enumerate(rows)}
+    position = _positions(context_ids, [r.get("id") for _rig, r in appended if isinstance(r, dict)])
     duplicated = set(facts["duplicated"])
     gone: set[int] = set()
     opened: list[tuple[str, dict]] = []
@@ -186,13 +201,13 @@ def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict
             return None  # another kind of record may change what is ready
         index = position.get(record["id"])
         if index is not None:
-            if contexts.is_open(record) or works[index][0] in duplicated:
+            if contexts.is_open(record) or ids[index] in duplicated:
                 return None  # a queued context changed, or one of its item's duplicates takes its place
             gone.add(index)
         elif contexts.is_open(record):
             opened.append((rig, record))
-    queued = {work[0] for index, work in enumerate(works) if index not in gone}
-    if moved & queued:
+    queued = set(ids).difference(ids[index] for index in gone)
+    if not moved.isdisjoint(queued):
         return None
     new: list[contexts.Context] = []
     for rig, record in opened:
@@ -204,21 +219,33 @@ def _carried(session: Session, found: dict, key: list) -> tuple[list[list], dict
     added = _ranked(session, new)
     if added is None:
         return None
+    # Backing-off works were never ranked (the survey sets them aside first): nothing is placed among them.
     was_ready = ready
     ready -= sum(1 for k in gone if k < was_ready)
     backing -= sum(1 for k in gone if was_ready <= k < was_ready + backing)
-    kept = list(zip(works, rows, strict=True))
-    if gone:
-        kept = [pair for k, pair in enumerate(kept) if k not in gone]
-    segments = [kept[:ready], kept[ready:ready + backing], kept[ready + backing:]]
-    # Backing-off works were never ranked (the survey sets them aside first): nothing is placed among them.
+    reading.remove(gone)
     # A segment is in rank order, so a new row's place is found by the keys of a few rows, not of all.
-    for (work, row), blocked in added:
-        segment = segments[2 if blocked else 0]
-        segment.insert(bisect.bisect_left(segment, _key(row, work), key=_pair_key), (work, row))
-    kept = [*segments[0], *segments[1], *segments[2]]
-    return [work for work, _row in kept], {**facts, "marks": marks, "rows": [row for _work, row in kept],
-                                           "ready": len(segments[0]), "backing_off": backing}
+    for (work, rank), blocked in added:
+        lo, hi = (ready + backing, len(reading)) if blocked else (0, ready)
+        place = bisect.bisect_left(range(lo, hi), _key(rank, work), key=lambda k: _key_at(reading, k))
+        reading.insert(lo + place, work, rank)
+        if not blocked:
+            ready += 1
+    return {**facts, "marks": marks, "ready": ready, "backing_off": backing}
+
+
+def _positions(context_ids: list[str], wanted: list) -> dict[str, int]:
+    """Where each of the ``wanted`` context ids stands among ``context_ids`` (those that do)."""
+    if len(wanted) <= 32:  # a sling or a cycle's worth: a scan each, in C
+        out = {}
+        for context_id in wanted:
+            try:
+                out[context_id] = context_ids.index(context_id)
+            except ValueError:
+                pass
+        return out
+    wanted_set = set(wanted)
+    return {context_id: k for k, context_id in enumerate(context_ids) if context_id in wanted_set}
 
 
 def _tail(path, mark: dict) -> LogTail | None:
@@ -274,15 +301,18 @@ def _ranked(session: Session, new: list[contexts.Context]) -> list[tuple[tuple[l
     return out
 
 
-def _pair_key(pair: tuple[list, list]) -> tuple:
-    work, row = pair
-    return _key(row, work)
-
-
-def _key(row: list, work: list) -> tuple:
+def _key(rank: list, row: list) -> tuple:
     """A reading row's rank key, as :func:`sluice.scheduler.ranking.rank_work` orders works (score, tokens,
-    enqueue time, item id)."""
-    return rank_order(row[1], work[5], order_text(row[2]), work[0])
+    enqueue time, item id), from its rank facts ``[context, score, enqueue time]``."""
+    return rank_order(rank[1], row[5], order_text(rank[2]), row[0])
 
 
-__all__ = ["MOST_LINES", "carry", "is_reading", "keep", "reading_row", "tail_facts"]
+def _key_at(reading: Reading, index: int) -> tuple:
+    """:func:`_key` of the reading's row ``index``."""
+    _contexts, scores, orders = reading.ranks
+    return rank_order(scores[index], reading.kinds[reading.kind_of[index]][4], order_text(orders[index]),
+                      reading.ids[index])
+
+
+__all__ = ["MOST_LINES", "carry", "is_caps", "is_reading", "keep", "kept_reading", "reading_row",
+           "tail_facts"]

@@ -24,13 +24,13 @@ from sluice.core import readiness
 from sluice.core.items import is_context, normalise, to_node
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
 from sluice.logs import log
-from sluice.store import fsutil
+from sluice.store import columns, fsutil
 from sluice.store.index import DurableIndex, blocked_line, with_causes
 from sluice.store.jsonlog import QUICK_ID, LogTail, TornLine, line_text, parse_line, worth_rewriting
 from sluice.store.town import Rig, Town
 
 #: The layout of ``<rig>.ephemeral.json``; a summary of another layout is ignored and written again.
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 #: The edge types of an ephemeral record that can change a durable item's readiness.
 READINESS_EDGES = ("parent-child", "waits-for")
 #: Bytes of the log parsed at a time by :meth:`RigStore.read_lean`.
@@ -470,16 +470,17 @@ class RigStore:
     def _kept_summary(self) -> tuple[dict, tuple[set[str], bool, bool]] | None:
         try:
             kept = json.loads(self._summary_path.read_bytes())
-            if kept.get("version") == SUMMARY_VERSION:
-                return kept["mark"], (set(kept["ids"]), bool(kept["edges"]), bool(kept["quiet"]))
+            ids = columns.split(kept.get("ids"))  # one joined string: 100,000 ids parse as one
+            if kept.get("version") == SUMMARY_VERSION and ids is not None:
+                return kept["mark"], (set(ids), bool(kept["edges"]), bool(kept["quiet"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         return None
 
     def _keep_summary(self, mark: dict, summary: tuple[set[str], bool, bool]) -> None:
         ids, edges, quiet = summary
-        body = json.dumps({"version": SUMMARY_VERSION, "mark": mark, "ids": sorted(ids), "edges": edges,
-                           "quiet": quiet})
+        body = json.dumps({"version": SUMMARY_VERSION, "mark": mark, "ids": columns.joined(sorted(ids)),
+                           "edges": edges, "quiet": quiet})
         fsutil.write_cache(self._summary_path, body.encode("utf-8"))
 
     @staticmethod

@@ -1,0 +1,140 @@
+"""The forecast's reading of the queue as it is kept: the items' ids in a column, over a table of kinds.
+
+A reading (:func:`sluice.scheduler.readingtail.reading_row`) is every queued
+item in dispatch order with what the replay needs of it.  Of a row's eleven
+fields only the first, the item's id, is its own: the other ten (rig, type,
+labels, minutes, tokens, backoff, why, and the labels, touches and tokens
+admission reads) are what make it like other items, and a queue of 100,000
+holds a few dozen such *kinds*, mostly in long stretches, since items of a
+kind rank alike.  Kept as 100,000 rows it was 12 MB of JSON that every
+snapshot after a change parsed (0.23 s), checked and wrote again, and a
+replay for the drain reached each item once to learn its kind.
+
+So a reading is kept as its kinds, once each; the stretches of consecutive
+items of one kind (``[kind, count]``); and the ids in one column; with
+what carrying it past a change needs (:mod:`sluice.scheduler.readingtail`:
+each row's context, score and enqueue time) in columns too, the scores as
+stretches as well.  A column of strings is one string joined by newlines
+when no string holds one, else a list.  Reading it back costs a few long
+strings and short lists, and the replay of the items past a view's rows
+counts a stretch instead of walking it (``alike_until``,
+:func:`sluice.core.replay.simulate_first`).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from sluice.store.columns import expand, joined, split, stretch_ends, stretches, whole
+
+#: Fields of a reading row, the id first; the rest make its kind.
+ROW_FIELDS = 11
+
+
+class Reading:
+    """A reading in columns: ``ids[i]`` and ``kinds[kind_of[i]]`` make row ``i``.
+
+    ``ranks`` (contexts, scores, enqueue times; None when not kept) are the
+    rows' rank facts, for carrying the reading past a change.
+    """
+
+    __slots__ = ("_ends", "ids", "kind_of", "kinds", "ranks")
+
+    def __init__(self, ids: list[str], kinds: list[list], kind_of: list[int],
+                 ranks: tuple[list[str], list[float], list[str]] | None = None):
+        self.ids, self.kinds, self.kind_of, self.ranks = ids, kinds, kind_of, ranks
+        self._ends: list[int] | None = None
+
+    @classmethod
+    def of(cls, rows: list[list], ranks: list[list] | None = None) -> Reading:
+        """The reading of ``rows`` (and their rank facts, when kept), each kind kept once."""
+        index: dict[str, int] = {}
+        kinds: list[list] = []
+        kind_of = []
+        for row in rows:
+            key = repr(row[1:])  # exact for what JSON holds: 1 is not 1.0, nor "ab" ["a", "b"]
+            found = index.get(key)
+            if found is None:
+                found = index[key] = len(kinds)
+                kinds.append(row[1:])
+            kind_of.append(found)
+        columns = None
+        if ranks is not None:
+            columns = ([r[0] for r in ranks], [r[1] for r in ranks], [r[2] for r in ranks])
+        return cls([row[0] for row in rows], kinds, kind_of, columns)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def row(self, index: int) -> list:
+        """Row ``index`` as :func:`~sluice.scheduler.readingtail.reading_row` made it."""
+        return [self.ids[index], *self.kinds[self.kind_of[index]]]
+
+    def rows(self, stop: int | None = None) -> list[list]:
+        """The first ``stop`` rows (all of them: None)."""
+        return [self.row(index) for index in range(len(self) if stop is None else min(stop, len(self)))]
+
+    def alike_until(self, index: int) -> int:
+        """The end of the stretch of items of ``index``'s kind that ``index`` is in."""
+        if self._ends is None:
+            self._ends = stretch_ends(self.kind_of)
+        return self._ends[bisect.bisect_right(self._ends, index)]
+
+    def remove(self, gone: set[int]) -> None:
+        """Take out the rows at the positions ``gone``."""
+        if not gone:
+            return
+        for column in self._columns():
+            if len(gone) < 64:  # a few: each a move of the rest of the column
+                for position in sorted(gone, reverse=True):
+                    del column[position]
+            else:
+                column[:] = [value for position, value in enumerate(column) if position not in gone]
+        self._ends = None
+
+    def insert(self, position: int, row: list, rank: list) -> None:
+        """Put ``row`` (with its rank facts) at ``position``."""
+        key = repr(row[1:])
+        kind = next((k for k, known in enumerate(self.kinds) if repr(known) == key), None)
+        if kind is None:
+            kind = len(self.kinds)
+            self.kinds.append(row[1:])
+        values = [row[0], kind, *(rank if self.ranks is not None else ())]
+        for column, value in zip(self._columns(), values, strict=True):
+            column.insert(position, value)
+        self._ends = None
+
+    def _columns(self) -> list[list]:
+        return [self.ids, self.kind_of, *(self.ranks or ())]
+
+    def encode(self) -> dict:
+        """The reading as it is kept (JSON-ready)."""
+        out = {"ids": joined(self.ids), "kinds": self.kinds, "kind_stretches": stretches(self.kind_of)}
+        if self.ranks is not None:
+            contexts, scores, orders = self.ranks
+            out.update({"contexts": joined(contexts), "scores": stretches(scores), "orders": joined(orders)})
+        return out
+
+    @classmethod
+    def decode(cls, kept: object) -> Reading | None:
+        """A kept reading as :meth:`encode` wrote it; None when it is not one (then the queue is surveyed)."""
+        if not isinstance(kept, dict):
+            return None
+        kinds = kept.get("kinds")
+        if not isinstance(kinds, list) or not all(
+                isinstance(kind, list) and len(kind) == ROW_FIELDS - 1 and isinstance(kind[0], str)
+                for kind in kinds):
+            return None
+        ids = split(kept.get("ids"))
+        kind_of = expand(kept.get("kind_stretches"), lambda k: whole(k) and 0 <= k < len(kinds))
+        if ids is None or kind_of is None or len(ids) != len(kind_of):
+            return None
+        ranks = None
+        if "contexts" in kept:
+            contexts, orders = split(kept.get("contexts")), split(kept.get("orders"))
+            scores = expand(kept.get("scores"), lambda s: s is None or whole(s) or isinstance(s, float))
+            if contexts is None or orders is None or scores is None or not (
+                    len(contexts) == len(scores) == len(orders) == len(ids)):
+                return None
+            ranks = (contexts, scores, orders)
+        return cls(ids, kinds, kind_of, ranks)
