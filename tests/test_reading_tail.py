@@ -22,6 +22,7 @@ from helpers.forecast import forecast_at, fresh_forecast_at
 from helpers.scheduler import configure, counted_surveys, ephemeral_path, item, memory_alpha, write_items
 from sluice.scheduler import queue, queuekeep, readingtail
 from sluice.scheduler.control import clear
+from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store.town import Town
@@ -146,9 +147,36 @@ def test_more_lines_than_are_worth_carrying_are_surveyed(read_queue, clock, surv
 
 def test_a_reading_past_its_horizon_is_surveyed(read_queue, clock, surveys):
     slung(read_queue, "al-5")
-    later = clock.now + queuekeep.KEEP_AT_MOST + 1
+    later = clock.now + queuekeep.READING_KEEP_AT_MOST + 1
     assert forecast_at(read_queue, later) == fresh_forecast_at(read_queue, later)
     assert len(surveys) == 2
+
+
+def test_a_carried_reading_ends_when_a_deferred_item_comes_due(cli, rig, town_dir, clock, surveys):
+    """The reading stands until the first moment the clock alone changes it: here a queued item's
+    deferral ending, long before the reading's hour is up."""
+    configure(town_dir, "scheduler.max_polecats", "2")
+    due = clock.now + 600
+    write_items(town_dir, "alpha", [item("al-0", defer_until=stamp(due)), item("al-1"), item("al-2")])
+    slung(town_dir, "al-0", "al-1")
+    assert ("al-0", "blocked") in order(forecast_at(town_dir, clock.now))
+    slung(town_dir, "al-2")
+    later = due + 60
+    assert ("al-0", None) in order(forecast_at(town_dir, later))  # ready now: surveyed, not carried
+    assert forecast_at(town_dir, later) == fresh_forecast_at(town_dir, later)
+    assert len(surveys) == 3
+
+
+def test_a_reading_is_carried_for_longer_than_a_kept_head_stands(read_queue, clock, surveys):
+    """A busy queue's views carry the reading past each change for up to an hour after its survey, where
+    they used to survey it once a minute; each replay of it is made at its own moment."""
+    for minutes, item_id in ((5, "al-5"), (30, "al-6")):
+        slung(read_queue, item_id)
+        later = clock.now + minutes * 60
+        carried = forecast_at(read_queue, later)
+        assert surveys == [] and carried["at"] == stamp(later)
+        assert carried == fresh_forecast_at(read_queue, later)
+        surveys.clear()
 
 
 def test_a_running_items_new_context_is_carried_as_blocked(cli, rig, town_dir, clock, memory, surveys):
@@ -269,6 +297,8 @@ OPS = st.lists(
         st.tuples(st.just("promote"), st.integers(0, 7)),
         st.tuples(st.just("compact"), st.integers(0, 1)),
         st.tuples(st.just("throttle"), st.integers(1, 30)),
+        st.tuples(st.just("defer"), st.tuples(st.integers(0, 7), st.integers(1, 900))),
+        st.tuples(st.just("advance"), st.integers(60, 1500)),  # past a kept head's minute, not the reading's
     ),
     min_size=1, max_size=10,
 )
@@ -330,6 +360,9 @@ def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monke
                                                  clock.now)
                 elif kind == "close":
                     records[f"al-{arg}"]["status"] = "closed"
+                    write_items(town_dir, "alpha", list(records.values()))
+                elif kind == "defer":  # ready again when the clock passes it: the reading's horizon
+                    records[f"al-{arg[0]}"]["defer_until"] = stamp(clock.now + arg[1])
                     write_items(town_dir, "alpha", list(records.values()))
                 elif kind == "dup" and any(c["status"] == "open" for c in _open_of(town_dir, f"al-{arg}")):
                     context = _open_of(town_dir, f"al-{arg}")[0]

@@ -351,8 +351,9 @@ def _keep_head(session: Session, replayed: Replay, until: float) -> None:
         return
     slots = replayed.result.slots
     times = {slot.item_id: [_at(slot.start_at), _at(slot.done_at)] for slot in slots[:queuekeep.HEAD_ROWS]}
-    queuekeep.keep(session, key, until, {"head": head(replayed), "times": times},
-                   queuekeep.REPLAY_SUMMARY_FILE)
+    # The reading stands up to an hour; a replay of it, made at one moment, answers for a minute at most.
+    queuekeep.keep(session, key, min(until, session.now + queuekeep.KEEP_AT_MOST),
+                   {"head": head(replayed), "times": times}, queuekeep.REPLAY_SUMMARY_FILE)
 
 
 def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
@@ -465,7 +466,7 @@ def _queue_reading(session: Session) -> tuple[Reading, dict, float | None]:
     until = None
     if key is None or not queuekeep.keepable(view, assessment):
         return Reading.of(works), caps, until
-    until = queuekeep.horizon(session, view, assessment, retry)
+    until = queuekeep.horizon(session, view, assessment, retry, queuekeep.READING_KEEP_AT_MOST)
     tail = readingtail.tail_facts(session, view)
     reading = Reading.of(works, tail[1] if tail is not None else None)
     readingtail.keep(session, key, until, reading, caps, tail[0] if tail is not None else None)

@@ -59,6 +59,12 @@ if TYPE_CHECKING:
 HEAD_ROWS = 500
 #: Seconds a head answers at most, whatever its horizon: the bound on any clock-borne change it misses.
 KEEP_AT_MOST = 60.0
+#: Seconds the forecast's reading of the queue stands at most after the survey it comes from, carried
+#: past slings, clears and cycles meanwhile (:mod:`sluice.scheduler.readingtail`): an hour, as the last
+#: cycle's chain.  The horizon names every change the clock alone makes to the reading, and its replay is
+#: made at the moment asked (the replay kept of it answers for :data:`KEEP_AT_MOST` only); at 60 s, a
+#: view of a busy 100,000-item queue surveyed it once a minute.
+READING_KEEP_AT_MOST = 3600.0
 FILE = "queue-head.json"
 #: The forecast's reading of every queued item, kept apart: a read of the head never loads it.
 REPLAY_FILE = "queue-replay.json"
@@ -144,12 +150,14 @@ def running_items(key: list) -> set[str]:
     return {str(polecat[1]) for polecat in key[RUNNING]}
 
 
-def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple[float, float]) -> float:
-    """The first moment after ``session.now`` the clock alone could change this survey's answer."""
+def horizon(session: Session, view: Survey, assessment: Assessment, retry: tuple[float, float],
+            most: float = KEEP_AT_MOST) -> float:
+    """The first moment after ``session.now`` the clock alone could change this survey's answer (at most
+    ``most`` seconds after it)."""
     from sluice.scheduler.polecats import retry_epoch
 
     now, town = session.now, session.files
-    ends = [now + KEEP_AT_MOST]
+    ends = [now + most]
     ends += [at for work in view.backing_off if (at := retry_epoch(work.payload.fields, *retry)) is not None]
     ends += [held.closes_at for held in view.held if held.closes_at is not None]
     ends += [t.until for t in assessment.throttles]
