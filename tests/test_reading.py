@@ -99,3 +99,19 @@ def test_a_stretch_not_as_written_is_no_column():
     for bad in ([[0, 0]], [[0, -1]], [[0, True]], [[0]], [0], "x", [[0, 1.5]]):
         assert columns.expand(bad, lambda v: True) is None
     assert columns.split([1, "a"]) is None and columns.split(None) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.text(alphabet="ab-1", min_size=1, max_size=3), min_size=1, max_size=12),
+       st.lists(st.text(alphabet="ab-1\n", max_size=3), max_size=30),
+       st.sets(st.text(alphabet="ab", max_size=2)))
+def test_joined_ids_answer_every_question_a_set_of_them_answers(ids, asked, added):
+    kept = columns.id_set(json.loads(json.dumps(columns.joined(sorted(ids)))))
+    assert isinstance(kept, columns.JoinedIds)
+    assert len(kept) == len(ids) and kept == ids and set(kept) == ids
+    assert [value in kept for value in asked] == [value in ids for value in asked]
+    assert kept.isdisjoint(asked) == ids.isdisjoint(asked)  # a few, or many: the same answer
+    assert (set(asked) & kept) == (set(asked) & ids)
+    more = kept | added
+    assert more == ids | added and len(more) == len(ids | added)
+    assert [value in more for value in asked] == [value in ids | added for value in asked]

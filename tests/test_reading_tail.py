@@ -167,6 +167,27 @@ def test_a_carried_reading_ends_when_a_deferred_item_comes_due(cli, rig, town_di
     assert len(surveys) == 3
 
 
+def test_a_reading_carried_past_a_few_lines_is_not_written_again_until_enough_come(read_queue, clock, surveys,
+                                                                                    monkeypatch):
+    """Writing 100,000 rows again costs more than carrying a few lines again: the whole reading is kept
+    again only once it was carried past :data:`REKEEP_LINES` lines; its first rows each time."""
+    monkeypatch.setattr(readingtail, "REKEEP_LINES", 3)
+    town = Town(read_queue)
+    whole = queuekeep.path(town, queuekeep.REPLAY_FILE)
+    head = queuekeep.path(town, queuekeep.REPLAY_HEAD_FILE)
+    kept, kept_head = whole.read_bytes(), head.read_bytes()
+    slung(read_queue, "al-5")  # one line
+    once = forecast_at(read_queue, clock.now)
+    assert whole.read_bytes() == kept and head.read_bytes() != kept_head
+    assert forecast_at(read_queue, clock.now) == once  # carried again from the same marks
+    slung(read_queue, "al-6")
+    slung(read_queue, "al-7")  # three lines since the kept marks
+    carried = forecast_at(read_queue, clock.now)
+    assert surveys == [] and whole.read_bytes() != kept
+    assert forecast_at(read_queue, clock.now) == carried and surveys == []  # kept for the inputs of now
+    assert carried == fresh_forecast_at(read_queue, clock.now) and once != carried
+
+
 def test_a_reading_is_carried_for_longer_than_a_kept_head_stands(read_queue, clock, surveys):
     """A busy queue's views carry the reading past each change for up to an hour after its survey, where
     they used to survey it once a minute; each replay of it is made at its own moment."""
@@ -304,9 +325,12 @@ OPS = st.lists(
 )
 
 
-def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch):
+@pytest.mark.parametrize("rekeep", [0, readingtail.REKEEP_LINES], ids=["kept-each-time", "kept-now-and-then"])
+def test_a_carried_reading_always_forecasts_what_a_survey_forecasts(clock, monkeypatch, rekeep):
     """Slings, clears and cycles (carried) among ends, failed launches, closed items, duplicates, time,
-    promotions, compactions and throttles."""
+    promotions, compactions and throttles; the carried reading kept whole after each, or carried again
+    from the same marks until enough lines came."""
+    monkeypatch.setattr(readingtail, "REKEEP_LINES", rekeep)
     from sluice.errors import ExecutorError, SluiceError
     from sluice.executors.memory import MemoryExecutor
     from sluice.scheduler.dispatch import run_cycle

@@ -81,6 +81,10 @@ if TYPE_CHECKING:
 
 #: More lines after the marks than this and a survey costs about what carrying would.
 MOST_LINES = 2000
+#: Lines a reading is carried past before it is kept again whole.  Fewer cost the next reader less to
+#: carry again (a look for each line's context among the rows) than writing 100,000 rows again costs
+#: this one (about 30 ms); until then only its first rows are kept for the inputs of now.
+REKEEP_LINES = 64
 
 
 def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> list:
@@ -138,14 +142,18 @@ def carry(session: Session, key: list) -> tuple[Reading, dict, float] | None:
     if reading is None or not isinstance(found.get("tail"), dict):
         return None
     try:
-        facts = _carried(session, reading, found["tail"], found["key"], key)
+        carried = _carried(session, reading, found["tail"], found["key"], key)
     except (SluiceError, OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None  # a log or a kept file not as written: survey
-    if facts is None:
+    if carried is None:
         return None
+    facts, lines = carried
     # The survey's horizon, and admission's as its files are now (a throttle set since, a launch's charge).
     caps, until = found["caps"], min(found["until"], queuekeep.admission_horizon(session))
-    keep(session, key, until, reading, caps, facts)
+    if lines >= REKEEP_LINES:
+        keep(session, key, until, reading, caps, facts)
+    else:  # the next reader carries it from the same marks; a view's replay of its first rows reads these
+        keep_head(session, key, until, reading, caps)
     return reading, caps, until
 
 
@@ -162,13 +170,20 @@ def keep(session: Session, key: list, until: float, reading: Reading, caps: dict
     if facts is not None and reading.ranks is not None:
         whole["tail"] = facts
     queuekeep.keep(session, key, until, whole, queuekeep.REPLAY_FILE)
+    keep_head(session, key, until, reading, caps)
+
+
+def keep_head(session: Session, key: list, until: float, reading: Reading, caps: dict) -> None:
+    """Keep the reading's first rows (what a view's replay of its first rows reads) for ``key``."""
     queuekeep.keep(session, key, until, {"works": reading.rows(queuekeep.HEAD_ROWS), "total": len(reading),
                                          "caps": caps}, queuekeep.REPLAY_HEAD_FILE)
 
 
-def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, key: list) -> dict | None:
+def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, key: list
+             ) -> tuple[dict, int] | None:
     """Carry ``reading`` (in place) past the lines appended since ``facts``' marks; the facts that stand
-    then, or None when the lines leave what only a survey can place (``reading`` is then as it was)."""
+    then and how many lines it was carried past, or None when the lines leave what only a survey can
+    place (``reading`` is then as it was)."""
     if reading.ranks is None:
         return None
     ids, context_ids = reading.ids, reading.ranks[0]
@@ -189,7 +204,7 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
     # A polecat that started or ended since makes its item blocked or ready, if that item is still queued.
     moved = queuekeep.running_items(kept_key) ^ queuekeep.running_items(key)
     if not appended:  # no line since: the reading stands as it was
-        return None if moved and not moved.isdisjoint(ids) else {**facts, "marks": marks}
+        return None if moved and not moved.isdisjoint(ids) else ({**facts, "marks": marks}, lines)
     # A survey sees only where the lines leave each context, not the order they came in: the closes
     # first, then the new contexts, each for an item no open context holds any more.
     position = _positions(context_ids, [r.get("id") for _rig, r in appended if isinstance(r, dict)])
@@ -231,7 +246,7 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
         reading.insert(lo + place, work, rank)
         if not blocked:
             ready += 1
-    return {**facts, "marks": marks, "ready": ready, "backing_off": backing}
+    return {**facts, "marks": marks, "ready": ready, "backing_off": backing}, lines
 
 
 def _positions(context_ids: list[str], wanted: list) -> dict[str, int]:
@@ -314,5 +329,5 @@ def _key_at(reading: Reading, index: int) -> tuple:
                       reading.ids[index])
 
 
-__all__ = ["MOST_LINES", "carry", "is_caps", "is_reading", "keep", "kept_reading", "reading_row",
-           "tail_facts"]
+__all__ = ["MOST_LINES", "REKEEP_LINES", "carry", "is_caps", "is_reading", "keep", "keep_head",
+           "kept_reading", "reading_row", "tail_facts"]

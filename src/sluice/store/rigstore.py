@@ -470,9 +470,9 @@ class RigStore:
     def _kept_summary(self) -> tuple[dict, tuple[set[str], bool, bool]] | None:
         try:
             kept = json.loads(self._summary_path.read_bytes())
-            ids = columns.split(kept.get("ids"))  # one joined string: 100,000 ids parse as one
+            ids = columns.id_set(kept.get("ids"))  # one joined string: 100,000 ids parse as one
             if kept.get("version") == SUMMARY_VERSION and ids is not None:
-                return kept["mark"], (set(ids), bool(kept["edges"]), bool(kept["quiet"]))
+                return kept["mark"], (ids, bool(kept["edges"]), bool(kept["quiet"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         return None
