@@ -528,6 +528,46 @@ def test_review_a_compacted_log_at_the_marks_reused_inode_is_not_carried_past(re
     assert carried == fresh_forecast_at(read_queue, clock.now)
 
 
+def test_a_log_a_compaction_wrote_at_the_marks_inode_and_guard_is_told_by_its_mark_file(read_queue, clock,
+                                                                                       surveys):
+    """The marks are checked on their inode and the 64 bytes before them; a compaction's new log may
+    take a freed inode and end in the same bytes.  Each compaction first rewrites the rig's
+    ``ephemeral.compacted``, whose signature is in the key the reading is carried under: here the
+    compacted log is put at the marked inode, as long as the marked one and ending in its very line."""
+    import os
+
+    from sluice.store.compaction import compact
+    from sluice.store.rigstore import Stores
+
+    log = ephemeral_path(read_queue, "alpha")
+    compact(Stores(Town(read_queue)).rig("alpha"))  # one line per context: al-0 … al-4
+    fresh_forecast_at(read_queue, clock.now)  # a reading whose marks name this inode, at al-4's line's end
+    assert json.loads(queuekeep.path(Town(read_queue), queuekeep.REPLAY_FILE).read_bytes())["tail"]["marks"][
+        "alpha"]["inode"] == log.stat().st_ino
+    marked = log.with_name("marked.jsonl")
+    os.link(log, marked)  # the marked inode, kept for the compacted bytes to go in
+    lines = log.read_bytes().splitlines(keepends=True)
+    first, last = json.loads(lines[0]), lines[-1]
+    clear(Town(read_queue), item_id="al-0")
+    # al-5 slung as long as al-0's line was, then al-4's line again as it was: the latest lines now
+    twin = {**first, "id": first["id"][:-1] + ("x" if first["id"][-1] != "x" else "y"),
+            "description": first["description"].replace('"al-0"', '"al-5"')}
+    with log.open("ab") as fh:
+        fh.write((json.dumps(twin, separators=(",", ":")) + "\n").encode())
+        fh.write(last)
+    compact(Stores(Town(read_queue)).rig("alpha"), retention=0.0, now=clock.now + 1)  # al-0 archived
+    compacted = log.read_bytes()
+    assert len(compacted) == sum(map(len, lines)) and compacted.endswith(last)  # where the marks stood
+    with marked.open("r+b") as fh:
+        fh.write(compacted)
+        fh.truncate()
+    os.replace(marked, log)
+    surveys.clear()
+    carried = forecast_at(read_queue, clock.now)
+    assert len(surveys) == 1 and [row["item_id"] for row in carried["items"]][:1] != ["al-0"]
+    assert carried == fresh_forecast_at(read_queue, clock.now)
+
+
 def test_review_a_replay_kept_from_a_carried_reading_ends_when_a_new_throttle_does(read_queue, clock,
                                                                                    surveys):
     """A carried reading keeps the horizon its survey worked out, with the throttles and charges of then;

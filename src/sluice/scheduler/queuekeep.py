@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from sluice.core import admission as rules
 from sluice.errors import SluiceError
 from sluice.store import admission_state, fsutil, gitview, runs, sources
+from sluice.store.compaction import compacted_path
 
 if TYPE_CHECKING:
     from sluice.scheduler.admission import Assessment
@@ -126,7 +127,7 @@ def _inputs(session: Session) -> list | None:
         if stamp is None:  # only pygit2 can tell this rig's warmth
             return None
         log, items = town.rig_files(rig)
-        read.append(items)
+        read += [items, compacted_path(log)]  # a compaction since: the reading's marks name another log
         logs.append(fsutil.file_signature(log))
         parts += [rig.name, stamp]
     parts.append([fsutil.file_signature(f) for f in read])

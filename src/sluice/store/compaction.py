@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.items import DONE_STATUSES, is_context
@@ -36,6 +37,15 @@ if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
 
 ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
+#: Rewritten (durably, by rename: a new inode) before each compaction replaces the log, so that what
+#: was kept at marks of the log it replaces is told from the new one by this file's signature, without
+#: reading the log: its old inode may be reused by a later file.
+COMPACTED_NAME = "ephemeral.compacted"
+
+
+def compacted_path(log: Path) -> Path:
+    """The file each compaction of ``log`` rewrites first (:data:`COMPACTED_NAME`)."""
+    return log.with_name(COMPACTED_NAME)
 
 
 @recordclass
@@ -122,6 +132,9 @@ def compact(store: RigStore, retention: float | None = None, now: float | None =
         if archive:
             _append_archive(store.ephemeral_path.parent / ARCHIVE_NAME, archive)
         data = b"".join(keep)
+        # First the mark of a compaction, then the new log: a reader that took this file's signature
+        # before reading the log reads either the log as it was then or sees another signature later.
+        fsutil.atomic_write_bytes(compacted_path(store.ephemeral_path), f"{now}\n".encode())
         fsutil.atomic_write_bytes(store.ephemeral_path, data)
         store.forget_digests()  # their marks name the old file, whose inode a later file may reuse
         try:  # the new file's mark, taken while no writer can have appended to it
