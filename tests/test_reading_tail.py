@@ -600,7 +600,9 @@ def _run_past_kinds(reading):
 
 
 def _one_id_more(reading):
-    reading["ids"] += "\nal-99"
+    ids = reading["ids"]
+    ids["text"] += "al-99".ljust(ids["width"], "\n")[:ids["width"]]
+    ids["size"] += 1
 
 
 def _run_of_none(reading):
@@ -612,11 +614,15 @@ def _score_as_text(reading):
 
 
 def _context_not_text(reading):
-    reading["contexts"] = [7, *reading["contexts"].split("\n")[1:]]
+    reading["contexts"] = [7] * reading["contexts"]["size"]
+
+
+def _slots_cut_short(reading):
+    reading["orders"]["text"] = reading["orders"]["text"][:-1]
 
 
 @pytest.mark.parametrize("spoil", [_cut_kind, _run_past_kinds, _one_id_more, _run_of_none, _score_as_text,
-                                   _context_not_text])
+                                   _context_not_text, _slots_cut_short])
 def test_a_kept_reading_not_as_written_is_surveyed_not_carried(read_queue, clock, surveys, spoil):
     path = queuekeep.path(Town(read_queue), queuekeep.REPLAY_FILE)
     kept = json.loads(path.read_bytes())

@@ -14,10 +14,12 @@ So a reading is kept as its kinds, once each; the stretches of consecutive
 items of one kind (``[kind, count]``); and the ids in one column; with
 what carrying it past a change needs (:mod:`sluice.scheduler.readingtail`:
 each row's context, score and enqueue time) in columns too, the scores as
-stretches as well.  A column of strings is one string joined by newlines
-when no string holds one, else a list.  Reading it back costs a few long
-strings and short lists, and the replay of the items past a view's rows
-counts a stretch instead of walking it (``alike_until``,
+stretches as well.  A column of strings is one text of equal slots
+(:class:`~sluice.store.columns.Slots`) when no string holds a newline,
+else a list.  Reading it back costs a few long strings and short lists, a
+carry past a sling or a cycle looks values up and takes them out or puts
+them in by slicing those strings, and the replay of the items past a
+view's rows counts a stretch instead of walking it (``alike_until``,
 :func:`sluice.core.replay.simulate_first`).
 """
 
@@ -25,7 +27,17 @@ from __future__ import annotations
 
 import bisect
 
-from sluice.store.columns import expand, joined, split, stretch_ends, stretches, whole
+from sluice.store.columns import (
+    Slots,
+    expand,
+    inserted,
+    removed,
+    stretch_ends,
+    stretches,
+    strings,
+    strings_back,
+    whole,
+)
 
 #: Fields of a reading row, the id first; the rest make its kind.
 ROW_FIELDS = 11
@@ -40,8 +52,8 @@ class Reading:
 
     __slots__ = ("_ends", "ids", "kind_of", "kinds", "ranks")
 
-    def __init__(self, ids: list[str], kinds: list[list], kind_of: list[int],
-                 ranks: tuple[list[str], list[float], list[str]] | None = None):
+    def __init__(self, ids: Slots | list[str], kinds: list[list], kind_of: list[int],
+                 ranks: tuple[Slots | list[str], list[float], Slots | list[str]] | None = None):
         self.ids, self.kinds, self.kind_of, self.ranks = ids, kinds, kind_of, ranks
         self._ends: list[int] | None = None
 
@@ -82,15 +94,8 @@ class Reading:
 
     def remove(self, gone: set[int]) -> None:
         """Take out the rows at the positions ``gone``."""
-        if not gone:
-            return
-        for column in self._columns():
-            if len(gone) < 64:  # a few: each a move of the rest of the column
-                for position in sorted(gone, reverse=True):
-                    del column[position]
-            else:
-                column[:] = [value for position, value in enumerate(column) if position not in gone]
-        self._ends = None
+        if gone:
+            self._set_columns([removed(column, gone) for column in self._columns()])
 
     def insert(self, position: int, row: list, rank: list) -> None:
         """Put ``row`` (with its rank facts) at ``position``."""
@@ -100,19 +105,25 @@ class Reading:
             kind = len(self.kinds)
             self.kinds.append(row[1:])
         values = [row[0], kind, *(rank if self.ranks is not None else ())]
-        for column, value in zip(self._columns(), values, strict=True):
-            column.insert(position, value)
-        self._ends = None
+        self._set_columns([inserted(column, position, value)
+                           for column, value in zip(self._columns(), values, strict=True)])
 
-    def _columns(self) -> list[list]:
+    def _columns(self) -> list:
         return [self.ids, self.kind_of, *(self.ranks or ())]
+
+    def _set_columns(self, columns: list) -> None:
+        self.ids, self.kind_of = columns[0], columns[1]
+        if self.ranks is not None:
+            self.ranks = (columns[2], columns[3], columns[4])
+        self._ends = None
 
     def encode(self) -> dict:
         """The reading as it is kept (JSON-ready)."""
-        out = {"ids": joined(self.ids), "kinds": self.kinds, "kind_stretches": stretches(self.kind_of)}
+        out = {"ids": strings(self.ids), "kinds": self.kinds, "kind_stretches": stretches(self.kind_of)}
         if self.ranks is not None:
             contexts, scores, orders = self.ranks
-            out.update({"contexts": joined(contexts), "scores": stretches(scores), "orders": joined(orders)})
+            out.update({"contexts": strings(contexts), "scores": stretches(scores),
+                        "orders": strings(orders)})
         return out
 
     @classmethod
@@ -125,13 +136,13 @@ class Reading:
                 isinstance(kind, list) and len(kind) == ROW_FIELDS - 1 and isinstance(kind[0], str)
                 for kind in kinds):
             return None
-        ids = split(kept.get("ids"))
+        ids = strings_back(kept.get("ids"))
         kind_of = expand(kept.get("kind_stretches"), lambda k: whole(k) and 0 <= k < len(kinds))
         if ids is None or kind_of is None or len(ids) != len(kind_of):
             return None
         ranks = None
         if "contexts" in kept:
-            contexts, orders = split(kept.get("contexts")), split(kept.get("orders"))
+            contexts, orders = strings_back(kept.get("contexts")), strings_back(kept.get("orders"))
             scores = expand(kept.get("scores"), lambda s: s is None or whole(s) or isinstance(s, float))
             if contexts is None or orders is None or scores is None or not (
                     len(contexts) == len(scores) == len(orders) == len(ids)):

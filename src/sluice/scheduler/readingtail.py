@@ -78,6 +78,7 @@ from sluice.scheduler.pending import UNREADABLE, items_of
 from sluice.scheduler.ranking import Work, load_town_policy, rank_work
 from sluice.scheduler.reading import Reading
 from sluice.store import contexts
+from sluice.store.columns import Slots
 from sluice.store.jsonlog import LogTail
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
     # A polecat that started or ended since makes its item blocked or ready, if that item is still queued.
     moved = queuekeep.running_items(kept_key) ^ queuekeep.running_items(key)
     if not appended:  # no line since: the reading stands as it was
-        return None if moved and not moved.isdisjoint(ids) else ({**facts, "marks": marks}, lines)
+        return None if any(item in ids for item in moved) else ({**facts, "marks": marks}, lines)
     # A survey sees only where the lines leave each context, not the order they came in: the closes
     # first, then the new contexts, each for an item no open context holds any more.
     position = _positions(context_ids, [r.get("id") for _rig, r in appended if isinstance(r, dict)])
@@ -226,15 +227,20 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
             gone.add(index)
         elif contexts.is_open(record):
             opened.append((rig, record))
-    queued = set(ids).difference(ids[index] for index in gone)
-    if not moved.isdisjoint(queued):
+    gone_items = {ids[index] for index in gone}
+    added: set[str] = set()
+
+    def queued(item: str) -> bool:  # an item has one row at most: a look in the column, not a set of all
+        return item in added or (item not in gone_items and item in ids)
+
+    if any(queued(item) for item in moved):
         return None
     new: list[contexts.Context] = []
     for rig, record in opened:
         context = _new_context(session, rig, record)
-        if context is None or context.work_id in queued:
+        if context is None or queued(context.work_id):
             return None  # not as a sling writes it, or a second open context of one item
-        queued.add(context.work_id)
+        added.add(context.work_id)
         new.append(context)
     added = _ranked(session, new)
     if added is None:
@@ -254,9 +260,10 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
     return {**facts, "marks": marks, "ready": ready, "backing_off": backing}, lines
 
 
-def _positions(context_ids: list[str], wanted: list) -> dict[str, int]:
+def _positions(context_ids, wanted: list) -> dict[str, int]:
     """Where each of the ``wanted`` context ids stands among ``context_ids`` (those that do)."""
-    if len(wanted) <= 32:  # a sling or a cycle's worth: a scan each, in C
+    few = 200 if isinstance(context_ids, Slots) else 32
+    if len(wanted) <= few:  # a sling or a cycle's worth: a search each, in C
         out = {}
         for context_id in wanted:
             try:
