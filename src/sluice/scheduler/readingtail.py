@@ -228,10 +228,10 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
         elif contexts.is_open(record):
             opened.append((rig, record))
     gone_items = {ids[index] for index in gone}
-    added: set[str] = set()
+    slung: set[str] = set()
 
     def queued(item: str) -> bool:  # an item has one row at most: a look in the column, not a set of all
-        return item in added or (item not in gone_items and item in ids)
+        return item in slung or (item not in gone_items and item in ids)
 
     if any(queued(item) for item in moved):
         return None
@@ -240,10 +240,10 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
         context = _new_context(session, rig, record)
         if context is None or queued(context.work_id):
             return None  # not as a sling writes it, or a second open context of one item
-        added.add(context.work_id)
+        slung.add(context.work_id)
         new.append(context)
-    added = _ranked(session, new)
-    if added is None:
+    ranked = _ranked(session, new)
+    if ranked is None:
         return None
     # Backing-off works were never ranked (the survey sets them aside first): nothing is placed among them.
     was_ready = ready
@@ -251,7 +251,7 @@ def _carried(session: Session, reading: Reading, facts: dict, kept_key: list, ke
     backing -= sum(1 for k in gone if was_ready <= k < was_ready + backing)
     reading.remove(gone)
     # A segment is in rank order, so a new row's place is found by the keys of a few rows, not of all.
-    for (work, rank), blocked in added:
+    for (work, rank), blocked in ranked:
         lo, hi = (ready + backing, len(reading)) if blocked else (0, ready)
         place = bisect.bisect_left(range(lo, hi), _key(rank, work), key=lambda k: _key_at(reading, k))
         reading.insert(lo + place, work, rank)
