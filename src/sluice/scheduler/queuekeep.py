@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 from sluice.core import admission as rules
 from sluice.errors import SluiceError
 from sluice.store import admission_state, fsutil, gitview, runs, sources
-from sluice.store.compaction import compacted_path
+from sluice.store.town import compacted_path
 
 if TYPE_CHECKING:
     from sluice.scheduler.admission import Assessment

@@ -25,27 +25,18 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.items import DONE_STATUSES, is_context
 from sluice.core.recordclass import asdict, recordclass
 from sluice.store import contexts, fsutil
 from sluice.store.jsonlog import LogTail, line_text
+from sluice.store.town import compacted_path
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
 
 ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
-#: Rewritten (durably, by rename: a new inode) before each compaction replaces the log, so that what
-#: was kept at marks of the log it replaces is told from the new one by this file's signature, without
-#: reading the log: its old inode may be reused by a later file.
-COMPACTED_NAME = "ephemeral.compacted"
-
-
-def compacted_path(log: Path) -> Path:
-    """The file each compaction of ``log`` rewrites first (:data:`COMPACTED_NAME`)."""
-    return log.with_name(COMPACTED_NAME)
 
 
 @recordclass

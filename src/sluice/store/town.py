@@ -267,3 +267,10 @@ def validate_prefix(prefix: str) -> None:
     if not prefix[0].isalnum():
         raise UsageError(f"invalid prefix {prefix!r}: it must start with a letter or digit"
                          " (ids starting with '-' or '.' would read as options or hidden files)")
+
+
+def compacted_path(log: Path) -> Path:
+    """The file each compaction of the ephemeral log ``log`` rewrites before it replaces the log
+    (:mod:`sluice.store.compaction`): its signature tells what was kept at marks of the log it replaced
+    from the new one without reading the log, whose old inode a later file may take."""
+    return log.with_name("ephemeral.compacted")
