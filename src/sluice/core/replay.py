@@ -269,10 +269,12 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
     again, since launches only ever take room.
 
     Raising a cap does not always bring every ETA forward, as it does not in
-    dispatch either.  With the town cap and rig caps alone it does, and the
-    tests hold it to that (without throttles: a throttled item passed over
-    at one tick can find the slots a larger cap gave to the items behind it
-    still held when its throttle ends).  With label caps an item carrying
+    dispatch either.  Raising the town cap under rig caps does while the
+    batch does not bind, and the tests hold it to that (without throttles: a
+    throttled item passed over at one tick can find the slots a larger cap
+    gave to the items behind it still held when its throttle ends); a batch
+    that binds goes to the items first in the queue, so items ahead that a
+    larger cap lets go earlier can take a tick's batch from one behind them.  With label caps an item carrying
     two capped labels can start earlier under a raised cap and take the
     slot of one label from an item behind it that, under the lower cap,
     had gone first; the overlap gate and the budgets do the same with
