@@ -57,3 +57,25 @@ def test_with_room_the_record_is_written_and_the_polecat_runs(tmp_path):
 
     record = json.loads((tmp_path / "pc.started").read_text())
     assert record["pid"] == int(answer[1:]) and not (tmp_path / "pc.started.tmp").exists()
+
+
+def test_a_launch_that_did_not_start_leaves_no_record_behind_when_its_log_is_full(town_files, rig, tmp_path):
+    """A polecat whose watcher could not report is reported not started, its pending record removed:
+    on a full disk the log line it is told in is refused, and a record left behind would be found as a
+    polecat launched (and then lost) for a launch that never started."""
+    from sluice.errors import ExecutorError
+    from sluice.executors.base import LaunchRequest
+    from sluice.executors.local import LocalExecutor
+
+    executor = LocalExecutor(town_files)
+    request = LaunchRequest(item_id="al-1", rig="alpha", title="t", context_id="al-wisp-1",
+                            repo=str(tmp_path), town=str(town_files.root), argv=(sys.executable, "-c", "0"))
+    record = executor._record_path("pc-full")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text('{"id": "pc-full", "state": "pending"}')
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        log = disk / "pc-full.log"
+        log.touch()
+        fill(disk)
+        error = executor._not_started(request, "pc-full", log, OSError("the watcher's report was cut"))
+    assert isinstance(error, ExecutorError) and not record.exists()

@@ -195,7 +195,11 @@ def toggle_gate(w: Worker) -> None:
             w.hist.write("gate-off", gate="hold-file")
             hold.unlink(missing_ok=True)
         else:
-            hold.write_text(f"soak hold by {w.role}\n")
+            try:
+                hold.write_text(f"soak hold by {w.role}\n")
+            except OSError:  # the disk-full phase: no gate went up for sure, so none is recorded
+                hold.unlink(missing_ok=True)
+                return
             w.hist.write("gate-on", gate="hold-file")
         return
     code, out, _err = run_cli(["config", "get", "scheduler.host.min_free_memory"])

@@ -231,11 +231,16 @@ class LocalExecutor:
 
     def _not_started(self, request: LaunchRequest, polecat_id: str, log_path: Path, err: Exception
                      ) -> ExecutorError:
-        """The error of a polecat that did not start, said in its log; its pending record goes."""
+        """The error of a polecat that did not start, said in its log; its pending record goes.
+
+        The record goes first and whatever the log can take: on a full disk the
+        log refuses the line, and a pending record left behind would be found as
+        a polecat launched (then lost) for a launch that never started.
+        """
         reason = _launch_error(request.argv[0], err)
-        with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"sluice: {reason}\n")
         self._record_path(polecat_id).unlink(missing_ok=True)
+        with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"sluice: {reason}\n")
         return ExecutorError(reason)
 
     def _started_times(self, polecat_id: str, pid: int, watcher: int) -> tuple:
