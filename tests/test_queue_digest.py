@@ -338,6 +338,15 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
         else:
             compact(store_of(digest_dir))
         queue, summary = whole(digest_dir)
+        by_item = Stores(Town(digest_dir))  # first, while the map is as the step left it
+        for item in ITEMS_ASKED:
+            found = by_item_of(queue, item)
+            asked = ctxs.open_of_items(by_item, item, valid=False)
+            assert {key: seen(group) for key, group in asked.items()} == found
+            valid = {key: [c for c in group if c[2].work_bead_id and c[2].target_rig]
+                     for key, group in found.items()}
+            assert {key: seen(group) for key, group in ctxs.open_of_items(by_item, item).items()} == \
+                {key: group for key, group in valid.items() if group}
         reader = Stores(Town(digest_dir))
         assert seen(ctxs.open_contexts(reader)) == queue
         ids, edges, quiet = reader.rig("alpha")._ephemeral_summary()
@@ -345,6 +354,19 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
         assert ids == summary[0] and edges >= summary[1] and quiet <= summary[2]
         if kind == "compact":  # compaction leaves both digests of the file it wrote: not read whole
             assert reader.rig("alpha").log_unread()
+
+
+#: Items asked of the item map after each step: one, another, several at once, one never queued.
+ITEMS_ASKED = [["al-1"], ["al-2"], ["al-1", "al-2", "al-3", "al-4", "al-9"]]
+
+
+def by_item_of(queue: list[tuple], items: list[str]) -> dict[str, list[tuple]]:
+    """What a lookup of ``items`` answers, grouped from a whole read's queue (valid ones first)."""
+    out: dict[str, list[tuple]] = {}
+    for row in queue:
+        if row[2] is not None and row[2].work_bead_id in items:
+            out.setdefault(row[2].work_bead_id, []).append(row)
+    return out
 
 
 def clear_everything(town: Path) -> dict:

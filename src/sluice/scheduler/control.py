@@ -67,11 +67,15 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     everything = item_id is None
     # Lean: a log with no digest to start from is read without holding every record (100,000 of them
     # took over 400 MB); the closes then read each context's line where the read found it.  A clear of
-    # everything keeps no digest of what it is about to close: it keeps the one after its closes.
-    for context in ctxs.open_contexts(stores, fresh=True, lean=True, digest=not everything):
-        if everything or context.work_id == item_id:
-            matched += 1
-            by_rig.setdefault(context.rig, []).append(context)
+    # everything keeps no digest of what it is about to close: it keeps the one after its closes.  A
+    # clear of one item finds its contexts in each rig's item map, not among the whole queue.
+    if everything:
+        found = ctxs.open_contexts(stores, fresh=True, lean=True, digest=False)
+    else:
+        found = ctxs.open_of_items(stores, [item_id], valid=False).get(item_id, [])
+    for context in found:
+        matched += 1
+        by_rig.setdefault(context.rig, []).append(context)
     if item_id is not None and not matched:
         stores.for_id(item_id)  # raises UnknownItem when no rig has it
     broken: set[str] = set()  # rigs where a chunk failed: what is open there is not known

@@ -32,7 +32,7 @@ from sluice.core.items import (
 from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
 from sluice.errors import StoreCorrupt
-from sluice.store import events, fsutil, queuedigest
+from sluice.store import events, fsutil, openitems, queuedigest
 from sluice.store.jsonlog import LogTail, worth_rewriting
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def _open_contexts_of(store: RigStore, fresh: bool, lean: bool = False, digest: 
     found = [parse(store.rig.name, r) for r in records if is_open(r)]
     if store.keeps("queue"):  # this process read the log whole: keep what it found
         at = store.line_offsets()
-        queuedigest.write(store.queue_digest_path, store.log_mark(), [_row(c, at[c.id]) for c in found])
+        _keep_digests(store, store.log_mark(), [(c, at[c.id]) for c in found])
     return found
 
 
@@ -212,12 +212,13 @@ def _lean_open(store: RigStore, digest: bool = True) -> list[Context]:
     kept, mark, at = read
     found = [context for context in kept.values() if context is not None]
     if digest:
-        queuedigest.write(store.queue_digest_path, mark, [_row(c, at[c.id]) for c in found])
+        _keep_digests(store, mark, [(c, at[c.id]) for c in found])
     return found
 
 
 def keep_digests_after_closes(store: RigStore, before: tuple | None, still_open: list[Context]) -> bool:
-    """Keep the queue digest and the log summary of a log whose last lines are this process's closes:
+    """Keep the queue digest, the item map and the log summary of a log whose last lines are this
+    process's closes:
     ``still_open`` its open contexts now, ``before`` :meth:`RigStore.summary_at_own_mark` taken
     before the closes.
 
@@ -240,22 +241,29 @@ def keep_digests_after_closes(store: RigStore, before: tuple | None, still_open:
     at = [store.known_offset(c.id) for c in still_open]
     if any(offset is None for offset in at):
         return False
-    queuedigest.write(store.queue_digest_path, mark, [_row(c, offset) for c, offset in zip(still_open, at,
-                                                                                             strict=True)])
+    _keep_digests(store, mark, list(zip(still_open, at, strict=True)))
     return True
 
 
 def keep_digest_of(store: RigStore, mark: dict, records_at: Iterable[tuple[dict, int]]) -> None:
-    """Keep the queue digest of a log just written whole (compaction): its records, each with its line's
-    offset, in the order they stand in the file."""
+    """Keep the queue digest and the item map of a log just written whole (compaction): its records, each
+    with its line's offset, in the order they stand in the file."""
     name = store.rig.name
-    rows = [_row(parse(name, record), at) for record, at in records_at if is_open(record)]
-    queuedigest.write(store.queue_digest_path, mark, rows)
+    found = [(parse(name, record), at) for record, at in records_at if is_open(record)]
+    _keep_digests(store, mark, found)
 
 
 def is_open(record: dict) -> bool:
     """Whether a log record is an open sling context: what the queue digest holds."""
     return record.get("status", "open") not in DONE_STATUSES and is_context(record)
+
+
+def _keep_digests(store: RigStore, mark: dict, found: list[tuple[Context, int]]) -> None:
+    """Keep the queue digest and the item map of the rig's open contexts ``found`` (each with where its
+    latest line starts) as of ``mark``: whoever has them all at hand keeps both."""
+    queuedigest.write(store.queue_digest_path, mark, [_row(c, offset) for c, offset in found])
+    openitems.write(store.open_items_path, mark,
+                    [(c.work_id, c.id, offset) for c, offset in found if c.work_id])
 
 
 def _row(context: Context, offset: int) -> list:
@@ -291,8 +299,7 @@ def _kept_open(store: RigStore, digest: bool = True) -> list[Context] | None:
         else:
             found.pop(record_id, None)
     if digest and worth_rewriting(tail.lines - mark["lines"], len(rows)):
-        queuedigest.write(store.queue_digest_path, tail.mark(),
-                          [_row(c, offsets[c.id]) for c in found.values()])
+        _keep_digests(store, tail.mark(), [(c, offsets[c.id]) for c in found.values()])
     return list(found.values())
 
 
@@ -331,9 +338,143 @@ def open_by_item(stores: Stores, fresh: bool = True) -> dict[str, list[Context]]
     return out
 
 
-def find_open(stores: Stores, item_id: str, fresh: bool = True) -> list[Context]:
-    """Every open context for ``item_id`` in every rig (duplicates included), oldest first."""
-    return open_by_item(stores, fresh).get(item_id, [])
+def find_open(stores: Stores, item_id: str) -> list[Context]:
+    """Every open, valid context for ``item_id`` in every rig (duplicates included), oldest first."""
+    return open_of_items(stores, [item_id]).get(item_id, [])
+
+
+def open_of_items(stores: Stores, item_ids: Iterable[str], valid: bool = True) -> dict[str, list[Context]]:
+    """The open contexts of ``item_ids`` in every rig, grouped by item, oldest first; ``valid`` False:
+    the invalid ones that name one of them too.  What :func:`open_by_item` answers for them, as the
+    logs stand now, at the cost of those items' contexts and the lines appended since each rig's item
+    map (:mod:`sluice.store.openitems`), not of the whole queue."""
+    wanted = set(item_ids)
+    found: list[Context] = []
+    for store in stores.all():
+        try:
+            found.extend(c for c in _of_items(store, wanted) if c.valid or not valid)
+        except (StoreCorrupt, OSError) as err:
+            stores.hold_unreadable(store.rig.name, err)
+    found.sort(key=_listing_key)
+    out: dict[str, list[Context]] = {}
+    for context in found:
+        out.setdefault(context.work_id or "", []).append(context)
+    return out
+
+
+def _of_items(store: RigStore, wanted: set[str]) -> list[Context]:
+    """One rig's open contexts naming an item of ``wanted``, from its item map when one fits; else from
+    every open context, whose map is kept for the next lookup."""
+    if not wanted or not store.ephemeral_path.exists():
+        return []
+    found = _from_item_map(store, wanted)
+    if found is None and store.log_unread() and _item_map_from_digest(store):
+        found = _from_item_map(store, wanted)
+    if found is not None:
+        return found
+    every = _open_contexts_of(store, fresh=True)
+    _keep_item_map(store, every)
+    return [c for c in every if c.work_id in wanted]
+
+
+def _item_map_from_digest(store: RigStore) -> bool:
+    """Keep the item map made from the queue digest and the lines after its mark; False: no digest fits.
+
+    The digest's rows are not made into contexts (most of what reading the queue costs): a row names
+    its item when its fields hold one as text, which every context whose fields parse and name an item
+    does (a row whose fields do not parse is in the map too; a lookup reads its line and leaves it out).
+    """
+    kept = queuedigest.rows(store.queue_digest_path)
+    if kept is None:
+        return False
+    mark, rows = kept
+    tail = LogTail.resume(store.ephemeral_path, mark)
+    if tail is None:
+        return False
+    found = [(data["work_bead_id"], context_id, offset) for context_id, data, offset in rows
+             if context_id not in tail.records and isinstance(data, dict)
+             and isinstance(data.get("work_bead_id"), str) and data["work_bead_id"]]
+    opened = [parse(store.rig.name, r) for r in tail.records.values() if is_open(r)]
+    found += [(c.work_id, c.id, tail.at[c.id]) for c in opened if c.work_id]
+    openitems.write(store.open_items_path, tail.mark(), found)
+    return True
+
+
+def _from_item_map(store: RigStore, wanted: set[str]) -> list[Context] | None:
+    """The rig's open contexts of ``wanted`` from its kept map, the lines after its mark and each found
+    context's line; None: no map fits (then nothing was changed)."""
+    kept = openitems.read(store.open_items_path)
+    if kept is None:
+        return None
+    mark, body = kept
+    tail = LogTail.resume(store.ephemeral_path, mark)
+    if tail is None:
+        return None
+    try:
+        rows = [row for row in openitems.find(body, wanted) if row[1] not in tail.records]
+    except ValueError:
+        return None
+    name = store.rig.name
+    found = [parse(name, r) for r in tail.records.values() if is_open(r)]
+    if store.log_unread():
+        at_mark = _lines_at(store, [(context_id, offset) for _item, context_id, offset in rows])
+        if at_mark is None:
+            return None
+        if store.read_mark() is None:  # a store that read nothing yet changes what it found at its line
+            store.know_lines(tail.mark(), {**{row[1]: row[2] for row in rows}, **tail.at})
+    else:  # read already: what is in memory is the log as it stands now
+        records = store.ephemeral_fresh()
+        at_mark = [records[context_id] for _item, context_id, _offset in rows if context_id in records]
+    opened = [parse(name, r) for r in at_mark if is_open(r)]
+    if len(opened) != len(rows):  # a line not as the map says: not this log's map
+        return None
+    if worth_rewriting(tail.lines - mark["lines"], body.count(b"\n") - 1):
+        _carry_item_map(store, body, tail, found)
+    return [c for c in (*opened, *found) if c.work_id in wanted]
+
+
+def _lines_at(store: RigStore, places: list[tuple[str, int]]) -> list[dict] | None:
+    """The records on the lines at ``places`` (id, offset); None when one is not that id's line."""
+    out = []
+    with open(store.ephemeral_path, "rb") as fh:
+        for context_id, offset in places:
+            fh.seek(offset)
+            line = fh.readline()
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return None
+            if not isinstance(record, dict) or record.get("id") != context_id:
+                return None
+            out.append(record)
+    return out
+
+
+def _carry_item_map(store: RigStore, body: bytes, tail: LogTail, opened: list[Context]) -> None:
+    """Keep the map at ``tail``'s end: its lines less the records the tail changed, plus the open
+    contexts the tail leaves (``opened``)."""
+    try:
+        kept = [row for row in openitems.rows(body) if row[1] not in tail.records]
+    except ValueError:
+        return
+    kept += [(c.work_id, c.id, tail.at[c.id]) for c in opened if c.work_id]
+    openitems.write(store.open_items_path, tail.mark(), kept)
+
+
+def _keep_item_map(store: RigStore, every: list[Context]) -> None:
+    """Keep the map of ``every`` open context of the rig, as this store has just read them."""
+    mark = store.read_mark()
+    if mark is None:
+        return
+    at = store.line_offsets() if not store.log_unread() else None
+    rows = []
+    for context in every:
+        if context.work_id:
+            offset = at.get(context.id) if at is not None else store.known_offset(context.id)
+            if offset is None:
+                return
+            rows.append((context.work_id, context.id, offset))
+    openitems.write(store.open_items_path, mark, rows)
 
 
 # -- changing ------------------------------------------------------------------

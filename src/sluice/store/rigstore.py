@@ -104,6 +104,7 @@ class RigStore:
         self.lock_path = town.runtime / "locks" / f"rig-{rig.name}.lock"
         self.index_path = town.runtime / "index" / f"{rig.name}.sqlite"
         self.queue_digest_path = self.index_path.with_suffix(".queue.json")  # sluice.store.queuedigest
+        self.open_items_path = self.index_path.with_suffix(".open-items")  # sluice.store.openitems
         self.index = DurableIndex(self.index_path, self.durable_path, self._load)
         self._log = LogTail(self.ephemeral_path)
         self._log_stale = True
@@ -423,7 +424,7 @@ class RigStore:
 
     def forget_digests(self) -> None:
         """After the log is replaced: drop what is kept of the old one (a reader would reject it anyway)."""
-        for path in (self._summary_path, self.queue_digest_path):
+        for path in (self._summary_path, self.queue_digest_path, self.open_items_path):
             with contextlib.suppress(OSError):
                 path.unlink()
 
