@@ -130,6 +130,7 @@ OPS = st.lists(
         st.tuples(st.just("finish"), st.sampled_from(["al", "be"]), st.integers(0, SLUNG + FRESH - 1)),
         st.tuples(st.just("advance"), st.integers(1, 90)),
         st.tuples(st.just("clear"), st.booleans()),
+        st.tuples(st.just("unsling"), st.sampled_from(["alpha", "beta"]), st.integers(0, SLUNG + FRESH - 1)),
     ),
     min_size=1, max_size=10,
 )
@@ -194,6 +195,8 @@ def _run_ops(clock, monkeypatch, ops, head: int, beta: bool, fair: bool
                 clock.advance(op[1])
             elif op[0] == "clear" and op[1]:
                 clear(Town(town_dir))
+            elif op[0] == "unsling":  # a clear of one item: queued, running or neither
+                clear(Town(town_dir), f"{op[1][:2]}-{op[2]}")
             appended = sizes != [_size(ephemeral_path(town_dir, rig)) for rig in records]
             STATUS_FROM_CHAIN.clear()
             assert_snapshot_as_surveyed(town_dir, monkeypatch, 5)  # first: the reading is the last op's
@@ -783,10 +786,7 @@ def _clear(town_dir: Path) -> None:
 
 
 NOT_FOLDED = {
-    "a close": (_close_queued, {}),
-    "a clear": (_clear, {}),
     "a changed record": (_rewritten, {}),
-    "a closed context": (lambda t: _append_context(t, "al-20", status="closed"), {}),
     "not a context": (lambda t: _append_context(t, "al-20", label=False), {}),
     "no sling fields": (lambda t: _append_context(t, "al-20", description="not fields"), {}),
     "a broken context": (lambda t: _append_context(t, "al-20", dispatch_failures=3), {}),
@@ -848,10 +848,88 @@ def test_a_line_after_the_marks_that_is_not_a_new_context_the_chain_can_place_is
     assert from_chain == [False, False]
     surveys = counted_surveys(monkeypatch, dispatch)
     taken = len(checked)
-    report = run_cycle(Town(town_dir))
-    # the cycle does not take the chain: it surveys (or, the queue cleared, idles on the views' kept survey)
+    run_cycle(Town(town_dir))
+    # the cycle does not take the chain: it surveys
     assert len(checked) == taken
-    assert len(surveys) == 1 or (case == "a clear" and not report.dispatched)
+    assert len(surveys) == 1
+
+
+def _unsling(item_id: str):
+    def unsling(town_dir: Path) -> None:
+        from sluice.scheduler.control import clear
+
+        assert clear(Town(town_dir), item_id)["cleared"] == 1
+
+    return unsling
+
+
+#: Closes after the marks the chain folds: (what appends them, how many of al-04 … al-07 the chain keeps).
+FOLDED = {
+    "a kept work's close": (_close_queued, 4),
+    "a clear of a kept work": (_unsling("al-05"), 4),
+    "a clear of a kept work, others of its kind only counted": (_unsling("al-04"), 3),
+    "a clear of a work only counted": (_unsling("al-07"), 2),
+    "a clear of a blocked work": (_unsling("al-23"), 4),
+    "a clear of a work of a kind of its own": (_unsling("al-24"), 4),
+    "a clear of everything": (_clear, 4),
+    "a context slung and closed since": (lambda t: _append_context(t, "al-20", status="closed"), 4),
+    "a clear of a work only counted, and its sling again": (
+        lambda t: (_unsling("al-07")(t), sling(Town(t), ["al-07", "alpha"], SlingOptions())), 2),
+    "a clear of the kind's last kept work": (_unsling("al-04"), 1),
+}
+
+
+@pytest.mark.parametrize("case", list(FOLDED))
+def test_a_close_after_the_marks_is_folded_into_the_views_and_the_next_cycle(
+        cli, rig, town_dir, memory, checked, monkeypatch, case):
+    """A clear of one item used to cost the next view and the next cycle a survey of the whole queue:
+    the chain now knows which count each queued context is in, and takes a closed one out, whether it
+    is among the kept works or only counted, ready or blocked; every view and every take of the chain
+    (the cycle's too) is held to a survey.  Only a kind left with counted works but no kept one is
+    left to a survey."""
+    from sluice.scheduler import dispatch
+    from sluice.scheduler import gates as gate_view
+    from sluice.scheduler.session import Session
+
+    append, kept = FOLDED[case]
+    monkeypatch.setattr(chain, "HEAD_WORKS", 4 + kept)  # two cycles launch al-00 … al-03 from the head
+    _chained(town_dir, also=("al-23", "al-24"))
+    append(town_dir)
+    head = chain.take(Session(Town(town_dir)), 2, gate_view.current(Town(town_dir)))
+    views = [_views_from_chain(town_dir, monkeypatch, limit)[1] for limit in (1, 2, 5)]
+    surveys = counted_surveys(monkeypatch, dispatch)
+    run_cycle(Town(town_dir))
+    if case == "a clear of the kind's last kept work":  # al-05 … al-07 are counted, none kept
+        assert head is None and views == [[False, False]] * 3 and len(surveys) == 1
+        return
+    assert head is not None and not surveys
+    if kept == 4:  # every ready work kept: a first row is the chain's
+        assert views[0] == [True, True]
+
+
+def test_a_work_folded_in_by_one_cycle_is_taken_out_again_by_its_close(cli, rig, town_dir, memory, checked,
+                                                                        monkeypatch):
+    """The chain a cycle leaves knows the contexts it folded in (a sling after the marks, ready or
+    blocked) as queued, so a clear of them later takes them out of its counts."""
+    from sluice.scheduler import dispatch, queue
+    from sluice.scheduler import gates as gate_view
+    from sluice.scheduler.session import Session
+
+    _chained(town_dir)
+    sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())  # ready
+    sling(Town(town_dir), ["al-23", "alpha"], SlingOptions())  # blocked behind al-gate
+    taken = len(checked)
+    run_cycle(Town(town_dir))  # takes the chain with both folded in, and leaves one that holds them
+    assert len(checked) == taken + 1
+    for item_id in ("al-20", "al-23"):
+        _unsling(item_id)(town_dir)
+    surveys = counted_surveys(monkeypatch, dispatch)
+    head = chain.take(Session(Town(town_dir)), 2, gate_view.current(Town(town_dir)))
+    _status, counts = queue.status_with_counts(Town(town_dir), limit=5, chained=False)
+    assert chain.queue_counts(head.data) == counts.rigs == {"alpha": [2, 0]}  # ready, blocked: a survey's
+    report = run_cycle(Town(town_dir))
+    assert not surveys and len(checked) >= taken + 3  # the views and the cycle took the chain
+    assert [row["item_id"] for row in report.launched] == ["al-06", "al-07"]
 
 
 def test_a_new_work_behind_unkept_works_of_its_kind_is_only_counted(cli, rig, town_dir, memory, checked,

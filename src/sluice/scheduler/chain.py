@@ -24,14 +24,18 @@ surveyed, or took its queue from a chain, leaves in
 * **what it has seen**: the CRC-32s of every record id in each rig's log
   and of every queued item (:class:`~sluice.scheduler.chaintail.Seen`),
   which tell a line appended later that holds a new record from one that
-  changes a record the queue knew.
+  changes a record the queue knew;
+* **every queued context** with its item and the count it is in
+  (:class:`~sluice.scheduler.chainqueue.Queued`), so a close appended
+  later is taken out of the right count.
 
 The next cycle, holding the dispatch lock, takes the chain instead of a
 survey when all of that still holds: every log ends exactly at its mark,
 or continues from it with lines that are each a new open sling context (a
-sling's own append: :mod:`sluice.scheduler.chaintail` reads only those
-lines and folds each new context in as a survey would count and rank it,
-or gives up), the signed files are as they were, every running polecat's
+sling's own append) or a closed context (a clear's):
+:mod:`sluice.scheduler.chaintail` reads only those lines and folds each
+new context in as a survey would count and rank it, and each close out,
+or gives up; the signed files are as they were, every running polecat's
 item is one the chain knows is not queued, and the clock is inside the
 horizon.  Taking a chain writes nothing; the cycle then leaves a chain
 whose marks are past the folded lines and whose ids seen hold theirs.  It then
@@ -56,11 +60,11 @@ the survey settles any interrupted launch as before.  A chain is only
 written when every launch the cycle planned was made and closed, and when
 each rig's store saw no line but its own after its mark
 (:meth:`~sluice.store.rigstore.RigStore.own_mark`, taken past any lines the
-cycle folded in); a clear, a close, a promotion, a requeue that backs off
-or any other change of a record by anyone (this cycle's own settling of
-ended runs included) moves a log past its mark with a line no chain
-folds, and so costs the next cycle one survey.  A sling of items not
-queued costs none.
+cycle folded in); a promotion, a requeue that backs off or any other
+change of an open record by anyone (this cycle's own settling of ended
+runs included) moves a log past its mark with a line no chain folds, and
+so costs the next cycle one survey.  A sling of items not queued, or a
+clear, costs none.
 Not chained at all: policy aging or deadlines (the answer moves with the
 clock), token budgets, rigs fed by a command, promoted work, and a survey
 that found anything to tidy (stale, held, duplicate or mid-launch contexts).
@@ -82,6 +86,7 @@ from sluice.core.recordclass import recordclass
 from sluice.core.records import SlingContextFields
 from sluice.core.scoring import rank_order
 from sluice.errors import SluiceError
+from sluice.scheduler.chainqueue import BACKING_OFF, BLOCKED, Queued, ready_bucket, shape_of_row
 from sluice.scheduler.chaintail import MAX_SEEN, Fold, Seen, fold, seen_at_survey, tail_after
 from sluice.store import fsutil
 from sluice.store.contexts import Context
@@ -94,7 +99,7 @@ if TYPE_CHECKING:
     from sluice.store.town import Town
 
 FILE = "queue-chain.json"
-VERSION = 3
+VERSION = 4
 #: Ready works kept in rank order: at 20 launches a cycle, 50 cycles before the head runs out.
 HEAD_WORKS = 1000
 #: More kinds of work than this and a chain would cost what a survey costs: none is kept.
@@ -208,14 +213,16 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
         return None  # a polecat's end would make its queued item ready: nothing the chain can see
     kinds: Counter = Counter()
     kept = []
+    kind_of = [_kind(work) for work in view.ready]
     for position, work in enumerate(view.ready):
-        kind = _kind(work)
+        kind = kind_of[position]
         if position < HEAD_WORKS or kind not in kinds:  # the head, and each kind's oldest work for its score
             kept.append(work)
         kinds[kind] += 1
-    if len(kinds) > MAX_KINDS:
+    if len(kinds) > MAX_KINDS or len(applicants) != len(view.ready):
         return None
-    shapes = Counter(shape_of(a) for a in applicants)  # admission's reading of view.ready
+    shape_list = [shape_of(a) for a in applicants]  # admission's reading of view.ready
+    shapes = Counter(shape_list)
     rigs: dict[str, list[int]] = {}  # rig → [ready or backing off, blocked], as the queue counts them
     for works, blocked in ((view.ready, 0), (view.backing_off, 0), (view.blocked, 1)):
         for work in works:
@@ -223,7 +230,8 @@ def from_survey(session: Session, before: dict | None, view: Survey, applicants:
     return {"version": VERSION, "made_at": session.now, "until": _horizon(session, view),
             "fixed": before["fixed"], "absent": before["absent"], "running": sorted(running),
             "backing_off": len(view.backing_off), "ready": len(view.ready), "rigs": rigs,
-            "kinds": kinds, "shapes": shapes, "works": kept, "seen": seen_at_survey(session, view)}
+            "kinds": kinds, "shapes": shapes, "works": kept, "seen": seen_at_survey(session, view),
+            "queued": Queued.of_survey(view, kind_of, shape_list)}
 
 
 def forget(town: Town) -> None:
@@ -260,11 +268,14 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
     shapes: Counter = Counter(base["shapes"])
     rigs = {rig: list(counts) for rig, counts in base["rigs"].items()}
     works = []
+    queued: Queued | None = base.get("queued")
     for work in base["works"]:
         if work.context_id in gone:
             kinds[_kind(work)] -= 1
             shapes[shape_of(applicant(work))] -= 1
             rigs[work.rig][0] -= 1
+            if queued is not None and queued.remove(work.payload.rig, work.context_id) is None:
+                queued = None  # not as the counts say: no close is folded past this chain
         else:
             works.append(work)
     kinds = +kinds
@@ -289,7 +300,8 @@ def _next(session: Session, base: dict, launched: list[str]) -> dict | None:
             "rigs": {rig: counts for rig, counts in rigs.items() if counts != [0, 0]},
             "kinds": [[*k, n] for k, n in kinds.items()],
             "shapes": [[s[0], sorted(s[1]), s[2], list(s[3]), n] for s, n in shapes.items()],
-            "works": [_work_row(w, offsets[w.context_id]) for w in works], "seen": _seen_row(base["seen"])}
+            "works": [_work_row(w, offsets[w.context_id]) for w in works], "seen": _seen_row(base["seen"]),
+            "queued": queued.to_json() if queued is not None else None}
 
 
 def _seen_row(seen: Seen | dict | None) -> dict | None:
@@ -360,11 +372,12 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
         if tail is not False:
             tails[rig] = tail
     folded = None
-    if tails:  # lines after the marks: new contexts folded in, or a survey
+    data["queued"] = Queued.from_json(data.get("queued"))
+    if tails:  # lines after the marks: new contexts and closes folded in, or a survey
         if data.get("seen") is None:
             return None
         data["seen"] = Seen.from_json(data["seen"])
-        folded = fold(session, data, tails, data["seen"])
+        folded = fold(session, data, tails, data["seen"], data["queued"])
         if folded is None:
             return None
     offsets: dict[str, dict[str, int]] = {}
@@ -383,9 +396,13 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
         elif mark != "absent":
             session.stores.rig(rig).know_lines(mark, offsets.get(rig, {}))
     new = folded.ready if folded is not None else []
-    ranked = rank_work(session.files, session.stores, works + new, now=now)
     kinds = {tuple(row[:4]): row[4] for row in data["kinds"]}
     shapes = {(s[0], frozenset(s[1]), s[2], tuple(s[3])): s[4] for s in data["shapes"]}
+    if folded is not None and folded.closed:
+        works = _without_closed(data, works, folded.closed, kinds, shapes)
+        if works is None:
+            return None
+    ranked = rank_work(session.files, session.stores, works + new, now=now)
     kept_of: Counter = Counter(_kind(w) for w in works)
     if set(kept_of) != set(kinds):
         return None
@@ -417,6 +434,36 @@ def _take(session: Session, data: dict, batch: int, gates) -> Head | None:
         return None
     data["works"], data["kinds"], data["shapes"] = ranked, kinds, shapes
     return Head(tally, data, len(walked))
+
+
+def _without_closed(data: dict, works: list[Work], closed: list[tuple[str, str, list]], kinds: dict,
+                    shapes: dict) -> list[Work] | None:
+    """The kept works less the queued contexts closed since the marks; the counts (``kinds``,
+    ``shapes``, ``data``'s) each less one in the bucket the chain's :class:`Queued` held it in.  None:
+    a count would go below zero (not a chain as written)."""
+    rigs = data["rigs"]
+    for _rig, _context_id, bucket in closed:
+        if bucket[0] == BLOCKED:
+            rigs[bucket[1]][1] -= 1
+        elif bucket[0] == BACKING_OFF:
+            data["backing_off"] -= 1
+            rigs[bucket[1]][0] -= 1
+        else:
+            kind, shape = tuple(bucket[1]), shape_of_row(bucket[2])
+            kinds[kind] -= 1
+            shapes[shape] -= 1
+            rigs[kind[0]][0] -= 1
+            data["ready"] -= 1
+    for counts in (kinds, shapes):
+        if any(n < 0 for n in counts.values()):
+            return None
+        for key in [key for key, n in counts.items() if n == 0]:
+            del counts[key]
+    if data["backing_off"] < 0 or any(n < 0 for counts in rigs.values() for n in counts):
+        return None
+    data["rigs"] = {rig: counts for rig, counts in rigs.items() if counts != [0, 0]}
+    gone = {(rig, context_id) for rig, context_id, _bucket in closed}
+    return [work for work in works if (work.payload.rig, work.context_id) not in gone]
 
 
 def _with_folded(data: dict, ranked: list[Work], folded: Fold, kinds: dict, shapes: dict
@@ -460,8 +507,14 @@ def _with_folded(data: dict, ranked: list[Work], folded: Fold, kinds: dict, shap
         kept.append(work)
     if len(kinds) > MAX_KINDS:
         return None
-    for rig, count in folded.blocked.items():
-        data["rigs"].setdefault(rig, [0, 0])[1] += count
+    queued: Queued | None = data["queued"]
+    for work in folded.ready if queued is not None else ():
+        queued.add(work.payload.rig, work.context_id, work.item["id"],
+                   ready_bucket(_kind(work), shape_of(applicant(work))))
+    for log_rig, context_id, item_id, rig in folded.blocked:
+        data["rigs"].setdefault(rig, [0, 0])[1] += 1
+        if queued is not None:
+            queued.add(log_rig, context_id, item_id, [BLOCKED, rig])
     data["ready"] += len(folded.ready)
     for key in folded.keys:
         data["seen"].add(key)

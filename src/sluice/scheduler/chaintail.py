@@ -1,4 +1,4 @@
-"""New sling contexts appended after a chain's marks, folded into the chain instead of a survey.
+"""New sling contexts and closes appended after a chain's marks, folded into the chain instead of a survey.
 
 A chain (:mod:`sluice.scheduler.chain`) used to stand only while every
 rig's log ended exactly at its mark, so one ``sluice sling`` of one item
@@ -22,11 +22,21 @@ line is one it can place soundly:
   whose id no item of its rig depends on (else the index alone would no
   longer say which items are ready);
 * **for an item no context in the queue has** (the survey keeps one
-  context per item: :class:`Seen` holds every queued item), that no polecat
+  context per item: :class:`~sluice.scheduler.chainqueue.Queued` holds
+  every queued item exactly, :class:`Seen` or a CRC of each), that no polecat
   the chain knows runs, that no other new line names, found where its prefix
   routes in the index alone (no ephemeral record may bear on it, as at the
   mark), open (not closed or hooked), and ready, or blocked without a
   forced sling (whose readiness needs the rig's blocked rows).
+
+A line may also be **a closed context** (a clear's, or anyone's close):
+one whose id was never seen was slung and closed since the mark, and
+changes nothing; any other is looked up in the chain's
+:class:`~sluice.scheduler.chainqueue.Queued`, which holds exactly the
+contexts queued at the marks: found, it leaves the count it was in (and
+its item is queued no more, so a new context for it may be folded in
+after); not found, it was closed already.  A close of a record an item
+depends on sends the caller to a survey, as a new one does.
 
 A deferral's end needs nothing here: the chain's horizon is already the
 first release of any item of the rig (:meth:`RigStore.next_release`).
@@ -58,6 +68,7 @@ from sluice.store.jsonlog import LogTail
 from sluice.store.rigstore import decode_all
 
 if TYPE_CHECKING:
+    from sluice.scheduler.chainqueue import Queued
     from sluice.scheduler.pending import Survey
     from sluice.scheduler.ranking import Work
     from sluice.scheduler.session import Session
@@ -180,20 +191,25 @@ class Fold:
     """What the lines after a chain's marks add to its queue."""
 
     ready: list[Work] = field(default_factory=list)  # in log order, not ranked yet
-    blocked: dict[str, int] = field(default_factory=dict)  # target rig → new blocked works
+    blocked: list[tuple[str, str, str, str]] = field(default_factory=list)  # (log rig, context, item, target)
     keys: list[str] = field(default_factory=list)  # what the next chain's ids seen must hold
+    closed: list[tuple[str, str, list]] = field(default_factory=list)  # queued contexts closed: (log rig,
+    # context id, its bucket in the chain's Queued)
 
 
-def fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen) -> Fold | None:
+def fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen, queued: Queued | None
+         ) -> Fold | None:
     """The works the lines of ``tails`` (rig → the tail after its mark in ``data``) add to the chain's
-    queue, as a survey would find them now; None: a line that is not a new context this can place."""
+    queue, and the queued contexts they close (taken out of ``queued``), as a survey would find them now;
+    None: a line that is neither a new context nor a close this can place."""
     try:
-        return _fold(session, data, tails, seen)
+        return _fold(session, data, tails, seen, queued)
     except (SluiceError, OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen) -> Fold | None:
+def _fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen, queued: Queued | None
+          ) -> Fold | None:
     from sluice.scheduler.polecats import is_retry_due, retry_window
     from sluice.scheduler.ranking import Work
 
@@ -203,15 +219,25 @@ def _fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen) -
     running = set(data["running"])
     contexts: list[ctxs.Context] = []
     new_ids: dict[str, set[str]] = {}
+    closed: list[tuple[str, str, list]] = []
     lines = 0
     for rig, tail in tails.items():
         lines += tail.lines - data["marks"][rig]["lines"]
         if lines > MAX_LINES:
             return None
         for record_id, record in tail.records.items():
+            if is_context(record) and record.get("status", "open") in DONE_STATUSES:
+                if log_key(rig, record_id) not in seen:
+                    continue  # slung and closed since the marks: never queued
+                if queued is None:
+                    return None
+                bucket = queued.remove(rig, record_id)
+                if bucket is not None:  # else it was closed at the mark already
+                    closed.append((rig, record_id, bucket))
+                continue
             if log_key(rig, record_id) in seen:
                 return None  # maybe a change of a record the log had: the queue may have moved anywhere
-            if not is_context(record) or record.get("status", "open") in DONE_STATUSES:
+            if not is_context(record):
                 return None
             context = ctxs.parse(rig, record)
             fields = context.fields
@@ -232,8 +258,9 @@ def _fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen) -
     for context in contexts:
         item_id = context.work_id or ""
         rig = town.rig_for_id(item_id)
-        if item_id in items or item_id in running or item_key(item_id) in seen or rig is None:
-            return None  # a second context, a running item, maybe a queued one, or an item astray
+        queued_now = queued.has_item(item_id) if queued is not None else item_key(item_id) in seen
+        if item_id in items or item_id in running or queued_now or rig is None:
+            return None  # a second context, a running item, a queued (maybe queued) one, or an item astray
         if log_key(rig.name, item_id) in seen or item_id in new_ids.get(rig.name, ()):
             return None  # maybe in its rig's log: the index alone does not say what it is
         items.add(item_id)
@@ -261,8 +288,9 @@ def _fold(session: Session, data: dict, tails: dict[str, LogTail], seen: Seen) -
                 out.ready.append(Work(item=item, rig=fields.target_rig, order=context.order,
                                       context_id=context.id, payload=context, tokens=row[2]))
             else:
-                out.blocked[fields.target_rig] = out.blocked.get(fields.target_rig, 0) + 1
+                out.blocked.append((context.rig, context.id, item["id"], fields.target_rig))
             out.keys += [log_key(context.rig, context.id), item_key(item["id"])]
+    out.closed = closed
     return out
 
 
