@@ -30,8 +30,10 @@ the later ones a read of a queue nothing changed since (which a tree
 that keeps the queue's head answers from it).  Then ``--cycles`` rounds of:
 one item not queued yet slung (the export holds :data:`MARGIN` items
 never slung at build), ``scheduler status --json``, ``scheduler list
---json --limit 50`` and ``snapshot --json --limit 50`` timed (wall and
-CPU), and a cycle.  Then ``scheduler clear --json`` closes the
+--json --limit 50`` and ``snapshot --json --limit 50`` and a cycle; then
+one queued item from the back of the queue cleared (``scheduler clear
+--item``), the three views and a cycle again; each timed (wall and CPU),
+the sling and the clear too.  Then ``scheduler clear --json`` closes the
 whole queue twice per tree: on that copy, whose digests the tree's own
 commands wrote, and on a fresh copy of the town as the first tree built it
 (other inodes: a tree whose marks carry a CRC of the bytes they read goes
@@ -189,7 +191,7 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
             for name, src in trees.items():
                 for view, argv in VIEWS.items():
                     views[name].setdefault(view, []).append(timed(src, copies[name], argv))
-        slung = after_slings(trees, copies, cycles)
+        written = after_writes(trees, copies, cycles, n)
         cleared = clears(work, trees, town, copies, n)
         for name in trees:
             wall = statistics.median(w for w, _, _ in seen[name])
@@ -200,38 +202,50 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
             first = {view: times[0] for view, times in views[name].items()}
             found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1),
                               "cpu": cpu, "cpu_per_launch": cpu / max(launched, 1), "views": medians,
-                              "views_first": first, "after_sling": slung[name],
+                              "views_first": first, "after_sling": written[name]["sling"],
+                              "after_clear": written[name]["clear"],
                               "clear": cleared[name]}
             shutil.rmtree(copies[name], ignore_errors=True)
     return found
 
 
-#: The views timed after one more item is slung (CPU s of the command, as with ``measured``).
+#: The views timed after one item is slung or one cleared (CPU s of the command, as with ``measured``).
 SLUNG_VIEWS = {"status": ["scheduler", "status", "--json"],
                "list --limit 50": ["scheduler", "list", "--json", "--limit", "50"],
                "snapshot --limit 50": ["snapshot", "--json", "--limit", "50"]}
 
 
-def after_slings(trees: dict[str, Path], copies: dict[str, Path], rounds: int) -> dict:
+def after_writes(trees: dict[str, Path], copies: dict[str, Path], rounds: int, queued: int) -> dict:
     """Per tree, ``rounds`` times: one item not queued yet slung (``ln-m000`` …), then each of
-    :data:`SLUNG_VIEWS` and a cycle, timed (median wall and CPU s of each, by name; ``cycle`` too).
+    :data:`SLUNG_VIEWS` and a cycle; then one queued item from the back of the queue cleared
+    (``scheduler clear --item``: at 100,000 one the cycle's chain only counts), the views and a cycle
+    again.  Each timed: the median wall and CPU s
+    of each, by name, under ``"sling"`` and ``"clear"``.
 
-    The first read after a sling is what a daemon's operator meets between two ticks whenever anyone
-    queues work; a tree whose chain stands only while no line but the cycles' own follows it surveys
-    the whole queue for it.
+    The writes themselves should cost what they write, not the queue; the first read after one is
+    what a daemon's operator meets between two ticks whenever anyone queues or unqueues work; a tree
+    whose chain stands only while no line but the cycles' own follows it surveys the whole queue.
     """
-    seen: dict[str, dict[str, list[tuple[float, float]]]] = {name: {} for name in trees}
+    seen: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {
+        name: {"sling": {}, "clear": {}} for name in trees}
+    last = queued - 1 - (queued - 5) % 5  # the last item of priority 4 (``k % 5``): ranked last, queued still
     for k in range(rounds):
         for name, src in trees.items():
-            run(src, copies[name], "sling", f"ln-m{k:03d}", "bench")
-            for view, argv in SLUNG_VIEWS.items():
+            writes = {"sling": ["sling", f"ln-m{k:03d}", "bench"],
+                      "clear": ["scheduler", "clear", "--item", f"ln-w{last - 5 * k:06d}", "--json"]}
+            for what, argv in writes.items():
+                times = seen[name][what]
                 wall, cpu, _peak, _out = measured(src, copies[name], argv)
-                seen[name].setdefault(view, []).append((wall, cpu))
-            wall, _launched, cpu = cycle(src, copies[name])
-            seen[name].setdefault("cycle", []).append((wall, cpu))
-    return {name: {what: {"wall": statistics.median(w for w, _ in times),
-                          "cpu": statistics.median(c for _, c in times)} for what, times in found.items()}
-            for name, found in seen.items()}
+                times.setdefault(argv[0] if what == "sling" else "clear --item", []).append((wall, cpu))
+                for view, view_argv in SLUNG_VIEWS.items():
+                    wall, cpu, _peak, _out = measured(src, copies[name], view_argv)
+                    times.setdefault(view, []).append((wall, cpu))
+                wall, _launched, cpu = cycle(src, copies[name])
+                times.setdefault("cycle", []).append((wall, cpu))
+    return {name: {write: {what: {"wall": statistics.median(w for w, _ in times),
+                                  "cpu": statistics.median(c for _, c in times)}
+                           for what, times in found.items()} for write, found in writes.items()}
+            for name, writes in seen.items()}
 
 
 #: The views timed at each size; a tree that does not know ``--limit`` answers the whole queue instead.
@@ -344,14 +358,15 @@ def main() -> None:
                                     for t in found["launches"][name][n][key].values()) for name in trees]
                 print(f"| {n:,} | {' | '.join(cells)} |")
             print()
-        print(f"after a sling of one more item: {' / '.join(SLUNG_VIEWS)} / the next cycle, wall s (CPU s):")
-        print(f"| queued | {' | '.join(trees)} |")
-        print("|---|" + "---|" * len(trees))
-        for n in sizes:
-            cells = [" / ".join(f"{t['wall']:.2f} ({t['cpu']:.2f})" for t in found["launches"][name][n]
-                                ["after_sling"].values()) for name in trees]
-            print(f"| {n:,} | {' | '.join(cells)} |")
-        print()
+        for key, what in (("after_sling", "sling"), ("after_clear", "clear --item")):
+            print(f"{what} of one item, then {' / '.join(SLUNG_VIEWS)} / the next cycle, wall s (CPU s):")
+            print(f"| queued | {' | '.join(trees)} |")
+            print("|---|" + "---|" * len(trees))
+            for n in sizes:
+                cells = [" / ".join(f"{t['wall']:.2f} ({t['cpu']:.2f})" for t in found["launches"][name][n]
+                                    [key].values()) for name in trees]
+                print(f"| {n:,} | {' | '.join(cells)} |")
+            print()
         clear_table(found, trees, sizes, "clear, digest kept / no digest: CPU s, peak MiB (wall s)",
                     lambda c: f"{c['cpu']:.2f}, {c['peak_mib']:.0f} ({c['wall']:.2f})")
         print()
