@@ -72,6 +72,8 @@ MARGIN = 16  # items in the export never slung when the town is built (``ln-m000
 
 
 def run(src: Path, town: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    if not (Path(src) / "sluice" / "__init__.py").is_file():  # else the installed sluice would answer
+        raise SystemExit(f"{src} holds no sluice package")
     env = {**os.environ, "PYTHONPATH": str(src), "SLUICE_TOWN": str(town)}
     done = subprocess.run([sys.executable, "-m", "sluice", *args], env=env, capture_output=True, text=True)
     if check and done.returncode != 0:
@@ -175,10 +177,10 @@ def clears(work: Path, trees: dict[str, Path], town: Path, copies: dict[str, Pat
 
 
 def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, batch: int) -> dict:
-    first = next(iter(trees.values()))
+    builder = next(iter(trees.values()))  # the first tree builds every town
     found: dict[str, dict[int, dict]] = {name: {} for name in trees}
     for n in sizes:
-        town = build(work / f"town-{n}", first, n, batch)
+        town = build(work / f"town-{n}", builder, n, batch)
         copies = {name: copy_town(town, work / f"run-{n}-{name}") for name in trees}
         for name, src in trees.items():
             run(src, copies[name], "scheduler", "run", "--dry-run", "--json")  # its own caches
@@ -199,10 +201,10 @@ def launches(work: Path, trees: dict[str, Path], sizes: list[int], cycles: int, 
             cpu = statistics.median(c for _, _, c in seen[name])
             # The first round reads what the cycles left; the later ones a queue nothing changed since.
             medians = {view: statistics.median(times[1:] or times) for view, times in views[name].items()}
-            first = {view: times[0] for view, times in views[name].items()}
+            first_read = {view: times[0] for view, times in views[name].items()}
             found[name][n] = {"cycle": wall, "launched": launched, "per_launch": wall / max(launched, 1),
                               "cpu": cpu, "cpu_per_launch": cpu / max(launched, 1), "views": medians,
-                              "views_first": first, "after_sling": written[name]["sling"],
+                              "views_first": first_read, "after_sling": written[name]["sling"],
                               "after_clear": written[name]["clear"],
                               "clear": cleared[name]}
             shutil.rmtree(copies[name], ignore_errors=True)

@@ -53,9 +53,7 @@ def test_a_head_and_the_shapes_of_the_rest_admit_as_the_whole_ranking(
         rest[rules.shape_of(a)] = rest.get(rules.shape_of(a), 0) + 1
     tally = rules.admit_head(head, rest, runs, limits, **extra)
     if tally is None:  # only when the rest's order could matter
-        slots = 0 if gated else min(capacity, batch)
-        short = len(rules.admit(head, runs, limits, **extra).to_dispatch) < slots
-        assert rest and (short or (not gated and capacity > 0))  # the reason would name a rule's code
+        assert rest and _order_of_rest_matters(head, rest, runs, limits, extra)
         return
     assert tally.to_dispatch == whole.to_dispatch
     assert tally.skipped == whole.skipped and tally.reason == whole.reason
@@ -67,11 +65,48 @@ def test_a_head_and_the_shapes_of_the_rest_admit_as_the_whole_ranking(
     assert dict(tally.why) == why
 
 
+def _order_of_rest_matters(head, rest, runs, limits, extra) -> bool:
+    """Whether admitting the rest in one order or another could plan or report otherwise: the plan is
+    not full after the head and a work of the rest could still be planned, or no work of the head was
+    held by a rule but works of the rest are, by rules of different first codes (the reason names the
+    first)."""
+    not_rules = {rules.BATCH, rules.CAPACITY, *(gate.code for gate in extra["gates"])}
+
+    def first_rule(reasons) -> str | None:
+        return next((r.code for r in reasons if r.code not in not_rules), None)
+
+    after_head = rules.admit(head, runs, limits, **extra)
+    probes = [rules.Applicant("probe", "probe", rig, tokens, labels, touches)
+              for rig, labels, tokens, touches in rest]
+    with_probe = [rules.admit([*head, probe], runs, limits, **extra) for probe in probes]
+    slots = 0 if extra["gates"] else min(limits.capacity, limits.batch)
+    could = any(len(found.to_dispatch) > len(after_head.to_dispatch) for found in with_probe)
+    head_rule = any(first_rule(reasons) for reasons in after_head.held.values())
+    firsts = {first_rule(found.held.get("probe", ())) for found in with_probe} - {None}
+    return (len(after_head.to_dispatch) < slots and could) or (not head_rule and len(firsts) > 1)
+
+
 def test_a_head_whose_plan_is_not_full_leaves_the_rest_to_a_survey():
     applicants = [rules.Applicant(f"c{n}", f"i{n}", "a") for n in range(3)]
     limits = rules.Limits(5, 5)
     assert rules.admit_head(applicants[:1], {rules.shape_of(applicants[1]): 2}, [], limits, now=0.0) is None
     assert rules.admit_head(applicants, {}, [], limits, now=0.0).to_dispatch == tuple(applicants)
+
+
+def test_a_plan_a_cap_leaves_short_is_told_when_no_work_of_the_rest_could_join_it():
+    """Behind a binding rig cap the plan is not full, yet no work of the rest can be planned (each is
+    of the capped rig): the head and the rest's shapes tell the whole admission, as they do for a full
+    plan, instead of leaving a long capped queue to a survey at every cycle and view."""
+    applicants = [rules.Applicant(f"c{n}", f"i{n}", "a") for n in range(6)]
+    limits = rules.Limits(10, 5, rig_caps={"a": 2})
+    rest = {rules.shape_of(applicants[3]): 3}
+    tally = rules.admit_head(applicants[:3], rest, [], limits, now=0.0)
+    whole = rules.admit(applicants, [], limits, now=0.0)
+    assert tally is not None and tally.to_dispatch == whole.to_dispatch == tuple(applicants[:2])
+    assert tally.reason == whole.reason == rules.RIG_CAP and tally.skipped == 4
+    assert dict(tally.why) == {rules.RIG_CAP: 4}  # no batch reason: the plan is not full
+    other = {**rest, ("b", frozenset(), 0, ()): 1}  # a work of another rig could still be planned
+    assert rules.admit_head(applicants[:3], other, [], limits, now=0.0) is None
 
 
 @settings(max_examples=100, deadline=None)
@@ -759,10 +794,10 @@ def test_after_a_cycle_and_a_sling_status_answers_from_the_chain_with_the_new_wo
 def _rewritten(town_dir: Path) -> None:
     """al-05's open context written again for another item (of a kind of its own, so nothing else
     tells): a change of a record the chain keeps, not a new one."""
-    from sluice.store import contexts as ctxs
+    from sluice.store import openqueue
     from sluice.store.rigstore import Stores
 
-    [context] = ctxs.find_open(Stores(Town(town_dir)), "al-05")
+    [context] = openqueue.find_open(Stores(Town(town_dir)), "al-05")
     _append_context(town_dir, "al-24", context.id, enqueued_at=context.fields.enqueued_at)
 
 
@@ -772,10 +807,11 @@ def _shadowed(town_dir: Path) -> None:
 
 def _close_queued(town_dir: Path) -> None:
     from sluice.store import contexts as ctxs
+    from sluice.store import openqueue
     from sluice.store.rigstore import Stores
 
     stores = Stores(Town(town_dir))
-    [context] = ctxs.find_open(stores, "al-05")
+    [context] = openqueue.find_open(stores, "al-05")
     assert ctxs.close(Town(town_dir), stores.rig("alpha"), context.id, ctxs.CLEARED)
 
 
@@ -930,6 +966,29 @@ def test_a_work_folded_in_by_one_cycle_is_taken_out_again_by_its_close(cli, rig,
     report = run_cycle(Town(town_dir))
     assert not surveys and len(checked) >= taken + 3  # the views and the cycle took the chain
     assert [row["item_id"] for row in report.launched] == ["al-06", "al-07"]
+
+
+def test_behind_a_binding_rig_cap_the_views_and_cycles_after_a_sling_or_a_clear_take_the_chain(
+        cli, rig, town_dir, memory, checked, monkeypatch):
+    """A rig at its cap leaves every plan short, so the chain used to give up on it and every view
+    and cycle over a capped queue surveyed it after any change; no work of the rest could join the
+    plan, so the head and the shapes of the rest tell it as a survey would."""
+    from sluice.scheduler import dispatch
+
+    configure(town_dir, "rigs.alpha.max_polecats", "4")
+    monkeypatch.setattr(chain, "HEAD_WORKS", 6)  # al-06 and al-07 only counted
+    _chained(town_dir)  # al-00 … al-03 run: the rig is at its cap
+    surveys = counted_surveys(monkeypatch, dispatch)
+    capped = run_cycle(Town(town_dir))
+    assert capped.dispatched == 0 and capped.reason == rules.RIG_CAP and not surveys
+    sling(Town(town_dir), ["al-20", "alpha"], SlingOptions())
+    assert _views_from_chain(town_dir, monkeypatch, 2)[1] == [True, True]
+    _unsling("al-07")(town_dir)
+    assert _views_from_chain(town_dir, monkeypatch, 2)[1] == [True, True]
+    assert run_cycle(Town(town_dir)).reason == rules.RIG_CAP
+    memory.finish("al-00", 0)
+    assert [row["item_id"] for row in run_cycle(Town(town_dir)).launched] == ["al-04"]
+    assert not surveys  # every cycle took the chain, each held to a survey
 
 
 def test_a_new_work_behind_unkept_works_of_its_kind_is_only_counted(cli, rig, town_dir, memory, checked,

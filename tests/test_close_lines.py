@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sluice.core.records import SlingContextFields
 from sluice.store import contexts as ctxs
-from sluice.store import events, rigstore
+from sluice.store import events, openqueue, rigstore
 from sluice.store.jsonlog import line_text
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
@@ -105,7 +105,7 @@ def test_events_with_keys_the_encoder_turns_into_text_are_left_to_it():
 def open_queue(town: Path, count: int) -> None:
     store = Stores(Town(town)).rig("alpha")
     ctxs.create(store, [({"id": "al-1", "title": f"item \"{n}\" é\\"}, FIELDS, STAMP) for n in range(count)])
-    ctxs.open_contexts(Stores(Town(town)))  # a whole read: keeps the digest
+    openqueue.open_contexts(Stores(Town(town)))  # a whole read: keeps the digest
 
 
 def test_a_close_of_lines_sluice_wrote_parses_none_of_them_and_writes_what_a_parse_would(town_dir, rig,
@@ -119,7 +119,7 @@ def test_a_close_of_lines_sluice_wrote_parses_none_of_them_and_writes_what_a_par
         fh.write(moved + "\n")
     reader = Stores(Town(town))
     store = reader.rig("alpha")
-    ids = [c.id for c in ctxs.open_contexts(reader)]
+    ids = [c.id for c in openqueue.open_contexts(reader)]
     assert len(ids) == 5 and store.log_unread()
 
     parse = rigstore.parse_line
@@ -140,7 +140,7 @@ def test_a_close_of_lines_sluice_wrote_parses_none_of_them_and_writes_what_a_par
     opened = {json.loads(line)["id"]: line for line in before}
     assert all(after[cid] == closed_by_parsing(opened[cid], stamp, ctxs.CLEARED) for cid in mine)
     assert after[other] == closed_by_parsing(moved, stamp, ctxs.DISPATCHED)
-    assert ctxs.open_contexts(Stores(Town(town))) == []
+    assert openqueue.open_contexts(Stores(Town(town))) == []
     closed = events.read_events(Town(town), [events.CONTEXT_CLOSED])
     assert [(e["payload"]["context_id"], e["payload"]["item_id"], e["payload"]["reason"]) for e in closed] \
         == [(cid, "al-1", ctxs.CLEARED) for cid in mine] + [(other, "al-1", ctxs.DISPATCHED)]

@@ -39,6 +39,7 @@ from helpers.scheduler import (
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor
 from sluice.store import contexts as ctxs
+from sluice.store import openqueue
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
 
@@ -249,7 +250,7 @@ def test_dry_run_hash_is_exact(cli, deferred_dir):
 def _mark_intent(town: Path, item_id: str) -> tuple[str, object]:
     t = Town(town)
     stores = Stores(t)
-    [context] = ctxs.find_open(stores, item_id)
+    [context] = openqueue.find_open(stores, item_id)
     ctxs.mark_launch(stores.rig(context.rig), context.id)
     return context.id, t
 
@@ -328,7 +329,7 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, deferred_dir, memory)
     cli.run("sling", "al-ok", "al-closed", "al-hooked", "al-fail", "alpha")
     t = Town(deferred_dir)
     stores = Stores(t)
-    fail_ctx = ctxs.find_open(stores, "al-fail")[0]
+    fail_ctx = openqueue.find_open(stores, "al-fail")[0]
 
     def tripped(f):
         f.dispatch_failures = 3

@@ -15,7 +15,7 @@ from helpers.scheduler import item, write_items
 from sluice.core.items import DONE_STATUSES, is_context
 from sluice.core.records import SlingContextFields
 from sluice.store import contexts as ctxs
-from sluice.store import fsutil, openitems
+from sluice.store import fsutil, openitems, openqueue
 from sluice.store.compaction import compact
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
@@ -58,8 +58,36 @@ def whole(town: Path, items: list[str], valid: bool) -> dict[str, list[str]]:
     return out
 
 
+def queue_of(town: Path, found: list | None) -> list[tuple]:
+    """The open queue as ``found`` (None: a whole read of the log) holds it."""
+    if found is None:
+        records = Stores(Town(town)).rig("alpha").ephemeral_fresh()
+        found = [ctxs.parse("alpha", r) for r in records.values()
+                 if r.get("status", "open") not in DONE_STATUSES and is_context(r)]
+        found.sort(key=lambda c: (not c.valid, c.order, c.id))
+    return [(c.id, c.fields) for c in found]
+
+
+def test_a_lookup_that_writes_the_map_again_carries_the_queue_digest_to_the_logs_end(map_dir, monkeypatch):
+    """Slings no longer read the queue: the first reader after a big batch would parse every line
+    slung since the digest's mark (a clear of everything holding them all in memory at once)."""
+    log = log_of(map_dir)
+    log.write_text("")
+    store = Stores(Town(map_dir)).rig("alpha")
+    store.forget_digests()
+    store.put_ephemeral_many([record(f"al-wisp-q{n}", f"al-{n}") for n in range(100)])
+    openqueue.open_contexts(Stores(Town(map_dir)))  # keeps the digest and the map at the log's end
+    Stores(Town(map_dir)).rig("alpha").put_ephemeral_many([record(f"al-wisp-r{n}", f"al-r{n}")
+                                                          for n in range(80)])
+    assert looked_up(map_dir, ["al-r3"], True) == {"al-r3": ["al-wisp-r3"]}
+    kept = json.loads(Stores(Town(map_dir)).rig("alpha").queue_digest_path.read_text())
+    assert kept["mark"]["offset"] == log.stat().st_size and len(kept["open"]) == 180
+    assert queue_of(map_dir, openqueue.open_contexts(Stores(Town(map_dir)))) == queue_of(map_dir, None)
+
+
 def looked_up(town: Path, items: list[str], valid: bool) -> dict[str, list[str]]:
-    return {k: [c.id for c in v] for k, v in ctxs.open_of_items(Stores(Town(town)), items, valid).items()}
+    found = openqueue.open_of_items(Stores(Town(town)), items, valid)
+    return {k: [c.id for c in v] for k, v in found.items()}
 
 
 IDS = st.sampled_from([f"al-wisp-{c}" for c in "abcdefgh"])
@@ -83,7 +111,7 @@ def test_the_item_map_always_answers_as_a_whole_read(map_dir, monkeypatch, rewri
     """Whatever appends, closes, foreign and torn lines, lookups, compaction and a spoiled map did, in
     any order, a lookup answers as a whole read of the log, the invalid contexts asked for or not."""
     if rewrite_at is not None:
-        monkeypatch.setattr(ctxs, "worth_rewriting", lambda lines, kept: lines > rewrite_at)
+        monkeypatch.setattr(openqueue, "worth_rewriting", lambda lines, kept: lines > rewrite_at)
     log = log_of(map_dir)
     log.write_text("")
     Stores(Town(map_dir)).rig("alpha").forget_digests()
@@ -120,6 +148,8 @@ def test_the_item_map_always_answers_as_a_whole_read(map_dir, monkeypatch, rewri
         for valid in (True, False):
             assert looked_up(map_dir, ITEMS, valid) == whole(map_dir, ITEMS, valid)
             assert looked_up(map_dir, ITEMS[:1], valid) == whole(map_dir, ITEMS[:1], valid)
+        # and the queue digest a lookup carried forward (when it wrote the map again) reads as the log
+        assert queue_of(map_dir, openqueue.open_contexts(Stores(Town(map_dir)))) == queue_of(map_dir, None)
 
 
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=6), st.text(min_size=1, max_size=6),
@@ -167,7 +197,7 @@ def queued_dir(town_dir, rig, capacity) -> Path:
     write_items(town_dir, "alpha", [item(f"al-{n}", f"task {n}") for n in range(QUEUED + 5)])
     result = sling_items(Town(town_dir), [f"al-{n}" for n in range(QUEUED)], "alpha")
     assert len(result.scheduled) == QUEUED
-    ctxs.find_open(Stores(Town(town_dir)), "al-0")  # the first lookup keeps the map
+    openqueue.find_open(Stores(Town(town_dir)), "al-0")  # the first lookup keeps the map
     return town_dir
 
 
@@ -184,5 +214,6 @@ def test_a_sling_or_a_clear_of_one_item_reads_its_contexts_not_the_queue(queued_
     assert clear(Town(queued_dir), "al-8")["cleared"] == 0
     assert len(parsed) < 20, f"{len(parsed)} contexts parsed for three items among {QUEUED}"
     monkeypatch.undo()
-    assert ctxs.find_open(Stores(Town(queued_dir)), "al-8") == []
-    assert [c.work_id for c in ctxs.find_open(Stores(Town(queued_dir)), f"al-{QUEUED}")] == [f"al-{QUEUED}"]
+    assert openqueue.find_open(Stores(Town(queued_dir)), "al-8") == []
+    found = openqueue.find_open(Stores(Town(queued_dir)), f"al-{QUEUED}")
+    assert [c.work_id for c in found] == [f"al-{QUEUED}"]

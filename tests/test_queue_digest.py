@@ -20,6 +20,7 @@ from helpers.foundation import quick_rig, quick_town
 from sluice.core.items import effective_tokens, is_context
 from sluice.core.records import SlingContextFields
 from sluice.store import contexts as ctxs
+from sluice.store import openqueue
 from sluice.store.compaction import compact
 from sluice.store.jsonlog import worth_rewriting
 from sluice.store.rigstore import RigStore, Stores
@@ -88,9 +89,9 @@ def test_the_digest_answers_as_reading_the_log_does(digest_dir, versions, other_
     store_of(digest_dir).index_path.with_suffix(".queue.json").unlink(missing_ok=True)
     log.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
     first = store_of(digest_dir)
-    parsed = ctxs.open_contexts(Stores(first.town), fresh=True)  # reads the log, keeps the digest
+    parsed = openqueue.open_contexts(Stores(first.town), fresh=True)  # reads the log, keeps the digest
     again = Stores(Town(digest_dir))
-    assert seen(ctxs.open_contexts(again, fresh=True)) == seen(parsed)
+    assert seen(openqueue.open_contexts(again, fresh=True)) == seen(parsed)
     assert all(store.log_unread() for store in again.all())  # answered without reading the log
 
 
@@ -98,16 +99,16 @@ def test_a_digest_is_never_used_for_a_log_that_was_replaced(digest_dir):
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a"]
+    assert [c.id for c in openqueue.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a"]
     # Appended by another writer: the digest speaks for the log up to its mark, the rest is read.
     with open(log, "a") as fh:
         fh.write(json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a", "al-wisp-b"]
+    assert [c.id for c in openqueue.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a", "al-wisp-b"]
     # Rewritten whole (as compaction does, through a new file): read again.
     replacement = log.with_suffix(".new")
     replacement.write_text(json.dumps(context("al-wisp-b", "closed", valid, 2)) + "\n")
     os.replace(replacement, log)
-    assert ctxs.open_contexts(Stores(Town(digest_dir))) == []
+    assert openqueue.open_contexts(Stores(Town(digest_dir))) == []
     # A damaged digest is read past, not trusted.
     digest = store_of(digest_dir).queue_digest_path
     reader = store_of(digest_dir)
@@ -119,29 +120,30 @@ def test_a_digest_is_never_used_for_a_log_that_was_replaced(digest_dir):
                                "open": [["al-wisp-b", {}]]}),
                    json.dumps({"version": 1, "mark": mark, "open": [["al-wisp-b", {}]]})):
         digest.write_text(damage)
-        assert ctxs.open_contexts(Stores(Town(digest_dir))) == []
+        assert openqueue.open_contexts(Stores(Town(digest_dir))) == []
 
 
 def test_after_a_sling_and_a_close_the_next_reader_parses_only_what_they_appended(digest_dir):
     """Writers leave the digest alone; the next reader applies the lines after its mark and keeps it."""
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
-    assert ctxs.open_contexts(Stores(Town(digest_dir))) == []  # a reader keeps the digest of the empty log
+    assert openqueue.open_contexts(Stores(Town(digest_dir))) == []  # a reader keeps the empty log's digest
     fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
     second = fields.copy(work_bead_id="al-2")
     ctxs.create(store_of(digest_dir), [({"id": "al-1", "title": "one"}, fields, STAMP),
                                      ({"id": "al-2", "title": "two"}, second, STAMP)])
     reader = Stores(Town(digest_dir))
-    found = ctxs.open_contexts(reader)
+    found = openqueue.open_contexts(reader)
     assert sorted(c.work_id for c in found) == ["al-1", "al-2"] and reader.rig("alpha").log_unread()
     kept = json.loads(store_of(digest_dir).queue_digest_path.read_text())
     assert kept["mark"]["lines"] == 0 and kept["open"] == []  # two lines behind: not worth rewriting yet
     closed, left = sorted(found, key=lambda c: c.work_id)  # equal times: ordered by their random ids
     ctxs.close(Town(digest_dir), store_of(digest_dir), closed.id, ctxs.CLEARED)
     reader = Stores(Town(digest_dir))
-    assert [c.work_id for c in ctxs.open_contexts(reader)] == ["al-2"] and reader.rig("alpha").log_unread()
+    assert [c.work_id for c in openqueue.open_contexts(reader)] == ["al-2"]
+    assert reader.rig("alpha").log_unread()
     parsed = ctxs.parse("alpha", store_of(digest_dir).ephemeral_fresh()[left.id])
-    assert seen(ctxs.open_contexts(Stores(Town(digest_dir)))) == seen([parsed])
+    assert seen(openqueue.open_contexts(Stores(Town(digest_dir)))) == seen([parsed])
 
 
 def test_an_append_does_not_rewrite_the_digest(digest_dir):
@@ -149,13 +151,13 @@ def test_an_append_does_not_rewrite_the_digest(digest_dir):
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    ctxs.open_contexts(Stores(Town(digest_dir)))
+    openqueue.open_contexts(Stores(Town(digest_dir)))
     digest = store_of(digest_dir).queue_digest_path
     before = digest.read_bytes()
     store_of(digest_dir).put_ephemeral_many([context("al-wisp-c", "open", valid, 2)])
     ctxs.close(Town(digest_dir), store_of(digest_dir), "al-wisp-a", ctxs.CLEARED)
     assert digest.read_bytes() == before
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-c"]
+    assert [c.id for c in openqueue.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-c"]
 
 
 def test_a_log_cut_shorter_than_the_mark_is_read_whole(digest_dir):
@@ -163,13 +165,13 @@ def test_a_log_cut_shorter_than_the_mark_is_read_whole(digest_dir):
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     first = json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n"
     log.write_text(first + json.dumps(context("al-wisp-b", "open", valid, 1)) + "\n")
-    assert len(ctxs.open_contexts(Stores(Town(digest_dir)))) == 2
+    assert len(openqueue.open_contexts(Stores(Town(digest_dir)))) == 2
     with open(log, "r+b") as fh:  # the same file, shorter (lost writes), then a different line after it
         fh.truncate(len(first))
         fh.seek(0, os.SEEK_END)
         fh.write((json.dumps(context("al-wisp-b", "closed", valid, 2)) + "\n").encode())
     reader = Stores(Town(digest_dir))
-    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a"]
+    assert [c.id for c in openqueue.open_contexts(reader)] == ["al-wisp-a"]
     assert not reader.rig("alpha").log_unread()  # the guard before the mark did not match: read whole
 
 
@@ -179,7 +181,7 @@ def test_a_line_another_writer_appends_meanwhile_is_never_hidden(digest_dir, mon
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text(json.dumps(context("al-wisp-a", "open", valid, 0)) + "\n")
-    ctxs.open_contexts(Stores(Town(digest_dir)))  # the digest of this log
+    openqueue.open_contexts(Stores(Town(digest_dir)))  # the digest of this log
     real_write = os.write
 
     def write_then_another(fd: int, data: bytes) -> int:
@@ -191,7 +193,7 @@ def test_a_line_another_writer_appends_meanwhile_is_never_hidden(digest_dir, mon
     monkeypatch.setattr(os, "write", write_then_another)
     store_of(digest_dir).put_ephemeral_many([context("al-wisp-c", "open", valid, 2)])
     monkeypatch.undo()
-    found = ctxs.open_contexts(Stores(Town(digest_dir)))
+    found = openqueue.open_contexts(Stores(Town(digest_dir)))
     assert [c.id for c in found] == ["al-wisp-a", "al-wisp-b", "al-wisp-c"]
 
 
@@ -303,12 +305,12 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
                 fh.write(json.dumps(context("al-wisp-t", "open", "", n))[:arg])
         elif kind == "read":
             reader = Stores(Town(digest_dir))
-            ctxs.open_contexts(reader)
+            openqueue.open_contexts(reader)
             if arg:
                 reader.rig("alpha").index_is_exact()
         elif kind == "launch":
             reader = Stores(Town(digest_dir))
-            found = [c for c in ctxs.open_contexts(reader) if c.valid]
+            found = [c for c in openqueue.open_contexts(reader) if c.valid]
             store, picked = reader.rig("alpha"), [c.id for c in found[arg:arg + 2]]
             from_digest = store.log_unread()
             for context_id in picked:
@@ -319,7 +321,7 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
         elif kind == "clear":
             expected = whole(digest_dir)[0]
             reader = Stores(Town(digest_dir))
-            found = ctxs.open_contexts(reader, fresh=True, lean=True)
+            found = openqueue.open_contexts(reader, fresh=True, lean=True)
             assert seen(found) == expected
             store = reader.rig("alpha")
             closing = [(c.id, ctxs.CLEARED, {"item_id": c.work_id}) for c in found[:arg]]
@@ -341,14 +343,14 @@ def test_the_digests_kept_at_a_mark_always_equal_a_whole_read_of_the_log(digest_
         by_item = Stores(Town(digest_dir))  # first, while the map is as the step left it
         for item in ITEMS_ASKED:
             found = by_item_of(queue, item)
-            asked = ctxs.open_of_items(by_item, item, valid=False)
+            asked = openqueue.open_of_items(by_item, item, valid=False)
             assert {key: seen(group) for key, group in asked.items()} == found
             valid = {key: [c for c in group if c[2].work_bead_id and c[2].target_rig]
                      for key, group in found.items()}
-            assert {key: seen(group) for key, group in ctxs.open_of_items(by_item, item).items()} == \
+            assert {key: seen(group) for key, group in openqueue.open_of_items(by_item, item).items()} == \
                 {key: group for key, group in valid.items() if group}
         reader = Stores(Town(digest_dir))
-        assert seen(ctxs.open_contexts(reader)) == queue
+        assert seen(openqueue.open_contexts(reader)) == queue
         ids, edges, quiet = reader.rig("alpha")._ephemeral_summary()
         # Carried forward, the summary may err only on the safe side (an edge that was once there).
         assert ids == summary[0] and edges >= summary[1] and quiet <= summary[2]
@@ -392,7 +394,7 @@ def test_a_clear_keeps_no_digest_past_a_line_another_writer_appended_during_it(d
     assert clear_everything(digest_dir)["cleared"] == 3
     monkeypatch.undo()
     reader = Stores(Town(digest_dir))
-    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-new"]
+    assert [c.id for c in openqueue.open_contexts(reader)] == ["al-wisp-new"]
     assert "al-wisp-new" in reader.rig("alpha").log_ids()
 
 
@@ -402,7 +404,7 @@ def test_a_clear_with_no_summary_to_carry_over_never_reads_the_log_whole(digest_
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(20)))
-    ctxs.open_contexts(Stores(Town(digest_dir)))  # the queue digest of this log
+    openqueue.open_contexts(Stores(Town(digest_dir)))  # the queue digest of this log
     store_of(digest_dir)._summary_path.unlink(missing_ok=True)
 
     def no_whole_read(self):
@@ -411,7 +413,7 @@ def test_a_clear_with_no_summary_to_carry_over_never_reads_the_log_whole(digest_
     monkeypatch.setattr(RigStore, "ephemeral_fresh", no_whole_read)
     assert clear_everything(digest_dir)["cleared"] == 20
     monkeypatch.undo()
-    assert ctxs.open_contexts(Stores(Town(digest_dir))) == []
+    assert openqueue.open_contexts(Stores(Town(digest_dir))) == []
 
 
 def test_after_a_clear_the_next_reader_parses_no_line_of_the_log(digest_dir, monkeypatch):
@@ -426,7 +428,7 @@ def test_after_a_clear_the_next_reader_parses_no_line_of_the_log(digest_dir, mon
     real_parse = jsonlog.parse_line
     monkeypatch.setattr(jsonlog, "parse_line", lambda *a, **k: parsed.append(1) or real_parse(*a, **k))
     reader = Stores(Town(digest_dir))
-    assert ctxs.open_contexts(reader) == [] and reader.rig("alpha").index_is_exact()
+    assert openqueue.open_contexts(reader) == [] and reader.rig("alpha").index_is_exact()
     assert parsed == []
 
 
@@ -438,12 +440,12 @@ def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_
                                                           "target_rig": "alpha", "enqueued_at": STAMP}), n)
              for n, c in enumerate("abcd")]
     log.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    ctxs.open_contexts(Stores(Town(digest_dir)))  # keeps the digest
+    openqueue.open_contexts(Stores(Town(digest_dir)))  # keeps the digest
     with open(log, "a") as fh:  # a line after the digest's mark
         fh.write(json.dumps(context("al-wisp-a", "open", lines[1]["description"], 9)) + "\n")
     reader = Stores(Town(digest_dir))
     store = reader.rig("alpha")
-    assert len(ctxs.open_contexts(reader)) == 4 and store.log_unread()
+    assert len(openqueue.open_contexts(reader)) == 4 and store.log_unread()
     for context_id in ("al-wisp-a", "al-wisp-b", "al-wisp-c"):
         assert ctxs.mark_launch(store, context_id) is not None
     assert set(ctxs.clear_launch(store, ["al-wisp-a", "al-wisp-b", "al-wisp-c"])) == {
@@ -453,21 +455,21 @@ def test_a_launchs_writes_read_only_the_lines_they_change_and_answer_as_a_whole_
     assert store.log_unread()  # never read whole
     records = store_of(digest_dir).ephemeral_fresh()
     assert ctxs.parse("alpha", records["al-wisp-a"]).fields.work_bead_id == "al-1"  # the line after the mark
-    assert [c.id for c in ctxs.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a", "al-wisp-d"]
-    assert [c.id for c in ctxs.open_contexts(reader)] == ["al-wisp-a", "al-wisp-d"]
+    assert [c.id for c in openqueue.open_contexts(Stores(Town(digest_dir)))] == ["al-wisp-a", "al-wisp-d"]
+    assert [c.id for c in openqueue.open_contexts(reader)] == ["al-wisp-a", "al-wisp-d"]
 
 
 def test_a_digest_far_enough_behind_the_log_is_kept_again_at_its_end(digest_dir):
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     log.write_text("")
-    ctxs.open_contexts(Stores(Town(digest_dir)))
+    openqueue.open_contexts(Stores(Town(digest_dir)))
     digest = store_of(digest_dir).queue_digest_path
     fields = SlingContextFields(work_bead_id="al-1", target_rig="alpha", enqueued_at=STAMP)
     ctxs.create(store_of(digest_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)] * 64)
-    ctxs.open_contexts(Stores(Town(digest_dir)))
+    openqueue.open_contexts(Stores(Town(digest_dir)))
     assert json.loads(digest.read_text())["mark"]["lines"] == 0  # 64 lines behind: parsed, not rewritten
     ctxs.create(store_of(digest_dir), [({"id": "al-1", "title": "one"}, fields, STAMP)])
-    assert len(ctxs.open_contexts(Stores(Town(digest_dir)))) == 65
+    assert len(openqueue.open_contexts(Stores(Town(digest_dir)))) == 65
     kept = json.loads(digest.read_text())
     assert (kept["mark"]["offset"], kept["mark"]["lines"], len(kept["open"])) == (log.stat().st_size, 65, 65)
     assert worth_rewriting(12_501, 100_000) and not worth_rewriting(12_500, 100_000)
@@ -482,7 +484,7 @@ def test_a_copied_town_keeps_its_digests(digest_dir, tmp_path, monkeypatch):
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(20)))
-    ctxs.open_contexts(Stores(Town(digest_dir)))  # the queue digest of this log
+    openqueue.open_contexts(Stores(Town(digest_dir)))  # the queue digest of this log
     copy = shutil.copytree(digest_dir, tmp_path / "copy", symlinks=True)
     copied_log = copy / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     assert copied_log.stat().st_ino != log.stat().st_ino
@@ -491,16 +493,16 @@ def test_a_copied_town_keeps_its_digests(digest_dir, tmp_path, monkeypatch):
         raise AssertionError("the log was read whole")
 
     monkeypatch.setattr(RigStore, "ephemeral_fresh", no_whole_read)
-    assert len(ctxs.open_contexts(Stores(Town(copy)))) == 20
+    assert len(openqueue.open_contexts(Stores(Town(copy)))) == 20
     assert clear_everything(copy)["cleared"] == 20
     monkeypatch.undo()
-    assert ctxs.open_contexts(Stores(Town(copy))) == []
-    assert len(ctxs.open_contexts(Stores(Town(digest_dir)))) == 20  # the original is its own
+    assert openqueue.open_contexts(Stores(Town(copy))) == []
+    assert len(openqueue.open_contexts(Stores(Town(digest_dir)))) == 20  # the original is its own
 
     changed = shutil.copytree(digest_dir, tmp_path / "changed", symlinks=True)
     changed_log = changed / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     changed_log.write_text(changed_log.read_text().replace("al-wisp-3", "al-wisp-X", 1))
-    assert sorted(c.id for c in ctxs.open_contexts(Stores(Town(changed))))[-1] == "al-wisp-X"
+    assert sorted(c.id for c in openqueue.open_contexts(Stores(Town(changed))))[-1] == "al-wisp-X"
 
 
 def test_a_clear_does_not_keep_the_digest_of_what_it_is_about_to_close(digest_dir, monkeypatch):
@@ -512,7 +514,7 @@ def test_a_clear_does_not_keep_the_digest_of_what_it_is_about_to_close(digest_di
     log = digest_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
     valid = json.dumps({"version": 1, "work_bead_id": "al-1", "target_rig": "alpha", "enqueued_at": STAMP})
     log.write_text("".join(json.dumps(context(f"al-wisp-{n}", "open", valid, n)) + "\n" for n in range(10)))
-    ctxs.open_contexts(Stores(Town(digest_dir)))  # the digest, at 10 lines
+    openqueue.open_contexts(Stores(Town(digest_dir)))  # the digest, at 10 lines
     with open(log, "a") as fh:  # lines enough after its mark to be worth a new digest
         fh.write("".join(json.dumps(context(f"al-wisp-x{n}", "open", valid, n)) + "\n" for n in range(100)))
     written: list[int] = []

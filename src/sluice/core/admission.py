@@ -373,11 +373,15 @@ def admit_head(
     Once the plan is full the counters stop moving, so every later
     applicant is held for reasons its shape alone decides: a cycle that
     knows the head of a long queue in rank order and only the shapes of the
-    rest plans and counts exactly as over the whole ranking.  The order
+    rest plans and counts exactly as over the whole ranking.  So do they
+    when the plan is left short (a binding rig or label cap, a budget, a
+    throttle) but every shape of the rest is held by a rule: none of it can
+    be planned, so the counters stop moving all the same.  The order
     matters, and None is returned, when the plan is not full after the head
-    (a later applicant might still be planned), or when no applicant of the
-    head was held by a rule but two shapes of the rest are held by rules
-    with different first codes (which one ranks first names the reason).
+    and a shape of the rest is held by no rule (a later applicant would be
+    planned), or when no applicant of the head was held by a rule but two
+    shapes of the rest are held by rules with different first codes (which
+    one ranks first names the reason).
     """
     walk = _Walk(running, limits, spend, throttles, gates, now)
     walk.take(head)
@@ -386,8 +390,7 @@ def admit_head(
         for code in dict.fromkeys(r.code for r in reasons):
             why[code] = why.get(code, 0) + 1
     waiting = sum(n for n in rest.values() if n > 0)
-    if waiting and len(walk.planned) < walk.slots:
-        return None
+    full = len(walk.planned) >= walk.slots
     firsts: set[str] = set()
     for (rig, labels, tokens, touches), n in rest.items():
         if n <= 0:
@@ -395,9 +398,11 @@ def admit_head(
         known = _rule_reasons(Applicant("", "", rig, tokens, labels, touches), limits, walk.counts, walk.live)
         if known:
             firsts.add(known[0].code)
+        elif not full:
+            return None  # a plan left short could still take works of this shape: their order decides
         else:
             walk.admissible += n
-        reasons = [*walk.gates, *known] + ([walk.full] if not walk.gates else [])
+        reasons = [*walk.gates, *known] + ([walk.full] if full and not walk.gates else [])
         for code in dict.fromkeys(r.code for r in reasons):
             why[code] = why.get(code, 0) + n
     if walk.first_rule is None and firsts:

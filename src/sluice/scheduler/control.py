@@ -15,7 +15,7 @@ from sluice.errors import StoreCorrupt
 from sluice.scheduler import chain
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import events
+from sluice.store import events, openqueue
 from sluice.store import runs as runlog
 from sluice.store.compaction import compact as compact_log
 from sluice.store.compaction import line_count
@@ -70,9 +70,9 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     # everything keeps no digest of what it is about to close: it keeps the one after its closes.  A
     # clear of one item finds its contexts in each rig's item map, not among the whole queue.
     if everything:
-        found = ctxs.open_contexts(stores, fresh=True, lean=True, digest=False)
+        found = openqueue.open_contexts(stores, fresh=True, lean=True, digest=False)
     else:
-        found = ctxs.open_of_items(stores, [item_id], valid=False).get(item_id, [])
+        found = openqueue.open_of_items(stores, [item_id], valid=False).get(item_id, [])
     for context in found:
         matched += 1
         by_rig.setdefault(context.rig, []).append(context)
@@ -99,7 +99,7 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
         for store in stores.all():
             name = store.rig.name
             if name not in broken and name not in stores.unreadable:
-                ctxs.keep_digests_after_closes(store, before.get(name),
+                openqueue.keep_digests_after_closes(store, before.get(name),
                                                [c for c in by_rig.get(name, ()) if c.id not in gone])
     if closed:
         events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed),

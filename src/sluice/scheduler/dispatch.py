@@ -60,7 +60,7 @@ from sluice.scheduler.polecats import retry_window
 from sluice.scheduler.queue import keep_head
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import fsutil
+from sluice.store import fsutil, openqueue
 from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     if not sched.deferred:
         report.reason = "direct"
         if not report.dry_run and not daemon:
-            left = sum(1 for c in ctxs.open_contexts(stores) if c.valid)
+            left = sum(1 for c in openqueue.open_contexts(stores) if c.valid)
             if left:
                 report.messages.append(
                     f"{left} sling context(s) still open from an earlier deferred mode;"
@@ -188,8 +188,9 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
         planned, assessment = _surveyed(session, report, active, gates, now, ignore_backoff, item, key)
         if report.dry_run:
             return report
-        base = chain.from_survey(session, before, assessment.view, assessment.applicants) if planned \
-            else None
+        # A cycle that plans nothing (a queue behind a binding cap) leaves a chain too: the views and
+        # cycles after a sling or a clear then fold it in instead of surveying a queue that cannot move.
+        base = chain.from_survey(session, before, assessment.view, assessment.applicants)
 
     launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
     launched: list[str] = []

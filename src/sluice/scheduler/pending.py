@@ -41,6 +41,7 @@ from sluice.errors import StoreCorrupt, UnknownItem
 from sluice.scheduler.polecats import is_retry_due
 from sluice.scheduler.ranking import Work, rank_work
 from sluice.store import contexts as ctxs
+from sluice.store import openqueue
 
 if TYPE_CHECKING:
     from sluice.executors.base import Polecat
@@ -202,7 +203,7 @@ def survey(
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict, bool, int | None]] = []
-    contexts = ctxs.open_contexts(stores, fresh=True)
+    contexts = openqueue.open_contexts(stores, fresh=True)
     out.marks = {store.rig.name: store.read_mark() for store in stores.all()}
     items = items_of(stores, contexts, now)
     for context in contexts:

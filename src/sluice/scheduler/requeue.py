@@ -13,6 +13,7 @@ from sluice.core.clock import iso
 from sluice.core.records import SlingContextFields
 from sluice.scheduler import pending
 from sluice.store import contexts as ctxs
+from sluice.store import openqueue
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import Stores
@@ -34,7 +35,7 @@ def queue_again(
     and ``last_failure_at``, from which its backoff runs).
     """
     with ctxs.sling_lock(town):
-        if ctxs.find_open(stores, item_id):
+        if openqueue.find_open(stores, item_id):
             return None
         found = pending.item_store(stores, item_id)
         if found is None or rig not in {r.name for r in town.rigs()}:

@@ -48,7 +48,7 @@ from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import events, fsutil
+from sluice.store import events, fsutil, openqueue
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -453,7 +453,7 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
     _stamp_in_order(works)
     running = _running_items(session)
     if options.dry_run:
-        by_item = ctxs.open_of_items(stores, [work.id for work in works])
+        by_item = openqueue.open_of_items(stores, [work.id for work in works])
         for work in works:
             row = _already(work, by_item, running)
             if row is not None:
@@ -464,7 +464,7 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
     enqueued: list[tuple[str, dict]] = []
     with ctxs.sling_lock(town):
         # Under the sling lock: what is queued now, in every rig, decides.
-        by_item = ctxs.open_of_items(stores, [work.id for work in works])
+        by_item = openqueue.open_of_items(stores, [work.id for work in works])
         new: dict[str, list[_Work]] = {}
         for work in works:
             row = _already(work, by_item, running)
@@ -515,7 +515,7 @@ def _launch_now(session: Session, works: list[_Work], options: SlingOptions, res
     executor = session.require_executor()
     # An item still queued from deferred mode is "already" handled here too: launching it now
     # would leave that context to launch it a second time once deferred mode is back.
-    queued = ctxs.open_of_items(stores, [work.id for work in works])
+    queued = openqueue.open_of_items(stores, [work.id for work in works])
     if options.dry_run:
         running = _running_items(session)
         held = gate_view.current(town).reasons  # the last cycle's reading: a dry run reads only

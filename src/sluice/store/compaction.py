@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import DONE_STATUSES, is_context
 from sluice.core.recordclass import asdict, recordclass
-from sluice.store import contexts, fsutil
+from sluice.store import fsutil, openqueue
 from sluice.store.jsonlog import LogTail, line_text
 from sluice.store.town import compacted_path
 
@@ -156,4 +156,4 @@ def _keep_digests(store: RigStore, mark: dict, lines: list[bytes], records: list
         offsets.append(at)
         at += len(line)
     store.keep_summary_of(mark, records)
-    contexts.keep_digest_of(store, mark, zip(records, offsets, strict=True))
+    openqueue.keep_digest_of(store, mark, zip(records, offsets, strict=True))

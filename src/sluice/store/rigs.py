@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
 from sluice.logs import log
-from sluice.store import beads_repo, events, fsutil, gitview, registry, sources
+from sluice.store import beads_repo, events, fsutil, gitview, openqueue, registry, sources
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import Stores, read_jsonl
 from sluice.store.sources import parse_command
@@ -184,7 +184,7 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
     with fsutil.file_lock(town.lock_path("dispatch")):
         stores = Stores(town)
         queued = [
-            c for c in ctxs.open_contexts(stores, fresh=True)
+            c for c in openqueue.open_contexts(stores, fresh=True)
             if c.rig == name or (c.work_id and (owner := town.rig_for_id(c.work_id)) and owner.name == name)
         ]
         if queued and not force:
