@@ -207,6 +207,7 @@ def _init_by_table(cls, self, args: tuple, kwargs: dict) -> None:
 def _compiled_init(cls):
     """The ``__init__`` a dataclass would have written for ``cls``, compiled now."""
     names: dict[str, Any] = {"__put": object.__setattr__, "__MISSING": MISSING}
+    plain = cls.__setattr__ is object.__setattr__  # not frozen: a plain assignment, cheaper than a call
     params, keywords, body = [], [], []
     for index, (name, f) in enumerate(cls._spec.items()):
         default = f"__d{index}"
@@ -225,7 +226,7 @@ def _compiled_init(cls):
             value = default
         else:
             continue
-        body.append(f"    __put(self, {name!r}, {value})")
+        body.append(f"    self.{name} = {value}" if plain else f"    __put(self, {name!r}, {value})")
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     signature = ", ".join(["self", *params, *(["*", *keywords] if keywords else [])])
