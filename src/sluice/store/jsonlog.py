@@ -119,6 +119,16 @@ class LogTail:
         return moved
 
     @classmethod
+    def after_kept(cls, path: Path, kept: tuple[dict, Any] | None) -> tuple[dict, Any, LogTail] | None:
+        """A derived file's kept ``(mark, body)`` with a reader of the log's lines after that mark, as
+        ``(mark, body, tail)``; None when nothing is kept or the log no longer continues from the mark."""
+        if kept is None:
+            return None
+        mark, body = kept
+        tail = cls.resume(path, mark)
+        return None if tail is None else (mark, body, tail)
+
+    @classmethod
     def resume(cls, path: Path, mark: object, *, whole_prefix: bool = False) -> LogTail | None:
         """A reader that parses only what was appended after ``mark`` (its ``records`` hold just that).
 

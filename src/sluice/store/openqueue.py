@@ -139,13 +139,10 @@ def _kept_open(store: RigStore, digest: bool = True) -> list[Context] | None:
     result is kept at the new mark, so the next reader starts from there
     (``digest`` False: not by a caller about to close them all).
     """
-    kept = queuedigest.rows(store.queue_digest_path)
-    if kept is None:
+    caught = LogTail.after_kept(store.ephemeral_path, queuedigest.rows(store.queue_digest_path))
+    if caught is None:
         return None
-    mark, rows = kept
-    tail = LogTail.resume(store.ephemeral_path, mark)
-    if tail is None:
-        return None
+    mark, rows, tail = caught
     name = store.rig.name
     offsets = {row[0]: row[2] for row in rows}
     offsets.update(tail.at)
@@ -245,13 +242,10 @@ def _item_map_from_digest(store: RigStore) -> bool:
     its item when its fields hold one as text, which every context whose fields parse and name an item
     does (a row whose fields do not parse is in the map too; a lookup reads its line and leaves it out).
     """
-    kept = queuedigest.rows(store.queue_digest_path)
-    if kept is None:
+    caught = LogTail.after_kept(store.ephemeral_path, queuedigest.rows(store.queue_digest_path))
+    if caught is None:
         return False
-    mark, rows = kept
-    tail = LogTail.resume(store.ephemeral_path, mark)
-    if tail is None:
-        return False
+    _mark, rows, tail = caught
     found = [(data["work_bead_id"], context_id, offset) for context_id, data, offset in rows
              if context_id not in tail.records and isinstance(data, dict)
              and isinstance(data.get("work_bead_id"), str) and data["work_bead_id"]]
@@ -264,13 +258,10 @@ def _item_map_from_digest(store: RigStore) -> bool:
 def _from_item_map(store: RigStore, wanted: set[str]) -> list[Context] | None:
     """The rig's open contexts of ``wanted`` from its kept map, the lines after its mark and each found
     context's line; None: no map fits (then nothing was changed)."""
-    kept = openitems.read(store.open_items_path)
-    if kept is None:
+    caught = LogTail.after_kept(store.ephemeral_path, openitems.read(store.open_items_path))
+    if caught is None:
         return None
-    mark, body = kept
-    tail = LogTail.resume(store.ephemeral_path, mark)
-    if tail is None:
-        return None
+    mark, body, tail = caught
     try:
         rows = [row for row in openitems.find(body, wanted) if row[1] not in tail.records]
     except ValueError:
@@ -303,12 +294,11 @@ def _carry_queue_digest(store: RigStore) -> None:
     clear of everything holds every line after the mark in memory) paid for every line slung since.
     Done when the item map is written again, so at most once an eighth of the queue's lines.
     """
-    kept = queuedigest.rows(store.queue_digest_path)
-    if kept is None:
+    caught = LogTail.after_kept(store.ephemeral_path, queuedigest.rows(store.queue_digest_path))
+    if caught is None:
         return
-    mark, rows = kept
-    tail = LogTail.resume(store.ephemeral_path, mark)
-    if tail is None or not worth_rewriting(tail.lines - mark["lines"], len(rows)):
+    mark, rows, tail = caught
+    if not worth_rewriting(tail.lines - mark["lines"], len(rows)):
         return
     name = store.rig.name
     rows = [row for row in rows if row[0] not in tail.records]

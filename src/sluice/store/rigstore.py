@@ -525,13 +525,10 @@ class RigStore:
     def _summary_caught_up(self) -> tuple[dict, int, tuple[set[str], bool, bool], LogTail] | None:
         """The kept summary's mark and size, the summary brought up to the log's end from the lines
         after that mark, and the tail read; None when no kept summary fits the log."""
-        kept = self._kept_summary()
-        if kept is None:
+        caught = LogTail.after_kept(self.ephemeral_path, self._kept_summary())
+        if caught is None:
             return None
-        mark, summary = kept
-        tail = LogTail.resume(self.ephemeral_path, mark)
-        if tail is None:
-            return None
+        mark, summary, tail = caught
         kept_ids = len(summary[0])
         if tail.lines != mark["lines"]:
             ids, edges, quiet = self._summarise(tail.records.values())
