@@ -4,7 +4,9 @@
 wins), so a busy rig's log fills with superseded versions and long-closed
 contexts.  Compaction rewrites it to the latest version of every record,
 minus closed sling contexts whose close is older than the retention; those
-are appended to ``ephemeral.archive.jsonl.gz`` first.
+are appended to ``ephemeral.archive.jsonl.gz`` first, and their ids to
+``ephemeral.archive.ids`` (:mod:`sluice.store.archiveids`: no later context
+takes one of them).
 
 Safety, in order:
 
@@ -29,15 +31,13 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import DONE_STATUSES, is_context
 from sluice.core.recordclass import asdict, recordclass
-from sluice.store import fsutil, openqueue
+from sluice.store import archiveids, fsutil, openqueue
+from sluice.store.archiveids import ARCHIVE_NAME
 from sluice.store.jsonlog import LogTail, line_text
 from sluice.store.town import compacted_path
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
-
-ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
-
 
 @recordclass
 class CompactResult:
@@ -107,13 +107,14 @@ def compact(store: RigStore, retention: float | None = None, now: float | None =
         _remove_leftovers(store)
         tail = LogTail(store.ephemeral_path)
         records = tail.catch_up()
-        keep, kept, archive = [], [], []
+        keep, kept, archive, archived_ids = [], [], [], []
         cutoff = now - retention if retention is not None else None
         # Each record where its latest version stood: the file reads as its last lines did.
         for record in sorted(records.values(), key=lambda r: tail.positions[r["id"]]):
             text = line_text(record) + "\n"
             if cutoff is not None and _expired(record, cutoff):
                 archive.append(text)
+                archived_ids.append(record["id"])
             else:
                 keep.append(text.encode("utf-8"))
                 kept.append(record)
@@ -121,7 +122,10 @@ def compact(store: RigStore, retention: float | None = None, now: float | None =
         if tail.lines == 0 and not store.ephemeral_path.exists():
             return result
         if archive:
+            # The archived ids are reserved before the log lets them go: no later context takes one.
+            archiveids.ensure(store.ephemeral_path.parent)
             _append_archive(store.ephemeral_path.parent / ARCHIVE_NAME, archive)
+            archiveids.append(store.ephemeral_path.parent, archived_ids)
         data = b"".join(keep)
         # First the mark of a compaction, then the new log: a reader that took this file's signature
         # before reading the log reads either the log as it was then or sees another signature later.

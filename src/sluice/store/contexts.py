@@ -33,6 +33,7 @@ from sluice.core.items import (
 from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
 from sluice.store import events, fsutil
+from sluice.store.archiveids import ArchivedIds
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
@@ -104,6 +105,8 @@ class _Taken:
 
     Durable ids are looked up one by one for a small batch and read once, all
     of them, for a big one (a query per candidate would dominate a big sling).
+    The ids compaction archived count as used too: a context id names one
+    context for good, in the archive, the events and the run records.
     """
 
     BULK = 64
@@ -112,9 +115,10 @@ class _Taken:
         self.store = store
         self.ids = set(existing)
         self.durable = store.index.ids() if batch >= self.BULK else None
+        self.archived = ArchivedIds(store.ephemeral_path.parent, store.lock_path, batch)
 
     def __contains__(self, candidate: object) -> bool:
-        if candidate in self.ids:
+        if candidate in self.ids or candidate in self.archived:
             return True
         if self.durable is not None:
             return candidate in self.durable
