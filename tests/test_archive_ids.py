@@ -31,7 +31,8 @@ def closed(context_id: str, item_id: str) -> dict:
 
 
 @pytest.fixture
-def town(tmp_path) -> Path:
+def archive_dir(tmp_path) -> Path:
+    """A town with rig alpha (its own store), no context yet."""
     town = quick_town(tmp_path)
     quick_rig(town, tmp_path)
     return town
@@ -70,64 +71,65 @@ def slung(town: Path, n: int) -> list[str]:
 
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["one-sling", "a-batch-of-100"])
-def test_an_id_compaction_archived_is_never_drawn_again(town, monkeypatch, batch):
+def test_an_id_compaction_archived_is_never_drawn_again(archive_dir, monkeypatch, batch):
     """One sling searches the ids file; a batch makes a set of it: both refuse an archived id."""
-    store_of(town).put_ephemeral_many([closed("al-wisp-gone", "al-old"), closed("al-wisp-went", "al-old2")])
-    compact(store_of(town), retention=60)
-    assert archived(town) == ["al-wisp-gone", "al-wisp-went"]
-    assert "al-wisp-gone" not in store_of(town).log_ids()
+    store_of(archive_dir).put_ephemeral_many([closed("al-wisp-gone", "al-old"),
+                                              closed("al-wisp-went", "al-old2")])
+    compact(store_of(archive_dir), retention=60)
+    assert archived(archive_dir) == ["al-wisp-gone", "al-wisp-went"]
+    assert "al-wisp-gone" not in store_of(archive_dir).log_ids()
     offered = drawing(monkeypatch, ["al-wisp-gone", "al-wisp-went"])
-    made = slung(town, batch)
+    made = slung(archive_dir, batch)
     assert offered[:2] == ["al-wisp-gone", "al-wisp-went"]  # the draw did offer them
     assert not {"al-wisp-gone", "al-wisp-went"} & set(made)
     assert len(set(made)) == batch
 
 
-def test_a_town_archived_before_the_ids_file_gets_it_from_its_archive(town, monkeypatch):
-    store_of(town).put_ephemeral_many([closed("al-wisp-gone", "al-old")])
-    compact(store_of(town), retention=60)
-    ids = store_of(town).ephemeral_path.parent / archiveids.IDS_NAME
+def test_a_town_archived_before_the_ids_file_gets_it_from_its_archive(archive_dir, monkeypatch):
+    store_of(archive_dir).put_ephemeral_many([closed("al-wisp-gone", "al-old")])
+    compact(store_of(archive_dir), retention=60)
+    ids = store_of(archive_dir).ephemeral_path.parent / archiveids.IDS_NAME
     ids.unlink()  # as a compaction of an older sluice left it
     drawing(monkeypatch, ["al-wisp-gone"])
-    assert slung(town, 1) != ["al-wisp-gone"]
+    assert slung(archive_dir, 1) != ["al-wisp-gone"]
     assert ids.read_bytes() == b'\n"al-wisp-gone"\n'
     # The next compaction adds to that file, and the ids of both are reserved.
-    store_of(town).put_ephemeral_many([closed("al-wisp-late", "al-old3")])
-    compact(store_of(town), retention=60)
+    store_of(archive_dir).put_ephemeral_many([closed("al-wisp-late", "al-old3")])
+    compact(store_of(archive_dir), retention=60)
     assert ids.read_bytes() == b'\n"al-wisp-gone"\n"al-wisp-late"\n'
 
 
-def test_a_damaged_archive_reserves_the_ids_it_still_holds_and_stops_nothing(town, monkeypatch):
-    store_of(town).put_ephemeral_many([closed("al-wisp-gone", "al-old")])
-    compact(store_of(town), retention=60)
-    directory = store_of(town).ephemeral_path.parent
+def test_a_damaged_archive_reserves_the_ids_it_still_holds_and_stops_nothing(archive_dir, monkeypatch):
+    store_of(archive_dir).put_ephemeral_many([closed("al-wisp-gone", "al-old")])
+    compact(store_of(archive_dir), retention=60)
+    directory = store_of(archive_dir).ephemeral_path.parent
     (directory / archiveids.IDS_NAME).unlink()
     with open(directory / archiveids.ARCHIVE_NAME, "ab") as fh:  # a member cut short by a power cut
         fh.write(gzip.compress(b'{"id": "al-wisp-cut"}\n')[:15])
     drawing(monkeypatch, ["al-wisp-gone"])
-    assert slung(town, 1) != ["al-wisp-gone"]
+    assert slung(archive_dir, 1) != ["al-wisp-gone"]
     assert (directory / archiveids.IDS_NAME).read_bytes() == b'\n"al-wisp-gone"\n'
 
 
-def test_a_compaction_stopped_before_it_reserved_the_ids_leaves_them_in_the_log(town, monkeypatch):
+def test_a_compaction_stopped_before_it_reserved_the_ids_leaves_them_in_the_log(archive_dir, monkeypatch):
     """The ids are reserved before the log is replaced: stopped between the archive and the ids
     file, the old log (which holds them) stays, so a sling still cannot take one."""
-    store_of(town).put_ephemeral_many([closed("al-wisp-first", "al-old0")])
-    compact(store_of(town), retention=60)  # an ids file there is: nothing makes it again from the archive
-    store_of(town).put_ephemeral_many([closed("al-wisp-gone", "al-old")])
+    store_of(archive_dir).put_ephemeral_many([closed("al-wisp-first", "al-old0")])
+    compact(store_of(archive_dir), retention=60)  # an ids file now: nothing makes it again from the archive
+    store_of(archive_dir).put_ephemeral_many([closed("al-wisp-gone", "al-old")])
 
     def killed(directory, ids):
         raise KeyboardInterrupt  # stands for a kill -9 at that point
 
     monkeypatch.setattr(archiveids, "append", killed)
     with pytest.raises(KeyboardInterrupt):
-        compact(store_of(town), retention=60)
+        compact(store_of(archive_dir), retention=60)
     monkeypatch.undo()
-    assert archived(town) == ["al-wisp-first", "al-wisp-gone"]  # the archive has it, the log still holds it
-    assert "al-wisp-gone" in store_of(town).log_ids()
+    assert archived(archive_dir) == ["al-wisp-first", "al-wisp-gone"]  # in the archive, and still in the log
+    assert "al-wisp-gone" in store_of(archive_dir).log_ids()
     drawing(monkeypatch, ["al-wisp-gone"])
-    assert slung(town, 1) != ["al-wisp-gone"]
-    compact(store_of(town), retention=60)  # the next compaction archives it again and reserves it
-    assert "al-wisp-gone" not in store_of(town).log_ids()
-    ids = store_of(town).ephemeral_path.parent / archiveids.IDS_NAME
+    assert slung(archive_dir, 1) != ["al-wisp-gone"]
+    compact(store_of(archive_dir), retention=60)  # the next compaction archives it again and reserves it
+    assert "al-wisp-gone" not in store_of(archive_dir).log_ids()
+    ids = store_of(archive_dir).ephemeral_path.parent / archiveids.IDS_NAME
     assert ids.read_bytes() == b'\n"al-wisp-first"\n"al-wisp-gone"\n'
