@@ -9,6 +9,8 @@ from itertools import count
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.foundation import quick_rig, quick_town
 from sluice.core.records import SlingContextFields
@@ -133,3 +135,15 @@ def test_a_compaction_stopped_before_it_reserved_the_ids_leaves_them_in_the_log(
     assert "al-wisp-gone" not in store_of(archive_dir).log_ids()
     ids = store_of(archive_dir).ephemeral_path.parent / archiveids.IDS_NAME
     assert ids.read_bytes() == b'\n"al-wisp-first"\n"al-wisp-gone"\n'
+
+
+@settings(max_examples=200, deadline=None)
+@given(listed=st.lists(st.text(max_size=12), max_size=20), asked=st.lists(st.text(max_size=12), max_size=20))
+def test_the_ids_file_answers_as_a_set_of_the_ids_for_any_text(tmp_path_factory, listed, asked):
+    """Ids a foreign writer gave its contexts may hold quotes, newlines or any character: each is found
+    as itself, by the search and by the set a batch makes, and no other id is."""
+    directory = tmp_path_factory.mktemp("ids")
+    archiveids.append(directory, listed)
+    for batch in (1, archiveids.BULK):
+        found = archiveids.ArchivedIds(directory, directory / "rig.lock", batch)
+        assert [i for i in asked + listed if i in found] == [i for i in asked + listed if i in set(listed)]
