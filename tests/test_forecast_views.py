@@ -240,6 +240,25 @@ def test_times_and_ages_read_as_people_say_them():
     assert "estimated_minutes" in basis_text({"level": "estimated_minutes", "samples": 0, "kind": ""})
 
 
+def test_explain_gives_each_queued_item_the_row_the_whole_forecast_gives_it(forecast_cli):
+    """explain replays the queue only until its item has started; each item's times, runtimes, basis
+    and budget are still those of the whole replay at the same moment (blocked ones too)."""
+    from sluice.scheduler.forecast import EXPLAINED, explain, forecast
+    from sluice.store.town import Town
+
+    history(forecast_cli, 600.0, 6)
+    for item in ("be-1", "be-2", "be-3", "be-4"):
+        forecast_cli.run("sling", item)
+    now = datetime.fromisoformat("2026-12-01T12:00:00+00:00").timestamp()
+    rows = forecast(Town(forecast_cli.town), now=now)["items"]
+    assert [row["item_id"] for row in rows] == ["be-1", "be-2", "be-3", "be-4"]
+    assert len({row["start_at"] for row in rows}) == 4  # one after another (be-4 blocked: None)
+    for row in rows:
+        explained = explain(Town(forecast_cli.town), row["item_id"], now=now)
+        assert {key: explained[key] for key in EXPLAINED} == {key: row[key] for key in EXPLAINED}
+        assert explained.get("eta_why") == row.get("why")
+
+
 def test_explain_of_a_running_item_says_when_it_should_end(forecast_cli):
     configure(forecast_cli.town, "executor.command", sleeper(30))
     history(forecast_cli, 600.0, 6)
