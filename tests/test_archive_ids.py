@@ -144,6 +144,6 @@ def test_the_ids_file_answers_as_a_set_of_the_ids_for_any_text(tmp_path_factory,
     as itself, by the search and by the set a batch makes, and no other id is."""
     directory = tmp_path_factory.mktemp("ids")
     archiveids.append(directory, listed)
-    for batch in (1, archiveids.BULK):
-        found = archiveids.ArchivedIds(directory, directory / "rig.lock", batch)
+    for bulk in (False, True):
+        found = archiveids.ArchivedIds(directory, directory / "rig.lock", bulk)
         assert [i for i in asked + listed if i in found] == [i for i in asked + listed if i in set(listed)]

@@ -26,16 +26,11 @@ from pathlib import Path
 
 from sluice.logs import log
 from sluice.store import fsutil
+from sluice.store.jsonlog import ascii_json
 
 #: Closed contexts compaction archived, one gzip member per compaction (see ``sluice.store.compaction``).
 ARCHIVE_NAME = "ephemeral.archive.jsonl.gz"
 IDS_NAME = "ephemeral.archive.ids"
-#: Ids asked about at once past which the file's lines are made into a set instead of searched.
-BULK = 64
-
-
-def _key(context_id: str) -> bytes:
-    return json.dumps(context_id).encode("ascii")
 
 
 def _made_from_archive(archive: Path) -> bytes:
@@ -52,7 +47,7 @@ def _made_from_archive(archive: Path) -> bytes:
                 except ValueError:
                     continue
                 if isinstance(record, dict) and isinstance(record.get("id"), str):
-                    keys.append(_key(record["id"]))
+                    keys.append(ascii_json(record["id"]))
     except (OSError, EOFError, zlib.error) as err:  # a member cut short: its records cannot be read back
         log.warning("%s: read up to a damaged gzip member (%s); ids after it are not reserved", archive, err)
     return b"\n".join(keys) + b"\n"
@@ -72,28 +67,29 @@ def append(directory: Path, ids: Iterable[str]) -> None:
     takes them: a file made from the archive would list them twice); the caller holds the rig lock."""
     path = directory / IDS_NAME
     head = b"" if path.exists() else b"\n"
-    fsutil.append_bytes(path, head + b"".join(_key(context_id) + b"\n" for context_id in ids))
+    fsutil.append_bytes(path, head + b"".join(ascii_json(context_id) + b"\n" for context_id in ids))
 
 
 class ArchivedIds:
-    """Whether an id is one the archive in a rig's directory holds: a search in the file's text, or
-    for a batch that asks many a set of its lines."""
+    """Whether an id is one the archive in a rig's directory holds: a search in the file's text, or,
+    for a caller that asks about many (``bulk``), a set of its lines."""
 
-    def __init__(self, directory: Path, lock_path: Path, batch: int = 1):
+    def __init__(self, directory: Path, lock_path: Path, bulk: bool = False):
         path = directory / IDS_NAME
-        if not path.exists() and (directory / ARCHIVE_NAME).exists():
-            with fsutil.file_lock(lock_path):
-                ensure(directory)
         try:
             self.text = path.read_bytes()
-        except FileNotFoundError:  # nothing archived yet
-            self.text = b""
-        self.lines = set(self.text.split(b"\n")) if batch >= BULK and self.text else None
+        except FileNotFoundError:
+            self.text = b""  # nothing archived yet, or an archive older than this file
+            if (directory / ARCHIVE_NAME).exists():
+                with fsutil.file_lock(lock_path):
+                    ensure(directory)
+                self.text = path.read_bytes()
+        self.lines = set(self.text.split(b"\n")) if bulk and self.text else None
 
     def __contains__(self, context_id: object) -> bool:
         if not self.text:
             return False
-        key = _key(str(context_id))
+        key = ascii_json(str(context_id))
         if self.lines is not None:
             return key in self.lines
         return b"\n" + key + b"\n" in self.text

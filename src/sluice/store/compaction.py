@@ -39,6 +39,7 @@ from sluice.store.town import compacted_path
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
 
+
 @recordclass
 class CompactResult:
     rig: str

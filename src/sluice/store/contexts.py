@@ -115,7 +115,7 @@ class _Taken:
         self.store = store
         self.ids = set(existing)
         self.durable = store.index.ids() if batch >= self.BULK else None
-        self.archived = ArchivedIds(store.ephemeral_path.parent, store.lock_path, batch)
+        self.archived = ArchivedIds(store.ephemeral_path.parent, store.lock_path, bulk=batch >= self.BULK)
 
     def __contains__(self, candidate: object) -> bool:
         if candidate in self.ids or candidate in self.archived:

@@ -325,6 +325,17 @@ def worth_rewriting(tail_lines: int, kept: int) -> bool:
 #: The id at the start of a line as sluice writes records (no escapes in it, else the line is parsed).
 QUICK_ID = re.compile(rb'\{"id":"([^"\\]+)",')
 
+#: An id whose JSON text is itself in quotes (most ids: a prefix, a dash, letters and digits).
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:/+-]*")
+
+
+def ascii_json(text: str) -> bytes:
+    """``text`` as a JSON string in ASCII: no tab, newline or quote of its own stands bare in it, so a
+    file of one such string per line (or per field) is searched for exactly ``text`` with a search in C."""
+    if _PLAIN_ID.fullmatch(text):
+        return b'"%s"' % text.encode("ascii")
+    return json.dumps(text).encode("ascii")
+
 
 def line_text(record: dict) -> str:
     """One record as one compact JSON line (no newline)."""

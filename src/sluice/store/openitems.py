@@ -30,12 +30,12 @@ whoever uses it.
 from __future__ import annotations
 
 import json
-import re
 import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluice.store import fsutil
+from sluice.store.jsonlog import ascii_json
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,16 +46,6 @@ VERSION = 1
 BULK = 32
 
 Row = tuple[str, str, int]  # (item id, context id, offset of the context's latest line)
-
-
-#: An id whose JSON text is itself in quotes (most ids: a prefix, a dash, letters and digits).
-_PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]*")
-
-
-def _key(item_id: str) -> bytes:
-    if _PLAIN.fullmatch(item_id):
-        return b'"%s"' % item_id.encode("ascii")
-    return json.dumps(item_id).encode("ascii")
 
 
 def read(path: Path) -> tuple[dict, bytes] | None:
@@ -77,7 +67,8 @@ def read(path: Path) -> tuple[dict, bytes] | None:
 
 def write(path: Path, mark: dict, rows: Iterable[Row]) -> None:
     """Keep ``rows`` as the map of the log at ``mark``."""
-    lines = [b"%s\t%s\t%d" % (_key(item), _key(context), offset) for item, context, offset in rows]
+    lines = [b"%s\t%s\t%d" % (ascii_json(item), ascii_json(context), offset)
+             for item, context, offset in rows]
     body = b"\n" + b"\n".join(lines) + b"\n" if lines else b"\n"
     head = json.dumps({"version": VERSION, "mark": mark, "length": len(body), "crc": zlib.crc32(body)},
                       separators=(",", ":")).encode("ascii")
@@ -101,7 +92,7 @@ def find(body: bytes, items: Iterable[str]) -> list[Row]:
         return [row for row in rows(body) if row[0] in wanted]
     out = []
     for item in wanted:
-        key = b"\n" + _key(item) + b"\t"
+        key = b"\n" + ascii_json(item) + b"\t"
         at = body.find(key)
         while at >= 0:
             end = body.index(b"\n", at + 1)
