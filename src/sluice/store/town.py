@@ -18,6 +18,7 @@ from sluice.store import configcache, fsutil
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
+    from sluice.store.db import Database
 
 # The models (and pydantic) are imported where a config is validated, not here: hot read commands
 # answer from a config validated before (sluice.store.configcache) and never pay for pydantic.
@@ -88,6 +89,13 @@ class Town:
     @property
     def decisions_path(self) -> Path:
         return self.schedule_dir / "decisions.jsonl"
+
+    @cached_property
+    def db(self) -> Database:
+        """The town database (:mod:`sluice.store.db`), opened on first use."""
+        from sluice.store.db import Database, database_path
+
+        return Database(database_path(self.dir))
 
     def lock_path(self, name: str) -> Path:
         return self.runtime / f"{name}.lock"
