@@ -178,26 +178,3 @@ def test_a_tick_that_launches_nothing_does_not_survey_the_queue_again(cli, rig, 
     assert surveyed == [] and not events(cli.town, "QueueDrained")
 
 
-def test_a_tick_that_launches_keeps_the_head_so_the_next_tick_at_the_cap_is_idle(cli, rig, capacity):
-    """The drained check after a launching tick surveys (sharing that survey with the kept forecast) and
-    keeps the queue's head: the next tick over the same queue, at the cap, need not survey it or take
-    the chain the cycle left."""
-    from sluice.scheduler import queuekeep
-    from sluice.scheduler.daemon import Daemon
-    from sluice.scheduler.session import Session
-
-    capacity(2, batch_size=2)
-    configure(cli.town, "executor.command", sleeper(60))
-    write_items(cli.town, "alpha", [item(f"al-{n}") for n in range(5)])
-    cli.run("sling", *(f"al-{n}" for n in range(5)), "alpha")
-    cli.run("scheduler", "status")  # the digest the tick's cycle reads, so that it leaves a chain
-    daemon = Daemon(Town(cli.town), interval=60, echo=lambda _line: None)
-    try:
-        daemon.tick()
-        assert daemon.last_result.get("dispatched") == 2
-        assert (Town(cli.town).runtime / "queue-chain.json").exists()
-        summary = queuekeep.idle_cycle(Session(Town(cli.town)))
-        assert summary is not None and summary["planned"] == 0 and summary["ready"] == 3
-    finally:
-        for polecat in cli.json("polecat", "list"):
-            cli.run("polecat", "stop", polecat["id"], check=False)

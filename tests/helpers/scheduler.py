@@ -82,10 +82,6 @@ def issues_path(town: Path, rig: str) -> Path:
     return town / ".sluice" / "rigs" / rig / "issues.jsonl"
 
 
-def ephemeral_path(town: Path, rig: str) -> Path:
-    return town / ".sluice" / "rigs" / rig / "ephemeral.jsonl"
-
-
 def write_items(town: Path, rig: str, records: list[dict]) -> None:
     """Add durable items to a rig's own store (as `sluice item import` would leave them)."""
     path = issues_path(town, rig)
@@ -108,7 +104,11 @@ def records(path: Path) -> dict[str, dict]:
 
 
 def contexts(town: Path, rig: str) -> list[dict]:
-    found = records(ephemeral_path(town, rig)).values()
+    """A rig's sling contexts, open and closed, as ``sluice export RIG`` prints them (from the database)."""
+    from sluice.store.contexts import records as stored
+    from sluice.store.town import Town
+
+    found = stored(Town(town), rig)
     return [r for r in found if "sluice:sling-context" in r.get("labels", [])]
 
 
@@ -130,11 +130,27 @@ def events(town: Path, event_type: str | None = None) -> list[dict]:
 
 
 def tree_hash(root: Path) -> str:
-    """Names and bytes of every file under ``root`` (not mtimes)."""
+    """Names and bytes of every file under ``root`` (not mtimes); a town database by its contents.
+
+    A database's files change bytes without changing what it holds (a reader
+    checkpoints what a writer left in the write-ahead log), so the database is
+    hashed as the rows it holds, and its ``-wal`` and ``-shm`` files not at all.
+    """
+    import sqlite3
+
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
+        if path.name.endswith(("town.db-wal", "town.db-shm")):
+            continue
         digest.update(str(path.relative_to(root)).encode())
-        if path.is_file():
+        if path.name == "town.db":
+            conn = sqlite3.connect(path)
+            try:
+                for line in conn.iterdump():
+                    digest.update(line.encode())
+            finally:
+                conn.close()
+        elif path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -206,3 +222,31 @@ def memory_alpha(base: Path, clock, records: list[dict]):
     memory = MemoryExecutor(clock).serve(Town(town_dir))
     write_items(town_dir, "alpha", records)
     return town_dir, memory
+
+
+def put_records(town: Path, rig: str, records: list[dict]) -> None:
+    """Write ephemeral records into a rig's store as they are (a hand-made or damaged context; a second
+    open context of an item is written as a migrated town's duplicate is, outside the constraint)."""
+    from sluice.store.contexts import insert
+    from sluice.store.town import Town
+
+    db = Town(town).db
+    with db.transaction() as conn:
+        taken = {row[0] for row in conn.execute("SELECT open_item FROM issues WHERE open_item IS NOT NULL")}
+        insert(conn, rig, records, open_items=taken)
+        db.advance("queue")
+    db.close()
+
+
+def edit_fields(town: Path, rig: str, change) -> None:
+    """Change the sling-context fields (a dict) of every open context of a rig, as a hand edit would."""
+    from sluice.store.town import Town
+
+    db = Town(town).db
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT id, description FROM issues WHERE rig = ? AND status = 'open'", (rig,))
+        for context_id, text in rows.fetchall():
+            fields = json.loads(text)
+            change(fields)
+            conn.execute("UPDATE issues SET description = ? WHERE id = ?", (json.dumps(fields), context_id))
+        db.advance("queue")

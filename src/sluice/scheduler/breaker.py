@@ -21,7 +21,8 @@ from sluice.errors import InvalidOperation
 from sluice.scheduler.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
-from sluice.store import events, openqueue
+from sluice.store import contexts as ctxs
+from sluice.store import events
 from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def reset(where: Town | Session, item_id: str) -> dict:
     if record:
         context_id = record["id"]
     else:
-        already = openqueue.find_open(stores, item_id)
+        already = ctxs.find_open(stores.town, item_id)
         context_id = already[0].id if already else None
     events.emit_event(
         town, events.REQUEUED,

@@ -39,7 +39,6 @@ from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
 from sluice.errors import (
     SluiceError,
-    StoreCorrupt,
     UnknownItem,
     UsageError,
 )
@@ -48,7 +47,7 @@ from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import events, fsutil, openqueue
+from sluice.store import events, fsutil
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -453,7 +452,7 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
     _stamp_in_order(works)
     running = _running_items(session)
     if options.dry_run:
-        by_item = openqueue.open_of_items(stores, [work.id for work in works])
+        by_item = ctxs.open_of_items(town, [work.id for work in works])
         for work in works:
             row = _already(work, by_item, running)
             if row is not None:
@@ -462,9 +461,10 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
                 result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
         return
     enqueued: list[tuple[str, dict]] = []
-    with ctxs.sling_lock(town):
-        # Under the sling lock: what is queued now, in every rig, decides.
-        by_item = openqueue.open_of_items(stores, [work.id for work in works])
+    with town.db.transaction():
+        # In one write transaction: what is queued now, in every rig, decides, and no other writer
+        # comes between the check and the contexts made.
+        by_item = ctxs.open_of_items(town, [work.id for work in works])
         new: dict[str, list[_Work]] = {}
         for work in works:
             row = _already(work, by_item, running)
@@ -475,20 +475,16 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
         for rig_name in sorted(new):
             works_here = new[rig_name]
             specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
-            try:
-                created = ctxs.create(stores.rig(rig_name), specs)
-            except (StoreCorrupt, OSError) as err:  # this rig's log refused all of them; the others stand
-                result.errors.extend({"item_id": work.id, "error": str(err)} for work in works_here)
-                continue
+            created = ctxs.create(stores.rig(rig_name), specs)  # all rigs' or none: one transaction
             for work, record in zip(works_here, created, strict=True):
                 row = {"item_id": work.id, "context_id": record["id"], "rig": work.rig}
                 result.scheduled.append(row)
                 enqueued.append((events.ENQUEUED, {"context_id": record["id"], "item_id": work.id,
                                                    "rig": work.rig}))
+        events.emit_events(town, enqueued)  # with the contexts they tell of, in their transaction
     position = {w.id: n for n, w in enumerate(works)}  # report in the order the user gave
     for rows in (result.scheduled, result.already):
         rows.sort(key=lambda row: position.get(row["item_id"], 0))
-    events.emit_events(town, enqueued)
 
 
 def _already(work: _Work, by_item: dict, running: dict[str, str]) -> dict | None:
@@ -511,11 +507,11 @@ def _launch_now(session: Session, works: list[_Work], options: SlingOptions, res
     Each launch asks the executor afresh what runs, under the item's lock: a
     polecat another sling started meanwhile counts.
     """
-    town, stores = session.files, session.stores
+    town = session.files
     executor = session.require_executor()
     # An item still queued from deferred mode is "already" handled here too: launching it now
     # would leave that context to launch it a second time once deferred mode is back.
-    queued = openqueue.open_of_items(stores, [work.id for work in works])
+    queued = ctxs.open_of_items(town, [work.id for work in works])
     if options.dry_run:
         running = _running_items(session)
         held = gate_view.current(town).reasons  # the last cycle's reading: a dry run reads only

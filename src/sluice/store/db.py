@@ -26,10 +26,10 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,6 +38,8 @@ from sluice.errors import ConfigError, StorageError
 #: The schema this sluice writes.  A town whose database says more is refused, never guessed at.
 SCHEMA_VERSION = 1
 FILE_NAME = "town.db"
+#: ``FULL``: the write-ahead log is fsynced at every commit, so what was acknowledged survives a power cut.
+SYNCHRONOUS = "FULL"
 BUSY_TIMEOUT_MS = 60_000  # a sling of 100,000 items holds the write lock for a second or two
 
 #: Every table, in the order they are created.  One place, so the whole store is read at a glance.
@@ -68,7 +70,7 @@ CREATE TABLE issues (
     open_item    TEXT UNIQUE,
     extra        TEXT
 );
-CREATE INDEX issues_open ON issues (rig, status);
+CREATE INDEX issues_status ON issues (status, rig);
 CREATE INDEX issues_work ON issues (work_item);
 CREATE INDEX issues_closed ON issues (closed_at);
 
@@ -106,6 +108,12 @@ CREATE TABLE outbox_flushed (
     length INTEGER NOT NULL
 );
 
+-- Decisions per rig (fairness), advanced in the transaction that records a decision.
+CREATE TABLE decision_counts (
+    rig TEXT PRIMARY KEY,
+    n   INTEGER NOT NULL
+);
+
 -- Numbers every writer of a kind of fact advances in its own transaction ("queue", "runs", ...):
 -- what is computed from the database is kept under the versions it read (see ``derived``).
 CREATE TABLE versions (
@@ -126,32 +134,56 @@ def database_path(sluice_dir: Path) -> Path:
     return sluice_dir / FILE_NAME
 
 
+_shared: dict[Path, Database] = {}
+
+
+def shared(path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None) -> Database:
+    """The one :class:`Database` of this process for ``path``.
+
+    Every ``Town`` over one town shares it, so every change a thread makes goes
+    through that thread's one connection: an inner change joins the outer
+    transaction instead of waiting, on a second connection, for the lock the
+    first one holds.
+    """
+    found = _shared.get(path)
+    if found is None:
+        found = _shared[path] = Database(path, on_create)
+    return found
+
+
 class Database:
     """One town's database, opened lazily, one connection per thread.
 
     A thread's connection is made on its first use; the schema is created (or
-    checked) by the first connection of the process.  ``on_open`` runs once,
-    inside the first write transaction of a new database (the migration of an
-    older town's files).
+    checked) by the first connection of the process.  ``on_create`` runs
+    inside the transaction that creates the schema (the migration of an older
+    town's files); ``on_open`` once the first connection is made.
     """
 
-    def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None):
+    def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None,
+                 on_open: Callable[[], None] | None = None):
         self.path = Path(path)
-        self._local = threading.local()
+        self._threads: dict[int, _ThreadState] = {}
         self._checked = False
-        self._on_create = on_create
-        self._after_commit: list[Callable[[], None]] = []
+        self.on_create = on_create
+        self._on_open = on_open
 
     # -- connections -----------------------------------------------------------
     @property
+    def _local(self) -> _ThreadState:
+        """This thread's connection and transaction depth (the web view serves from threads)."""
+        ident = _thread.get_ident()
+        state = self._threads.get(ident)
+        if state is None:
+            state = self._threads[ident] = _ThreadState()
+        return state
+
+    @property
     def conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            self._local.depth = 0
-            self._local.after = []
-        return conn
+        local = self._local
+        if local.conn is None:
+            local.conn = self._connect()
+        return local.conn
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -164,14 +196,18 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
             conn.execute("PRAGMA foreign_keys = ON")
             if not self._checked:
                 self._ensure_schema(conn)
-                self._checked = True
         except sqlite3.DatabaseError as err:
             conn.close()
             raise self._storage_error(err, "open") from None
+        if not self._checked:
+            self._checked = True
+            if self._on_open is not None:
+                self._local.conn = conn
+                self._on_open()
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
@@ -191,18 +227,18 @@ class Database:
                     conn.execute(statement)
                 conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
-                if self._on_create is not None:
-                    self._on_create(conn)
+                if self.on_create is not None:
+                    self.on_create(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        local = self._local
+        if local.conn is not None:
+            local.conn.close()
+            local.conn = None
 
     # -- transactions ------------------------------------------------------------
     @contextlib.contextmanager
@@ -258,7 +294,7 @@ class Database:
 
     @property
     def in_transaction(self) -> bool:
-        return bool(getattr(self._local, "depth", 0))
+        return bool(self._local.depth)
 
     # -- reading -----------------------------------------------------------------
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[tuple]:
@@ -291,13 +327,22 @@ class Database:
         if isinstance(err, (StorageError, ConfigError)):
             return err
         text = str(err)
-        if isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError):
-            if "malformed" in text or "not a database" in text:
-                return ConfigError(f"{self.path}: the town database is damaged ({text});"
+        damaged = "malformed" in text or "not a database" in text
+        if damaged and not isinstance(err, sqlite3.OperationalError):
+            return ConfigError(f"{self.path}: the town database is damaged ({text});"
                                    " restore it from a backup or `sluice export` output")
         if isinstance(err, OSError):
             return StorageError(self.path, f"cannot {doing} it: {err.strerror or err}", err.errno)
         return StorageError(self.path, f"cannot {doing} it: {text}")
+
+
+class _ThreadState:
+    __slots__ = ("after", "conn", "depth")
+
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+        self.depth = 0
+        self.after: list[Callable[[], None]] = []
 
 
 def _schema_version(conn: sqlite3.Connection) -> int | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import SluiceError
 from sluice.store import admission_state
+from sluice.store.db import database_path
 from sluice.store.fsutil import file_signature
 
 if TYPE_CHECKING:
@@ -76,13 +77,16 @@ class Sources:
             try:
                 paths = []
                 for rig in town.rigs():
-                    paths += town.rig_files(rig)
+                    paths.append(town.rig_items(rig))
                 self._rig_paths = tuple(paths)
             except SluiceError:  # a broken config: the view shows the error and watches for the fix
                 self._rig_paths = ()
         # Files, not the runtime directory: read commands keep caches there, and a view that
         # counted their writes as changes would survey again after its own snapshot.
-        return (town.config_path, town.state_path, town.events_path, town.workers_dir,
+        # The town database changes with every commit: its write-ahead log is written by each.
+        database = database_path(town.dir)
+        return (town.config_path, database, database.with_name(database.name + "-wal"),
+                town.state_path, town.events_path, town.workers_dir,
                 *admission_state.paths(town),
                 town.policy_path, town.decisions_path, town.dir / "runs" / "runs.jsonl", *self._rig_paths)
 
