@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -130,13 +131,31 @@ def events(town: Path, event_type: str | None = None) -> list[dict]:
 
 
 def tree_hash(root: Path) -> str:
-    """Names and bytes of every file under ``root`` (not mtimes)."""
+    """Names and bytes of every file under ``root`` (not mtimes); the town database by what it holds.
+
+    The database's bytes move without a change of what it holds (a reader's
+    marks in its shared memory, a checkpoint of its log when the last
+    connection closes), so it is hashed as the SQL text of its rows.
+    """
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
+        if path.name.startswith("town.db-"):  # its write-ahead log and shared memory: in its rows
+            continue
         digest.update(str(path.relative_to(root)).encode())
-        if path.is_file():
+        if path.name == "town.db":
+            digest.update(database_dump(path).encode())
+        elif path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def database_dump(path: Path) -> str:
+    """The SQL text of everything a town database holds."""
+    conn = sqlite3.connect(path)
+    try:
+        return "\n".join(conn.iterdump())
+    finally:
+        conn.close()
 
 
 def python_command(code: str, *args: str) -> str:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
 from sluice.errors import SluiceError
-from sluice.store import admission_state, fsutil, gitview, runs, sources
+from sluice.store import admission_state, fsutil, gitview, runs, sources, state
 from sluice.store.town import compacted_path
 
 if TYPE_CHECKING:
@@ -112,8 +112,7 @@ def _inputs(session: Session) -> list | None:
     # What a survey's reading of the queue (the forecast's) stands on, apart from what only admission, the
     # replay and the views read: a reading may be carried past a change of the latter (readingtail).
     read = [town.config_path, town.policy_path]
-    others = [town.state_path, town.decisions_path, town.workers_dir, runs.log_path(town),
-              town.runtime / READING_FILE, *admission_state.paths(town)]
+    others = [town.decisions_path, town.workers_dir, runs.log_path(town), town.runtime / READING_FILE]
     hold = hold_path(town)
     parts: list = [VERSION, str(hold)]
     if hold is not None:
@@ -133,6 +132,8 @@ def _inputs(session: Session) -> list | None:
     parts.append([fsutil.file_signature(f) for f in read])
     parts += [None, None, None]  # the trailing parts, by their names below
     parts[OTHER_FILES] = [fsutil.file_signature(f) for f in others]
+    parts[OTHER_FILES].append([[name, n] for name, n in
+                               sorted(town.db.versions(state.VERSION, admission_state.VERSION).items())])
     parts[RUNNING] = sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active)
     parts[LOGS] = logs
     return parts
@@ -311,7 +312,6 @@ def idle_cycle(session: Session) -> dict | None:
         return None
     if not isinstance(summary.get("why"), dict):
         return None
-    if rules.BUDGET in summary.get("why", {}) or admission_state.read(session.files,
-                                                                       admission_state.BUDGET).get("exhausted"):
+    if rules.BUDGET in summary.get("why", {}) or admission_state.exhausted(session.files):
         return None
     return summary

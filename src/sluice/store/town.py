@@ -71,10 +71,6 @@ class Town:
         return self.runtime / "workers"
 
     @property
-    def state_path(self) -> Path:
-        return self.runtime / "scheduler-state.json"
-
-    @property
     def events_path(self) -> Path:
         return self.dir / "events" / "scheduler.jsonl"
 
