@@ -23,17 +23,18 @@ from them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sqlite3
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.admission import Spend, Throttle
 from sluice.core.clock import iso_epoch
 from sluice.core.records import json_object
 from sluice.errors import ConfigError
-from sluice.store.state import changing
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,8 +51,17 @@ def utc(epoch: float) -> str:
     return iso_epoch(epoch)
 
 
-def _change(town: Town):
-    return changing(town, VERSION)
+@contextlib.contextmanager
+def _change(town: Town) -> Iterator[sqlite3.Connection]:
+    """One write transaction (joining the caller's, if any) that advances the admission version; an error
+    of the database is the store's error (a StorageError naming the file), as a refused file write was."""
+    db = town.db
+    try:
+        with db.transaction() as conn:
+            yield conn
+            db.advance(VERSION)
+    except sqlite3.Error as err:
+        raise db._storage_error(err, "write") from None
 
 
 # -- token budget ---------------------------------------------------------------------------

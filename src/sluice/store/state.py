@@ -47,7 +47,7 @@ _SELECT = ("SELECT paused, paused_by, paused_at, last_dispatch_at, last_dispatch
 
 
 @contextlib.contextmanager
-def changing(town: Town, version: str = VERSION) -> Iterator[sqlite3.Connection]:
+def _change(town: Town, version: str = VERSION) -> Iterator[sqlite3.Connection]:
     """One write transaction (joining the caller's, if any) that advances ``version``.
 
     An error of the database is the store's error (a StorageError naming the
@@ -76,7 +76,7 @@ def _state(row: tuple | None) -> SchedulerState:
 
 def save_state(town: Town, state: SchedulerState) -> None:
     """Write the whole state (callers changing it use :func:`update_state`)."""
-    with changing(town) as conn:
+    with _change(town) as conn:
         _save(conn, state)
 
 
@@ -197,7 +197,7 @@ def read_heartbeat(town: Town) -> dict | None:
 def write_heartbeat(town: Town, beat: dict) -> None:
     """Replace the heartbeat with ``beat`` (its keys as :func:`read_heartbeat` gives them)."""
     values = _beat_values(beat)
-    with changing(town, HEARTBEAT_VERSION) as conn:
+    with _change(town, HEARTBEAT_VERSION) as conn:
         _insert_beat(conn, values)
 
 
