@@ -26,10 +26,10 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import _thread  # threading.local's own implementation: hot read commands never import threading
 import contextlib
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -211,7 +211,7 @@ class Database:
 
     def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None):
         self.path = Path(path)
-        self._local = threading.local()
+        self._local = _thread._local()
         self._checked = False
         self._on_create = on_create
         self._after_commit: list[Callable[[], None]] = []
