@@ -23,6 +23,7 @@ from helpers.scheduler import (
     open_contexts,
     write_items,
 )
+from sluice.errors import StorageError
 from sluice.executors import get_executor
 from sluice.scheduler.breaker import broken_rows
 from sluice.scheduler.dispatch import run_cycle
@@ -31,7 +32,6 @@ from sluice.scheduler.requeue import queue_again
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.scheduler.usage import report_usage
 from sluice.store import admission_state as kept
-from sluice.store import fsutil
 from sluice.store.town import Town
 
 
@@ -105,7 +105,7 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(two_rigs_dir, clock
     data = status(Town(two_rigs_dir))
     assert data["budgets"] == [{"rig": None, "spent": 2000, "budget": 2500, "window": "3s"}]
     # A polecat reports what it really used: less than the estimate, so room appears at once.
-    ledger = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    ledger = charges_of(two_rigs_dir)
     report = report_usage(Town(two_rigs_dir), ledger[0]["polecat_id"], 100)
     assert report["counted"]
     assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 1100
@@ -122,18 +122,26 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(two_rigs_dir, clock
     assert cycle(two_rigs_dir).dispatched == 1
 
 
+def charges_of(town) -> list[dict]:
+    """Every charge the budget ledger holds."""
+    return kept.charges(Town(town), 0.0, 0.0)
+
+
 @pytest.fixture
 def budget_disk(monkeypatch):
-    """budget.json's writes refused with ENOSPC while ``disk["full"]`` is true, as a full disk would."""
+    """The budget ledger's writes refused with ENOSPC while ``disk["full"]`` is true, as a full disk would
+    refuse the database's."""
     disk = {"full": False}
-    write = fsutil.atomic_write_json
 
-    def refusing(path, data, *args, **kwargs):
-        if disk["full"] and Path(path).name == "budget.json":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return write(path, data, *args, **kwargs)
+    def refusing(write):
+        def refused(town, *args, **kwargs):
+            if disk["full"]:
+                raise StorageError(town.db.path, "cannot write it: No space left on device", errno.ENOSPC)
+            return write(town, *args, **kwargs)
+        return refused
 
-    monkeypatch.setattr(fsutil, "atomic_write_json", refusing)
+    for name in ("record_launch", "name_charge", "withdraw_charge"):
+        monkeypatch.setattr(kept, name, refusing(getattr(kept, name)))
     return disk
 
 
@@ -170,7 +178,7 @@ def test_a_launch_whose_charge_the_disk_refuses_is_not_made_and_stays_queued(two
     assert not fields(context).get("launch_started_at")
     budget_disk["full"] = False
     assert cycle(two_rigs_dir).dispatched == 1
-    [charge] = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    [charge] = charges_of(two_rigs_dir)
     assert charge["item_id"] == "al-0" and charge["polecat_id"].startswith("mem-")
 
 
@@ -190,7 +198,7 @@ def test_a_disk_that_refuses_the_launch_itself_blames_no_item_and_keeps_no_inten
         cycle(two_rigs_dir)
     [context] = open_contexts(two_rigs_dir, "alpha", "al-0")
     assert not fields(context).get("launch_started_at") and not fields(context).get("dispatch_failures")
-    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert charges_of(two_rigs_dir) == []
 
 
 def test_a_charge_counts_from_when_the_polecat_started_not_from_before_its_launch(
@@ -208,7 +216,7 @@ def test_a_charge_counts_from_when_the_polecat_started_not_from_before_its_launc
     monkeypatch.setattr(memory, "launch", slow)
     before = clock.time()
     assert cycle(two_rigs_dir).dispatched == 1
-    [charge] = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    [charge] = charges_of(two_rigs_dir)
     assert charge["at_ts"] >= before + 5
     clock.advance(56)  # a window after the charge was taken, but not after the run began
     assert cycle(two_rigs_dir).why == {"budget": 1}
@@ -221,11 +229,11 @@ def test_a_launch_that_fails_takes_its_budget_charge_back(two_rigs_dir, memory):
     queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
     memory.fail_next("al-0")
     assert cycle(two_rigs_dir).failed == 1
-    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert charges_of(two_rigs_dir) == []
     memory.fail_next("al-0", unavailable=True)
     with pytest.raises(Exception, match="launch refused"):
         cycle(two_rigs_dir, ignore_backoff=True)
-    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert charges_of(two_rigs_dir) == []
     assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 0
 
 

@@ -19,7 +19,9 @@ from helpers.scheduler import (
     without_etas,
     write_items,
 )
-from sluice.store.state import detect_actor
+from sluice.core.records import SchedulerState
+from sluice.store.state import detect_actor, load_state
+from sluice.store.town import Town
 
 LIST_KEYS = {"id", "title", "status", "target_rig", "blocked", "context_id", "enqueued_at",
              "dispatch_failures"}
@@ -143,7 +145,7 @@ def test_clear_closes_every_open_context_and_nothing_else(cli, queue_dir):
     cli.run("sling", "al-d", "al-c", "alpha")
     cli.run("sling", "be-1")
     cli.run("scheduler", "pause")
-    state = (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").read_bytes()
+    state = load_state(Town(queue_dir))
     items = issues_path(queue_dir, "alpha").read_bytes()
     out = cli.json("scheduler", "clear")
     assert out["cleared"] == 3 and out["item_id"] is None
@@ -151,7 +153,7 @@ def test_clear_closes_every_open_context_and_nothing_else(cli, queue_dir):
     closed = contexts(queue_dir, "alpha") + contexts(queue_dir, "beta")
     assert {c["close_reason"] for c in closed} == {"cleared"}
     assert issues_path(queue_dir, "alpha").read_bytes() == items
-    assert (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").read_bytes() == state
+    assert load_state(Town(queue_dir)) == state and state.paused
     assert cli.run("scheduler", "clear").stdout.strip() == "Scheduler is already empty."
     assert events(queue_dir, "Cleared")[0]["payload"] == {"item_id": None, "count": 3, "by": detect_actor()}
 
@@ -179,7 +181,7 @@ def test_a_corrupt_config_is_an_error_for_every_command(cli, queue_dir, command)
     done = cli.run(*command, check=False)
     assert done.returncode == 1, done.stdout
     assert "config.json" in done.stderr and "Traceback" not in done.stderr
-    assert not (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").exists()
+    assert load_state(Town(queue_dir)) == SchedulerState()  # nothing written: still the zero state
 
 
 def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, queue_dir, memory):

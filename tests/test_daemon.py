@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from helpers.scheduler import (
     write_items,
 )
 from sluice.executors.local import LocalExecutor
+from sluice.store.state import read_heartbeat
 from sluice.store.town import Town
 
 
@@ -38,8 +38,7 @@ def working_dir(town_dir, rig, capacity) -> Path:
 
 
 def heartbeat(town):
-    path = town / ".sluice" / "runtime" / "daemon.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_heartbeat(Town(town))
 
 
 def start_daemon(town, *args):
@@ -77,10 +76,10 @@ def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, working_dir, tmp
 
 def test_a_failing_cycle_is_logged_and_fails_once(cli, working_dir):
     configure(cli.town, "executor.command", '["x"]')
-    (working_dir / ".sluice" / "runtime" / "scheduler-state.json").write_text("{broken")
+    (working_dir / ".sluice" / "schedule" / "policy.json").write_text("{broken")
     done = cli.run("daemon", "--once", check=False)
-    assert done.returncode == 1 and "error: " in done.stderr and "scheduler-state.json" in done.stderr
-    assert "scheduler-state.json" in heartbeat(working_dir)["last_result"]["error"]
+    assert done.returncode == 1 and "error: " in done.stderr and "policy.json" in done.stderr
+    assert "policy.json" in heartbeat(working_dir)["last_result"]["error"]
 
 
 def test_the_daemon_is_a_singleton_and_stops_cleanly_on_sigterm(cli, working_dir):

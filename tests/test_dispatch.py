@@ -39,6 +39,7 @@ from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import Stores
+from sluice.store.state import load_state
 from sluice.store.town import Town
 
 SLUICE = (sys.executable, "-m", "sluice")
@@ -85,8 +86,8 @@ def test_capacity_is_never_exceeded_and_everything_dispatches(cli, deferred_dir,
     closed = contexts(deferred_dir, "alpha")
     assert {fields(c)["work_bead_id"]: c["close_reason"] for c in closed} == dict.fromkeys(
         ids, "dispatched")
-    state = json.loads((deferred_dir / ".sluice" / "runtime" / "scheduler-state.json").read_text())
-    assert state["last_dispatch_count"] >= 1 and state["last_dispatch_at"]
+    state = load_state(Town(deferred_dir))
+    assert state.last_dispatch_count >= 1 and state.last_dispatch_at
 
 
 def test_circuit_breaker_after_real_launch_failures(cli, deferred_dir):

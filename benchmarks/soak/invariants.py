@@ -306,6 +306,18 @@ def repos_untouched(layout: Layout, before: dict[str, dict]) -> list[str]:
     return out
 
 
+def _paused(town: Path) -> bool:
+    """The pause as the town database holds it, read with the stdlib alone (no sluice import here)."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{town / '.sluice' / 'town.db'}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT paused FROM scheduler_state WHERE id = 1").fetchone()
+    finally:
+        conn.close()
+    return bool(row and row[0])
+
+
 def status_agrees(layout: Layout, cap: int, max_failures: int) -> list[str]:
     """The final ``scheduler status`` against a recount from the files as status left them.
 
@@ -321,9 +333,9 @@ def status_agrees(layout: Layout, cap: int, max_failures: int) -> list[str]:
     except ValueError:
         return [f"scheduler status gave no JSON: {done.stderr.strip()[-300:]}"]
     out = []
-    state = json.loads((layout.town / ".sluice" / "runtime" / "scheduler-state.json").read_text())
-    if status["paused"] != state.get("paused", False):
-        out.append(f"paused: status {status['paused']}, state file {state.get('paused')}")
+    paused = _paused(layout.town)
+    if status["paused"] != paused:
+        out.append(f"paused: status {status['paused']}, town database {paused}")
     if status["max_polecats"] != cap:
         out.append(f"max_polecats: status {status['max_polecats']}, config {cap}")
     if status["active_polecats"] != 0:

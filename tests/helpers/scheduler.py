@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -130,29 +131,31 @@ def events(town: Path, event_type: str | None = None) -> list[dict]:
 
 
 def tree_hash(root: Path) -> str:
-    """Names and bytes of every file under ``root`` (not mtimes); a town database by its contents.
+    """Names and bytes of every file under ``root`` (not mtimes); the town database by what it holds.
 
-    A database's files change bytes without changing what it holds (a reader
-    checkpoints what a writer left in the write-ahead log), so the database is
-    hashed as the rows it holds, and its ``-wal`` and ``-shm`` files not at all.
+    The database's bytes move without a change of what it holds (a reader's
+    marks in its shared memory, a checkpoint of its log when the last
+    connection closes), so it is hashed as the SQL text of its rows.
     """
-    import sqlite3
-
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
-        if path.name.endswith(("town.db-wal", "town.db-shm")):
+        if path.name.startswith("town.db-"):  # its write-ahead log and shared memory: in its rows
             continue
         digest.update(str(path.relative_to(root)).encode())
         if path.name == "town.db":
-            conn = sqlite3.connect(path)
-            try:
-                for line in conn.iterdump():
-                    digest.update(line.encode())
-            finally:
-                conn.close()
+            digest.update(database_dump(path).encode())
         elif path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def database_dump(path: Path) -> str:
+    """The SQL text of everything a town database holds."""
+    conn = sqlite3.connect(path)
+    try:
+        return "\n".join(conn.iterdump())
+    finally:
+        conn.close()
 
 
 def python_command(code: str, *args: str) -> str:

@@ -252,15 +252,7 @@ def ready_why(paused: bool, held: Iterable[Reason]) -> list[str]:
 def note_budget(town: Town, assessment: Assessment) -> bool:
     """After a real cycle: log ``BudgetExhausted`` when the budget starts holding work (once per spell)."""
     held = any(r.code == rules.BUDGET for reasons in assessment.admission.held.values() for r in reasons)
-    if not held and not kept.read(town, kept.BUDGET).get("exhausted"):
-        return False
-
-    def change(data: dict) -> bool:
-        was = bool(data.get("exhausted"))
-        data["exhausted"] = held
-        return held and not was
-
-    started = kept.update(town, kept.BUDGET, change)
+    started = kept.note_exhausted(town, held)
     if started:  # what is spent now, this cycle's launches included
         spend = kept.spend(town, time.time(), town.config.scheduler.seconds("budget_window"))
         events.emit_event(town, events.BUDGET_EXHAUSTED, {"spent": spend.town, "rigs": dict(spend.rigs)})

@@ -2,7 +2,7 @@
 
 A context that failed ``scheduler.max_dispatch_failures`` launches closes
 ``circuit-broken`` and its item is booked here
-(:mod:`sluice.store.admission_state`).  Once ``scheduler.breaker_cooldown``
+(:mod:`sluice.store.admission_state`, the ``breaker`` table).  Once ``scheduler.breaker_cooldown``
 has passed, :func:`requeue_due` queues it again one failure short of the
 threshold — one more failure trips it again, with a longer cooldown; a
 launch heals it.  An item whose *runs* failed past
@@ -83,7 +83,7 @@ def reset(where: Town | Session, item_id: str) -> dict:
     """``scheduler reset ITEM``: forget the breaker record and queue the item now with a fresh count."""
     session = Session.of(where)
     town, stores = session.files, session.stores
-    entry = kept.broken(town).get(item_id)
+    entry = kept.broken_entry(town, item_id)
     if entry is None:
         raise InvalidOperation(f"{item_id} is not circuit-broken (see `sluice scheduler broken`)")
     record = queue_again(town, stores, item_id, entry["rig"], entry.get("sling", {}), 0)

@@ -277,7 +277,7 @@ def _setting(session: Session, caps: dict) -> _Setting:
                           rig_budgets=dict(caps["rig_budgets"]), budget_window=sched.seconds("budget_window"))
     # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
     daemon = {"running": interval is not None, "interval": limits.interval}
-    return _Setting(learned, running, limits, _charges(town, limits), daemon, load_state(town).paused,
+    return _Setting(learned, running, limits, _charges(town, limits, now), daemon, load_state(town).paused,
                     throttle_end)
 
 
@@ -490,15 +490,13 @@ def _running_eta(session: Session, item_id: str) -> dict | None:
             "basis": {**estimate.basis, "kind": estimate.kind}}
 
 
-def _charges(town: Town, limits: model.Limits) -> list[model.Charge]:
+def _charges(town: Town, limits: model.Limits, now: float) -> list[model.Charge]:
     """The launches the budget ledger holds (only read when a budget is set)."""
     if not (limits.town_budget > 0 or any(v > 0 for v in limits.rig_budgets.values())):
         return []
     out = []
-    for entry in kept.read(town, kept.BUDGET).get("launches", []):
-        at, tokens = entry.get("at_ts"), entry.get("tokens")
-        if isinstance(at, (int, float)) and isinstance(tokens, int):
-            out.append(model.Charge(float(at), tokens, str(entry.get("rig", ""))))
+    for entry in kept.charges(town, now, limits.budget_window):
+        out.append(model.Charge(float(entry["at_ts"]), int(entry["tokens"]), entry["rig"]))
     return out
 
 

@@ -305,7 +305,7 @@ def _admission_status(session: Session, page: Page) -> dict:
         budgets.append({"rig": name, "spent": spend.rigs.get(name, 0), "budget": budget, "window": window})
     return {"budgets": budgets, "throttles": kept.throttle_rows(town, now),
             "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
-            "circuit_broken": len(kept.broken(town)), "plan_reason": page.plan_reason,
+            "circuit_broken": kept.count_broken(town), "plan_reason": page.plan_reason,
             "binding": page.binding, "host": page.gates}
 
 
@@ -373,7 +373,7 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
                 )
                 break
     if not out["queued"]:
-        entry = kept.broken(town).get(item_id)
+        entry = kept.broken_entry(town, item_id)
         if entry is not None:
             nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
             nxt += ")" if entry.get("next_attempt_at") is None else ""

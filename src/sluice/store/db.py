@@ -26,7 +26,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
-import _thread
+import _thread  # threading.local's own implementation: hot read commands never import threading
 import contextlib
 import os
 import sqlite3
@@ -127,6 +127,80 @@ CREATE TABLE derived (
     inputs   TEXT NOT NULL,
     value    TEXT NOT NULL
 );
+
+-- scheduler and admission state
+-- The scheduler's own state (sluice.store.state): one row, absent until the first change (the zero
+-- state: not paused, never dispatched).  Each writer sets only its own columns, inside the transaction
+-- that read them, so a pause issued during a cycle survives the cycle's record of its dispatches.
+CREATE TABLE scheduler_state (
+    id                  INTEGER PRIMARY KEY CHECK (id = 1),
+    paused              INTEGER NOT NULL DEFAULT 0,
+    paused_by           TEXT,
+    paused_at           TEXT,
+    last_dispatch_at    TEXT,
+    last_dispatch_count INTEGER NOT NULL DEFAULT 0,
+    extra               TEXT
+);
+-- The daemon's heartbeat: one row, rewritten at its start, after every tick and at its stop.
+CREATE TABLE heartbeat (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    pid           INTEGER NOT NULL,
+    started_at    TEXT,
+    tick_interval DOUBLE PRECISION,
+    ticks         INTEGER NOT NULL DEFAULT 0,
+    last_tick_at  TEXT,
+    last_result   TEXT,
+    stopped_at    TEXT
+);
+-- Token budget charges (sluice.store.admission_state): one row per launch charged, its estimate or
+-- the usage its polecat reported.  A charge counts while now is in (at_ts - window, at_ts + window]:
+-- the windows' sums read the index on at_ts alone (it covers rig and tokens), and the charges a
+-- window old are deleted by the transaction of the next charge.
+CREATE TABLE budget_charges (
+    seq        INTEGER PRIMARY KEY,
+    charge     TEXT NOT NULL UNIQUE,
+    at_ts      DOUBLE PRECISION NOT NULL,
+    rig        TEXT NOT NULL,
+    item_id    TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    polecat_id TEXT NOT NULL,
+    tokens     INTEGER NOT NULL,
+    reported   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX budget_charges_at ON budget_charges (at_ts, rig, tokens);
+CREATE INDEX budget_charges_polecat ON budget_charges (polecat_id);
+CREATE INDEX budget_charges_item ON budget_charges (item_id);
+-- Whether the budget held work at the last cycle: BudgetExhausted is logged once per spell.
+CREATE TABLE budget_spell (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    exhausted INTEGER NOT NULL
+);
+-- Throttles: at most one per scope, the rig's name or '' for the whole town.  Ended ones are deleted
+-- by the next throttle's transaction and ignored by every read.  at_ts is when it was set (NULL only
+-- when a 0.1 file did not say).
+CREATE TABLE throttles (
+    scope    TEXT PRIMARY KEY,
+    until_ts DOUBLE PRECISION NOT NULL,
+    at_ts    DOUBLE PRECISION,
+    reason   TEXT NOT NULL,
+    set_by   TEXT NOT NULL
+);
+-- The circuit breaker: one row per broken item; next_attempt_ts NULL means never on its own.
+CREATE TABLE breaker (
+    item_id         TEXT PRIMARY KEY,
+    rig             TEXT NOT NULL,
+    failures        INTEGER NOT NULL,
+    run_failures    INTEGER NOT NULL,
+    broken_by       TEXT NOT NULL,
+    last_error      TEXT NOT NULL,
+    broken_at       TEXT NOT NULL,
+    trips           INTEGER NOT NULL,
+    cooldown        DOUBLE PRECISION NOT NULL,
+    next_attempt_ts DOUBLE PRECISION,
+    half_open       INTEGER NOT NULL DEFAULT 0,
+    sling           TEXT NOT NULL
+);
+CREATE INDEX breaker_due ON breaker (next_attempt_ts);
 """
 
 
@@ -163,7 +237,7 @@ class Database:
     def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None,
                  on_open: Callable[[], None] | None = None):
         self.path = Path(path)
-        self._threads: dict[int, _ThreadState] = {}
+        self._threads = _thread._local()
         self._checked = False
         self.on_create = on_create
         self._on_open = on_open
@@ -172,10 +246,9 @@ class Database:
     @property
     def _local(self) -> _ThreadState:
         """This thread's connection and transaction depth (the web view serves from threads)."""
-        ident = _thread.get_ident()
-        state = self._threads.get(ident)
+        state = getattr(self._threads, "state", None)
         if state is None:
-            state = self._threads[ident] = _ThreadState()
+            state = self._threads.state = _ThreadState()
         return state
 
     @property

@@ -71,10 +71,6 @@ class Town:
         return self.runtime / "workers"
 
     @property
-    def state_path(self) -> Path:
-        return self.runtime / "scheduler-state.json"
-
-    @property
     def events_path(self) -> Path:
         return self.dir / "events" / "scheduler.jsonl"
 
@@ -285,7 +281,8 @@ def made_by_01(town: Town) -> bool:
     """Whether ``town`` holds state files of sluice 0.1 (what :mod:`sluice.store.migrate` brings in)."""
     rigs = town.dir / "rigs"
     logs = rigs.is_dir() and any((d / "ephemeral.jsonl").exists() for d in rigs.iterdir() if d.is_dir())
-    return logs or (town.dir / "runs" / "runs.jsonl").exists() or town.state_path.exists()
+    runs, state = town.dir / "runs" / "runs.jsonl", town.runtime / "scheduler-state.json"
+    return logs or runs.exists() or state.exists()
 
 
 def _refuse_unmigrated(conn) -> None:
