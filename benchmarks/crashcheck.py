@@ -255,7 +255,8 @@ def _torn(kept: bytes, now: bytes) -> bytes:
     """The unsynced change cut in the middle: of the bytes from the first that differs to the end of the
     new content, the first half reached the disk (an append's first half; half of the pages written in
     place), the rest is as it was."""
-    common = next((i for i, (a, b) in enumerate(zip(kept, now)) if a != b), min(len(kept), len(now)))
+    shorter = min(len(kept), len(now))
+    common = next((i for i in range(shorter) if kept[i] != now[i]), shorter)
     cut = common + max(1, (len(now) - common) // 2)
     return now[:cut] + kept[cut:]
 
