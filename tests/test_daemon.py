@@ -76,6 +76,7 @@ def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, working_dir, tmp
 
 def test_a_failing_cycle_is_logged_and_fails_once(cli, working_dir):
     configure(cli.town, "executor.command", '["x"]')
+    cli.run("sling", "al-1", "alpha")  # a queue to rank: the cycle reads the policy
     (working_dir / ".sluice" / "schedule" / "policy.json").write_text("{broken")
     done = cli.run("daemon", "--once", check=False)
     assert done.returncode == 1 and "error: " in done.stderr and "policy.json" in done.stderr

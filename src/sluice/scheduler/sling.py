@@ -14,15 +14,12 @@ marks an item, so it remembers runs instead).  Then idempotency: an item with an
 open context in *any* rig, or with a running polecat, is "already" queued.
 
 Idempotency holds across processes: in deferred mode the check and the
-create happen under the town's sling lock ``runtime/sling.lock``, held once
-for the whole command, which reads every rig's open contexts once and appends
-each rig's new records in one write — 10,000 items are one lock, one read
-and one append per rig, so the work grows linearly with the items slung.
-New context ids are picked under the rig's creation lock
-(:func:`sluice.store.contexts.create`), so no two creators pick the same id.  A
-direct launch takes the item's lock stripe ``runtime/locks/sling-NN.lock`` (the
-item id hashed to one of :data:`LOCK_STRIPES`), so two slings never launch
-one item twice.
+create are one write transaction of the town database, which looks up the
+items' open contexts through an index and writes every new one (10,000 items
+are one transaction), and the database holds at most one open context per
+item whoever writes.  A direct launch checks the executor's running polecats
+and launches inside a write transaction too, so two slings never launch one
+item twice: the second waits for the first, then finds its polecat.
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, now_utc
-from sluice.core.digest import sha256
 from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.recordclass import field, recordclass
@@ -47,15 +43,13 @@ from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import events, fsutil
+from sluice.store import events
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
-#: How many direct-launch lock stripes there are; every item maps to one of them.
-LOCK_STRIPES = 64
 
 
 @recordclass
@@ -104,13 +98,6 @@ class SlingResult:
             "mode": self.mode,
             "dry_run": self.dry_run,
         }
-
-
-def sling_lock_path(town: Town, item_id: str):
-    """The lock stripe that guards slinging ``item_id`` (the same for every process)."""
-    digest = sha256(item_id.encode("utf-8", "surrogatepass")).digest()
-    stripe = int.from_bytes(digest[:4], "big") % LOCK_STRIPES
-    return town.runtime / "locks" / f"sling-{stripe:02d}.lock"
 
 
 def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
@@ -529,7 +516,7 @@ def _launch_now(session: Session, works: list[_Work], options: SlingOptions, res
     launcher = Launcher(session, command_template(town, executor), sched.max_dispatch_failures, booked)
     delay = sched.seconds("spawn_delay")
     for work in works:
-        with fsutil.file_lock(sling_lock_path(town, work.id)):  # two slings never launch one item twice
+        with town.db.transaction():  # two slings never launch one item twice: the second waits here
             row = _already(work, queued, {p.item_id: p.id for p in executor.active()})
             if row is not None:
                 result.already.append(row)

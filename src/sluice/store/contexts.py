@@ -312,17 +312,23 @@ _KNOWN_KEYS = frozenset({"id", "title", "description", "status", "priority", "is
                          "labels", "dependencies", "created_at", "updated_at", "closed_at", "close_reason"})
 
 
-def insert(conn, rig: str, records: Iterable[dict], open_items: set[str] | None = None) -> None:
+def insert(conn, rig: str, records: Iterable[dict], open_items: set[str] | None = None,
+           works: list[str] | None = None) -> None:
     """Write ephemeral records of ``rig`` as they are (a new context, or an old town's record).
 
     ``open_items``: items already holding an open context (an old town's); a
     record opening another one for them is written outside the constraint.
+    ``works``: each record's work item when the caller knows it (a sling just
+    made them), so no description is parsed again.
     """
     issues, labels, deps, drawn = [], [], [], []
-    for rec in records:
-        fields = SlingContextFields.from_description(rec.get("description"))
+    for position, rec in enumerate(records):
         status = str(rec.get("status") or "open")
-        work = fields.work_bead_id if fields is not None and fields.work_bead_id else None
+        if works is not None:
+            work: str | None = works[position]
+        else:
+            fields = SlingContextFields.from_description(rec.get("description"))
+            work = fields.work_bead_id if fields is not None and fields.work_bead_id else None
         extra = {k: v for k, v in rec.items() if k not in _KNOWN_KEYS}
         if rec.get("ephemeral") is not True:
             extra["ephemeral"] = rec.get("ephemeral")
@@ -375,7 +381,7 @@ def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -
     with db.transaction() as conn:
         allocate = id_allocator(store, len(specs))
         made = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
-        insert(conn, store.rig.name, made)
+        insert(conn, store.rig.name, made, works=[fields.work_bead_id for _item, fields, _stamp in specs])
         db.advance("queue")
     return made
 

@@ -273,6 +273,9 @@ class Database:
             conn.execute("PRAGMA foreign_keys = ON")
             if not self._checked:
                 self._ensure_schema(conn)
+        except sqlite3.OperationalError as err:
+            conn.close()
+            conn = self._read_only(err)
         except sqlite3.DatabaseError as err:
             conn.close()
             raise self._storage_error(err, "open") from None
@@ -281,6 +284,24 @@ class Database:
             if self._on_open is not None:
                 self._local.conn = conn
                 self._on_open()
+        return conn
+
+    def _read_only(self, err: sqlite3.OperationalError) -> sqlite3.Connection:
+        """A connection that can only read, for a disk that refuses the database's shared-memory file
+        (full, or read-only): reads answer from the write-ahead log kept in memory, and a write is a
+        :class:`~sluice.errors.StorageError` naming the file, as on any refusal."""
+        if not self.path.exists():
+            raise self._storage_error(err, "open")
+        try:
+            conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = _schema_version(conn)
+        except sqlite3.Error:
+            raise self._storage_error(err, "open") from None
+        if version != SCHEMA_VERSION:
+            conn.close()
+            raise self._storage_error(err, "open")
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
@@ -406,6 +427,8 @@ class Database:
                                    " restore it from a backup or `sluice export` output")
         if isinstance(err, OSError):
             return StorageError(self.path, f"cannot {doing} it: {err.strerror or err}", err.errno)
+        if getattr(err, "sqlite_errorname", "") == "SQLITE_FULL":
+            return StorageError(self.path, f"cannot {doing} it: No space left on device ({text})", 28)
         return StorageError(self.path, f"cannot {doing} it: {text}")
 
 

@@ -98,11 +98,15 @@ def event_line(event: dict) -> str:
 
 
 def missing(town: Town) -> dict | None:
-    """What the event log is still waiting for: ``{count, error}``, or None when nothing waits."""
-    count = outbox.pending(town).get(outbox.EVENTS, 0)
-    if not count:
+    """What the event log is still waiting for: ``{count, types, error}``, or None when nothing waits.
+
+    Events a log refused stay in the outbox and are written once it accepts
+    them; ``patrol`` shows this so nobody mistakes a quiet log for a quiet town.
+    """
+    if not outbox.pending(town).get(outbox.EVENTS):
         return None
-    return {"count": count, "error": outbox.refusal(town, outbox.EVENTS)}
+    count, kinds = outbox.waiting(town, outbox.EVENTS)
+    return {"count": count, "types": kinds, "error": outbox.refusal(town, outbox.EVENTS)}
 
 
 def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:

@@ -23,6 +23,7 @@ outbox; the next flush writes them, and ``patrol`` reports how many wait.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from typing import TYPE_CHECKING
 
@@ -137,11 +138,26 @@ def _complete_length(path: Path) -> int:
         return 0
 
 
+def waiting(town: Town, name: str) -> tuple[int, dict[str, int]]:
+    """How many lines wait for log ``name``, and how many of each ``type`` (events) among them."""
+    kinds: dict[str, int] = {}
+    rows = town.db.query("SELECT line FROM outbox WHERE log = ? ORDER BY seq", (name,))
+    for (line,) in rows:
+        try:
+            kind = json.loads(line).get("type")
+        except (ValueError, AttributeError):
+            kind = None
+        if isinstance(kind, str):
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return len(rows), kinds
+
+
 def _note_refusal(town: Town, name: str, err: OSError) -> None:
     reason = getattr(err, "reason", None) or err.strerror or str(err)
-    count = town.db.one("SELECT count(*) FROM outbox WHERE log = ?", (name,))[0]
-    log.warning("%s: %d line(s) wait to be written (%s); they are kept and written once it accepts them",
-                log_path(town, name), count, reason)
+    count, kinds = waiting(town, name)
+    named = f" ({', '.join(sorted(kinds))})" if kinds else ""
+    log.warning("%s: %d line(s)%s wait to be written (%s); they are kept and written once it accepts them",
+                log_path(town, name), count, named, reason)
     with contextlib.suppress(StorageError), town.db.transaction() as conn:
         conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
                      " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
