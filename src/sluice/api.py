@@ -412,10 +412,11 @@ class Town:
         return UsageReport.from_json(report_usage(self._session(), ref, tokens))
 
     def compact(self, rig: str | None = None) -> CompactResult:
-        """Rewrite every rig's ephemeral log (or ``rig``'s) to one line per record.
+        """Compact the run log: one line per run, runs ended before ``scheduler.compact_retention``
+        archived.
 
-        Contexts closed longer ago than ``scheduler.compact_retention`` move
-        to the rig's archive.
+        Closed sling contexts are rows of the town database and need no
+        compaction; ``rig`` is only checked to name a rig.
         """
         from sluice.scheduler.control import compact
 

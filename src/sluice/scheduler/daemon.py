@@ -17,8 +17,9 @@
   ``finished.jsonl``, logs kept); a reaping failure is part of the tick's
   log line and heartbeat.  The config is re-read every tick, so the stall
   check and reaping use the executor configured now, not at start.
-* Then each rig's ephemeral log longer than ``scheduler.compact_at`` lines
-  is compacted (under the rig lock, so slingers just wait).
+* Then the run log, when longer than ``scheduler.compact_at`` lines, is
+  compacted (closed sling contexts are rows of the town database and need
+  none).
 * After the tick's line, ``scheduler.notify`` is run for the chosen events
   written since the last tick (:mod:`sluice.scheduler.notify`); a tick that
   launched the last queued item logs ``QueueDrained`` first (``BudgetExhausted``

@@ -14,8 +14,7 @@ One cycle, in order (Gas Town's R-E, see docs/architecture.md):
    only after ``scheduler.missing_grace``;
 5. capacity = ``max(0, max_polecats − active polecats)``; pending = ready
    contexts, one per item, ranked by :func:`sluice.scheduler.ranking.rank_work`
-   — from the queue the last cycle left (:mod:`sluice.scheduler.chain`) while
-   nothing but that cycle's own lines followed it, else from a survey;
+   from a survey of the queue (a query of the town database);
 6. :func:`sluice.core.admission.admit` (town cap, batch, rig and label caps,
    token budgets, throttles, overlap), then for each planned context: record
    the launch intent, launch, close it ``dispatched`` (3 tries) and log the

@@ -4,10 +4,7 @@
 (:mod:`sluice.scheduler.pending`) and the same admission
 (:mod:`sluice.scheduler.admission`), so what they show as ready is exactly
 what the next cycle would consider, in the order it would launch it (R-L);
-``explain`` gives every reason one item would not be launched.  After a
-cycle, ``status`` and a first page of ``list`` take the queue from the
-chain the cycle left, as the next cycle would (:func:`_chain_page`),
-rather than survey all of it again.
+``explain`` gives every reason one item would not be launched.
 """
 
 from __future__ import annotations
@@ -117,12 +114,6 @@ def _queue(session: Session, limit: int = 0, offset: int = 0, chained: bool = Fa
     Only the rows shown are built and given their reasons, so a view of the
     first 50 of 100,000 queued items does not write out the other 99,950;
     the counts (every row, ready rows, per rig) come from the survey itself.
-    A page inside the queue's head is answered from the head kept by the
-    last survey of the same inputs (:mod:`sluice.scheduler.queuekeep`), and
-    a survey of such a page keeps its head for the next reader.  ``chained``
-    (``scheduler status``): with no such head, a first page is answered
-    from the chain the last cycle left, when it still stands and its walk
-    covers the page (:func:`_chain_page`).
     """
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
@@ -209,8 +200,8 @@ def list_queue(where: Town | Session, executor: Executor | None = None, limit: i
 
     ``limit`` rows from ``offset`` (``limit`` 0: every row).  A held row
     (``held: "missing-item"``) is a context whose item no rig has right now;
-    it is closed only once ``closes_at`` has passed.  ``chained``: a first
-    page may come from the last cycle's chain (:func:`_chain_page`).
+    it is closed only once ``closes_at`` has passed.  ``chained`` is
+    no longer used: every page is surveyed.
     """
     return _queue(Session.of(where, executor), limit, offset, chained).rows
 
@@ -221,15 +212,15 @@ STATUS_ROWS = 50
 
 def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS,
            chained: bool = True) -> dict:
-    """``scheduler status``; ``chained`` False: surveyed (or from a kept head), never from the chain."""
+    """``scheduler status`` (``chained`` is no longer used: the queue is surveyed)."""
     return status_with_counts(where, executor, limit, chained=chained)[0]
 
 
 def status_with_counts(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS,
                        chained: bool = False) -> tuple[dict, QueueCounts]:
     """``scheduler status`` with its first ``limit`` queue rows (``items_total``, ``truncated``),
-    and the whole queue's counts (the snapshot's per-rig figures).  ``chained``: the rows may come from
-    the last cycle's chain (:func:`_chain_page`)."""
+    and the whole queue's counts (the snapshot's per-rig figures).  ``chained`` is no longer
+    used: the queue is surveyed."""
     session = Session.of(where, executor)
     town = session.files
     page = _queue(session, limit, chained=chained)

@@ -1,26 +1,21 @@
-"""The forecast's reading of the queue as it is kept: the items' ids in a column, over a table of kinds.
+"""The forecast's reading of the queue: the items' ids in a column, over a table of kinds.
 
-A reading (:func:`sluice.scheduler.readingtail.reading_row`) is every queued
-item in dispatch order with what the replay needs of it.  Of a row's eleven
-fields only the first, the item's id, is its own: the other ten (rig, type,
-labels, minutes, tokens, backoff, why, and the labels, touches and tokens
-admission reads) are what make it like other items, and a queue of 100,000
-holds a few dozen such *kinds*, mostly in long stretches, since items of a
-kind rank alike.  Kept as 100,000 rows it was 12 MB of JSON that every
-snapshot after a change parsed (0.23 s), checked and wrote again, and a
-replay for the drain reached each item once to learn its kind.
+A reading (rows made by :func:`sluice.scheduler.forecast.reading_row`) is
+every queued item in dispatch order with what the replay needs of it.  Of a
+row's eleven fields only the first, the item's id, is its own: the other ten
+(rig, type, labels, minutes, tokens, backoff, why, and the labels, touches
+and tokens admission reads) are what make it like other items, and a queue
+of 100,000 holds a few dozen such *kinds*, mostly in long stretches, since
+items of a kind rank alike.
 
-So a reading is kept as its kinds, once each; the stretches of consecutive
-items of one kind (``[kind, count]``); and the ids in one column; with
-what carrying it past a change needs (:mod:`sluice.scheduler.readingtail`:
-each row's context, score and enqueue time) in columns too, the scores as
-stretches as well.  A column of strings is one text of equal slots
-(:class:`~sluice.store.columns.Slots`) when no string holds a newline,
-else a list.  Reading it back costs a few long strings and short lists, a
-carry past a sling or a cycle looks values up and takes them out or puts
-them in by slicing those strings, and the replay of the items past a
-view's rows counts a stretch instead of walking it (``alike_until``,
-:func:`sluice.core.replay.simulate_first`).
+So a reading is held as its kinds, once each; the stretches of consecutive
+items of one kind (``[kind, count]``); and the ids in one column (one text
+of equal slots, :class:`~sluice.store.columns.Slots`, when no id holds a
+newline, else a list).  The replay of the items past a view's rows counts a
+stretch instead of walking it (``alike_until``,
+:func:`sluice.core.replay.simulate_first`).  (The reading was once kept
+between commands and carried past changes; with the store in the town
+database it is made afresh from each survey.)
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ from, so an answer is never older than the files on disk:
 * each rig's items file is compared by (size, mtime, inode) with the file
   its index was checked against, exactly as a fresh open would compare it,
   and the index is re-opened (rebuilt if need be) when it differs;
-* each rig's ephemeral log is read on from where the last call stopped
-  (all of it again when it was rewritten).
+* the sling contexts are read from the town database by each call.
 
 Anything else a call needs (the policy file, the decision log, worktrees) is
 read by the call itself, as it always is.
