@@ -100,7 +100,7 @@ def test_the_read_commands_show_the_last_cycles_reading_with_its_time(queued_dir
     configure(queued_dir, "scheduler.host.min_free_disk", "1B")
     queue(queued_dir, "al-1")
     run_cycle(Town(queued_dir))
-    kept = json.loads((queued_dir / ".sluice" / "runtime" / "host-reading.json").read_text())
+    kept = json.loads(Town(queued_dir).db.kept("host-reading"))
     doc = status(Town(queued_dir))["host"]
     assert doc["fresh"] is False
     assert doc["reading"]["at"] == kept["at"]

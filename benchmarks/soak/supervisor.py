@@ -193,8 +193,8 @@ class Supervisor:
 
         town = Town(self.layout.town)
         choices: list[tuple[Path, Path | None]] = [(self.chaos.path, None)]
-        choices += [(town.events_path, town.lock_path("events")),
-                    (town.decisions_path, town.lock_path("decisions")),
+        choices += [(town.events_path, town.lock_path("outbox")),  # the flush appends under it
+                    (town.decisions_path, town.lock_path("outbox")),
                     (town.workers_dir / "finished.jsonl", town.lock_path("workers"))]
         path, lock = self.rng.choice(choices)
         if not path.exists():

@@ -386,7 +386,7 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
         kept_forecasts.keep(session.files, {**top, "at_ts": result.at})
     except (OSError, SluiceError) as err:
         logger.warning("%s: the forecast was not kept (%s); scheduler status shows the previous one",
-                    kept_forecasts.path(session.files), err)
+                    session.files.db.path, err)
     return {**top, "items": [replayed.row(index) for index in shown]}
 
 

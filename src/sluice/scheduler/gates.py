@@ -4,7 +4,7 @@
 (``scheduler.hold_file``) is checked afresh by every caller: one ``open``.
 The machine (``scheduler.host.*``) is read afresh only by a real dispatch
 cycle and a direct-mode sling, just before they launch, and the cycle keeps
-what it read in ``runtime/host-reading.json``; the read commands
+what it read in the town database; the read commands
 (``status``, ``list``, ``explain``, the dry run, the views) show that last
 reading with its time, and read the machine themselves only when no cycle
 has run yet (or the limits ask for a reading it lacks).  So a hot read costs
@@ -13,6 +13,7 @@ no psutil import and says what the cycle that admitted work saw.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,13 +23,12 @@ from sluice.core.admission import Reason, stamp
 from sluice.core.gates import HostLimits, HostReading, hold_reason, host_reasons, parse_size
 from sluice.core.recordclass import field, recordclass
 from sluice.core.text import printable
-from sluice.store import fsutil
 
 if TYPE_CHECKING:
     from sluice.executors.host import HostProbe
     from sluice.store.town import Town
 
-READING_FILE = "host-reading.json"
+READING = "host-reading"  # the last cycle's reading of the machine, kept in the town database
 #: How much of a hold file's first line a reason shows.
 _FIRST_LINE = 200
 
@@ -99,14 +99,11 @@ class Gates:
         }
 
 
-def _reading_path(town: Town) -> Path:
-    return town.runtime / READING_FILE
-
-
 def last_reading(town: Town) -> HostReading | None:
     """What the last cycle read, or None when no cycle has read the machine."""
     try:
-        return HostReading.from_json(json.loads(_reading_path(town).read_bytes()))
+        kept = town.db.kept(READING)
+        return HostReading.from_json(json.loads(kept)) if kept is not None else None
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 
@@ -152,8 +149,9 @@ def current(town: Town, *, fresh: bool = False, probe: HostProbe | None = None) 
             probe = LocalHost()
         reading = probe.read(out.limits, disk_paths(town))
         out.fresh = True
-        if fresh:
-            fsutil.write_cache(_reading_path(town), json.dumps(reading.to_json()).encode())
+        if fresh:  # kept for the read commands; a refused write keeps the last one
+            with contextlib.suppress(OSError):
+                town.db.keep(READING, json.dumps(reading.to_json()))
     out.reading = reading
     out.reasons.extend(host_reasons(out.limits, reading))
     return out

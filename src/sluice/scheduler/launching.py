@@ -195,13 +195,23 @@ class Launcher:
         store = self.stores.rig(context.rig) if context is not None else None
         if context is not None:
             fields = context.fields
-            if ctxs.mark_launch(store, context.id) is None:  # cleared or closed since the survey
-                self.report.skipped += 1
-                return None
         launch = Started(work, store, fields)
         held = ExitStack()
         try:
-            launch.charge = self._charge(work, launch.context_id)
+            # The intent and the budget charge are one commit: a crash leaves both or neither.
+            with self.town.db.transaction():
+                if context is not None and ctxs.mark_launch(store, context.id) is None:
+                    launch = None  # cleared or closed since the survey
+                else:
+                    launch.charge = self._charge(work, launch.context_id)
+        except Exception as err:  # booked by finish, as a refusal of the disk
+            launch.error = err
+            launch.held = held
+            return launch
+        if launch is None:
+            self.report.skipped += 1
+            return None
+        try:
             if self._clones(work.rig):
                 held.enter_context(workspaces.launching(self.town))
                 launch.locked = True

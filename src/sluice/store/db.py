@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import _thread  # threading.local's own implementation: hot read commands never import threading
 import contextlib
+import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -410,6 +411,24 @@ class Database:
         for name in names:
             conn.execute("INSERT INTO versions (name, value) VALUES (?, 1)"
                          " ON CONFLICT (name) DO UPDATE SET value = versions.value + 1", (name,))
+
+    def keep(self, name: str, value: str, *inputs: str) -> None:
+        """Keep ``value`` as the derived result ``name``, under the versions ``inputs`` stand at now."""
+        with self.transaction() as conn:
+            kept_under = json.dumps(self.versions(*inputs), sort_keys=True) if inputs else "{}"
+            conn.execute("INSERT INTO derived (name, inputs, value) VALUES (?, ?, ?)"
+                         " ON CONFLICT (name) DO UPDATE SET inputs = excluded.inputs, value = excluded.value",
+                         (name, kept_under, value))
+
+    def kept(self, name: str, *inputs: str) -> str | None:
+        """The derived result ``name``; with ``inputs``, only while every one of those versions is as it
+        was when it was kept (None otherwise, or when none was kept)."""
+        row = self.one("SELECT inputs, value FROM derived WHERE name = ?", (name,))
+        if row is None:
+            return None
+        if inputs and json.loads(row[0]) != self.versions(*inputs):
+            return None
+        return row[1]
 
     def versions(self, *names: str) -> dict[str, int]:
         marks = ",".join("?" * len(names))

@@ -27,7 +27,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from sluice.errors import LockBusy, StorageError
+from sluice.errors import LockBusy, SluiceError, StorageError
 from sluice.logs import log
 from sluice.store import fsutil
 
@@ -53,7 +53,27 @@ def put(town: Town, name: str, lines: list[str]) -> None:
     db = town.db
     with db.transaction() as conn:
         conn.executemany("INSERT INTO outbox (log, line) VALUES (?, ?)", [(name, line) for line in lines])
-        db.after_commit(lambda: flush(town))
+        db.after_commit(_flusher(town))
+
+
+def _flusher(town: Town):
+    """The one after-commit flush of ``town`` (so a transaction that put many lines flushes once).
+
+    The change is committed when it runs: whatever refuses the flush is a
+    warning, and the lines wait in the outbox for the next one.
+    """
+    found = town.__dict__.get("_outbox_flush")
+    if found is None:
+        def found() -> None:
+            try:
+                flush(town)
+            except (OSError, SluiceError) as err:
+                log.warning("%s: the logs were not brought up to date (%s); what they lack waits in the"
+                            " outbox and is written by the next command that writes or reads them",
+                            town.db.path, err)
+
+        town.__dict__["_outbox_flush"] = found
+    return found
 
 
 def pending(town: Town) -> dict[str, int]:
