@@ -123,21 +123,12 @@ class Replay:
         return row
 
 
-class _BeyondReading(Exception):
-    """The replay asked for an item past the rows of the reading it was given."""
-
-
 class _Queue(Sequence):
-    """The queued items as the replay reads them, each built (with its estimate) when first asked for.
+    """The queued items as the replay reads them, each built (with its estimate) when first asked for."""
 
-    ``reading`` may be the first rows of a queue of ``size`` items: asking
-    for one past them raises :class:`_BeyondReading`, so a replay of the
-    queue's first rows that needs more of it reads the whole queue instead.
-    """
-
-    def __init__(self, reading: Reading, size: int, learned: model.Model, paused: bool,
+    def __init__(self, reading: Reading, learned: model.Model, paused: bool,
                  throttle_end: dict[str | None, float]):
-        self.reading, self.size, self.learned = reading, size, learned
+        self.reading, self.learned = reading, learned
         self.paused, self.throttle_end = paused, throttle_end
         self.built: dict[int, tuple[model.Queued, model.Estimate, int | None]] = {}
         self._shapes: dict[tuple, tuple] = {}
@@ -155,7 +146,7 @@ class _Queue(Sequence):
         return found
 
     def __len__(self) -> int:
-        return self.size
+        return len(self.reading)
 
     def __getitem__(self, index):  # the replay asks by position only
         return self.entry(index)[0]
@@ -165,8 +156,6 @@ class _Queue(Sequence):
         found = self.built.get(index)
         if found is not None:
             return found
-        if not 0 <= index < len(self.reading):
-            raise _BeyondReading(index)
         row = self.reading.row(index)
         found = self.built[index] = self._made(row, _shape(row))
         return found
@@ -244,9 +233,8 @@ class _Setting:
     paused: bool
     throttle_end: dict[str | None, float]
 
-    def queue(self, reading: Reading, size: int | None = None) -> _Queue:
-        return _Queue(reading, len(reading) if size is None else size, self.learned, self.paused,
-                      self.throttle_end)
+    def queue(self, reading: Reading) -> _Queue:
+        return _Queue(reading, self.learned, self.paused, self.throttle_end)
 
 
 def _setting(session: Session, caps: dict) -> _Setting:
@@ -322,7 +310,7 @@ def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
     """
     reading, caps = _queue_reading(session)
     setting = _setting(session, caps)
-    return model.simulate_head(session.now, setting.queue(reading, len(reading)), rows, setting.running,
+    return model.simulate_head(session.now, setting.queue(reading), rows, setting.running,
                                setting.limits, setting.charges)
 
 
