@@ -8,7 +8,6 @@ Reading the queue is :mod:`sluice.scheduler.queue`.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 from sluice.errors import StoreCorrupt
@@ -23,8 +22,6 @@ from sluice.store.rigstore import Stores
 from sluice.store.state import detect_actor, set_paused, set_resumed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from sluice.store.rigstore import RigStore
     from sluice.store.town import Town
 
@@ -107,13 +104,6 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": failed}
 
 
-def _samples_kept(town: Town) -> Callable[[int, bytes, list[dict]], None]:
-    """What the run log's compaction keeps besides its digest: the forecast's samples of the new file."""
-    from sluice.store import runsamples  # here: it brings the forecast model, which pause and clear need not
-
-    return partial(runsamples.keep_written, town)
-
-
 def _compacted(town: Town, store: RigStore, retention: float) -> dict:
     """One rig's log compacted; the last cycle's chain goes with the old file (whose inode the new log,
     or a later one, may take: the chain's marks must not seem to fit it)."""
@@ -131,7 +121,7 @@ def compact(where: Town | Session, rig: str | None = None) -> dict:
     rows = [_compacted(town, store, retention) for store in targets]
     out = {"retention": config.scheduler.compact_retention, "rigs": rows}
     if rig is None:  # the run log is the town's, archived by the same retention
-        out["runs"] = runlog.compact(town, retention, keep=_samples_kept(town)).to_json()
+        out["runs"] = runlog.compact(town, retention).to_json()
     return out
 
 
@@ -149,7 +139,8 @@ def compact_if_long(town: Town) -> list[dict]:
             rows.append(_compacted(town, store, retention))
         except StoreCorrupt:  # a rig that cannot be read is held, never rewritten; the others are compacted
             continue
-    if runlog.digest(town).lines > sched.compact_at:  # counted by the digest: no read of the log
-        rows.append({"rig": "(run log)",
-                     **runlog.compact(town, retention, keep=_samples_kept(town)).to_json()})
+    if runlog.count(town) > sched.compact_at:
+        runs = runlog.compact(town, retention)
+        if runs.archived:  # the run records are rows: only an archive is worth a line
+            rows.append({"rig": "(run records)", **runs.to_json()})
     return rows

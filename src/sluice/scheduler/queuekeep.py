@@ -112,7 +112,7 @@ def _inputs(session: Session) -> list | None:
     # What a survey's reading of the queue (the forecast's) stands on, apart from what only admission, the
     # replay and the views read: a reading may be carried past a change of the latter (readingtail).
     read = [town.config_path, town.policy_path]
-    others = [town.state_path, town.decisions_path, town.workers_dir, runs.log_path(town),
+    others = [town.state_path, town.decisions_path, town.workers_dir,
               town.runtime / READING_FILE, *admission_state.paths(town)]
     hold = hold_path(town)
     parts: list = [VERSION, str(hold)]
@@ -132,7 +132,7 @@ def _inputs(session: Session) -> list | None:
         parts += [rig.name, stamp]
     parts.append([fsutil.file_signature(f) for f in read])
     parts += [None, None, None]  # the trailing parts, by their names below
-    parts[OTHER_FILES] = [fsutil.file_signature(f) for f in others]
+    parts[OTHER_FILES] = [*(fsutil.file_signature(f) for f in others), town.db.versions(runs.VERSION)]
     parts[RUNNING] = sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active)
     parts[LOGS] = logs
     return parts

@@ -84,7 +84,14 @@ class Sources:
         # counted their writes as changes would survey again after its own snapshot.
         return (town.config_path, town.state_path, town.events_path, town.workers_dir,
                 *admission_state.paths(town),
-                town.policy_path, town.decisions_path, town.dir / "runs" / "runs.jsonl", *self._rig_paths)
+                town.policy_path, town.decisions_path, *self._rig_paths)
 
     def signature(self) -> tuple:
-        return tuple(file_signature(path) for path in self._paths())
+        return (*(file_signature(path) for path in self._paths()), self._versions())
+
+    def _versions(self) -> dict | None:
+        """What the town database says has changed (its writers advance these in their transactions)."""
+        try:
+            return self.town.db.versions("runs")
+        except SluiceError:  # a database that cannot be read: the view shows the error and watches on
+            return None
