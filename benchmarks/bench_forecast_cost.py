@@ -8,8 +8,9 @@ export of ``--queued`` items in five labels and three issue types, all of
 them slung, and ``--history`` past runs of those kinds in the town database,
 each as a real launch leaves it once it ended.  For each tree (default:
 this checkout's ``src``), on a copy of the town, the first command after
-the copy (nothing kept yet) and then the median of ``--runs`` warm ones are timed for ``scheduler status --json``,
-``scheduler forecast --json --limit 50`` and ``scheduler forecast --json``,
+the copy (nothing kept yet) and then the median of ``--runs`` warm ones
+are timed for ``scheduler status --json``, ``scheduler forecast --json
+--limit 50`` and ``scheduler forecast --json``,
 through the CLI, interpreter start included.  The trees and commands run
 alternately, so a slow spell of a shared machine falls on all alike.
 

@@ -142,6 +142,23 @@ def test_compaction_archives_old_ended_runs_in_one_transaction_and_keeps_running
 
 
 
+
+def test_the_daemon_archives_runs_once_the_table_holds_more_than_compact_at(town_dir):
+    from helpers.scheduler import configure
+    from sluice.scheduler.control import compact_if_long
+
+    configure(town_dir, "scheduler.compact_at", "2")
+    files = Town(town_dir)
+    old = "2020-01-01T00:00:00.000000Z"
+    runlog.append(files, [record("a", "ok", old), record("b")])
+    assert compact_if_long(files) == []  # two runs: not past compact_at
+    runlog.append(files, [record("c", "failed", old)])
+    assert compact_if_long(files) == [{"rig": "(run records)", "lines_before": 3, "lines_after": 1,
+                                       "archived": 2}]
+    runlog.append(files, [record("d"), record("e")])
+    assert compact_if_long(files) == []  # past compact_at, but nothing old enough: no line
+    assert sorted(runlog.read_runs(files)) == ["b", "d", "e"]
+
 # -- the forecast's samples ------------------------------------------------------------------------
 
 

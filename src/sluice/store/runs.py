@@ -71,10 +71,12 @@ _NUMBER = ("runtime_seconds", "tokens_estimated", "tokens_used")
 COLUMNS = _TEXT + _NUMBER
 _COLUMN_SET = frozenset(COLUMNS)
 _SELECT = ", ".join(COLUMNS) + ", extra"
+_SET = (*COLUMNS[1:], "extra", "started_ts", "ended_ts")  # every column a write sets, after run_id
 _INSERT = (f"INSERT INTO runs ({_SELECT}, started_ts, ended_ts)"
            f" VALUES ({', '.join('?' * (len(COLUMNS) + 3))})"
            " ON CONFLICT (run_id) DO UPDATE SET "
-           + ", ".join(f"{c} = excluded.{c}" for c in (*COLUMNS[1:], "extra", "started_ts", "ended_ts")))
+           + ", ".join(f"{c} = excluded.{c}" for c in _SET))
+_UPDATE = "UPDATE runs SET " + ", ".join(f"{c} = ?" for c in _SET) + " WHERE run_id = ?"
 _ENDED = "(outcome IS NULL OR outcome <> 'running')"
 
 
@@ -117,15 +119,33 @@ def _record(row: tuple) -> dict:
 
 
 def _put(conn: sqlite3.Connection, records: Iterable[Mapping]) -> None:
-    """Insert each record or replace its row's fields (a run keeps the place of its launch), and its kinds."""
-    rows, kinds, ids = [], [], []
+    """Insert each record or replace its row's fields (a run keeps the place of its first launch), and
+    its kinds; of two versions of one run, the later is the record."""
+    latest = {record["run_id"]: record for record in records}
+    conn.executemany(_INSERT, [_row(record) for record in latest.values()])
+    _kinds(conn, latest.values())
+
+
+def _kinds(conn: sqlite3.Connection, records: Iterable[Mapping]) -> None:
+    """The ``run_kinds`` rows of these records, made again from what they are now."""
+    ids, kinds = [], []
     for record in records:
-        rows.append(_row(record))
         ids.append((record["run_id"],))
         kinds += [(kind, record["run_id"]) for kind in kinds_of(record)]
-    conn.executemany(_INSERT, rows)
     conn.executemany("DELETE FROM run_kinds WHERE seq = (SELECT seq FROM runs WHERE run_id = ?)", ids)
     conn.executemany("INSERT INTO run_kinds (kind, seq) SELECT ?, seq FROM runs WHERE run_id = ?", kinds)
+
+
+def _change(conn: sqlite3.Connection, record: Mapping, running: bool) -> bool:
+    """Set every field of ``record``'s row by one ``UPDATE`` (only while the row runs, with ``running``);
+    whether it took."""
+    row = _row(record)
+    sql = _UPDATE + (" AND outcome = ?" if running else "")
+    done = conn.execute(sql, (*row[1:], record["run_id"], *((RUNNING,) if running else ())))
+    if done.rowcount != 1:
+        return False
+    _kinds(conn, [record])
+    return True
 
 
 def kinds_of(record: Mapping) -> list[str]:
@@ -163,13 +183,13 @@ def end(town: Town, ends: dict[str, dict]) -> list[dict]:
     out = []
     with town.db.transaction() as conn:
         for run_id, changes in ends.items():
-            row = conn.execute(f"SELECT {_SELECT} FROM runs WHERE run_id = ? AND outcome = ?",
-                               (run_id, RUNNING)).fetchone()
+            row = conn.execute(f"SELECT {_SELECT} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 continue
-            out.append({**_record(row), **changes})
+            record = {**_record(row), **changes}
+            if _change(conn, record, running=True):  # the UPDATE takes only a run still running
+                out.append(record)
         if out:
-            _put(conn, out)
             town.db.advance(VERSION)
     return out
 
@@ -181,7 +201,7 @@ def update(town: Town, run_id: str, changes: dict) -> dict | None:
         if row is None:
             return None
         record = {**_record(row), **changes}
-        _put(conn, [record])
+        _change(conn, record, running=False)
         town.db.advance(VERSION)
     return record
 
@@ -216,8 +236,9 @@ def recent(town: Town, *, item: str | None = None, rig: str | None = None, outco
             where.append(f"{column} = ?")
             params.append(value)
     if since is not None:  # each part through its own index, not a walk of every run by start
-        where.append("seq IN (SELECT seq FROM runs WHERE outcome = ? UNION SELECT seq FROM runs"
-                     " WHERE ended_ts >= ? UNION SELECT seq FROM runs WHERE ended_ts IS NULL AND started_ts >= ?)")
+        where.append("seq IN (SELECT seq FROM runs WHERE outcome = ?"
+                     " UNION SELECT seq FROM runs WHERE ended_ts >= ?"
+                     " UNION SELECT seq FROM runs WHERE ended_ts IS NULL AND started_ts >= ?)")
         params += [RUNNING, since, since]
     return _select(town, " AND ".join(where), tuple(params), "started_ts DESC, seq DESC", limit)
 
