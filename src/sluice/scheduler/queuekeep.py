@@ -132,7 +132,8 @@ def _inputs(session: Session) -> list | None:
         parts += [rig.name, stamp]
     parts.append([fsutil.file_signature(f) for f in read])
     parts += [None, None, None]  # the trailing parts, by their names below
-    parts[OTHER_FILES] = [*(fsutil.file_signature(f) for f in others), town.db.versions(runs.VERSION)]
+    parts[OTHER_FILES] = [*(fsutil.file_signature(f) for f in others),
+                          town.db.versions(runs.VERSION) if runs.made(town) else None]
     parts[RUNNING] = sorted([p.id, p.item_id, p.rig, p.context_id, p.state] for p in active)
     parts[LOGS] = logs
     return parts

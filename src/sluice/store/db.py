@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
+from _thread import _local as thread_local  # threading.local itself, without importing threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -194,7 +194,7 @@ class Database:
 
     def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None):
         self.path = Path(path)
-        self._local = threading.local()
+        self._local = thread_local()
         self._checked = False
         self._on_create = on_create
         self._after_commit: list[Callable[[], None]] = []
@@ -252,7 +252,8 @@ class Database:
                     self._on_create(conn)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
+                conn.execute("ROLLBACK")
             raise
 
     def close(self) -> None:

@@ -178,7 +178,7 @@ def end(town: Town, ends: dict[str, dict]) -> list[dict]:
     Returns the records this call ended; a run another process ended first is
     left out, so whoever gets a record back owns its follow-ups.
     """
-    if not ends:
+    if not ends or not made(town):
         return []
     out = []
     with town.db.transaction() as conn:
@@ -196,6 +196,8 @@ def end(town: Town, ends: dict[str, dict]) -> list[dict]:
 
 def update(town: Town, run_id: str, changes: dict) -> dict | None:
     """Change fields of one run (``tokens_used``, ``host``); the record as it is now, None if unknown."""
+    if not made(town):
+        return None
     with town.db.transaction() as conn:
         row = conn.execute(f"SELECT {_SELECT} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
@@ -209,8 +211,16 @@ def update(town: Town, run_id: str, changes: dict) -> dict | None:
 # -- reading ---------------------------------------------------------------------------------------
 
 
+def made(town: Town) -> bool:
+    """Whether the town database exists: a town whose database was never made has no runs, and a read
+    does not make it (a dry run writes nothing; a full disk still answers)."""
+    return town.db.path.exists()
+
+
 def _select(town: Town, where: str = "", params: tuple = (), order: str = "seq",
             limit: int = 0) -> list[dict]:
+    if not made(town):
+        return []
     sql = f"SELECT {_SELECT} FROM runs" + (f" WHERE {where}" if where else "") + f" ORDER BY {order}"
     if limit:
         sql += f" LIMIT {int(limit)}"
@@ -260,7 +270,7 @@ def latest(town: Town, *, item: str | None = None, polecat: str | None = None) -
 
 def known_polecats(town: Town, polecat_ids: Iterable[str]) -> set[str]:
     """Which of these polecats have a run record."""
-    ids = list(dict.fromkeys(polecat_ids))
+    ids = list(dict.fromkeys(polecat_ids)) if made(town) else []
     found: set[str] = set()
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
@@ -271,18 +281,22 @@ def known_polecats(town: Town, polecat_ids: Iterable[str]) -> set[str]:
 
 def totals(town: Town) -> dict[str, int]:
     """Ended runs not archived, by outcome."""
+    if not made(town):
+        return {}
     rows = town.db.query(f"SELECT outcome, COUNT(*) FROM runs WHERE {_ENDED} GROUP BY outcome")
     return {outcome: n for outcome, n in rows if outcome is not None}
 
 
 def count(town: Town) -> int:
     """How many runs are kept (not archived)."""
-    row = town.db.one("SELECT COUNT(*) FROM runs")
+    row = town.db.one("SELECT COUNT(*) FROM runs") if made(town) else None
     return int(row[0]) if row else 0
 
 
 def archived(town: Town) -> Iterator[dict]:
     """The archived runs, in launch order."""
+    if not made(town):
+        return
     for row in town.db.query(f"SELECT {_SELECT} FROM archived_runs ORDER BY seq, run_id"):
         yield _record(row)
 
@@ -302,6 +316,8 @@ def samples(town: Town, window: int) -> dict[tuple, list[Sample]]:
     """
     from sluice.core.forecast import CENSORED, Sample
 
+    if not made(town):
+        return {}
     key = (str(town.db.path), window, town.db.versions(VERSION)[VERSION])
     kept = _models.get(key)
     if kept is not None:
@@ -311,7 +327,7 @@ def samples(town: Town, window: int) -> dict[tuple, list[Sample]]:
         " SELECT (SELECT MIN(kind) FROM run_kinds WHERE kind > k.kind) FROM k WHERE k.kind IS NOT NULL)"
         " SELECT kind FROM k WHERE kind IS NOT NULL")]
     out: dict[tuple, list] = {}
-    made: dict[int, Sample] = {}  # a run in several kinds' windows is made once
+    by_seq: dict[int, Sample] = {}  # a run in several kinds' windows is made once
     for kind in kinds:
         rows = town.db.query(
             "SELECT r.seq, r.rig, r.issue_type, r.outcome, r.runtime_seconds, r.tokens_used,"
@@ -319,10 +335,10 @@ def samples(town: Town, window: int) -> dict[tuple, list[Sample]]:
             f" ORDER BY k.seq DESC LIMIT {int(window)}", (kind,))
         runs = []
         for seq, rig, issue_type, outcome, runtime, used, estimated in reversed(rows):
-            sample = made.get(seq)
+            sample = by_seq.get(seq)
             if sample is None:
                 tokens = used if used is not None else estimated  # the report, else the launch's estimate
-                sample = made[seq] = Sample(rig or "", issue_type or None, (), float(runtime),
+                sample = by_seq[seq] = Sample(rig or "", issue_type or None, (), float(runtime),
                                             outcome == CENSORED,
                                             tokens if tokens is not None and tokens >= 0 else None)
             runs.append(sample)
@@ -350,6 +366,8 @@ class CompactResult:
 def compact(town: Town, retention: float, now: float | None = None) -> CompactResult:
     """Move runs that ended before ``now - retention`` to ``archived_runs``: one transaction."""
     now = time.time() if now is None else now
+    if not made(town):
+        return CompactResult(0, 0, 0)
     with town.db.transaction() as conn:
         before = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
         moved = _archive(conn, f"{_ENDED} AND ended_ts < ?", (now - retention,), now)

@@ -92,6 +92,6 @@ class Sources:
     def _versions(self) -> dict | None:
         """What the town database says has changed (its writers advance these in their transactions)."""
         try:
-            return self.town.db.versions("runs")
+            return self.town.db.versions("runs") if self.town.db.path.exists() else None
         except SluiceError:  # a database that cannot be read: the view shows the error and watches on
             return None
