@@ -252,10 +252,12 @@ def test_a_0_1_0_run_log_and_its_archive_migrate_as_0_1_0_read_them(town_files):
     archive.write_bytes(gzip.compress(_lines(record("old", "ok", "2020-01-01T00:00:00.000000Z")), mtime=0)
                         + gzip.compress(_lines(record("a")), mtime=0)  # also in the log: the log's
                         + gzip.compress(_lines(record("cut", "ok", at(1))))[:-9])  # a member cut short
+    digest = town_files.runtime / "runs-digest.json"
+    digest.write_text("{}")  # what 0.1.0 derived from the log: moved aside with it
     with town_files.db.transaction() as conn:
         moved = runlog.migrate_from_files(town_files, conn)
-    assert moved == [log, archive]
-    assert log.exists() and archive.exists()  # the caller moves them aside; nothing is deleted here
+    assert moved == [log, archive, digest]
+    assert log.exists() and archive.exists() and digest.exists()  # the caller moves them; nothing is deleted
     runs = runlog.read_runs(town_files)
     assert list(runs) == ["a", "b", "c"]
     assert (runs["a"]["outcome"], runs["a"]["tokens_used"], runs["a"]["runtime_seconds"]) == \

@@ -398,6 +398,8 @@ def _archive(conn: sqlite3.Connection, where: str, params: tuple, now: float) ->
 
 OLD_LOG = Path("runs") / "runs.jsonl"
 OLD_ARCHIVE = Path("runs") / "runs.archive.jsonl.gz"
+#: What 0.1.0 derived from the log (a digest, the forecast's samples): nothing reads them any more.
+OLD_DERIVED = (Path("runtime") / "runs-digest.json", Path("runtime") / "runs-samples.json")
 _END_FIELDS = ("outcome", "ended_at", "runtime_seconds", "exit_code")
 
 
@@ -410,10 +412,12 @@ def migrate_from_files(town: Town, conn: sqlite3.Connection) -> list[Path]:
     migrated: the caller's transaction rolls back); the later line of a run
     wins, but its end is the first one (once ended, a run stays ended as it
     first did).  A run in both files is the log's.  Runs the log holds stay,
-    the archive's are archived.  Nothing is committed, moved or deleted here.
+    the archive's are archived.  The files returned are the log, the archive
+    and what 0.1.0 derived from them (:data:`OLD_DERIVED`), those of them that
+    exist.  Nothing is committed, moved or deleted here.
     """
     log, archive = town.dir / OLD_LOG, town.dir / OLD_ARCHIVE
-    found = [path for path in (log, archive) if path.exists()]
+    found = [path for path in (log, archive, *(town.dir / p for p in OLD_DERIVED)) if path.exists()]
     live = _fold(_lines(log, log.read_bytes())) if log.exists() else {}
     old = _fold(_lines(archive, _gunzip(archive))) if archive.exists() else {}
     old = [record for run_id, record in old.items() if run_id not in live]
