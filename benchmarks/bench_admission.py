@@ -111,7 +111,9 @@ def rules(town_dir: Path, on: bool) -> None:
         kept.set_throttle(town, now + 3600, "gamma", "benchmark", "bench", now)
     else:
         kept.clear_throttle(town, "gamma", now)
-        (town.runtime / "budget.json").unlink(missing_ok=True)
+        with town.db.transaction():  # the whole ledger taken back, in one transaction
+            for entry in kept.charges(town, 0.0, 0.0):
+                kept.withdraw_charge(town, entry["charge"])
 
 
 def time_cycle(town_dir: Path) -> tuple[float, float, dict]:

@@ -50,10 +50,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIPPED = ("runtime/index/", "runtime/locks/")
+#: The database's shared-memory index is rebuilt from its write-ahead log on open: no state of its own.
+SKIPPED_SUFFIXES = (".lock", "-shm")
 TRACED = ("open", "openat", "creat", "write", "pwrite64", "fsync", "fdatasync", "rename", "renameat",
           "renameat2", "unlink", "unlinkat", "ftruncate", "truncate")
 #: sluice with its fsyncs taken away (``--plant no-fsync``): the bug the explorer must find.
-PLANTED = {"no-fsync": "import os; os.fsync = lambda fd: None\n"}
+PLANTED = {"no-fsync": "import os; os.fsync = lambda fd: None\n"
+                        "import sluice.store.db as db; db.SYNCHRONOUS = 'OFF'\n"}
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -112,6 +115,7 @@ class Op:
     other: str = ""
     data: bytes = b""
     length: int = 0
+    offset: int | None = None  # a positioned write (pwrite64): where; None: at the end (O_APPEND logs)
 
 
 def parse(trace: Path, town: Path, reports: Path, main_pid: int | None = None) -> list[Op]:
@@ -143,7 +147,8 @@ def parse(trace: Path, town: Path, reports: Path, main_pid: int | None = None) -
             elif fd[2].startswith(sluice_dir):
                 strings = _STR.findall(args)
                 data = _bytes(strings[0]) if strings else b""
-                ops.append(Op("write", fd[2], data=data[:result]))
+                offset = int(args.rsplit(", ", 1)[1]) if name == "pwrite64" else None
+                ops.append(Op("write", fd[2], data=data[:result], offset=offset))
         elif name in ("fsync", "fdatasync") and fd is not None:
             ops.append(Op("fsync", fd[2]))
         elif name == "ftruncate" and fd is not None and fd[2].startswith(sluice_dir):
@@ -158,8 +163,10 @@ def parse(trace: Path, town: Path, reports: Path, main_pid: int | None = None) -
 
 def _skipped(path: str, town: Path) -> bool:
     base = str(town / ".sluice") + "/"
+    if path == base[:-1]:  # the directory itself (an fsync of it makes its new names durable)
+        return False
     rel = path[len(base):]
-    return not path.startswith(base) or rel.startswith(SKIPPED) or rel.endswith(".lock")
+    return not path.startswith(base) or rel.startswith(SKIPPED) or rel.endswith(SKIPPED_SUFFIXES)
 
 
 # -- the model of the disk -----------------------------------------------------------------------
@@ -198,7 +205,13 @@ class Disk:
             elif op.length:  # O_TRUNC
                 self.data[self.names[op.path]] = bytearray()
         elif op.kind == "write" and op.path in self.names:
-            self.data[self.names[op.path]] += op.data
+            content = self.data[self.names[op.path]]
+            if op.offset is None:
+                content += op.data
+            else:  # the database writes pages in place
+                if len(content) < op.offset:
+                    content += bytes(op.offset - len(content))
+                content[op.offset:op.offset + len(op.data)] = op.data
         elif op.kind == "truncate" and op.path in self.names:
             del self.data[self.names[op.path]][op.length:]
         elif op.kind == "fsync":
@@ -239,10 +252,13 @@ def _in_dir(name: str, prefix: str) -> bool:
 
 
 def _torn(kept: bytes, now: bytes) -> bytes:
-    """The unsynced part cut in the middle (an append's first half reached the disk)."""
-    if now.startswith(kept):
-        return now[: len(kept) + max(1, (len(now) - len(kept)) // 2)]
-    return now[: max(1, len(now) // 2)]
+    """The unsynced change cut in the middle: of the bytes from the first that differs to the end of the
+    new content, the first half reached the disk (an append's first half; half of the pages written in
+    place), the rest is as it was."""
+    shorter = min(len(kept), len(now))
+    common = next((i for i in range(shorter) if kept[i] != now[i]), shorter)
+    cut = common + max(1, (len(now) - common) // 2)
+    return now[:cut] + kept[cut:]
 
 
 # -- scenarios ---------------------------------------------------------------------------------

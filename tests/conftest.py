@@ -19,10 +19,7 @@ same name (tests/test_fixture_family.py keeps it so):
 * ``clock`` (``ManualClock``): the wall clock the test moves by hand, and
   ``memory`` (``MemoryExecutor``): the town's in-memory executor on it;
 * ``beads_data`` (``Path``), ``ray_cluster``: the public exports and one Ray
-  head for the session;
-* ``checked`` (``list[int]``): one entry per dispatch cycle that took its
-  queue from the last cycle's (:mod:`sluice.scheduler.chain`), each held
-  to a survey and admission of the same moment.
+  head for the session.
 
 A module's own scenario (its items written, its executor configured) is a
 fixture built on these whose name says what it returns: ``*_dir`` a
@@ -228,35 +225,3 @@ def memory(town_dir: Path, clock: ManualClock) -> Iterator[MemoryExecutor]:
     MemoryExecutor.forget_town(Town(town_dir))
 
 
-@pytest.fixture
-def checked(monkeypatch) -> list[int]:
-    """Each cycle that takes the chain is checked against a survey and admission of the same files, polecats
-    and moment (with stores of their own); one entry per chained cycle."""
-    from sluice.scheduler import chain, queuekeep
-    from sluice.scheduler.admission import assess
-    from sluice.scheduler.pending import survey
-    from sluice.scheduler.polecats import retry_window
-    from sluice.store.rigstore import Stores
-
-    taken: list[int] = []
-    real = chain.take
-
-    def take(session, batch, gates):
-        head = real(session, batch, gates)
-        if head is None:
-            return None
-        taken.append(1)
-        town, active = session.files, session.require_active()
-        stores = Stores(town)
-        sched = session.config.scheduler
-        view = survey(town, stores, sched.max_dispatch_failures, active, session.require_executor().find,
-                      now=session.now, backoff=retry_window(sched))
-        assessment = assess(town, stores, view, active, batch, now=session.now, gates=gates)
-        expected = queuekeep.cycle_summary(view, assessment)
-        assert expected["tidy"], "a chain stood over a queue with something to tidy"
-        assert chain.summary(head) == expected
-        assert [a.key for a in head.tally.to_dispatch] == [a.key for a in assessment.admission.to_dispatch]
-        return head
-
-    monkeypatch.setattr(chain, "take", take)
-    return taken

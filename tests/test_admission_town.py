@@ -16,13 +16,14 @@ import pytest
 
 from helpers.scheduler import (
     configure,
+    edit_fields,
     events,
     fields,
     item,
     open_contexts,
-    wait_for,
     write_items,
 )
+from sluice.errors import StorageError
 from sluice.executors import get_executor
 from sluice.scheduler.breaker import broken_rows
 from sluice.scheduler.dispatch import run_cycle
@@ -31,7 +32,6 @@ from sluice.scheduler.requeue import queue_again
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.scheduler.usage import report_usage
 from sluice.store import admission_state as kept
-from sluice.store import fsutil
 from sluice.store.town import Town
 
 
@@ -105,7 +105,7 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(two_rigs_dir, clock
     data = status(Town(two_rigs_dir))
     assert data["budgets"] == [{"rig": None, "spent": 2000, "budget": 2500, "window": "3s"}]
     # A polecat reports what it really used: less than the estimate, so room appears at once.
-    ledger = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    ledger = charges_of(two_rigs_dir)
     report = report_usage(Town(two_rigs_dir), ledger[0]["polecat_id"], 100)
     assert report["counted"]
     assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 1100
@@ -122,18 +122,26 @@ def test_budget_exhaustion_and_recovery_as_the_window_slides(two_rigs_dir, clock
     assert cycle(two_rigs_dir).dispatched == 1
 
 
+def charges_of(town) -> list[dict]:
+    """Every charge the budget ledger holds."""
+    return kept.charges(Town(town), 0.0, 0.0)
+
+
 @pytest.fixture
 def budget_disk(monkeypatch):
-    """budget.json's writes refused with ENOSPC while ``disk["full"]`` is true, as a full disk would."""
+    """The budget ledger's writes refused with ENOSPC while ``disk["full"]`` is true, as a full disk would
+    refuse the database's."""
     disk = {"full": False}
-    write = fsutil.atomic_write_json
 
-    def refusing(path, data, *args, **kwargs):
-        if disk["full"] and Path(path).name == "budget.json":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return write(path, data, *args, **kwargs)
+    def refusing(write):
+        def refused(town, *args, **kwargs):
+            if disk["full"]:
+                raise StorageError(town.db.path, "cannot write it: No space left on device", errno.ENOSPC)
+            return write(town, *args, **kwargs)
+        return refused
 
-    monkeypatch.setattr(fsutil, "atomic_write_json", refusing)
+    for name in ("record_launch", "name_charge", "withdraw_charge"):
+        monkeypatch.setattr(kept, name, refusing(getattr(kept, name)))
     return disk
 
 
@@ -170,7 +178,7 @@ def test_a_launch_whose_charge_the_disk_refuses_is_not_made_and_stays_queued(two
     assert not fields(context).get("launch_started_at")
     budget_disk["full"] = False
     assert cycle(two_rigs_dir).dispatched == 1
-    [charge] = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    [charge] = charges_of(two_rigs_dir)
     assert charge["item_id"] == "al-0" and charge["polecat_id"].startswith("mem-")
 
 
@@ -190,7 +198,7 @@ def test_a_disk_that_refuses_the_launch_itself_blames_no_item_and_keeps_no_inten
         cycle(two_rigs_dir)
     [context] = open_contexts(two_rigs_dir, "alpha", "al-0")
     assert not fields(context).get("launch_started_at") and not fields(context).get("dispatch_failures")
-    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert charges_of(two_rigs_dir) == []
 
 
 def test_a_charge_counts_from_when_the_polecat_started_not_from_before_its_launch(
@@ -208,7 +216,7 @@ def test_a_charge_counts_from_when_the_polecat_started_not_from_before_its_launc
     monkeypatch.setattr(memory, "launch", slow)
     before = clock.time()
     assert cycle(two_rigs_dir).dispatched == 1
-    [charge] = kept.read(Town(two_rigs_dir), kept.BUDGET)["launches"]
+    [charge] = charges_of(two_rigs_dir)
     assert charge["at_ts"] >= before + 5
     clock.advance(56)  # a window after the charge was taken, but not after the run began
     assert cycle(two_rigs_dir).why == {"budget": 1}
@@ -221,11 +229,11 @@ def test_a_launch_that_fails_takes_its_budget_charge_back(two_rigs_dir, memory):
     queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
     memory.fail_next("al-0")
     assert cycle(two_rigs_dir).failed == 1
-    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert charges_of(two_rigs_dir) == []
     memory.fail_next("al-0", unavailable=True)
     with pytest.raises(Exception, match="launch refused"):
         cycle(two_rigs_dir, ignore_backoff=True)
-    assert kept.read(Town(two_rigs_dir), kept.BUDGET).get("launches", []) == []
+    assert charges_of(two_rigs_dir) == []
     assert status(Town(two_rigs_dir))["budgets"][0]["spent"] == 0
 
 
@@ -358,44 +366,33 @@ def test_config_keys_for_caps_and_budgets(cli, two_rigs_dir):
 
 
 def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(two_rigs_dir, monkeypatch):
-    """queue_again checks and creates under the sling lock, as a sling does: no duplicate context."""
+    """queue_again checks and creates in one write transaction, as a sling does: a sling of the same item
+    that comes between its check and its create waits for it, then finds the item queued."""
     import threading
 
-    from sluice.errors import LockBusy
     from sluice.scheduler import pending
-    from sluice.store import contexts as ctxs
     from sluice.store.rigstore import Stores
 
     write_items(two_rigs_dir, "alpha", [item("al-race")])
-    real_item_store, real_acquire = pending.item_store, fsutil.FileLock.acquire
-    sling_lock = str(Town(two_rigs_dir).lock_path(ctxs.SLING_LOCK))
-    waits, done = threading.Event(), threading.Event()
-
-    def acquire(lock):
-        if lock.lock_file == sling_lock and threading.current_thread() is not threading.main_thread():
-            waits.set()  # the sling asks for the lock
-        return real_acquire(lock)
+    real_item_store = pending.item_store
+    answers: list = []
+    done = threading.Event()
 
     def item_store_while_a_sling_runs(stores, item_id):
         # A sling of the same item, from another thread, between queue_again's check and its create.
-        try:
-            with fsutil.file_lock(Path(sling_lock), timeout=0):
-                held = False
-        except LockBusy:
-            held = True
-        threading.Thread(
-            target=lambda: (sling(Town(two_rigs_dir), ["al-race"], SlingOptions()), done.set())).start()
-        if held:  # the sling waits for queue_again once it asks for the lock (or ends, if it never asks)
-            wait_for(lambda: waits.is_set() or done.is_set(), timeout=30)
-        else:  # nothing holds it: the sling runs to its end first
-            assert done.wait(30)
+        def racer() -> None:
+            answers.append(sling(Town(two_rigs_dir), ["al-race"], SlingOptions()))
+            done.set()
+
+        threading.Thread(target=racer).start()
+        assert not done.wait(0.5)  # it waits for this transaction
         return real_item_store(stores, item_id)
 
-    monkeypatch.setattr(fsutil.FileLock, "acquire", acquire)
     monkeypatch.setattr(pending, "item_store", item_store_while_a_sling_runs)
     record = queue_again(Town(two_rigs_dir), Stores(Town(two_rigs_dir)), "al-race", "alpha", {}, 0)
     assert done.wait(30)
     assert record is not None
+    assert [row["context_id"] for row in answers[0].already] == [record["id"]]
     assert [c["id"] for c in open_contexts(two_rigs_dir, "alpha", "al-race")] == [record["id"]]
 
 
@@ -403,13 +400,7 @@ def test_aging_in_the_policy_reorders_the_queue(cli, two_rigs_dir):
     configure(two_rigs_dir, "scheduler.batch_size", "1")
     write_items(two_rigs_dir, "alpha", [item("al-old", priority=3), item("al-new", priority=2)])
     sling(Town(two_rigs_dir), ["al-old", "alpha"], SlingOptions())
-    path = two_rigs_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    for record in records:  # queued three hours ago
-        description = json.loads(record["description"])
-        description["enqueued_at"] = "2020-01-01T00:00:00Z"
-        record["description"] = json.dumps(description)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    edit_fields(two_rigs_dir, "alpha", lambda fields: fields.update(enqueued_at="2020-01-01T00:00:00Z"))
     sling(Town(two_rigs_dir), ["al-new", "alpha"], SlingOptions())
     assert [r["id"] for r in list_queue(Town(two_rigs_dir))] == ["al-new", "al-old"]
     policy = cli.json("schedule", "policy", "set", "--aging", "0.5", "--aging-max", "1.5")

@@ -11,7 +11,6 @@ import pytest
 from helpers.scheduler import (
     configure,
     contexts,
-    ephemeral_path,
     events,
     fields,
     issues_path,
@@ -20,7 +19,9 @@ from helpers.scheduler import (
     without_etas,
     write_items,
 )
-from sluice.store.state import detect_actor
+from sluice.core.records import SchedulerState
+from sluice.store.state import detect_actor, load_state
+from sluice.store.town import Town
 
 LIST_KEYS = {"id", "title", "status", "target_rig", "blocked", "context_id", "enqueued_at",
              "dispatch_failures"}
@@ -144,7 +145,7 @@ def test_clear_closes_every_open_context_and_nothing_else(cli, queue_dir):
     cli.run("sling", "al-d", "al-c", "alpha")
     cli.run("sling", "be-1")
     cli.run("scheduler", "pause")
-    state = (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").read_bytes()
+    state = load_state(Town(queue_dir))
     items = issues_path(queue_dir, "alpha").read_bytes()
     out = cli.json("scheduler", "clear")
     assert out["cleared"] == 3 and out["item_id"] is None
@@ -152,21 +153,16 @@ def test_clear_closes_every_open_context_and_nothing_else(cli, queue_dir):
     closed = contexts(queue_dir, "alpha") + contexts(queue_dir, "beta")
     assert {c["close_reason"] for c in closed} == {"cleared"}
     assert issues_path(queue_dir, "alpha").read_bytes() == items
-    assert (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").read_bytes() == state
+    assert load_state(Town(queue_dir)) == state and state.paused
     assert cli.run("scheduler", "clear").stdout.strip() == "Scheduler is already empty."
     assert events(queue_dir, "Cleared")[0]["payload"] == {"item_id": None, "count": 3, "by": detect_actor()}
 
 
-def test_clear_item_closes_its_duplicates_in_every_rig(cli, queue_dir):
+def test_clear_item_closes_its_context_and_no_other(cli, queue_dir):
     cli.run("sling", "al-d", "al-c", "alpha")
-    original = open_contexts(queue_dir, "alpha", "al-d")[0]
-    # a duplicate, as racing writers of an older version could leave, in another rig
-    duplicate = {**original, "id": "be-wisp-dup1"}
-    with open(ephemeral_path(queue_dir, "beta"), "a") as fh:
-        fh.write(json.dumps(duplicate) + "\n")
     assert [r["id"] for r in cli.json("scheduler", "list")].count("al-d") == 1  # one row per item
     text = cli.run("scheduler", "clear", "--item", "al-d").stdout
-    assert text.strip() == "Removed al-d from the scheduler (closed 2 context(s))"
+    assert text.strip() == "Removed al-d from the scheduler (closed 1 context(s))"
     assert open_contexts(queue_dir, "alpha", "al-d") == [] and open_contexts(queue_dir, "beta") == []
     assert len(open_contexts(queue_dir, "alpha", "al-c")) == 1
     none = cli.run("scheduler", "clear", "--item", "al-d").stdout
@@ -185,7 +181,7 @@ def test_a_corrupt_config_is_an_error_for_every_command(cli, queue_dir, command)
     done = cli.run(*command, check=False)
     assert done.returncode == 1, done.stdout
     assert "config.json" in done.stderr and "Traceback" not in done.stderr
-    assert not (queue_dir / ".sluice" / "runtime" / "scheduler-state.json").exists()
+    assert load_state(Town(queue_dir)) == SchedulerState()  # nothing written: still the zero state
 
 
 def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, queue_dir, memory):
@@ -196,12 +192,9 @@ def test_status_says_capacity_is_unknown_when_the_executor_cannot_be_asked(cli, 
     assert "unknown active, unknown free of 3" in cli.run("scheduler", "status").stdout
 
 
-def test_a_clear_closes_a_big_queue_a_chunk_at_a_time_and_names_every_item(cli, queue_dir, monkeypatch):
-    """A clear holds one chunk's records, lines and events at a time; what it closes and logs is the same."""
+def test_a_clear_closes_the_whole_queue_and_names_every_item(cli, queue_dir):
     from sluice.api import open_town
-    from sluice.scheduler import control
 
-    monkeypatch.setattr(control, "CLEAR_CHUNK", 2)
     cli.run("sling", "al-b", "al-c", "al-d", "be-1")
     queued = {row["context_id"]: row["id"] for row in cli.json("scheduler", "list")}
     result = open_town(cli.town).clear()
@@ -211,25 +204,3 @@ def test_a_clear_closes_a_big_queue_a_chunk_at_a_time_and_names_every_item(cli, 
               if '"ContextClosed"' in line]
     assert {e["context_id"]: e["item_id"] for e in closed} == queued
     assert all(e["reason"] == "cleared" for e in closed)
-
-
-def test_a_clear_of_a_log_with_no_digest_never_reads_it_whole(cli, queue_dir, monkeypatch):
-    """The first command after a compaction finds no digest: a clear streams the log, keeping only the open
-    contexts (100,000 records held at once took over 400 MB), then closes each where that read found it."""
-    from sluice.api import open_town
-    from sluice.store.rigstore import RigStore, Stores
-    from sluice.store.town import Town
-
-    cli.run("sling", "al-b", "al-c", "al-d", "be-1")
-    queued = {row["context_id"] for row in cli.json("scheduler", "list")}
-    for store in Stores(Town(queue_dir)).all():
-        store.forget_digests()
-
-    def whole(self):
-        raise AssertionError(f"{self.ephemeral_path} was read whole")
-
-    monkeypatch.setattr(RigStore, "ephemeral_fresh", whole)
-    result = open_town(cli.town).clear().to_json()
-    monkeypatch.undo()
-    assert result["cleared"] == 4 and {c["context_id"] for c in result["contexts"]} == queued
-    assert open_contexts(queue_dir, "alpha") == [] and cli.json("scheduler", "list") == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from helpers.scheduler import (
     write_items,
 )
 from sluice.executors.local import LocalExecutor
+from sluice.store.state import read_heartbeat
 from sluice.store.town import Town
 
 
@@ -38,8 +38,7 @@ def working_dir(town_dir, rig, capacity) -> Path:
 
 
 def heartbeat(town):
-    path = town / ".sluice" / "runtime" / "daemon.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_heartbeat(Town(town))
 
 
 def start_daemon(town, *args):
@@ -77,10 +76,11 @@ def test_once_runs_one_cycle_reaps_and_records_a_heartbeat(cli, working_dir, tmp
 
 def test_a_failing_cycle_is_logged_and_fails_once(cli, working_dir):
     configure(cli.town, "executor.command", '["x"]')
-    (working_dir / ".sluice" / "runtime" / "scheduler-state.json").write_text("{broken")
+    cli.run("sling", "al-1", "alpha")  # a queue to rank: the cycle reads the policy
+    (working_dir / ".sluice" / "schedule" / "policy.json").write_text("{broken")
     done = cli.run("daemon", "--once", check=False)
-    assert done.returncode == 1 and "error: " in done.stderr and "scheduler-state.json" in done.stderr
-    assert "scheduler-state.json" in heartbeat(working_dir)["last_result"]["error"]
+    assert done.returncode == 1 and "error: " in done.stderr and "policy.json" in done.stderr
+    assert "policy.json" in heartbeat(working_dir)["last_result"]["error"]
 
 
 def test_the_daemon_is_a_singleton_and_stops_cleanly_on_sigterm(cli, working_dir):
@@ -178,26 +178,3 @@ def test_a_tick_that_launches_nothing_does_not_survey_the_queue_again(cli, rig, 
     assert surveyed == [] and not events(cli.town, "QueueDrained")
 
 
-def test_a_tick_that_launches_keeps_the_head_so_the_next_tick_at_the_cap_is_idle(cli, rig, capacity):
-    """The drained check after a launching tick surveys (sharing that survey with the kept forecast) and
-    keeps the queue's head: the next tick over the same queue, at the cap, need not survey it or take
-    the chain the cycle left."""
-    from sluice.scheduler import queuekeep
-    from sluice.scheduler.daemon import Daemon
-    from sluice.scheduler.session import Session
-
-    capacity(2, batch_size=2)
-    configure(cli.town, "executor.command", sleeper(60))
-    write_items(cli.town, "alpha", [item(f"al-{n}") for n in range(5)])
-    cli.run("sling", *(f"al-{n}" for n in range(5)), "alpha")
-    cli.run("scheduler", "status")  # the digest the tick's cycle reads, so that it leaves a chain
-    daemon = Daemon(Town(cli.town), interval=60, echo=lambda _line: None)
-    try:
-        daemon.tick()
-        assert daemon.last_result.get("dispatched") == 2
-        assert (Town(cli.town).runtime / "queue-chain.json").exists()
-        summary = queuekeep.idle_cycle(Session(Town(cli.town)))
-        assert summary is not None and summary["planned"] == 0 and summary["ready"] == 3
-    finally:
-        for polecat in cli.json("polecat", "list"):
-            cli.run("polecat", "stop", polecat["id"], check=False)

@@ -22,14 +22,13 @@ import pytest
 from helpers.scheduler import (
     configure,
     contexts,
-    ephemeral_path,
     events,
     fields,
     issues_path,
     item,
     open_contexts,
+    put_records,
     python_command,
-    records,
     sleeper,
     tree_hash,
     wait_for,
@@ -39,8 +38,8 @@ from helpers.scheduler import (
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor
 from sluice.store import contexts as ctxs
-from sluice.store import openqueue
 from sluice.store.rigstore import Stores
+from sluice.store.state import load_state
 from sluice.store.town import Town
 
 SLUICE = (sys.executable, "-m", "sluice")
@@ -87,8 +86,8 @@ def test_capacity_is_never_exceeded_and_everything_dispatches(cli, deferred_dir,
     closed = contexts(deferred_dir, "alpha")
     assert {fields(c)["work_bead_id"]: c["close_reason"] for c in closed} == dict.fromkeys(
         ids, "dispatched")
-    state = json.loads((deferred_dir / ".sluice" / "runtime" / "scheduler-state.json").read_text())
-    assert state["last_dispatch_count"] >= 1 and state["last_dispatch_at"]
+    state = load_state(Town(deferred_dir))
+    assert state.last_dispatch_count >= 1 and state.last_dispatch_at
 
 
 def test_circuit_breaker_after_real_launch_failures(cli, deferred_dir):
@@ -250,7 +249,7 @@ def test_dry_run_hash_is_exact(cli, deferred_dir):
 def _mark_intent(town: Path, item_id: str) -> tuple[str, object]:
     t = Town(town)
     stores = Stores(t)
-    [context] = openqueue.find_open(stores, item_id)
+    [context] = ctxs.find_open(t, item_id)
     ctxs.mark_launch(stores.rig(context.rig), context.id)
     return context.id, t
 
@@ -329,7 +328,7 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, deferred_dir, memory)
     cli.run("sling", "al-ok", "al-closed", "al-hooked", "al-fail", "alpha")
     t = Town(deferred_dir)
     stores = Stores(t)
-    fail_ctx = openqueue.find_open(stores, "al-fail")[0]
+    fail_ctx = ctxs.find_open(t, "al-fail")[0]
 
     def tripped(f):
         f.dispatch_failures = 3
@@ -338,15 +337,14 @@ def test_stale_contexts_are_closed_with_their_reasons(cli, deferred_dir, memory)
     ctxs.update_fields(stores.rig("alpha"), fail_ctx.id, tripped)
     cli.run("item", "close", "al-closed")
     cli.run("item", "update", "al-hooked", "--status", "hooked")
-    with open(ephemeral_path(deferred_dir, "alpha"), "a") as fh:
-        fh.write(json.dumps({"id": "al-wisp-bad", "title": "sling-context: ?", "status": "open",
-                             "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
-                             "description": "not valid json {{{"}) + "\n")
-        fh.write(json.dumps({"id": "al-wisp-lost", "title": "sling-context: ?", "status": "open",
-                             "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
-                             "description": json.dumps({"version": 1, "work_bead_id": "al-missing",
-                                                        "target_rig": "alpha",
-                                                        "enqueued_at": "2026-01-01T00:00:00Z"})}) + "\n")
+    put_records(deferred_dir, "alpha", [
+        {"id": "al-wisp-bad", "title": "sling-context: ?", "status": "open",
+         "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
+         "description": "not valid json {{{"},
+        {"id": "al-wisp-lost", "title": "sling-context: ?", "status": "open",
+         "issue_type": "task", "ephemeral": True, "labels": ["sluice:sling-context"],
+         "description": json.dumps({"version": 1, "work_bead_id": "al-missing", "target_rig": "alpha",
+                                    "enqueued_at": "2026-01-01T00:00:00Z"})}])
     assert cli.json("scheduler", "status")["stale"] == 5
     cli.run("scheduler", "resume")
     before = issues_path(deferred_dir, "alpha").read_bytes()
@@ -467,7 +465,7 @@ def test_sling_parameters_reach_the_polecat_environment(cli, deferred_dir, tmp_p
     assert env["SLUICE_TOWN"] == str(deferred_dir)
     assert (env["SLUICE_FORMULA"], env["SLUICE_VARS"], env["SLUICE_AGENT"]) == ("mol-x", "a=1\nb=2", "cc")
     assert "SLUICE_ARGS" not in env
-    assert records(ephemeral_path(deferred_dir, "alpha"))
+    assert contexts(deferred_dir, "alpha")
 
 
 # -- the cycle's bookkeeping, with an in-memory executor ------------------------------------------
@@ -585,9 +583,8 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
                         lambda town, records: appends.update(["runs"]) or write_runs(town, records))
     report = run_cycle(Town(deferred_dir))
     assert steps == ["start"] * 3 + ["report"] * 3
-    # booked together: one write of the three run records, one append of the decisions, of the closes
+    # booked together: one write of the three run records, one append of the decisions
     assert appends["runs"] == 1 and appends["decisions.jsonl"] == 1
-    assert appends["ephemeral.jsonl"] == 3 + 1  # each launch's intent before its start, then the closes
     assert [row["item_id"] for row in report.launched] == ids  # booked in plan order
     assert report.dispatched == 3 and not open_contexts(deferred_dir, "alpha")
     assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ids

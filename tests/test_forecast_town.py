@@ -75,31 +75,31 @@ def test_runs_of_the_items_kind_speak_before_the_rigs(forecast_cli):
 
 def test_a_live_daemon_sets_the_ticks_and_a_stale_heartbeat_is_no_daemon(forecast_cli):
     from sluice.api import open_town
-    from sluice.scheduler.daemon import heartbeat_path
     from sluice.scheduler.runs import stamp
+    from sluice.store.state import write_heartbeat
 
     forecast_cli.run("sling", "be-1")
-    path = heartbeat_path(open_town(forecast_cli.town).files)
+    town = open_town(forecast_cli.town).files
     now = datetime.now().timestamp()
-    path.write_text(json.dumps({"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 20)}))
+    write_heartbeat(town, {"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 20)})
     out = forecast_cli.json("scheduler", "forecast")
     assert out["daemon"] == {"running": True, "interval": 60.0}
     assert abs(seconds(out["items"][0]["start_at"]) - (now + 40)) < 0.01  # the next tick, 40 s from now
-    path.write_text(json.dumps({"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 3600)}))
+    write_heartbeat(town, {"pid": 1, "interval": 60.0, "last_tick_at": stamp(now - 3600)})
     assert forecast_cli.json("scheduler", "forecast")["daemon"] == {"running": False, "interval": 180.0}
 
 
 def test_ticks_come_as_far_apart_as_the_heartbeat_shows_not_closer_than_the_interval(forecast_cli):
     from sluice.api import open_town
-    from sluice.scheduler.daemon import heartbeat_path
     from sluice.scheduler.runs import stamp
+    from sluice.store.state import write_heartbeat
 
     forecast_cli.run("sling", "be-1")
-    path = heartbeat_path(open_town(forecast_cli.town).files)
     now = datetime.now().timestamp()
     # Eleven ticks in 100 s at an interval of 6 s: each tick took 4 s of its own, so ticks come 10 s apart.
-    path.write_text(json.dumps({"pid": 1, "interval": 6.0, "started_at": stamp(now - 102), "ticks": 11,
-                                "last_tick_at": stamp(now - 2)}))
+    write_heartbeat(open_town(forecast_cli.town).files, {"pid": 1, "interval": 6.0,
+                                                         "started_at": stamp(now - 102), "ticks": 11,
+                                                         "last_tick_at": stamp(now - 2)})
     out = forecast_cli.json("scheduler", "forecast")
     assert out["daemon"] == {"running": True, "interval": 10.0}
     assert abs(seconds(out["items"][0]["start_at"]) - (now + 8)) < 0.01

@@ -192,11 +192,10 @@ def test_the_hold_file_is_obeyed_by_a_running_daemon(queued_dir, local):
 
 
 def _beat(town) -> dict:
-    path = town / ".sluice" / "runtime" / "daemon.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    from sluice.store.state import read_heartbeat
+    from sluice.store.town import Town
+
+    return read_heartbeat(Town(town)) or {}
 
 
 def _last_result(town) -> dict:

@@ -161,28 +161,6 @@ def test_an_export_rewritten_in_place_is_read_again(cli: Cli, tmp_path: Path):
     live(cli.town, script)
 
 
-def test_the_ephemeral_log_is_read_on_between_calls(cli: Cli, rig: str):
-    """A wisp appended to the log blocks an item; its closing, appended later, frees it again."""
-    log = cli.town / ".sluice" / "rigs" / rig / "ephemeral.jsonl"
-    write_items(cli.town, rig, [item("al-x", priority=1, blocked_by=["al-wisp"]), item("al-y", priority=2)])
-
-    def wisp(status: str) -> str:
-        return json.dumps(item("al-wisp", status=status, ephemeral=True)) + "\n"
-
-    async def script(call: Call):
-        assert ids(await call(*NEXT)) == ["al-x", "al-y"]
-        for status, ready in (("open", ["al-y"]), ("closed", ["al-x", "al-y"]), ("open", ["al-y"])):
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(wisp(status))
-            # The CLI first: it leaves the log's summary for the server to find already made.
-            assert ids(cli.json("schedule", "next", "--limit", "10", "--preview")) == ready
-            answer = await call(*NEXT)
-            assert ids(answer) == ready
-            same_as_cli(cli, answer)
-
-    live(cli.town, script)
-
-
 def test_a_sling_elsewhere_shows_and_slings_through_the_server_behave_as_before(cli: Cli, rig: str):
     """Direct mode: a sling launches at once and logs the launch, which schedule status lists."""
     cli.run("config", "set", "executor.command", json.dumps([sys.executable, "-c", "pass"]))

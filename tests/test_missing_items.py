@@ -131,19 +131,19 @@ def test_a_torn_tail_is_warned_about_every_time_the_index_is_used(cli, export):
 
 
 def test_marking_and_forgetting_missing_items_is_one_write_per_rig(cli, export, monkeypatch):
-    """A whole queue going missing (or coming back) costs one lock, read and append, not one per context."""
-    from sluice.store.rigstore import RigStore
+    """A whole queue going missing (or coming back) costs one write of all its contexts, not one each."""
+    from sluice.store import contexts
 
     batches: list[list[str]] = []
-    original = RigStore.update_ephemeral_many
+    original = contexts.update_fields_many
 
-    def counted(self, changes):
-        written = original(self, changes)
+    def counted(store, changes, town=None):
+        written = original(store, changes, town)
         if written:
             batches.append(sorted(written))
         return written
 
-    monkeypatch.setattr(RigStore, "update_ephemeral_many", counted)
+    monkeypatch.setattr(contexts, "update_fields_many", counted)
     kept = export.read_bytes()
     configure(cli.town, "scheduler.missing_grace", "1h")
     export.write_bytes(b"")

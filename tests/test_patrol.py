@@ -10,10 +10,10 @@ import pytest
 from helpers import Cli
 from helpers.scheduler import (
     configure,
-    ephemeral_path,
     issues_path,
     item,
     open_contexts,
+    put_records,
     town_with_rigs,
     tree_hash,
     write_items,
@@ -29,8 +29,7 @@ def _append_copy(town: Path, rig: str, context: dict, new_id: str, **changes) ->
     fields = json.loads(context["description"])
     fields["enqueued_at"] = "2099-01-01T00:00:00.000000Z"  # enqueued later than the original
     copy = {**context, "id": new_id, "description": json.dumps(fields), **changes}
-    with open(ephemeral_path(town, rig), "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(copy) + "\n")
+    put_records(town, rig, [copy])
     return copy
 
 

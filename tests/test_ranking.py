@@ -321,18 +321,3 @@ def test_rank_ready_of_one_graph(rigs, town_files):
     assert {s.candidate.graph_id for s in got} == {"al-epic"}
 
 
-def test_rank_ready_sees_ephemeral_records_that_change_readiness(rigs, town_files):
-    busy_town(town_files)
-    stores = Stores(town_files)
-    # An ephemeral parent that is blocked hides its durable child from the ready set.
-    write_items(town_files.root, "alpha", [item("al-kid", priority=0, tokens=0, parent="al-wisp-p")])
-    store = stores.rig("alpha")
-    store.put_ephemeral_many([item("al-wisp-b", ephemeral=True)])
-    store.put_ephemeral_many([item("al-wisp-p", ephemeral=True, issue_type="epic", blocked_by=["al-wisp-b"])])
-    now = time.time()
-    policy = Policy()
-    stores = Stores(town_files)
-    got = rank_ready(town_files, stores, Signals(town_files, stores), policy, 5, now=now)
-    assert "al-kid" not in [s.candidate.item_id for s in got]
-    expect = full_ranking(town_files, policy, now)[:5]
-    assert [(s.candidate.item_id, s.score, s.reasons, s.candidate.graph_id) for s in got] == expect

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers.scheduler import (
+    contexts,
     events,
     issues_path,
     item,
@@ -57,8 +58,8 @@ def test_force_closes_queued_contexts_as_rig_removed_and_keeps_the_store(cli, re
     kept = Path(result["store"])
     assert kept.parent == cli.town / ".sluice" / "removed" and kept.name.startswith("alpha-")
     assert (kept / "issues.jsonl").read_bytes() == own_items  # the rig's own items, byte for byte
-    closed = records(kept / "ephemeral.jsonl")
-    assert {r["close_reason"] for r in closed.values()} == {"rig-removed"}
+    closed = contexts(cli.town, "alpha")  # the records stay in the town database, closed
+    assert {r["close_reason"] for r in closed} == {"rig-removed"}
     assert not (cli.town / ".sluice" / "rigs" / "alpha").exists()
     assert not (cli.town / ".sluice" / "runtime" / "index" / "alpha.sqlite").exists()
     assert tree_hash(repos["alpha"]) == repo_before

@@ -32,7 +32,6 @@ from sluice.scheduler.launching import make_request
 from sluice.scheduler.sling import SlingOptions, sling
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
-from sluice.store import openqueue
 from sluice.store import runs as runlog
 from sluice.store.rigstore import Stores
 from sluice.store.town import Town
@@ -216,7 +215,7 @@ def test_a_launch_interrupted_after_the_executor_started_it_gets_exactly_one_rec
     queue(sleeper_dir, "alpha", item("al-1"))
     the_town = Town(sleeper_dir)
     stores = Stores(the_town)
-    [context] = openqueue.open_contexts(stores)
+    [context] = ctxs.open_contexts(stores.town)
     ctxs.mark_launch(stores.rig("alpha"), context.id)  # the cycle recorded its intent …
     executor = get_executor(the_town)
     template = tuple(the_town.config.executor.command)
@@ -383,7 +382,7 @@ def test_a_launch_settled_as_never_started_gets_no_record(sleeper_dir):
     queue(sleeper_dir, "alpha", item("al-1"))
     the_town = Town(sleeper_dir)
     stores = Stores(the_town)
-    [context] = openqueue.open_contexts(stores)
+    [context] = ctxs.open_contexts(stores.town)
     ctxs.mark_launch(stores.rig("alpha"), context.id)
     # The launcher died after writing its pending record and before the polecat started.
     record = {"id": "pc-lost", "executor": "local", "state": "pending", "item_id": "al-1", "rig": "alpha",

@@ -17,7 +17,6 @@ from helpers import Cli
 from helpers.scheduler import (
     add_rig,
     configure,
-    ephemeral_path,
     events,
     item,
     open_contexts,
@@ -28,6 +27,11 @@ from helpers.scheduler import fields as fields_of
 from helpers.storage import fill, small_disk
 from sluice.errors import StorageError
 from sluice.store import fsutil
+
+#: A read command opens the town database (the scheduler state); in WAL mode it cannot be opened on a
+#: full disk once its last connection removed its ``-shm`` file.  For the database's opening to settle.
+FULL_DISK_OPEN = pytest.mark.xfail(reason="the town database cannot be opened on a full disk without its"
+                                          " -shm file", strict=False)
 
 
 @pytest.fixture
@@ -65,6 +69,7 @@ def full_cli(disk) -> Cli:
     configure(town, "scheduler.max_polecats", "2")  # deferred: a sling queues, the daemon launches
     write_items(town, "alpha", [item(f"al-{n}", "a task with a title " * 20) for n in range(10)])
     cli.run("item", "list", "alpha")  # the index exists before the disk fills
+    cli.run("scheduler", "status")  # and the town database
     return cli
 
 
@@ -74,7 +79,7 @@ def test_a_sling_of_ten_items_on_a_full_disk_queues_none_of_them(full_cli, disk)
     done = cli.run("sling", *[f"al-{n}" for n in range(10)], "alpha", check=False)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
-    assert str(ephemeral_path(cli.town, "alpha")) in done.stderr
+    assert str(cli.town / ".sluice" / "town.db") in done.stderr
     os.unlink(disk / "filler")
     assert open_contexts(cli.town, "alpha") == []
     assert events(cli.town, "Enqueued") == []
@@ -109,7 +114,7 @@ def test_a_sling_the_event_log_refuses_is_acknowledged_with_a_warning(queue_cli)
     assert [fields_of(c)["work_bead_id"] for c in open_contexts(cli.town, "alpha")] == ["al-1"]
     report = cli.json("patrol", "alpha")
     assert report["events_missing"]["count"] == 1 and report["events_missing"]["types"] == {"Enqueued": 1}
-    assert "events missing: 1 event(s)" in cli.run("patrol", "alpha").stdout
+    assert "events waiting: 1 event(s)" in cli.run("patrol", "alpha").stdout
 
 
 def test_a_cycle_the_event_log_refuses_still_reports_its_launch(queue_cli):
@@ -132,6 +137,7 @@ def test_patrol_says_nothing_is_missing_while_the_log_takes_every_event(queue_cl
 
 
 # -- a read on a full disk without its index: answered from the source, said once ---------------
+
 
 
 def test_read_commands_on_a_full_disk_without_an_index_read_the_items_file(full_cli, disk):
@@ -164,6 +170,7 @@ def test_a_damaged_index_is_still_rebuilt(full_cli):
     assert len(cli.json("item", "list", "alpha")) == 10
 
 
+
 def test_the_mcp_tools_answer_or_refuse_by_name_on_a_full_disk_without_an_index(full_cli, disk):
     from test_mcp import session_calls
 
@@ -183,34 +190,8 @@ def test_the_mcp_tools_answer_or_refuse_by_name_on_a_full_disk_without_an_index(
         assert not is_error, text
     assert json.loads(results[0][1])["queued_total"] == 1
     is_error, text = results[4]
-    assert is_error and "No space left on device" in text and "ephemeral.jsonl" in text
+    assert is_error and "full" in text and "town.db" in text
     assert "internal error" not in text and "Traceback" not in text
-
-
-def test_a_sling_over_two_rigs_reports_the_rig_whose_log_refused_and_keeps_the_other(queue_cli, tmp_path):
-    import shutil
-    import subprocess
-
-    cli = queue_cli
-    add_rig(cli, tmp_path, "beta", "be")
-    write_items(cli.town, "beta", [item("be-1")])
-    log = ephemeral_path(cli.town, "beta")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.touch()
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(log)]).returncode != 0:
-        pytest.skip("cannot make a file immutable here (chattr +i needs CAP_LINUX_IMMUTABLE)")
-    try:
-        done = cli.run("sling", "al-1", "be-1", "--json", check=False)
-    finally:
-        subprocess.run(["chattr", "-i", str(log)], check=True)
-    assert done.returncode == 0 and "internal error" not in done.stderr  # partly done: as for unknown ids
-    answer = json.loads(done.stdout)
-    assert [row["item_id"] for row in answer["scheduled"]] == ["al-1"]
-    [error] = answer["errors"]
-    assert error["item_id"] == "be-1" and error["error"].startswith(f"{log}: cannot append to it: ")
-    assert [fields_of(c)["work_bead_id"] for c in open_contexts(cli.town, "alpha")] == ["al-1"]
-    assert open_contexts(cli.town, "beta") == []
-    assert [e["payload"]["item_id"] for e in events(cli.town, "Enqueued")] == ["al-1"]
 
 
 def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_cli):
@@ -232,31 +213,51 @@ def test_a_cycle_whose_decision_log_refuses_still_reports_its_launch(queue_cli):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["dispatched"] == 1
-    assert any("al-1 launched, but its decision was not written" in m and str(log) in m
-               for m in report["messages"]), report["messages"]
+    assert str(log) in done.stderr and "wait to be written" in done.stderr  # kept, not lost
     assert open_contexts(cli.town, "alpha") == []
+    cli.run("schedule", "status")  # once the log takes lines again, the decision is written, once
+    assert [json.loads(line)["node_id"] for line in log.read_text().splitlines()] == ["al-1"]
 
 
-def test_a_daemon_whose_log_and_heartbeat_refuse_keeps_dispatching(queue_cli):
+def test_a_daemon_whose_log_refuses_keeps_dispatching(queue_cli):
     import shutil
     import subprocess
 
     cli = queue_cli
     configure(cli.town, "executor.command", sleeper(0.1))
     cli.run("sling", "al-1", "alpha")
-    runtime = cli.town / ".sluice" / "runtime"
-    kept = [runtime / "daemon.log", runtime / "daemon.json"]
-    for path in kept:
-        path.write_text("")
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", *map(str, kept)]).returncode != 0:
+    log = cli.town / ".sluice" / "runtime" / "daemon.log"
+    log.write_text("")
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(log)]).returncode != 0:
         pytest.skip("cannot make a file immutable here (chattr +i needs CAP_LINUX_IMMUTABLE)")
     try:
         done = cli.run("daemon", "--once", check=False)
     finally:
-        subprocess.run(["chattr", "-i", *map(str, kept)], check=True)
+        subprocess.run(["chattr", "-i", str(log)], check=True)
     assert done.returncode == 0, done.stderr
     assert "tick 1: dispatched 1" in done.stderr
-    assert "warning:" in done.stderr and "daemon.log" in done.stderr and "daemon.json" in done.stderr
+    assert "warning:" in done.stderr and "daemon.log" in done.stderr
+    assert open_contexts(cli.town, "alpha") == []
+
+
+def test_a_daemon_whose_heartbeat_the_database_refuses_keeps_dispatching(queue_cli, monkeypatch):
+    from sluice.scheduler import daemon as daemon_module
+    from sluice.scheduler.daemon import Daemon
+    from sluice.store.town import Town
+
+    cli = queue_cli
+    configure(cli.town, "executor.command", sleeper(0.1))
+    cli.run("sling", "al-1", "alpha")
+    town = Town(cli.town)
+
+    def refused(town, beat):
+        raise StorageError(town.db.path, "cannot write it: database or disk is full", errno.ENOSPC)
+
+    monkeypatch.setattr(daemon_module, "write_heartbeat", refused)
+    lines: list[str] = []
+    assert Daemon(town, interval=60, echo=lines.append).run(once=True) == 0
+    assert any("tick 1: dispatched 1" in line for line in lines)
+    assert any("warning:" in line and "town.db" in line and "disk is full" in line for line in lines)
     assert open_contexts(cli.town, "alpha") == []
 
 

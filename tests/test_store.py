@@ -18,8 +18,6 @@ import pytest
 
 from helpers import Cli, make_repo
 from sluice.errors import StoreCorrupt
-from sluice.store import columns
-from sluice.store.compaction import compact
 from sluice.store.index import DurableIndex
 from sluice.store.rigstore import RigStore, Stores, read_jsonl
 from sluice.store.town import Town
@@ -29,10 +27,6 @@ WORKERS = 8
 
 def issues_path(town: Path, rig: str = "alpha") -> Path:
     return town / ".sluice" / "rigs" / rig / "issues.jsonl"
-
-
-def ephemeral_path(town: Path, rig: str = "alpha") -> Path:
-    return town / ".sluice" / "rigs" / rig / "ephemeral.jsonl"
 
 
 def store_of(town: Path, rig: str = "alpha") -> RigStore:
@@ -84,13 +78,6 @@ def _create_many(town: str, worker: int, count: int) -> list[str]:
     return [create_item(the_town, "alpha", NewItem(title=f"w{worker}-{n}"))["id"] for n in range(count)]
 
 
-def _append_many(town: str, worker: int, count: int) -> None:
-    store = Stores(Town(Path(town))).rig("alpha")
-    for n in range(count):
-        store.put_ephemeral_many([record(f"al-wisp-{worker}x{n}", f"w{worker}-{n}", ephemeral=True,
-                                   description="x" * (50 + 37 * n))])
-
-
 def _pool():
     return multiprocessing.get_context("fork").Pool(WORKERS)
 
@@ -103,16 +90,6 @@ def test_concurrent_library_creates_all_land(rig, town_dir):
     on_disk = valid_jsonl(issues_path(town_dir))
     assert sorted(r["id"] for r in on_disk) == sorted(ids)
     assert len(store_of(town_dir).durable()) == WORKERS * 6
-
-
-def test_concurrent_ephemeral_appends_all_land(rig, town_dir):
-    with _pool() as pool:
-        pool.starmap(_append_many, [(str(town_dir), w, 40) for w in range(WORKERS)])
-    lines = valid_jsonl(ephemeral_path(town_dir))
-    assert len(lines) == WORKERS * 40
-    expected = {f"al-wisp-{w}x{n}" for w in range(WORKERS) for n in range(40)}
-    assert {r["id"] for r in lines} == expected
-    assert set(store_of(town_dir).ephemeral()) == expected
 
 
 def _read_repeatedly(town: str, rounds: int) -> int:
@@ -177,21 +154,6 @@ def test_repairing_the_line_brings_every_record_back(cli, corrupt_durable):
     assert [r["id"] for r in cli.json("item", "list")] == ["al-one", "al-two", "al-three"]
 
 
-def test_malformed_middle_line_of_the_ephemeral_log_is_an_error(cli, rig, town_dir):
-    path = ephemeral_path(town_dir)
-    write_lines(path, [json.dumps(record("al-wisp-1", ephemeral=True)), "not json",
-                       json.dumps(record("al-wisp-2", ephemeral=True))])
-    done = cli.run("item", "ready", check=False)
-    assert done.returncode == 1 and f"{path}:2:" in done.stderr
-    before = path.read_bytes()
-    with pytest.raises(StoreCorrupt, match=f"{path}:2"):
-        compact(store_of(town_dir))  # a rewrite would drop the line: refused
-    assert path.read_bytes() == before
-    store_of(town_dir).put_ephemeral_many([record("al-wisp-3")])  # an append hides nothing ...
-    with pytest.raises(StoreCorrupt, match=f"{path}:2"):
-        store_of(town_dir).ephemeral()  # ... the damage is still reported
-
-
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
@@ -216,7 +178,7 @@ def test_records_that_are_not_items_are_errors(cli, rig, town_dir, line, problem
         assert "internal error" not in done.stderr
 
 
-@pytest.mark.parametrize("name", ["issues.jsonl", "ephemeral.jsonl"])
+@pytest.mark.parametrize("name", ["issues.jsonl"])
 def test_a_store_file_the_system_cannot_read_is_named_not_an_internal_error(cli, rig, town_dir, name):
     blocker = town_dir / ".sluice" / "rigs" / "alpha" / name
     blocker.mkdir(parents=True)  # a directory where the file belongs
@@ -245,31 +207,6 @@ def test_blank_schema_and_memory_lines_are_skipped(cli, rig, town_dir):
     assert [r["id"] for r in cli.json("item", "list")] == ["al-one"]
 
 
-def test_torn_last_line_of_the_ephemeral_log_is_ignored_then_mended(cli, rig, town_dir):
-    path = ephemeral_path(town_dir)
-    whole = json.dumps(record("al-wisp-1", ephemeral=True))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes((whole + "\n" + '{"id": "al-wisp-2", "title": "interr').encode())
-
-    done = cli.run("item", "ready", "--json")  # reads the ephemeral log (wisps can block items)
-    assert "warning:" in done.stderr and f"{path}:2" in done.stderr and "torn" in done.stderr
-    assert set(store_of(town_dir).ephemeral()) == {"al-wisp-1"}
-
-    store_of(town_dir).put_ephemeral_many([record("al-wisp-3", ephemeral=True)])
-    lines = valid_jsonl(path)
-    assert [r["id"] for r in lines] == ["al-wisp-1", "al-wisp-3"]
-    assert "warning" not in cli.run("item", "ready").stderr
-
-
-def test_complete_last_record_missing_its_newline_is_kept(rig, town_dir):
-    path = ephemeral_path(town_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(json.dumps(record("al-wisp-1")).encode())  # whole record, no newline
-    assert set(store_of(town_dir).ephemeral()) == {"al-wisp-1"}
-    store_of(town_dir).put_ephemeral_many([record("al-wisp-2")])
-    assert [r["id"] for r in valid_jsonl(path)] == ["al-wisp-1", "al-wisp-2"]
-
-
 def test_torn_last_line_of_the_durable_file_is_ignored_with_a_warning(cli, rig, town_dir):
     path = issues_path(town_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -277,18 +214,6 @@ def test_torn_last_line_of_the_durable_file_is_ignored_with_a_warning(cli, rig, 
     done = cli.run("item", "list", "--json")
     assert [r["id"] for r in json.loads(done.stdout)] == ["al-one"]
     assert f"{path}:2" in done.stderr and "torn" in done.stderr
-
-
-def test_last_line_wins_in_the_ephemeral_log_and_compaction_keeps_it(rig, town_dir):
-    store = store_of(town_dir)
-    store.put_ephemeral_many([record("al-wisp-1", "v1")])
-    store.put_ephemeral_many([record("al-wisp-2", "other")])
-    store.update_ephemeral_many({"al-wisp-1": lambda r: {**r, "title": "v2"}})
-    store.put_ephemeral_many([{**record("al-wisp-1", "v3"), "status": "closed"}])
-    assert store_of(town_dir).ephemeral()["al-wisp-1"]["title"] == "v3"
-    assert compact(store).removed == 2
-    lines = valid_jsonl(ephemeral_path(town_dir))
-    assert [(r["id"], r["title"]) for r in lines] == [("al-wisp-2", "other"), ("al-wisp-1", "v3")]
 
 
 # -- rewrites ---------------------------------------------------------------------------------
@@ -406,21 +331,6 @@ def test_deleting_or_damaging_the_index_loses_nothing(cli, rig, town_dir):
     assert index.read_bytes().startswith(b"SQLite format 3")
 
 
-def test_ephemeral_wisp_blocking_a_durable_item_is_seen(cli, rig, town_dir):
-    """The index holds durable rows only; an ephemeral blocker must still count (wisps block work)."""
-    write_lines(issues_path(town_dir), [
-        json.dumps({**record("al-work"), "dependencies": [
-            {"issue_id": "al-work", "depends_on_id": "al-wisp-mol", "type": "blocks"}]}),
-        json.dumps(record("al-free")),
-    ])  # fmt: skip
-    assert {r["id"] for r in cli.json("item", "ready")} == {"al-work", "al-free"}  # target missing: no block
-    store_of(town_dir).put_ephemeral_many([record("al-wisp-mol", ephemeral=True)])
-    assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]
-    assert {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")} == {"al-work": ["al-wisp-mol"]}
-    store_of(town_dir).update_ephemeral_many({"al-wisp-mol": lambda r: {**r, "status": "closed"}})
-    assert {r["id"] for r in cli.json("item", "ready")} == {"al-work", "al-free"}
-
-
 def test_read_jsonl_reports_line_numbers_of_records(tmp_path):
     path = tmp_path / "f.jsonl"
     header = '{"_schema": "beads-jsonl/1"}'
@@ -432,40 +342,9 @@ def test_read_jsonl_reports_line_numbers_of_records(tmp_path):
 def test_a_second_town_process_sees_writes_of_the_first(rig, town_dir):
     first, second = store_of(town_dir), store_of(town_dir)
     assert second.durable() == []
-    first.put_ephemeral_many([record("al-wisp-1")])
     Cli(town_dir).run("item", "create", rig, "--title", "from the cli")
     second.refresh()
-    assert len(second.durable()) == 1 and "al-wisp-1" in second.ephemeral()
-
-
-def test_ephemeral_child_of_a_blocked_durable_epic_inherits_its_blockage(cli, rig, town_dir):
-    write_lines(issues_path(town_dir), [
-        json.dumps({**record("al-epic", issue_type="epic"), "dependencies": [
-            {"issue_id": "al-epic", "depends_on_id": "al-gate", "type": "blocks"}]}),
-        json.dumps(record("al-gate", priority=0)),
-    ])  # fmt: skip
-    store_of(town_dir).put_ephemeral_many([{**record("al-wisp-step", ephemeral=True), "dependencies": [
-        {"issue_id": "al-wisp-step", "depends_on_id": "al-epic", "type": "parent-child"}]}])  # fmt: skip
-    rows = {r["id"]: r["blocked_by"] for r in cli.json("item", "blocked")}
-    assert rows == {"al-epic": ["al-gate"], "al-wisp-step": ["al-epic"]}
-    assert [r["id"] for r in cli.json("item", "ready")] == ["al-gate"]
-
-
-def test_records_of_the_ephemeral_log_are_never_ready_work_flag_or_no_flag(cli, rig, town_dir):
-    """The answer must not depend on whether some other record sends readiness down the exact path."""
-    write_lines(issues_path(town_dir), [json.dumps(record("al-free"))])
-    write_lines(ephemeral_path(town_dir), [json.dumps(record("al-wisp-noflag", priority=0))])
-    assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]  # the index answers alone
-    write_lines(issues_path(town_dir), [
-        json.dumps(record("al-free")),
-        json.dumps({**record("al-work"), "dependencies": [
-            {"issue_id": "al-work", "depends_on_id": "al-wisp-mol", "type": "blocks"}]}),
-    ])  # fmt: skip
-    # now ephemeral records matter
-    store_of(town_dir).put_ephemeral_many([record("al-wisp-mol", ephemeral=True)])
-    assert [r["id"] for r in cli.json("item", "ready")] == ["al-free"]
-    assert [d["node_id"] for d in cli.json("schedule", "next", "--preview", "--limit", "5")] == ["al-free"]
-    assert cli.json("schedule", "status")["ready_count"] == 1
+    assert len(second.durable()) == 1 and first.durable() == second.durable()
 
 
 def _index_over(tmp_path: Path, reads) -> DurableIndex:
@@ -555,49 +434,6 @@ def test_many_bad_priorities_are_summarised_not_flooded(cli, rig, town_dir):
     for _ in range(2):  # the rebuild and a later read say the same
         err = cli.run("item", "ready", "--limit", "1").stderr
         assert err.count("is not an integer 0-4") == 20 and "40 more warning(s) like these" in err
-
-
-def test_the_reader_after_appends_brings_the_log_summary_up_to_date_from_the_lines_after_its_mark(
-        town_dir, rig):
-    writer = store_of(town_dir)
-    writer.put_ephemeral_many([record("al-wisp-a", labels=["sluice:sling-context"],
-                                dependencies=[{"issue_id": "al-wisp-a", "depends_on_id": "al-1",
-                                               "type": "tracks"}])])
-    assert store_of(town_dir).index_is_exact()  # a reader summarises the log once and keeps it
-    writer.put_ephemeral_many([
-        record("al-wisp-b", labels=["sluice:sling-context"]),
-        record("al-wisp-c", dependencies=[{"issue_id": "al-wisp-c", "depends_on_id": "al-2",
-                                           "type": "parent-child"}]),
-    ])
-    writer.update_ephemeral_many({"al-wisp-a": lambda r: {**r, "status": "closed"}})
-    summary_path = writer.index_path.with_suffix(".ephemeral.json")
-    stale = json.loads(summary_path.read_text())
-    assert stale["mark"]["lines"] == 1  # appenders leave it alone: an append costs what it writes
-    reader = store_of(town_dir)
-    assert not reader.index_is_exact() and reader.log_unread()  # from the kept summary and the 3 lines after
-    # ... and it says what reading the whole log says.
-    fresh = store_of(town_dir)
-    summary = fresh._summarise(fresh.ephemeral_fresh().values())
-    assert summary == ({"al-wisp-a", "al-wisp-b", "al-wisp-c"}, True, False)
-    assert reader._ephemeral_summary() == summary
-    # Once the lines after its mark outnumber what rewriting it costs, the reader keeps it at the end.
-    writer.put_ephemeral_many([record(f"al-wisp-n{n}") for n in range(64)])
-    store_of(town_dir).index_is_exact()
-    kept = json.loads(summary_path.read_text())
-    assert kept["mark"]["offset"] == os.stat(ephemeral_path(town_dir)).st_size and kept["mark"]["lines"] == 68
-    assert set(columns.split(kept["ids"])) == summary[0] | {f"al-wisp-n{n}" for n in range(64)}
-    assert isinstance(kept["ids"], str) and kept["edges"]  # one string: 100,000 ids parse as one
-
-
-def test_a_log_summary_of_an_id_holding_a_newline_is_kept_as_a_list_and_read_back_whole(town_dir, rig):
-    writer = store_of(town_dir)
-    odd = ["al-wisp-a\nal-wisp-b", "al-wisp-c"]
-    writer.put_ephemeral_many([record(rid, labels=["sluice:sling-context"]) for rid in odd])
-    assert store_of(town_dir).index_is_exact()  # a reader summarises the log and keeps it
-    kept = json.loads(writer.index_path.with_suffix(".ephemeral.json").read_text())
-    assert sorted(kept["ids"]) == sorted(odd)
-    reader = store_of(town_dir)
-    assert reader._ephemeral_summary()[0] == set(odd) and reader.log_unread()  # from the kept summary
 
 
 def test_ready_groups_count_deferred_candidates_by_the_clock(town_dir, rig):

@@ -12,6 +12,7 @@ import pytest
 
 from helpers.polecats import configure
 from helpers.scheduler import (
+    database_dump,
     drop_etas,
     item,
     sleeper,
@@ -55,9 +56,10 @@ def _observable(cli) -> dict:
     polecats = [(p["id"], p["state"]) for p in cli.json("polecat", "list")]
     sluice = cli.town / ".sluice"
     files = {str(p.relative_to(sluice)): p.read_bytes() for p in sorted(sluice.rglob("*"))
-             if p.is_file() and "runtime" not in p.parts[len(sluice.parts):][:1]}
-    state = (sluice / "runtime" / "scheduler-state.json")
-    files["state"] = state.read_bytes() if state.exists() else b""
+             if p.is_file() and "runtime" not in p.parts[len(sluice.parts):][:1]
+             and not p.name.startswith("town.db")}
+    database = sluice / "town.db"  # the scheduler and admission state among the rest, by what it holds
+    files["town.db"] = database_dump(database).encode() if database.exists() else b""
     return {"status": status, "polecats": polecats, "files": files}
 
 

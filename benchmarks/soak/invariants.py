@@ -34,7 +34,7 @@ class Evidence:
     launches: dict[str, dict] = field(default_factory=dict)  # polecat id -> executor record
     contexts: dict[str, dict] = field(default_factory=dict)  # context id -> last version
     context_rig: dict[str, str] = field(default_factory=dict)
-    replay: list[tuple[str, dict]] = field(default_factory=list)  # (rig, version) in log order
+    replay: list[tuple[str, dict]] = field(default_factory=list)  # (event type, payload) in commit order
     items: dict[str, dict[str, dict]] = field(default_factory=dict)  # own rig -> id -> record
 
     def ops(self, *names: str) -> list[dict]:
@@ -53,15 +53,13 @@ def gather(layout: Layout) -> Evidence:
         except ValueError:
             continue
         ev.launches.setdefault(record.get("id", path.stem), record)
+    for rig, record in _stored_contexts(layout.town):
+        ev.contexts[record["id"]] = record
+        ev.context_rig[record["id"]] = rig
+    for event in _lines(layout.town / ".sluice" / "events" / "scheduler.jsonl"):
+        if event.get("type") in ("Enqueued", "ContextClosed"):
+            ev.replay.append((event["type"], event.get("payload") or {}))
     for rig_dir in sorted((layout.town / ".sluice" / "rigs").iterdir()):
-        for record in archived(rig_dir / "ephemeral.archive.jsonl.gz"):  # compaction's, older than the log
-            ev.contexts[record["id"]] = record
-            ev.context_rig[record["id"]] = rig_dir.name
-            ev.replay.append((rig_dir.name, record))
-        for record in _lines(rig_dir / "ephemeral.jsonl"):
-            ev.contexts[record["id"]] = record
-            ev.context_rig[record["id"]] = rig_dir.name
-            ev.replay.append((rig_dir.name, record))
         own = rig_dir / "issues.jsonl"
         if own.exists():
             ev.items[rig_dir.name] = {r["id"]: r for r in _lines(own)}
@@ -88,6 +86,23 @@ def archived(path: Path, key: str = "id") -> list[dict]:
         data = unpack.unused_data
         out += _records_in(text, key)
     return out
+
+
+def _stored_contexts(town: Path) -> list[tuple[str, dict]]:
+    """Every sling context in the town database, open and closed, with its rig (as ``sluice export``
+    prints them), read straight from the database file."""
+    from sluice.store.contexts import records
+    from sluice.store.town import Town
+
+    return [(record_rig, record) for record_rig, record in
+            ((_rig_of(town, r), r) for r in records(Town(town)))]
+
+
+def _rig_of(town: Path, record: dict) -> str:
+    from sluice.store.contexts import rig_of
+    from sluice.store.town import Town
+
+    return rig_of(Town(town), record["id"]) or ""
 
 
 def _lines(path: Path) -> list[dict]:
@@ -177,20 +192,27 @@ def acked_slings_accounted(ev: Evidence) -> list[str]:
 
 
 def one_open_context_per_item(ev: Evidence) -> list[str]:
-    """Slinging is idempotent: an item never has two open contexts at once (replayed from the logs)."""
-    out, open_by_item, item_of = [], defaultdict(set), {}
-    for _rig, record in ev.replay:
-        work = fields_of(record).get("work_bead_id")
-        if not work:
+    """Slinging is idempotent: an item never has two open contexts at once.
+
+    Replayed from the event log, which holds every committed opening
+    (``Enqueued``) and close (``ContextClosed``) once, in commit order; and
+    the database itself must hold at most one open context per item.
+    """
+    out, open_by_item = [], defaultdict(set)
+    for kind, payload in ev.replay:
+        work, context = payload.get("item_id"), payload.get("context_id")
+        if not work or not context:
             continue
-        item_of[record["id"]] = work
-        if record.get("status") == "closed":
-            open_by_item[work].discard(record["id"])
+        if kind == "ContextClosed":
+            open_by_item[work].discard(context)
             continue
-        others = open_by_item[work] - {record["id"]}
-        if others and record["id"] not in open_by_item[work]:
-            out.append(f"item {work}: context {record['id']} opened while {sorted(others)} was open")
-        open_by_item[work].add(record["id"])
+        others = open_by_item[work] - {context}
+        if others:
+            out.append(f"item {work}: context {context} opened while {sorted(others)} was open")
+        open_by_item[work].add(context)
+    now_open = Counter(fields_of(c).get("work_bead_id") for c in ev.contexts.values()
+                       if c.get("status") == "open" and fields_of(c).get("work_bead_id"))
+    out += [f"item {work}: {n} open contexts in the database" for work, n in now_open.items() if n > 1]
     return out
 
 
@@ -318,6 +340,18 @@ def repos_untouched(layout: Layout, before: dict[str, dict]) -> list[str]:
     return out
 
 
+def _paused(town: Path) -> bool:
+    """The pause as the town database holds it, read with the stdlib alone (no sluice import here)."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{town / '.sluice' / 'town.db'}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT paused FROM scheduler_state WHERE id = 1").fetchone()
+    finally:
+        conn.close()
+    return bool(row and row[0])
+
+
 def status_agrees(layout: Layout, cap: int, max_failures: int) -> list[str]:
     """The final ``scheduler status`` against a recount from the files as status left them.
 
@@ -333,9 +367,9 @@ def status_agrees(layout: Layout, cap: int, max_failures: int) -> list[str]:
     except ValueError:
         return [f"scheduler status gave no JSON: {done.stderr.strip()[-300:]}"]
     out = []
-    state = json.loads((layout.town / ".sluice" / "runtime" / "scheduler-state.json").read_text())
-    if status["paused"] != state.get("paused", False):
-        out.append(f"paused: status {status['paused']}, state file {state.get('paused')}")
+    paused = _paused(layout.town)
+    if status["paused"] != paused:
+        out.append(f"paused: status {status['paused']}, town database {paused}")
     if status["max_polecats"] != cap:
         out.append(f"max_polecats: status {status['max_polecats']}, config {cap}")
     if status["active_polecats"] != 0:

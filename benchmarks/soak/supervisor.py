@@ -189,14 +189,10 @@ class Supervisor:
     def tear_a_log(self) -> None:
         """Leave a torn last line in one append-only log, under the lock its writers hold."""
         from sluice.store import fsutil
-        from sluice.store.rigstore import RigStore
         from sluice.store.town import Town
 
         town = Town(self.layout.town)
         choices: list[tuple[Path, Path | None]] = [(self.chaos.path, None)]
-        for rig in town.rigs():
-            store = RigStore(town, rig)
-            choices.append((store.ephemeral_path, store.lock_path))
         choices += [(town.events_path, town.lock_path("events")),
                     (town.decisions_path, town.lock_path("decisions")),
                     (town.workers_dir / "finished.jsonl", town.lock_path("workers"))]

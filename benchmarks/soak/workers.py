@@ -239,12 +239,15 @@ def first_held(status: dict | None) -> dict | None:
 
 
 def town_state(town: Path) -> list[tuple[str, int, int]]:
-    """Every file a read command looks at, by size and time: equal twice means nothing changed between."""
+    """Every file a read command looks at, by size and time, and the town database's versions: equal twice
+    means nothing changed between."""
     out = []
     for path in sorted((town / ".sluice").rglob("*")):
-        # Logs that no admission rule reads, and caches and heartbeats, change without changing the plan.
+        # Logs that no admission rule reads, and caches, change without changing the plan; the database's
+        # bytes move when nothing in it changed (a reader's marks, a checkpoint): its versions say instead.
         if path.suffix in (".lock", ".log") or "index" in path.parts or "events" in path.parts \
-                or path.name in ("daemon.json", "decisions.jsonl") or path.name.endswith("-cache.json"):
+                or path.name == "decisions.jsonl" or path.name.endswith("-cache.json") \
+                or path.name.startswith("town.db"):
             continue
         try:
             stat = path.stat()
@@ -254,7 +257,27 @@ def town_state(town: Path) -> list[tuple[str, int, int]]:
             out.append((str(path), stat.st_size, stat.st_mtime_ns))
     hold = town / HOLD_FILE
     out.append((str(hold), int(hold.exists()), 0))
+    out += database_versions(town)
     return out
+
+
+def database_versions(town: Path) -> list[tuple[str, int, int]]:
+    """The versions the town database's writers advance, the daemon's heartbeat's aside (it moves each
+    tick without changing the plan)."""
+    import sqlite3
+
+    database = town / ".sluice" / "town.db"
+    if not database.exists():
+        return []
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = conn.execute("SELECT name, value FROM versions WHERE name <> 'heartbeat'"
+                            " ORDER BY name").fetchall()
+    except sqlite3.OperationalError:  # made a moment ago: no versions yet
+        rows = []
+    finally:
+        conn.close()
+    return [(f"version:{name}", value, 0) for name, value in rows]
 
 
 def exporter(w: Worker) -> None:

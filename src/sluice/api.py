@@ -53,6 +53,7 @@ from sluice.results import (
     Decisions,
     DependencyAdded,
     Explanation,
+    Export,
     Feed,
     Forecast,
     ImportResult,
@@ -464,6 +465,15 @@ class Town:
 
         return Polecats.from_json(polecat_listing(self._session(), running_only=running))
 
+    def export(self, rig: str | None = None, *, runs: bool = False, open_only: bool = False) -> Export:
+        """The town's own records as beads tools read them (``sluice export``): a rig's (or every rig's)
+        ephemeral records in the shape of beads JSONL, oldest first, or with ``runs`` the run records."""
+        from sluice.store.export import ephemeral_records, run_records
+
+        if runs:
+            return Export.from_json(run_records(self.files))
+        return Export.from_json(ephemeral_records(self.files, rig, open_only=open_only))
+
     def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
              since: str | None = None, limit: int = 100) -> Runs:
         """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
@@ -547,9 +557,12 @@ def open_town(path: str | Path | None = None, executor: Executor | None = None) 
     ``executor`` replaces the configured executor for every call through
     the returned town (e.g. an in-memory one in tests).
     """
+    from sluice.store.migrate import ensure
     from sluice.store.town import find_town
 
-    return Town(find_town(path), executor)
+    files = find_town(path)
+    ensure(files)
+    return Town(files, executor)
 
 
 def init_town(path: str | Path, executor: Executor | None = None) -> Town:

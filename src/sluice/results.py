@@ -36,6 +36,8 @@ __all__ = [
     "Decisions",
     "DependencyAdded",
     "Explanation",
+    "Export",
+    "ExportedRecord",
     "Feed",
     "FeedEntry",
     "Forecast",
@@ -638,6 +640,22 @@ class Runs(_Rows):
     """``sluice runs``: :class:`RunRecord` rows, newest first."""
 
     row: ClassVar[Any] = RunRecord
+
+
+@result
+class ExportedRecord(_Mapping, _Document):
+    """One line of ``sluice export``: a rig's ephemeral issue record in beads' shape (``id``), or with
+    ``runs`` a run record (``run_id``)."""
+
+    id: str | None = None
+    run_id: str | None = None
+
+
+@result
+class Export(_Rows):
+    """``sluice export``: :class:`ExportedRecord` rows, oldest first."""
+
+    row: ClassVar[Any] = ExportedRecord
 
 
 @result

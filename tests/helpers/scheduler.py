@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -82,10 +83,6 @@ def issues_path(town: Path, rig: str) -> Path:
     return town / ".sluice" / "rigs" / rig / "issues.jsonl"
 
 
-def ephemeral_path(town: Path, rig: str) -> Path:
-    return town / ".sluice" / "rigs" / rig / "ephemeral.jsonl"
-
-
 def write_items(town: Path, rig: str, records: list[dict]) -> None:
     """Add durable items to a rig's own store (as `sluice item import` would leave them)."""
     path = issues_path(town, rig)
@@ -108,7 +105,11 @@ def records(path: Path) -> dict[str, dict]:
 
 
 def contexts(town: Path, rig: str) -> list[dict]:
-    found = records(ephemeral_path(town, rig)).values()
+    """A rig's sling contexts, open and closed, as ``sluice export RIG`` prints them (from the database)."""
+    from sluice.store.contexts import records as stored
+    from sluice.store.town import Town
+
+    found = stored(Town(town), rig)
     return [r for r in found if "sluice:sling-context" in r.get("labels", [])]
 
 
@@ -130,13 +131,31 @@ def events(town: Path, event_type: str | None = None) -> list[dict]:
 
 
 def tree_hash(root: Path) -> str:
-    """Names and bytes of every file under ``root`` (not mtimes)."""
+    """Names and bytes of every file under ``root`` (not mtimes); the town database by what it holds.
+
+    The database's bytes move without a change of what it holds (a reader's
+    marks in its shared memory, a checkpoint of its log when the last
+    connection closes), so it is hashed as the SQL text of its rows.
+    """
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
+        if path.name.startswith("town.db-"):  # its write-ahead log and shared memory: in its rows
+            continue
         digest.update(str(path.relative_to(root)).encode())
-        if path.is_file():
+        if path.name == "town.db":
+            digest.update(database_dump(path).encode())
+        elif path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def database_dump(path: Path) -> str:
+    """The SQL text of everything a town database holds."""
+    conn = sqlite3.connect(path)
+    try:
+        return "\n".join(conn.iterdump())
+    finally:
+        conn.close()
 
 
 def python_command(code: str, *args: str) -> str:
@@ -206,3 +225,31 @@ def memory_alpha(base: Path, clock, records: list[dict]):
     memory = MemoryExecutor(clock).serve(Town(town_dir))
     write_items(town_dir, "alpha", records)
     return town_dir, memory
+
+
+def put_records(town: Path, rig: str, records: list[dict]) -> None:
+    """Write ephemeral records into a rig's store as they are (a hand-made or damaged context; a second
+    open context of an item is written as a migrated town's duplicate is, outside the constraint)."""
+    from sluice.store.contexts import insert
+    from sluice.store.town import Town
+
+    db = Town(town).db
+    with db.transaction() as conn:
+        taken = {row[0] for row in conn.execute("SELECT open_item FROM issues WHERE open_item IS NOT NULL")}
+        insert(conn, rig, records, open_items=taken)
+        db.advance("queue")
+    db.close()
+
+
+def edit_fields(town: Path, rig: str, change) -> None:
+    """Change the sling-context fields (a dict) of every open context of a rig, as a hand edit would."""
+    from sluice.store.town import Town
+
+    db = Town(town).db
+    with db.transaction() as conn:
+        rows = conn.execute("SELECT id, description FROM issues WHERE rig = ? AND status = 'open'", (rig,))
+        for context_id, text in rows.fetchall():
+            fields = json.loads(text)
+            change(fields)
+            conn.execute("UPDATE issues SET description = ? WHERE id = ?", (json.dumps(fields), context_id))
+        db.advance("queue")

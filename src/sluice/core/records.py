@@ -166,7 +166,8 @@ class SlingContextFields(_Record):
 
 @recordclass
 class SchedulerState(_Record):
-    """``runtime/scheduler-state.json``: the pause flag and the last dispatch."""
+    """The scheduler's state (the town database's ``scheduler_state`` row): the pause flag and the last
+    dispatch."""
 
     paused: bool = False
     paused_by: str | None = None

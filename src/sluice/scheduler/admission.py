@@ -252,16 +252,26 @@ def ready_why(paused: bool, held: Iterable[Reason]) -> list[str]:
 def note_budget(town: Town, assessment: Assessment) -> bool:
     """After a real cycle: log ``BudgetExhausted`` when the budget starts holding work (once per spell)."""
     held = any(r.code == rules.BUDGET for reasons in assessment.admission.held.values() for r in reasons)
-    if not held and not kept.read(town, kept.BUDGET).get("exhausted"):
-        return False
-
-    def change(data: dict) -> bool:
-        was = bool(data.get("exhausted"))
-        data["exhausted"] = held
-        return held and not was
-
-    started = kept.update(town, kept.BUDGET, change)
+    started = kept.note_exhausted(town, held)
     if started:  # what is spent now, this cycle's launches included
         spend = kept.spend(town, time.time(), town.config.scheduler.seconds("budget_window"))
         events.emit_event(town, events.BUDGET_EXHAUSTED, {"spent": spend.town, "rigs": dict(spend.rigs)})
     return started
+
+
+def cycle_summary(view: Survey, assessment: Assessment) -> dict:
+    """What a dispatch cycle would report of this survey and admission, and whether it had anything to do.
+
+    ``tidy``: nothing for the cycle to write before it plans (no stale or
+    duplicate context to close, no missing item to mark or unmark).
+    """
+    plan = assessment.admission
+    why: dict[str, int] = {}
+    for reasons in plan.held.values():
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + 1
+    if view.backing_off:
+        why[rules.BACKOFF] = len(view.backing_off)
+    return {"planned": len(plan.to_dispatch), "ready": len(view.ready), "backing_off": len(view.backing_off),
+            "skipped": plan.skipped, "why": why, "reason": plan.reason,
+            "tidy": not (view.stale or view.held or view.duplicates or view.reappeared)}

@@ -2,7 +2,7 @@
 
 A context that failed ``scheduler.max_dispatch_failures`` launches closes
 ``circuit-broken`` and its item is booked here
-(:mod:`sluice.store.admission_state`).  Once ``scheduler.breaker_cooldown``
+(:mod:`sluice.store.admission_state`, the ``breaker`` table).  Once ``scheduler.breaker_cooldown``
 has passed, :func:`requeue_due` queues it again one failure short of the
 threshold — one more failure trips it again, with a longer cooldown; a
 launch heals it.  An item whose *runs* failed past
@@ -21,7 +21,8 @@ from sluice.errors import InvalidOperation
 from sluice.scheduler.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
-from sluice.store import events, openqueue
+from sluice.store import contexts as ctxs
+from sluice.store import events
 from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def reset(where: Town | Session, item_id: str) -> dict:
     """``scheduler reset ITEM``: forget the breaker record and queue the item now with a fresh count."""
     session = Session.of(where)
     town, stores = session.files, session.stores
-    entry = kept.broken(town).get(item_id)
+    entry = kept.broken_entry(town, item_id)
     if entry is None:
         raise InvalidOperation(f"{item_id} is not circuit-broken (see `sluice scheduler broken`)")
     record = queue_again(town, stores, item_id, entry["rig"], entry.get("sling", {}), 0)
@@ -90,7 +91,7 @@ def reset(where: Town | Session, item_id: str) -> dict:
     if record:
         context_id = record["id"]
     else:
-        already = openqueue.find_open(stores, item_id)
+        already = ctxs.find_open(stores.town, item_id)
         context_id = already[0].id if already else None
     events.emit_event(
         town, events.REQUEUED,

@@ -25,7 +25,8 @@
   is logged by the cycle itself, once per spell).  A notifier is
   bounded by ``scheduler.notify_timeout`` and its failures are log lines.
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
-  ``runtime/daemon.json`` holds pid, started_at, last_tick_at, last_result.
+  (the town database's ``heartbeat`` row, :mod:`sluice.store.state`) holds
+  pid, started_at, interval, ticks, last_tick_at, last_result.
 * SIGTERM / SIGINT stop the daemon cleanly: a tick in progress finishes, no
   new one starts.
 """
@@ -57,7 +58,7 @@ from sluice.scheduler.polecats import stop_overdue
 from sluice.scheduler.session import Session
 from sluice.store import forecasts, fsutil
 from sluice.store.events import QUEUE_DRAINED, emit_event
-from sluice.store.state import heartbeat_path, read_heartbeat
+from sluice.store.state import read_heartbeat, write_heartbeat
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -182,12 +183,15 @@ class Daemon:
             "last_result": self.last_result, **extra,
         }
         try:
-            fsutil.atomic_write_json(heartbeat_path(self.town), beat)
-        except OSError as err:  # the heartbeat goes stale (status reports it); the daemon goes on
+            write_heartbeat(self.town, beat)
+        except (OSError, SluiceError) as err:  # the heartbeat goes stale (status says so); the daemon goes on
             self.echo(f"{iso()} warning: {printable(str(err))}")
 
     def _last_tick_at(self) -> str | None:
-        beat = read_heartbeat(self.town) or {}
+        try:
+            beat = read_heartbeat(self.town) or {}
+        except SluiceError:  # the database refuses a read: the tick goes on, its heartbeat says less
+            return None
         return beat.get("last_tick_at") if beat.get("pid") == os.getpid() else None
 
     def tick(self) -> bool:
@@ -333,7 +337,10 @@ class Daemon:
         try:
             lock.acquire()
         except LockBusy:
-            other = (read_heartbeat(self.town) or {}).get("pid")
+            try:
+                other = (read_heartbeat(self.town) or {}).get("pid")
+            except SluiceError:
+                other = None
             who = f" (pid {other})" if other else ""
             raise InvalidOperation(f"a sluice daemon is already running for this town{who}") from None
         previous = {}

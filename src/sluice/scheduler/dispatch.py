@@ -51,16 +51,15 @@ from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.core.recordclass import replace
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, SluiceError, UsageError
-from sluice.scheduler import admission, chain, ends, queuekeep, runs
+from sluice.scheduler import admission, ends, runs
 from sluice.scheduler import gates as gate_view
 from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, Started, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.polecats import retry_window
-from sluice.scheduler.queue import keep_head
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import fsutil, openqueue
+from sluice.store import fsutil
 from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
@@ -140,7 +139,7 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     if not sched.deferred:
         report.reason = "direct"
         if not report.dry_run and not daemon:
-            left = sum(1 for c in openqueue.open_contexts(stores) if c.valid)
+            left = sum(1 for c in ctxs.open_contexts(town) if c.valid)
             if left:
                 report.messages.append(
                     f"{left} sling context(s) still open from an earlier deferred mode;"
@@ -169,37 +168,16 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     gates = gate_view.current(town, fresh=not report.dry_run)
     active = session.require_active()
     report.capacity = max(0, sched.max_polecats - len(active))
-    # The queue's inputs, taken before the survey: a cycle that launches nothing keeps its head.
-    plain = not report.dry_run and item is None and not ignore_backoff and report.batch == sched.batch_size
-    key = queuekeep.inputs(session) if plain else None
-    idle = queuekeep.idle_cycle(session) if key is not None else None
-    if idle is not None:  # the queue the last survey saw, unchanged: nothing to launch or close
-        _report_plan(report, idle)
+    planned, assessment = _surveyed(session, report, active, gates, now, ignore_backoff, item)
+    if report.dry_run:
         return report
-    taken = chain.take(session, report.batch, gates) if plain else None
-    if taken is not None:  # the queue the last cycle left, changed since only by its own lines
-        assessment = None
-        _report_plan(report, chain.summary(taken))
-        planned = [a.payload for a in taken.tally.to_dispatch]
-        report.planned = [_planned_row(w) for w in planned]
-        base = taken.data
-    else:
-        before = chain.before_survey(session) if plain else None
-        planned, assessment = _surveyed(session, report, active, gates, now, ignore_backoff, item, key)
-        if report.dry_run:
-            return report
-        # A cycle that plans nothing (a queue behind a binding cap) leaves a chain too: the views and
-        # cycles after a sling or a clear then fold it in instead of surveying a queue that cannot move.
-        base = chain.from_survey(session, before, assessment.view, assessment.applicants)
 
     launcher = Launcher(session, template, sched.max_dispatch_failures, report, sleep)
     launched: list[str] = []
-    complete = True  # every launch tried was made and closed: the chain may be left
     delay = sched.seconds("spawn_delay")
     waiting: list[Started] = []  # launches begun whose polecats are not known yet, in plan order
 
     def finish_waiting() -> None:
-        nonlocal complete
         batch, before = waiting[:], report.dispatched
         waiting.clear()
         if not batch:
@@ -214,7 +192,6 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
         if report.dispatched > before:  # once per batch booked: a cycle killed later still has them
             record_dispatch(town, report.dispatched)
         launched.extend(s.work.context_id for s, made in zip(batch, outcomes, strict=True) if made)
-        complete = complete and all(outcomes)
 
     try:
         for position, work in enumerate(planned):
@@ -228,7 +205,6 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
                 break
             started = launcher.start(work)
             if started is None:
-                complete = False
                 continue
             waiting.append(started)
             if delay > 0 or started.alone or len(waiting) >= OVERLAP:  # (a delay after each one made)
@@ -243,11 +219,8 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
             raise stop from also  # what stopped the loop is what the cycle reports
         raise
     finish_waiting()
-    if plain:
-        chain.leave(session, base, launched, complete)
     try:  # after the launches, so the event counts what they spent
-        if assessment is not None:  # a chained cycle has no budget (none is chained) to note
-            admission.note_budget(town, assessment)
+        admission.note_budget(town, assessment)
     except OSError as err:  # the launches are made: a refused note is a warning, not a failed cycle
         report.messages.append(f"warning: the budget's exhausted flag was not written: {err}")
     return report
@@ -255,7 +228,7 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
 
 
 def _surveyed(session: Session, report: CycleReport, active, gates, now: float, ignore_backoff: bool,
-              item: str | None, key: list | None):
+              item: str | None):
     """The survey path of a cycle: survey, tidy, admit and report; returns (planned works, assessment)."""
     town, config, stores = session.files, session.config, session.stores
     sched = config.scheduler
@@ -274,7 +247,7 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
         [work] = view.ready
         raise NotAdmitted(item, admission.reasons_of(assessment, work, "ready", config))
     plan = assessment.admission
-    _report_plan(report, queuekeep.cycle_summary(view, assessment))
+    _report_plan(report, admission.cycle_summary(view, assessment))
     for held in view.held:
         code = rules.RIG_UNREADABLE if held.reason == RIG_UNREADABLE else rules.MISSING_ITEM
         report.why[code] = report.why.get(code, 0) + 1
@@ -282,15 +255,11 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
     # stays true.  `reason: paused` means exactly "the cycle skipped planning".
     planned = [a.payload for a in plan.to_dispatch]
     report.planned = [_planned_row(w) for w in planned]
-    if report.dry_run:
-        return planned, assessment
-    if key is not None and not planned:  # an idle tick: the next one over the same queue need not survey
-        keep_head(session, key, view, assessment)
     return planned, assessment
 
 
 def _report_plan(report: CycleReport, summary: dict) -> None:
-    """The survey's and the plan's figures (a :func:`~sluice.scheduler.queuekeep.cycle_summary`)."""
+    """The survey's and the plan's figures (a :func:`~sluice.scheduler.admission.cycle_summary`)."""
     report.ready, report.backing_off = summary["ready"], summary["backing_off"]
     report.skipped = summary["skipped"]
     report.why.update(summary["why"])

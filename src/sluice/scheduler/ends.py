@@ -32,7 +32,8 @@ from sluice.scheduler.requeue import queue_again, sling_params
 from sluice.scheduler.runs import history, outcome_of, running_records, stamp
 from sluice.scheduler.session import Session
 from sluice.scheduler.throttles import throttle_exit
-from sluice.store import events, openqueue
+from sluice.store import contexts as ctxs
+from sluice.store import events
 from sluice.store import runs as log
 from sluice.store.rigstore import Stores
 
@@ -157,11 +158,7 @@ def _context_fields(stores: Stores, record: dict) -> SlingContextFields | None:
     context_id = record.get("context_id")
     if not context_id:
         return None
-    try:
-        store = stores.rig(record["rig"])
-    except SluiceError:  # a removed rig
-        return None
-    found = openqueue.read_fresh(store).get(context_id)
+    found = ctxs.record(stores.town, context_id)
     return SlingContextFields.from_description(found.get("description")) if found else None
 
 

@@ -26,15 +26,14 @@ from sluice.core import budget
 from sluice.core import forecast as model
 from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
-from sluice.core.items import parse_ts
+from sluice.core.items import estimated_minutes, parse_ts
 from sluice.core.recordclass import frozen
 from sluice.errors import SluiceError
 from sluice.logs import log as logger
-from sluice.scheduler import admission, chain, queuekeep, readingtail
+from sluice.scheduler import admission
 from sluice.scheduler import queue as queue_model
 from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.reading import Reading
-from sluice.scheduler.readingtail import is_reading, reading_row
 from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
@@ -42,8 +41,12 @@ from sluice.store import forecasts as kept_forecasts
 from sluice.store import runs as runlog
 from sluice.store.state import load_state, read_heartbeat
 
+#: The rows a replay gives slots to at least (the rest count for the drain alone).
+HEAD_ROWS = 500
+
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
+    from sluice.scheduler.ranking import Work
     from sluice.store.town import Town
 
 
@@ -270,7 +273,7 @@ def _setting(session: Session, caps: dict) -> _Setting:
                           rig_budgets=dict(caps["rig_budgets"]), budget_window=sched.seconds("budget_window"))
     # With no daemon heartbeat the forecast assumes one ticking at the default interval from now.
     daemon = {"running": interval is not None, "interval": limits.interval}
-    return _Setting(learned, running, limits, _charges(town, limits), daemon, load_state(town).paused,
+    return _Setting(learned, running, limits, _charges(town, limits, now), daemon, load_state(town).paused,
                     throttle_end)
 
 
@@ -285,19 +288,16 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     its first rows' times are kept under the same inputs (:func:`kept_head`).
     """
     session = Session.of(where, executor, now)
-    reading, caps, until = _queue_reading(session)
+    reading, caps = _queue_reading(session)
     setting = _setting(session, caps)
     queue = setting.queue(reading)
-    slotted = None if rows is None else max(rows, queuekeep.HEAD_ROWS)  # the rows and the times kept
+    slotted = None if rows is None else max(rows, HEAD_ROWS)
     if slotted is not None and slotted < len(queue):
         result = model.simulate_first(session.now, _FirstRows(queue, slotted), slotted, setting.running,
                                       setting.limits, setting.charges)
     else:
         result = model.simulate(session.now, queue, setting.running, setting.limits, setting.charges)
-    replayed = Replay(result, queue, setting.daemon, _budgets(setting.limits, setting.charges, session.now))
-    if until is not None:
-        _keep_head(session, replayed, until)
-    return replayed
+    return Replay(result, queue, setting.daemon, _budgets(setting.limits, setting.charges, session.now))
 
 
 def head(replayed: Replay) -> dict:
@@ -309,110 +309,17 @@ def head(replayed: Replay) -> dict:
             "items_total": len(replayed.queue)}
 
 
-def kept_head(session: Session, rows: list[dict]) -> dict | None:
-    """The head of the last whole replay of this very queue, and ``rows``' start and finish from it.
-
-    ``rows`` are the queue's first rows (``scheduler status``'s).  A whole
-    replay of 100,000 queued items takes about a second, and a view that
-    refreshes (``top``, the web page, a client polling ``snapshot``) would
-    pay it at every refresh of a queue nothing changed: the replay that
-    :func:`replay` kept for the same inputs (the reading's, so until the
-    same horizon, never more than a minute) answers instead.  Its ``at``
-    says when it was made.  None when there is no such replay, or a row is
-    not among the times it kept (then the caller replays).
-    """
-    key = queuekeep.inputs(session)
-    found = queuekeep.load(session, key, queuekeep.REPLAY_SUMMARY_FILE) if key is not None else None
-    if found is None or not isinstance(found.get("head"), dict) or not isinstance(found.get("times"), dict):
-        return None
-    times, head_of = found["times"], found["head"]
-    whole = len(times) == head_of.get("items_total")  # every slot's times are kept
-    shown = []
-    for row in rows:
-        time = times.get(row["id"])
-        if time is None and not whole:  # past the kept rows: only the whole replay knows
-            return None
-        if time is not None and not (isinstance(time, list) and len(time) == 2):
-            return None
-        shown.append(time or [None, None])
-    for row, (start, done) in zip(rows, shown, strict=True):
-        row["start_at"], row["done_at"] = start, done
-    return head_of
-
-
-def _keep_head(session: Session, replayed: Replay, until: float) -> None:
-    """Keep ``replayed``'s head and the times of its first rows for :func:`kept_head`."""
-    key = queuekeep.inputs(session)
-    if key is None:
-        return
-    slots = replayed.result.slots
-    times = {slot.item_id: [_at(slot.start_at), _at(slot.done_at)] for slot in slots[:queuekeep.HEAD_ROWS]}
-    # The reading stands up to an hour; a replay of it, made at one moment, answers for a minute at most.
-    queuekeep.keep(session, key, min(until, session.now + queuekeep.KEEP_AT_MOST),
-                   {"head": head(replayed), "times": times}, queuekeep.REPLAY_SUMMARY_FILE)
-
-
 def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
     """The replay's slots of the queue's first ``rows`` items, as :func:`replay` gives them.
 
     The replay stops once they have all started
     (:func:`~sluice.core.replay.simulate_head`), so it reads the queue only
-    as far as that: from the head of the reading the last survey of the
-    same inputs kept (:data:`~sluice.scheduler.queuekeep.REPLAY_HEAD_FILE`)
-    when there is one and the replay stays inside it, else the whole
-    reading.
+    as far as that.
     """
-    head = _head_reading(session)
-    if head is None:
-        head = _chain_reading(session)
-    reading, size, caps = head if head is not None else _whole_reading(session)
+    reading, caps = _queue_reading(session)
     setting = _setting(session, caps)
-    try:
-        return model.simulate_head(session.now, setting.queue(reading, size), rows, setting.running,
-                                   setting.limits, setting.charges)
-    except _BeyondReading:  # the walk went past the kept head: the whole reading
-        reading, size, whole_caps = _whole_reading(session)
-        if whole_caps != caps:  # kept under the same inputs, so the same caps; if not, the whole one rules
-            setting = _setting(session, whole_caps)
-        return model.simulate_head(session.now, setting.queue(reading, size), rows, setting.running,
-                                   setting.limits, setting.charges)
-
-
-def _whole_reading(session: Session) -> tuple[Reading, int, dict]:
-    reading, caps, _until = _queue_reading(session)
-    return reading, len(reading), caps
-
-
-def _head_reading(session: Session) -> tuple[Reading, int, dict] | None:
-    """The first rows of the reading the last survey of these inputs kept, the queue's size and its caps."""
-    if session.surveyed is not None:  # this session surveyed: its own reading is at hand
-        return None
-    key = queuekeep.inputs(session)
-    found = queuekeep.load(session, key, queuekeep.REPLAY_HEAD_FILE) if key is not None else None
-    if found is None or not is_reading(found):
-        return None
-    size = found.get("total")
-    if not isinstance(size, int) or isinstance(size, bool) or size < len(found["works"]):
-        return None
-    return Reading.of(found["works"]), size, found["caps"]
-
-
-def _chain_reading(session: Session) -> tuple[Reading, int, dict] | None:
-    """The first rows of the reading a survey would make, from the last cycle's chain, when the queue's
-    page came from it too (:func:`sluice.scheduler.queue.chain_read`): its walk, in queue order, the
-    queue's size and the caps.  None: no chain was taken (a replay past the walk reads the whole)."""
-    if session.surveyed is not None:
-        return None
-    taken = queue_model.chain_read(session) if session.chain_read is not None else None
-    if taken is None:
-        return None
-    head, _gates = taken
-    data, config = head.data, session.config
-    walked = data["works"][:head.walked]
-    works = [reading_row(work, None, None, admission.applicant(work)) for work in walked]
-    caps = admission.limits(config, len(session.active or []), config.scheduler.batch_size)
-    size = sum(sum(n) for n in chain.queue_counts(data).values())  # checked when the page was taken
-    return Reading.of(works), size, _caps_of(caps)
+    return model.simulate_head(session.now, setting.queue(reading, len(reading)), rows, setting.running,
+                               setting.limits, setting.charges)
 
 
 def _caps_of(limits) -> dict:
@@ -421,31 +328,14 @@ def _caps_of(limits) -> dict:
             "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
 
 
-def _queue_reading(session: Session) -> tuple[Reading, dict, float | None]:
-    """Each queued item as the replay reads it, in queue order, the caps and budgets admission reads,
-    and until when the reading is kept (None: it may not be).
+def _queue_reading(session: Session) -> tuple[Reading, dict]:
+    """Each queued item as the replay reads it, in queue order, and the caps and budgets admission reads.
 
     A row is ``[item id, rig, issue type, the item's labels, its estimated
     minutes, its tokens, the end of its backoff (epoch, or None), why it
     cannot start (None, or blocked), and the labels, touches and tokens
-    admission reads]``.  From the survey (the session's, if it made one),
-    or, for a queue nothing changed since, from what the last survey of the
-    same inputs kept (:mod:`sluice.scheduler.queuekeep`), so a forecast of
-    an unchanged queue replays it without surveying it; for a queue changed
-    since only by slings, clears and launches, from that reading carried past
-    them (:mod:`sluice.scheduler.readingtail`).  Its first rows are kept apart
-    too, for :func:`head_slots`.
+    admission reads]``, from the session's survey.
     """
-    key = session.surveyed_inputs  # the inputs of the survey this session made, if it made one
-    if session.surveyed is None:
-        key = queuekeep.inputs(session)
-        found = queuekeep.load(session, key, queuekeep.REPLAY_FILE) if key is not None else None
-        reading = readingtail.kept_reading(found) if found is not None else None
-        if reading is not None:
-            return reading, found["caps"], found["until"]
-        carried = readingtail.carry(session, key) if key is not None else None
-        if carried is not None:  # the kept reading, past the slings, clears and launches since
-            return carried
     _, view, _, assessment = queue_model.queue_view(session)
     retry = retry_window(session.config.scheduler)
     backing_off = {id(w) for w in view.backing_off}
@@ -458,15 +348,7 @@ def _queue_reading(session: Session) -> tuple[Reading, dict, float | None]:
         known = position < len(ready) and ready[position].payload is work
         seen = ready[position] if known else admission.applicant(work)
         works.append(reading_row(work, retry_at, why, seen))
-    caps = _caps_of(assessment.limits)
-    until = None
-    if key is None or not queuekeep.keepable(view, assessment):
-        return Reading.of(works), caps, until
-    until = queuekeep.horizon(session, view, assessment, retry, queuekeep.READING_KEEP_AT_MOST)
-    tail = readingtail.tail_facts(session, view)
-    reading = Reading.of(works, tail[1] if tail is not None else None)
-    readingtail.keep(session, key, until, reading, caps, tail[0] if tail is not None else None)
-    return reading, caps, until
+    return Reading.of(works), _caps_of(assessment.limits)
 
 
 def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:
@@ -568,7 +450,7 @@ def _row_of(session: Session, item_id: str) -> dict | None:
     slot, once given, never changes: :func:`~sluice.core.replay.simulate_head`); None when the queue the
     replay reads does not hold it.  Explaining the 10,000th of 100,000 queued items replays 10,000 of
     them, not all, and builds no row for the rest."""
-    reading, caps, _until = _queue_reading(session)
+    reading, caps = _queue_reading(session)
     try:
         index = reading.ids.index(item_id)
     except ValueError:
@@ -603,15 +485,13 @@ def _running_eta(session: Session, item_id: str) -> dict | None:
             "basis": {**estimate.basis, "kind": estimate.kind}}
 
 
-def _charges(town: Town, limits: model.Limits) -> list[model.Charge]:
+def _charges(town: Town, limits: model.Limits, now: float) -> list[model.Charge]:
     """The launches the budget ledger holds (only read when a budget is set)."""
     if not (limits.town_budget > 0 or any(v > 0 for v in limits.rig_budgets.values())):
         return []
     out = []
-    for entry in kept.read(town, kept.BUDGET).get("launches", []):
-        at, tokens = entry.get("at_ts"), entry.get("tokens")
-        if isinstance(at, (int, float)) and isinstance(tokens, int):
-            out.append(model.Charge(float(at), tokens, str(entry.get("rig", ""))))
+    for entry in kept.charges(town, now, limits.budget_window):
+        out.append(model.Charge(float(entry["at_ts"]), int(entry["tokens"]), entry["rig"]))
     return out
 
 
@@ -660,3 +540,15 @@ def _at(epoch: float | None) -> str | None:
 #: The moments :func:`_at` remembers, at most :data:`_STAMPS_KEPT` of them.
 _stamps: dict[float, str] = {}
 _STAMPS_KEPT = 1 << 16
+
+
+def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> list:
+    """One queued item as the replay reads it: ``[item id, rig, issue type, the item's labels, its
+    estimated minutes, its tokens, the end of its backoff, why it cannot start, and the labels, touches
+    and tokens admission reads]`` (``seen``: its :func:`~sluice.scheduler.admission.applicant`)."""
+    item = work.item
+    minutes = estimated_minutes(item)
+    if minutes is None and isinstance(item.get("metadata"), dict):
+        minutes = estimated_minutes(item["metadata"])
+    return [item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes, work.tokens,
+            retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]

@@ -41,7 +41,6 @@ from sluice.errors import StoreCorrupt, UnknownItem
 from sluice.scheduler.polecats import is_retry_due
 from sluice.scheduler.ranking import Work, rank_work
 from sluice.store import contexts as ctxs
-from sluice.store import openqueue
 
 if TYPE_CHECKING:
     from sluice.executors.base import Polecat
@@ -96,9 +95,6 @@ class Survey:
     held: list[Held] = field(default_factory=list)  # item missing (within the grace) or its rig unreadable
     reappeared: list[Context] = field(default_factory=list)  # item back: ``missing_since`` to clear
     unreadable: dict[str, str] = field(default_factory=dict)  # rig → the file (and line) it cannot read
-    # rig → how far its ephemeral log was read (LogTail.mark; None: not known): what a reading kept of
-    # this survey is carried on from (sluice.scheduler.readingtail).
-    marks: dict[str, dict | None] = field(default_factory=dict)
 
     @property
     def queued(self) -> list[Work]:
@@ -203,8 +199,7 @@ def survey(
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict, bool, int | None]] = []
-    contexts = openqueue.open_contexts(stores, fresh=True)
-    out.marks = {store.rig.name: store.read_mark() for store in stores.all()}
+    contexts = ctxs.open_contexts(town)
     items = items_of(stores, contexts, now)
     for context in contexts:
         if not context.valid:

@@ -22,7 +22,7 @@ from sluice.core.clock import iso
 from sluice.errors import InvalidOperation
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import events, openqueue
+from sluice.store import events
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
@@ -32,7 +32,7 @@ def promote(where: Town | Session, item_id: str, undo: bool = False) -> dict:
     """Move ``item_id``'s open context to the head of the dispatch order (``undo``: back to score order)."""
     session = Session.of(where)
     town, stores = session.files, session.stores
-    found = sorted(openqueue.find_open(stores, item_id), key=lambda c: (c.order, c.id))
+    found = sorted(ctxs.find_open(stores.town, item_id), key=lambda c: (c.order, c.id))
     if not found:
         stores.for_id(item_id)  # UnknownItem for a typo, before "not queued"
         raise InvalidOperation(f"{item_id} has no open sling context"

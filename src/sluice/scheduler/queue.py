@@ -19,8 +19,7 @@ from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
 from sluice.core.items import priority_of
 from sluice.errors import StoreCorrupt, UsageError
-from sluice.scheduler import queuekeep
-from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, ready_why, reasons_of, why
+from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, reasons_of, why
 from sluice.scheduler.pending import held_row, item_store, survey
 from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.scheduler.session import Session
@@ -128,112 +127,8 @@ def _queue(session: Session, limit: int = 0, offset: int = 0, chained: bool = Fa
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
-    key = None
-    if session.surveyed is None and limit > 0 and offset + limit <= queuekeep.HEAD_ROWS:
-        key = queuekeep.inputs(session)
-        head = queuekeep.load(session, key) if key is not None else None
-        if head is not None:
-            try:
-                return Page.from_head(head, offset, limit)
-            except (KeyError, TypeError, ValueError, AttributeError):  # not a head as written: survey
-                pass
-    if chained and session.surveyed is None and offset == 0 and limit > 0:
-        page = _chain_page(session, limit)
-        if page is not None:
-            return page
     view, assessment = _survey(session)
-    if key is None:
-        return _page(session, view, assessment, offset, offset + limit if limit else None)
-    session.surveyed_inputs = key  # this survey's: the session's forecast keeps its reading under them
-    page = keep_head(session, key, view, assessment)
-    page.rows = page.rows[offset:offset + limit]
-    return page
-
-
-def chain_read(session: Session):
-    """(the last cycle's chain taken as the next cycle would take it, the gates it was taken under),
-    once per session; None when no chain stands, in direct mode, or when the executor cannot say what
-    runs."""
-    if session.chain_read is None:
-        from sluice.scheduler import chain
-        from sluice.scheduler import gates as gate_view
-
-        config, found = session.config, None
-        # No gates read for nothing: with the host guard on, reading them may probe the machine.
-        if config.scheduler.deferred and (session.files.runtime / chain.FILE).exists() \
-                and session.active is not None:
-            gates = gate_view.current(session.files)
-            head = chain.take(session, config.scheduler.batch_size, gates)
-            found = (head, gates) if head is not None else None
-        session.chain_read = (found,)
-    return session.chain_read[0]
-
-
-def _chain_page(session: Session, limit: int) -> Page | None:
-    """The queue's first ``limit`` rows and exact counts from the chain the last cycle left, as a survey
-    would give them; None when no chain stands or it cannot say (then the caller surveys).
-
-    After every cycle of a daemon draining a long queue the queue has
-    changed, so ``scheduler status`` found no kept head and surveyed it all
-    (2.5 s at 100,000 queued).  The cycle's chain
-    (:mod:`sluice.scheduler.chain`) is the queue as a survey would find it:
-    taken as the next cycle takes it (its works ranked with the signals as
-    they are now, admitted as a whole-queue admission would admit them), its
-    first works are the queue's first rows, each held for the reasons that
-    admission gives, and its counts are the queue's.  It answers only when
-    those works cover the page, the binding limit is named by one of them,
-    the town is in deferred mode and the executor can say what runs.
-    """
-    from sluice.core.gates import binding
-    from sluice.scheduler import chain
-
-    config, town = session.config, session.files
-    taken = chain_read(session)
-    if taken is None:
-        return None
-    head, gates = taken
-    data, tally = head.data, head.tally
-    try:
-        per_rig = chain.queue_counts(data)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError):  # not a chain as written
-        return None
-    queued = sum(n[0] for n in per_rig.values())
-    total = queued + sum(n[1] for n in per_rig.values())
-    shown = min(limit, total)
-    if head.walked < shown:  # rows past the walk (or behind the ready works) are not known in order
-        return None
-    works = data["works"][:shown]
-    state = load_state(town)
-    found = None
-    if state.paused or tally.reason not in ("none", "ready"):
-        walked = [w.context_id or w.item["id"] for w in data["works"][:head.walked]]
-        named = any(r.code == tally.reason for key in walked for r in tally.held.get(key, ()))
-        if not state.paused and not named:
-            return None  # the binding limit's sentence is that of a work past the walk
-        found = binding(tally, walked, state.paused, state.paused_by)
-    retry = retry_window(config.scheduler)
-    rows = []
-    for work in works:
-        row = _row(work, False, retry)
-        row["why"] = ready_why(state.paused, tally.held.get(work.context_id or work.item["id"], ()))
-        rows.append(row)
-    counts = QueueCounts(total, queued)
-    counts.rigs = per_rig
-    return Page(rows, counts, 0, 0, {}, tally.reason, _json_or_none(found), gates.to_json())
-
-
-def keep_head(session: Session, key: list, view: Survey, assessment: Assessment) -> Page:
-    """The queue's head page (its first :data:`~sluice.scheduler.queuekeep.HEAD_ROWS` rows) of this
-    survey, kept for the readers that find ``key`` as it was (when the survey may be kept at all).
-
-    ``key`` is :func:`~sluice.scheduler.queuekeep.inputs` taken before the survey read anything.
-    """
-    page = _page(session, view, assessment, 0, queuekeep.HEAD_ROWS)
-    if queuekeep.keepable(view, assessment):
-        retry = retry_window(session.config.scheduler)
-        head = {**page.head(), "cycle": queuekeep.cycle_summary(view, assessment)}
-        queuekeep.keep(session, key, queuekeep.horizon(session, view, assessment, retry), head)
-    return page
+    return _page(session, view, assessment, offset, offset + limit if limit else None)
 
 
 def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
@@ -410,7 +305,7 @@ def _admission_status(session: Session, page: Page) -> dict:
         budgets.append({"rig": name, "spent": spend.rigs.get(name, 0), "budget": budget, "window": window})
     return {"budgets": budgets, "throttles": kept.throttle_rows(town, now),
             "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
-            "circuit_broken": len(kept.broken(town)), "plan_reason": page.plan_reason,
+            "circuit_broken": kept.count_broken(town), "plan_reason": page.plan_reason,
             "binding": page.binding, "host": page.gates}
 
 
@@ -478,7 +373,7 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
                 )
                 break
     if not out["queued"]:
-        entry = kept.broken(town).get(item_id)
+        entry = kept.broken_entry(town, item_id)
         if entry is not None:
             nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
             nxt += ")" if entry.get("next_attempt_at") is None else ""

@@ -312,8 +312,6 @@ def rank_ready(
 
 def ready_count(store: RigStore, now: float) -> int:
     """How many items of one rig are ready right now."""
-    if not store.index_is_exact():
-        return len(store.ready_raw(now, 0))
     return store.index.ready_count(now)
 
 
@@ -324,7 +322,7 @@ def _rig_groups(
     rig = store.rig.name
     if deadlines:  # the index does not keep due dates: group the ready records read whole
         return _due_groups(store, signals, now, by_graph, graph_id)
-    if not by_graph and store.index_is_exact():
+    if not by_graph:
         index = store.index
 
         def from_index(priority: int, tokens: int) -> Callable[[int], list[tuple[str, str]]]:
@@ -392,20 +390,7 @@ def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float,
     """(id, issue_type, priority, created_ts, tokens, parent) of every ready item of one rig."""
     from sluice.scheduler.signals import parent_of_deps
 
-    if store.index_is_exact():
-        return [
-            (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps, item_id))
-            for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)
-        ]
-    import json
-
-    from sluice.core.items import effective_tokens, normalise
-    from sluice.scheduler.signals import parent_of_record
-
-    out = []
-    for priority, created_ts, item_id, raw in store.ready_raw(now, 0):
-        record = normalise(json.loads(raw))
-        issue_type = record.get("issue_type") or "task"
-        tokens = effective_tokens(record)
-        out.append((item_id, issue_type, priority, created_ts, tokens, parent_of_record(record)))
-    return out
+    return [
+        (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps, item_id))
+        for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)
+    ]

@@ -1,8 +1,9 @@
 """Queueing an item again with the parameters it was slung with: the breaker, throttle exits, reset.
 
 A re-queue is a sling of one item by the scheduler itself, so it checks and
-creates under the same sling lock (:func:`sluice.store.contexts.sling_lock`):
-a sling of the same item meanwhile cannot add a second open context.
+creates in one write transaction, as a sling does: a sling of the same item
+meanwhile cannot add a second open context (nor could it, by the database's
+one-open-context-per-item constraint).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from sluice.core.clock import iso
 from sluice.core.records import SlingContextFields
 from sluice.scheduler import pending
 from sluice.store import contexts as ctxs
-from sluice.store import openqueue
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import Stores
@@ -34,8 +34,8 @@ def queue_again(
     ``carried`` are further context fields (a retried run's ``run_failures``
     and ``last_failure_at``, from which its backoff runs).
     """
-    with ctxs.sling_lock(town):
-        if openqueue.find_open(stores, item_id):
+    with town.db.transaction():
+        if ctxs.find_open(stores.town, item_id):
             return None
         found = pending.item_store(stores, item_id)
         if found is None or rig not in {r.name for r in town.rigs()}:

@@ -50,13 +50,6 @@ class Session:
         # The queue's survey and admission, made once per call by sluice.scheduler.queue, so a view
         # that shows the queue and its forecast surveys it once.
         self.surveyed: tuple | None = None
-        # What that survey read, as taken before it began (sluice.scheduler.queuekeep.inputs), when
-        # its answer may be kept: what the session's other reads of the queue keep theirs under.
-        self.surveyed_inputs: list | None = None
-        # (queuekeep.inputs,) once taken: the signature of what a survey of the queue reads.
-        self.queue_inputs: tuple | None = None
-        # (the last cycle's chain as a read takes it, or None,) once asked (sluice.scheduler.queue).
-        self.chain_read: tuple | None = None
 
     @classmethod
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
@@ -81,9 +74,7 @@ class Session:
         """
         other = copy.copy(self)
         other.__dict__.pop("active", None)
-        other._executor, other._resolved, other.surveyed, other.surveyed_inputs = executor, True, None, None
-        other.queue_inputs = None  # its polecats are asked again, and they are part of the inputs
-        other.chain_read = None  # whether a chain stands depends on them too
+        other._executor, other._resolved, other.surveyed = executor, True, None
         return other
 
     @property

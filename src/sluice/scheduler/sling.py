@@ -14,15 +14,12 @@ marks an item, so it remembers runs instead).  Then idempotency: an item with an
 open context in *any* rig, or with a running polecat, is "already" queued.
 
 Idempotency holds across processes: in deferred mode the check and the
-create happen under the town's sling lock ``runtime/sling.lock``, held once
-for the whole command, which reads every rig's open contexts once and appends
-each rig's new records in one write — 10,000 items are one lock, one read
-and one append per rig, so the work grows linearly with the items slung.
-New context ids are picked under the rig's creation lock
-(:func:`sluice.store.contexts.create`), so no two creators pick the same id.  A
-direct launch takes the item's lock stripe ``runtime/locks/sling-NN.lock`` (the
-item id hashed to one of :data:`LOCK_STRIPES`), so two slings never launch
-one item twice.
+create are one write transaction of the town database, which looks up the
+items' open contexts through an index and writes every new one (10,000 items
+are one transaction), and the database holds at most one open context per
+item whoever writes.  A direct launch checks the executor's running polecats
+and launches inside a write transaction too, so two slings never launch one
+item twice: the second waits for the first, then finds its polecat.
 """
 
 from __future__ import annotations
@@ -32,14 +29,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, now_utc
-from sluice.core.digest import sha256
 from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
 from sluice.errors import (
     SluiceError,
-    StoreCorrupt,
     UnknownItem,
     UsageError,
 )
@@ -48,15 +43,13 @@ from sluice.scheduler.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
-from sluice.store import events, fsutil, openqueue
+from sluice.store import events
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
-#: How many direct-launch lock stripes there are; every item maps to one of them.
-LOCK_STRIPES = 64
 
 
 @recordclass
@@ -105,13 +98,6 @@ class SlingResult:
             "mode": self.mode,
             "dry_run": self.dry_run,
         }
-
-
-def sling_lock_path(town: Town, item_id: str):
-    """The lock stripe that guards slinging ``item_id`` (the same for every process)."""
-    digest = sha256(item_id.encode("utf-8", "surrogatepass")).digest()
-    stripe = int.from_bytes(digest[:4], "big") % LOCK_STRIPES
-    return town.runtime / "locks" / f"sling-{stripe:02d}.lock"
 
 
 def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
@@ -453,7 +439,7 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
     _stamp_in_order(works)
     running = _running_items(session)
     if options.dry_run:
-        by_item = openqueue.open_of_items(stores, [work.id for work in works])
+        by_item = ctxs.open_of_items(town, [work.id for work in works])
         for work in works:
             row = _already(work, by_item, running)
             if row is not None:
@@ -462,9 +448,10 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
                 result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
         return
     enqueued: list[tuple[str, dict]] = []
-    with ctxs.sling_lock(town):
-        # Under the sling lock: what is queued now, in every rig, decides.
-        by_item = openqueue.open_of_items(stores, [work.id for work in works])
+    with town.db.transaction():
+        # In one write transaction: what is queued now, in every rig, decides, and no other writer
+        # comes between the check and the contexts made.
+        by_item = ctxs.open_of_items(town, [work.id for work in works])
         new: dict[str, list[_Work]] = {}
         for work in works:
             row = _already(work, by_item, running)
@@ -475,20 +462,16 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
         for rig_name in sorted(new):
             works_here = new[rig_name]
             specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
-            try:
-                created = ctxs.create(stores.rig(rig_name), specs)
-            except (StoreCorrupt, OSError) as err:  # this rig's log refused all of them; the others stand
-                result.errors.extend({"item_id": work.id, "error": str(err)} for work in works_here)
-                continue
+            created = ctxs.create(stores.rig(rig_name), specs)  # all rigs' or none: one transaction
             for work, record in zip(works_here, created, strict=True):
                 row = {"item_id": work.id, "context_id": record["id"], "rig": work.rig}
                 result.scheduled.append(row)
                 enqueued.append((events.ENQUEUED, {"context_id": record["id"], "item_id": work.id,
                                                    "rig": work.rig}))
+        events.emit_events(town, enqueued)  # with the contexts they tell of, in their transaction
     position = {w.id: n for n, w in enumerate(works)}  # report in the order the user gave
     for rows in (result.scheduled, result.already):
         rows.sort(key=lambda row: position.get(row["item_id"], 0))
-    events.emit_events(town, enqueued)
 
 
 def _already(work: _Work, by_item: dict, running: dict[str, str]) -> dict | None:
@@ -511,11 +494,11 @@ def _launch_now(session: Session, works: list[_Work], options: SlingOptions, res
     Each launch asks the executor afresh what runs, under the item's lock: a
     polecat another sling started meanwhile counts.
     """
-    town, stores = session.files, session.stores
+    town = session.files
     executor = session.require_executor()
     # An item still queued from deferred mode is "already" handled here too: launching it now
     # would leave that context to launch it a second time once deferred mode is back.
-    queued = openqueue.open_of_items(stores, [work.id for work in works])
+    queued = ctxs.open_of_items(town, [work.id for work in works])
     if options.dry_run:
         running = _running_items(session)
         held = gate_view.current(town).reasons  # the last cycle's reading: a dry run reads only
@@ -533,7 +516,7 @@ def _launch_now(session: Session, works: list[_Work], options: SlingOptions, res
     launcher = Launcher(session, command_template(town, executor), sched.max_dispatch_failures, booked)
     delay = sched.seconds("spawn_delay")
     for work in works:
-        with fsutil.file_lock(sling_lock_path(town, work.id)):  # two slings never launch one item twice
+        with town.db.transaction():  # two slings never launch one item twice: the second waits here
             row = _already(work, queued, {p.item_id: p.id for p in executor.active()})
             if row is not None:
                 result.already.append(row)

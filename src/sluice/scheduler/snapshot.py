@@ -134,9 +134,6 @@ def _forecast(session: Session, queue: list[dict]) -> dict:
     that fails says why in ``error`` and leaves the rest of the view as it is.
     """
     try:
-        kept = forecasting.kept_head(session, queue)
-        if kept is not None:  # the last replay of this very queue: its ``at`` says when it was made
-            return kept
         replayed = forecasting.replay(session, rows=len(queue))  # the rows shown, and the drain
     except (SluiceError, OSError) as err:
         for row in queue:

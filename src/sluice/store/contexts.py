@@ -1,24 +1,22 @@
 """Sling contexts: the ephemeral records that say "dispatch item X to rig R".
 
-A context lives in the *target* rig's ``ephemeral.jsonl`` as a beads issue
-(type ``task``, ``ephemeral: true``, label ``sluice:sling-context``, a
-``tracks`` edge to the work item) whose description is the Gas Town
-``SlingContextFields`` JSON.  Open means scheduled; closing it (with a
-reason) ends its life.  The work item itself is never written.
+A context is an ephemeral issue record of the *target* rig, kept in the town
+database (:mod:`sluice.store.db`) in beads' shape: type ``task``, label
+``sluice:sling-context``, a ``tracks`` dependency to the work item, and the
+Gas Town ``SlingContextFields`` JSON as its description.  Open means
+scheduled; closing it (with a reason) ends its life.  The work item itself is
+never written.
 
-Everything that makes or changes contexts goes through this module, so the
-rules "last line wins", "close is idempotent" and "a failure is recorded on
-the context" live in one place; reading the open queue from what is kept of
-it is :mod:`sluice.store.openqueue`'s.
+Everything that makes, changes or finds contexts goes through this module, so
+the rules "at most one open context per item" (the ``open_item`` column's
+UNIQUE constraint), "close is idempotent" and "a failure is recorded on the
+context" live in one place, each change one transaction.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import UNDATED, iso, new_id, order_text
@@ -32,15 +30,12 @@ from sluice.core.items import (
 )
 from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
-from sluice.store import events, fsutil
-from sluice.store.archiveids import ArchivedIds
+from sluice.store import events
 
 if TYPE_CHECKING:
     from sluice.store.rigstore import RigStore
     from sluice.store.town import Town
 
-SLING_LOCK = "sling"  # town-wide: held by a deferred sling from its check to its append
-SLING_LOCK_WAIT = 120.0  # seconds; a sling of 100,000 items holds the lock for a few seconds
 TITLE_PREFIX = "sling-context: "
 TITLE_LIMIT = 200  # characters, so a multi-byte title is never split inside a character
 PROTECTED_STATUSES = frozenset({"hooked", "in_progress", "pinned"})
@@ -53,15 +48,6 @@ INVALID_CONTEXT = "invalid-context"
 STALE_WORK_ITEM = "stale-work-item"
 INVALID_WORK_ITEM = "invalid-work-item"
 DISPATCH_CLOSE_FAILED = "dispatch-close-failed"
-
-
-def sling_lock(town: Town) -> fsutil.FileLock:
-    """The town's sling lock: whoever checks for an open context and then creates one holds it throughout.
-
-    A deferred sling and every re-queue (the breaker, a throttle exit, a
-    reset) take it, so two of them never both find no context and both add one.
-    """
-    return fsutil.file_lock(town.lock_path(SLING_LOCK), timeout=SLING_LOCK_WAIT)
 
 
 @recordclass
@@ -97,37 +83,196 @@ def parse(rig: str, record: dict) -> Context:
     return Context(record["id"], rig, SlingContextFields.from_description(record.get("description")))
 
 
+#: What a context is read from: its id, rig and description.
+_READ = "SELECT id, rig, description FROM issues"
+#: The label that makes an ephemeral record a sling context, as a condition on ``issues`` rows.
+_LABELLED = "EXISTS (SELECT 1 FROM labels l WHERE l.issue_id = issues.id AND l.label = ?)"
+#: Ids bound per statement: under every database's limit on parameters.
+_CHUNK = 500
+
+
+def _chunks(ids: list[str]) -> Iterable[list[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start:start + _CHUNK]
+
+
+def _marks(count: int) -> str:
+    return ",".join("?" * count)
+
+
+# -- reading -------------------------------------------------------------------
+
+
+def _listing_key(context: Context) -> tuple[bool, str, str]:
+    """Valid contexts oldest first (ties by id), then the rest: ``(not valid, order, id)``."""
+    fields = context.fields
+    return (fields is None or not fields.work_bead_id or not fields.target_rig, context.order, context.id)
+
+
+def open_contexts(town: Town, rigs: Iterable[str] | None = None) -> list[Context]:
+    """Open contexts of every rig (or of ``rigs``): valid ones oldest first (ties by id), unparseable
+    ones last."""
+    rows = town.db.query(f"{_READ} WHERE status = 'open' AND {_LABELLED}", (CONTEXT_LABEL,))
+    wanted = None if rigs is None else set(rigs)
+    found = [Context(cid, rig, SlingContextFields.from_description(text))
+             for cid, rig, text in rows if wanted is None or rig in wanted]
+    found.sort(key=_listing_key)
+    return found
+
+
+def open_count(town: Town) -> int:
+    return town.db.one(f"SELECT count(*) FROM issues WHERE status = 'open' AND {_LABELLED}",
+                       (CONTEXT_LABEL,))[0]
+
+
+def open_of_items(town: Town, item_ids: Iterable[str], valid: bool = True) -> dict[str, list[Context]]:
+    """The open contexts of ``item_ids`` in every rig, grouped by item, oldest first; ``valid`` False:
+    the invalid ones that name one of them too.  One indexed lookup per few hundred items."""
+    found: list[Context] = []
+    for ids in _chunks(sorted(set(item_ids))):
+        rows = town.db.query(f"{_READ} WHERE work_item IN ({_marks(len(ids))}) AND status = 'open'"
+                             f" AND {_LABELLED}", (*ids, CONTEXT_LABEL))
+        found += [Context(cid, rig, SlingContextFields.from_description(text)) for cid, rig, text in rows]
+    found = [c for c in found if c.valid or not valid]
+    found.sort(key=_listing_key)
+    out: dict[str, list[Context]] = {}
+    for context in found:
+        out.setdefault(context.work_id or "", []).append(context)
+    return out
+
+
+def find_open(town: Town, item_id: str) -> list[Context]:
+    """Every open, valid context for ``item_id`` in every rig, oldest first."""
+    return open_of_items(town, [item_id]).get(item_id, [])
+
+
+def open_by_item(town: Town) -> dict[str, list[Context]]:
+    """Open, valid contexts grouped by work item, in every rig."""
+    out: dict[str, list[Context]] = {}
+    for context in open_contexts(town):
+        if context.valid:
+            out.setdefault(context.work_id or "", []).append(context)
+    return out
+
+
+def get_open(town: Town, context_ids: Iterable[str]) -> dict[str, Context]:
+    """The open contexts among ``context_ids``, by id."""
+    out: dict[str, Context] = {}
+    for ids in _chunks(list(dict.fromkeys(context_ids))):
+        rows = town.db.query(f"{_READ} WHERE id IN ({_marks(len(ids))}) AND status = 'open'", ids)
+        out.update((cid, Context(cid, rig, SlingContextFields.from_description(text)))
+                   for cid, rig, text in rows)
+    return out
+
+
+_RECORD = ("SELECT id, rig, title, description, status, priority, issue_type, created_at, updated_at,"
+           " closed_at, close_reason, extra FROM issues")
+
+
+def records(town: Town, rig: str | None = None, open_only: bool = False,
+            ids: Iterable[str] | None = None) -> list[dict]:
+    """Ephemeral records as beads JSON objects (the shape of 0.1's ``ephemeral.jsonl`` lines), oldest
+    first: a rig's (or every rig's), all or only the open ones, or those of ``ids``."""
+    where, params = [], []
+    if rig is not None:
+        where.append("rig = ?")
+        params.append(rig)
+    if open_only:
+        where.append("status = 'open'")
+    if ids is not None:
+        found: list[dict] = []
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            found += records_where(town, [*where, f"id IN ({_marks(len(chunk))})"], [*params, *chunk])
+        return found
+    return records_where(town, where, params)
+
+
+def records_where(town: Town, where: list[str], params: list) -> list[dict]:
+    sql = _RECORD + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY seq"
+    rows = town.db.query(sql, params)
+    if not rows:
+        return []
+    labels: dict[str, list[str]] = {}
+    deps: dict[str, list[dict]] = {}
+    for chunk in _chunks([row[0] for row in rows]):
+        marks = _marks(len(chunk))
+        for issue_id, label in town.db.query(
+                f"SELECT issue_id, label FROM labels WHERE issue_id IN ({marks})"
+                " ORDER BY issue_id, label", chunk):
+            labels.setdefault(issue_id, []).append(label)
+        for issue_id, target, kind, created in town.db.query(
+                "SELECT issue_id, depends_on_id, type, created_at FROM dependencies"
+                f" WHERE issue_id IN ({marks})", chunk):
+            deps.setdefault(issue_id, []).append(
+                {"issue_id": issue_id, "depends_on_id": target, "type": kind, "created_at": created})
+    return [_record(row, labels.get(row[0], []), deps.get(row[0], [])) for row in rows]
+
+
+def _record(row: tuple, labels: list[str], deps: list[dict]) -> dict:
+    (cid, _rig, title, description, status, priority, issue_type, created, updated, closed_at, reason,
+     extra) = row
+    record = {"id": cid, "title": title, "description": description, "status": status, "priority": priority,
+              "issue_type": issue_type, "ephemeral": True, "labels": labels, "dependencies": deps,
+              "created_at": created, "updated_at": updated}
+    if closed_at is not None:
+        record["closed_at"] = closed_at
+    if reason is not None:
+        record["close_reason"] = reason
+    if extra:
+        record.update(json.loads(extra))
+    return record
+
+
+def record(town: Town, record_id: str) -> dict | None:
+    """One ephemeral record by id, open or closed; None when there is none."""
+    found = records(town, ids=[record_id])
+    return found[0] if found else None
+
+
+def rig_of(town: Town, record_id: str) -> str | None:
+    row = town.db.one("SELECT rig FROM issues WHERE id = ?", (record_id,))
+    return row[0] if row is not None else None
+
+
 # -- building ----------------------------------------------------------------
 
 
 class _Taken:
-    """Ids already used in a store, plus the ones a batch is about to add.
+    """Ids already used in a rig: every id ever drawn (archived ones too: a context id names one
+    context for good), durable items' ids, and the ones a batch is about to add.
 
-    Durable ids are looked up one by one for a small batch and read once, all
-    of them, for a big one (a query per candidate would dominate a big sling).
-    The ids compaction archived count as used too: a context id names one
-    context for good, in the archive, the events and the run records.
+    Looked up one by one for a small batch and read once, all of them, for a
+    big one (a query per candidate would dominate a big sling).
     """
 
     BULK = 64
 
-    def __init__(self, store: RigStore, existing: Iterable[str], batch: int = 1):
+    def __init__(self, store: RigStore, batch: int = 1):
         self.store = store
-        self.ids = set(existing)
-        self.durable = store.index.ids() if batch >= self.BULK else None
-        self.archived = ArchivedIds(store.ephemeral_path.parent, store.lock_path, bulk=batch >= self.BULK)
+        self.ids: set[str] = set()
+        bulk = batch >= self.BULK
+        self.durable = store.index.ids() if bulk else None
+        prefix = f"{store.rig.prefix}-wisp-"
+        self.drawn = ({row[0] for row in store.town.db.query(
+            "SELECT id FROM drawn_ids WHERE id >= ? AND id < ?", (prefix, prefix + "\U0010ffff"))}
+            if bulk else None)
 
     def __contains__(self, candidate: object) -> bool:
-        if candidate in self.ids or candidate in self.archived:
+        if candidate in self.ids:
+            return True
+        if self.drawn is not None:
+            if candidate in self.drawn:
+                return True
+        elif self.store.town.db.one("SELECT 1 FROM drawn_ids WHERE id = ?", (str(candidate),)) is not None:
             return True
         if self.durable is not None:
             return candidate in self.durable
         return self.store.index.get_raw(str(candidate)) is not None
 
 
-def id_allocator(store: RigStore, existing: Iterable[str], batch: int = 1) -> Callable[[str], str]:
+def id_allocator(store: RigStore, batch: int = 1) -> Callable[[str], str]:
     """A function giving fresh ``<prefix>-wisp-<base36>`` ids in ``store``; ``batch``: how many."""
-    taken = _Taken(store, existing, batch)
+    taken = _Taken(store, batch)
 
     def allocate(seed: str) -> str:
         context_id = new_id(f"{store.rig.prefix}-wisp", seed, taken)
@@ -158,13 +303,87 @@ def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp:
     }
 
 
-# -- reading -------------------------------------------------------------------
-
-
 def is_open(record: dict) -> bool:
-    """Whether a log record is an open sling context: what the queue digest holds."""
+    """Whether a record is an open sling context."""
     return record.get("status", "open") not in DONE_STATUSES and is_context(record)
 
+
+_KNOWN_KEYS = frozenset({"id", "title", "description", "status", "priority", "issue_type", "ephemeral",
+                         "labels", "dependencies", "created_at", "updated_at", "closed_at", "close_reason"})
+
+
+def insert(conn, rig: str, records: Iterable[dict], open_items: set[str] | None = None,
+           works: list[str] | None = None) -> None:
+    """Write ephemeral records of ``rig`` as they are (a new context, or an old town's record).
+
+    ``open_items``: items already holding an open context (an old town's); a
+    record opening another one for them is written outside the constraint.
+    ``works``: each record's work item when the caller knows it (a sling just
+    made them), so no description is parsed again.
+    """
+    issues, labels, deps, drawn = [], [], [], []
+    for position, rec in enumerate(records):
+        status = str(rec.get("status") or "open")
+        if works is not None:
+            work: str | None = works[position]
+        else:
+            fields = SlingContextFields.from_description(rec.get("description"))
+            work = fields.work_bead_id if fields is not None and fields.work_bead_id else None
+        extra = {k: v for k, v in rec.items() if k not in _KNOWN_KEYS}
+        if rec.get("ephemeral") is not True:
+            extra["ephemeral"] = rec.get("ephemeral")
+        stamp = str(rec.get("created_at") or iso())
+        issues.append((rec["id"], rig, str(rec.get("title") or ""), str(rec.get("description") or ""),
+                       status, priority_of(rec) if "priority" in rec else DEFAULT_PRIORITY,
+                       str(rec.get("issue_type") or "task"), stamp, str(rec.get("updated_at") or stamp),
+                       rec.get("closed_at"), rec.get("close_reason"), work,
+                       _claim(work, status, rec, open_items),
+                       json.dumps(extra, ensure_ascii=False) if extra else None))
+        labels += [(rec["id"], str(label)) for label in dict.fromkeys(rec.get("labels") or ())]
+        seen = set()
+        for dep in rec.get("dependencies") or ():
+            if isinstance(dep, dict) and dep.get("depends_on_id") and dep["depends_on_id"] not in seen:
+                seen.add(dep["depends_on_id"])
+                deps.append((rec["id"], str(dep["depends_on_id"]), str(dep.get("type") or "blocks"),
+                             str(dep.get("created_at") or stamp)))
+        drawn.append((rec["id"],))
+    conn.executemany(
+        "INSERT INTO issues (id, rig, title, description, status, priority, issue_type, created_at,"
+        " updated_at, closed_at, close_reason, work_item, open_item, extra)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", issues)
+    conn.executemany("INSERT INTO labels (issue_id, label) VALUES (?, ?)", labels)
+    conn.executemany("INSERT INTO dependencies (issue_id, depends_on_id, type, created_at)"
+                     " VALUES (?, ?, ?, ?)", deps)
+    conn.executemany("INSERT INTO drawn_ids (id) VALUES (?) ON CONFLICT (id) DO NOTHING", drawn)
+
+
+def _claim(work: str | None, status: str, record: dict, open_items: set[str] | None) -> str | None:
+    """The ``open_item`` of a record: its work item while it is an open context (once per item)."""
+    if work is None or status != "open" or not is_context(record):
+        return None
+    if open_items is not None:
+        if work in open_items:
+            return None
+        open_items.add(work)
+    return work
+
+
+def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -> list[dict]:
+    """Write new open contexts, one per ``(item, fields, stamp)``, in one transaction; returns the records.
+
+    Ids are drawn inside the write transaction, so two creators never draw the
+    same one; the ``open_item`` constraint refuses a second open context for
+    an item, whoever tries.
+    """
+    if not specs:
+        return []
+    db = store.town.db
+    with db.transaction() as conn:
+        allocate = id_allocator(store, len(specs))
+        made = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
+        insert(conn, store.rig.name, made, works=[fields.work_bead_id for _item, fields, _stamp in specs])
+        db.advance("queue")
+    return made
 
 
 # -- changing ------------------------------------------------------------------
@@ -178,115 +397,46 @@ def close(town, store: RigStore, context_id: str, reason: str, extra: dict | Non
     return bool(close_many(town, store, [(context_id, reason, extra)]))
 
 
-def close_many(town, store: RigStore, closes: Iterable[tuple[str, str, dict | None]]) -> list[str]:
-    """Close contexts of one rig, each ``(id, reason, extra)``, with one lock, one read and one append.
+def close_many(town, store: RigStore | None, closes: Iterable[tuple[str, str, dict | None]]) -> list[str]:
+    """Close contexts (of ``store``'s rig, or any rig with None), each ``(id, reason, extra)``, in one
+    transaction with their ``ContextClosed`` events.
 
     Idempotent like :func:`close`: an id already closed (or unknown) is left
-    alone.  Returns the ids closed now, each logged as a ``ContextClosed``
-    event (all in one append to the event log).
+    alone.  Returns the ids closed now.
     """
-    stamp = iso()
     reasons: dict[str, tuple[str, dict | None]] = {}
     for context_id, reason, extra in closes:
         reasons.setdefault(context_id, (reason, extra))
-    ways = {reason: _closing(stamp, reason) for reason in {reason for reason, _extra in reasons.values()}}
-    written = store.update_ephemeral_many({cid: ways[reason][0] for cid, (reason, _e) in reasons.items()},
-                                          {cid: ways[reason][1] for cid, (reason, _e) in reasons.items()})
+    if not reasons:
+        return []
+    stamp = iso()
+    db = town.db
+    closed: list[str] = []
     batch = []
-    for context_id, record in written.items():
-        reason, extra = reasons[context_id]
-        if extra and "item_id" in extra:  # the caller knows it: 100,000 descriptions need not be parsed again
-            item = extra["item_id"]
-        else:
-            if isinstance(record, str):  # closed from its line's text
-                record = json.loads(record)
-            fields = SlingContextFields.from_description(record.get("description"))
-            item = fields.work_bead_id if fields else None
-        batch.append((events.CONTEXT_CLOSED, {
-            "context_id": context_id,
-            "item_id": item,
-            "rig": store.rig.name,
-            "reason": reason,
-            **(extra or {}),
-        }))
-    events.emit_events(town, batch)
-    return list(written)
-
-
-def _closing(stamp: str, reason: str) -> tuple[Callable[[dict], dict | None], Callable[[str], str | None]]:
-    """A close, as a change of the record and as the same change made to its line's text.
-
-    The line's way spares parsing and encoding again the line of every
-    context closed (most of what a clear of 100,000 cost); it applies only
-    to a line of :func:`build_record`'s shape, and any other line is parsed.
-    """
-
-    def change(record: dict) -> dict | None:
-        if record.get("status") in DONE_STATUSES:
-            return None
-        record.update(status="closed", closed_at=stamp, updated_at=stamp, close_reason=reason)
-        return record
-
-    suffix = closed_suffix(stamp, reason)
-    return change, lambda text: closed_line(text, suffix)
-
-
-#: One JSON string, exactly as the grammar has it (so a line that matches is valid JSON); possessive,
-#: so a line that does not match fails at once rather than after backtracking.
-_STRING = r'"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+"'
-@cache
-def _open_line() -> re.Pattern:
-    """The whole line :func:`build_record` makes (as :func:`~sluice.store.jsonlog.line_text` writes it),
-    open, with any strings: its ``"status":"open"`` and its ``updated_at`` value are the groups.
-    Compiled by the first close (about 1 ms, which a read-only view never spends)."""
-    return re.compile(
-        r'\{"id":<s>,"title":<s>,"description":<s>,("status":"open"),"priority":[0-4],"issue_type":"task",'
-        r'"ephemeral":true,"labels":\["sluice:sling-context"\],'
-        r'"dependencies":\[\{"issue_id":<s>,"depends_on_id":<s>,"type":"tracks","created_at":<s>\}\],'
-        r'"created_at":<s>,"updated_at":(<s>)\}'.replace("<s>", _STRING))
-
-
-def closed_suffix(stamp: str, reason: str) -> str:
-    """What a close writes after ``"updated_at":``: the stamp, then the two keys it adds."""
-    text = json.dumps(stamp, ensure_ascii=False)
-    return f'{text},"closed_at":{text},"close_reason":{json.dumps(reason, ensure_ascii=False)}}}'
-
-
-def closed_line(text: str, suffix: str) -> str | None:
-    """The closed version of an open context's line of :func:`build_record`'s shape; None for any other line.
-
-    The same line the record's close writes after a parse (status closed,
-    ``updated_at`` the stamp, ``closed_at`` and ``close_reason`` added at
-    the end), made by replacing the two values in place: the pattern holds
-    the whole line's grammar, so only a line whose keys are those, in that
-    order, is patched, and every other one is parsed and re-encoded.
-    """
-    match = _open_line().fullmatch(text)
-    if match is None:
-        return None
-    return f'{text[:match.start(1)]}"status":"closed"{text[match.end(1):match.start(2)]}{suffix}'
+    with db.transaction() as conn:
+        for ids in _chunks(list(reasons)):
+            where = f"id IN ({_marks(len(ids))}) AND status NOT IN ('closed', 'tombstone')"
+            params: list = list(ids)
+            if store is not None:
+                where += " AND rig = ?"
+                params.append(store.rig.name)
+            rows = conn.execute(f"SELECT id, rig, work_item FROM issues WHERE {where}", params).fetchall()
+            conn.executemany(
+                "UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
+                " open_item = NULL WHERE id = ?",
+                [(stamp, stamp, reasons[cid][0], cid) for cid, _rig, _work in rows])
+            for cid, rig, work in rows:
+                reason, extra = reasons[cid]
+                closed.append(cid)
+                batch.append((events.CONTEXT_CLOSED, {"context_id": cid, "item_id": work, "rig": rig,
+                                                      "reason": reason, **(extra or {})}))
+        if closed:
+            db.advance("queue")
+            events.emit_events(town, batch)
+    return closed
 
 
 FieldsChange = Callable[[SlingContextFields], SlingContextFields | None]
-
-
-def _on_fields(change: FieldsChange) -> Callable[[dict], dict | None]:
-    """A change of an open context's record made from a change of its fields."""
-
-    def apply(record: dict) -> dict | None:
-        if record.get("status") in DONE_STATUSES:
-            return None
-        fields = SlingContextFields.from_description(record.get("description"))
-        if fields is None:
-            return None
-        updated = change(fields)
-        if updated is None:
-            return None
-        record["description"] = updated.to_description()
-        record["updated_at"] = iso()
-        return record
-
-    return apply
 
 
 def update_fields(store: RigStore, context_id: str, change: FieldsChange) -> Context | None:
@@ -294,10 +444,36 @@ def update_fields(store: RigStore, context_id: str, change: FieldsChange) -> Con
     return update_fields_many(store, {context_id: change}).get(context_id)
 
 
-def update_fields_many(store: RigStore, changes: dict[str, FieldsChange]) -> dict[str, Context]:
-    """:func:`update_fields` for many contexts of one rig: one lock, one read, one append."""
-    written = store.update_ephemeral_many({cid: _on_fields(change) for cid, change in changes.items()})
-    return {cid: parse(store.rig.name, record) for cid, record in written.items()}
+def update_fields_many(store: RigStore | None, changes: dict[str, FieldsChange],
+                       town: Town | None = None) -> dict[str, Context]:
+    """:func:`update_fields` for many contexts (of one rig, or of any with ``store`` None), in one
+    transaction."""
+    town = town if town is not None else store.town  # type: ignore[union-attr]
+    db = town.db
+    written: dict[str, Context] = {}
+    with db.transaction() as conn:
+        stamp = iso()
+        for ids in _chunks(list(changes)):
+            where = f"id IN ({_marks(len(ids))}) AND status = 'open'"
+            params: list = list(ids)
+            if store is not None:
+                where += " AND rig = ?"
+                params.append(store.rig.name)
+            rows = conn.execute(f"{_READ} WHERE {where}", params).fetchall()
+            updates = []
+            for cid, rig, text in rows:
+                fields = SlingContextFields.from_description(text)
+                if fields is None:
+                    continue
+                updated = changes[cid](fields)
+                if updated is None:
+                    continue
+                updates.append((updated.to_description(), stamp, cid))
+                written[cid] = Context(cid, rig, updated)
+            conn.executemany("UPDATE issues SET description = ?, updated_at = ? WHERE id = ?", updates)
+        if written:
+            db.advance("queue")
+    return written
 
 
 def mark_launch(store: RigStore, context_id: str) -> Context | None:
@@ -367,23 +543,3 @@ def record_failure(store: RigStore, context_id: str, error: str) -> Context | No
         return fields
 
     return update_fields(store, context_id, change)
-
-
-def creation_lock_path(store: RigStore) -> Path:
-    return store.town.runtime / "locks" / f"contexts-{store.rig.name}.lock"
-
-
-def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -> list[dict]:
-    """Write new open contexts, one per ``(item, fields, stamp)``, in one append; returns the records.
-
-    Ids are picked and written under the rig's creation lock, from a fresh read
-    of its log, so two creators never pick the same id from the same snapshot
-    (the later line would silently replace the other's context).
-    """
-    if not specs:
-        return []
-    with fsutil.file_lock(creation_lock_path(store)):
-        allocate = id_allocator(store, store.log_ids(), len(specs))
-        records = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
-        store.put_ephemeral_many(records)
-    return records

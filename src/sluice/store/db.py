@@ -26,10 +26,10 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import _thread  # threading.local's own implementation: hot read commands never import threading
 import contextlib
 import os
 import sqlite3
-from _thread import _local as thread_local  # threading.local itself, without importing threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,6 +38,8 @@ from sluice.errors import ConfigError, StorageError
 #: The schema this sluice writes.  A town whose database says more is refused, never guessed at.
 SCHEMA_VERSION = 1
 FILE_NAME = "town.db"
+#: ``FULL``: the write-ahead log is fsynced at every commit, so what was acknowledged survives a power cut.
+SYNCHRONOUS = "FULL"
 BUSY_TIMEOUT_MS = 60_000  # a sling of 100,000 items holds the write lock for a second or two
 
 #: Every table, in the order they are created.  One place, so the whole store is read at a glance.
@@ -68,7 +70,7 @@ CREATE TABLE issues (
     open_item    TEXT UNIQUE,
     extra        TEXT
 );
-CREATE INDEX issues_open ON issues (rig, status);
+CREATE INDEX issues_status ON issues (status, rig);
 CREATE INDEX issues_work ON issues (work_item);
 CREATE INDEX issues_closed ON issues (closed_at);
 
@@ -106,6 +108,12 @@ CREATE TABLE outbox_flushed (
     length INTEGER NOT NULL
 );
 
+-- Decisions per rig (fairness), advanced in the transaction that records a decision.
+CREATE TABLE decision_counts (
+    rig TEXT PRIMARY KEY,
+    n   INTEGER NOT NULL
+);
+
 -- Numbers every writer of a kind of fact advances in its own transaction ("queue", "runs", ...):
 -- what is computed from the database is kept under the versions it read (see ``derived``).
 CREATE TABLE versions (
@@ -120,6 +128,79 @@ CREATE TABLE derived (
     value    TEXT NOT NULL
 );
 
+-- scheduler and admission state
+-- The scheduler's own state (sluice.store.state): one row, absent until the first change (the zero
+-- state: not paused, never dispatched).  Each writer sets only its own columns, inside the transaction
+-- that read them, so a pause issued during a cycle survives the cycle's record of its dispatches.
+CREATE TABLE scheduler_state (
+    id                  INTEGER PRIMARY KEY CHECK (id = 1),
+    paused              INTEGER NOT NULL DEFAULT 0,
+    paused_by           TEXT,
+    paused_at           TEXT,
+    last_dispatch_at    TEXT,
+    last_dispatch_count INTEGER NOT NULL DEFAULT 0,
+    extra               TEXT
+);
+-- The daemon's heartbeat: one row, rewritten at its start, after every tick and at its stop.
+CREATE TABLE heartbeat (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    pid           INTEGER NOT NULL,
+    started_at    TEXT,
+    tick_interval DOUBLE PRECISION,
+    ticks         INTEGER NOT NULL DEFAULT 0,
+    last_tick_at  TEXT,
+    last_result   TEXT,
+    stopped_at    TEXT
+);
+-- Token budget charges (sluice.store.admission_state): one row per launch charged, its estimate or
+-- the usage its polecat reported.  A charge counts while now is in (at_ts - window, at_ts + window]:
+-- the windows' sums read the index on at_ts alone (it covers rig and tokens), and the charges a
+-- window old are deleted by the transaction of the next charge.
+CREATE TABLE budget_charges (
+    seq        INTEGER PRIMARY KEY,
+    charge     TEXT NOT NULL UNIQUE,
+    at_ts      DOUBLE PRECISION NOT NULL,
+    rig        TEXT NOT NULL,
+    item_id    TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    polecat_id TEXT NOT NULL,
+    tokens     INTEGER NOT NULL,
+    reported   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX budget_charges_at ON budget_charges (at_ts, rig, tokens);
+CREATE INDEX budget_charges_polecat ON budget_charges (polecat_id);
+CREATE INDEX budget_charges_item ON budget_charges (item_id);
+-- Whether the budget held work at the last cycle: BudgetExhausted is logged once per spell.
+CREATE TABLE budget_spell (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    exhausted INTEGER NOT NULL
+);
+-- Throttles: at most one per scope, the rig's name or '' for the whole town.  Ended ones are deleted
+-- by the next throttle's transaction and ignored by every read.  at_ts is when it was set (NULL only
+-- when a 0.1 file did not say).
+CREATE TABLE throttles (
+    scope    TEXT PRIMARY KEY,
+    until_ts DOUBLE PRECISION NOT NULL,
+    at_ts    DOUBLE PRECISION,
+    reason   TEXT NOT NULL,
+    set_by   TEXT NOT NULL
+);
+-- The circuit breaker: one row per broken item; next_attempt_ts NULL means never on its own.
+CREATE TABLE breaker (
+    item_id         TEXT PRIMARY KEY,
+    rig             TEXT NOT NULL,
+    failures        INTEGER NOT NULL,
+    run_failures    INTEGER NOT NULL,
+    broken_by       TEXT NOT NULL,
+    last_error      TEXT NOT NULL,
+    broken_at       TEXT NOT NULL,
+    trips           INTEGER NOT NULL,
+    cooldown        DOUBLE PRECISION NOT NULL,
+    next_attempt_ts DOUBLE PRECISION,
+    half_open       INTEGER NOT NULL DEFAULT 0,
+    sling           TEXT NOT NULL
+);
+CREATE INDEX breaker_due ON breaker (next_attempt_ts);
 -- run records
 -- One row per launch, ``seq`` its launch order.  The columns are what readers filter and sort on;
 -- ``extra`` (a JSON object) holds every other field of the record.  ``started_ts``/``ended_ts`` are
@@ -135,12 +216,12 @@ CREATE TABLE runs (
     outcome          TEXT,
     started_at       TEXT,
     ended_at         TEXT,
-    runtime_seconds  REAL,
+    runtime_seconds  DOUBLE PRECISION,
     tokens_estimated INTEGER,
     tokens_used      INTEGER,
     extra            TEXT NOT NULL,
-    started_ts       REAL NOT NULL,
-    ended_ts         REAL
+    started_ts       DOUBLE PRECISION NOT NULL,
+    ended_ts         DOUBLE PRECISION
 );
 CREATE INDEX runs_outcome ON runs (outcome);
 CREATE INDEX runs_started ON runs (started_ts);
@@ -168,12 +249,12 @@ CREATE TABLE archived_runs (
     outcome          TEXT,
     started_at       TEXT,
     ended_at         TEXT,
-    runtime_seconds  REAL,
+    runtime_seconds  DOUBLE PRECISION,
     tokens_estimated INTEGER,
     tokens_used      INTEGER,
     extra            TEXT NOT NULL,
-    started_ts       REAL NOT NULL,
-    ended_ts         REAL,
+    started_ts       DOUBLE PRECISION NOT NULL,
+    ended_ts         DOUBLE PRECISION,
     archived_at      TEXT NOT NULL
 );
 """
@@ -183,32 +264,55 @@ def database_path(sluice_dir: Path) -> Path:
     return sluice_dir / FILE_NAME
 
 
+_shared: dict[Path, Database] = {}
+
+
+def shared(path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None) -> Database:
+    """The one :class:`Database` of this process for ``path``.
+
+    Every ``Town`` over one town shares it, so every change a thread makes goes
+    through that thread's one connection: an inner change joins the outer
+    transaction instead of waiting, on a second connection, for the lock the
+    first one holds.
+    """
+    found = _shared.get(path)
+    if found is None:
+        found = _shared[path] = Database(path, on_create)
+    return found
+
+
 class Database:
     """One town's database, opened lazily, one connection per thread.
 
     A thread's connection is made on its first use; the schema is created (or
-    checked) by the first connection of the process.  ``on_open`` runs once,
-    inside the first write transaction of a new database (the migration of an
-    older town's files).
+    checked) by the first connection of the process.  ``on_create`` runs
+    inside the transaction that creates the schema (the migration of an older
+    town's files); ``on_open`` once the first connection is made.
     """
 
-    def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None):
+    def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None,
+                 on_open: Callable[[], None] | None = None):
         self.path = Path(path)
-        self._local = thread_local()
+        self._threads = _thread._local()
         self._checked = False
-        self._on_create = on_create
-        self._after_commit: list[Callable[[], None]] = []
+        self.on_create = on_create
+        self._on_open = on_open
 
     # -- connections -----------------------------------------------------------
     @property
+    def _local(self) -> _ThreadState:
+        """This thread's connection and transaction depth (the web view serves from threads)."""
+        state = getattr(self._threads, "state", None)
+        if state is None:
+            state = self._threads.state = _ThreadState()
+        return state
+
+    @property
     def conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-            self._local.depth = 0
-            self._local.after = []
-        return conn
+        local = self._local
+        if local.conn is None:
+            local.conn = self._connect()
+        return local.conn
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -221,14 +325,39 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
             conn.execute("PRAGMA foreign_keys = ON")
             if not self._checked:
                 self._ensure_schema(conn)
-                self._checked = True
+        except sqlite3.OperationalError as err:
+            conn.close()
+            conn = self._read_only(err)
         except sqlite3.DatabaseError as err:
             conn.close()
             raise self._storage_error(err, "open") from None
+        if not self._checked:
+            self._checked = True
+            if self._on_open is not None:
+                self._local.conn = conn
+                self._on_open()
+        return conn
+
+    def _read_only(self, err: sqlite3.OperationalError) -> sqlite3.Connection:
+        """A connection that can only read, for a disk that refuses the database's shared-memory file
+        (full, or read-only): reads answer from the write-ahead log kept in memory, and a write is a
+        :class:`~sluice.errors.StorageError` naming the file, as on any refusal."""
+        if not self.path.exists():
+            raise self._storage_error(err, "open")
+        try:
+            conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                   check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = _schema_version(conn)
+        except sqlite3.Error:
+            raise self._storage_error(err, "open") from None
+        if version != SCHEMA_VERSION:
+            conn.close()
+            raise self._storage_error(err, "open")
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
@@ -248,8 +377,8 @@ class Database:
                     conn.execute(statement)
                 conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
-                if self._on_create is not None:
-                    self._on_create(conn)
+                if self.on_create is not None:
+                    self.on_create(conn)
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
@@ -257,10 +386,10 @@ class Database:
             raise
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        local = self._local
+        if local.conn is not None:
+            local.conn.close()
+            local.conn = None
 
     # -- transactions ------------------------------------------------------------
     @contextlib.contextmanager
@@ -316,7 +445,7 @@ class Database:
 
     @property
     def in_transaction(self) -> bool:
-        return bool(getattr(self._local, "depth", 0))
+        return bool(self._local.depth)
 
     # -- reading -----------------------------------------------------------------
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[tuple]:
@@ -349,13 +478,24 @@ class Database:
         if isinstance(err, (StorageError, ConfigError)):
             return err
         text = str(err)
-        if (isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError)
-                and ("malformed" in text or "not a database" in text)):
+        damaged = "malformed" in text or "not a database" in text
+        if damaged and not isinstance(err, sqlite3.OperationalError):
             return ConfigError(f"{self.path}: the town database is damaged ({text});"
-                               " restore it from a backup or `sluice export` output")
+                                   " restore it from a backup or `sluice export` output")
         if isinstance(err, OSError):
             return StorageError(self.path, f"cannot {doing} it: {err.strerror or err}", err.errno)
+        if getattr(err, "sqlite_errorname", "") == "SQLITE_FULL":
+            return StorageError(self.path, f"cannot {doing} it: No space left on device ({text})", 28)
         return StorageError(self.path, f"cannot {doing} it: {text}")
+
+
+class _ThreadState:
+    __slots__ = ("after", "conn", "depth")
+
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+        self.depth = 0
+        self.after: list[Callable[[], None]] = []
 
 
 def _schema_version(conn: sqlite3.Connection) -> int | None:

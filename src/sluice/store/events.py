@@ -1,16 +1,13 @@
 """The scheduler's lifecycle log: ``<town>/.sluice/events/scheduler.jsonl``.
 
-One JSON object per line, ``{event_id, type, at, payload}``.  Every event of a
-call is written with a single ``write()`` on an ``O_APPEND`` descriptor under
-the events lock, so concurrent writers (a sling, a dispatch cycle, a git hook)
-never interleave inside a line and a reader never needs a lock.
-
-The log is for people and tools watching the town (a feed, the demo, an
-audit); no scheduling decision is ever read back from it.  So events are
-written after the change they report is durable, and a log that cannot take
-them (a full disk, a file that is not writable) does not undo or fail that
-change: it is a warning naming the file, and a note that ``patrol`` reports
-(:func:`missing`), so nobody mistakes a quiet log for a quiet town.
+One JSON object per line, ``{event_id, type, at, payload}``.  An event is put
+in the town database's outbox in the same transaction as the change it
+reports, and written to the log after that commit (:mod:`sluice.store.outbox`),
+so the log holds exactly the committed changes: none missed when a process dies
+between the two, none written twice.  A log that cannot take them (a full
+disk, a file that is not writable) keeps them waiting in the outbox, and
+``patrol`` says how many wait (:func:`missing`): nobody mistakes a quiet log
+for a quiet town.
 """
 
 from __future__ import annotations
@@ -20,9 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso, random_id
-from sluice.errors import LockBusy, StoreCorrupt
-from sluice.logs import log
-from sluice.store import fsutil
+from sluice.errors import StoreCorrupt
+from sluice.store import outbox
 from sluice.store.jsonlog import tail_objects
 
 if TYPE_CHECKING:
@@ -66,10 +62,6 @@ MERGE_QUEUE_DEPTH = "MergeQueueDepth"
 _text = json.encoder.encode_basestring
 
 
-def _lock(town: Town):
-    return fsutil.file_lock(town.lock_path("events"))
-
-
 def make_event(event_type: str, payload: Mapping[str, Any] | None = None, at: str | None = None) -> dict:
     if not event_type or not isinstance(event_type, str):
         raise ValueError("an event needs a type")
@@ -82,22 +74,14 @@ def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = 
 
 
 def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None]]) -> list[dict]:
-    """Append several events with one write (a sling of 1,000 items is one append).
+    """Put several events in the outbox, in the current transaction when there is one.
 
-    The events of one write share its moment (``at``).  A log that refuses
-    them is a warning and a note for ``patrol``, never an error: the change
-    they report has already happened.
+    The events of one call share its moment (``at``).
     """
     at = iso()
     made = [make_event(event_type, payload, at) for event_type, payload in events]
-    if not made:
-        return made
-    data = "".join(event_line(e) + "\n" for e in made)
-    try:
-        with _lock(town):
-            fsutil.append_bytes(town.events_path, data.encode("utf-8"))
-    except (OSError, LockBusy) as err:
-        _note_missing(town, made, err)
+    if made:
+        outbox.put(town, outbox.EVENTS, [event_line(e) for e in made])
     return made
 
 
@@ -113,44 +97,22 @@ def event_line(event: dict) -> str:
         return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
 
 
-def _missing_path(town: Town):
-    return town.runtime / "events-missing.json"
-
-
-def _note_missing(town: Town, made: list[dict], err: Exception) -> None:
-    reason = getattr(err, "reason", None) or getattr(err, "strerror", None) or str(err)
-    kinds = sorted({e["type"] for e in made})
-    log.warning("%s: %d event(s) not recorded (%s): %s; the change they report is done",
-                town.events_path, len(made), ", ".join(kinds), reason)
-    note = missing(town) or {"count": 0, "since": made[0]["at"], "types": {}}
-    note["count"] += len(made)
-    note["last_at"] = made[-1]["at"]
-    note["error"] = str(err)
-    for event in made:
-        note["types"][event["type"]] = note["types"].get(event["type"], 0) + 1
-    fsutil.write_cache(_missing_path(town), json.dumps(note, sort_keys=True).encode("utf-8"))
-
-
 def missing(town: Town) -> dict | None:
-    """What the event log has missed: ``{count, since, last_at, error, types}``, or None.
+    """What the event log is still waiting for: ``{count, types, error}``, or None when nothing waits.
 
-    Kept in ``runtime/events-missing.json`` until someone removes it (having
-    seen what ``patrol`` says); a note that cannot be written either (the
-    whole disk full) leaves the warnings on stderr as the only record.
+    Events a log refused stay in the outbox and are written once it accepts
+    them; ``patrol`` shows this so nobody mistakes a quiet log for a quiet town.
     """
-    try:
-        note = json.loads(_missing_path(town).read_bytes())
-    except (OSError, ValueError):
+    if not outbox.pending(town).get(outbox.EVENTS):
         return None
-    if not isinstance(note, dict) or not isinstance(note.get("count"), int) \
-            or not isinstance(note.get("types"), dict):
-        return None
-    return note
+    count, kinds = outbox.waiting(town, outbox.EVENTS)
+    return {"count": count, "types": kinds, "error": outbox.refusal(town, outbox.EVENTS)}
 
 
 def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
     """Every event in the log (optionally only some types); a torn last line is skipped."""
     wanted = set(types) if types is not None else None
+    outbox.flush_if_pending(town)
     try:
         data = town.events_path.read_bytes()
     except FileNotFoundError:
@@ -180,4 +142,5 @@ def recent_events(town: Town, count: int) -> list[dict]:
     torn last line (an append in progress) is not there yet; any other bad
     line is an error naming its line, as for :func:`read_events`.
     """
+    outbox.flush_if_pending(town)
     return tail_objects(town.events_path, count, "event")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
 from sluice.logs import log
-from sluice.store import beads_repo, events, fsutil, gitview, openqueue, registry, sources
+from sluice.store import beads_repo, events, fsutil, gitview, registry, sources
 from sluice.store import contexts as ctxs
 from sluice.store.rigstore import Stores, read_jsonl
 from sluice.store.sources import parse_command
@@ -184,7 +184,7 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
     with fsutil.file_lock(town.lock_path("dispatch")):
         stores = Stores(town)
         queued = [
-            c for c in openqueue.open_contexts(stores, fresh=True)
+            c for c in ctxs.open_contexts(town)
             if c.rig == name or (c.work_id and (owner := town.rig_for_id(c.work_id)) and owner.name == name)
         ]
         if queued and not force:
@@ -194,10 +194,8 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
                 f"rig {name!r} has {len(queued)} queued context(s): {shown}{more}; nothing was changed"
                 f" (clear them first, or override with force, which closes them as {RIG_REMOVED!r})"
             )
-        closed = []
-        for context in queued:
-            if ctxs.close(town, stores.rig(context.rig), context.id, RIG_REMOVED):
-                closed.append({"context_id": context.id, "item_id": context.work_id, "rig": context.rig})
+        done = set(ctxs.close_many(town, None, [(c.id, RIG_REMOVED, None) for c in queued]))
+        closed = [{"context_id": c.id, "item_id": c.work_id, "rig": c.rig} for c in queued if c.id in done]
         stores.rig(name).refresh()  # let go of the index before its file is deleted
 
         def unregister(config):

@@ -71,10 +71,6 @@ class Town:
         return self.runtime / "workers"
 
     @property
-    def state_path(self) -> Path:
-        return self.runtime / "scheduler-state.json"
-
-    @property
     def events_path(self) -> Path:
         return self.dir / "events" / "scheduler.jsonl"
 
@@ -93,9 +89,12 @@ class Town:
     @cached_property
     def db(self) -> Database:
         """The town database (:mod:`sluice.store.db`), opened on first use."""
-        from sluice.store.db import Database, database_path
+        from sluice.store.db import database_path, shared
 
-        return Database(database_path(self.dir))
+        db = shared(database_path(self.dir), on_create=_refuse_unmigrated)
+        return db
+
+
 
     def lock_path(self, name: str) -> Path:
         return self.runtime / f"{name}.lock"
@@ -103,10 +102,9 @@ class Town:
     def rig_dir(self, rig: str) -> Path:
         return self.dir / "rigs" / rig
 
-    def rig_files(self, rig: Rig) -> tuple[Path, Path]:
-        """A rig's ephemeral log and its items file (its read-only export or snapshot, else its own store)."""
-        own = self.rig_dir(rig.name)
-        return own / "ephemeral.jsonl", rig.items if rig.items is not None else own / "issues.jsonl"
+    def rig_items(self, rig: Rig) -> Path:
+        """A rig's items file: its read-only export or snapshot, else its own store."""
+        return rig.items if rig.items is not None else self.rig_dir(rig.name) / "issues.jsonl"
 
     # -- config --------------------------------------------------------------
     @cached_property
@@ -257,6 +255,8 @@ def init_town(path: Path) -> Town:
         from sluice.core.models import TownConfig
 
         fsutil.atomic_write_json(town.config_path, TownConfig().model_dump(mode="json"))
+        town.db.conn  # noqa: B018  (the database and its schema, made now: a later read writes nothing)
+        town.db.close()
     except OSError as err:  # a file in the way, no permission, a read-only disk
         raise ConfigError(f"cannot create a town at {town.root}: {err.strerror or err}") from None
     return town
@@ -277,8 +277,18 @@ def validate_prefix(prefix: str) -> None:
                          " (ids starting with '-' or '.' would read as options or hidden files)")
 
 
-def compacted_path(log: Path) -> Path:
-    """The file each compaction of the ephemeral log ``log`` rewrites before it replaces the log
-    (:mod:`sluice.store.compaction`): its signature tells what was kept at marks of the log it replaced
-    from the new one without reading the log, whose old inode a later file may take."""
-    return log.with_name("ephemeral.compacted")
+def made_by_01(town: Town) -> bool:
+    """Whether ``town`` holds state files of sluice 0.1 (what :mod:`sluice.store.migrate` brings in)."""
+    rigs = town.dir / "rigs"
+    logs = rigs.is_dir() and any((d / "ephemeral.jsonl").exists() for d in rigs.iterdir() if d.is_dir())
+    runs, state = town.dir / "runs" / "runs.jsonl", town.runtime / "scheduler-state.json"
+    return logs or runs.exists() or state.exists()
+
+
+def _refuse_unmigrated(conn) -> None:
+    """A new database beside 0.1's files would strand their state: only the migration may make it
+    (:func:`sluice.store.migrate.ensure`, which every way into a town takes first)."""
+    town = Town(Path(conn.execute("PRAGMA database_list").fetchone()[2]).parent.parent)
+    if made_by_01(town):
+        raise ConfigError(f"{town.root}: this town was made by sluice 0.1 and is migrated when opened"
+                          " through `sluice` or `sluice.open_town`; open it that way first")

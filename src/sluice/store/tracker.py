@@ -17,6 +17,7 @@ from sluice.core.items import STATUSES, ReadyFilter, dependency, labels_of, norm
 from sluice.core.readiness import id_prefix
 from sluice.core.recordclass import recordclass
 from sluice.errors import InvalidOperation, MissingFile, UnknownItem, UsageError
+from sluice.store import contexts as ctxs
 from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
 from sluice.store.town import Town
 
@@ -193,10 +194,10 @@ def blocked_json(town: Town, rig: str | None = None) -> list[str]:
 
 
 def _update_record(town: Town, item_id: str, apply) -> dict:
+    if ctxs.rig_of(town, item_id) is not None:
+        raise InvalidOperation(f"{item_id} is a sluice record, not a work item; it cannot be edited here")
     stores = Stores(town)
     store = stores.for_id(item_id)
-    if item_id in store.ephemeral():
-        raise InvalidOperation(f"{item_id} is a sluice record, not a work item; it cannot be edited here")
 
     def change(records: list[dict]) -> dict:
         for record in reversed(records):  # the last line for an id is the record readers see
@@ -248,7 +249,7 @@ def close_item(town: Town, item_id: str, reason: str = "Closed") -> dict:
     """Close an item; closing a closed item changes nothing and succeeds (as beads)."""
     store, current = Stores(town).find(item_id)
     store.require_writable()  # a read-only rig is refused even when there is nothing to change
-    if current.get("status") == "closed" and item_id not in store.ephemeral():
+    if current.get("status") == "closed":
         return current
 
     def apply(record: dict, _records, stamp: str) -> bool:

@@ -3,9 +3,10 @@
 ``top`` and the web feed used to compute the whole snapshot (a survey of
 the queue) every second, changed or not: about half a core on a few
 thousand queued items.  Now they compute it again when this signature
-moves — the config, the state and admission files, the policy, the event,
-decision and run logs, the polecat records (their directory), and each
-rig's ephemeral log and items file — and
+moves — the config, the policy, the event, decision and run logs, the
+polecat records (their directory), each rig's ephemeral log and items
+file, and the versions of the scheduler and admission state in the town
+database — and
 otherwise only every :data:`BACKSTOP` seconds, for what moves with the
 clock alone (a deferral or a backoff ending, a host reading); polecat
 runtimes tick on screen without a new snapshot.  A change waits out a rest
@@ -17,13 +18,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import SluiceError
-from sluice.store import admission_state
+from sluice.store import admission_state, state
 from sluice.store.fsutil import file_signature
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from sluice.store.town import Town
+
+#: The versions of the town database a snapshot depends on (each advanced by its writers).
+VERSIONS = ("queue", "runs", state.VERSION, admission_state.VERSION)
 
 #: Seconds between snapshots when no watched file changed.
 BACKSTOP = 30.0
@@ -76,22 +80,19 @@ class Sources:
             try:
                 paths = []
                 for rig in town.rigs():
-                    paths += town.rig_files(rig)
+                    paths.append(town.rig_items(rig))
                 self._rig_paths = tuple(paths)
             except SluiceError:  # a broken config: the view shows the error and watches for the fix
                 self._rig_paths = ()
         # Files, not the runtime directory: read commands keep caches there, and a view that
         # counted their writes as changes would survey again after its own snapshot.
-        return (town.config_path, town.state_path, town.events_path, town.workers_dir,
-                *admission_state.paths(town),
+        return (town.config_path, town.events_path, town.workers_dir,
                 town.policy_path, town.decisions_path, *self._rig_paths)
 
     def signature(self) -> tuple:
-        return (*(file_signature(path) for path in self._paths()), self._versions())
-
-    def _versions(self) -> dict | None:
-        """What the town database says has changed (its writers advance these in their transactions)."""
-        try:
-            return self.town.db.versions("runs") if self.town.db.path.exists() else None
-        except SluiceError:  # a database that cannot be read: the view shows the error and watches on
-            return None
+        files = tuple(file_signature(path) for path in self._paths())
+        try:  # one indexed read: what the database holds moves its versions
+            versions = tuple(self.town.db.versions(*VERSIONS).values())
+        except SluiceError:  # the view shows the error the snapshot meets, and watches on
+            versions = ()
+        return (*files, versions)

@@ -44,6 +44,7 @@ METAVARS = {
 #: A few typical command lines per command (without the leading ``sluice``), shown under its help.
 EXAMPLES: dict[str, list[str]] = {
     "compact": ["compact", "compact --rig api --json"],
+    "export": ["export api", "export api --open", "export --runs"],
     "config get": ["config get scheduler.max_polecats"],
     "config set": ["config set scheduler.max_polecats 3",
                    "config set executor.command '[\"my-agent\", \"--item\", \"{item_id}\"]'"],

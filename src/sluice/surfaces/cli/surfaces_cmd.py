@@ -100,9 +100,9 @@ def _patrol_text(r: dict) -> str:
         lines.append(f"  unreadable (rig held, rig-unreadable): {shown(r['unreadable'])}")
     gone = r.get("events_missing")
     if gone:
-        lines.append(f"  events missing: {gone['count']} event(s) since {gone['since']} could not be written"
-                     f" ({shown(gone.get('error') or '')});"
-                     " remove .sluice/runtime/events-missing.json once seen")
+        lines.append(f"  events waiting: {gone['count']} event(s) not yet written to the event log"
+                     f" ({shown(gone.get('error') or 'being written')}); they are kept and written"
+                     " once the log accepts them")
     return "\n".join(lines)
 
 

@@ -130,7 +130,24 @@ def config_set(
     write_text(f"Set {key} = {value}")
 
 
+def export(
+    rig: Annotated[str | None, typer.Argument(help="Only this rig's records (default: every rig's).")] = None,
+    runs: Annotated[bool, typer.Option("--runs", help="The run records instead, as JSON lines.")] = False,
+    open_only: Annotated[bool, typer.Option("--open", help="Only open records: the queue.")] = False,
+) -> None:
+    """Print the town's own records: each rig's sling contexts as beads JSONL (closed ones too), or the
+    run records; one JSON object per line, for beads tools, jq and backups."""
+    import json
+    import sys
+
+    records = town().export(rig, runs=runs, open_only=open_only).to_json()
+    out = sys.stdout
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
 def register(app: typer.Typer) -> None:
     app.command("init")(init)
+    app.command("export")(export)
     app.add_typer(rig_app, name="rig")
     app.add_typer(config_app, name="config")
