@@ -135,12 +135,12 @@ CREATE TABLE runs (
     outcome          TEXT,
     started_at       TEXT,
     ended_at         TEXT,
-    runtime_seconds  REAL,
+    runtime_seconds  DOUBLE PRECISION,
     tokens_estimated INTEGER,
     tokens_used      INTEGER,
     extra            TEXT NOT NULL,
-    started_ts       REAL NOT NULL,
-    ended_ts         REAL
+    started_ts       DOUBLE PRECISION NOT NULL,
+    ended_ts         DOUBLE PRECISION
 );
 CREATE INDEX runs_outcome ON runs (outcome);
 CREATE INDEX runs_started ON runs (started_ts);
@@ -168,12 +168,12 @@ CREATE TABLE archived_runs (
     outcome          TEXT,
     started_at       TEXT,
     ended_at         TEXT,
-    runtime_seconds  REAL,
+    runtime_seconds  DOUBLE PRECISION,
     tokens_estimated INTEGER,
     tokens_used      INTEGER,
     extra            TEXT NOT NULL,
-    started_ts       REAL NOT NULL,
-    ended_ts         REAL,
+    started_ts       DOUBLE PRECISION NOT NULL,
+    ended_ts         DOUBLE PRECISION,
     archived_at      TEXT NOT NULL
 );
 """
