@@ -114,13 +114,11 @@ def build(work: Path, items: list[dict]) -> Path:
 
 
 def records(town: Path) -> dict[str, dict]:
-    """Every run's latest version by item id."""
-    path = town / ".sluice" / "runs" / "runs.jsonl"
-    out: dict[str, dict] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        record = json.loads(line)
-        out[record["item_id"]] = record
-    return out
+    """Every run's record by item id (the latest launch of each), read from the town database."""
+    from sluice.store import runs
+    from sluice.store.town import Town
+
+    return {r["item_id"]: r for r in runs.read_runs(Town(town)).values()}
 
 
 def wait_ended(town: Path, ids: list[str], timeout: float) -> dict[str, dict]:

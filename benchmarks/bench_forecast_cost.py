@@ -5,12 +5,12 @@ Usage:  python benchmarks/bench_forecast_cost.py [--queued 10000] [--history 100
 
 A town is built once: one rig over a real git repository reading a beads
 export of ``--queued`` items in five labels and three issue types, all of
-them slung, and a run log of ``--history`` past runs of those kinds, each
-written as a real launch leaves it (its ``running`` version, then its ended
-one).  For each tree (default: this checkout's ``src``), on a copy of the
-town, the first command after the copy (nothing kept yet) and then the
-median of ``--runs`` warm ones are timed for ``scheduler status --json``,
-``scheduler forecast --json --limit 50`` and ``scheduler forecast --json``,
+them slung, and ``--history`` past runs of those kinds in the town database,
+each as a real launch leaves it once it ended.  For each tree (default:
+this checkout's ``src``), on a copy of the town, the first command after
+the copy (nothing kept yet) and then the median of ``--runs`` warm ones
+are timed for ``scheduler status --json``, ``scheduler forecast --json
+--limit 50`` and ``scheduler forecast --json``,
 through the CLI, interpreter start included.  The trees and commands run
 alternately, so a slow spell of a shared machine falls on all alike.
 
@@ -90,23 +90,32 @@ def build(base: Path, src: Path, queued: int, history: int) -> Path:
     for start in range(0, queued, CHUNK):
         run(src, town, "sling", *ids[start:start + CHUNK], "bench")
     rng = random.Random(7)
-    log = town / ".sluice" / "runs" / "runs.jsonl"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as fh:
-        for n in range(history):
-            record = {"run_id": f"rn-{n:07d}", "polecat_id": f"pc-{n}", "item_id": f"fq-old{n}",
-                      "rig": "bench",
-                      "context_id": f"ctx-{n}", "executor": "local", "host": "bench",
-                      "started_at": "2026-11-01T00:00:00Z", "ended_at": None, "runtime_seconds": None,
-                      "exit_code": None, "outcome": "running", "tokens_estimated": 1000, "tokens_used": None,
-                      "labels": [LABELS[n % 5]], "touches": [], "attempt": 1, "issue_type": TYPES[n % 3]}
-            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-            record.update(ended_at="2026-11-01T00:10:00Z",
-                          runtime_seconds=round(rng.lognormvariate(6, 0.5), 3),
-                          exit_code=0, outcome="ok", tokens_used=rng.randrange(500, 5000))
-            fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+    records = []
+    for n in range(history):
+        records.append({"run_id": f"rn-{n:07d}", "polecat_id": f"pc-{n}", "item_id": f"fq-old{n}",
+                        "rig": "bench", "context_id": f"ctx-{n}", "executor": "local", "host": "bench",
+                        "started_at": "2026-11-01T00:00:00Z", "ended_at": "2026-11-01T00:10:00Z",
+                        "runtime_seconds": round(rng.lognormvariate(6, 0.5), 3), "exit_code": 0,
+                        "outcome": "ok", "tokens_estimated": 1000, "tokens_used": rng.randrange(500, 5000),
+                        "labels": [LABELS[n % 5]], "touches": [], "attempt": 1, "issue_type": TYPES[n % 3]})
+    write_runs(src, town, records)
     marker.write_text(f"{queued}x{history}")
     return town
+
+
+WRITE_RUNS = """
+import json, sys
+from sluice.store import runs
+from sluice.store.town import Town
+runs.append(Town(sys.argv[1]), json.load(sys.stdin))
+"""
+
+
+def write_runs(src: Path, town: Path, records: list[dict]) -> None:
+    """Past runs as the town database keeps them, written by ``src``'s own store (one transaction)."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    subprocess.run([sys.executable, "-c", WRITE_RUNS, str(town)], input=json.dumps(records), text=True,
+                   env=env, check=True)
 
 
 def main() -> None:

@@ -573,22 +573,24 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
     from collections import Counter
 
     from sluice.store import fsutil
+    from sluice.store import runs as runlog
 
     appends: Counter = Counter()
-    append = fsutil.append_bytes
+    append, write_runs = fsutil.append_bytes, runlog.append
     monkeypatch.setattr(fsutil, "append_bytes",
                         lambda path, *a, **k: appends.update([Path(path).name]) or append(path, *a, **k))
+    monkeypatch.setattr(runlog, "append",
+                        lambda town, records: appends.update(["runs"]) or write_runs(town, records))
     report = run_cycle(Town(deferred_dir))
     assert steps == ["start"] * 3 + ["report"] * 3
-    # booked together: one append of the three run records, of the decisions, of the closes
-    assert appends["runs.jsonl"] == 1 and appends["decisions.jsonl"] == 1
+    # booked together: one write of the three run records, one append of the decisions
+    assert appends["runs"] == 1 and appends["decisions.jsonl"] == 1
     assert [row["item_id"] for row in report.launched] == ids  # booked in plan order
     assert report.dispatched == 3 and not open_contexts(deferred_dir, "alpha")
     assert sorted(r["item_id"] for r in worker_records(deferred_dir)) == ids
     assert all(r["state"] == "running" and r["pid"] for r in worker_records(deferred_dir))
     assert [e["payload"]["item_id"] for e in events(deferred_dir, "Dispatched")] == ids
-    run_log = deferred_dir / ".sluice" / "runs" / "runs.jsonl"
-    runs = {r["polecat_id"]: r["run_id"] for r in map(json.loads, run_log.read_text().splitlines())}
+    runs = {r["polecat_id"]: r["run_id"] for r in runlog.read_runs(Town(deferred_dir)).values()}
     assert [row["run_id"] for row in report.launched] == [runs[row["polecat_id"]] for row in report.launched]
     assert [e["payload"]["run_id"] for e in events(deferred_dir, "Dispatched")] == \
         [row["run_id"] for row in report.launched]

@@ -108,18 +108,17 @@ def test_status_shows_the_drain_of_the_last_forecast_kept_and_its_age(forecast_c
 
 def test_a_corrupt_kept_forecast_is_named_and_shown_as_none(forecast_cli):
     from sluice.api import open_town
-    from sluice.store.forecasts import path
+    from sluice.store.forecasts import NAME
 
     forecast_cli.run("sling", "be-1")
-    kept = path(open_town(forecast_cli.town).files)
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text('{"at": "2026-12-01T14:00:00Z", "drain')
+    db = open_town(forecast_cli.town).files.db
+    db.keep(NAME, '{"at": "2026-12-01T14:00:00Z", "drain')
     done = forecast_cli.run("scheduler", "status", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["forecast"] is None
-    assert str(kept) in done.stderr and "Traceback" not in done.stderr
-    kept.write_text('{"at": 3}')
+    assert str(db.path) in done.stderr and "Traceback" not in done.stderr
+    db.keep(NAME, '{"at": 3}')
     done = forecast_cli.run("scheduler", "status")
-    assert "not a kept forecast" in done.stderr and "Drains:" not in done.stdout
+    assert "not a forecast's head" in done.stderr and "Drains:" not in done.stdout
     forecast_cli.run("scheduler", "forecast")  # a new forecast replaces it
     assert forecast_cli.json("scheduler", "status")["forecast"]["items_total"] == 1
 
@@ -213,19 +212,21 @@ def test_budget_fit_says_whether_p90_tokens_fit_the_window_and_when_room_comes(f
     assert "exceed rig be's budget (300 per 1h) by themselves" in text
 
 
-def test_a_forecast_that_cannot_be_kept_still_answers_and_says_so(forecast_cli):
-    from sluice.api import open_town
-    from sluice.store.forecasts import path
+def test_a_forecast_that_cannot_be_kept_still_answers_and_says_so(forecast_cli, monkeypatch):
+    from sluice.errors import StorageError
+    from sluice.store import forecasts
 
     forecast_cli.run("sling", "be-1")
-    kept = path(open_town(forecast_cli.town).files)
-    kept.mkdir(parents=True)  # a directory where the file goes: it can be neither written nor read
-    done = forecast_cli.run("scheduler", "forecast", "--json")
+
+    def refused(town, head):
+        raise StorageError(town.db.path, "cannot write it: No space left on device", 28)
+
+    monkeypatch.setattr(forecasts, "keep", refused)
+    done = forecast_cli.run("scheduler", "forecast", "--json")  # in this process: the write is refused
     assert done.returncode == 0 and json.loads(done.stdout)["items_total"] == 1
-    assert "the forecast was not kept" in done.stderr and str(kept) in done.stderr
+    assert "the forecast was not kept" in done.stderr and "town.db" in done.stderr
     done = forecast_cli.run("scheduler", "status", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["forecast"] is None
-    assert "cannot read the kept forecast" in done.stderr
 
 
 def test_times_and_ages_read_as_people_say_them():

@@ -71,13 +71,8 @@ def running_items(town) -> list[str]:
 
 
 def records(town) -> list[dict]:
-    """Every run's latest version, read straight from the file."""
-    path = runlog.log_path(Town(town))
-    latest: dict[str, dict] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        record = json.loads(line)
-        latest[record["run_id"]] = record
-    return list(latest.values())
+    """Every run's record, as the town database holds it."""
+    return list(runlog.read_runs(Town(town)).values())
 
 
 def finished(town) -> None:
@@ -201,7 +196,7 @@ def test_an_end_is_recorded_once_by_whichever_command_looks_first(cli, sleeper_d
     cycle(sleeper_dir)
     assert len(events(sleeper_dir, "PolecatExited")) == 1
     assert [r["outcome"] for r in records(sleeper_dir)] == ["failed"]
-    assert len(runlog.log_path(Town(sleeper_dir)).read_text().splitlines()) == 2  # its launch and its end
+    assert Town(sleeper_dir).db.versions("runs")["runs"] == 2  # its launch and its end
 
 
 def test_stopped_and_timed_out_runs_say_so(cli, sleeper_dir):

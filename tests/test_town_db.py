@@ -229,6 +229,18 @@ def test_a_town_made_by_0_1_0_is_migrated_whole_on_first_open(old_dir):
     assert not (old_dir / ".sluice" / "rigs" / "alpha" / "ephemeral.jsonl").exists()
     assert (old_dir / ".sluice" / "rigs" / "alpha" / "issues.jsonl").exists()  # items are no state: they stay
     assert not (old_dir / ".sluice" / "runtime" / "index" / "alpha.queue.json").exists()  # derived: aside too
+    status, expected_status = old.json("scheduler", "status"), _expected("status.json")
+    for key in ("paused", "paused_by", "last_dispatch_at", "last_dispatch_count", "throttles"):
+        assert status[key] == expected_status[key], key  # the pause, the last dispatch, the throttle
+    broken = old.json("scheduler", "broken")
+    assert [(b["item_id"], b["failures"], b["trips"]) for b in broken] == [
+        (b["item_id"], b["failures"], b["trips"]) for b in _expected("broken.json")]
+    runs = [json.loads(line) for line in old.run("export", "--runs").stdout.splitlines()]
+    assert sorted(r["run_id"] for r in runs) == sorted(r["run_id"] for r in _expected("runs.json"))
+    from sluice.store.town import Town as Files
+
+    budget = json.loads(before[Path("runtime/budget.json")])
+    assert Files(old_dir).db.one("SELECT count(*) FROM budget_charges")[0] == len(budget["launches"])
     closed = [json.loads(line) for line in before[Path("rigs/alpha/ephemeral.jsonl")].splitlines()]
     exported = {r["id"]: r for r in map(json.loads, old.run("export", "alpha").stdout.splitlines())}
     latest = {r["id"]: r for r in closed}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from helpers.polecats import configure
 from helpers.scheduler import item, write_items
+from sluice.store import runs as runlog
 from sluice.store.town import Town
 from sluice.surfaces.watching import Pace, Sources
 
@@ -30,6 +31,9 @@ def test_every_source_of_the_snapshot_moves_the_signature_and_reading_does_not(c
         now = sources.signature()
         assert now != seen, f"{command} changed the town, and the views would not see it"
         seen = now
+    run = {"run_id": "r-1", "item_id": "al-1", "rig": "alpha", "outcome": "running"}
+    runlog.append(Town(cli.town), [run])
+    assert sources.signature() != seen, "a run record was written, and the views would not see it"
 
 
 def test_the_rest_after_a_snapshot_is_in_proportion_to_what_it_cost():

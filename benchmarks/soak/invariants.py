@@ -227,9 +227,8 @@ def runs_recorded(ev: Evidence) -> list[str]:
     done = cli(ev.layout, "runs", "--limit", "0", "--json")
     if done.returncode != 0:
         return [f"sluice runs exited {done.returncode}: {done.stderr.strip()[-300:]}"]
-    runs_dir = ev.layout.town / ".sluice" / "runs"
     latest: dict[str, dict] = {}
-    for record in _run_records(runs_dir):
+    for record in _run_records(ev.layout.town / ".sluice" / "town.db"):
         latest[record["run_id"]] = record
     by_polecat = defaultdict(list)
     for record in latest.values():
@@ -261,11 +260,24 @@ def runs_recorded(ev: Evidence) -> list[str]:
     return out
 
 
-def _run_records(runs_dir: Path) -> list[dict]:
-    """The run log's records, its archive's first (older), in order; only objects with a run_id."""
-    out = archived(runs_dir / "runs.archive.jsonl.gz", "run_id")
-    log = runs_dir / "runs.jsonl"
-    out += _records_in(log.read_bytes() if log.exists() else b"", "run_id")
+def _run_records(database: Path) -> list[dict]:
+    """The town database's run records, the archived ones first (older), read as an outsider: SQL alone."""
+    import contextlib
+    import sqlite3
+
+    if not database.exists():
+        return []
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
+        archive = conn.execute("SELECT record FROM archived_runs ORDER BY started_ts")
+        out = [json.loads(text) for (text,) in archive]
+        cursor = conn.execute("SELECT * FROM runs ORDER BY seq")
+        names = [column[0] for column in cursor.description]
+        for row in cursor:
+            record = dict(zip(names, row, strict=True))
+            record.update(json.loads(record.pop("extra")))
+            for internal in ("seq", "started_ts", "ended_ts"):
+                record.pop(internal, None)
+            out.append(record)
     return out
 
 

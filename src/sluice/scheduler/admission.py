@@ -32,7 +32,7 @@ from sluice.scheduler.pending import item_store
 from sluice.scheduler.polecats import retry_due_at, retry_window
 from sluice.store import admission_state as kept
 from sluice.store import events
-from sluice.store.runs import digest
+from sluice.store.runs import running as running_runs
 from sluice.store.state import load_state
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def running(stores: Stores, active: list[Polecat]) -> list[Running]:
     A polecat without a run record (launched before run records, or a tmux
     session nobody recorded) falls back to its item as it is now.
     """
-    recorded = {r["polecat_id"]: r for r in digest(stores.town).running.values()} if active else {}
+    recorded = {r["polecat_id"]: r for r in running_runs(stores.town).values()} if active else {}
     out = []
     for polecat in active:
         run = recorded.get(polecat.id)

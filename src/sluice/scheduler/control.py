@@ -8,7 +8,6 @@ Reading the queue is :mod:`sluice.scheduler.queue`.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
 from sluice.scheduler.session import Session
@@ -18,8 +17,6 @@ from sluice.store import runs as runlog
 from sluice.store.state import detect_actor, set_paused, set_resumed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from sluice.store.town import Town
 
 # Every control command opens its session first, which reads the config: a corrupt file is an
@@ -68,11 +65,6 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": []}
 
 
-def _samples_kept(town: Town) -> Callable[[int, bytes, list[dict]], None]:
-    """What the run log's compaction keeps besides its digest: the forecast's samples of the new file."""
-    from sluice.store import runsamples  # here: it brings the forecast model, which pause and clear need not
-
-    return partial(runsamples.keep_written, town)
 
 
 def compact(where: Town | Session, rig: str | None = None) -> dict:
@@ -85,18 +77,20 @@ def compact(where: Town | Session, rig: str | None = None) -> dict:
     retention = config.scheduler.seconds("compact_retention")
     out = {"retention": config.scheduler.compact_retention, "rigs": []}
     if rig is None:  # the run log is the town's, archived by the same retention
-        out["runs"] = runlog.compact(town, retention, keep=_samples_kept(town)).to_json()
+        out["runs"] = runlog.compact(town, retention).to_json()
     return out
 
 
 def compact_if_long(town: Town) -> list[dict]:
-    """The daemon's housekeeping: compact each rig whose log passed ``scheduler.compact_at`` lines."""
+    """The daemon's housekeeping: archive old run records once the town keeps more than
+    ``scheduler.compact_at`` of them."""
     sched = town.config.scheduler
     if sched.compact_at <= 0:
         return []
     retention = sched.seconds("compact_retention")
     rows = []
-    if runlog.digest(town).lines > sched.compact_at:  # counted by the digest: no read of the log
-        rows.append({"rig": "(run log)",
-                     **runlog.compact(town, retention, keep=_samples_kept(town)).to_json()})
+    if runlog.count(town) > sched.compact_at:
+        runs = runlog.compact(town, retention)
+        if runs.archived:  # the run records are rows: only an archive is worth a line
+            rows.append({"rig": "(run records)", **runs.to_json()})
     return rows

@@ -38,7 +38,7 @@ from sluice.scheduler.runs import stamp
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import forecasts as kept_forecasts
-from sluice.store import runsamples
+from sluice.store import runs as runlog
 from sluice.store.state import load_state, read_heartbeat
 
 #: The rows a replay gives slots to at least (the rest count for the drain alone).
@@ -52,14 +52,11 @@ if TYPE_CHECKING:
 
 
 def learn(town: Town, timeout: float | None = None) -> model.Model:
-    """The model of the town's run history: each kind's window, kept at a mark of the run log.
-
-    Only the lines appended since the last forecast are parsed
-    (:mod:`sluice.store.runsamples`), so a history of 100,000 runs is not
-    read again by every command.  A run recorded without its issue type
-    counts for its rig and the town only.
-    """
-    return runsamples.samples(town).model(timeout)
+    """The model of the town's run history: each kind's last runs, one indexed query per kind
+    (:func:`sluice.store.runs.samples`), so a history of 100,000 runs is not read by every command.
+    A run recorded without its issue type counts for its rig and the town only."""
+    return model.Model.of_kinds(runlog.samples(town, model.DEFAULT_WINDOW), model.DEFAULT_WINDOW,
+                                timeout=timeout)
 
 
 @frozen
@@ -241,14 +238,13 @@ def _setting(session: Session, caps: dict) -> _Setting:
     town, config, now = session.files, session.config, session.now
     sched = config.scheduler
     timeout = sched.seconds("polecat_timeout") or None
-    kept_runs = runsamples.samples(town)  # the windows and the running runs, at one mark of the run log
-    learned = kept_runs.model(timeout)
+    learned = learn(town, timeout)
     default = model.DEFAULT_RUNTIME
     throttle_end: dict[str | None, float] = {}
     for throttle in kept.throttles(town, now):
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
     running = []
-    for record in kept_runs.pending.values():
+    for record in runlog.running(town).values():
         started = parse_ts(record.get("started_at"))
         elapsed = now - started if started is not None else 0.0
         rig = record.get("rig") or ""
@@ -463,11 +459,10 @@ def _running_eta(session: Session, item_id: str) -> dict | None:
     stays None (what is left of a run is one median, not a spread).
     """
     town, now = session.files, session.now
-    kept_runs = runsamples.samples(town)
-    record = next((r for r in kept_runs.pending.values() if r.get("item_id") == item_id), None)
+    record = next((r for r in runlog.running(town).values() if r.get("item_id") == item_id), None)
     if record is None:
         return None
-    learned = kept_runs.model(session.config.scheduler.seconds("polecat_timeout") or None)
+    learned = learn(town, session.config.scheduler.seconds("polecat_timeout") or None)
     rig, kind, labels = record.get("rig") or "", record.get("issue_type"), record.get("labels") or ()
     started = parse_ts(record.get("started_at"))
     elapsed = now - started if started is not None else 0.0

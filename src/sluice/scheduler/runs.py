@@ -18,6 +18,7 @@ was found running.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,7 +94,7 @@ def launch_record(item: dict, rig: str, polecat: Polecat, *, started: float, tok
 
 
 def record_launches(town: Town, records: list[dict]) -> list[dict]:
-    """Append the run records of launches just made (:func:`launch_record`), all in one write; returns
+    """Write the run records of launches just made (:func:`launch_record`), in one transaction; returns
     them."""
     log.append(town, records)
     return records
@@ -108,7 +109,7 @@ def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[di
     found = [(context, polecat) for context, polecat in found if polecat.state != "lost"]
     if not found:
         return []
-    known = {r.get("polecat_id") for r in log.read_runs(town).values()}
+    known = log.known_polecats(town, [polecat.id for _, polecat in found])
     out = []
     for context, polecat in found:
         if polecat.id in known:
@@ -135,8 +136,8 @@ def _workspace_of(town: Town, polecat: Polecat) -> dict:
 
 
 def running_records(town: Town) -> dict[str, dict]:
-    """Runs still running, by polecat id (from the digest: no cycle parses the whole log)."""
-    return {r["polecat_id"]: r for r in log.digest(town).running.values()}
+    """Runs still running, by polecat id."""
+    return {r["polecat_id"]: r for r in log.running(town).values()}
 
 
 # -- outcomes ---------------------------------------------------------------------------
@@ -166,19 +167,10 @@ def outcome_of(polecat: Polecat, throttle_code: int) -> tuple[str, int | None] |
 # -- reading --------------------------------------------------------------------------
 
 
-#: An end can be recorded well after the process ended (nobody looked); a look back by time reads
-#: this much further before it stops.
-LATE = 3600.0
-
-
 def history(town: Town, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
             since: float | None = None, limit: int = 100, now: float | None = None) -> list[dict]:
-    """Run records newest first, filtered; ``since`` in seconds (started or ended that recently).
-
-    Read from the end of the log backwards, stopping once ``limit`` runs are
-    found or the lines are older than ``since`` (and :data:`LATE`), so the
-    views and ``polecat list`` cost what they show, not the whole history.
-    """
+    """Run records newest first (by start), filtered; ``since`` in seconds (running, or started or ended
+    that recently); ``limit`` 0 for all of them."""
     from sluice.errors import UsageError
 
     if outcome is not None and outcome not in log.OUTCOMES:
@@ -187,39 +179,37 @@ def history(town: Town, *, item: str | None = None, rig: str | None = None, outc
     if limit < 0:
         raise UsageError(f"limit must be >= 0 (got {limit})", parameters=("limit",))
     now = time.time() if now is None else now
-    cutoff = now - since if since is not None else None
-    rows: list[dict] = []
-    seen: set[str] = set()
-    for record in log.newest_first(town):
-        if record["run_id"] in seen:
-            continue  # an older version of a run already met
-        seen.add(record["run_id"])
-        last = parse_ts(record.get("ended_at")) or parse_ts(record.get("started_at")) or 0
-        if cutoff is not None and last < cutoff - LATE:
-            break
-        if item is not None and record.get("item_id") != item:
-            continue
-        if rig is not None and record.get("rig") != rig:
-            continue
-        if outcome is not None and record.get("outcome") != outcome:
-            continue
-        if cutoff is not None and last < cutoff and record.get("outcome") != log.RUNNING:
-            continue
-        rows.append(dict(record))
-        if limit and len(rows) >= limit:
-            break
-    rows.sort(key=lambda r: r.get("started_at") or "", reverse=True)
-    return rows
+    return log.recent(town, item=item, rig=rig, outcome=outcome,
+                      since=now - since if since is not None else None, limit=limit)
 
 
-def latest_by_item(town: Town) -> dict[str, dict]:
-    """Each item's latest run (``run_id``, ``outcome``, ``started_at``, ``ended_at``), from the digest."""
-    return log.digest(town).latest
+class _LatestRuns(Mapping):
+    """Each item's latest run, looked up one item at a time (an index seek each)."""
+
+    def __init__(self, town: Town):
+        self.town = town
+
+    def __getitem__(self, item_id: str) -> dict:
+        run = log.latest(self.town, item=item_id)
+        if run is None:
+            raise KeyError(item_id)
+        return {k: run.get(k) for k in ("run_id", "outcome", "started_at", "ended_at")}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({r.get("item_id") for r in log.read_runs(self.town).values()})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def latest_by_item(town: Town) -> Mapping[str, dict]:
+    """Each item's latest run (``run_id``, ``outcome``, ``started_at``, ``ended_at``)."""
+    return _LatestRuns(town)
 
 
 def totals(town: Town) -> dict[str, int]:
     """Ends recorded so far by outcome (the daemon's tick line counts the difference)."""
-    return dict(log.digest(town).totals)
+    return log.totals(town)
 
 
 def count_new(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:

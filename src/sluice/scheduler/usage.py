@@ -47,10 +47,8 @@ def report_usage(where: Town | Session, ref: str, tokens: int, executor: Executo
 
 def _latest_run_of(town: Town, polecat_id: str | None, ref: str) -> dict | None:
     """The run of polecat ``polecat_id``, else the newest run of polecat or item ``ref``."""
-    found = None
-    for record in runlog.read_runs(town).values():
-        mine = record.get("polecat_id") in (polecat_id, ref)
-        mine = mine or (polecat_id is None and record.get("item_id") == ref)
-        if mine and (found is None or (record.get("started_at") or "") >= (found.get("started_at") or "")):
-            found = record
-    return found
+    found = [runlog.latest(town, polecat=p) for p in dict.fromkeys((polecat_id, ref)) if p is not None]
+    if polecat_id is None:
+        found.append(runlog.latest(town, item=ref))
+    found = [run for run in found if run is not None]
+    return max(found, key=lambda run: run.get("started_at") or "") if found else None

@@ -86,7 +86,7 @@ def discard(made: Workspace) -> None:
 
 
 def running_workspaces(town: Town) -> set[str]:
-    return {str(r["workspace"]) for r in log.digest(town).running.values() if r.get("workspace")}
+    return {str(r["workspace"]) for r in log.running(town).values() if r.get("workspace")}
 
 
 def after_end(town: Town, record: dict) -> str | None:

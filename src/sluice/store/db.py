@@ -202,6 +202,62 @@ CREATE TABLE breaker (
     sling           TEXT NOT NULL
 );
 CREATE INDEX breaker_due ON breaker (next_attempt_ts);
+-- run records
+-- One row per launch, ``seq`` its launch order.  The columns are what readers filter and sort on;
+-- ``extra`` (a JSON object) holds every other field of the record.  ``started_ts``/``ended_ts`` are
+-- the record's times in epoch seconds (``started_ts`` 0 when the record has none).
+CREATE TABLE runs (
+    seq              INTEGER PRIMARY KEY,
+    run_id           TEXT NOT NULL UNIQUE,
+    polecat_id       TEXT,
+    item_id          TEXT,
+    rig              TEXT,
+    context_id       TEXT,
+    issue_type       TEXT,
+    outcome          TEXT,
+    started_at       TEXT,
+    ended_at         TEXT,
+    runtime_seconds  DOUBLE PRECISION,
+    tokens_estimated INTEGER,
+    tokens_used      INTEGER,
+    extra            TEXT NOT NULL,
+    started_ts       DOUBLE PRECISION NOT NULL,
+    ended_ts         DOUBLE PRECISION
+);
+CREATE INDEX runs_outcome ON runs (outcome);
+CREATE INDEX runs_started ON runs (started_ts);
+CREATE INDEX runs_ended ON runs (ended_ts);
+CREATE INDEX runs_item ON runs (item_id, started_ts);
+CREATE INDEX runs_polecat ON runs (polecat_id, started_ts);
+-- Each ended run that is a forecast sample, under every kind it counts for (town, rig, rig+type,
+-- rig+type+label): a kind's last N runs are the first N rows of its index entries, newest first.
+CREATE TABLE run_kinds (
+    kind TEXT NOT NULL,
+    seq  INTEGER NOT NULL REFERENCES runs (seq) ON DELETE CASCADE,
+    PRIMARY KEY (kind, seq)
+);
+CREATE INDEX run_kinds_seq ON run_kinds (seq);
+-- Runs that ended before the retention, moved here whole by compaction (the columns of ``runs``;
+-- ``seq`` their launch order, which a later run may take again in ``runs``).
+CREATE TABLE archived_runs (
+    run_id           TEXT PRIMARY KEY,
+    seq              INTEGER NOT NULL,
+    polecat_id       TEXT,
+    item_id          TEXT,
+    rig              TEXT,
+    context_id       TEXT,
+    issue_type       TEXT,
+    outcome          TEXT,
+    started_at       TEXT,
+    ended_at         TEXT,
+    runtime_seconds  DOUBLE PRECISION,
+    tokens_estimated INTEGER,
+    tokens_used      INTEGER,
+    extra            TEXT NOT NULL,
+    started_ts       DOUBLE PRECISION NOT NULL,
+    ended_ts         DOUBLE PRECISION,
+    archived_at      TEXT NOT NULL
+);
 """
 
 
@@ -326,7 +382,8 @@ class Database:
                     self.on_create(conn)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
+                conn.execute("ROLLBACK")
             raise
 
     def close(self) -> None:

@@ -24,5 +24,5 @@ def ephemeral_records(town: Town, rig: str | None = None, open_only: bool = Fals
 
 
 def run_records(town: Town) -> list[dict]:
-    """Every run record, in launch order."""
-    return list(runs.read_runs(town).values())
+    """Every run record, the archived ones (older) first, in launch order."""
+    return [*runs.archived(town), *runs.read_runs(town).values()]

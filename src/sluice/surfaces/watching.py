@@ -87,7 +87,7 @@ class Sources:
         # Files, not the runtime directory: read commands keep caches there, and a view that
         # counted their writes as changes would survey again after its own snapshot.
         return (town.config_path, town.events_path, town.workers_dir,
-                town.policy_path, town.decisions_path, town.dir / "runs" / "runs.jsonl", *self._rig_paths)
+                town.policy_path, town.decisions_path, *self._rig_paths)
 
     def signature(self) -> tuple:
         files = tuple(file_signature(path) for path in self._paths())
