@@ -155,15 +155,6 @@ class SlingContextFields(_Record):
         except (ValueError, RecursionError):  # RecordError is a ValueError, as is bad JSON
             return None
 
-    @classmethod
-    def from_object(cls, data: Any) -> SlingContextFields | None:
-        """The fields of an already decoded description, or None when they are not a valid context."""
-        try:
-            return cls.from_dict(data)
-        except ValueError:
-            return None
-
-
 @recordclass
 class SchedulerState(_Record):
     """The scheduler's state (the town database's ``scheduler_state`` row): the pause flag and the last

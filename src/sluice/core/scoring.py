@@ -172,11 +172,6 @@ def _weighed_anywhere(policy: PolicyLike, name: str) -> bool:
     return any(getattr(o, name, None) for o in policy.graph_overrides.values())
 
 
-def fairness_enabled(policy: PolicyLike) -> bool:
-    """Whether any graph scores fairness, i.e. whether one candidate's score depends on the others' rigs."""
-    return _weighed_anywhere(policy, "fairness")
-
-
 def deadline_enabled(policy: PolicyLike) -> bool:
     """Whether any graph scores deadlines, i.e. whether items' ``due_at`` must be read."""
     return _weighed_anywhere(policy, "deadline")

@@ -275,7 +275,7 @@ class Daemon:
         try:
             # Surveyed, not taken from the chain: the kept forecast after it replays the whole queue
             # from this very survey, and the head it keeps lets the next tick at the cap be idle.
-            now = queue_model.status(session, chained=False)
+            now = queue_model.status(session)
         except SluiceError as err:
             self._log(f"queue check skipped: {err}")
             return

@@ -407,7 +407,7 @@ def list_queue(where: Town | Session, executor: Executor | None = None, limit: i
     A page (``limit``) replays the queue only until its rows have started.
     """
     session = Session.of(where, executor)
-    rows = queue_model.list_queue(session, limit=limit, offset=offset, chained=True)
+    rows = queue_model.list_queue(session, limit=limit, offset=offset)
     return with_etas(session, rows, upto=offset + limit if limit else None)
 
 

@@ -86,12 +86,6 @@ def run_row(run: dict) -> dict:
     }
 
 
-def list_polecats(where: Town | Session, executor: Executor | None = None) -> list[dict]:
-    """Every polecat the town's executor has a record of, oldest first."""
-    polecats = Session.of(where, executor).require_executor().listing()
-    return [polecat_row(p) for p in sorted(polecats, key=lambda p: (p.started_at, p.id))]
-
-
 def resolve(executor: Executor, ref: str) -> list[Polecat]:
     """The polecat with id ``ref``, else item ``ref``'s polecats (running first, then newest first)."""
     if not ref.strip():  # would match the polecats that have no item (unrecorded tmux sessions)

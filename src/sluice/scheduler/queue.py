@@ -108,7 +108,7 @@ def _survey(session: Session) -> tuple[Survey, Assessment]:
     return view, assessment
 
 
-def _queue(session: Session, limit: int = 0, offset: int = 0, chained: bool = False) -> Page:
+def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
     """The queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
 
     Only the rows shown are built and given their reasons, so a view of the
@@ -170,18 +170,6 @@ class Page:
                 "stale": self.stale, "held": self.held, "unreadable": self.unreadable,
                 "plan_reason": self.plan_reason, "binding": self.binding, "gates": self.gates}
 
-    @classmethod
-    def from_head(cls, head: dict, offset: int, limit: int) -> Page:
-        """The page of a kept head; a head not as :meth:`head` wrote it raises KeyError or TypeError."""
-        if not (isinstance(head["rows"], list) and all(isinstance(row, dict) for row in head["rows"])
-                and isinstance(head["rigs"], dict) and isinstance(head["unreadable"], dict)):
-            raise TypeError("not a queue head")
-        counts = QueueCounts(int(head["total"]), int(head["ready"]))
-        counts.rigs = head["rigs"]
-        return cls(head["rows"][offset:offset + limit], counts, head["stale"], head["held"],
-                   head["unreadable"], head["plan_reason"], head["binding"], head["gates"])
-
-
 class QueueCounts:
     """Exact counts of the whole queue, whatever slice of its rows a view shows."""
 
@@ -194,36 +182,33 @@ class QueueCounts:
         self.rigs.setdefault(rig, [0, 0])[blocked] += 1
 
 
-def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0, offset: int = 0,
-               chained: bool = False) -> list[dict]:
+def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0, offset: int = 0
+               ) -> list[dict]:
     """Queued items, one row per item: ready ones in dispatch order, then blocked ones, then held ones.
 
     ``limit`` rows from ``offset`` (``limit`` 0: every row).  A held row
     (``held: "missing-item"``) is a context whose item no rig has right now;
-    it is closed only once ``closes_at`` has passed.  ``chained`` is
-    no longer used: every page is surveyed.
+    it is closed only once ``closes_at`` has passed.
     """
-    return _queue(Session.of(where, executor), limit, offset, chained).rows
+    return _queue(Session.of(where, executor), limit, offset).rows
 
 
 #: ``scheduler status`` lists this many queue rows unless asked for another number (0: all).
 STATUS_ROWS = 50
 
 
-def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS,
-           chained: bool = True) -> dict:
-    """``scheduler status`` (``chained`` is no longer used: the queue is surveyed)."""
-    return status_with_counts(where, executor, limit, chained=chained)[0]
+def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS) -> dict:
+    """``scheduler status``."""
+    return status_with_counts(where, executor, limit)[0]
 
 
-def status_with_counts(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS,
-                       chained: bool = False) -> tuple[dict, QueueCounts]:
+def status_with_counts(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS
+                       ) -> tuple[dict, QueueCounts]:
     """``scheduler status`` with its first ``limit`` queue rows (``items_total``, ``truncated``),
-    and the whole queue's counts (the snapshot's per-rig figures).  ``chained`` is no longer
-    used: the queue is surveyed."""
+    and the whole queue's counts (the snapshot's per-rig figures)."""
     session = Session.of(where, executor)
     town = session.files
-    page = _queue(session, limit, chained=chained)
+    page = _queue(session, limit)
     rows, counts = page.rows, page.counts
     config, active, problem = session.config, session.active, session.problem
     state = load_state(town)

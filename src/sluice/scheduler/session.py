@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorError
 from sluice.executors import get_executor
-from sluice.store import fsutil
 from sluice.store.rigstore import Stores
 
 if TYPE_CHECKING:
@@ -35,9 +34,6 @@ class Session:
     def __init__(self, files: Town, executor: Executor | None = None, now: float | None = None,
                  stores: Stores | None = None):
         self.files = files
-        # The config file's signature before it is read: what a chain of cycles (sluice.scheduler.chain)
-        # stands on is the config this session judges by, never a later one.
-        self.config_signature = fsutil.file_signature(files.config_path)
         # A corrupt file is an error, never a default.  Stores kept open by the caller come with the
         # config they were checked against (see kept), which is the file as it is now.
         self.config: TownConfig = files.reload_config() if stores is None else files.config

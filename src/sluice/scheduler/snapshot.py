@@ -160,9 +160,8 @@ def snapshot(where: Town | Session, executor: Executor | None = None, *, decisio
             problem = str(err)
     session = session.seeing(once)
     problem = session.problem or problem
-    # The rows from the chain the last cycle left when it stands: then the replay reads the forecast's
-    # reading as kept or carried past the lines since (sluice.scheduler.readingtail), and no survey is made.
-    status, counts = queue_model.status_with_counts(session, limit=limit, chained=True)
+    # One survey for the rows, their counts and the forecast's replay.
+    status, counts = queue_model.status_with_counts(session, limit=limit)
     queue = status.pop("items")
     eta = _forecast(session, queue)
     polecats: list[dict] = []

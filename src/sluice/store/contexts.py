@@ -120,11 +120,6 @@ def open_contexts(town: Town, rigs: Iterable[str] | None = None) -> list[Context
     return found
 
 
-def open_count(town: Town) -> int:
-    return town.db.one(f"SELECT count(*) FROM issues WHERE status = 'open' AND {_LABELLED}",
-                       (CONTEXT_LABEL,))[0]
-
-
 def open_of_items(town: Town, item_ids: Iterable[str], valid: bool = True) -> dict[str, list[Context]]:
     """The open contexts of ``item_ids`` in every rig, grouped by item, oldest first; ``valid`` False:
     the invalid ones that name one of them too.  One indexed lookup per few hundred items."""
@@ -152,16 +147,6 @@ def open_by_item(town: Town) -> dict[str, list[Context]]:
     for context in open_contexts(town):
         if context.valid:
             out.setdefault(context.work_id or "", []).append(context)
-    return out
-
-
-def get_open(town: Town, context_ids: Iterable[str]) -> dict[str, Context]:
-    """The open contexts among ``context_ids``, by id."""
-    out: dict[str, Context] = {}
-    for ids in _chunks(list(dict.fromkeys(context_ids))):
-        rows = town.db.query(f"{_READ} WHERE id IN ({_marks(len(ids))}) AND status = 'open'", ids)
-        out.update((cid, Context(cid, rig, SlingContextFields.from_description(text)))
-                   for cid, rig, text in rows)
     return out
 
 

@@ -407,12 +407,6 @@ class DurableIndex:
     def ids(self) -> set[str]:
         return {row[0] for row in self.conn().execute("SELECT id FROM items")}
 
-    def outside_targets(self) -> frozenset[str]:
-        conn = self.conn()
-        if "outside" not in self._kept:
-            self._kept["outside"] = frozenset(row[0] for row in conn.execute("SELECT id FROM outside"))
-        return self._kept["outside"]
-
     def statuses(self, ids: Iterable[str]) -> dict[str, str]:
         return self._column_by_id("status", ids)
 

@@ -54,17 +54,6 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
     return normalise(record)
 
 
-def worth_rewriting(tail_lines: int, kept: int) -> bool:
-    """Whether a digest of ``kept`` entries, ``tail_lines`` behind the log, is worth writing again.
-
-    Rewriting costs every entry, parsing the lines after the mark costs each
-    line; rewritten once those lines reach an eighth of the digest, a
-    reader's share of both stays proportional to the queue, so a daemon's
-    cycle after 40 appends does not rewrite 100,000 entries.
-    """
-    return tail_lines > max(64, kept // 8)
-
-
 def _short(err: Exception) -> str:
     return str(err).split(": line")[0]
 

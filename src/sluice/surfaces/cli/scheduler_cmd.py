@@ -225,16 +225,20 @@ def reset(
 
 
 def compact(
-    rig: Annotated[str | None, typer.Option("--rig", help="Only this rig's log.")] = None,
+    rig: Annotated[str | None, typer.Option("--rig", help=(
+        "Only check this rig's name (its closed contexts are rows: nothing to rewrite)."))] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Rewrite ephemeral logs to one line per record; archive contexts closed before the retention."""
+    """Archive the run records that ended before scheduler.compact_retention."""
     emit(town().compact(rig).to_json(), as_json, _compact_text)
 
 
 def _compact_text(data: dict) -> str:
-    return "\n".join(f"{row['rig']}: {row['lines_before']} → {row['lines_after']} lines"
-                     f" ({row['archived']} closed context(s) archived)" for row in data["rigs"])
+    runs = data.get("runs")
+    if not runs:
+        return "Nothing to archive: closed contexts are rows of the town database."
+    return (f"run records: {runs['lines_before']} → {runs['lines_after']}"
+            f" ({runs['archived']} ended before the retention archived)")
 
 
 def daemon(
