@@ -51,14 +51,10 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     session = Session.of(where)
     town, stores = session.files, session.stores
     with town.db.transaction():
-        if item_id is None:
-            found = ctxs.open_contexts(town)
-        else:
-            found = ctxs.open_of_items(town, [item_id], valid=False).get(item_id, [])
-        if item_id is not None and not found:
+        rows = ctxs.close_open(town, ctxs.CLEARED, item_id)
+        if item_id is not None and not rows:
             stores.for_id(item_id)  # raises UnknownItem when no rig has it
-        done = set(ctxs.close_many(town, None, [(c.id, ctxs.CLEARED, {"item_id": c.work_id}) for c in found]))
-        closed = [{"context_id": c.id, "item_id": c.work_id, "rig": c.rig} for c in found if c.id in done]
+        closed = [{"context_id": cid, "item_id": work, "rig": rig} for cid, rig, work in rows]
         if closed:
             events.emit_event(town, events.CLEARED, {"item_id": item_id, "count": len(closed),
                                                      "by": actor or detect_actor()})

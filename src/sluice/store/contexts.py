@@ -421,6 +421,34 @@ def close_many(town, store: RigStore | None, closes: Iterable[tuple[str, str, di
     return closed
 
 
+def close_open(town: Town, reason: str, item_id: str | None = None) -> list[tuple[str, str, str | None]]:
+    """Close every open context (or every one of ``item_id``) with ``reason``, in one transaction with
+    their ``ContextClosed`` events; returns ``(context id, rig, item)`` of each, oldest first.
+
+    One statement finds them and one closes them: a clear of 100,000 never
+    parses a description.
+    """
+    stamp = iso()
+    where = f"status = 'open' AND {_LABELLED}"
+    params: list = [CONTEXT_LABEL]
+    if item_id is not None:
+        where += " AND work_item = ?"
+        params.append(item_id)
+    db = town.db
+    with db.transaction() as conn:
+        rows = conn.execute(f"SELECT id, rig, work_item FROM issues WHERE {where} ORDER BY seq",
+                            params).fetchall()
+        if not rows:
+            return []
+        conn.execute("UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
+                     f" open_item = NULL WHERE {where}", [stamp, stamp, reason, *params])
+        db.advance("queue")
+        events.emit_events(town, [(events.CONTEXT_CLOSED, {"context_id": cid, "item_id": work, "rig": rig,
+                                                           "reason": reason})
+                                  for cid, rig, work in rows])
+    return rows
+
+
 FieldsChange = Callable[[SlingContextFields], SlingContextFields | None]
 
 
