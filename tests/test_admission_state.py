@@ -88,15 +88,6 @@ def test_a_withdrawn_charge_is_gone(town_files):
     assert kept.spend(town_files, NOW, HOUR).town == 0 and charge_times(town_files) == []
 
 
-def test_spend_moves_when_a_charge_enters_or_leaves_the_window(town_files):
-    assert kept.spend_moves_at(town_files, NOW, HOUR) is None
-    charge(town_files, NOW + 2 * HOUR)  # stamped ahead of NOW: the clock was set back since
-    assert kept.spend_moves_at(town_files, NOW, HOUR) == NOW + HOUR  # when it enters NOW's window
-    charge(town_files, NOW - 100)
-    assert kept.spend_moves_at(town_files, NOW, HOUR) == NOW - 100 + HOUR  # when this one leaves
-    assert kept.spend_moves_at(town_files, NOW + HOUR, HOUR) == NOW + 3 * HOUR
-
-
 def test_the_budget_spell_is_noted_once_and_only_its_changes_write(town_files):
     assert not kept.exhausted(town_files)
     before = version(town_files)

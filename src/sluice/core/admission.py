@@ -339,19 +339,6 @@ def shape_of(a: Applicant) -> Shape:
     return (a.rig, a.labels, a.tokens, a.touches)
 
 
-@frozen
-class Tally:
-    """:func:`admit` over a whole ranking told as its head and the shapes of the rest: the plan, how
-    many applicants it holds and by which codes (each applicant's codes counted once), its reason, and
-    the reasons of each applicant of the head it holds (by key), as :func:`admit` gives them."""
-
-    to_dispatch: tuple[Applicant, ...]
-    skipped: int
-    why: Mapping[str, int]
-    reason: str
-    held: Mapping[str, tuple[Reason, ...]] = field(default_factory=dict)
-
-
 class _Walk:
     """One pass of admission down a ranking: the plan so far, who is held and why, the counters."""
 
@@ -398,11 +385,6 @@ class _Walk:
             if len(planned) >= self.slots and not gates:
                 reasons.append(self.full)
             held[a.key] = tuple(reasons)
-
-    def reads_first_rule(self) -> bool:
-        """Whether :meth:`reason` names the first rule that held an applicant (rather than a gate, the
-        town's capacity or the plan's own reason)."""
-        return not self.gates and self.limits.capacity > 0 and self.admissible <= len(self.planned)
 
     def reason(self, any_applicant: bool) -> str:
         limits = self.limits

@@ -159,22 +159,6 @@ def spend(town: Town, now: float, window: float) -> Spend:
     return Spend(sum(rigs.values()), rigs)
 
 
-def spend_moves_at(town: Town, now: float, window: float) -> float | None:
-    """The first moment after ``now`` a charge enters or leaves :func:`spend`'s window (None: never).
-
-    A charge counts while ``now`` lies in ``(at - window, at + window]``
-    (see :func:`spend`), so the answer moves only at those ends: the
-    earliest charge stamped more than a window ahead enters, the earliest
-    one still counted leaves.  Two index lookups, whatever the ledger holds.
-    """
-    enters, leaves = town.db.one(
-        "SELECT (SELECT MIN(at_ts) FROM budget_charges WHERE at_ts > ?),"
-        " (SELECT MIN(at_ts) FROM budget_charges WHERE at_ts > ?)", (now + window, now - window))
-    ends = [end for end in (enters - window if enters is not None else None,
-                            leaves + window if leaves is not None else None) if end is not None and end > now]
-    return min(ends, default=None)
-
-
 def charges(town: Town, now: float, window: float) -> list[dict]:
     """The charges a window ending at ``now`` or later counts, oldest first (the forecast replays them)."""
     rows = town.db.query(f"SELECT {_CHARGE} FROM budget_charges WHERE at_ts > ? ORDER BY at_ts, seq",

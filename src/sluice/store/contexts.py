@@ -79,10 +79,6 @@ class Context:
         self.order = order_text(self.fields.enqueued_at if self.fields is not None else "")
 
 
-def parse(rig: str, record: dict) -> Context:
-    return Context(record["id"], rig, SlingContextFields.from_description(record.get("description")))
-
-
 #: What a context is read from: its id, rig and description.
 _READ = "SELECT id, rig, description FROM issues"
 #: The label that makes an ephemeral record a sling context, as a condition on ``issues`` rows.
@@ -139,15 +135,6 @@ def open_of_items(town: Town, item_ids: Iterable[str], valid: bool = True) -> di
 def find_open(town: Town, item_id: str) -> list[Context]:
     """Every open, valid context for ``item_id`` in every rig, oldest first."""
     return open_of_items(town, [item_id]).get(item_id, [])
-
-
-def open_by_item(town: Town) -> dict[str, list[Context]]:
-    """Open, valid contexts grouped by work item, in every rig."""
-    out: dict[str, list[Context]] = {}
-    for context in open_contexts(town):
-        if context.valid:
-            out.setdefault(context.work_id or "", []).append(context)
-    return out
 
 
 _RECORD = ("SELECT id, rig, title, description, status, priority, issue_type, created_at, updated_at,"

@@ -444,10 +444,6 @@ class Database:
         else:
             callback()
 
-    @property
-    def in_transaction(self) -> bool:
-        return bool(self._local.depth)
-
     # -- reading -----------------------------------------------------------------
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[tuple]:
         try:
