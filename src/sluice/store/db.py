@@ -288,16 +288,14 @@ class Database:
     A thread's connection is made on its first use; the schema is created (or
     checked) by the first connection of the process.  ``on_create`` runs
     inside the transaction that creates the schema (the migration of an older
-    town's files); ``on_open`` once the first connection is made.
+    town's files, :mod:`sluice.store.migrate`).
     """
 
-    def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None,
-                 on_open: Callable[[], None] | None = None):
+    def __init__(self, path: Path, on_create: Callable[[sqlite3.Connection], None] | None = None):
         self.path = Path(path)
         self._threads = _thread._local()
         self._checked = False
         self.on_create = on_create
-        self._on_open = on_open
 
     # -- connections -----------------------------------------------------------
     @property
@@ -336,11 +334,7 @@ class Database:
         except sqlite3.DatabaseError as err:
             conn.close()
             raise self._storage_error(err, "open") from None
-        if not self._checked:
-            self._checked = True
-            if self._on_open is not None:
-                self._local.conn = conn
-                self._on_open()
+        self._checked = True
         return conn
 
     def _read_only(self, err: sqlite3.OperationalError) -> sqlite3.Connection:
