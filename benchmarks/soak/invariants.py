@@ -267,17 +267,17 @@ def _run_records(database: Path) -> list[dict]:
 
     if not database.exists():
         return []
+    out: list[dict] = []
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
-        archive = conn.execute("SELECT record FROM archived_runs ORDER BY started_ts")
-        out = [json.loads(text) for (text,) in archive]
-        cursor = conn.execute("SELECT * FROM runs ORDER BY seq")
-        names = [column[0] for column in cursor.description]
-        for row in cursor:
-            record = dict(zip(names, row, strict=True))
-            record.update(json.loads(record.pop("extra")))
-            for internal in ("seq", "started_ts", "ended_ts"):
-                record.pop(internal, None)
-            out.append(record)
+        for table, order in (("archived_runs", "started_ts"), ("runs", "seq")):
+            cursor = conn.execute(f"SELECT * FROM {table} ORDER BY {order}")
+            names = [column[0] for column in cursor.description]
+            for row in cursor:
+                record = dict(zip(names, row, strict=True))
+                record.update(json.loads(record.pop("extra") or "{}"))
+                for internal in ("seq", "started_ts", "ended_ts", "archived_at"):
+                    record.pop(internal, None)
+                out.append(record)
     return out
 
 
