@@ -409,3 +409,25 @@ def test_aging_in_the_policy_reorders_the_queue(cli, two_rigs_dir):
     assert [r["id"] for r in rows] == ["al-old", "al-new"] and rows[0]["why"] == []
     bad = cli.run("schedule", "policy", "set", "--aging", "-1", check=False)
     assert bad.returncode == 2 and "--aging must be >= 0" in bad.stderr
+
+
+def test_a_launch_stopped_at_its_budget_charge_leaves_no_intent(two_rigs_dir, memory, monkeypatch):
+    """The intent and the charge are one commit: a process stopped while it writes the charge (here a
+    SystemExit, as a kill would) leaves neither, so nothing reads as launched and lost and the context
+    is simply queued for the next cycle."""
+    configure(two_rigs_dir, "scheduler.token_budget", "5000")
+    queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
+    real = kept.record_launch
+
+    def stopped(*_args, **_kwargs):
+        raise SystemExit("stopped while charging")
+
+    monkeypatch.setattr(kept, "record_launch", stopped)
+    with pytest.raises(SystemExit):
+        run_cycle(Town(two_rigs_dir))
+    assert memory.active() == []  # nothing was launched
+    [context] = open_contexts(two_rigs_dir, "alpha", "al-0")
+    assert not fields(context).get("launch_started_at")
+    monkeypatch.setattr(kept, "record_launch", real)
+    run_cycle(Town(two_rigs_dir))
+    assert [p.item_id for p in memory.active()] == ["al-0"]

@@ -96,6 +96,16 @@ def _marks(count: int) -> str:
     return ",".join("?" * count)
 
 
+def _of_ids(ids: list[str], state: str, store: RigStore | None) -> tuple[str, list]:
+    """The condition (and its parameters) for records among ``ids`` in ``state`` (an SQL condition on
+    ``status``), of ``store``'s rig when one is given."""
+    where, params = f"id IN ({_marks(len(ids))}) AND {state}", list(ids)
+    if store is not None:
+        where += " AND rig = ?"
+        params.append(store.rig.name)
+    return where, params
+
+
 # -- reading -------------------------------------------------------------------
 
 
@@ -387,11 +397,7 @@ def close_many(town, store: RigStore | None, closes: Iterable[tuple[str, str, di
     batch = []
     with db.transaction() as conn:
         for ids in _chunks(list(reasons)):
-            where = f"id IN ({_marks(len(ids))}) AND status NOT IN ('closed', 'tombstone')"
-            params: list = list(ids)
-            if store is not None:
-                where += " AND rig = ?"
-                params.append(store.rig.name)
+            where, params = _of_ids(ids, "status NOT IN ('closed', 'tombstone')", store)
             rows = conn.execute(f"SELECT id, rig, work_item FROM issues WHERE {where}", params).fetchall()
             conn.executemany(
                 "UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
@@ -454,11 +460,7 @@ def update_fields_many(store: RigStore | None, changes: dict[str, FieldsChange],
     with db.transaction() as conn:
         stamp = iso()
         for ids in _chunks(list(changes)):
-            where = f"id IN ({_marks(len(ids))}) AND status = 'open'"
-            params: list = list(ids)
-            if store is not None:
-                where += " AND rig = ?"
-                params.append(store.rig.name)
+            where, params = _of_ids(ids, "status = 'open'", store)
             rows = conn.execute(f"{_READ} WHERE {where}", params).fetchall()
             updates = []
             for cid, rig, text in rows:

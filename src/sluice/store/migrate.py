@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import ConfigError, StoreCorrupt
-from sluice.store import contexts, decisions, fsutil
+from sluice.errors import ConfigError
+from sluice.store import admission_state, contexts, decisions, fsutil, runs, state
 from sluice.store.jsonlog import TornLine, parse_line
 from sluice.store.town import made_by_01
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 #: 0.1's files under ``.sluice/``, relative, that only ever held derived state (moved aside unread).
 DERIVED = ("runtime/queue-chain.json", "runtime/queue-chain.tail", "runtime/queue-head.json",
            "runtime/queue-replay.json", "runtime/queue-replay-head.json", "runtime/queue-replay-summary.json",
-           "runtime/decision-counts.json", "runtime/forecast.json")
+           "runtime/decision-counts.json", "runtime/forecast.json", "runtime/host-reading.json")
 #: Beside each rig's index, 0.1 kept these (``<rig>.<suffix>``).
 DERIVED_SUFFIXES = (".queue.json", ".open-items", ".ephemeral.json")
 PENDING_KEY = "migration_pending"
@@ -53,15 +53,15 @@ def ensure(town: Town) -> None:
     aside.  Every way into a town (``sluice``, ``sluice.open_town``, the MCP server) takes this first."""
     from sluice.store.db import database_path
 
-    path = database_path(town.dir)
-    if not path.exists() and made_by_01(town):
+    if not made_by_01(town):  # a few stats: every command takes this way in
+        return
+    if not database_path(town.dir).exists():
         default, town.db.on_create = town.db.on_create, lambda conn: from_files(town, conn)
         try:
             town.db.conn  # noqa: B018  (the database made, and the town migrated, in one transaction)
         finally:
             town.db.on_create = default
-    if path.exists():
-        move_aside(town)
+    move_aside(town)  # the old files still there: this migration's, or one a crash left half-moved
 
 
 def from_files(town: Town, conn: sqlite3.Connection) -> None:
@@ -73,7 +73,7 @@ def from_files(town: Town, conn: sqlite3.Connection) -> None:
         moved += _rig(conn, rig_dir, seen_open)
     counts = decisions.count_log(town.decisions_path)
     conn.executemany("INSERT INTO decision_counts (rig, n) VALUES (?, ?)", sorted(counts.items()))
-    for migrate in _others():
+    for migrate in (runs.migrate_from_files, state.migrate_from_files, admission_state.migrate_from_files):
         moved += migrate(town, conn)
     moved += [town.dir / rel for rel in DERIVED]
     index = town.runtime / "index"
@@ -85,17 +85,6 @@ def from_files(town: Town, conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO versions (name, value) VALUES ('queue', 1)")
 
 
-def _others():
-    """The ``migrate_from_files`` of the other kinds of state, each ``(town, conn) -> [old paths]``."""
-    found = []
-    for name in ("runs", "state", "admission_state"):
-        module = __import__(f"sluice.store.{name}", fromlist=["migrate_from_files"])
-        migrate = getattr(module, "migrate_from_files", None)
-        if migrate is not None:
-            found.append(migrate)
-    return found
-
-
 def _rig(conn: sqlite3.Connection, rig_dir: Path, seen_open: set[str]) -> list[Path]:
     rig = rig_dir.name
     log = rig_dir / "ephemeral.jsonl"
@@ -105,7 +94,10 @@ def _rig(conn: sqlite3.Connection, rig_dir: Path, seen_open: set[str]) -> list[P
         try:
             with gzip.open(archive, "rb") as fh:
                 for number, line in enumerate(fh, start=1):
-                    record = _parsed(archive, number, line)
+                    try:
+                        record = parse_line(archive, number, line)
+                    except TornLine:  # a gzip member cut short: never acknowledged
+                        break
                     if record is not None:
                         latest[record["id"]] = record
         except (OSError, EOFError) as err:
@@ -129,15 +121,6 @@ def _rig(conn: sqlite3.Connection, rig_dir: Path, seen_open: set[str]) -> list[P
                  if line.strip() and not line.startswith("#")]
         conn.executemany("INSERT INTO drawn_ids (id) VALUES (?) ON CONFLICT (id) DO NOTHING", drawn)
     return [log, archive, ids, rig_dir / "ephemeral.compacted"]
-
-
-def _parsed(path: Path, number: int, line: bytes) -> dict | None:
-    try:
-        return parse_line(path, number, line)
-    except TornLine:
-        return None
-    except StoreCorrupt:
-        raise
 
 
 def move_aside(town: Town) -> Path | None:

@@ -91,8 +91,7 @@ class Town:
         """The town database (:mod:`sluice.store.db`), opened on first use."""
         from sluice.store.db import database_path, shared
 
-        db = shared(database_path(self.dir), on_create=_refuse_unmigrated)
-        return db
+        return shared(database_path(self.dir), on_create=lambda _conn: _refuse_unmigrated(self))
 
 
 
@@ -285,10 +284,9 @@ def made_by_01(town: Town) -> bool:
     return logs or runs.exists() or state.exists()
 
 
-def _refuse_unmigrated(conn) -> None:
+def _refuse_unmigrated(town: Town) -> None:
     """A new database beside 0.1's files would strand their state: only the migration may make it
     (:func:`sluice.store.migrate.ensure`, which every way into a town takes first)."""
-    town = Town(Path(conn.execute("PRAGMA database_list").fetchone()[2]).parent.parent)
     if made_by_01(town):
         raise ConfigError(f"{town.root}: this town was made by sluice 0.1 and is migrated when opened"
                           " through `sluice` or `sluice.open_town`; open it that way first")
