@@ -242,7 +242,9 @@ def put_records(town: Path, rig: str, records: list[dict]) -> None:
 
 
 def edit_fields(town: Path, rig: str, change) -> None:
-    """Change the sling-context fields (a dict) of every open context of a rig, as a hand edit would."""
+    """Change the sling-context fields (a dict) of every open context of a rig, as a hand edit would
+    (the queue's columns kept as every writer keeps them)."""
+    from sluice.core.records import SlingContextFields
     from sluice.store.town import Town
 
     db = Town(town).db
@@ -251,5 +253,8 @@ def edit_fields(town: Path, rig: str, change) -> None:
         for context_id, text in rows.fetchall():
             fields = json.loads(text)
             change(fields)
-            conn.execute("UPDATE issues SET description = ? WHERE id = ?", (json.dumps(fields), context_id))
+            parsed = SlingContextFields.from_description(json.dumps(fields))
+            facts = parsed.queue_facts() if parsed is not None else (None, None, 0)
+            conn.execute("UPDATE issues SET description = ?, target_rig = ?, enqueued_at = ?, plain = ?"
+                         " WHERE id = ?", (json.dumps(fields), *facts, context_id))
         db.advance("queue")

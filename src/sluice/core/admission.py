@@ -339,6 +339,76 @@ def shape_of(a: Applicant) -> Shape:
     return (a.rig, a.labels, a.tokens, a.touches)
 
 
+@frozen
+class Tally:
+    """:func:`admit` over a whole ranking told as its head and the shapes of the rest: the plan, how
+    many applicants it holds and by which codes (each applicant's codes counted once), its reason, and
+    the reasons of each applicant of the head it holds (by key), as :func:`admit` gives them."""
+
+    to_dispatch: tuple[Applicant, ...]
+    skipped: int
+    why: Mapping[str, int]
+    reason: str
+    held: Mapping[str, tuple[Reason, ...]] = field(default_factory=dict)
+
+
+def admit_head(
+    head: Sequence[Applicant],
+    rest: Mapping[Shape, int],
+    running: Sequence[Running],
+    limits: Limits,
+    *,
+    spend: Spend | None = None,
+    throttles: Sequence[Throttle] = (),
+    gates: Sequence[Reason] = (),
+    now: float,
+) -> Tally | None:
+    """:func:`admit` of ``head`` followed by the applicants counted in ``rest`` (by shape, in an order
+    not known), told as a :class:`Tally`; None when the rest's order would matter.
+
+    Once the plan is full the counters stop moving, so every later
+    applicant is held for reasons its shape alone decides: a cycle that
+    knows the head of a long queue in rank order and only the shapes of the
+    rest plans and counts exactly as over the whole ranking.  So do they
+    when the plan is left short (a binding rig or label cap, a budget, a
+    throttle) but every shape of the rest is held by a rule: none of it can
+    be planned, so the counters stop moving all the same.  The order
+    matters, and None is returned, when the plan is not full after the head
+    and a shape of the rest is held by no rule (a later applicant would be
+    planned), or when no applicant of the head was held by a rule but two
+    shapes of the rest are held by rules with different first codes (which
+    one ranks first names the reason).
+    """
+    walk = _Walk(running, limits, spend, throttles, gates, now)
+    walk.take(head)
+    why: dict[str, int] = {}
+    for reasons in walk.held.values():
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + 1
+    waiting = sum(n for n in rest.values() if n > 0)
+    full = len(walk.planned) >= walk.slots
+    firsts: set[str] = set()
+    for (rig, labels, tokens, touches), n in rest.items():
+        if n <= 0:
+            continue
+        known = _rule_reasons(Applicant("", "", rig, tokens, labels, touches), limits, walk.counts, walk.live)
+        if known:
+            firsts.add(known[0].code)
+        elif not full:
+            return None  # a plan left short could still take works of this shape: their order decides
+        else:
+            walk.admissible += n
+        reasons = [*walk.gates, *known] + ([walk.full] if full and not walk.gates else [])
+        for code in dict.fromkeys(r.code for r in reasons):
+            why[code] = why.get(code, 0) + n
+    if walk.first_rule is None and firsts:
+        if len(firsts) > 1 and walk.reads_first_rule():
+            return None
+        walk.first_rule = min(firsts)  # read only when all agree (else the reason does not read it)
+    reason = walk.reason(bool(head) or waiting > 0)
+    return Tally(tuple(walk.planned), len(walk.held) + waiting, why, reason, dict(walk.held))
+
+
 class _Walk:
     """One pass of admission down a ranking: the plan so far, who is held and why, the counters."""
 
@@ -385,6 +455,11 @@ class _Walk:
             if len(planned) >= self.slots and not gates:
                 reasons.append(self.full)
             held[a.key] = tuple(reasons)
+
+    def reads_first_rule(self) -> bool:
+        """Whether :meth:`reason` names the first rule that held an applicant (rather than a gate, the
+        town's capacity or the plan's own reason)."""
+        return not self.gates and self.limits.capacity > 0 and self.admissible <= len(self.planned)
 
     def reason(self, any_applicant: bool) -> str:
         limits = self.limits

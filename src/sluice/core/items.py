@@ -293,3 +293,21 @@ def tracked_ids(record: Mapping) -> list[str]:
 
 def dependency(source: str, target: str, dep_type: str = "blocks", created_at: str | None = None) -> dict:
     return {"issue_id": source, "depends_on_id": target, "type": dep_type, "created_at": created_at or iso()}
+
+
+def touches_of(item: Mapping) -> tuple[str, ...]:
+    """``metadata.touches`` of an item: the globs (relative to its rig) it says it will edit."""
+    meta = item.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            return ()
+    if not isinstance(meta, Mapping):
+        return ()
+    touches = meta.get("touches")
+    if isinstance(touches, str):
+        touches = [touches]
+    if not isinstance(touches, list):
+        return ()
+    return tuple(t for t in touches if isinstance(t, str) and t.strip())

@@ -145,6 +145,20 @@ class SlingContextFields(_Record):
         keep = {"version", "work_bead_id", "target_rig", "enqueued_at"}
         return {k: v for k, v in self.to_dict().items() if k in keep or v not in ("", False, 0, None)}
 
+    def queue_facts(self) -> tuple[str | None, str, int]:
+        """``(target_rig, enqueued_at normalised, plain)``: the town database's queue columns.
+
+        Plain: the context's place in the queue is decided by its item alone
+        (the views count and order such contexts with SQL, and read the rest
+        whole).
+        """
+        from sluice.core.clock import order_text
+
+        plain = bool(self.work_bead_id and self.target_rig) and not (
+            self.dispatch_failures or self.run_failures or self.last_failure or self.last_failure_at
+            or self.launch_started_at or self.missing_since or self.force or self.promoted_at)
+        return self.target_rig or None, order_text(self.enqueued_at), int(plain)
+
     @classmethod
     def from_description(cls, text: str | None) -> SlingContextFields | None:
         """The parsed fields, or None when the description is not a valid context."""

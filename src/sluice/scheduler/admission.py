@@ -19,14 +19,13 @@ item edited under a running polecat cannot open a cap or the overlap gate.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
 from sluice.core.admission import Admission, Applicant, Limits, Reason, Running
-from sluice.core.items import labels_of
+from sluice.core.items import labels_of, touches_of
 from sluice.core.recordclass import field, recordclass
 from sluice.scheduler.pending import item_store
 from sluice.scheduler.polecats import retry_due_at, retry_window
@@ -43,24 +42,6 @@ if TYPE_CHECKING:
     from sluice.scheduler.ranking import Work
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
-
-
-def touches_of(item: Mapping) -> tuple[str, ...]:
-    """``metadata.touches`` of an item: the globs (relative to its rig) it says it will edit."""
-    meta = item.get("metadata")
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return ()
-    if not isinstance(meta, Mapping):
-        return ()
-    touches = meta.get("touches")
-    if isinstance(touches, str):
-        touches = [touches]
-    if not isinstance(touches, list):
-        return ()
-    return tuple(t for t in touches if isinstance(t, str) and t.strip())
 
 
 def applicant(work: Work) -> Applicant:

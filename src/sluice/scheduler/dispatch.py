@@ -56,6 +56,7 @@ from sluice.scheduler.breaker import requeue_due, trip_breaker
 from sluice.scheduler.launching import CycleReport, Launcher, Started, command_template
 from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.polecats import retry_window
+from sluice.scheduler.queuehead import read_head
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
@@ -233,7 +234,16 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
     sched = config.scheduler
     backoff = None if ignore_backoff else retry_window(sched)
     find = session.require_executor().find
-    view = survey(town, stores, sched.max_dispatch_failures, active, find, now=now, backoff=backoff)
+    head = None
+    if item is None and backoff is not None:
+        # A long queue's head, read without surveying all of it (None: survey).
+        head = read_head(session, 0, gates=gates, batch=report.batch)
+    if head is not None:
+        view, assessment = head.view, head.assessment
+        if head.stale_plain is not None:
+            view.stale += head.stale_plain()
+    else:
+        view = survey(town, stores, sched.max_dispatch_failures, active, find, now=now, backoff=backoff)
     if not report.dry_run:
         _clean(town, stores, view, report)
     report.held = [held_row(h) for h in view.held]
@@ -241,12 +251,18 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
                         for name, detail in view.unreadable.items()]
     if item is not None:
         view = _only(session, item, view)
-    assessment = admission.assess(town, stores, view, active, report.batch, now=now, gates=gates)
+    if head is None:
+        assessment = admission.assess(town, stores, view, active, report.batch, now=now, gates=gates)
     if item is not None and not assessment.admission.to_dispatch:
         [work] = view.ready
         raise NotAdmitted(item, admission.reasons_of(assessment, work, "ready", config))
     plan = assessment.admission
-    _report_plan(report, admission.cycle_summary(view, assessment))
+    summary = admission.cycle_summary(view, assessment)
+    if head is not None:  # the whole queue's figures, not the head's
+        summary.update(ready=head.ready_total, skipped=head.tally.skipped, reason=head.tally.reason,
+                       why={**head.tally.why, **({rules.BACKOFF: len(view.backing_off)} if view.backing_off
+                                                 else {})})
+    _report_plan(report, summary)
     for held in view.held:
         code = rules.RIG_UNREADABLE if held.reason == RIG_UNREADABLE else rules.MISSING_ITEM
         report.why[code] = report.why.get(code, 0) + 1

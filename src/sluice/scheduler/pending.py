@@ -184,6 +184,7 @@ def survey(
     now: float | None = None,
     backoff: tuple[float, float] | None = None,
     missing_grace: float | None = None,
+    contexts: list[Context] | None = None,
 ) -> Survey:
     """Classify every open context; see the module docstring.
 
@@ -191,7 +192,9 @@ def survey(
     whose last failed launch is too recent is set aside in ``backing_off``
     instead of ``ready``.  ``missing_grace`` (seconds, default the town's
     ``scheduler.missing_grace``) is how long an item may stay missing before
-    its context is stale; 0 makes it stale at once.
+    its context is stale; 0 makes it stale at once.  ``contexts``: survey these
+    open contexts instead of every one (:mod:`sluice.scheduler.queuehead` hands
+    over the few that are not plain).
     """
     now = time.time() if now is None else now
     if missing_grace is None:
@@ -199,7 +202,7 @@ def survey(
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict, bool, int | None]] = []
-    contexts = ctxs.open_contexts(town)
+    contexts = ctxs.open_contexts(town) if contexts is None else contexts
     items = items_of(stores, contexts, now)
     for context in contexts:
         if not context.valid:

@@ -118,8 +118,51 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
+    if limit and session.surveyed is None and offset + limit <= HEAD_ROWS_MAX:
+        from sluice.scheduler.queuehead import read_head
+
+        head = read_head(session, offset + limit)
+        if head is not None:
+            return _head_page(session, head, offset, offset + limit)
     view, assessment = _survey(session)
     return _page(session, view, assessment, offset, offset + limit if limit else None)
+
+
+#: A page that ends further down than this is cut from a whole survey, not read from the head.
+HEAD_ROWS_MAX = 2000
+
+
+def _head_page(session: Session, head, start: int, stop: int) -> Page:
+    """:func:`_page` of a queue read as its head and counts (:mod:`sluice.scheduler.queuehead`)."""
+    view, assessment = head.view, head.assessment
+    config = session.config
+    retry = retry_window(config.scheduler)
+    ready = head.ready_total
+    backing_off = len(view.backing_off)
+    entries = [(w, False) for w in view.ready] + [(w, False) for w in view.backing_off]
+    entries += [(w, True) for w in view.blocked]
+    positions = list(range(len(view.ready))) + [ready + k for k in range(backing_off)]
+    positions += [ready + backing_off + k for k in range(len(view.blocked))]
+    queued = ready + backing_off + head.blocked_total
+    total = queued + len(view.held)
+    rows = []
+    for (work, blocked), position in zip(entries, positions, strict=True):
+        if start <= position < stop:
+            row = _row(work, blocked, retry)
+            where = ("ready" if position < ready else "backoff" if position < ready + backing_off
+                     else "blocked")
+            row["why"] = why(assessment, work, where, config)
+            rows.append(row)
+    for held in view.held[max(0, start - queued):max(0, stop - queued)]:
+        row = _held_row(held)
+        row["why"] = [row["held"]]
+        rows.append(row)
+    counts = QueueCounts(total, ready + backing_off)
+    counts.rigs = head.rigs
+    gates = assessment.gates
+    return Page(rows, counts, head.stale_total, len(view.held), dict(view.unreadable),
+                assessment.admission.reason, _json_or_none(binding_of(assessment)),
+                gates.to_json() if gates is not None else None, assessment)
 
 
 def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:

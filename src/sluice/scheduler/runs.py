@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso_epoch, random_id
-from sluice.core.items import effective_tokens, labels_of, parse_ts
-from sluice.scheduler.admission import touches_of
+from sluice.core.items import effective_tokens, labels_of, parse_ts, touches_of
 from sluice.scheduler.pending import item_store
 from sluice.store import runs as log
 

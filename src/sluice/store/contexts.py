@@ -295,32 +295,32 @@ _KNOWN_KEYS = frozenset({"id", "title", "description", "status", "priority", "is
 
 
 def insert(conn, rig: str, records: Iterable[dict], open_items: set[str] | None = None,
-           works: list[str] | None = None) -> None:
+           given: list[SlingContextFields] | None = None) -> None:
     """Write ephemeral records of ``rig`` as they are (a new context, or an old town's record).
 
     ``open_items``: items already holding an open context (an old town's); a
     record opening another one for them is written outside the constraint.
-    ``works``: each record's work item when the caller knows it (a sling just
+    ``given``: each record's fields when the caller has them (a sling just
     made them), so no description is parsed again.
     """
     issues, labels, deps, drawn = [], [], [], []
     for position, rec in enumerate(records):
         status = str(rec.get("status") or "open")
-        if works is not None:
-            work: str | None = works[position]
-        else:
-            fields = SlingContextFields.from_description(rec.get("description"))
-            work = fields.work_bead_id if fields is not None and fields.work_bead_id else None
+        fields = given[position] if given is not None else SlingContextFields.from_description(
+            rec.get("description"))
+        work = fields.work_bead_id if fields is not None and fields.work_bead_id else None
+        target, enqueued, plain = fields.queue_facts() if fields is not None else (None, None, 0)
         extra = {k: v for k, v in rec.items() if k not in _KNOWN_KEYS}
         if rec.get("ephemeral") is not True:
             extra["ephemeral"] = rec.get("ephemeral")
         stamp = str(rec.get("created_at") or iso())
+        claimed = _claim(work, status, rec, open_items)
         issues.append((rec["id"], rig, str(rec.get("title") or ""), str(rec.get("description") or ""),
                        status, priority_of(rec) if "priority" in rec else DEFAULT_PRIORITY,
                        str(rec.get("issue_type") or "task"), stamp, str(rec.get("updated_at") or stamp),
                        rec.get("closed_at"), rec.get("close_reason"), work,
-                       _claim(work, status, rec, open_items),
-                       json.dumps(extra, ensure_ascii=False) if extra else None))
+                       claimed, json.dumps(extra, ensure_ascii=False) if extra else None, target, enqueued,
+                       plain if claimed is not None else 0))
         labels += [(rec["id"], str(label)) for label in dict.fromkeys(rec.get("labels") or ())]
         seen = set()
         for dep in rec.get("dependencies") or ():
@@ -331,8 +331,8 @@ def insert(conn, rig: str, records: Iterable[dict], open_items: set[str] | None 
         drawn.append((rec["id"],))
     conn.executemany(
         "INSERT INTO issues (id, rig, title, description, status, priority, issue_type, created_at,"
-        " updated_at, closed_at, close_reason, work_item, open_item, extra)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", issues)
+        " updated_at, closed_at, close_reason, work_item, open_item, extra, target_rig, enqueued_at, plain)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", issues)
     conn.executemany("INSERT INTO labels (issue_id, label) VALUES (?, ?)", labels)
     conn.executemany("INSERT INTO dependencies (issue_id, depends_on_id, type, created_at)"
                      " VALUES (?, ?, ?, ?)", deps)
@@ -363,7 +363,7 @@ def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -
     with db.transaction() as conn:
         allocate = id_allocator(store, len(specs))
         made = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
-        insert(conn, store.rig.name, made, works=[fields.work_bead_id for _item, fields, _stamp in specs])
+        insert(conn, store.rig.name, made, given=[fields for _item, fields, _stamp in specs])
         db.advance("queue")
     return made
 
@@ -401,7 +401,7 @@ def close_many(town, store: RigStore | None, closes: Iterable[tuple[str, str, di
             rows = conn.execute(f"SELECT id, rig, work_item FROM issues WHERE {where}", params).fetchall()
             conn.executemany(
                 "UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
-                " open_item = NULL WHERE id = ?",
+                " open_item = NULL, plain = 0 WHERE id = ?",
                 [(stamp, stamp, reasons[cid][0], cid) for cid, _rig, _work in rows])
             for cid, rig, work in rows:
                 reason, extra = reasons[cid]
@@ -434,7 +434,7 @@ def close_open(town: Town, reason: str, item_id: str | None = None) -> list[tupl
         if not rows:
             return []
         conn.execute("UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
-                     f" open_item = NULL WHERE {where}", [stamp, stamp, reason, *params])
+                     f" open_item = NULL, plain = 0 WHERE {where}", [stamp, stamp, reason, *params])
         db.advance("queue")
         events.emit_events(town, [(events.CONTEXT_CLOSED, {"context_id": cid, "item_id": work, "rig": rig,
                                                            "reason": reason})
@@ -470,9 +470,10 @@ def update_fields_many(store: RigStore | None, changes: dict[str, FieldsChange],
                 updated = changes[cid](fields)
                 if updated is None:
                     continue
-                updates.append((updated.to_description(), stamp, cid))
+                updates.append((updated.to_description(), stamp, *updated.queue_facts(), cid))
                 written[cid] = Context(cid, rig, updated)
-            conn.executemany("UPDATE issues SET description = ?, updated_at = ? WHERE id = ?", updates)
+            conn.executemany("UPDATE issues SET description = ?, updated_at = ?, target_rig = ?,"
+                             " enqueued_at = ?, plain = ? WHERE id = ?", updates)
         if written:
             db.advance("queue")
     return written

@@ -37,11 +37,22 @@ from pathlib import Path
 from sluice.errors import ConfigError, StorageError
 
 #: The schema this sluice writes.  A town whose database says more is refused, never guessed at.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILE_NAME = "town.db"
 #: ``FULL``: the write-ahead log is fsynced at every commit, so what was acknowledged survives a power cut.
 SYNCHRONOUS = "FULL"
 BUSY_TIMEOUT_MS = 60_000  # a sling of 100,000 items holds the write lock for a second or two
+
+#: What schema 2 added to schema 1 (the rows are filled by :meth:`Database._upgrade_from_1`).
+UPGRADE_FROM_1 = (
+    "ALTER TABLE issues ADD COLUMN target_rig TEXT",
+    "ALTER TABLE issues ADD COLUMN enqueued_at TEXT",
+    "ALTER TABLE issues ADD COLUMN plain INTEGER NOT NULL DEFAULT 0",
+    "DROP INDEX issues_status",
+    "CREATE INDEX issues_status ON issues (status, plain, rig)",
+    "CREATE INDEX issues_queue ON issues (open_item, plain, target_rig, enqueued_at)",
+    "CREATE INDEX issues_order ON issues (plain, target_rig, enqueued_at, open_item)",
+)
 
 #: Every table, in the order they are created.  One place, so the whole store is read at a glance.
 SCHEMA = """
@@ -54,6 +65,11 @@ CREATE TABLE meta (
 -- issue store of ``rig``; ``seq`` is the order records were made in (the queue's order of arrival).
 -- ``open_item`` is the tracked work item while the record is open and NULL once it is closed: its
 -- UNIQUE constraint is "at most one open context per item", held by the database itself.
+-- ``target_rig``, ``enqueued_at`` (normalised: text order is time order) and ``plain`` are read off
+-- the description by the writer of every row (:meth:`SlingContextFields.queue_facts`): ``plain`` is
+-- 1 for a context whose place in the queue its item alone decides (no failure, launch intent,
+-- missing mark, force or promotion), so the queue's views count and order those with SQL
+-- (:mod:`sluice.scheduler.queuehead`) and read only the few others whole.
 CREATE TABLE issues (
     seq          INTEGER PRIMARY KEY,
     id           TEXT NOT NULL UNIQUE,
@@ -69,11 +85,16 @@ CREATE TABLE issues (
     close_reason TEXT,
     work_item    TEXT,
     open_item    TEXT UNIQUE,
-    extra        TEXT
+    extra        TEXT,
+    target_rig   TEXT,
+    enqueued_at  TEXT,
+    plain        INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX issues_status ON issues (status, rig);
+CREATE INDEX issues_status ON issues (status, plain, rig);
 CREATE INDEX issues_work ON issues (work_item);
 CREATE INDEX issues_closed ON issues (closed_at);
+CREATE INDEX issues_queue ON issues (open_item, plain, target_rig, enqueued_at);
+CREATE INDEX issues_order ON issues (plain, target_rig, enqueued_at, open_item);
 
 CREATE TABLE labels (
     issue_id TEXT NOT NULL REFERENCES issues (id) ON DELETE CASCADE,
@@ -316,8 +337,9 @@ class Database:
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=BUSY_TIMEOUT_MS / 1000)
+            # As a URI, so a read may attach another database read-only (``file:…?mode=ro``).
+            conn = sqlite3.connect(self.path.absolute().as_uri(), uri=True, isolation_level=None,
+                                   check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
         except (OSError, sqlite3.Error) as err:
             raise self._storage_error(err, "open") from None
         try:
@@ -363,7 +385,10 @@ class Database:
             raise ConfigError(
                 f"{self.path}: this town's database has schema version {version}, made by a newer sluice;"
                 f" this sluice knows version {SCHEMA_VERSION} at most (upgrade sluice to open it)")
-        if version is not None:  # an older schema: no older one exists yet, so nothing to upgrade from
+        if version == 1:
+            self._upgrade_from_1(conn)
+            return
+        if version is not None:
             raise ConfigError(f"{self.path}: unknown schema version {version}")
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -377,6 +402,31 @@ class Database:
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
+                conn.execute("ROLLBACK")
+            raise
+
+    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 to 2: the queue's columns on ``issues``, filled from each open context's description."""
+        from sluice.core.records import SlingContextFields
+
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if _schema_version(conn) == 1:  # another process may have upgraded it while we waited
+                for statement in UPGRADE_FROM_1:
+                    conn.execute(statement)
+                rows = conn.execute("SELECT id, description FROM issues WHERE open_item IS NOT NULL")
+                rows = rows.fetchall()
+                facts = []
+                for issue_id, text in rows:
+                    fields = SlingContextFields.from_description(text)
+                    if fields is not None:
+                        facts.append((*fields.queue_facts(), issue_id))
+                conn.executemany("UPDATE issues SET target_rig = ?, enqueued_at = ?, plain = ? WHERE id = ?",
+                                 facts)
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
 

@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from sluice.core import readiness
-from sluice.core.items import effective_tokens, labels_of, normalise, to_node
+from sluice.core.items import effective_tokens, labels_of, normalise, to_node, touches_of
 from sluice.core.readiness import Node
 from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
 from sluice.store.fsutil import file_signature
 
-SCHEMA_VERSION = "12"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "13"  # raised whenever a rebuild would store, or refuse, something different
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -61,7 +61,7 @@ CREATE TABLE items (
     status TEXT, issue_type TEXT, priority INTEGER, created_ts REAL,
     ephemeral INTEGER, pinned INTEGER, defer_ts REAL, parent_defer_ts REAL,
     blocked INTEGER, candidate INTEGER, assignee TEXT, labels TEXT, tokens INTEGER,
-    deps TEXT, blocked_by TEXT, raw TEXT
+    deps TEXT, blocked_by TEXT, raw TEXT, touches TEXT
 );
 CREATE TABLE outside (id TEXT PRIMARY KEY);
 CREATE TABLE ready_order (
@@ -91,11 +91,14 @@ CREATE INDEX items_deferred ON items (candidate, priority, tokens, defer_ts, par
 WHERE {_DEFERRED};
 CREATE INDEX items_blocked ON items (blocked, priority, created_ts DESC, id);
 CREATE INDEX items_kind ON items (issue_type, status);
+CREATE INDEX items_group ON items (
+    candidate, priority, tokens, labels, touches, status, id, defer_ts, parent_defer_ts, ephemeral
+);
 CREATE INDEX items_rank ON items (
     candidate, priority, tokens, created_ts, id, defer_ts, parent_defer_ts, issue_type, deps
 );
 """
-_COLUMNS = 18
+_COLUMNS = 19
 # The ready filter of ready_rows, for the scoring queries (two parameters: now, now).
 _READY = (
     "candidate = 1 AND (defer_ts IS NULL OR defer_ts <= ?)"
@@ -177,6 +180,12 @@ class DurableIndex:
         self._kept = {}
         return conn
 
+    @property
+    def on_disk(self) -> bool:
+        """Whether the open index is the file at ``db_path`` (not one built in memory), so another
+        connection may attach it."""
+        return self._conn is not None and not getattr(self._conn, "in_memory", False)
+
     def forget_if_changed(self) -> None:
         """Close the connection unless the source is still the file it was checked against.
 
@@ -213,6 +222,7 @@ class DurableIndex:
                     self.db_path, reason, self.source)
         conn = sqlite3.connect(":memory:", check_same_thread=False, factory=_Connection)
         conn.path = self.db_path
+        conn.in_memory = True
         self._warnings, self._suppressed = [], 0
         self._said = want
         self._fill(conn, want)
@@ -326,6 +336,7 @@ class DurableIndex:
                     json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
                     "",
                     raw,
+                    json.dumps(touches) if (touches := touches_of(record)) else "",
                 )
             )
             if len(batch) >= _BATCH:

@@ -1,0 +1,204 @@
+"""The queue's head read with SQL answers exactly as a survey of every context.
+
+Real towns (two rigs over real git repositories, their own stores), random
+queues: priorities, token estimates, labels, touches, blockers, deferrals,
+ended and hooked items, contexts aimed at the other rig, promotions, failed
+launches, forced slings, running polecats.  Each page the views show and each
+cycle's plan is read both ways and compared whole.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from helpers.scheduler import configure, issues_path, item, write_items
+from sluice.scheduler import dispatch, queuehead
+from sluice.scheduler import queue as views
+from sluice.scheduler.promote import promote
+from sluice.scheduler.session import Session
+from sluice.scheduler.sling import SlingOptions, sling
+from sluice.store import contexts as ctxs
+from sluice.store.rigstore import Stores
+from sluice.store.town import Town
+
+FUTURE = "2999-01-01T00:00:00Z"
+PAST = "2001-01-01T00:00:00Z"
+
+
+def random_items(rng: random.Random, prefix: str, count: int) -> list[dict]:
+    records = []
+    for n in range(count):
+        extra: dict = {"priority": rng.choice([0, 1, 2, 2, 3])}
+        meta: dict = {}
+        if rng.random() < 0.4:
+            meta["estimated_tokens"] = rng.choice([500, 1000, 4000])
+        if rng.random() < 0.15:
+            meta["touches"] = [rng.choice(["src/a/*", "src/b.py", "docs/*"])]
+        if meta:
+            extra["metadata"] = meta
+        if rng.random() < 0.2:
+            extra["labels"] = rng.sample(["ui", "db", "ops"], rng.randint(1, 2))
+        if rng.random() < 0.1:
+            extra["defer_until"] = rng.choice([FUTURE, PAST])
+        deps = ()
+        if n and rng.random() < 0.15:
+            deps = [("blocks", f"{prefix}-{rng.randrange(n)}")]
+        extra["created_at"] = f"2026-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}T00:00:00Z"
+        records.append(item(f"{prefix}-{n}", deps=deps, **extra))
+    return records
+
+
+def build(town_dir, rng: random.Random) -> dict[str, list[dict]]:
+    exports = {"alpha": random_items(rng, "al", rng.randint(10, 40)),
+               "beta": random_items(rng, "be", rng.randint(5, 25))}
+    for rig, records in exports.items():
+        write_items(town_dir, rig, records)
+    town = Town(town_dir)
+    for rig, records in exports.items():
+        chosen = [r["id"] for r in records if rng.random() < 0.8]
+        elsewhere = [i for i in chosen if rng.random() < 0.1]
+        own = [i for i in chosen if i not in elsewhere]
+        other = "beta" if rig == "alpha" else "alpha"
+        if own:
+            sling(town, [*own, rig], SlingOptions(force=rng.random() < 0.2))
+        if elsewhere:
+            sling(town, [*elsewhere, other], SlingOptions())
+    return exports
+
+
+def twist(town_dir, rng: random.Random, exports: dict[str, list[dict]]) -> None:
+    """Make some contexts unusual and some items end: promotions, failures, ended and hooked items."""
+    town = Town(town_dir)
+    stores = Stores(town)
+    queued = [c for c in ctxs.open_contexts(town) if c.valid]
+    for context in rng.sample(queued, min(len(queued), rng.randint(0, 3))):
+        promote(town, context.work_id)
+    for context in rng.sample(queued, min(len(queued), rng.randint(0, 3))):
+        ctxs.record_failure(stores.rig(context.rig), context.id, "launch failed")
+    for rig, records in exports.items():
+        for record in records:
+            roll = rng.random()
+            if roll < 0.05:
+                record["status"] = "closed"
+            elif roll < 0.08:
+                record["status"] = "hooked"
+            elif roll < 0.1:
+                record["status"] = "in_progress"
+        write_items(town_dir, rig, records)
+
+
+PAGES = [(0, 1), (0, 3), (2, 5), (0, 50), (10, 30)]
+
+
+def both_ways(town_dir, start: int, stop: int, now: float):
+    town = Town(town_dir)
+    fast_session = Session(town, now=now)
+    head = queuehead.read_head(fast_session, stop)
+    assert head is not None, "the head should be read with SQL here"
+    fast = views._head_page(fast_session, head, start, stop).head()
+    slow_session = Session(Town(town_dir), now=now)
+    view, assessment = views._survey(slow_session)
+    slow = views._page(slow_session, view, assessment, start, stop).head()
+    return fast, slow
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_head_read_with_sql_is_the_survey(town_dir, rigs, capacity, memory, seed):
+    rng = random.Random(seed)
+    capacity(rng.choice([1, 3, 50]), batch_size=rng.choice([1, 2, 5]))
+    if seed % 2:
+        configure(town_dir, "scheduler.label_caps.ui", "1")
+        configure(town_dir, "rigs.beta.max_polecats", "1")
+    exports = build(town_dir, rng)
+    dispatch.run_cycle(Town(town_dir))  # some polecats running: their items wait, and count
+    if seed % 3:
+        twist(town_dir, rng, exports)
+    now = 1_900_000_000.0
+    for start, stop in PAGES:
+        fast, slow = both_ways(town_dir, start, stop, now)
+        assert fast == slow, (start, stop)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_cycle_from_the_head_plans_as_one_from_the_survey(town_dir, rigs, capacity, memory, monkeypatch,
+                                                              seed):
+    rng = random.Random(100 + seed)
+    capacity(rng.choice([2, 4]), batch_size=rng.choice([1, 3]))
+    exports = build(town_dir, rng)
+    twist(town_dir, rng, exports)
+    fast = dispatch.run_cycle(Town(town_dir), dry_run=True).to_json()
+    monkeypatch.setattr(dispatch, "read_head", lambda *a, **k: None)
+    slow = dispatch.run_cycle(Town(town_dir), dry_run=True).to_json()
+    assert fast == slow
+
+
+def test_a_policy_that_scores_each_context_apart_is_surveyed(town_dir, rig, capacity, memory):
+    capacity(1)
+    write_items(town_dir, "alpha", [item("al-1"), item("al-2")])
+    sling(Town(town_dir), ["al-1", "al-2", "alpha"], SlingOptions())
+    assert queuehead.read_head(Session(Town(town_dir)), 10) is not None
+    (town_dir / ".sluice" / "schedule" / "policy.json").write_text('{"aging": 1.0}')
+    assert queuehead.read_head(Session(Town(town_dir)), 10) is None
+    assert [r["id"] for r in views.list_queue(Town(town_dir), limit=10)] == ["al-1", "al-2"]
+
+
+def test_an_item_missing_from_its_rig_is_left_to_the_survey(town_dir, rig, capacity, memory):
+    capacity(1)
+    write_items(town_dir, "alpha", [item("al-1"), item("al-2")])
+    sling(Town(town_dir), ["al-1", "al-2", "alpha"], SlingOptions())
+    issues_path(town_dir, "alpha").write_text(json.dumps(item("al-1")) + "\n")  # al-2 is gone
+    assert queuehead.read_head(Session(Town(town_dir)), 10) is None
+    rows = views.list_queue(Town(town_dir), limit=10)
+    assert [(r["id"], r["held"]) for r in rows] == [("al-1", None), ("al-2", "missing-item")]
+
+
+def test_every_writer_keeps_the_queue_columns(town_dir, rig, capacity, memory):
+    """A context is plain while nothing but its item places it; each change that makes it unusual says so."""
+    capacity(1)
+    write_items(town_dir, "alpha", [item("al-1"), item("al-2"), item("al-3")])
+    town = Town(town_dir)
+    sling(town, ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
+
+    def plain() -> dict[str, int]:
+        rows = town.db.query("SELECT work_item, plain FROM issues")
+        return dict(rows)
+
+    assert plain() == {"al-1": 1, "al-2": 1, "al-3": 1}
+    promote(town, "al-2")
+    [context] = ctxs.find_open(town, "al-3")
+    ctxs.record_failure(Stores(town).rig("alpha"), context.id, "no")
+    assert plain() == {"al-1": 1, "al-2": 0, "al-3": 0}
+    ctxs.close_open(town, ctxs.CLEARED, "al-1")
+    assert plain()["al-1"] == 0  # closed: no longer in the queue at all
+
+
+def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, memory):
+    capacity(1)
+    write_items(town_dir, "alpha", [item("al-1", priority=3), item("al-2", priority=1)])
+    sling(Town(town_dir), ["al-1", "al-2", "alpha"], SlingOptions())
+    promote(Town(town_dir), "al-1")
+    before = [r["id"] for r in views.list_queue(Town(town_dir), limit=10)]
+    Town(town_dir).db.close()
+    path = town_dir / ".sluice" / "town.db"
+    raw = sqlite3.connect(path)
+    for statement in ("DROP INDEX issues_queue", "DROP INDEX issues_order", "DROP INDEX issues_status",
+                      "ALTER TABLE issues DROP COLUMN plain", "ALTER TABLE issues DROP COLUMN enqueued_at",
+                      "ALTER TABLE issues DROP COLUMN target_rig",
+                      "CREATE INDEX issues_status ON issues (status, rig)",
+                      "UPDATE meta SET value = '1' WHERE key = 'schema_version'"):
+        raw.execute(statement)
+    raw.commit()
+    raw.close()
+    from sluice.store import db as dbmod
+
+    for key in [k for k in dbmod._shared if Path(k).resolve() == path.resolve()]:
+        del dbmod._shared[key]  # as a new process finds it
+    town = Town(town_dir)
+    assert [r["id"] for r in views.list_queue(town, limit=10)] == before == ["al-1", "al-2"]
+    assert dict(town.db.query("SELECT work_item, plain FROM issues")) == {"al-1": 0, "al-2": 1}
+    assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("2",)]
