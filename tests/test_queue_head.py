@@ -202,3 +202,34 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
     assert [r["id"] for r in views.list_queue(town, limit=10)] == before == ["al-1", "al-2"]
     assert dict(town.db.query("SELECT work_item, plain FROM issues")) == {"al-1": 0, "al-2": 1}
     assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("2",)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_forecast_from_the_head_replays_as_the_survey(town_dir, rigs, capacity, memory, monkeypatch, seed):
+    from sluice.scheduler import forecast
+
+    rng = random.Random(200 + seed)
+    capacity(rng.choice([1, 3]), batch_size=rng.choice([1, 2]))
+    if seed % 2:
+        configure(town_dir, "rigs.alpha.max_polecats", "1")
+    exports = build(town_dir, rng)
+    dispatch.run_cycle(Town(town_dir))
+    if seed % 3:
+        twist(town_dir, rng, exports)
+    now = 1_900_000_000.0
+
+    def replayed(rows: int):
+        result = forecast.replay(Session(Town(town_dir), now=now), rows=rows).result
+        return (result.drain_at, result.drain_p90_at,
+                [(s.item_id, s.start_at, s.done_at) for s in result.slots[:rows]])
+
+    def listed():
+        return forecast.list_queue(Session(Town(town_dir), now=now), limit=7, offset=2)
+
+    fast = [replayed(3), replayed(40), listed()]
+    assert queuehead.read_order(Session(Town(town_dir), now=now), 500) is not None
+    monkeypatch.setattr(queuehead, "read_order", lambda *a, **k: None)
+    monkeypatch.setattr(queuehead, "read_head", lambda *a, **k: None)
+    monkeypatch.setattr(views, "HEAD_ROWS_MAX", 0)
+    slow = [replayed(3), replayed(40), listed()]
+    assert fast == slow

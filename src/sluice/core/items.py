@@ -49,6 +49,14 @@ def estimated_minutes(record: Mapping) -> int | None:
     return value
 
 
+def minutes_of(record: Mapping) -> int | None:
+    """An item's estimated minutes as the forecast reads them: its own, else its metadata's."""
+    minutes = estimated_minutes(record)
+    if minutes is None and isinstance(record.get("metadata"), dict):
+        minutes = estimated_minutes(record["metadata"])
+    return minutes
+
+
 #: beads' gate kinds (``await_type``): what a gate item waits for before it closes.
 GATE_KINDS = ("gh:run", "gh:pr", "timer", "human", "mail", "decision")
 

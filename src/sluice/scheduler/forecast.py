@@ -17,6 +17,7 @@ queued.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from sluice.core import budget
 from sluice.core import forecast as model
 from sluice.core.clock import format_duration
 from sluice.core.defaults import DAEMON_INTERVAL
-from sluice.core.items import estimated_minutes, parse_ts
+from sluice.core.items import minutes_of, parse_ts
 from sluice.core.recordclass import frozen
 from sluice.errors import SluiceError
 from sluice.logs import log as logger
@@ -276,10 +277,10 @@ def replay(where: Town | Session, executor: Executor | None = None, now: float |
     its first rows' times are kept under the same inputs (:func:`kept_head`).
     """
     session = Session.of(where, executor, now)
-    reading, caps = _queue_reading(session)
+    slotted = None if rows is None else max(rows, HEAD_ROWS)
+    reading, caps = _queue_reading(session, slotted)
     setting = _setting(session, caps)
     queue = setting.queue(reading)
-    slotted = None if rows is None else max(rows, HEAD_ROWS)
     if slotted is not None and slotted < len(queue):
         result = model.simulate_first(session.now, _FirstRows(queue, slotted), slotted, setting.running,
                                       setting.limits, setting.charges)
@@ -304,7 +305,7 @@ def head_slots(session: Session, rows: int) -> tuple[model.Slot, ...]:
     (:func:`~sluice.core.replay.simulate_head`), so it reads the queue only
     as far as that.
     """
-    reading, caps = _queue_reading(session)
+    reading, caps = _queue_reading(session, max(rows, HEAD_ROWS))
     setting = _setting(session, caps)
     return model.simulate_head(session.now, setting.queue(reading), rows, setting.running,
                                setting.limits, setting.charges)
@@ -316,14 +317,68 @@ def _caps_of(limits) -> dict:
             "town_budget": limits.town_budget, "rig_budgets": dict(limits.rig_budgets)}
 
 
-def _queue_reading(session: Session) -> tuple[Reading, dict]:
+def _head_reading(session: Session, whole: int) -> tuple[Reading, dict] | None:
+    """:func:`_queue_reading` of a long queue read as its head
+    (:func:`~sluice.scheduler.queuehead.read_order`): its first ``whole`` rows built, the rest as
+    stretches of one kind; None: survey instead."""
+    from sluice.scheduler.queuehead import read_order
+    from sluice.scheduler.reading import StretchReading
+
+    order = read_order(session, whole)
+    if order is None:
+        return None
+    view, assessment = order.head.view, order.head.assessment
+    retry = retry_window(session.config.scheduler)
+    seen = assessment.applicants
+    items: list[tuple[list, int, bool]] = []  # (row or kind, count, whole)
+    for position, work in enumerate(view.ready):
+        known = position < len(seen) and seen[position].payload is work
+        items.append((reading_row(work, None, None, seen[position] if known else admission.applicant(work)),
+                      1, True))
+    for segments, why in ((order.ready, None), (None, None), (order.blocked, rules.BLOCKED)):
+        if segments is None:  # the backing-off works, then the blocked head
+            for work in view.backing_off:
+                retry_at = parse_ts(retry_due_at(work.payload.fields, *retry))
+                items.append((reading_row(work, retry_at, None, admission.applicant(work)), 1, True))
+            for work in view.blocked:
+                items.append((reading_row(work, None, rules.BLOCKED, admission.applicant(work)), 1, True))
+            continue
+        for work, group, n in segments:
+            if work is not None:
+                items.append((reading_row(work, None, why, admission.applicant(work)), 1, True))
+            else:
+                items.append((_group_kind(group, why), n, False))
+    rows: list[list] = []
+    stretches: list[tuple[list, int]] = []
+    for row, n, whole_row in items:
+        if whole_row and not stretches:
+            rows.append(row)
+        else:
+            stretches.append((row[1:] if whole_row else row, n))
+    return StretchReading(rows, stretches), _caps_of(assessment.limits)
+
+
+def _group_kind(group, why: str | None) -> list:
+    """A reading row's kind (all but the id) for the plain contexts of one group."""
+    labels = json.loads(group.labels) if group.labels else []
+    touches = json.loads(group.touches) if group.touches else []
+    return [group.target_rig, group.issue_type, labels, group.minutes, group.tokens, None, why,
+            sorted(labels), touches, group.tokens]
+
+
+def _queue_reading(session: Session, whole: int | None = None) -> tuple[Reading, dict]:
     """Each queued item as the replay reads it, in queue order, and the caps and budgets admission reads.
 
     A row is ``[item id, rig, issue type, the item's labels, its estimated
     minutes, its tokens, the end of its backoff (epoch, or None), why it
     cannot start (None, or blocked), and the labels, touches and tokens
-    admission reads]``, from the session's survey.
+    admission reads]``, from the session's survey.  ``whole``: only the first ``whole`` rows are read
+    whole, and a long queue is read as its head (:func:`_head_reading`) when it can be.
     """
+    if whole is not None and session.surveyed is None:
+        found = _head_reading(session, whole)
+        if found is not None:
+            return found
     _, view, _, assessment = queue_model.queue_view(session)
     retry = retry_window(session.config.scheduler)
     backing_off = {id(w) for w in view.backing_off}
@@ -535,8 +590,5 @@ def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> li
     estimated minutes, its tokens, the end of its backoff, why it cannot start, and the labels, touches
     and tokens admission reads]`` (``seen``: its :func:`~sluice.scheduler.admission.applicant`)."""
     item = work.item
-    minutes = estimated_minutes(item)
-    if minutes is None and isinstance(item.get("metadata"), dict):
-        minutes = estimated_minutes(item["metadata"])
-    return [item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes, work.tokens,
-            retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]
+    return [item["id"], work.rig, item.get("issue_type"), item.get("labels") or [], minutes_of(item),
+            work.tokens, retry_at, why, sorted(seen.labels), list(seen.touches), seen.tokens]

@@ -69,15 +69,17 @@ class Head:
     assessment: Assessment | None = None
     tally: rules.Tally | None = None  # the admission of the whole ready queue, told by counts
     stale_plain: Callable[[], list[Stale]] | None = None  # the plain contexts the next cycle closes
+    order: Order | None = None  # the whole queue in order, when asked for (read_order)
 
 
 class _Entry:
     """One scored group: plain contexts read from SQL, or one work of the survey of the others."""
 
     def __init__(self, rig: str, priority: int, tokens: int, count: int,
-                 rows: Callable[[int], list[tuple[str, str]]], work: Work | None = None):
+                 rows: Callable[[int], list[tuple[str, str]]], work: Work | None = None,
+                 group: sql.Group | None = None):
         self.rig, self.priority, self.tokens, self.count = rig, priority, tokens, count
-        self.rows, self.work = rows, work
+        self.rows, self.work, self.group = rows, work, group
 
 
 def groupable(policy) -> bool:
@@ -87,7 +89,7 @@ def groupable(policy) -> bool:
 
 
 def read_head(session: Session, rows: int, gates: Gates | None = None,
-              batch: int | None = None) -> Head | None:
+              batch: int | None = None, order: bool = False) -> Head | None:
     """The queue's first ``rows`` entries (ready, then blocked), its counts and its admission (a cycle of
     ``batch``, default the town's); None: survey instead."""
     town, stores, now, config = session.files, session.stores, session.now, session.config
@@ -134,17 +136,19 @@ def read_head(session: Session, rows: int, gates: Gates | None = None,
         want_ready = max(rows, HEAD_MIN)
         ready, blocked = view.ready, view.blocked
         head.surveyed = {w.context_id for w in ready + blocked}
+        ready_tiers = _tiers(session, policy, read, groups, ready, sql.READY)
         while True:
-            view.ready = _ranked(session, policy, read, groups, ready, sql.READY, want_ready)
+            view.ready = _first(read, *ready_tiers, want_ready)
             head.assessment, head.tally = _admitted(session, head, groups, gates, batch)
             if head.tally is not None or len(view.ready) >= head.ready_total:
                 break
             want_ready *= 4
         need_blocked = rows - head.ready_total - len(view.backing_off)
-        if need_blocked > 0:
-            view.blocked = _ranked(session, policy, read, groups, blocked, sql.BLOCKED, need_blocked)
-        else:
-            view.blocked = []
+        blocked_tiers = _tiers(session, policy, read, groups, blocked, sql.BLOCKED)
+        view.blocked = _first(read, *blocked_tiers, need_blocked) if need_blocked > 0 else []
+        if order:
+            head.order = Order(head, _segments(*ready_tiers, len(view.ready)),
+                               _segments(*blocked_tiers, len(view.blocked)))
         stale = [(rig, prefix) for rig, prefix, g in groups if g.klass == sql.STALE]
         unknown = {g.target_rig for _r, _p, g in groups if g.target_rig not in head.registered}
         head.stale_plain = _stale_reader(rd, stale, unknown, busy) if stale or unknown else None
@@ -210,10 +214,11 @@ def _reader(session: Session, rd: sql.Reading, busy: list[str]):
     return reader
 
 
-def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
-            klass: int, want: int) -> list[Work]:
-    """The first ``want`` works of one class (ready or blocked) in rank order: promoted surveyed works
-    first (oldest promotion first), then every group and surveyed work by score, as rank_work orders."""
+def _tiers(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
+           klass: int) -> tuple[list[tuple[Work, Scored]], list[list[Scored]]]:
+    """One class (ready or blocked) in rank order, as rank_work orders it: the promoted surveyed works
+    (oldest promotion first), then tiers of groups and surveyed works of equal (score, tokens), inside
+    which contexts interleave by (enqueued_at, item id)."""
     from sluice.scheduler.signals import Signals
 
     rd, busy, now = read.rd, read.busy, session.now
@@ -228,7 +233,7 @@ def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Gro
             small = g.count * 20 < queued
             return rd.rows(rig, prefix, g, now, busy, n, by_item=small and klass == sql.READY)
 
-        entries.append((_Entry(g.target_rig, g.priority, g.tokens, g.count, rows), rig))
+        entries.append((_Entry(g.target_rig, g.priority, g.tokens, g.count, rows, group=g), rig))
     for work in surveyed:
         order = work.order
 
@@ -237,11 +242,12 @@ def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Gro
 
         entries.append((_Entry(work.rig, _priority(work), work.tokens or 0, 1, one, work), None))
     if not entries:
-        return []
+        return [], []
     signals = Signals(session.files, session.stores)
     reps = [Candidate(str(n), e.priority, e.tokens, e.rig, "", None, (e, rig))
             for n, (e, rig) in enumerate(entries)]
     scored = score_all(reps, policy, **signals.scoring_inputs({e.rig for e, _rig in entries}))
+
     def promoted_work(s: Scored) -> Work | None:
         work = s.candidate.payload[0].work
         return work if work is not None and work.promoted_at else None
@@ -249,21 +255,29 @@ def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Gro
     promoted = sorted(((promoted_work(s), s) for s in scored if promoted_work(s) is not None),
                       key=lambda ws: (ws[0].promoted_at, *rank_order(ws[1].score, ws[0].tokens or 0,
                                                                       ws[0].order, ws[0].item["id"])))
-    out = [_scored_work(work, s) for work, s in promoted[:want]]
     rest = [s for s in scored if promoted_work(s) is None]
-    start = 0
-    while start < len(rest) and len(out) < want:
-        key = (rest[start].score, rest[start].candidate.tokens)
-        end = start
-        while end < len(rest) and (rest[end].score, rest[end].candidate.tokens) == key:
-            end += 1
+    tiers: list[list[Scored]] = []
+    for s in rest:
+        if tiers and (tiers[-1][0].score, tiers[-1][0].candidate.tokens) == (s.score, s.candidate.tokens):
+            tiers[-1].append(s)
+        else:
+            tiers.append([s])
+    return promoted, tiers  # type: ignore[return-value]
+
+
+def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], want: int) -> list[Work]:
+    """The first ``want`` works of :func:`_tiers`' order, each built (its context and item read)."""
+    out = [_scored_work(work, s) for work, s in promoted[:want]]
+    for tier in tiers:
+        if len(out) >= want:
+            break
         need = want - len(out)
-        tier = []
-        for s in rest[start:end]:
+        rows = []
+        for s in tier:
             entry, _rig = s.candidate.payload
-            tier += [(order, item_id, s) for order, item_id in entry.rows(min(need, entry.count))]
-        tier.sort(key=lambda row: (row[0], row[1]))
-        chosen = tier[:need]
+            rows += [(order, item_id, s) for order, item_id in entry.rows(min(need, entry.count))]
+        rows.sort(key=lambda row: (row[0], row[1]))
+        chosen = rows[:need]
         by_rig: dict[str, list] = {}
         for order, item_id, s in chosen:
             entry, rig = s.candidate.payload
@@ -275,8 +289,65 @@ def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Gro
         for _order, item_id, s in chosen:
             entry, _rig = s.candidate.payload
             out.append(_scored_work(entry.work, s) if entry.work is not None else built[item_id])
-        start = end
     return out
+
+
+def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
+            klass: int, want: int) -> list[Work]:
+    """The first ``want`` works of one class in rank order."""
+    promoted, tiers = _tiers(session, policy, read, groups, surveyed, klass)
+    return _first(read, promoted, tiers, want)
+
+
+def _segments(promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], skip: int) -> list[tuple]:
+    """:func:`_tiers`' order past its first ``skip`` works, as segments: ``(work, None, 1)`` for a
+    surveyed work, ``(None, group, n)`` for ``n`` plain contexts of one group in a row (their ids
+    unread).  A tier of one group is one stretch; a tier of several is read row by row (its contexts
+    interleave by age) and told as the stretches it makes."""
+    out: list[tuple] = [(_scored_work(work, s), None, 1) for work, s in promoted[skip:]]
+    position = len(promoted)
+    for tier in tiers:
+        size = sum(s.candidate.payload[0].count for s in tier)
+        taken = min(size, max(0, skip - position))
+        position += size
+        if taken == size:
+            continue
+        if len(tier) == 1:
+            entry = tier[0].candidate.payload[0]
+            if entry.work is not None:
+                out.append((_scored_work(entry.work, tier[0]), None, 1))
+            else:
+                out.append((None, entry.group, size - taken))
+            continue
+        rows = []
+        for s in tier:
+            entry = s.candidate.payload[0]
+            rows += [(order, item_id, entry, s) for order, item_id in entry.rows(entry.count)]
+        rows.sort(key=lambda row: (row[0], row[1]))
+        for _order, _item_id, entry, s in rows[taken:]:
+            if entry.work is not None:
+                out.append((_scored_work(entry.work, s), None, 1))
+            elif out and out[-1][0] is None and out[-1][1] is entry.group:
+                out[-1] = (None, entry.group, out[-1][2] + 1)
+            else:
+                out.append((None, entry.group, 1))
+    return out
+
+
+@recordclass
+class Order:
+    """The whole queue in order, its first works built and the rest as segments (:func:`read_order`)."""
+
+    head: Head
+    ready: list[tuple]  # segments of the ready works past head.view.ready
+    blocked: list[tuple]  # segments of the blocked works past head.view.blocked
+
+
+def read_order(session: Session, concrete: int) -> Order | None:
+    """The queue in order, as the forecast replays it: its first ``concrete`` works built, the rest told
+    as segments; None: survey instead."""
+    head = read_head(session, concrete, order=True)
+    return head.order if head is not None else None
 
 
 def _priority(work: Work) -> int:

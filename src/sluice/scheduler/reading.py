@@ -68,3 +68,88 @@ def stretch_ends(values: list) -> list[int]:
     changes = list(compress(count(1), map(ne, values[1:], values[:-1])))
     changes.append(len(values))
     return changes
+
+
+class StretchReading(Reading):
+    """A reading whose first rows are whole and whose rest is told as stretches of one kind.
+
+    What :func:`sluice.scheduler.queuehead.read_order` gives: the queue's
+    first rows built, the others counted by group in order with their ids
+    unread.  Past the whole rows the replay reads kinds only (an id there is
+    ``""``); a stretch's end is where its kind changes.
+    """
+
+    __slots__ = ("_starts",)
+
+    def __init__(self, rows: list[list], stretches: list[tuple[list, int]]):
+        index: dict[str, int] = {}
+        kinds: list[list] = []
+
+        def kind_of(kind: list) -> int:
+            key = repr(kind)
+            found = index.get(key)
+            if found is None:
+                found = index[key] = len(kinds)
+                kinds.append(kind)
+            return found
+
+        runs: list[tuple[int, int]] = [(kind_of(row[1:]), 1) for row in rows]  # (kind, length)
+        runs += [(kind_of(kind), n) for kind, n in stretches if n > 0]
+        total = sum(n for _kind, n in runs)
+        starts, kinds_by_run = _runs(runs)
+        super().__init__(_Ids([row[0] for row in rows], total), kinds, _Kinds(starts, kinds_by_run, total))
+        self._starts = starts
+
+    def alike_until(self, index: int) -> int:
+        run = bisect.bisect_right(self._starts, index)
+        return self._starts[run] if run < len(self._starts) else len(self)
+
+
+def _runs(runs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The starts and kinds of ``runs`` (kind, length), neighbouring runs of one kind merged."""
+    starts: list[int] = []
+    kinds: list[int] = []
+    position = 0
+    for kind, n in runs:
+        if not kinds or kinds[-1] != kind:
+            starts.append(position)
+            kinds.append(kind)
+        position += n
+    return starts, kinds
+
+
+class _Ids:
+    """The ids of a stretch reading: the whole rows' own, ``""`` past them."""
+
+    __slots__ = ("_known", "_total")
+
+    def __init__(self, known: list[str], total: int):
+        self._known, self._total = known, total
+
+    def __len__(self) -> int:
+        return self._total
+
+    def __getitem__(self, index: int) -> str:
+        return self._known[index] if index < len(self._known) else ""
+
+    def index(self, item_id: str) -> int:
+        return self._known.index(item_id)
+
+
+class _Kinds:
+    """Each position's kind, kept as runs."""
+
+    __slots__ = ("_kinds", "_starts", "_total")
+
+    def __init__(self, starts: list[int], kinds: list[int], total: int):
+        self._starts, self._kinds, self._total = starts, kinds, total
+
+    def __len__(self) -> int:
+        return self._total
+
+    def __getitem__(self, index: int) -> int:
+        if index < 0:
+            index += self._total
+        if not 0 <= index < self._total:
+            raise IndexError(index)
+        return self._kinds[bisect.bisect_right(self._starts, index) - 1]

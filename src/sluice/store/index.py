@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from sluice.core import readiness
-from sluice.core.items import effective_tokens, labels_of, normalise, to_node, touches_of
+from sluice.core.items import effective_tokens, labels_of, minutes_of, normalise, to_node, touches_of
 from sluice.core.readiness import Node
 from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
 from sluice.store.fsutil import file_signature
 
-SCHEMA_VERSION = "13"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "14"  # raised whenever a rebuild would store, or refuse, something different
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -61,7 +61,7 @@ CREATE TABLE items (
     status TEXT, issue_type TEXT, priority INTEGER, created_ts REAL,
     ephemeral INTEGER, pinned INTEGER, defer_ts REAL, parent_defer_ts REAL,
     blocked INTEGER, candidate INTEGER, assignee TEXT, labels TEXT, tokens INTEGER,
-    deps TEXT, blocked_by TEXT, raw TEXT, touches TEXT
+    deps TEXT, blocked_by TEXT, raw TEXT, touches TEXT, minutes INTEGER
 );
 CREATE TABLE outside (id TEXT PRIMARY KEY);
 CREATE TABLE ready_order (
@@ -92,13 +92,14 @@ WHERE {_DEFERRED};
 CREATE INDEX items_blocked ON items (blocked, priority, created_ts DESC, id);
 CREATE INDEX items_kind ON items (issue_type, status);
 CREATE INDEX items_group ON items (
-    candidate, priority, tokens, labels, touches, status, id, defer_ts, parent_defer_ts, ephemeral
+    candidate, priority, tokens, labels, touches, issue_type, minutes, status, id, defer_ts, parent_defer_ts,
+    ephemeral
 );
 CREATE INDEX items_rank ON items (
     candidate, priority, tokens, created_ts, id, defer_ts, parent_defer_ts, issue_type, deps
 );
 """
-_COLUMNS = 19
+_COLUMNS = 20
 # The ready filter of ready_rows, for the scoring queries (two parameters: now, now).
 _READY = (
     "candidate = 1 AND (defer_ts IS NULL OR defer_ts <= ?)"
@@ -337,6 +338,7 @@ class DurableIndex:
                     "",
                     raw,
                     json.dumps(touches) if (touches := touches_of(record)) else "",
+                    minutes_of(record),
                 )
             )
             if len(batch) >= _BATCH:

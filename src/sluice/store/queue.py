@@ -58,6 +58,8 @@ class Group:
     tokens: int
     labels: str  # the index's JSON list
     touches: str  # the index's JSON list, or ""
+    issue_type: str
+    minutes: int | None  # estimated minutes (the forecast reads them)
     context_items: int  # how many of the items are themselves sling contexts (never work)
     count: int
 
@@ -115,7 +117,7 @@ class Reading:
         """
         schema = self.aliases[rig]
         lo, hi = id_range(prefix)
-        facts = ("i.candidate, i.priority, i.tokens, i.labels, i.touches, i.status,"
+        facts = ("i.candidate, i.priority, i.tokens, i.labels, i.touches, i.issue_type, i.minutes, i.status,"
                  " sum((i.defer_ts IS NULL OR i.defer_ts <= :now)"
                  " AND (i.parent_defer_ts IS NULL OR i.parent_defer_ts <= :now)),"
                  " sum(i.ephemeral = 1 AND i.labels LIKE :label), count(*)")
@@ -123,14 +125,14 @@ class Reading:
                   **_named(exclude)}
         own = (f"SELECT :rig, {facts} FROM {schema}.items i CROSS JOIN issues c"
                " WHERE i.id >= :lo AND i.id < :hi AND c.open_item = i.id AND c.plain = 1"
-               f" AND c.target_rig = :rig{_not_in_named(exclude)} GROUP BY 2, 3, 4, 5, 6, 7")
+               f" AND c.target_rig = :rig{_not_in_named(exclude)} GROUP BY 2, 3, 4, 5, 6, 7, 8, 9")
         other = (f"SELECT c.target_rig, {facts} FROM issues c CROSS JOIN {schema}.items i"
                  " WHERE c.plain = 1 AND c.target_rig != :rig AND c.open_item >= :lo AND c.open_item < :hi"
-                 f" AND i.id = c.open_item{_not_in_named(exclude)} GROUP BY 1, 2, 3, 4, 5, 6, 7")
+                 f" AND i.id = c.open_item{_not_in_named(exclude)} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
         counts: dict[tuple, list[int]] = {}
         for statement in (own, other):
-            for target, candidate, priority, tokens, labels, touches, status, undeferred, contexts, n \
-                    in self.conn.execute(statement, params):
+            for target, candidate, priority, tokens, labels, touches, kind, minutes, status, undeferred, \
+                    contexts, n in self.conn.execute(statement, params):
                 if status in STALE_STATUSES:
                     split = [(STALE, n)]
                 elif candidate:
@@ -139,7 +141,8 @@ class Reading:
                     split = [(BLOCKED, n)]
                 for klass, count in split:
                     if count:
-                        tally = counts.setdefault((target, klass, priority, tokens, labels, touches), [0, 0])
+                        key = (target, klass, priority, tokens, labels, touches, kind, minutes)
+                        tally = counts.setdefault(key, [0, 0])
                         tally[0] += contexts
                         tally[1] += count
         return [Group(*key, contexts, n) for key, (contexts, n) in counts.items()]
@@ -162,11 +165,13 @@ class Reading:
             f"SELECT c.enqueued_at, c.open_item {joined}"
             " WHERE c.plain = 1 AND c.target_rig = :rig AND c.open_item >= :lo AND c.open_item < :hi"
             f" AND i.id = c.open_item AND {_CONDITION[group.klass]} AND i.priority = :priority"
-            f" AND i.tokens = :tokens AND i.labels = :labels AND i.touches = :touches{_not_in_named(exclude)}"
+            " AND i.tokens = :tokens AND i.labels = :labels AND i.touches = :touches"
+            f" AND i.issue_type = :kind AND i.minutes IS :minutes{_not_in_named(exclude)}"
             " ORDER BY c.enqueued_at, c.open_item LIMIT :limit"
         )
         params = {"now": now, "rig": group.target_rig, "lo": lo, "hi": hi, "priority": group.priority,
                   "tokens": group.tokens, "labels": group.labels, "touches": group.touches, "limit": limit,
+                  "kind": group.issue_type, "minutes": group.minutes,
                   **_named(exclude)}
         return self.conn.execute(sql, params).fetchall()
 
