@@ -205,7 +205,8 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_the_forecast_from_the_head_replays_as_the_survey(town_dir, rigs, capacity, memory, monkeypatch, seed):
+def test_the_forecast_from_the_head_replays_as_the_survey(town_dir, rigs, capacity, memory, monkeypatch,
+                                                          seed):
     from sluice.scheduler import forecast
 
     rng = random.Random(200 + seed)
