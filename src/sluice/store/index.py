@@ -40,6 +40,7 @@ import math
 import os
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
 from sluice.store.fsutil import file_signature
 
-SCHEMA_VERSION = "14"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "15"  # raised whenever a rebuild would store, or refuse, something different
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -64,6 +65,7 @@ CREATE TABLE items (
     deps TEXT, blocked_by TEXT, raw TEXT, touches TEXT, minutes INTEGER
 );
 CREATE TABLE outside (id TEXT PRIMARY KEY);
+CREATE TABLE lines (n INTEGER PRIMARY KEY, crc INTEGER, id TEXT);
 CREATE TABLE ready_order (
     seq INTEGER PRIMARY KEY,
     priority INTEGER, created_ts REAL, id TEXT, defer_ts REAL, parent_defer_ts REAL, raw TEXT
@@ -111,6 +113,8 @@ _BLOCKED_ROWS = (
     " WHERE blocked = 1 AND blocked_by != '[]' ORDER BY priority, created_ts DESC, id"
 )
 _BATCH = 2000
+#: Changed lines of a rewritten source patched into the index in place; more, and it is rebuilt.
+_PATCH_LINES = 64
 #: Ids per ``IN (...)`` query: well under SQLite's cap on a query's parameters.
 _IDS_PER_QUERY = 500
 #: Warnings from one read of the source said (and kept) one by one; the rest are counted.
@@ -165,6 +169,8 @@ class DurableIndex:
             return self._conn
         want = signature(self.source)
         conn = self._open_existing(want)
+        if conn is None and self._patched(want):
+            conn = self._open_existing(want)
         if conn is None:
             try:
                 want = self._rebuild_settled(want)
@@ -215,6 +221,94 @@ class DurableIndex:
             return conn
         conn.close()
         return None
+
+    def _patched(self, want: str) -> bool:
+        """Bring the index on disk up to a source rewritten with only a few lines' text changed — a
+        title, a description, notes — in place, instead of rebuilding it (seconds at 100,000 items).
+
+        A changed line is patched only when it is the same item and everything
+        the index derives from it (status, type, priority, times, flags,
+        dependencies, assignee, labels, tokens, touches, minutes) is unchanged,
+        and it reads without a warning: then only its text moves.  Anything
+        else — a line added, removed or moved, an item's facts changed, more
+        than a few lines, a torn end — is a rebuild.
+        """
+        if not self.db_path.exists():
+            return False
+        try:
+            data = self.source.read_bytes()
+        except OSError:
+            return False
+        if data and not data.endswith(b"\n"):
+            return False  # a torn or unterminated end: the rebuild's reading decides
+        conn = None
+        try:
+            conn = _connect(self.db_path)
+            meta = dict(conn.execute("SELECT key, value FROM meta"))
+            if meta.get("schema") != SCHEMA_VERSION or json.loads(meta.get("warnings") or "[]"):
+                return False
+            old = conn.execute("SELECT n, crc, id FROM lines ORDER BY n").fetchall()
+            new = [(number, line.rstrip(b"\r")) for number, line in enumerate(data.split(b"\n"), start=1)
+                   if line.strip()]
+            if len(new) != len(old):
+                return False
+            changed = [(k, number, text) for k, (number, text) in enumerate(new)
+                       if zlib.crc32(text) != old[k][1]]
+            if len(changed) > _PATCH_LINES:
+                return False
+            updates = []
+            for k, number, text in changed:
+                record = self._patch_row(conn, number, text, old[k][2])
+                if record is None:
+                    return False
+                updates.append((k + 1, zlib.crc32(text), record))
+            with conn:
+                for n, crc, (item_id, raw, causes) in updates:
+                    conn.execute("UPDATE items SET raw = ? WHERE id = ?", (raw, item_id))
+                    conn.execute("UPDATE ready_order SET raw = ? WHERE id = ?", (raw, item_id))
+                    if causes:
+                        conn.execute("UPDATE blocked_order SET line = ? WHERE id = ?",
+                                     (blocked_line(raw, causes), item_id))
+                    conn.execute("UPDATE lines SET crc = ? WHERE n = ?", (crc, n))
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'signature'", (want,))
+            return True
+        except (sqlite3.Error, StorageError, ValueError, OSError):
+            return False
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _patch_row(self, conn: sqlite3.Connection, number: int, text: bytes, item_id: str
+                   ) -> tuple[str, str, list[str]] | None:
+        """``(id, new text, what blocks it)`` of a changed line whose item's facts are unchanged; None when
+        the line needs a rebuild."""
+        from sluice.store.jsonlog import parse_line
+
+        said: list[str] = []
+        try:
+            record = parse_line(self.source, number, text + b"\n", said.append)
+        except Exception:
+            return None
+        if record is None or said or record["id"] != item_id:
+            return None
+        if conn.execute("SELECT count(*) FROM lines WHERE id = ?", (item_id,)).fetchone()[0] != 1:
+            return None  # the id is on another line too: which one wins is the rebuild's question
+        stored = conn.execute(
+            "SELECT status, issue_type, priority, created_ts, ephemeral, pinned, defer_ts, assignee, labels,"
+            " tokens, deps, touches, minutes, blocked_by FROM items WHERE id = ?", (item_id,)).fetchone()
+        if stored is None:
+            return None
+        node = to_node(record)
+        touches = touches_of(record)
+        facts = (node.status, node.issue_type, node.priority, node.created_ts, int(node.ephemeral),
+                 int(node.pinned), node.defer_ts, record.get("assignee") or "", json.dumps(labels_of(record)),
+                 effective_tokens(record),
+                 json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
+                 json.dumps(touches) if touches else "", minutes_of(record))
+        if facts != tuple(stored[:-1]):
+            return None
+        causes = json.loads(stored[-1]) if stored[-1] else []
+        return item_id, text.decode("utf-8"), causes
 
     def _in_memory(self, want: str, err: Exception) -> sqlite3.Connection:
         """The index built in memory from the source, when it cannot be written to disk."""
@@ -310,7 +404,9 @@ class DurableIndex:
         insert = "INSERT OR REPLACE INTO items VALUES (" + ",".join("?" * _COLUMNS) + ")"
         nodes: dict[str, Node] = {}
         batch: list[tuple] = []
+        lines: list[tuple[int, int, str]] = []  # each record line's checksum: what a patch compares
         for line, (record, raw) in enumerate(self._load(), start=1):
+            lines.append((line, zlib.crc32(raw.encode("utf-8")), record["id"]))
             node = to_node(record)
             live = record.get("status") != "tombstone"
             if live:
@@ -345,6 +441,7 @@ class DurableIndex:
                 conn.executemany(insert, batch)
                 batch.clear()
         conn.executemany(insert, batch)
+        conn.executemany("INSERT INTO lines VALUES (?, ?, ?)", lines)
         return nodes
 
     @staticmethod
