@@ -164,3 +164,42 @@ def test_the_daemon_announces_a_token_budget_running_out(cli, alpha_files, notif
     assert sent["stdin"]["payload"] == {"spent": 1000, "rigs": {"alpha": 1000}}
     assert cli.json("scheduler", "status")["budgets"] == [
         {"rig": None, "spent": 1000, "budget": 1000, "window": "1h"}]
+
+
+def _cursor(town: Town) -> dict | None:
+    row = town.db.one("SELECT value FROM meta WHERE key = 'notify_cursor'")
+    return json.loads(row[0]) if row is not None else None
+
+
+def test_the_cursor_is_a_row_of_the_town_database_and_a_restarted_daemon_resumes_from_it(cli, alpha_files,
+                                                                                      notifier):
+    script, out = notifier
+    configure(cli.town, {"scheduler.max_polecats": "1"})
+    _use(cli, script, out, notify_on="throttled")
+    first = _daemon(alpha_files, [])
+    first.tick()  # starts at the log's end
+    emit_event(alpha_files, "Throttled", {"rig": "alpha", "n": 1})
+    first.tick()
+    assert [n["stdin"]["payload"]["n"] for n in _notified(out)] == [1]
+    # the daemon stops; an event is written while none runs; a new daemon (a new process, say) starts
+    emit_event(alpha_files, "Throttled", {"rig": "alpha", "n": 2})
+    _daemon(Town(alpha_files.root), []).tick()
+    assert [n["stdin"]["payload"]["n"] for n in _notified(out)] == [1, 2]
+    cursor = _cursor(alpha_files)
+    assert cursor == {"inode": alpha_files.events_path.stat().st_ino,
+                      "offset": alpha_files.events_path.stat().st_size}
+    assert not (alpha_files.runtime / "notify-cursor.json").exists()
+
+
+def test_a_cursor_an_older_sluice_left_in_a_file_is_taken_over_once(cli, alpha_files, notifier):
+    script, out = notifier
+    configure(cli.town, {"scheduler.max_polecats": "1"})
+    _use(cli, script, out, notify_on="throttled")
+    emit_event(alpha_files, "Throttled", {"rig": "alpha", "n": 1})  # announced by the older daemon
+    log = alpha_files.events_path.stat()
+    old = alpha_files.runtime / "notify-cursor.json"
+    old.write_text(json.dumps({"inode": log.st_ino, "offset": log.st_size}))
+    emit_event(alpha_files, "Throttled", {"rig": "alpha", "n": 2})  # written while no daemon ran
+    _daemon(alpha_files, []).tick()
+    assert [n["stdin"]["payload"]["n"] for n in _notified(out)] == [2]
+    assert not old.exists() and _cursor(alpha_files)["offset"] == alpha_files.events_path.stat().st_size

@@ -206,7 +206,7 @@ class Daemon:
         self.ticks += 1
         at = iso()
         if self.ticks == 1:  # announce what happens from now on, not the log's history
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, SluiceError):
                 notify.start_cursor(self.town)
         # A long-lived daemon follows `config set` (executor kind, address, timeout).  A broken
         # file is reported by the cycle below; until it is fixed the last good config is used.

@@ -22,19 +22,24 @@ notify name            event type in ``events/scheduler.jsonl``
 
 **Where it runs, and why there.**  The daemon calls :func:`notify_new_events`
 after each tick's cycle, in its own process: the event log is read from a
-cursor (``runtime/notify-cursor.json``: inode and byte offset), so an event
-written by anyone — the cycle subprocess, the stall check, a manual
-``scheduler run`` — is announced once, and a notifier can never slow or
-break a dispatch cycle.  Each run is bounded by ``scheduler.notify_timeout``
-(the notifier's process group is killed then) and each tick announces at
-most :data:`PER_TICK` events; the rest wait for the next tick, so nothing is
-lost and a tick stays bounded.  A failure is returned as a line for the
-daemon's log, never raised.  A daemon that starts on a town without a cursor
-starts at the log's end: history is not replayed.
+cursor (the log's inode and a byte offset, the ``notify_cursor`` row of the
+town database's ``meta`` table), so an event written by anyone — the cycle
+subprocess, the stall check, a manual ``scheduler run`` — is announced once,
+and a notifier can never slow or break a dispatch cycle.  The cursor is
+advanced in one commit after the tick's notifiers ran: a daemon killed
+among them announces those events again when it restarts, never none.
+Each run is bounded by ``scheduler.notify_timeout`` (the notifier's process
+group is killed then) and each tick announces at most :data:`PER_TICK`
+events; the rest wait for the next tick, so nothing is lost and a tick stays
+bounded.  A failure is returned as a line for the daemon's log, never
+raised.  A daemon that starts on a town without a cursor starts at the log's
+end: history is not replayed.  (A cursor an older sluice left in
+``runtime/notify-cursor.json`` is taken over once, then deleted.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,7 +47,7 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from sluice.core.recordclass import recordclass
-from sluice.store import events, fsutil
+from sluice.store import events
 
 if TYPE_CHECKING:
     from sluice.store.town import Town
@@ -81,8 +86,9 @@ class Outcome:
         return f"notify {self.event} ({self.event_id[:8]}): {status}"
 
 
-def cursor_path(town: Town):
-    return town.runtime / "notify-cursor.json"
+CURSOR_KEY = "notify_cursor"  # its row in the town database's ``meta`` table
+#: Where sluice before the town database's cursor kept it (read once, then deleted).
+OLD_CURSOR = "notify-cursor.json"
 
 
 def _log_identity(town: Town) -> tuple[int, int] | None:
@@ -93,19 +99,38 @@ def _log_identity(town: Town) -> tuple[int, int] | None:
     return st.st_ino, st.st_size
 
 
+def _write_cursor(town: Town, inode: int, offset: int) -> None:
+    with town.db.transaction() as conn:
+        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
+                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                     (CURSOR_KEY, json.dumps({"inode": inode, "offset": offset})))
+
+
+def _old_cursor(town: Town) -> tuple[int, int] | None:
+    try:
+        data = json.loads((town.runtime / OLD_CURSOR).read_text(encoding="utf-8"))
+        return int(data["inode"]), int(data["offset"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def start_cursor(town: Town) -> None:
     """Begin at the log's end unless a cursor exists (a restarted daemon resumes where it stopped)."""
-    if cursor_path(town).exists():
+    if town.db.one("SELECT 1 FROM meta WHERE key = ?", (CURSOR_KEY,)) is not None:
         return
-    identity = _log_identity(town) or (0, 0)
-    fsutil.atomic_write_json(cursor_path(town), {"inode": identity[0], "offset": identity[1]})
+    old = town.runtime / OLD_CURSOR
+    inode, offset = _old_cursor(town) or _log_identity(town) or (0, 0)
+    _write_cursor(town, inode, offset)
+    with contextlib.suppress(FileNotFoundError):
+        old.unlink()
 
 
 def _read_cursor(town: Town) -> tuple[int, int]:
+    row = town.db.one("SELECT value FROM meta WHERE key = ?", (CURSOR_KEY,))
     try:
-        data = json.loads(cursor_path(town).read_text(encoding="utf-8"))
+        data = json.loads(row[0])
         return int(data["inode"]), int(data["offset"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (TypeError, ValueError, KeyError):
         return 0, 0
 
 
@@ -195,5 +220,5 @@ def notify_new_events(town: Town) -> list[Outcome]:
                 break  # the rest wait for the next tick
             outcomes.append(run_notifier(town, template, event, name, timeout))
         offset = end
-    fsutil.atomic_write_json(cursor_path(town), {"inode": identity[0], "offset": offset})
+    _write_cursor(town, identity[0], offset)
     return outcomes

@@ -5,13 +5,19 @@ thousands of times a day; each must start in well under 0.1 s, and importing
 pydantic and building the config and policy models alone costs about
 0.05 s.  So every full validation of ``config.json``
 (:meth:`sluice.store.town.Town.load_config`) or of the policy
-(:func:`sluice.scheduler.ranking.load_town_policy`) leaves the validated
-document as plain JSON under ``runtime/`` (``config-cache.json``,
-``policy-cache.json``), keyed by the exact bytes of the file and by the
-module that validated them.  A command whose file still has those bytes
-reads the plain copy; any other case (no cache, an edited file, a newer
-sluice) goes the validating way, so a bad file is reported exactly as
+(:func:`sluice.scheduler.ranking.load_town_policy`) keeps the validated
+document as plain JSON in the town database (the ``derived`` rows
+``config-cache`` and ``policy-cache``), keyed by the exact bytes of the file
+and by the module that validated them.  A command whose file still has
+those bytes reads the plain copy; any other case (no copy, an edited file, a
+newer sluice) goes the validating way, so a bad file is reported exactly as
 everywhere else.
+
+The copy is only ever a shortcut.  A town without a database (not made yet,
+or a 0.1 town before its migration) is never given one for it; a database
+that cannot be opened, or refuses the write (read-only, full), or whose
+write lock another process holds right now, keeps no copy, and the file is
+validated as if there were none.
 
 The views answer every field the models have, plus the models' few
 helpers (``scheduler.deferred``/``seconds``, ``weights_for``); anything
@@ -29,12 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import parse_duration
 from sluice.core.digest import sha256
+from sluice.errors import SluiceError
 from sluice.store import fsutil
 
 if TYPE_CHECKING:
+    from sluice.store.db import Database
     from sluice.store.town import Town
 
 CONFIG, POLICY = "config", "policy"
+#: The ``derived`` row of the town database holding each kind's plain copy.
+NAMES = {CONFIG: "config-cache", POLICY: "policy-cache"}
 _HERE = Path(__file__).resolve().parent
 #: The module whose models validated each kind of file: a new sluice must not trust an old copy.
 _VALIDATED_BY = {CONFIG: _HERE.parent / "core" / "models.py", POLICY: _HERE / "policy.py"}
@@ -54,28 +64,46 @@ def _key(kind: str, text: bytes | None) -> str:
     return digest + "/" + _validator_key(kind)
 
 
-def cache_path(town: Town, kind: str = CONFIG) -> Path:
-    return town.runtime / f"{kind}-cache.json"
+def _database(town: Town) -> Database | None:
+    """The town database when it is there already: a copy is never worth making one."""
+    from sluice.store import db
+
+    return town.db if db.exists(town.dir) else None
 
 
 def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = CONFIG) -> None:
     """Keep ``dump`` (a validated document) for the file whose bytes are ``text`` (None: no file)."""
-    path = cache_path(town, kind)
+    database = _database(town)
+    if database is None:
+        return
+    import sqlite3
+
+    from sluice.store.db import BUSY_TIMEOUT_MS, SYNCHRONOUS
+
     body = json.dumps({"key": _key(kind, text), kind: dump}, ensure_ascii=False)
     try:
-        if path.read_text(encoding="utf-8") == body:
+        if database.kept(NAMES[kind]) == body:
             return
-    except (OSError, UnicodeDecodeError):
-        pass
-    if not town.runtime.is_dir():
-        return  # not a town laid out by `sluice init`: nothing to keep
-    fsutil.write_cache(path, body.encode("utf-8"))
+        conn = database.conn
+        if conn.in_transaction:
+            return  # not inside a caller's change: the next read outside one keeps it
+        # A copy is worth neither a wait for another writer nor an fsync: one lost costs one validation.
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            database.keep(NAMES[kind], body)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+    except (SluiceError, sqlite3.Error):
+        pass  # read-only, full, busy or damaged: no copy, and the next validation tries again
 
 
 def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
     """The validated document kept for ``source`` as it is now, or None."""
-    from sluice.store import fsutil
-
+    database = _database(town)
+    if database is None:
+        return None
     try:
         text = fsutil.read_regular(source)
     except FileNotFoundError:
@@ -83,8 +111,9 @@ def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
     except OSError:
         return None
     try:
-        cached = json.loads(cache_path(town, kind).read_bytes())
-    except (OSError, ValueError):
+        body = database.kept(NAMES[kind])
+        cached = json.loads(body) if body is not None else None
+    except (SluiceError, ValueError):
         return None
     if not isinstance(cached, dict) or cached.get("key") != _key(kind, text):
         return None
