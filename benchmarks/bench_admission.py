@@ -37,7 +37,7 @@ TOUCHES = ("src/api/**", "src/web/*", "docs/*.md", "src/api/auth.py", "tests/**"
 
 
 def build_town(root: Path, items: int) -> Path:
-    from sluice.scheduler.sling import SlingOptions, sling
+    from sluice.scheduler.launch.sling import SlingOptions, sling
     from sluice.store.rigs import add_rig
     from sluice.store.town import Town, init_town
 
@@ -117,9 +117,9 @@ def rules(town_dir: Path, on: bool) -> None:
 
 
 def time_cycle(town_dir: Path) -> tuple[float, float, dict]:
-    from sluice.scheduler import admission
-    from sluice.scheduler.dispatch import run_cycle
-    from sluice.scheduler.pending import survey
+    from sluice.scheduler.launch import admission
+    from sluice.scheduler.launch.dispatch import run_cycle
+    from sluice.scheduler.queue.pending import survey
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 

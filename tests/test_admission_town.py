@@ -25,12 +25,12 @@ from helpers.scheduler import (
 )
 from sluice.errors import StorageError
 from sluice.executors import get_executor
-from sluice.scheduler.breaker import broken_rows
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.queue import explain, list_queue, status
-from sluice.scheduler.requeue import queue_again
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.scheduler.usage import report_usage
+from sluice.scheduler.launch.breaker import broken_rows
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.launch.usage import report_usage
+from sluice.scheduler.queue.requeue import queue_again
+from sluice.scheduler.queue.views import explain, list_queue, status
 from sluice.store import admission_state as kept
 from sluice.store.town import Town
 
@@ -370,7 +370,7 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(two_ri
     that comes between its check and its create waits for it, then finds the item queued."""
     import threading
 
-    from sluice.scheduler import pending
+    from sluice.scheduler.queue import pending
     from sluice.store.rigstore import Stores
 
     write_items(two_rigs_dir, "alpha", [item("al-race")])

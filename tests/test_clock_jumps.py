@@ -19,7 +19,7 @@ from helpers.polecats import configure, report
 from helpers.polecats import request as launch_request
 from sluice.core.clock import boot_seconds, runtime_seconds
 from sluice.executors import get_executor
-from sluice.scheduler import polecats
+from sluice.scheduler.launch import polecats
 from sluice.store import admission_state as kept
 from sluice.store.town import Town
 

@@ -401,7 +401,7 @@ def test_a_real_cycle_launches_on_the_fast_path_as_typer_does(fresh_dir, tmp_pat
 def test_a_real_cycle_stopped_by_an_error_is_not_tried_again(fresh_dir, monkeypatch, capsys):
     """Whatever stops a cycle that may have launched is said as typer says it, and typer never runs it."""
     from sluice.errors import ExecutorUnavailable
-    from sluice.scheduler import dispatch
+    from sluice.scheduler.launch import dispatch
     from sluice.surfaces import fastcli
 
     monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))

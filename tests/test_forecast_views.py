@@ -164,7 +164,7 @@ def test_the_views_show_each_rows_times_and_when_the_queue_drains(forecast_cli):
 
 def test_a_view_surveys_the_queue_once_for_its_rows_and_their_forecast(forecast_cli, monkeypatch):
     from sluice.api import open_town
-    from sluice.scheduler import queue as queue_model
+    from sluice.scheduler.queue import views as queue_model
 
     for item in ("be-1", "be-2"):
         forecast_cli.run("sling", item)
@@ -244,7 +244,7 @@ def test_times_and_ages_read_as_people_say_them():
 def test_explain_gives_each_queued_item_the_row_the_whole_forecast_gives_it(forecast_cli):
     """explain replays the queue only until its item has started; each item's times, runtimes, basis
     and budget are still those of the whole replay at the same moment (blocked ones too)."""
-    from sluice.scheduler.forecast import EXPLAINED, explain, forecast
+    from sluice.scheduler.views.forecast import EXPLAINED, explain, forecast
     from sluice.store.town import Town
 
     history(forecast_cli, 600.0, 6)

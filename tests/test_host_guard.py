@@ -24,9 +24,9 @@ from sluice.core.gates import parse_size
 from sluice.errors import UsageError
 from sluice.executors import get_executor
 from sluice.executors.local import LocalExecutor
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.queue import explain, status
-from sluice.scheduler.sling import SlingOptions, sling
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.queue.views import explain, status
 from sluice.store.town import Town
 
 IMPOSSIBLE = {

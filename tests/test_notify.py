@@ -17,7 +17,7 @@ import pytest
 from helpers.polecats import configure
 from helpers.scheduler import item, python_command, write_items
 from sluice.executors import get_executor
-from sluice.scheduler.daemon import Daemon
+from sluice.scheduler.unattended.daemon import Daemon
 from sluice.store.events import emit_event
 from sluice.store.town import Town
 

@@ -26,10 +26,10 @@ from helpers.scheduler import (
 )
 from sluice.executors import get_executor
 from sluice.executors.local import LocalExecutor
-from sluice.scheduler.daemon import Daemon
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.launching import make_request
-from sluice.scheduler.sling import SlingOptions, sling
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.launching import make_request
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.unattended.daemon import Daemon
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store import runs as runlog

@@ -9,8 +9,8 @@ import pytest
 
 from helpers.scheduler import configure, fields, item, open_contexts, wait_for, write_items
 from sluice.executors import get_executor
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.sling import SlingOptions, sling
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
 from sluice.store import runs as runlog
 from sluice.store.town import Town
 

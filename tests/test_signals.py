@@ -12,7 +12,7 @@ import pytest
 from helpers import git, make_repo
 from helpers.advisor import add_worktree, item, merge_request, write_items
 from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
-from sluice.scheduler.signals import Graphs, Signals, is_warm_rig, parent_of_deps
+from sluice.scheduler.queue.signals import Graphs, Signals, is_warm_rig, parent_of_deps
 from sluice.store.decisions import (
     append_decisions,
     decision_counts,

@@ -139,7 +139,7 @@ def test_slings_of_different_items_into_one_rig_never_share_a_context_id(cli, it
     """Two slings picking a context id at the same moment must still get two ids (no context is lost)."""
     import threading
 
-    from sluice.scheduler.sling import sling
+    from sluice.scheduler.launch.sling import sling
     from sluice.store import contexts as context_module
     from sluice.store.town import Town
 

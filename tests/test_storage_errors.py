@@ -241,8 +241,8 @@ def test_a_daemon_whose_log_refuses_keeps_dispatching(queue_cli):
 
 
 def test_a_daemon_whose_heartbeat_the_database_refuses_keeps_dispatching(queue_cli, monkeypatch):
-    from sluice.scheduler import daemon as daemon_module
-    from sluice.scheduler.daemon import Daemon
+    from sluice.scheduler.unattended import daemon as daemon_module
+    from sluice.scheduler.unattended.daemon import Daemon
     from sluice.store.town import Town
 
     cli = queue_cli

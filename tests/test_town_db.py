@@ -77,7 +77,7 @@ def test_nested_changes_commit_together_or_not_at_all(queue_files):
 
 
 def test_a_sling_of_many_items_is_one_transaction(cli, queue_files, monkeypatch):
-    from sluice.scheduler.sling import sling
+    from sluice.scheduler.launch.sling import sling
     from sluice.store import events as event_log
 
     def refused(*_args, **_kwargs):

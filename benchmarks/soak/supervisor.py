@@ -62,7 +62,7 @@ def cycle_pids(town: Path) -> list[int]:
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            tick = b"sluice.scheduler.tick" in cmdline and str(town).encode() in cmdline
+            tick = b"sluice.scheduler.unattended.tick" in cmdline and str(town).encode() in cmdline
             if not tick and (b"scheduler" not in cmdline or b"run" not in cmdline):
                 continue
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")

@@ -81,10 +81,10 @@ from sluice.results import (
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.scheduler.launching import CycleReport
-    from sluice.scheduler.mergequeue import MergeQueue
+    from sluice.scheduler.launch.launching import CycleReport
+    from sluice.scheduler.launch.sling import SlingResult
     from sluice.scheduler.session import Session
-    from sluice.scheduler.sling import SlingResult
+    from sluice.scheduler.views.mergequeue import MergeQueue
     from sluice.store.kept import KeptReads
     from sluice.store.town import Town as TownFiles
 
@@ -95,11 +95,11 @@ __all__ += results.__all__
 def __getattr__(name: str) -> Any:
     # The dispatcher's and sling's own result types, re-exported lazily (see the module docstring).
     if name == "CycleReport":
-        from sluice.scheduler.launching import CycleReport
+        from sluice.scheduler.launch.launching import CycleReport
 
         return CycleReport
     if name == "SlingResult":
-        from sluice.scheduler.sling import SlingResult
+        from sluice.scheduler.launch.sling import SlingResult
 
         return SlingResult
     raise AttributeError(f"module 'sluice.api' has no attribute {name!r}")
@@ -299,7 +299,7 @@ class Town:
         With ``rig_last``, ``items`` is the command line's ``ITEM... [RIG]``:
         its last entry is the rig when it names one.
         """
-        from sluice.scheduler.sling import SlingOptions, parse_targets, sling_items
+        from sluice.scheduler.launch.sling import SlingOptions, parse_targets, sling_items
 
         if isinstance(items, str):
             items = [items]
@@ -322,7 +322,7 @@ class Town:
         allows; otherwise :class:`~sluice.errors.NotAdmitted` (exit 1)
         carries the reasons ``explain`` gives.
         """
-        from sluice.scheduler.dispatch import run_cycle
+        from sluice.scheduler.launch.dispatch import run_cycle
 
         return run_cycle(self._session(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff,
                          item=item)
@@ -333,81 +333,81 @@ class Town:
         Several promoted items go in the order they were promoted; caps and
         gates still apply. Recorded on the context, so it survives restarts.
         """
-        from sluice.scheduler.promote import promote
+        from sluice.scheduler.queue.promote import promote
 
         return Promotion.from_json(promote(self._session(), item, undo=undo))
 
     def status(self, limit: int = 50) -> QueueStatus:
         """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
-        from sluice.scheduler.queue import status
+        from sluice.scheduler.queue.views import status
 
         return QueueStatus.from_json(status(self._session(), limit=limit))
 
     def list(self, limit: int = 0, offset: int = 0) -> Queue:
         """The queue: ready items in dispatch order, then blocked ones; ``limit`` rows from ``offset``."""
-        from sluice.scheduler.forecast import list_queue
+        from sluice.scheduler.views.forecast import list_queue
 
         return Queue.from_json(list_queue(self._session(), limit=limit, offset=offset))
 
     def pause(self, actor: str | None = None) -> PauseState:
         """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
-        from sluice.scheduler.control import pause
+        from sluice.scheduler.queue.control import pause
 
         return PauseState.from_json(pause(self._session(), actor))
 
     def resume(self, actor: str | None = None) -> PauseState:
         """Let cycles launch again; ``actor`` is who resumed (the ``Resumed`` event's ``by``)."""
-        from sluice.scheduler.control import resume
+        from sluice.scheduler.queue.control import resume
 
         return PauseState.from_json(resume(self._session(), actor))
 
     def clear(self, item: str | None = None, actor: str | None = None) -> ClearResult:
         """Close every queued context, or only ``item``'s (in every rig); no item is touched."""
-        from sluice.scheduler.control import clear
+        from sluice.scheduler.queue.control import clear
 
         return ClearResult.from_json(clear(self._session(), item, actor))
 
     def patrol(self, rig: str, fix: bool = False) -> PatrolReport:
         """One rig's queue health; ``fix`` closes its stale and duplicate contexts only."""
-        from sluice.scheduler.patrol import patrol
+        from sluice.scheduler.unattended.patrol import patrol
 
         return PatrolReport.from_json(patrol(self._session(), rig, fix))
 
     def explain(self, item: str) -> Explanation:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
-        from sluice.scheduler.forecast import explain
+        from sluice.scheduler.views.forecast import explain
 
         return Explanation.from_json(explain(self._session(), item))
 
     def forecast(self, limit: int = 0) -> Forecast:
         """When each queued item is expected to start and finish, from the run history (0: every item)."""
-        from sluice.scheduler.forecast import forecast
+        from sluice.scheduler.views.forecast import forecast
 
         return Forecast.from_json(forecast(self._session(), limit=limit))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
                  clear: bool = False, actor: str | None = None) -> ThrottleState:
         """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
-        from sluice.scheduler.throttles import throttle
+        from sluice.scheduler.launch.throttles import throttle
 
         return ThrottleState.from_json(
             throttle(self._session(), until=until, rig=rig, reason=reason, clear=clear, actor=actor))
 
     def broken(self) -> BrokenItems:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
-        from sluice.scheduler.breaker import broken_rows
+        from sluice.scheduler.launch.breaker import broken_rows
 
         return BrokenItems.from_json(broken_rows(self._session()))
 
     def reset(self, item: str) -> ResetResult:
         """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
-        from sluice.scheduler.breaker import reset
+        from sluice.scheduler.launch.breaker import reset
 
         return ResetResult.from_json(reset(self._session(), item))
 
     def polecat_usage(self, ref: str, tokens: int) -> UsageReport:
         """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
-        from sluice.scheduler.usage import report_usage
+        from sluice.scheduler.launch.usage import report_usage
 
         return UsageReport.from_json(report_usage(self._session(), ref, tokens))
 
@@ -418,14 +418,14 @@ class Town:
         Closed sling contexts are rows of the town database and need no
         compaction; ``rig`` is only checked to name a rig.
         """
-        from sluice.scheduler.control import compact
+        from sluice.scheduler.queue.control import compact
 
         return CompactResult.from_json(compact(self._session(), rig))
 
     def hooks_report(self, rig: str | None = None, repo: str | Path | None = None,
                      hook: str = "") -> MergeQueue:
         """A rig's merge-queue depth (name ``rig`` or its ``repo``), logged as a ``MergeQueueDepth`` event."""
-        from sluice.scheduler.mergequeue import report
+        from sluice.scheduler.views.mergequeue import report
 
         return report(self.files, rig, Path(repo) if repo is not None else None, hook)
 
@@ -435,13 +435,13 @@ class Town:
 
         ``limit`` keeps the queue's first rows only (0: all); counts stay exact.
         """
-        from sluice.scheduler.snapshot import snapshot
+        from sluice.scheduler.views.snapshot import snapshot
 
         return Snapshot.from_json(snapshot(self._session(), limit=limit))
 
     def item_detail(self, item_id: str) -> ItemDetail:
         """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
-        from sluice.scheduler.snapshot import item_detail
+        from sluice.scheduler.views.snapshot import item_detail
 
         return ItemDetail.from_json(item_detail(self._session(), item_id))
 
@@ -452,7 +452,7 @@ class Town:
         seconds, except with an executor handed to :func:`open_town`: then
         cycles run in this process (the child could not see its polecats).
         """
-        from sluice.scheduler.daemon import run_daemon
+        from sluice.scheduler.unattended.daemon import run_daemon
 
         return run_daemon(self.files, interval=interval, once=once, timeout=timeout, executor=self.executor)
 
@@ -462,7 +462,7 @@ class Town:
 
         ``running`` keeps only the live ones.  Ended rows carry ``outcome`` and ``exit_code``.
         """
-        from sluice.scheduler.ends import polecat_listing
+        from sluice.scheduler.launch.ends import polecat_listing
 
         return Polecats.from_json(polecat_listing(self._session(), running_only=running))
 
@@ -478,7 +478,7 @@ class Town:
     def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
              since: str | None = None, limit: int = 100) -> Runs:
         """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
-        from sluice.scheduler.ends import runs_listing
+        from sluice.scheduler.launch.ends import runs_listing
 
         return Runs.from_json(runs_listing(self._session(), item=item, rig=rig, outcome=outcome,
                                            since=_duration(since, "since"), limit=limit))
@@ -486,26 +486,26 @@ class Town:
     def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,
              limit: int = 100) -> Feed:
         """The event log in words, oldest first (``sluice feed --json``): ``{at, type, text, event}`` rows."""
-        from sluice.scheduler.feed import feed
+        from sluice.scheduler.views.feed import feed
 
         rows = feed(self.files, rig=rig, kind=kind, since=_duration(since, "since"), limit=limit)
         return Feed.from_json(rows)
 
     def stop_polecat(self, ref: str, actor: str | None = None) -> Polecats:
         """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
-        from sluice.scheduler.ends import stop_polecats
+        from sluice.scheduler.launch.ends import stop_polecats
 
         return Polecats.from_json(stop_polecats(self._session(), ref, actor=actor))
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
-        from sluice.scheduler.ends import polecat_logs
+        from sluice.scheduler.launch.ends import polecat_logs
 
         return polecat_logs(self._session(), ref, follow=follow)
 
     # -- advisory scoring -------------------------------------------------------------------
     def next(self, limit: int = NEXT_LIMIT, graph_id: str | None = None, preview: bool = False) -> Decisions:
         """Score the ready items and say which should go next; ``preview`` records nothing."""
-        from sluice.scheduler.advisor import next_decisions
+        from sluice.scheduler.views.advisor import next_decisions
 
         kept = self._kept_reads()
         with kept.lock:
@@ -514,7 +514,7 @@ class Town:
         return Decisions.from_json(decisions)
 
     def schedule_status(self, recent: int = 10) -> ScheduleStatus:
-        from sluice.scheduler.advisor import status
+        from sluice.scheduler.views.advisor import status
 
         kept = self._kept_reads()
         with kept.lock:
@@ -522,19 +522,19 @@ class Town:
 
     def policy(self) -> PolicyInfo:
         """The scoring policy in force (the defaults when there is no policy file)."""
-        from sluice.scheduler.advisor import policy_show
+        from sluice.scheduler.views.advisor import policy_show
 
         return PolicyInfo.from_json(policy_show(self.files))
 
     def set_policy(self, **changes: Any) -> PolicyInfo:
         """Change policy fields (``priority``, ``merge_queue_threshold``, … ``graph_id``); None keeps one."""
-        from sluice.scheduler.advisor import policy_set
+        from sluice.scheduler.views.advisor import policy_set
 
         return PolicyInfo.from_json(policy_set(self.files, **changes))
 
     def unset_policy(self, graph_id: str) -> PolicyInfo:
         """Remove graph ``graph_id``'s weight overrides (its items use the base weights again)."""
-        from sluice.scheduler.advisor import policy_unset
+        from sluice.scheduler.views.advisor import policy_unset
 
         return PolicyInfo.from_json(policy_unset(self.files, graph_id))
 

@@ -31,7 +31,7 @@ def forecast_town(cli: Cli, tmp_path: Path) -> Cli:
 
 def forecast_at(town_dir: Path, now: float) -> dict:
     """``scheduler forecast`` of the town at ``now``, from whatever reading is kept or can be carried."""
-    from sluice.scheduler.forecast import forecast
+    from sluice.scheduler.views.forecast import forecast
     from sluice.store.town import Town
 
     return forecast(Town(town_dir), now=now)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from sluice.core.models import apply_config_value, parse_config_value
 from sluice.executors.base import LaunchRequest
-from sluice.scheduler.launching import make_request
+from sluice.scheduler.launch.launching import make_request
 from sluice.store.town import Town
 
 POLECAT = r'''

@@ -43,7 +43,7 @@ class Session:
         self._resolved = executor is not None
         self.problem: str | None = None  # why the executor could not be had or asked
         self._refusal: ExecutorError | None = None  # the error that said so, for require_executor
-        # The queue's survey and admission, made once per call by sluice.scheduler.queue, so a view
+        # The queue's survey and admission, made once per call by sluice.scheduler.queue.views, so a view
         # that shows the queue and its forecast surveys it once.
         self.surveyed: tuple | None = None
 

@@ -170,8 +170,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
     runs (0: any free port); its URL goes to ``say`` before the first tick.
     """
     from sluice.api import Town as Facade
-    from sluice.scheduler.daemon import Daemon
-    from sluice.scheduler.sling import sling
+    from sluice.scheduler.launch.sling import sling
+    from sluice.scheduler.unattended.daemon import Daemon
     from sluice.surfaces.demo_worker import work_span
 
     try:  # checked here: a bad value would only surface in every polecat, after the timeout

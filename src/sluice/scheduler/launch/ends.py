@@ -4,14 +4,14 @@
   daemon tick, ``runs``, ``polecat list``, a sling, the views — compares the
   running run records with the executor's polecats (local ``.exit`` files,
   tmux supervisors, Ray job states) and records each end with its outcome
-  (:func:`sluice.scheduler.runs.outcome_of`).  ``runtime_seconds`` runs from
+  (:func:`sluice.scheduler.launch.runs.outcome_of`).  ``runtime_seconds`` runs from
   the launch to the exit the executor saw, not to the moment someone looked.
 * **Follow-ups**, once per end (the run log hands each ended record to one
   caller only): a ``PolecatExited`` event; for ``throttled`` a throttle on
-  the rig and the item queued again (:func:`sluice.scheduler.throttles.throttle_exit`);
+  the rig and the item queued again (:func:`sluice.scheduler.launch.throttles.throttle_exit`);
   for a failed, timed-out or vanished run, with ``scheduler.retry_failed_runs
   = N``, the item queued again with the launch backoff up to N times, then
-  broken (``run_failures``, :mod:`sluice.scheduler.breaker`).
+  broken (``run_failures``, :mod:`sluice.scheduler.launch.breaker`).
 * **Polecat control with its runs**: ``polecat list`` with the runs that
   ended in the last hour, ``polecat stop`` recording ``stopped``, ``polecat
   logs ITEM`` finding the item's latest run.
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 from sluice.core.items import parse_ts
 from sluice.core.records import SlingContextFields
 from sluice.errors import ExecutorUnavailable, SluiceError, UnknownPolecat
-from sluice.scheduler import polecats as control
-from sluice.scheduler.breaker import trip_breaker
-from sluice.scheduler.requeue import queue_again, sling_params
-from sluice.scheduler.runs import history, outcome_of, running_records, stamp
+from sluice.scheduler.launch import polecats as control
+from sluice.scheduler.launch.breaker import trip_breaker
+from sluice.scheduler.launch.runs import history, outcome_of, running_records, stamp
+from sluice.scheduler.launch.throttles import throttle_exit
+from sluice.scheduler.queue.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
-from sluice.scheduler.throttles import throttle_exit
 from sluice.store import contexts as ctxs
 from sluice.store import events
 from sluice.store import runs as log
@@ -136,7 +136,7 @@ def finish(town: Town, ends: dict[str, dict], stores: Stores | None = None) -> l
 def _end_workspace(town: Town, record: dict) -> None:
     """Retire or keep the run's workspace, and say which on its record (``workspace_kept``: why, or
     null when it is gone)."""
-    from sluice.scheduler import workspaces  # here: the views that settle ends need no git or sockets
+    from sluice.scheduler.launch import workspaces  # here: the views that settle ends need no git or sockets
 
     try:
         record["workspace_kept"] = workspaces.after_end(town, record)

@@ -6,7 +6,7 @@ A context that failed ``scheduler.max_dispatch_failures`` launches closes
 has passed, :func:`requeue_due` queues it again one failure short of the
 threshold — one more failure trips it again, with a longer cooldown; a
 launch heals it.  An item whose *runs* failed past
-``scheduler.retry_failed_runs`` (:mod:`sluice.scheduler.ends`) is booked
+``scheduler.retry_failed_runs`` (:mod:`sluice.scheduler.launch.ends`) is booked
 the same way, with ``broken_by: runs``, and comes back for one more run.
 ``scheduler reset ITEM`` forgets the record and queues the item with a
 fresh count.
@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation
-from sluice.scheduler.requeue import queue_again, sling_params
+from sluice.scheduler.queue.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs

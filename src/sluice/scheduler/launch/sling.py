@@ -38,9 +38,9 @@ from sluice.errors import (
     UnknownItem,
     UsageError,
 )
-from sluice.scheduler import gates as gate_view
-from sluice.scheduler.launching import CycleReport, Launcher, command_template
-from sluice.scheduler.ranking import Work
+from sluice.scheduler.launch import gates as gate_view
+from sluice.scheduler.launch.launching import CycleReport, Launcher, command_template
+from sluice.scheduler.queue.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -295,8 +295,8 @@ class _Ran:
         self._settled = False
 
     def latest(self, item_id: str) -> dict | None:
-        from sluice.scheduler.ends import settle
-        from sluice.scheduler.runs import latest_by_item
+        from sluice.scheduler.launch.ends import settle
+        from sluice.scheduler.launch.runs import latest_by_item
 
         if self._latest is None:
             self._latest = latest_by_item(self.town)

@@ -7,7 +7,7 @@
   (``scheduler.throttle_exit_code``), ``failed`` (another status), ``stopped``,
   ``timed-out`` (the stall timeout stopped it) or ``vanished`` (it ended with
   no recorded status: a lost node, a reboot).  Ends are recorded, and acted
-  on, by :mod:`sluice.scheduler.ends`.
+  on, by :mod:`sluice.scheduler.launch.ends`.
 
 A launch that crash recovery settles as never started has no run record: only
 :func:`record_launches` writes them, after the executor said the polecats run,
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso_epoch, random_id
 from sluice.core.items import effective_tokens, labels_of, parse_ts
-from sluice.scheduler.admission import touches_of
-from sluice.scheduler.pending import item_store
+from sluice.scheduler.launch.admission import touches_of
+from sluice.scheduler.queue.pending import item_store
 from sluice.store import runs as log
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 ``pause`` and ``resume`` only flip the state file (Gas Town R-J); ``clear``
 closes contexts and never touches a work item or the state (R-K);
 ``compact`` archives old run records.
-Reading the queue is :mod:`sluice.scheduler.queue`.
+Reading the queue is :mod:`sluice.scheduler.queue.views`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sluice.core.recordclass import recordclass
 from sluice.errors import NotARepository, UnknownRig, UsageError
-from sluice.scheduler.ranking import load_town_policy
+from sluice.scheduler.queue.ranking import load_town_policy
 from sluice.store.events import MERGE_QUEUE_DEPTH, emit_event
 from sluice.store.gitview import common_dir
 from sluice.store.rigstore import Stores

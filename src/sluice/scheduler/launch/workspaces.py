@@ -4,7 +4,7 @@ With ``executor.workspace = "clone"`` (or ``rigs.NAME.workspace``) each run
 of a local or tmux polecat starts in a fresh clone of its rig under
 ``executor.workspace_root`` (default ``runtime/workspaces/<host>``), one
 directory per rig, made by :func:`prepare` on the one launch path.  When the
-run's end is recorded (:mod:`sluice.scheduler.ends`), :func:`after_end`
+run's end is recorded (:mod:`sluice.scheduler.launch.ends`), :func:`after_end`
 removes an ``ok`` run's workspace unless it holds unsaved work, keeps every
 other one, and then trims the rig's kept workspaces to
 ``executor.workspace_keep``, oldest first, never one with unsaved work

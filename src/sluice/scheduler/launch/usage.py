@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import UnknownPolecat, UsageError
-from sluice.scheduler.polecats import resolve
+from sluice.scheduler.launch.polecats import resolve
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import runs as runlog

@@ -1,6 +1,6 @@
 """The forecast's reading of the queue: the items' ids over a table of kinds.
 
-A reading (rows made by :func:`sluice.scheduler.forecast.reading_row`) is
+A reading (rows made by :func:`sluice.scheduler.views.forecast.reading_row`) is
 every queued item in dispatch order with what the replay needs of it.  Of a
 row's eleven fields only the first, the item's id, is its own: the other ten
 (rig, type, labels, minutes, tokens, backoff, why, and the labels, touches
@@ -47,7 +47,7 @@ class Reading:
         return len(self.ids)
 
     def row(self, index: int) -> list:
-        """Row ``index`` as :func:`~sluice.scheduler.forecast.reading_row` made it."""
+        """Row ``index`` as :func:`~sluice.scheduler.views.forecast.reading_row` made it."""
         return [self.ids[index], *self.kinds[self.kind_of[index]]]
 
     def rows(self, stop: int | None = None) -> list[list]:

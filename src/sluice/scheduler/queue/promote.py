@@ -4,11 +4,11 @@ Score order is right most of the time; when it is not ("P0 waits behind
 P2"), the operator says so.  A promotion is written on the item's open sling
 context (``promoted_at``), so it survives restarts and every reader of the
 queue sees it: the ranking puts promoted contexts first, in the order they
-were promoted, and score order follows (:func:`sluice.scheduler.ranking.rank_work`).
+were promoted, and score order follows (:func:`sluice.scheduler.queue.ranking.rank_work`).
 ``--undo`` withdraws it.  A promotion changes only the order: every cap,
 budget, throttle and gate still applies to a promoted item.
 
-``run --item`` (:func:`sluice.scheduler.dispatch.run_cycle` with ``item``)
+``run --item`` (:func:`sluice.scheduler.launch.dispatch.run_cycle` with ``item``)
 is the same wish for right now: launch that one item in a cycle of its own,
 if admission lets it — otherwise :class:`~sluice.errors.NotAdmitted` carries
 the reasons, the same ones ``explain`` gives.

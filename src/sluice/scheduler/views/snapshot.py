@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import boot_seconds, iso_epoch
 from sluice.core.items import gate_of, item_hints
 from sluice.errors import ExecutorError, SluiceError
-from sluice.scheduler import ends, runs
-from sluice.scheduler import forecast as forecasting
-from sluice.scheduler import queue as queue_model
-from sluice.scheduler.pending import survey
-from sluice.scheduler.polecats import RUNNING_STATES, polecat_row, polecat_runtime
-from sluice.scheduler.ranking import Work, rank_work, ready_count
+from sluice.scheduler.launch import ends, runs
+from sluice.scheduler.launch.polecats import RUNNING_STATES, polecat_row, polecat_runtime
+from sluice.scheduler.queue import views as queue_model
+from sluice.scheduler.queue.pending import survey
+from sluice.scheduler.queue.ranking import Work, rank_work, ready_count
 from sluice.scheduler.session import Session
+from sluice.scheduler.views import forecast as forecasting
 from sluice.store.decisions import recent_decisions
 from sluice.store.events import recent_events
 

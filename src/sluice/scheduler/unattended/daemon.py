@@ -3,13 +3,13 @@
 * **Singleton**: ``runtime/daemon.lock`` is held for the daemon's life; a
   second daemon for the same town fails at once naming the first one's pid.
 * **Ticks**: the first at start, then one per ``interval``.  Each tick runs
-  one dispatch cycle (:mod:`sluice.scheduler.tick`: the same ``run_cycle``
+  one dispatch cycle (:mod:`sluice.scheduler.unattended.tick`: the same ``run_cycle``
   the Python API and ``sluice scheduler run`` call) as a *subprocess* with
   ``SLUICE_DAEMON=1`` and a timeout.  A subprocess (rather than a call) means
   a hung executor or a runaway cycle can be killed outright without taking
   the daemon down, and the cycle always sees the config and stores fresh;
   killing a cycle midway is safe because launches are crash-safe (see
-  :mod:`sluice.scheduler.dispatch`).  Polecats live in sessions of their
+  :mod:`sluice.scheduler.launch.dispatch`).  Polecats live in sessions of their
   own, so they survive that kill.  The one exception: a daemon handed an
   executor object (an in-memory one, from the Python API) runs its cycles
   in-process, since a child process could not see that executor's polecats.
@@ -21,7 +21,7 @@
   compacted (closed sling contexts are rows of the town database and need
   none).
 * After the tick's line, ``scheduler.notify`` is run for the chosen events
-  written since the last tick (:mod:`sluice.scheduler.notify`); a tick that
+  written since the last tick (:mod:`sluice.scheduler.unattended.notify`); a tick that
   launched the last queued item logs ``QueueDrained`` first (``BudgetExhausted``
   is logged by the cycle itself, once per spell).  A notifier is
   bounded by ``scheduler.notify_timeout`` and its failures are log lines.
@@ -50,13 +50,14 @@ from sluice.core.defaults import DAEMON_INTERVAL
 from sluice.core.text import printable
 from sluice.errors import InvalidOperation, LockBusy, SluiceError, UsageError
 from sluice.executors import get_executor
-from sluice.scheduler import ends, notify, runs
-from sluice.scheduler import queue as queue_model
-from sluice.scheduler.control import compact_if_long
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.forecast import forecast
-from sluice.scheduler.polecats import stop_overdue
+from sluice.scheduler.launch import ends, runs
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.polecats import stop_overdue
+from sluice.scheduler.queue import views as queue_model
+from sluice.scheduler.queue.control import compact_if_long
 from sluice.scheduler.session import Session
+from sluice.scheduler.unattended import notify
+from sluice.scheduler.views.forecast import forecast
 from sluice.store import forecasts, fsutil
 from sluice.store.events import QUEUE_DRAINED, emit_event
 from sluice.store.state import read_heartbeat, write_heartbeat
@@ -79,7 +80,7 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
     """One dispatch cycle in a child process; its JSON report, or ``{"error": …}``."""
     env = {**os.environ, "SLUICE_DAEMON": "1", "SLUICE_TOWN": str(town.root)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sluice.scheduler.tick", str(town.root)],
+        [sys.executable, "-m", "sluice.scheduler.unattended.tick", str(town.root)],
         cwd=town.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )

@@ -1,7 +1,7 @@
-"""``python -m sluice.scheduler.tick TOWN``: one dispatch cycle, as the daemon's tick runs it.
+"""``python -m sluice.scheduler.unattended.tick TOWN``: one dispatch cycle, as the daemon's tick runs it.
 
-The daemon runs each cycle in a child process (see :mod:`sluice.scheduler.daemon`
-for why); this is that child.  It calls :func:`sluice.scheduler.dispatch.run_cycle`,
+The daemon runs each cycle in a child process (see :mod:`sluice.scheduler.unattended.daemon`
+for why); this is that child.  It calls :func:`sluice.scheduler.launch.dispatch.run_cycle`,
 the very function behind ``sluice.open_town(path).run_cycle()`` and ``sluice
 scheduler run``, prints the report as one JSON document on stdout, and on
 failure prints ``error: MESSAGE`` as its last line on stderr and exits 1.
@@ -14,13 +14,13 @@ import json
 import sys
 
 from sluice.errors import SluiceError, os_error_text
-from sluice.scheduler.dispatch import run_cycle
+from sluice.scheduler.launch.dispatch import run_cycle
 from sluice.store.town import find_town
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        sys.stderr.write("error: usage: python -m sluice.scheduler.tick TOWN\n")
+        sys.stderr.write("error: usage: python -m sluice.scheduler.unattended.tick TOWN\n")
         return 2
     try:
         report = run_cycle(find_town(argv[0]), daemon=True)

@@ -55,9 +55,9 @@ def next_decisions(
 
     from sluice.core.clock import iso_epoch
     from sluice.core.scoring import select
-    from sluice.scheduler.ranking import load_town_policy, rank_ready
+    from sluice.scheduler.queue.ranking import load_town_policy, rank_ready
+    from sluice.scheduler.queue.signals import Signals
     from sluice.scheduler.session import Session
-    from sluice.scheduler.signals import Signals
 
     session = Session.of(where, now=now)
     town, stores, now = session.files, session.stores, session.now
@@ -105,9 +105,9 @@ def event_payload(decision: dict) -> dict:
 def status(where: Town | Session, recent: int = 10, now: float | None = None) -> dict:
     """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
     _check_count("recent", recent, 0)
-    from sluice.scheduler.ranking import load_town_policy, ready_count
+    from sluice.scheduler.queue.ranking import load_town_policy, ready_count
+    from sluice.scheduler.queue.signals import Signals
     from sluice.scheduler.session import Session
-    from sluice.scheduler.signals import Signals
     from sluice.store.decisions import recent_decisions
 
     session = Session.of(where, now=now)
@@ -131,7 +131,7 @@ def status(where: Town | Session, recent: int = 10, now: float | None = None) ->
 
 def policy_show(town: Town) -> dict:
     """The policy in force (the defaults when there is no policy file)."""
-    from sluice.scheduler.ranking import load_town_policy
+    from sluice.scheduler.queue.ranking import load_town_policy
 
     return load_town_policy(town).model_dump(mode="json")
 
@@ -147,8 +147,8 @@ def policy_set(town: Town, **fields: Any) -> dict:
     graph_id = fields.get("graph_id")
     if isinstance(graph_id, str) and graph_id.strip():
         # An override for an id that is no top-level epic would never apply: refuse it as `next` does.
+        from sluice.scheduler.queue.signals import Signals
         from sluice.scheduler.session import Session
-        from sluice.scheduler.signals import Signals
 
         fields["graph_id"] = graph_id.strip()
         Signals(town, Session.of(town).stores).graphs.check_graph(fields["graph_id"])

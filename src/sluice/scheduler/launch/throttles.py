@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import MAX_DURATION, MAX_DURATION_TEXT, DurationTooLong, parse_duration
 from sluice.core.items import parse_ts
 from sluice.errors import UsageError
-from sluice.scheduler.requeue import queue_again
+from sluice.scheduler.queue.requeue import queue_again
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import events
@@ -99,7 +99,7 @@ def throttle_exit(town: Town, stores: Stores, run: dict, params: dict, run_failu
 
     The re-queue is not a dispatch failure (the polecat ran; the provider said
     "later").  It happens once per run: only the caller that recorded the
-    run's end (:mod:`sluice.scheduler.ends`) gets here, from any executor.
+    run's end (:mod:`sluice.scheduler.launch.ends`) gets here, from any executor.
     """
     now = time.time() if now is None else now
     sched = town.config.scheduler

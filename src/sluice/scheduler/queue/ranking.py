@@ -3,7 +3,7 @@
 The dispatcher hands its queued contexts to :func:`rank_work`; the advisor
 (``schedule next``) asks :func:`rank_ready` for the best of every ready item
 in the town.  Both score with :mod:`sluice.core.scoring` under the town's policy
-and the same :class:`~sluice.scheduler.signals.Signals`, and both order by the same key
+and the same :class:`~sluice.scheduler.queue.signals.Signals`, and both order by the same key
 (score desc, effective tokens asc, timestamp asc, id asc), so a queued
 context and a ready item are never ordered by two different rules.  The
 tie-break timestamp is a context's ``enqueued_at`` and a bare item's
@@ -48,7 +48,7 @@ from sluice.errors import StoreCorrupt
 from sluice.logs import log
 
 if TYPE_CHECKING:
-    from sluice.scheduler.signals import Signals
+    from sluice.scheduler.queue.signals import Signals
     from sluice.store.rigstore import RigStore, Stores
     from sluice.store.town import Town
 
@@ -106,7 +106,7 @@ def rank_work(
     if not work:
         return []
     from sluice.core.items import due_in_hours, effective_tokens
-    from sluice.scheduler.signals import Signals, parent_of_record
+    from sluice.scheduler.queue.signals import Signals, parent_of_record
 
     policy = policy if policy is not None else load_town_policy(town)
     signals = signals if signals is not None else Signals(town, stores)
@@ -356,7 +356,7 @@ def _due_groups(store: RigStore, signals: Signals, now: float, by_graph: bool,
     import json
 
     from sluice.core.items import due_in_hours, effective_tokens, normalise
-    from sluice.scheduler.signals import parent_of_record
+    from sluice.scheduler.queue.signals import parent_of_record
 
     buckets: dict[tuple, list[tuple[bool, float, str]]] = {}
     for priority, created_ts, item_id, raw in store.ready_raw(now, 0):
@@ -388,7 +388,7 @@ def _sorted_rows(members: list[tuple[bool, float, str]]) -> Callable[[int], list
 
 def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float, int, str | None]]:
     """(id, issue_type, priority, created_ts, tokens, parent) of every ready item of one rig."""
-    from sluice.scheduler.signals import parent_of_deps
+    from sluice.scheduler.queue.signals import parent_of_deps
 
     return [
         (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps, item_id))

@@ -50,12 +50,12 @@ from sluice.core.clock import iso
 from sluice.core.items import parse_ts
 from sluice.core.recordclass import replace
 from sluice.errors import ConfigError, DispatchBusy, LockBusy, NotAdmitted, SluiceError, UsageError
-from sluice.scheduler import admission, ends, runs
-from sluice.scheduler import gates as gate_view
-from sluice.scheduler.breaker import requeue_due, trip_breaker
-from sluice.scheduler.launching import CycleReport, Launcher, Started, command_template
-from sluice.scheduler.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
-from sluice.scheduler.polecats import retry_window
+from sluice.scheduler.launch import admission, ends, runs
+from sluice.scheduler.launch import gates as gate_view
+from sluice.scheduler.launch.breaker import requeue_due, trip_breaker
+from sluice.scheduler.launch.launching import CycleReport, Launcher, Started, command_template
+from sluice.scheduler.launch.polecats import retry_window
+from sluice.scheduler.queue.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import fsutil
@@ -63,8 +63,8 @@ from sluice.store.state import load_state, record_dispatch
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.scheduler.pending import Survey
-    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.queue.pending import Survey
+    from sluice.scheduler.queue.ranking import Work
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
@@ -296,7 +296,7 @@ def _only(session: Session, item: str, view: Survey) -> Survey:
 
 
 def _explained(session: Session, item: str) -> list[rules.Reason]:
-    from sluice.scheduler.queue import explain
+    from sluice.scheduler.queue.views import explain
 
     return [rules.Reason(r["code"], r["detail"]) for r in explain(session, item)["reasons"]]
 

@@ -28,8 +28,8 @@ from sluice.core import admission as rules
 from sluice.core.admission import Admission, Applicant, Limits, Reason, Running
 from sluice.core.items import labels_of
 from sluice.core.recordclass import field, recordclass
-from sluice.scheduler.pending import item_store
-from sluice.scheduler.polecats import retry_due_at, retry_window
+from sluice.scheduler.launch.polecats import retry_due_at, retry_window
+from sluice.scheduler.queue.pending import item_store
 from sluice.store import admission_state as kept
 from sluice.store import events
 from sluice.store.runs import running as running_runs
@@ -38,9 +38,9 @@ from sluice.store.state import load_state
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
     from sluice.executors.base import Polecat
-    from sluice.scheduler.gates import Gates
-    from sluice.scheduler.pending import Survey
-    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.launch.gates import Gates
+    from sluice.scheduler.queue.pending import Survey
+    from sluice.scheduler.queue.ranking import Work
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town
 
@@ -146,7 +146,7 @@ def assess(
     ``gates`` defaults to the hold file now and the last cycle's host reading
     (:func:`sluice.scheduler.gates.current`); a real cycle passes a fresh one.
     """
-    from sluice.scheduler import gates as gate_view
+    from sluice.scheduler.launch import gates as gate_view
 
     now = time.time() if now is None else now
     gates = gate_view.current(town) if gates is None else gates

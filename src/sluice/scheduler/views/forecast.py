@@ -30,12 +30,12 @@ from sluice.core.items import estimated_minutes, parse_ts
 from sluice.core.recordclass import frozen
 from sluice.errors import SluiceError
 from sluice.logs import log as logger
-from sluice.scheduler import admission
-from sluice.scheduler import queue as queue_model
-from sluice.scheduler.polecats import retry_due_at, retry_window
-from sluice.scheduler.reading import Reading
-from sluice.scheduler.runs import stamp
+from sluice.scheduler.launch import admission
+from sluice.scheduler.launch.polecats import retry_due_at, retry_window
+from sluice.scheduler.launch.runs import stamp
+from sluice.scheduler.queue import views as queue_model
 from sluice.scheduler.session import Session
+from sluice.scheduler.views.reading import Reading
 from sluice.store import admission_state as kept
 from sluice.store import forecasts as kept_forecasts
 from sluice.store import runs as runlog
@@ -46,7 +46,7 @@ HEAD_ROWS = 500
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.queue.ranking import Work
     from sluice.store.town import Town
 
 
@@ -159,8 +159,8 @@ class _Queue(Sequence):
 
     def alike(self, index: int) -> model.Queued:
         """An item as alike as the replay reads it to the one at ``index``: one object for every item of
-        its kind (:mod:`sluice.scheduler.reading`), for a walk that reads the items past a view's rows only
-        for the drain."""
+        its kind (:mod:`sluice.scheduler.views.reading`), for a walk that reads the items past a view's rows
+        only for the drain."""
         kind = self.reading.kind_of[index]
         found = self._alike.get(kind)
         if found is None:
@@ -533,7 +533,7 @@ _STAMPS_KEPT = 1 << 16
 def reading_row(work: Work, retry_at: float | None, why: str | None, seen) -> list:
     """One queued item as the replay reads it: ``[item id, rig, issue type, the item's labels, its
     estimated minutes, its tokens, the end of its backoff, why it cannot start, and the labels, touches
-    and tokens admission reads]`` (``seen``: its :func:`~sluice.scheduler.admission.applicant`)."""
+    and tokens admission reads]`` (``seen``: its :func:`~sluice.scheduler.launch.admission.applicant`)."""
     item = work.item
     minutes = estimated_minutes(item)
     if minutes is None and isinstance(item.get("metadata"), dict):

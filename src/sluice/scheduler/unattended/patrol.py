@@ -1,6 +1,6 @@
 """The witness patrol: one rig's queue health, for a person or for cron.
 
-A patrol reads the same survey the dispatcher acts on (:mod:`sluice.scheduler.pending`)
+A patrol reads the same survey the dispatcher acts on (:mod:`sluice.scheduler.queue.pending`)
 and reports, for one rig, what is queued, what keeps failing, what the next
 cycle would close, duplicates left by racing slings, contexts nobody can act
 on, and the polecats running for the rig.  ``fix`` closes only the stale and
@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorUnavailable
-from sluice.scheduler.pending import held_row, survey
-from sluice.scheduler.polecats import retry_due_at, retry_window
+from sluice.scheduler.launch.polecats import retry_due_at, retry_window
+from sluice.scheduler.queue.pending import held_row, survey
 from sluice.scheduler.session import Session
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -35,8 +35,8 @@ from sluice.store.sources import source_stale
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.scheduler.pending import Stale, Survey
-    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.queue.pending import Stale, Survey
+    from sluice.scheduler.queue.ranking import Work
     from sluice.store.town import Town
 
 ORPHAN_REASONS = frozenset({ctxs.INVALID_WORK_ITEM})

@@ -38,8 +38,8 @@ from sluice.core.items import is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
 from sluice.core.recordclass import field, recordclass
 from sluice.errors import StoreCorrupt, UnknownItem
-from sluice.scheduler.polecats import is_retry_due
-from sluice.scheduler.ranking import Work, rank_work
+from sluice.scheduler.launch.polecats import is_retry_due
+from sluice.scheduler.queue.ranking import Work, rank_work
 from sluice.store import contexts as ctxs
 
 if TYPE_CHECKING:

@@ -9,11 +9,11 @@ lost write lets a budget be overspent.  Each outcome is booked once — the
 ``Dispatched`` event and the decision log, the context closed
 ``dispatched`` — or, for a failure, the ``DispatchFailed`` event, the
 failure count and, at the threshold, the breaker
-(:mod:`sluice.scheduler.breaker`).
+(:mod:`sluice.scheduler.launch.breaker`).
 
 A run that gets a workspace of its own (``executor.workspace = "clone"``)
 has it cloned between the intent and the executor
-(:mod:`sluice.scheduler.workspaces`); a clone that fails is a launch failure
+(:mod:`sluice.scheduler.launch.workspaces`); a clone that fails is a launch failure
 of the item like any other, with git's words as the failure.
 """
 
@@ -30,10 +30,10 @@ from sluice.core.items import effective_tokens
 from sluice.core.recordclass import asdict, field, recordclass
 from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, LockBusy, SluiceError
 from sluice.executors.base import LaunchRequest, substitute
-from sluice.scheduler import runs, workspaces
-from sluice.scheduler.admission import needs_spend
-from sluice.scheduler.breaker import trip_breaker
-from sluice.scheduler.signals import Graphs
+from sluice.scheduler.launch import runs, workspaces
+from sluice.scheduler.launch.admission import needs_spend
+from sluice.scheduler.launch.breaker import trip_breaker
+from sluice.scheduler.queue.signals import Graphs
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
 from sluice.store import events
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
     from sluice.executors.base import Executor
     from sluice.executors.workspace import Workspace
-    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.queue.ranking import Work
     from sluice.scheduler.session import Session
     from sluice.store.rigstore import Stores
     from sluice.store.town import Town

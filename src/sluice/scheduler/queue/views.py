@@ -16,9 +16,9 @@ from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
 from sluice.core.items import priority_of
 from sluice.errors import StoreCorrupt, UsageError
-from sluice.scheduler.admission import assess, binding_of, limits, needs_spend, reasons_of, why
-from sluice.scheduler.pending import held_row, item_store, survey
-from sluice.scheduler.polecats import retry_due_at, retry_window
+from sluice.scheduler.launch.admission import assess, binding_of, limits, needs_spend, reasons_of, why
+from sluice.scheduler.launch.polecats import retry_due_at, retry_window
+from sluice.scheduler.queue.pending import held_row, item_store, survey
 from sluice.scheduler.session import Session
 from sluice.store import admission_state as kept
 from sluice.store import contexts as ctxs
@@ -28,9 +28,9 @@ from sluice.store.state import load_state
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
-    from sluice.scheduler.admission import Assessment
-    from sluice.scheduler.pending import Survey
-    from sluice.scheduler.ranking import Work
+    from sluice.scheduler.launch.admission import Assessment
+    from sluice.scheduler.queue.pending import Survey
+    from sluice.scheduler.queue.ranking import Work
     from sluice.store.town import Town
 
 

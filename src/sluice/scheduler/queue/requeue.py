@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
 from sluice.core.records import SlingContextFields
-from sluice.scheduler import pending
+from sluice.scheduler.queue import pending
 from sluice.store import contexts as ctxs
 
 if TYPE_CHECKING:
