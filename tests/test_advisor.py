@@ -15,10 +15,10 @@ from sluice.errors import UsageError
 from sluice.scheduler.queue.ranking import rank_ready
 from sluice.scheduler.queue.signals import Signals
 from sluice.scheduler.views import advisor
-from sluice.store.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED
-from sluice.store.policy import load_policy
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED
+from sluice.store.files.policy import load_policy
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, "3", 1.5])

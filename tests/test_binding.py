@@ -23,7 +23,7 @@ from sluice.scheduler.launch.sling import SlingOptions, sling
 from sluice.scheduler.launch.throttles import throttle
 from sluice.scheduler.queue.control import pause
 from sluice.scheduler.queue.views import explain, status
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 
 @pytest.fixture

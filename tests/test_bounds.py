@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sluice.core import scoring
 from sluice.core.clock import MAX_DURATION, DurationTooLong, parse_duration
 from sluice.errors import UsageError
-from sluice.store.admission_state import utc
+from sluice.store.database.admission_state import utc
 
 DURATION_KEYS = [
     "scheduler.spawn_delay", "scheduler.polecat_timeout", "scheduler.retry_base",

@@ -24,8 +24,8 @@ from helpers.scheduler import (
     write_items,
 )
 from sluice.executors.local import LocalExecutor
-from sluice.store.state import read_heartbeat
-from sluice.store.town import Town
+from sluice.store.database.state import read_heartbeat
+from sluice.store.files.town import Town
 
 
 @pytest.fixture

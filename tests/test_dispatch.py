@@ -37,10 +37,10 @@ from helpers.scheduler import (
 )
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor
-from sluice.store import contexts as ctxs
-from sluice.store.rigstore import Stores
-from sluice.store.state import load_state
-from sluice.store.town import Town
+from sluice.store.database import contexts as ctxs
+from sluice.store.database.state import load_state
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 SLUICE = (sys.executable, "-m", "sluice")
 
@@ -403,7 +403,7 @@ def test_no_executor_command_is_a_config_error_and_counts_nothing(cli, deferred_
 
 
 def test_a_busy_dispatch_lock(cli, deferred_dir):
-    from sluice.store.fsutil import file_lock
+    from sluice.store.files.fsutil import file_lock
 
     with file_lock(deferred_dir / ".sluice" / "runtime" / "dispatch.lock"):
         done = cli.run("scheduler", "run", check=False)
@@ -572,8 +572,8 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
     steps = _watched_steps(monkeypatch)
     from collections import Counter
 
-    from sluice.store import fsutil
-    from sluice.store import runs as runlog
+    from sluice.store.database import runs as runlog
+    from sluice.store.files import fsutil
 
     appends: Counter = Counter()
     append, write_runs = fsutil.append_bytes, runlog.append

@@ -348,8 +348,8 @@ def test_strict_mode_raises_what_the_fast_path_would_hand_to_typer(fresh_dir, mo
 
 def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(fresh_dir, monkeypatch, capsys):
     """``schedule next`` records its decisions first: a failed print exits 1 instead of asking typer."""
-    from sluice.store.decisions import recent_decisions
-    from sluice.store.town import Town
+    from sluice.store.database.decisions import recent_decisions
+    from sluice.store.files.town import Town
     from sluice.surfaces import fastcli, output
 
     monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))

@@ -19,7 +19,7 @@ from sluice.core.records import SlingContextFields
 from sluice.errors import UnknownPolecat
 from sluice.executors import get_executor
 from sluice.scheduler.launch import polecats
-from sluice.store.events import POLECAT_TIMED_OUT, read_events
+from sluice.store.database.events import POLECAT_TIMED_OUT, read_events
 
 # -- stall timeout -------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from sluice.scheduler.launch.sling import SlingOptions, sling
 from sluice.scheduler.queue.control import pause
 from sluice.scheduler.queue.promote import promote
 from sluice.scheduler.queue.views import explain, list_queue
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from sluice.scheduler.queue.ranking import (
     rank_work,
 )
 from sluice.scheduler.queue.signals import Signals
-from sluice.store.decisions import append_decisions
-from sluice.store.policy import GraphOverride, Policy, PolicyWeights, set_policy
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.store.database.decisions import append_decisions
+from sluice.store.files.policy import GraphOverride, Policy, PolicyWeights, set_policy
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 # -- the pure core --------------------------------------------------------------------
 

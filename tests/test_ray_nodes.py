@@ -30,8 +30,8 @@ from sluice.executors.ray_job import WORKSPACE_FAILED
 from sluice.scheduler.launch.dispatch import run_cycle
 from sluice.scheduler.launch.ends import settle
 from sluice.scheduler.launch.sling import SlingOptions, sling
-from sluice.store import runs as runlog
-from sluice.store.town import Town
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
 

@@ -19,8 +19,8 @@ from sluice.scheduler.launch.runs import history, latest_by_item, outcome_of
 from sluice.scheduler.unattended import notify
 from sluice.scheduler.views import feed
 from sluice.scheduler.views.forecast import learn
-from sluice.store import runs as runlog
-from sluice.store.town import Town
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
 
 
 def record(run_id: str, outcome: str = "running", ended_at: str | None = None, **extra) -> dict:

@@ -25,7 +25,7 @@ from sluice.executors import workspace as git_workspace
 from sluice.executors.base import substitute
 from sluice.scheduler.launch import gates
 from sluice.scheduler.launch.launching import make_request
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 pytestmark = pytest.mark.slow
 
@@ -255,7 +255,7 @@ def test_a_polecat_found_after_an_interrupted_launch_keeps_its_workspace_while_i
 
     from sluice.executors.local import LocalExecutor
     from sluice.scheduler.launch import runs, workspaces
-    from sluice.store.rigstore import Stores
+    from sluice.store.items.rigstore import Stores
 
     files = Town(clone_paths["town"])
     configure(clone_paths["town"], "executor.workspace_keep", "0")

@@ -27,7 +27,7 @@ reads as attributes.
 
 A town kept between calls answers :meth:`Town.next` and
 :meth:`Town.schedule_status` from its rig indexes kept open
-(:mod:`sluice.store.kept`): before each call it re-checks the config file and
+(:mod:`sluice.store.items.kept`): before each call it re-checks the config file and
 every rig's items and ephemeral log, so an answer is never older than the
 files, and a repeated call costs a few milliseconds, not a re-open.
 
@@ -85,8 +85,8 @@ if TYPE_CHECKING:
     from sluice.scheduler.launch.sling import SlingResult
     from sluice.scheduler.session import Session
     from sluice.scheduler.views.mergequeue import MergeQueue
-    from sluice.store.kept import KeptReads
-    from sluice.store.town import Town as TownFiles
+    from sluice.store.files.town import Town as TownFiles
+    from sluice.store.items.kept import KeptReads
 
 __all__ = ["CycleReport", "SlingResult", "Town", "init_town", "open_town"]
 __all__ += results.__all__
@@ -112,7 +112,7 @@ class Town:
     """One town, opened: every operation of the CLI as a method.  Make one with :func:`open_town`."""
 
     def __init__(self, files: TownFiles, executor: Executor | None = None):
-        self.files = files  # where everything lives (paths, config, rigs): sluice.store.town.Town
+        self.files = files  # where everything lives (paths, config, rigs): sluice.store.files.town.Town
         self.executor = executor  # None: the configured executor, looked up on each call
         self._kept: KeptReads | None = None  # next() and schedule_status(): stores kept open between calls
 
@@ -125,7 +125,7 @@ class Town:
 
     def _kept_reads(self) -> KeptReads:
         if self._kept is None:
-            from sluice.store.kept import KeptReads
+            from sluice.store.items.kept import KeptReads
 
             self._kept = KeptReads(self.files.root)
         return self._kept
@@ -159,7 +159,7 @@ class Town:
         says what to do.  ``remote`` is the URL a workspace on another machine
         clones the rig from (default: the repository's ``origin``, if any).
         """
-        from sluice.store.rigs import add_rig, rig_row
+        from sluice.store.items.rigs import add_rig, rig_row
 
         command = list(items_command) if items_command is not None and not isinstance(items_command, str) \
             else items_command
@@ -170,7 +170,7 @@ class Town:
 
     def refresh_rig(self, name: str) -> RigRefreshed:
         """Run rig ``name``'s items command now; a failure is a SourceFailed naming rig and command."""
-        from sluice.store.sources import refresh
+        from sluice.store.items.sources import refresh
 
         rig = self.files.rig(name)
         if rig.command is None:
@@ -183,12 +183,12 @@ class Town:
     def remove_rig(self, name: str, force: bool = False) -> RigRemoved:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
         ``rig-removed``).  The rig's store moves to ``.sluice/removed/`` (``store`` in the result)."""
-        from sluice.store.rigs import remove_rig
+        from sluice.store.items.rigs import remove_rig
 
         return RigRemoved.from_json(remove_rig(self.files, name, force))
 
     def rigs(self) -> list[RigInfo]:
-        from sluice.store.rigs import rig_rows
+        from sluice.store.items.rigs import rig_rows
 
         return [RigInfo.from_json(row) for row in rig_rows(self.files)]
 
@@ -224,7 +224,7 @@ class Town:
 
         ``touches`` are the path globs the work will edit (``metadata.touches``, the overlap gate).
         """
-        from sluice.store.tracker import NewItem, create_item
+        from sluice.store.items.tracker import NewItem, create_item
 
         spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(labels),
                        deps=tuple(deps), parent=parent, description=description, tokens=tokens,
@@ -232,13 +232,13 @@ class Town:
         return Item.from_json(create_item(self.files, rig, spec))
 
     def item(self, item_id: str) -> Item:
-        from sluice.store.tracker import show_item
+        from sluice.store.items.tracker import show_item
 
         return Item.from_json(show_item(self.files, item_id))
 
     def items(self, rig: str | None = None, status: str | None = None,
               labels: Iterable[str] = ()) -> Items:
-        from sluice.store.tracker import list_items
+        from sluice.store.items.tracker import list_items
 
         return Items.from_json(list_items(self.files, rig, status, tuple(labels)))
 
@@ -252,36 +252,36 @@ class Town:
         priority; ``sort="oldest"`` orders by creation time instead.
         """
         from sluice.core.items import ReadyFilter
-        from sluice.store.tracker import ready
+        from sluice.store.items.tracker import ready
 
         where = ReadyFilter(tuple(labels), tuple(labels_any), assignee, unassigned, issue_type, priority)
         return ItemRows(ready(self.files, rig, limit, where=where, sort=sort))
 
     def blocked(self, rig: str | None = None) -> ItemRows:
         """Blocked items, each with ``blocked_by`` (what blocks it) and ``blocked_by_count``."""
-        from sluice.store.tracker import blocked_json
+        from sluice.store.items.tracker import blocked_json
 
         return ItemRows(blocked_json(self.files, rig))
 
     def update_item(self, item_id: str, *, status: str | None = None, priority: int | None = None,
                     assignee: str | None = None, add_labels: Iterable[str] = ()) -> Item:
-        from sluice.store.tracker import update_item
+        from sluice.store.items.tracker import update_item
 
         return Item.from_json(update_item(self.files, item_id, status, priority, assignee, tuple(add_labels)))
 
     def close_item(self, item_id: str, reason: str = "Closed") -> Item:
-        from sluice.store.tracker import close_item
+        from sluice.store.items.tracker import close_item
 
         return Item.from_json(close_item(self.files, item_id, reason))
 
     def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> DependencyAdded:
         """``source`` depends on ``target`` (for ``blocks``: is blocked by it); cycles are refused."""
-        from sluice.store.tracker import add_dependency
+        from sluice.store.items.tracker import add_dependency
 
         return DependencyAdded.from_json(add_dependency(self.files, source, target, dep_type))
 
     def import_items(self, rig: str, path: str | Path) -> ImportResult:
-        from sluice.store.tracker import import_items
+        from sluice.store.items.tracker import import_items
 
         return ImportResult.from_json(import_items(self.files, rig, Path(path)))
 
@@ -469,7 +469,7 @@ class Town:
     def export(self, rig: str | None = None, *, runs: bool = False, open_only: bool = False) -> Export:
         """The town's own records as beads tools read them (``sluice export``): a rig's (or every rig's)
         ephemeral records in the shape of beads JSONL, oldest first, or with ``runs`` the run records."""
-        from sluice.store.export import ephemeral_records, run_records
+        from sluice.store.database.export import ephemeral_records, run_records
 
         if runs:
             return Export.from_json(run_records(self.files))
@@ -558,8 +558,8 @@ def open_town(path: str | Path | None = None, executor: Executor | None = None) 
     ``executor`` replaces the configured executor for every call through
     the returned town (e.g. an in-memory one in tests).
     """
-    from sluice.store.migrate import ensure
-    from sluice.store.town import find_town
+    from sluice.store.database.migrate import ensure
+    from sluice.store.files.town import find_town
 
     files = find_town(path)
     ensure(files)
@@ -568,6 +568,6 @@ def open_town(path: str | Path | None = None, executor: Executor | None = None) 
 
 def init_town(path: str | Path, executor: Executor | None = None) -> Town:
     """Create a town at ``path`` (an existing one is left as it is) and open it."""
-    from sluice.store.town import init_town as create
+    from sluice.store.files.town import init_town as create
 
     return Town(create(Path(path)), executor)

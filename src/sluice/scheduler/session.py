@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorError
 from sluice.executors import get_executor
-from sluice.store.rigstore import Stores
+from sluice.store.items.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
     from sluice.executors.base import Executor, Polecat
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 class Session:
@@ -55,7 +55,7 @@ class Session:
     @classmethod
     def kept(cls, files: Town, stores: Stores, executor: Executor | None = None,
              now: float | None = None) -> Session:
-        """A session over a town and stores kept open between calls (:mod:`sluice.store.kept`).
+        """A session over a town and stores kept open between calls (:mod:`sluice.store.items.kept`).
 
         The keeper has just re-checked both against the files, so the town's
         config is the file's as it is now and is not read again.

@@ -30,10 +30,10 @@ from sluice.core.items import labels_of
 from sluice.core.recordclass import field, recordclass
 from sluice.scheduler.launch.polecats import retry_due_at, retry_window
 from sluice.scheduler.queue.pending import item_store
-from sluice.store import admission_state as kept
-from sluice.store import events
-from sluice.store.runs import running as running_runs
-from sluice.store.state import load_state
+from sluice.store.database import admission_state as kept
+from sluice.store.database import events
+from sluice.store.database.runs import running as running_runs
+from sluice.store.database.state import load_state
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from sluice.scheduler.launch.gates import Gates
     from sluice.scheduler.queue.pending import Survey
     from sluice.scheduler.queue.ranking import Work
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 
 def touches_of(item: Mapping) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 A context that failed ``scheduler.max_dispatch_failures`` launches closes
 ``circuit-broken`` and its item is booked here
-(:mod:`sluice.store.admission_state`, the ``breaker`` table).  Once ``scheduler.breaker_cooldown``
+(:mod:`sluice.store.database.admission_state`, the ``breaker`` table).  Once ``scheduler.breaker_cooldown``
 has passed, :func:`requeue_due` queues it again one failure short of the
 threshold — one more failure trips it again, with a longer cooldown; a
 launch heals it.  An item whose *runs* failed past
@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 from sluice.errors import InvalidOperation
 from sluice.scheduler.queue.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
-from sluice.store import admission_state as kept
-from sluice.store import contexts as ctxs
-from sluice.store import events
-from sluice.store.rigstore import Stores
+from sluice.store.database import admission_state as kept
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
+from sluice.store.items.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def trip_breaker(town: Town, fields: SlingContextFields, error: str, now: float | None = None,

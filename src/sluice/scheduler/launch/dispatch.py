@@ -57,16 +57,16 @@ from sluice.scheduler.launch.launching import CycleReport, Launcher, Started, co
 from sluice.scheduler.launch.polecats import retry_window
 from sluice.scheduler.queue.pending import MISSING_ITEM, RIG_UNREADABLE, held_row, survey
 from sluice.scheduler.session import Session
-from sluice.store import contexts as ctxs
-from sluice.store import fsutil
-from sluice.store.state import load_state, record_dispatch
+from sluice.store.database import contexts as ctxs
+from sluice.store.database.state import load_state, record_dispatch
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.queue.pending import Survey
     from sluice.scheduler.queue.ranking import Work
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 __all__ = ["CycleReport", "run_cycle"]
 

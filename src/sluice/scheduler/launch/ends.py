@@ -32,14 +32,14 @@ from sluice.scheduler.launch.runs import history, outcome_of, running_records, s
 from sluice.scheduler.launch.throttles import throttle_exit
 from sluice.scheduler.queue.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
-from sluice.store import contexts as ctxs
-from sluice.store import events
-from sluice.store import runs as log
-from sluice.store.rigstore import Stores
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
+from sluice.store.database import runs as log
+from sluice.store.items.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def _end_fields(record: dict, outcome: str, code: int | None, ended: float | None, started: float | None,

@@ -26,7 +26,7 @@ from sluice.core.text import printable
 
 if TYPE_CHECKING:
     from sluice.executors.host import HostProbe
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 READING = "host-reading"  # the last cycle's reading of the machine, kept in the town database
 #: How much of a hold file's first line a reason shows.

@@ -34,10 +34,10 @@ from sluice.scheduler.launch import runs, workspaces
 from sluice.scheduler.launch.admission import needs_spend
 from sluice.scheduler.launch.breaker import trip_breaker
 from sluice.scheduler.queue.signals import Graphs
-from sluice.store import admission_state as kept
-from sluice.store import contexts as ctxs
-from sluice.store import events
-from sluice.store.decisions import append_decisions, make_decision
+from sluice.store.database import admission_state as kept
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
+from sluice.store.database.decisions import append_decisions, make_decision
 
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from sluice.executors.workspace import Workspace
     from sluice.scheduler.queue.ranking import Work
     from sluice.scheduler.session import Session
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 CLOSE_RETRY_WAITS = (0.5, 1.0)  # three attempts to close a dispatched context
 

@@ -30,12 +30,12 @@ from sluice.core.plan import next_attempt_at
 from sluice.errors import ExecutorError, UnknownPolecat, UsageError
 from sluice.executors.procs import seconds_from_boot
 from sluice.scheduler.session import Session
-from sluice.store.events import POLECAT_TIMED_OUT, emit_event
+from sluice.store.database.events import POLECAT_TIMED_OUT, emit_event
 
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
     from sluice.executors.base import Executor, Polecat
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 RUNNING_STATES = ("running", "pending")
 
@@ -113,8 +113,8 @@ def stop_polecats(where: Town | Session, ref: str, executor: Executor | None = N
     Each stop is a ``PolecatStopped`` event naming who asked (``actor``, default the user).
     ``on_stop(polecat, row)`` runs right after each stop (its run is recorded ``stopped`` there).
     """
-    from sluice.store import events
-    from sluice.store.state import detect_actor
+    from sluice.store.database import events
+    from sluice.store.database.state import detect_actor
 
     session = Session.of(where, executor)
     town, executor = session.files, session.require_executor()

@@ -26,14 +26,14 @@ from sluice.core.clock import iso_epoch, random_id
 from sluice.core.items import effective_tokens, labels_of, parse_ts
 from sluice.scheduler.launch.admission import touches_of
 from sluice.scheduler.queue.pending import item_store
-from sluice.store import runs as log
+from sluice.store.database import runs as log
 
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
     from sluice.executors.base import Polecat
     from sluice.executors.workspace import Workspace
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 LIVE_STATES = ("running", "pending")
 

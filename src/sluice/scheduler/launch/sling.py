@@ -42,13 +42,13 @@ from sluice.scheduler.launch import gates as gate_view
 from sluice.scheduler.launch.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.queue.ranking import Work
 from sluice.scheduler.session import Session
-from sluice.store import contexts as ctxs
-from sluice.store import events
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 
 

@@ -17,13 +17,13 @@ from sluice.core.items import parse_ts
 from sluice.errors import UsageError
 from sluice.scheduler.queue.requeue import queue_again
 from sluice.scheduler.session import Session
-from sluice.store import admission_state as kept
-from sluice.store import events
-from sluice.store.state import detect_actor
+from sluice.store.database import admission_state as kept
+from sluice.store.database import events
+from sluice.store.database.state import detect_actor
 
 if TYPE_CHECKING:
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 
 def throttle(
@@ -37,7 +37,7 @@ def throttle(
 ) -> dict:
     """``scheduler throttle``: hold new launches (of one rig or the town) until a time, or lift it.
 
-    ``actor`` is who is asking (default: :func:`~sluice.store.state.detect_actor`).
+    ``actor`` is who is asking (default: :func:`~sluice.store.database.state.detect_actor`).
     """
     session = Session.of(where, now=now)  # reads the config: a broken one is refused before anything else
     town, now = session.files, session.now

@@ -1,6 +1,6 @@
 """Reported usage: a polecat (or its wrapper) says how many tokens a launch really used.
 
-The budget ledger (:mod:`sluice.store.admission_state`) books each launch at
+The budget ledger (:mod:`sluice.store.database.admission_state`) books each launch at
 its estimate; ``polecat usage`` replaces the estimate, also for a polecat the
 executor has reaped already, and sets ``tokens_used`` on the run's record.
 """
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 from sluice.errors import UnknownPolecat, UsageError
 from sluice.scheduler.launch.polecats import resolve
 from sluice.scheduler.session import Session
-from sluice.store import admission_state as kept
-from sluice.store import runs as runlog
+from sluice.store.database import admission_state as kept
+from sluice.store.database import runs as runlog
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def report_usage(where: Town | Session, ref: str, tokens: int, executor: Executor | None = None) -> dict:

@@ -30,14 +30,14 @@ from sluice.core.gates import parse_size
 from sluice.core.workspaces import branch_name, workspace_dirname
 from sluice.errors import LockBusy
 from sluice.executors import workspace as git_workspace
-from sluice.store import fsutil
-from sluice.store import runs as log
+from sluice.store.database import runs as log
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice.executors.workspace import Workspace
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 LOCK = "workspaces"
 uses_clone = git_workspace.uses_clone

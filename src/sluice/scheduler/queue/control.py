@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.scheduler.session import Session
-from sluice.store import contexts as ctxs
-from sluice.store import events
-from sluice.store import runs as runlog
-from sluice.store.state import detect_actor, set_paused, set_resumed
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
+from sluice.store.database import runs as runlog
+from sluice.store.database.state import detect_actor, set_paused, set_resumed
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 # Every control command opens its session first, which reads the config: a corrupt file is an
 # error, never a default.

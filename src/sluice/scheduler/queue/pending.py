@@ -40,13 +40,13 @@ from sluice.core.recordclass import field, recordclass
 from sluice.errors import StoreCorrupt, UnknownItem
 from sluice.scheduler.launch.polecats import is_retry_due
 from sluice.scheduler.queue.ranking import Work, rank_work
-from sluice.store import contexts as ctxs
+from sluice.store.database import contexts as ctxs
 
 if TYPE_CHECKING:
     from sluice.executors.base import Polecat
-    from sluice.store.contexts import Context
-    from sluice.store.rigstore import RigStore, Stores
-    from sluice.store.town import Town
+    from sluice.store.database.contexts import Context
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import RigStore, Stores
 
 
 @recordclass

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso
 from sluice.errors import InvalidOperation
 from sluice.scheduler.session import Session
-from sluice.store import contexts as ctxs
-from sluice.store import events
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def promote(where: Town | Session, item_id: str, undo: bool = False) -> dict:

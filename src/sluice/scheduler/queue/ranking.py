@@ -49,8 +49,8 @@ from sluice.logs import log
 
 if TYPE_CHECKING:
     from sluice.scheduler.queue.signals import Signals
-    from sluice.store.rigstore import RigStore, Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import RigStore, Stores
 
 @recordclass
 class Work:
@@ -76,12 +76,12 @@ def item_priority(item: Mapping) -> int:
 
 def load_town_policy(town: Town):
     """The town's policy: the plain copy of this exact file when it was validated before."""
-    from sluice.store import configcache
+    from sluice.store.files import configcache
 
     plain = configcache.plain_policy(town)
     if plain is not None:
         return plain
-    from sluice.store.policy import read_policy
+    from sluice.store.files.policy import read_policy
 
     text, policy = read_policy(town.policy_path)
     configcache.remember(town, text, policy.model_dump(mode="json"), kind=configcache.POLICY)

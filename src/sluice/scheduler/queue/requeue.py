@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso
 from sluice.core.records import SlingContextFields
 from sluice.scheduler.queue import pending
-from sluice.store import contexts as ctxs
+from sluice.store.database import contexts as ctxs
 
 if TYPE_CHECKING:
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 
 def sling_params(fields: SlingContextFields) -> dict:

@@ -4,11 +4,11 @@
 work it ranks, and this module reads them:
 
 * **warm rigs** (affinity): a rig is warm when its repository has a live
-  linked worktree (:func:`sluice.store.gitview.is_warm`);
+  linked worktree (:func:`sluice.store.git.gitview.is_warm`);
 * **merge-queue depth** (backpressure): the rig's ``merge-request`` items that
   are ``open`` (queued) or ``in_progress`` (running), counted by the index;
 * **decision counts** (fairness): past decisions per rig, from
-  ``decisions.jsonl`` through an incremental cache (:mod:`sluice.store.decisions`);
+  ``decisions.jsonl`` through an incremental cache (:mod:`sluice.store.database.decisions`);
 * **graphs** (per-graph weights): the top-level epic above an item through
   ``parent-child`` edges.
 
@@ -28,8 +28,8 @@ from sluice.core.readiness import id_prefix
 from sluice.logs import log
 
 if TYPE_CHECKING:
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Rig, Town
+    from sluice.store.files.town import Rig, Town
+    from sluice.store.items.rigstore import Stores
 
 
 EPIC = "epic"
@@ -49,15 +49,15 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     no such folder has none, and is answered without opening the repository
     (most rigs are cold, and pygit2 costs start-up time).  Everything else —
     bare repositories, ``.git`` files, worktrees that may be gone — is
-    decided by pygit2 (:func:`sluice.store.gitview.has_live_worktree`), whose answer is kept in
+    decided by pygit2 (:func:`sluice.store.git.gitview.has_live_worktree`), whose answer is kept in
     ``runtime/affinity-cache.json`` under a stamp of the git metadata it read
-    (:func:`sluice.store.gitview.warmth_stamp`), so the next call asks pygit2
+    (:func:`sluice.store.git.gitview.warmth_stamp`), so the next call asks pygit2
     only after that metadata changed.
     """
     git_dir = Path(rig.repo) / ".git"
     if git_dir.is_dir() and not (git_dir / "worktrees").exists():
         return False
-    from sluice.store.gitview import warmth_stamp
+    from sluice.store.git.gitview import warmth_stamp
 
     stamp = warmth_stamp(Path(rig.repo))
     path = town.runtime / AFFINITY_CACHE if town is not None and stamp is not None else None
@@ -72,7 +72,7 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
         if kept.get(rig.name) in ([stamp, True], [stamp, False]):
             return kept[rig.name][1]
     from sluice.errors import NotARepository
-    from sluice.store.gitview import has_live_worktree
+    from sluice.store.git.gitview import has_live_worktree
 
     try:
         warm = has_live_worktree(Path(rig.repo))
@@ -80,7 +80,7 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
         log.warning("affinity 0 for %s: %s", rig.repo, err)
         return False
     if path is not None and warmth_stamp(Path(rig.repo)) == stamp:  # unchanged while pygit2 read it
-        from sluice.store import fsutil
+        from sluice.store.files import fsutil
 
         fsutil.write_cache(path, json.dumps({**kept, rig.name: [stamp, warm]}).encode("utf-8"))
     return warm
@@ -278,7 +278,7 @@ class Signals:
     def decision_counts(self) -> dict[str, int]:
         """Past decisions per rig (skipped ones too), for fairness; read only when asked."""
         if self._counts is None:
-            from sluice.store.decisions import decision_counts
+            from sluice.store.database.decisions import decision_counts
 
             self._counts = decision_counts(self.town)
         return self._counts

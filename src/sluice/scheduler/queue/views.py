@@ -20,18 +20,18 @@ from sluice.scheduler.launch.admission import assess, binding_of, limits, needs_
 from sluice.scheduler.launch.polecats import retry_due_at, retry_window
 from sluice.scheduler.queue.pending import held_row, item_store, survey
 from sluice.scheduler.session import Session
-from sluice.store import admission_state as kept
-from sluice.store import contexts as ctxs
-from sluice.store import forecasts
-from sluice.store.sources import stale_rows
-from sluice.store.state import load_state
+from sluice.store.database import admission_state as kept
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import forecasts
+from sluice.store.database.state import load_state
+from sluice.store.items.sources import stale_rows
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
     from sluice.scheduler.launch.admission import Assessment
     from sluice.scheduler.queue.pending import Survey
     from sluice.scheduler.queue.ranking import Work
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:

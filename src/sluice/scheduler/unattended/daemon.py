@@ -26,7 +26,7 @@
   is logged by the cycle itself, once per spell).  A notifier is
   bounded by ``scheduler.notify_timeout`` and its failures are log lines.
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
-  (the town database's ``heartbeat`` row, :mod:`sluice.store.state`) holds
+  (the town database's ``heartbeat`` row, :mod:`sluice.store.database.state`) holds
   pid, started_at, interval, ticks, last_tick_at, last_result.
 * SIGTERM / SIGINT stop the daemon cleanly: a tick in progress finishes, no
   new one starts.
@@ -58,13 +58,14 @@ from sluice.scheduler.queue.control import compact_if_long
 from sluice.scheduler.session import Session
 from sluice.scheduler.unattended import notify
 from sluice.scheduler.views.forecast import forecast
-from sluice.store import forecasts, fsutil
-from sluice.store.events import QUEUE_DRAINED, emit_event
-from sluice.store.state import read_heartbeat, write_heartbeat
+from sluice.store.database import forecasts
+from sluice.store.database.events import QUEUE_DRAINED, emit_event
+from sluice.store.database.state import read_heartbeat, write_heartbeat
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 DEFAULT_INTERVAL = DAEMON_INTERVAL
 DEFAULT_TIMEOUT = 300.0
@@ -215,7 +216,7 @@ class Daemon:
             self.town.reload_config()
         timed_out = self._stop_overdue()
         # Command sources are refreshed here, with their whole timeout, so the cycle reads them fresh.
-        from sluice.store.sources import refresh_due
+        from sluice.store.items.sources import refresh_due
 
         for problem in refresh_due(self.town):
             self._log(problem)

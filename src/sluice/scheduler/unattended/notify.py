@@ -42,10 +42,11 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from sluice.core.recordclass import recordclass
-from sluice.store import events, fsutil
+from sluice.store.database import events
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 EVENT_TYPES = {
     events.CIRCUIT_BROKEN: "circuit-broken",

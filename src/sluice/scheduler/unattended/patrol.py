@@ -28,16 +28,16 @@ from sluice.errors import ExecutorUnavailable
 from sluice.scheduler.launch.polecats import retry_due_at, retry_window
 from sluice.scheduler.queue.pending import held_row, survey
 from sluice.scheduler.session import Session
-from sluice.store import contexts as ctxs
-from sluice.store import events
-from sluice.store.rigs import other_towns
-from sluice.store.sources import source_stale
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
+from sluice.store.items.rigs import other_towns
+from sluice.store.items.sources import source_stale
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.queue.pending import Stale, Survey
     from sluice.scheduler.queue.ranking import Work
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 ORPHAN_REASONS = frozenset({ctxs.INVALID_WORK_ITEM})
 DUPLICATE = "duplicate"  # close reason for a younger context of an already queued item

@@ -15,7 +15,7 @@ import sys
 
 from sluice.errors import SluiceError, os_error_text
 from sluice.scheduler.launch.dispatch import run_cycle
-from sluice.store.town import find_town
+from sluice.store.files.town import find_town
 
 
 def main(argv: list[str]) -> int:

@@ -21,8 +21,8 @@ from sluice.errors import UsageError
 if TYPE_CHECKING:
     from sluice.core.scoring import Selection
     from sluice.scheduler.session import Session
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 POLICY_FIELDS = frozenset({
     "priority", "affinity", "cost", "fairness", "deadline", "merge_queue_threshold", "merge_pressure_penalty",
@@ -78,7 +78,7 @@ def next_decisions(
 
 
 def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict:
-    from sluice.store.decisions import make_decision
+    from sluice.store.database.decisions import make_decision
 
     candidate = selection.scored.candidate
     rig = town.rig(candidate.rig)
@@ -89,8 +89,8 @@ def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict
 
 def record_decisions(town: Town, decisions: list[dict]) -> None:
     """Append the decisions (one write) and then their events (one write)."""
-    from sluice.store.decisions import append_decisions
-    from sluice.store.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
+    from sluice.store.database.decisions import append_decisions
+    from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
 
     append_decisions(town, decisions)
     emit_events(town, [(SCHEDULE_SKIPPED if d["skipped"] else SCHEDULE_DECISION, event_payload(d))
@@ -108,7 +108,7 @@ def status(where: Town | Session, recent: int = 10, now: float | None = None) ->
     from sluice.scheduler.queue.ranking import load_town_policy, ready_count
     from sluice.scheduler.queue.signals import Signals
     from sluice.scheduler.session import Session
-    from sluice.store.decisions import recent_decisions
+    from sluice.store.database.decisions import recent_decisions
 
     session = Session.of(where, now=now)
     town, stores, now = session.files, session.stores, session.now
@@ -137,8 +137,8 @@ def policy_show(town: Town) -> dict:
 
 
 def policy_set(town: Town, **fields: Any) -> dict:
-    """Change policy fields (see :func:`sluice.store.policy.set_policy`) and return the whole policy."""
-    from sluice.store.policy import set_policy
+    """Change policy fields (see :func:`sluice.store.files.policy.set_policy`) and return the whole policy."""
+    from sluice.store.files.policy import set_policy
 
     unknown = sorted(set(fields) - POLICY_FIELDS)
     if unknown:
@@ -157,6 +157,6 @@ def policy_set(town: Town, **fields: Any) -> dict:
 
 def policy_unset(town: Town, graph_id: str) -> dict:
     """Remove one graph's weight overrides and return the whole policy."""
-    from sluice.store.policy import unset_graph_override
+    from sluice.store.files.policy import unset_graph_override
 
     return unset_graph_override(town.policy_path, town.lock_path("policy"), graph_id).model_dump(mode="json")

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import format_duration
 from sluice.core.items import parse_ts
 from sluice.core.text import printable
-from sluice.store import events
+from sluice.store.database import events
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def _p(value) -> str:

@@ -10,7 +10,7 @@ from one survey of the queue: :func:`list_queue` and :func:`explain` (the
 facade's ``list`` and ``explain``) add a row's times to what the queue's
 read model says, the snapshot behind ``top`` and ``web`` does the same once
 per refresh (:func:`with_etas`), and :func:`forecast` keeps its head for
-``scheduler status`` (:mod:`sluice.store.forecasts`), which never replays.
+``scheduler status`` (:mod:`sluice.store.database.forecasts`), which never replays.
 Budget fit (:mod:`sluice.core.budget`) is said per row shown, not per item
 queued.
 """
@@ -36,10 +36,10 @@ from sluice.scheduler.launch.runs import stamp
 from sluice.scheduler.queue import views as queue_model
 from sluice.scheduler.session import Session
 from sluice.scheduler.views.reading import Reading
-from sluice.store import admission_state as kept
-from sluice.store import forecasts as kept_forecasts
-from sluice.store import runs as runlog
-from sluice.store.state import load_state, read_heartbeat
+from sluice.store.database import admission_state as kept
+from sluice.store.database import forecasts as kept_forecasts
+from sluice.store.database import runs as runlog
+from sluice.store.database.state import load_state, read_heartbeat
 
 #: The rows a replay gives slots to at least (the rest count for the drain alone).
 HEAD_ROWS = 500
@@ -47,13 +47,13 @@ HEAD_ROWS = 500
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.scheduler.queue.ranking import Work
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 
 def learn(town: Town, timeout: float | None = None) -> model.Model:
     """The model of the town's run history: each kind's last runs, one indexed query per kind
-    (:func:`sluice.store.runs.samples`), so a history of 100,000 runs is not read by every command.
+    (:func:`sluice.store.database.runs.samples`), so a history of 100,000 runs is not read by every command.
     A run recorded without its issue type counts for its rig and the town only."""
     return model.Model.of_kinds(runlog.samples(town, model.DEFAULT_WINDOW), model.DEFAULT_WINDOW,
                                 timeout=timeout)
@@ -357,7 +357,7 @@ def forecast(where: Town | Session, executor: Executor | None = None, limit: int
              now: float | None = None) -> dict:
     """``scheduler forecast``: the queue replayed under today's caps from the learned runtimes.
 
-    Its head is kept (:mod:`sluice.store.forecasts`) for ``scheduler
+    Its head is kept (:mod:`sluice.store.database.forecasts`) for ``scheduler
     status``; a head that cannot be written is warned about, never an error
     of the forecast itself.
     """

@@ -14,10 +14,10 @@ from pathlib import Path
 from sluice.core.recordclass import recordclass
 from sluice.errors import NotARepository, UnknownRig, UsageError
 from sluice.scheduler.queue.ranking import load_town_policy
-from sluice.store.events import MERGE_QUEUE_DEPTH, emit_event
-from sluice.store.gitview import common_dir
-from sluice.store.rigstore import Stores
-from sluice.store.town import Rig, Town
+from sluice.store.database.events import MERGE_QUEUE_DEPTH, emit_event
+from sluice.store.files.town import Rig, Town
+from sluice.store.git.gitview import common_dir
+from sluice.store.items.rigstore import Stores
 
 
 @recordclass(frozen=True)

@@ -43,13 +43,13 @@ from sluice.scheduler.queue.pending import survey
 from sluice.scheduler.queue.ranking import Work, rank_work, ready_count
 from sluice.scheduler.session import Session
 from sluice.scheduler.views import forecast as forecasting
-from sluice.store.decisions import recent_decisions
-from sluice.store.events import recent_events
+from sluice.store.database.decisions import recent_decisions
+from sluice.store.database.events import recent_events
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor, Polecat
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
 VERSION = 1
 RECENT_DECISIONS = 20

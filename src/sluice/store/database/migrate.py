@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.errors import ConfigError
-from sluice.store import admission_state, contexts, decisions, fsutil, runs, state
-from sluice.store.jsonlog import TornLine, parse_line
-from sluice.store.town import made_by_01
+from sluice.store.database import admission_state, contexts, decisions, runs, state
+from sluice.store.files import fsutil
+from sluice.store.files.jsonlog import TornLine, parse_line
+from sluice.store.files.town import made_by_01
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 #: 0.1's files under ``.sluice/``, relative, that only ever held derived state (moved aside unread).
 DERIVED = ("runtime/queue-chain.json", "runtime/queue-chain.tail", "runtime/queue-head.json",
@@ -51,7 +52,7 @@ PENDING_KEY = "migration_pending"
 def ensure(town: Town) -> None:
     """Migrate ``town`` when it is a 0.1 town without a database; finish moving a migration's old files
     aside.  Every way into a town (``sluice``, ``sluice.open_town``, the MCP server) takes this first."""
-    from sluice.store.db import database_path
+    from sluice.store.database.db import database_path
 
     if not made_by_01(town):  # a few stats: every command takes this way in
         return

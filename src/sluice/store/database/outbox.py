@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import LockBusy, SluiceError, StorageError
 from sluice.logs import log
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 EVENTS = "events"
 DECISIONS = "decisions"

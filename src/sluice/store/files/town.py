@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from sluice.core.recordclass import frozen
 from sluice.errors import ConfigError, TownNotFound, UnknownRig, UsageError
-from sluice.store import configcache, fsutil
+from sluice.store.files import configcache, fsutil
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
-    from sluice.store.db import Database
+    from sluice.store.database.db import Database
 
 # The models (and pydantic) are imported where a config is validated, not here: hot read commands
-# answer from a config validated before (sluice.store.configcache) and never pay for pydantic.
+# answer from a config validated before (sluice.store.files.configcache) and never pay for pydantic.
 
 CONFIG_NAME = "config.json"
 
@@ -88,8 +88,8 @@ class Town:
 
     @cached_property
     def db(self) -> Database:
-        """The town database (:mod:`sluice.store.db`), opened on first use."""
-        from sluice.store.db import database_path, shared
+        """The town database (:mod:`sluice.store.database.db`), opened on first use."""
+        from sluice.store.database.db import database_path, shared
 
         return shared(database_path(self.dir), on_create=lambda _conn: _refuse_unmigrated(self))
 
@@ -277,7 +277,8 @@ def validate_prefix(prefix: str) -> None:
 
 
 def made_by_01(town: Town) -> bool:
-    """Whether ``town`` holds state files of sluice 0.1 (what :mod:`sluice.store.migrate` brings in)."""
+    """Whether ``town`` holds state files of sluice 0.1 (what
+    :mod:`sluice.store.database.migrate` brings in)."""
     rigs = town.dir / "rigs"
     logs = rigs.is_dir() and any((d / "ephemeral.jsonl").exists() for d in rigs.iterdir() if d.is_dir())
     runs, state = town.dir / "runs" / "runs.jsonl", town.runtime / "scheduler-state.json"
@@ -286,7 +287,7 @@ def made_by_01(town: Town) -> bool:
 
 def _refuse_unmigrated(town: Town) -> None:
     """A new database beside 0.1's files would strand their state: only the migration may make it
-    (:func:`sluice.store.migrate.ensure`, which every way into a town takes first)."""
+    (:func:`sluice.store.database.migrate.ensure`, which every way into a town takes first)."""
     if made_by_01(town):
         raise ConfigError(f"{town.root}: this town was made by sluice 0.1 and is migrated when opened"
                           " through `sluice` or `sluice.open_town`; open it that way first")

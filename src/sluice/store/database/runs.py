@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from sluice.core.forecast import Sample
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 RUNNING = "running"
 OK = "ok"

@@ -49,7 +49,7 @@ from sluice.core.items import effective_tokens, labels_of, normalise, to_node
 from sluice.core.readiness import Node
 from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
-from sluice.store.fsutil import file_signature
+from sluice.store.files.fsutil import file_signature
 
 SCHEMA_VERSION = "12"  # raised whenever a rebuild would store, or refuse, something different
 
@@ -594,7 +594,7 @@ class DurableIndex:
         return answers
 
     def _keep_answer(self, key: str, value: Any) -> None:
-        from sluice.store.fsutil import write_cache
+        from sluice.store.files.fsutil import write_cache
 
         if self._conn is None or self._conn_signature is None:  # not known to match its source
             return

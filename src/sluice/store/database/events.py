@@ -2,7 +2,7 @@
 
 One JSON object per line, ``{event_id, type, at, payload}``.  An event is put
 in the town database's outbox in the same transaction as the change it
-reports, and written to the log after that commit (:mod:`sluice.store.outbox`),
+reports, and written to the log after that commit (:mod:`sluice.store.database.outbox`),
 so the log holds exactly the committed changes: none missed when a process dies
 between the two, none written twice.  A log that cannot take them (a full
 disk, a file that is not writable) keeps them waiting in the outbox, and
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso, random_id
 from sluice.errors import StoreCorrupt
-from sluice.store import outbox
-from sluice.store.jsonlog import tail_objects
+from sluice.store.database import outbox
+from sluice.store.files.jsonlog import tail_objects
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 # Every event type sluice writes, in one place (docs/formats.md describes their payloads).
 # The dispatcher's lifecycle:

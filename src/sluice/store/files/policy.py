@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sluice.core import scoring
 from sluice.errors import ConfigError, InvalidOperation, UsageError
-from sluice.store.fsutil import NotRegularFile, atomic_write_json, file_lock, read_regular
+from sluice.store.files.fsutil import NotRegularFile, atomic_write_json, file_lock, read_regular
 
 WEIGHT_NAMES = scoring.WEIGHT_NAMES
 #: A weight (or penalty, or aging setting) as the file may hold it: finite, and small enough that no

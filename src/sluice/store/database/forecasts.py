@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from sluice.logs import log
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 NAME = "forecast"

@@ -14,7 +14,7 @@ from sluice.core.digest import sha256
 from sluice.core.recordclass import frozen
 from sluice.errors import NotARepository
 from sluice.logs import log
-from sluice.store.fsutil import file_signature
+from sluice.store.files.fsutil import file_signature
 
 
 @frozen

@@ -3,7 +3,7 @@
 Every scoring decision (``schedule next``) and every launch the dispatcher
 makes is one JSON line, put in the town database's outbox in the transaction
 that makes the decision and written to the log after it commits
-(:mod:`sluice.store.outbox`).  Fairness reads per-rig counts from the
+(:mod:`sluice.store.database.outbox`).  Fairness reads per-rig counts from the
 ``decision_counts`` table, which the same transaction advances, so the log is
 never read whole; :func:`recent_decisions` seeks from the end and parses only
 the last lines.
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import random_id
-from sluice.store import outbox
-from sluice.store.jsonlog import json_object_at, tail_objects
+from sluice.store.database import outbox
+from sluice.store.files.jsonlog import json_object_at, tail_objects
 
 if TYPE_CHECKING:
-    from sluice.store.town import Rig, Town
+    from sluice.store.files.town import Rig, Town
 
 
 

@@ -35,7 +35,7 @@ from sluice.errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 #: The version every change of the scheduler state advances (:meth:`Database.advance`).
 VERSION = "state"

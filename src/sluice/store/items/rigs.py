@@ -2,7 +2,7 @@
 
 Adding registers a git repository under a name and a prefix; the items come
 from sluice's own store, a beads export, or a command printing one
-(:mod:`sluice.store.sources`).  Nothing is registered when the repository,
+(:mod:`sluice.store.items.sources`).  Nothing is registered when the repository,
 the export or the command fails.
 
 ``rig remove`` unregisters a rig: its name and prefix stop routing.  What it
@@ -33,11 +33,14 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
 from sluice.logs import log
-from sluice.store import beads_repo, events, fsutil, gitview, registry, sources
-from sluice.store import contexts as ctxs
-from sluice.store.rigstore import Stores, read_jsonl
-from sluice.store.sources import parse_command
-from sluice.store.town import ItemCommand, Rig, Town, validate_prefix, validate_rig_name
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import events
+from sluice.store.files import fsutil
+from sluice.store.files.town import ItemCommand, Rig, Town, validate_prefix, validate_rig_name
+from sluice.store.git import gitview
+from sluice.store.items import beads_repo, registry, sources
+from sluice.store.items.rigstore import Stores, read_jsonl
+from sluice.store.items.sources import parse_command
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
@@ -56,7 +59,7 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
     given and never contacted here.
 
     ``items`` names a beads export to read (read-only); ``items_command`` a
-    command printing one (:mod:`sluice.store.sources`), run once now so a
+    command printing one (:mod:`sluice.store.items.sources`), run once now so a
     failing command registers nothing; ``own_store`` gives the rig sluice's
     own store.  Without any of them a ``.beads/issues.jsonl`` in the
     repository is read, a rig without beads gets its own store, and a beads

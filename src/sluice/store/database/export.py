@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.store import contexts, runs
+from sluice.store.database import contexts, runs
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def ephemeral_records(town: Town, rig: str | None = None, open_only: bool = False) -> list[dict]:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import _thread
 from pathlib import Path
 
-from sluice.store import fsutil
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.store.files import fsutil
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 
 class KeptReads:

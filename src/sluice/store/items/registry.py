@@ -24,7 +24,7 @@ from pathlib import Path
 from sluice.core.clock import iso
 from sluice.errors import SluiceError
 from sluice.logs import log
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 #: Where the registry is, for tests and unusual set-ups (a file path).
 REGISTRY_VAR = "SLUICE_REGISTRY"

@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import parse_duration
 from sluice.core.digest import sha256
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 CONFIG, POLICY = "config", "policy"
 _HERE = Path(__file__).resolve().parent
 #: The module whose models validated each kind of file: a new sluice must not trust an old copy.
-_VALIDATED_BY = {CONFIG: _HERE.parent / "core" / "models.py", POLICY: _HERE / "policy.py"}
+_VALIDATED_BY = {CONFIG: _HERE.parents[1] / "core" / "models.py", POLICY: _HERE / "policy.py"}
 ABSENT = None  # the bytes of a file that does not exist (a missing policy means the defaults)
 
 
@@ -74,7 +74,7 @@ def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = C
 
 def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
     """The validated document kept for ``source`` as it is now, or None."""
-    from sluice.store import fsutil
+    from sluice.store.files import fsutil
 
     try:
         text = fsutil.read_regular(source)

@@ -1,4 +1,4 @@
-"""The small item tracker: what `sluice item …` does (a rig's life is :mod:`sluice.store.rigs`).
+"""The small item tracker: what `sluice item …` does (a rig's life is :mod:`sluice.store.items.rigs`).
 
 Scheduling never writes an item; only these functions do, and only in rigs
 that keep their own store.  Rigs whose items come from a beads export are
@@ -17,9 +17,9 @@ from sluice.core.items import STATUSES, ReadyFilter, dependency, labels_of, norm
 from sluice.core.readiness import id_prefix
 from sluice.core.recordclass import recordclass
 from sluice.errors import InvalidOperation, MissingFile, UnknownItem, UsageError
-from sluice.store import contexts as ctxs
-from sluice.store.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
-from sluice.store.town import Town
+from sluice.store.database import contexts as ctxs
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import RigStore, Stores, ensure_no_cycle, read_jsonl
 
 
 @recordclass

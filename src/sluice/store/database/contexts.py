@@ -30,11 +30,11 @@ from sluice.core.items import (
 )
 from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
-from sluice.store import events
+from sluice.store.database import events
 
 if TYPE_CHECKING:
-    from sluice.store.rigstore import RigStore
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import RigStore
 
 TITLE_PREFIX = "sling-context: "
 TITLE_LIMIT = 200  # characters, so a multi-byte title is never split inside a character

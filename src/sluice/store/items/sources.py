@@ -35,13 +35,14 @@ from sluice.core.clock import format_duration, iso
 from sluice.core.items import unwrap_envelope
 from sluice.errors import LockBusy, SourceFailed, StoreCorrupt, UsageError, os_error_text
 from sluice.logs import log
-from sluice.store import beads_repo, fsutil
-from sluice.store.jsonlog import TornLine, parse_line
+from sluice.store.files import fsutil
+from sluice.store.files.jsonlog import TornLine, parse_line
+from sluice.store.items import beads_repo
 
 if TYPE_CHECKING:
     import subprocess
 
-    from sluice.store.town import Rig, Town
+    from sluice.store.files.town import Rig, Town
 
 # subprocess, tempfile and shlex are imported where a command runs: every read command checks
 # whether a source is due, and most of the time that is a stat and a small JSON read.
@@ -243,7 +244,7 @@ def ensure_fresh(town: Town, rig: Rig) -> None:
         return  # a refresh is running already (another reader's child, the daemon): serve what there is
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-m", "sluice.store.sources", str(town.root), rig.name],
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.store.items.sources", str(town.root), rig.name],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -272,7 +273,7 @@ def source_stale(town: Town, rig: Rig) -> dict | None:
 
     A command source is stale while its last run failed (its previous
     snapshot serves); an export file is stale when the store beside it was
-    written well after it (:func:`~sluice.store.beads_repo.export_lag`).
+    written well after it (:func:`~sluice.store.items.beads_repo.export_lag`).
     """
     if rig.command is not None:
         state = read_state(town, rig.name)
@@ -296,8 +297,8 @@ def stale_rows(town: Town) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m sluice.store.sources TOWN RIG``: the refresh a read command started."""
-    from sluice.store.town import Town
+    """``python -m sluice.store.items.sources TOWN RIG``: the refresh a read command started."""
+    from sluice.store.files.town import Town
 
     town = Town(Path(argv[0]))
     rig = town.rig(argv[1])

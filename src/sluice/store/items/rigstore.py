@@ -4,13 +4,13 @@
   writers rewrite it atomically under the rig lock.
 * sluice's own records of the rig (sling contexts) are not here: they are the
   rig's ephemeral issue records in the town database
-  (:mod:`sluice.store.contexts`), and they never change an item's readiness
+  (:mod:`sluice.store.database.contexts`), and they never change an item's readiness
   (their only edge is ``tracks``, which never blocks).
 
 Readers take no lock.  A torn last line (a crash mid-append) is skipped with a
 warning; any other bad line is a :class:`StoreCorrupt` naming file and line,
 and nothing is rewritten.  Reads go through the derived
-:class:`~sluice.store.index.DurableIndex`, rebuilt when the file changes.
+:class:`~sluice.store.items.index.DurableIndex`, rebuilt when the file changes.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 from sluice.core.items import normalise
 from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
 from sluice.logs import log
-from sluice.store import fsutil
-from sluice.store.index import DurableIndex
-from sluice.store.jsonlog import TornLine, parse_line
-from sluice.store.town import Rig, Town
+from sluice.store.files import fsutil
+from sluice.store.files.jsonlog import TornLine, parse_line
+from sluice.store.files.town import Rig, Town
+from sluice.store.items.index import DurableIndex
 
 
 def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterator[tuple[int, dict, str]]:
@@ -80,7 +80,7 @@ class RigStore:
 
     def _refresh_source(self) -> None:
         if self.rig.command is not None:  # a command source: its snapshot brought up to date first
-            from sluice.store.sources import ensure_fresh
+            from sluice.store.items.sources import ensure_fresh
 
             ensure_fresh(self.town, self.rig)
 
@@ -90,7 +90,7 @@ class RigStore:
 
     def _load(self):
         if self.rig.command is not None and not self.durable_path.exists():
-            from sluice.store.sources import read_state, shown
+            from sluice.store.items.sources import read_state, shown
 
             error = read_state(self.town, self.rig.name).get("error") or "it has not run yet"
             raise ConfigError(f"rig {self.rig.name!r} reads its items through"
@@ -189,7 +189,7 @@ class RigStore:
     def require_writable(self) -> None:
         """Raise ReadOnlyStore when this rig reads its items from an external export."""
         if self.rig.command is not None:
-            from sluice.store.sources import shown
+            from sluice.store.items.sources import shown
 
             raise ReadOnlyStore(
                 f"rig {self.rig.name!r} reads its items through `{shown(self.rig.command.argv)}`;"
