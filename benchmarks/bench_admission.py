@@ -37,9 +37,9 @@ TOUCHES = ("src/api/**", "src/web/*", "docs/*.md", "src/api/auth.py", "tests/**"
 
 
 def build_town(root: Path, items: int) -> Path:
-    from sluice.scheduler.sling import SlingOptions, sling
-    from sluice.store.rigs import add_rig
-    from sluice.store.town import Town, init_town
+    from sluice.scheduler.launch.sling import SlingOptions, sling
+    from sluice.store.files.town import Town, init_town
+    from sluice.store.items.rigs import add_rig
 
     town_dir = root / "town"
     init_town(town_dir)
@@ -89,9 +89,9 @@ def _set(config, values: dict):
 
 
 def rules(town_dir: Path, on: bool) -> None:
-    from sluice.store import admission_state as kept
-    from sluice.store.policy import set_policy
-    from sluice.store.town import Town
+    from sluice.store.database import admission_state as kept
+    from sluice.store.files.policy import set_policy
+    from sluice.store.files.town import Town
 
     town = Town(town_dir)
     values = {
@@ -117,11 +117,11 @@ def rules(town_dir: Path, on: bool) -> None:
 
 
 def time_cycle(town_dir: Path) -> tuple[float, float, dict]:
-    from sluice.scheduler import admission
-    from sluice.scheduler.dispatch import run_cycle
-    from sluice.scheduler.pending import survey
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.scheduler.launch import admission
+    from sluice.scheduler.launch.dispatch import run_cycle
+    from sluice.scheduler.queue.pending import survey
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
     town = Town(town_dir)
     start = time.perf_counter()

@@ -115,8 +115,8 @@ def build(work: Path, items: list[dict]) -> Path:
 
 def records(town: Path) -> dict[str, dict]:
     """Every run's record by item id (the latest launch of each), read from the town database."""
-    from sluice.store import runs
-    from sluice.store.town import Town
+    from sluice.store.database import runs
+    from sluice.store.files.town import Town
 
     return {r["item_id"]: r for r in runs.read_runs(Town(town)).values()}
 

@@ -105,8 +105,8 @@ def build(base: Path, src: Path, queued: int, history: int) -> Path:
 
 WRITE_RUNS = """
 import json, sys
-from sluice.store import runs
-from sluice.store.town import Town
+from sluice.store.database import runs
+from sluice.store.files.town import Town
 runs.append(Town(sys.argv[1]), json.load(sys.stdin))
 """
 

@@ -58,8 +58,8 @@ def gates(town: Path, on: bool) -> None:
         sluice(town, "config", "set", key, value)
     if on:  # what a cycle keeps for the read commands
         sys.path.insert(0, str(ROOT / "src"))
-        from sluice.scheduler import gates as gate_view
-        from sluice.store.town import Town
+        from sluice.scheduler.launch import gates as gate_view
+        from sluice.store.files.town import Town
 
         gate_view.current(Town(town), fresh=True)
 

@@ -56,7 +56,7 @@ TRACED = ("open", "openat", "creat", "write", "pwrite64", "fsync", "fdatasync", 
           "renameat2", "unlink", "unlinkat", "ftruncate", "truncate")
 #: sluice with its fsyncs taken away (``--plant no-fsync``): the bug the explorer must find.
 PLANTED = {"no-fsync": "import os; os.fsync = lambda fd: None\n"
-                        "import sluice.store.db as db; db.SYNCHRONOUS = 'OFF'\n"}
+                        "import sluice.store.database.db as db; db.SYNCHRONOUS = 'OFF'\n"}
 
 
 # -- recording ---------------------------------------------------------------------------------

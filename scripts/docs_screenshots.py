@@ -29,8 +29,8 @@ def main() -> None:
 
     from sluice.api import Town as Facade
     from sluice.executors import get_executor
-    from sluice.scheduler.daemon import Daemon
-    from sluice.scheduler.sling import sling
+    from sluice.scheduler.launch.sling import sling
+    from sluice.scheduler.unattended.daemon import Daemon
     from sluice.surfaces.demo import build_town
     from sluice.surfaces.top import render
     from sluice.surfaces.web.serve import make_web

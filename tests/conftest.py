@@ -5,7 +5,7 @@ same name (tests/test_fixture_family.py keeps it so):
 
 * ``town_dir`` (``Path``): an initialised town with no rigs;
 * ``cli`` (``helpers.Cli``): the real entry point run against it;
-* ``town_files`` (``sluice.store.town.Town``): its files, for the scheduler
+* ``town_files`` (``sluice.store.files.town.Town``): its files, for the scheduler
   and store functions;
 * ``api_town`` (``sluice.Town``): the library's facade over it;
 * ``rig`` (``str``): rig ``alpha`` (prefix ``al``) over a real git repository
@@ -23,7 +23,7 @@ same name (tests/test_fixture_family.py keeps it so):
 
 A module's own scenario (its items written, its executor configured) is a
 fixture built on these whose name says what it returns: ``*_dir`` a
-``Path``, ``*_files`` a ``sluice.store.town.Town``, ``*_api`` a
+``Path``, ``*_files`` a ``sluice.store.files.town.Town``, ``*_api`` a
 ``sluice.Town``, ``*_cli`` a ``Cli``; never ``town`` or ``*_town``, and a
 name two modules share has one return annotation in both.  The functions
 and classes behind them are in the ``helpers`` package, never imported
@@ -53,13 +53,13 @@ if TYPE_CHECKING:
     import sluice
     from helpers.polecats import RealPolecats
     from sluice.executors.memory import ManualClock, MemoryExecutor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 # Read the exports' location once, then keep the variable out of the environment: polecats the
 # tests launch inherit it, and the executor tests compare every SLUICE_* variable a polecat sees.
 BEADS_DATA = beads_data_path()
 os.environ.pop(BEADS_DATA_VAR, None)
-# Every town the tests make notes itself in the per-user town registry (sluice.store.registry): a
+# Every town the tests make notes itself in the per-user town registry (sluice.store.items.registry): a
 # fresh one under a temporary state directory, never the real home's. XDG_STATE_HOME rather than
 # SLUICE_REGISTRY, so the SLUICE_* variables a polecat sees stay the ones sluice sets.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="sluice-test-state-")
@@ -99,7 +99,7 @@ def cli(town_dir: Path) -> Cli:
 @pytest.fixture
 def town_files(town_dir: Path) -> Town:
     """The town's files.  Its config is read once: build it after the config the test reads is set."""
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     return Town(town_dir)
 
@@ -151,7 +151,7 @@ def real_polecats(request, town_dir: Path, rig: str, tmp_path: Path) -> Iterator
     """
     from helpers.polecats import RealPolecats, configure, install_polecat, polecat_command
     from sluice.executors import get_executor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     script, reports = install_polecat(tmp_path / "polecat")
     configure(town_dir, {"executor.kind": request.param,
@@ -217,7 +217,7 @@ def memory(town_dir: Path, clock: ManualClock) -> Iterator[MemoryExecutor]:
     """
     from helpers.scheduler import configure
     from sluice.executors.memory import MemoryExecutor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     configure(town_dir, "executor.kind", "memory")
     executor = MemoryExecutor(clock).serve(Town(town_dir))

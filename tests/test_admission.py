@@ -288,7 +288,7 @@ class _Policy:
     """A policy-shaped object: default weights, aging as given."""
 
     def __init__(self, aging=0.0, aging_max=2.0):
-        from sluice.store.policy import Policy
+        from sluice.store.files.policy import Policy
 
         base = Policy()
         self.weights, self.graph_overrides = base.weights, base.graph_overrides

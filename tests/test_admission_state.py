@@ -9,8 +9,8 @@ import json
 import pytest
 
 from sluice.errors import ConfigError
-from sluice.store import admission_state as kept
-from sluice.store.state import load_state, set_paused
+from sluice.store.database import admission_state as kept
+from sluice.store.database.state import load_state, set_paused
 from sluice.surfaces.watching import Sources
 
 NOW = 1_800_000_000.0

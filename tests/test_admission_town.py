@@ -25,14 +25,14 @@ from helpers.scheduler import (
 )
 from sluice.errors import StorageError
 from sluice.executors import get_executor
-from sluice.scheduler.breaker import broken_rows
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.queue import explain, list_queue, status
-from sluice.scheduler.requeue import queue_again
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.scheduler.usage import report_usage
-from sluice.store import admission_state as kept
-from sluice.store.town import Town
+from sluice.scheduler.launch.breaker import broken_rows
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.launch.usage import report_usage
+from sluice.scheduler.queue.requeue import queue_again
+from sluice.scheduler.queue.views import explain, list_queue, status
+from sluice.store.database import admission_state as kept
+from sluice.store.files.town import Town
 
 
 @pytest.fixture
@@ -184,7 +184,7 @@ def test_a_launch_whose_charge_the_disk_refuses_is_not_made_and_stays_queued(two
 
 def test_a_disk_that_refuses_the_launch_itself_blames_no_item_and_keeps_no_intent_or_charge(
         two_rigs_dir, memory, monkeypatch):
-    from sluice.store.fsutil import storage_error
+    from sluice.store.files.fsutil import storage_error
 
     configure(two_rigs_dir, "scheduler.token_budget", "5000")
     queue(two_rigs_dir, "alpha", item("al-0", metadata={"estimated_tokens": 1000}))
@@ -370,8 +370,8 @@ def test_a_requeue_and_a_sling_of_one_item_at_once_leave_one_open_context(two_ri
     that comes between its check and its create waits for it, then finds the item queued."""
     import threading
 
-    from sluice.scheduler import pending
-    from sluice.store.rigstore import Stores
+    from sluice.scheduler.queue import pending
+    from sluice.store.items.rigstore import Stores
 
     write_items(two_rigs_dir, "alpha", [item("al-race")])
     real_item_store = pending.item_store

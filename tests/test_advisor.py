@@ -12,13 +12,13 @@ from sluice.core.clock import order_of_ts
 from sluice.core.items import effective_tokens
 from sluice.core.scoring import Candidate, score_all
 from sluice.errors import UsageError
-from sluice.scheduler import advisor
-from sluice.scheduler.ranking import rank_ready
-from sluice.scheduler.signals import Signals
-from sluice.store.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED
-from sluice.store.policy import load_policy
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.scheduler.queue.ranking import rank_ready
+from sluice.scheduler.queue.signals import Signals
+from sluice.scheduler.views import advisor
+from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED
+from sluice.store.files.policy import load_policy
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 
 @pytest.mark.parametrize("limit", [0, -1, True, "3", 1.5])

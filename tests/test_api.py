@@ -253,7 +253,7 @@ def test_a_busy_lock_is_a_sluice_error_naming_the_lock(two_rig_api):
     import threading
 
     from sluice.errors import LockBusy
-    from sluice.store.fsutil import file_lock
+    from sluice.store.files.fsutil import file_lock
 
     path = two_rig_api.files.lock_path("config")
     held, release = threading.Event(), threading.Event()
@@ -437,7 +437,7 @@ def test_a_record_result_reads_as_its_document_and_a_list_as_typed_rows():
 
 def test_one_call_reads_the_config_once_and_asks_the_executor_once(two_rig_api, monkeypatch):
     """A Session per call: status reads config.json once and asks for the running polecats once."""
-    from sluice.store.town import Town as TownFiles
+    from sluice.store.files.town import Town as TownFiles
 
     two_rig_api.config_set("scheduler.max_polecats", "2")
     two_rig_api.sling([two_rig_api.create_item("api", "queued")["id"]])
@@ -456,7 +456,7 @@ def test_a_cycle_a_sling_a_snapshot_and_the_advisor_read_the_config_once_and_res
         two_rig_api, monkeypatch):
     """One call, one session: no part of a cycle, a sling, a view or ``schedule next`` reads the config
     or looks the executor up again."""
-    from sluice.store.town import Town as TownFiles
+    from sluice.store.files.town import Town as TownFiles
 
     two_rig_api.config_set("scheduler.max_polecats", "2")
     two_rig_api.config_set("scheduler.batch_size", "2")

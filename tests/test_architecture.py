@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import tomllib
 
 from helpers import ROOT
 
@@ -33,6 +34,23 @@ def test_the_module_map_names_every_module_and_only_modules():
     named = set(re.findall(r"`(sluice(?:\.\w+)*)`", section(DOC.read_text(), "Module map")))
     assert sorted(modules() - named) == [], "modules missing from the module map in docs/architecture.md"
     assert sorted(named - modules()) == [], "the module map names modules that do not exist"
+
+
+def test_the_layers_inside_the_scheduler_and_the_store_name_every_module():
+    """Each module of the two layered containers sits in one of their layers (a folder's package aside)."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    checked = []
+    for contract in contracts:
+        if contract.get("containers") not in (["sluice.scheduler"], ["sluice.store"]):
+            continue
+        [container] = contract["containers"]
+        named = {f"{container}.{name.strip()}" for layer in contract["layers"] for name in layer.split("|")}
+        inside = {name for name in modules() if name.startswith(container + ".")}
+        folders = {name for name in inside if any(other.startswith(name + ".") for other in inside)}
+        placed = {name for name in inside if any(name == n or name.startswith(n + ".") for n in named)}
+        assert sorted(inside - folders - placed) == [], f"modules of {container} in none of its layers"
+        checked.append(container)
+    assert sorted(checked) == ["sluice.scheduler", "sluice.store"]
 
 
 def test_every_function_and_class_the_page_names_exists():

@@ -59,8 +59,8 @@ def run(loaded, name):
 @pytest.mark.parametrize("name", FILES)
 def test_one_items_causes_are_what_the_blocked_listing_names(loaded, name):
     """`scheduler explain` asks one item's causes by id; they must be the listing's row for it."""
-    from sluice.store.rigstore import Stores
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigstore import Stores
 
     cli = run(loaded, name)
     store = Stores(Town(cli.town)).rig("r")

@@ -202,7 +202,7 @@ def test_the_python_api_takes_the_same_filters(cli, export_rig):
 
 
 def _rig():
-    from sluice.store.town import ItemCommand, Rig
+    from sluice.store.files.town import ItemCommand, Rig
 
     return Rig("be", Path("/nowhere"), "be", Path("/nowhere/s.jsonl"),
                ItemCommand(("bd", "export"), (), 30.0, 30.0, 2.0))
@@ -213,7 +213,7 @@ ids_strategy = st.lists(st.integers(0, 999).map(lambda n: f"be-{n}"), unique=Tru
 
 @given(ids_strategy)
 def test_jsonl_an_array_and_an_envelope_of_the_same_records_keep_the_same_records(ids):
-    from sluice.store.sources import snapshot_bytes
+    from sluice.store.items.sources import snapshot_bytes
 
     records = [record(i) for i in ids]
     jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
@@ -226,7 +226,7 @@ def test_jsonl_an_array_and_an_envelope_of_the_same_records_keep_the_same_record
 
 
 def test_one_pretty_printed_record_is_read_as_one_record():
-    from sluice.store.sources import snapshot_bytes
+    from sluice.store.items.sources import snapshot_bytes
 
     body, count = snapshot_bytes(_rig(), json.dumps(record("be-1"), indent=2).encode())
     assert count == 1 and json.loads(body)["id"] == "be-1"

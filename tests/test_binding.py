@@ -18,12 +18,12 @@ from helpers.scheduler import configure, item, write_items
 from sluice.core import admission as rules
 from sluice.core.admission import Admission, Reason
 from sluice.core.gates import binding
-from sluice.scheduler.control import pause
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.queue import explain, status
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.scheduler.throttles import throttle
-from sluice.store.town import Town
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.launch.throttles import throttle
+from sluice.scheduler.queue.control import pause
+from sluice.scheduler.queue.views import explain, status
+from sluice.store.files.town import Town
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sluice.core import scoring
 from sluice.core.clock import MAX_DURATION, DurationTooLong, parse_duration
 from sluice.errors import UsageError
-from sluice.store.admission_state import utc
+from sluice.store.database.admission_state import utc
 
 DURATION_KEYS = [
     "scheduler.spawn_delay", "scheduler.polecat_timeout", "scheduler.retry_base",
@@ -152,6 +152,6 @@ def test_ray_resources_must_be_finite_amounts(cli, town_dir, value):
 @given(now=st.floats(min_value=1.5e9, max_value=4e9, allow_nan=False))
 def test_the_longest_throttle_is_accepted_whatever_the_moment(now):
     """(now + d) - now rounds at epoch magnitudes: the bound is judged on the duration itself."""
-    from sluice.scheduler.throttles import parse_until
+    from sluice.scheduler.launch.throttles import parse_until
 
     assert parse_until("876000h", now) == now + MAX_DURATION

@@ -19,9 +19,9 @@ from helpers.polecats import configure, report
 from helpers.polecats import request as launch_request
 from sluice.core.clock import boot_seconds, runtime_seconds
 from sluice.executors import get_executor
-from sluice.scheduler import polecats
-from sluice.store import admission_state as kept
-from sluice.store.town import Town
+from sluice.scheduler.launch import polecats
+from sluice.store.database import admission_state as kept
+from sluice.store.files.town import Town
 
 DAYS = 30 * 86400.0
 needs_boot_clock = pytest.mark.skipif(boot_seconds() is None, reason="no boot clock (CLOCK_BOOTTIME) here")

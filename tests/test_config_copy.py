@@ -23,9 +23,9 @@ import pytest
 from helpers import Cli
 from helpers.scheduler import configure, database_dump
 from helpers.storage import small_disk
-from sluice.store import configcache
-from sluice.store import db as dbmod
-from sluice.store.town import Town
+from sluice.store.database import db as dbmod
+from sluice.store.files import configcache
+from sluice.store.files.town import Town
 
 # Runs a command as `sluice` does and says, last on stderr, whether pydantic was imported.
 PROBE = """

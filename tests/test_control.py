@@ -20,8 +20,8 @@ from helpers.scheduler import (
     write_items,
 )
 from sluice.core.records import SchedulerState
-from sluice.store.state import detect_actor, load_state
-from sluice.store.town import Town
+from sluice.store.database.state import detect_actor, load_state
+from sluice.store.files.town import Town
 
 LIST_KEYS = {"id", "title", "status", "target_rig", "blocked", "context_id", "enqueued_at",
              "dispatch_failures"}

@@ -24,8 +24,8 @@ from helpers.scheduler import (
     write_items,
 )
 from sluice.executors.local import LocalExecutor
-from sluice.store.state import read_heartbeat
-from sluice.store.town import Town
+from sluice.store.database.state import read_heartbeat
+from sluice.store.files.town import Town
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def test_a_tick_stops_a_stalled_polecat_and_reuses_its_slot(cli: Cli, rig):
 
 def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, rig, tmp_path, monkeypatch):
     """An executor that cannot be asked is reported in the tick's line; `config set` applies next tick."""
-    from sluice.scheduler.daemon import Daemon
+    from sluice.scheduler.unattended.daemon import Daemon
 
     configure(cli.town, "executor.kind", "tmux")
     monkeypatch.setenv("PATH", str(tmp_path / "no-tmux-here"))  # this daemon cannot find tmux
@@ -164,8 +164,8 @@ def test_reap_failures_are_logged_and_each_tick_follows_the_config(cli, rig, tmp
 
 def test_a_tick_that_launches_nothing_does_not_survey_the_queue_again(cli, rig, capacity, monkeypatch):
     """Only a tick that launched something checks whether the queue drained (``QueueDrained``)."""
-    from sluice.scheduler import queue
-    from sluice.scheduler.daemon import Daemon
+    from sluice.scheduler.queue import views as queue
+    from sluice.scheduler.unattended.daemon import Daemon
 
     capacity(2)
     surveyed: list[bool] = []

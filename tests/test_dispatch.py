@@ -37,10 +37,10 @@ from helpers.scheduler import (
 )
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor
-from sluice.store import contexts as ctxs
-from sluice.store.rigstore import Stores
-from sluice.store.state import load_state
-from sluice.store.town import Town
+from sluice.store.database import contexts as ctxs
+from sluice.store.database.state import load_state
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 SLUICE = (sys.executable, "-m", "sluice")
 
@@ -157,7 +157,7 @@ def test_a_pause_issued_during_a_cycle_survives_it(cli, deferred_dir, executor):
 
 
 def test_a_pause_ends_a_spawn_delay_as_soon_as_it_is_seen(cli, deferred_dir, memory):
-    from sluice.scheduler.dispatch import PAUSE_POLL, run_cycle
+    from sluice.scheduler.launch.dispatch import PAUSE_POLL, run_cycle
 
     write_items(deferred_dir, "alpha", [item("al-1"), item("al-2")])
     configure(cli.town, "scheduler.max_polecats", "5")
@@ -403,7 +403,7 @@ def test_no_executor_command_is_a_config_error_and_counts_nothing(cli, deferred_
 
 
 def test_a_busy_dispatch_lock(cli, deferred_dir):
-    from sluice.store.fsutil import file_lock
+    from sluice.store.files.fsutil import file_lock
 
     with file_lock(deferred_dir / ".sluice" / "runtime" / "dispatch.lock"):
         done = cli.run("scheduler", "run", check=False)
@@ -473,7 +473,7 @@ def test_sling_parameters_reach_the_polecat_environment(cli, deferred_dir, tmp_p
 
 def test_spawn_delay_only_follows_successful_launches(cli, deferred_dir):
     from sluice.executors.memory import MemoryExecutor
-    from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.launch.dispatch import run_cycle
 
     write_items(deferred_dir, "alpha", [item("al-1"), item("al-2"), item("al-3"), item("al-4")])
     configure(cli.town, "scheduler.max_polecats", "5")
@@ -493,7 +493,7 @@ def test_spawn_delay_only_follows_successful_launches(cli, deferred_dir):
 def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, deferred_dir):
     from sluice.errors import ExecutorUnavailable
     from sluice.executors.memory import MemoryExecutor
-    from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.launch.dispatch import run_cycle
 
     write_items(deferred_dir, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
@@ -509,7 +509,7 @@ def test_an_unavailable_executor_stops_the_cycle_without_counting(cli, deferred_
 
 def test_a_context_that_cannot_be_closed_after_launch_is_settled_next_cycle(cli, deferred_dir, executor,
                                                                             monkeypatch):
-    from sluice.scheduler import dispatch
+    from sluice.scheduler.launch import dispatch
 
     write_items(deferred_dir, "alpha", [item("al-1")])
     configure(cli.town, "executor.command", sleeper(5))
@@ -566,14 +566,14 @@ def _watched_steps(monkeypatch) -> list[str]:
 
 
 def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferred_dir, executor, monkeypatch):
-    from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.launch.dispatch import run_cycle
 
     ids = _queued_sleepers(cli, deferred_dir, 3)
     steps = _watched_steps(monkeypatch)
     from collections import Counter
 
-    from sluice.store import fsutil
-    from sluice.store import runs as runlog
+    from sluice.store.database import runs as runlog
+    from sluice.store.files import fsutil
 
     appends: Counter = Counter()
     append, write_runs = fsutil.append_bytes, runlog.append
@@ -597,7 +597,7 @@ def test_a_batch_starts_every_watcher_before_it_waits_for_the_first(cli, deferre
 
 
 def test_at_most_so_many_launches_are_begun_before_the_cycle_waits(cli, deferred_dir, executor, monkeypatch):
-    from sluice.scheduler import dispatch
+    from sluice.scheduler.launch import dispatch
 
     ids = _queued_sleepers(cli, deferred_dir, 3)
     steps = _watched_steps(monkeypatch)
@@ -610,7 +610,7 @@ def test_at_most_so_many_launches_are_begun_before_the_cycle_waits(cli, deferred
 def test_an_error_that_is_nobodys_fault_stops_the_cycle_before_the_next_launch_begins(
         cli, deferred_dir, executor, monkeypatch):
     from sluice.errors import ExecutorUnavailable
-    from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.launch.dispatch import run_cycle
 
     _queued_sleepers(cli, deferred_dir, 4)
     start = LocalExecutor.start
@@ -631,7 +631,7 @@ def test_an_error_that_is_nobodys_fault_stops_the_cycle_before_the_next_launch_b
 
 
 def test_launches_spaced_by_a_spawn_delay_are_made_one_by_one(cli, deferred_dir, executor, monkeypatch):
-    from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.launch.dispatch import run_cycle
 
     _queued_sleepers(cli, deferred_dir, 3, ("scheduler.spawn_delay", "10m"))
     steps = _watched_steps(monkeypatch)
@@ -643,7 +643,7 @@ def test_launches_spaced_by_a_spawn_delay_are_made_one_by_one(cli, deferred_dir,
 
 def test_a_refused_launch_still_books_the_launches_begun_before_it(cli, deferred_dir, executor, monkeypatch):
     from sluice.errors import ExecutorError
-    from sluice.scheduler.dispatch import run_cycle
+    from sluice.scheduler.launch.dispatch import run_cycle
 
     _queued_sleepers(cli, deferred_dir, 4)
     last = context_of(deferred_dir, "al-4")["id"]

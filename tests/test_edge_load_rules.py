@@ -25,8 +25,8 @@ from helpers.beads_rules import Rules
 from helpers.foundation import quick_rig, quick_town
 from sluice.core.items import edges, normalise, to_node
 from sluice.core.readiness import blocked_nodes, ready_nodes
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC).timestamp()
 PAST, FUTURE = "2026-01-01T00:00:00Z", "2027-01-01T00:00:00Z"

@@ -348,8 +348,8 @@ def test_strict_mode_raises_what_the_fast_path_would_hand_to_typer(fresh_dir, mo
 
 def test_a_recorded_answer_that_cannot_be_printed_is_not_recorded_again(fresh_dir, monkeypatch, capsys):
     """``schedule next`` records its decisions first: a failed print exits 1 instead of asking typer."""
-    from sluice.store.decisions import recent_decisions
-    from sluice.store.town import Town
+    from sluice.store.database.decisions import recent_decisions
+    from sluice.store.files.town import Town
     from sluice.surfaces import fastcli, output
 
     monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))
@@ -401,7 +401,7 @@ def test_a_real_cycle_launches_on_the_fast_path_as_typer_does(fresh_dir, tmp_pat
 def test_a_real_cycle_stopped_by_an_error_is_not_tried_again(fresh_dir, monkeypatch, capsys):
     """Whatever stops a cycle that may have launched is said as typer says it, and typer never runs it."""
     from sluice.errors import ExecutorUnavailable
-    from sluice.scheduler import dispatch
+    from sluice.scheduler.launch import dispatch
     from sluice.surfaces import fastcli
 
     monkeypatch.setenv("SLUICE_TOWN", str(fresh_dir))

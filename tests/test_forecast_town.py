@@ -9,7 +9,7 @@ import pytest
 
 from helpers import Cli, make_repo
 from helpers.forecast import forecast_town, record
-from sluice.store import runs as log
+from sluice.store.database import runs as log
 
 
 @pytest.fixture
@@ -75,8 +75,8 @@ def test_runs_of_the_items_kind_speak_before_the_rigs(forecast_cli):
 
 def test_a_live_daemon_sets_the_ticks_and_a_stale_heartbeat_is_no_daemon(forecast_cli):
     from sluice.api import open_town
-    from sluice.scheduler.runs import stamp
-    from sluice.store.state import write_heartbeat
+    from sluice.scheduler.launch.runs import stamp
+    from sluice.store.database.state import write_heartbeat
 
     forecast_cli.run("sling", "be-1")
     town = open_town(forecast_cli.town).files
@@ -91,8 +91,8 @@ def test_a_live_daemon_sets_the_ticks_and_a_stale_heartbeat_is_no_daemon(forecas
 
 def test_ticks_come_as_far_apart_as_the_heartbeat_shows_not_closer_than_the_interval(forecast_cli):
     from sluice.api import open_town
-    from sluice.scheduler.runs import stamp
-    from sluice.store.state import write_heartbeat
+    from sluice.scheduler.launch.runs import stamp
+    from sluice.store.database.state import write_heartbeat
 
     forecast_cli.run("sling", "be-1")
     now = datetime.now().timestamp()

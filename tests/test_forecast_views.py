@@ -10,7 +10,7 @@ import pytest
 from helpers import Cli
 from helpers.forecast import forecast_town
 from helpers.scheduler import configure, sleeper
-from sluice.store import runs as log
+from sluice.store.database import runs as log
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_status_shows_the_drain_of_the_last_forecast_kept_and_its_age(forecast_c
 
 def test_a_corrupt_kept_forecast_is_named_and_shown_as_none(forecast_cli):
     from sluice.api import open_town
-    from sluice.store.forecasts import NAME
+    from sluice.store.database.forecasts import NAME
 
     forecast_cli.run("sling", "be-1")
     db = open_town(forecast_cli.town).files.db
@@ -164,7 +164,7 @@ def test_the_views_show_each_rows_times_and_when_the_queue_drains(forecast_cli):
 
 def test_a_view_surveys_the_queue_once_for_its_rows_and_their_forecast(forecast_cli, monkeypatch):
     from sluice.api import open_town
-    from sluice.scheduler import queue as queue_model
+    from sluice.scheduler.queue import views as queue_model
 
     for item in ("be-1", "be-2"):
         forecast_cli.run("sling", item)
@@ -182,7 +182,7 @@ def test_budget_fit_says_whether_p90_tokens_fit_the_window_and_when_room_comes(f
     import time
 
     from sluice.api import open_town
-    from sluice.store import admission_state as kept
+    from sluice.store.database import admission_state as kept
 
     history(forecast_cli, 600.0, 6)  # tokens used 400…405: the kind's p90 is 405
     forecast_cli.run("sling", "be-1")
@@ -214,7 +214,7 @@ def test_budget_fit_says_whether_p90_tokens_fit_the_window_and_when_room_comes(f
 
 def test_a_forecast_that_cannot_be_kept_still_answers_and_says_so(forecast_cli, monkeypatch):
     from sluice.errors import StorageError
-    from sluice.store import forecasts
+    from sluice.store.database import forecasts
 
     forecast_cli.run("sling", "be-1")
 
@@ -244,8 +244,8 @@ def test_times_and_ages_read_as_people_say_them():
 def test_explain_gives_each_queued_item_the_row_the_whole_forecast_gives_it(forecast_cli):
     """explain replays the queue only until its item has started; each item's times, runtimes, basis
     and budget are still those of the whole replay at the same moment (blocked ones too)."""
-    from sluice.scheduler.forecast import EXPLAINED, explain, forecast
-    from sluice.store.town import Town
+    from sluice.scheduler.views.forecast import EXPLAINED, explain, forecast
+    from sluice.store.files.town import Town
 
     history(forecast_cli, 600.0, 6)
     for item in ("be-1", "be-2", "be-3", "be-4"):

@@ -27,8 +27,8 @@ from fuzz_helpers import (
     snapshot,
 )
 from helpers import make_repo
-from sluice.store.rigs import add_rig
-from sluice.store.town import init_town
+from sluice.store.files.town import init_town
+from sluice.store.items.rigs import add_rig
 
 GOOD = [
     {"id": "fz-1", "title": "one", "status": "open", "priority": 1, "issue_type": "task"},

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from fuzz_helpers import FUZZ, assert_clean_exit, json_any, odd_text, run_cli, snapshot
 from helpers import make_repo
-from sluice.store.rigs import add_rig
-from sluice.store.town import init_town
+from sluice.store.files.town import init_town
+from sluice.store.items.rigs import add_rig
 
 GOOD = [
     {"id": "fz-1", "title": "one", "status": "open", "priority": 1, "issue_type": "task"},

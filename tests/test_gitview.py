@@ -10,7 +10,7 @@ import pytest
 
 from helpers import git, make_repo
 from sluice.errors import NotARepository
-from sluice.store import gitview
+from sluice.store.git import gitview
 
 
 @pytest.fixture

@@ -24,10 +24,10 @@ from sluice.core.gates import parse_size
 from sluice.errors import UsageError
 from sluice.executors import get_executor
 from sluice.executors.local import LocalExecutor
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.queue import explain, status
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.store.town import Town
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.queue.views import explain, status
+from sluice.store.files.town import Town
 
 IMPOSSIBLE = {
     "scheduler.host.min_free_memory": ("1000TiB", rules.HOST_MEMORY),
@@ -192,8 +192,8 @@ def test_the_hold_file_is_obeyed_by_a_running_daemon(queued_dir, local):
 
 
 def _beat(town) -> dict:
-    from sluice.store.state import read_heartbeat
-    from sluice.store.town import Town
+    from sluice.store.database.state import read_heartbeat
+    from sluice.store.files.town import Town
 
     return read_heartbeat(Town(town)) or {}
 

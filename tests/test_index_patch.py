@@ -15,9 +15,9 @@ import pytest
 
 from helpers.foundation import make_repo
 from helpers.scheduler import item
-from sluice.store.rigs import add_rig
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.store.files.town import Town
+from sluice.store.items.rigs import add_rig
+from sluice.store.items.rigstore import Stores
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import make_repo
 from helpers.foundation import quick_rig
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 
 def create(cli, *args: str) -> dict:
@@ -134,7 +134,7 @@ def test_show_is_one_object_and_unknown_ids_fail(cli, rig):
 
 
 def test_list_filters_by_rig_status_and_labels(cli, rig, town_dir, tmp_path):
-    from sluice.store.rigs import add_rig
+    from sluice.store.items.rigs import add_rig
 
     add_rig(Town(town_dir), "beta", make_repo(tmp_path / "repos" / "beta"), "be")
     a = create(cli, "--title", "a", "--label", "x", "--label", "y")
@@ -280,8 +280,8 @@ def test_ready_and_blocked_through_the_cli(cli, rig):
 
 def test_the_blocked_listing_kept_in_the_index_equals_the_one_worked_out(cli, rig, town_dir):
     """`item blocked` reads rows kept written out in the index; they must be what the rows say."""
-    from sluice.store.index import blocked_line
-    from sluice.store.rigstore import Stores
+    from sluice.store.items.index import blocked_line
+    from sluice.store.items.rigstore import Stores
 
     gate = {"id": "al-gate", "title": "gate", "status": "open", "priority": 0}
     lines = [json.dumps(gate)]

@@ -17,7 +17,7 @@ from helpers.scheduler import item, wait_for, write_items
 from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest
 from sluice.executors.local import LocalExecutor, pid_alive, proc_start_time
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_a_reused_pid_is_not_our_polecat(local_setup):
 def test_a_zombie_is_not_active(local_setup, tmp_path):
     """A polecat that exited but was not waited for (its launcher is gone) does not hold a slot."""
     town, _executor, repo = local_setup
-    code = ("import sys; from sluice.store.town import Town;"
+    code = ("import sys; from sluice.store.files.town import Town;"
             "from sluice.executors.local import LocalExecutor;"
             "from sluice.executors.base import LaunchRequest;"
             f"p = LocalExecutor(Town({str(town.root)!r})).launch(LaunchRequest('al-1', 'alpha', 't', 'c1',"

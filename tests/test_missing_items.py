@@ -132,7 +132,7 @@ def test_a_torn_tail_is_warned_about_every_time_the_index_is_used(cli, export):
 
 def test_marking_and_forgetting_missing_items_is_one_write_per_rig(cli, export, monkeypatch):
     """A whole queue going missing (or coming back) costs one write of all its contexts, not one each."""
-    from sluice.store import contexts
+    from sluice.store.database import contexts
 
     batches: list[list[str]] = []
     original = contexts.update_fields_many

@@ -17,9 +17,9 @@ import pytest
 from helpers.polecats import configure
 from helpers.scheduler import item, python_command, write_items
 from sluice.executors import get_executor
-from sluice.scheduler.daemon import Daemon
-from sluice.store.events import emit_event
-from sluice.store.town import Town
+from sluice.scheduler.unattended.daemon import Daemon
+from sluice.store.database.events import emit_event
+from sluice.store.files.town import Town
 
 NOTIFIER = r'''
 import json, os, sys

@@ -10,7 +10,7 @@ import pytest
 from helpers.polecats import RealPolecats, configure, gone, polecat_command, report
 from helpers.scheduler import item, wait_for, write_items
 from sluice.executors import get_executor
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 ROW_KEYS = {
     "id", "item_id", "rig", "context_id", "executor", "started_at", "state", "pid", "exit_code", "log_path",

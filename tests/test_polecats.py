@@ -18,8 +18,8 @@ from sluice.core.plan import retry_delay
 from sluice.core.records import SlingContextFields
 from sluice.errors import UnknownPolecat
 from sluice.executors import get_executor
-from sluice.scheduler import polecats
-from sluice.store.events import POLECAT_TIMED_OUT, read_events
+from sluice.scheduler.launch import polecats
+from sluice.store.database.events import POLECAT_TIMED_OUT, read_events
 
 # -- stall timeout -------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from sluice.core.scoring import Weights
 from sluice.errors import ConfigError, UsageError
-from sluice.store.policy import GraphOverride, Policy, PolicyWeights, load_policy, set_policy
+from sluice.store.files.policy import GraphOverride, Policy, PolicyWeights, load_policy, set_policy
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from helpers.scheduler import configure, events, item, write_items
 from sluice.core import admission as rules
 from sluice.errors import InvalidOperation, NotAdmitted
 from sluice.executors import get_executor
-from sluice.scheduler.control import pause
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.promote import promote
-from sluice.scheduler.queue import explain, list_queue
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.store.town import Town
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.queue.control import pause
+from sluice.scheduler.queue.promote import promote
+from sluice.scheduler.queue.views import explain, list_queue
+from sluice.store.files.town import Town
 
 
 @pytest.fixture

@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 
 from helpers.scheduler import configure, issues_path, item, write_items
-from sluice.scheduler import dispatch, queuehead
-from sluice.scheduler import queue as views
-from sluice.scheduler.promote import promote
+from sluice.scheduler.launch import dispatch
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.queue import head as queuehead
+from sluice.scheduler.queue import views
+from sluice.scheduler.queue.promote import promote
 from sluice.scheduler.session import Session
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.store import contexts as ctxs
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.store.database import contexts as ctxs
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 FUTURE = "2999-01-01T00:00:00Z"
 PAST = "2001-01-01T00:00:00Z"
@@ -194,7 +195,7 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
         raw.execute(statement)
     raw.commit()
     raw.close()
-    from sluice.store import db as dbmod
+    from sluice.store.database import db as dbmod
 
     for key in [k for k in dbmod._shared if Path(k).resolve() == path.resolve()]:
         del dbmod._shared[key]  # as a new process finds it
@@ -207,7 +208,7 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
 @pytest.mark.parametrize("seed", range(6))
 def test_the_forecast_from_the_head_replays_as_the_survey(town_dir, rigs, capacity, memory, monkeypatch,
                                                           seed):
-    from sluice.scheduler import forecast
+    from sluice.scheduler.views import forecast
 
     rng = random.Random(200 + seed)
     capacity(rng.choice([1, 3]), batch_size=rng.choice([1, 2]))

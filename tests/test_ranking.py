@@ -13,18 +13,18 @@ from helpers.advisor import add_worktree, item, merge_request, stamp, write_item
 from sluice.core.clock import order_of_ts, order_text
 from sluice.core.items import effective_tokens, priority_of
 from sluice.core.scoring import Candidate, score_all
-from sluice.scheduler.ranking import (
+from sluice.scheduler.queue.ranking import (
     ReadyGroup,
     Work,
     best_of_groups,
     rank_ready,
     rank_work,
 )
-from sluice.scheduler.signals import Signals
-from sluice.store.decisions import append_decisions
-from sluice.store.policy import GraphOverride, Policy, PolicyWeights, set_policy
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.scheduler.queue.signals import Signals
+from sluice.store.database.decisions import append_decisions
+from sluice.store.files.policy import GraphOverride, Policy, PolicyWeights, set_policy
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 # -- the pure core --------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors import get_executor
 from sluice.executors.ray import NOT_INSTALLED, RayExecutor
 from sluice.executors.ray_job import ENTRYPOINT, SPEC_VAR
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
 
@@ -204,7 +204,7 @@ def test_a_missing_ray_install_says_how_to_install_it(cli, rig):
         "import sys; sys.modules['ray'] = None\n"
         "from sluice.errors import ExecutorUnavailable\n"
         "from sluice.executors import get_executor\n"
-        "from sluice.store.town import Town\n"
+        "from sluice.store.files.town import Town\n"
         "try:\n"
         "    get_executor(Town(sys.argv[1])).active()\n"
         "except ExecutorUnavailable as err:\n"

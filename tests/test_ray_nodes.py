@@ -27,11 +27,11 @@ from helpers.ray_cluster import AGENT_SLOTS, add_node, alive_nodes, stop_node
 from helpers.scheduler import events, fields, item, open_contexts, tree_hash, write_items
 from sluice.executors import get_executor
 from sluice.executors.ray_job import WORKSPACE_FAILED
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.ends import settle
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.store import runs as runlog
-from sluice.store.town import Town
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.ends import settle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.scheduler.reading import Reading
+from sluice.scheduler.views.reading import Reading
 
 texts = st.text(alphabet=st.sampled_from("ab-\n1"), max_size=4)
 #: A row's kind: what JSON holds, with the lookalikes a kind must keep apart (1 and 1.0, "ab" and ["a", "b"]).

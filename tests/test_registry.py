@@ -13,7 +13,7 @@ from pathlib import Path
 
 from helpers import Cli, make_repo
 from helpers.scheduler import tree_hash
-from sluice.store import registry
+from sluice.store.items import registry
 
 
 def _town(tmp_path: Path, name: str) -> Cli:

@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 from sluice.core import forecast as model
 from sluice.errors import StoreCorrupt
 from sluice.executors.base import Polecat
-from sluice.scheduler import feed, notify
-from sluice.scheduler.forecast import learn
-from sluice.scheduler.runs import history, latest_by_item, outcome_of
-from sluice.store import runs as runlog
-from sluice.store.town import Town
+from sluice.scheduler.launch.runs import history, latest_by_item, outcome_of
+from sluice.scheduler.unattended import notify
+from sluice.scheduler.views import feed
+from sluice.scheduler.views.forecast import learn
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
 
 
 def record(run_id: str, outcome: str = "running", ended_at: str | None = None, **extra) -> dict:
@@ -97,7 +98,7 @@ def test_recent_runs_are_newest_first_filtered_and_since_counts_a_long_run_that_
     now = time.time()
 
     def stamp(ago: float) -> str:
-        from sluice.scheduler.runs import stamp as iso
+        from sluice.scheduler.launch.runs import stamp as iso
 
         return iso(now - ago)
 
@@ -145,7 +146,7 @@ def test_compaction_archives_old_ended_runs_in_one_transaction_and_keeps_running
 
 def test_the_daemon_archives_runs_once_the_table_holds_more_than_compact_at(town_dir):
     from helpers.scheduler import configure
-    from sluice.scheduler.control import compact_if_long
+    from sluice.scheduler.queue.control import compact_if_long
 
     configure(town_dir, "scheduler.compact_at", "2")
     files = Town(town_dir)

@@ -26,15 +26,15 @@ from helpers.scheduler import (
 )
 from sluice.executors import get_executor
 from sluice.executors.local import LocalExecutor
-from sluice.scheduler.daemon import Daemon
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.launching import make_request
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.store import admission_state as kept
-from sluice.store import contexts as ctxs
-from sluice.store import runs as runlog
-from sluice.store.rigstore import Stores
-from sluice.store.town import Town
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.launching import make_request
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.scheduler.unattended.daemon import Daemon
+from sluice.store.database import admission_state as kept
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
+from sluice.store.items.rigstore import Stores
 
 # Exits with the status its item's title names ("exit 3"), after one line of output.
 BY_TITLE = ("import os, sys; print('working on', os.environ['SLUICE_ITEM_ID']);"
@@ -353,7 +353,7 @@ def test_feed_follow_prints_each_new_event_once_in_words(cli, sleeper_dir):
     import subprocess
 
     from helpers.scheduler import sluice_env
-    from sluice.store.events import emit_event
+    from sluice.store.database.events import emit_event
 
     env = {**sluice_env(), "SLUICE_TOWN": str(sleeper_dir)}
     argv = [sys.executable, "-m", "sluice", "feed", "--follow", "--kind", "PolecatExited"]

@@ -9,10 +9,10 @@ import pytest
 
 from helpers.scheduler import configure, fields, item, open_contexts, wait_for, write_items
 from sluice.executors import get_executor
-from sluice.scheduler.dispatch import run_cycle
-from sluice.scheduler.sling import SlingOptions, sling
-from sluice.store import runs as runlog
-from sluice.store.town import Town
+from sluice.scheduler.launch.dispatch import run_cycle
+from sluice.scheduler.launch.sling import SlingOptions, sling
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one Ray head for all of them
 

@@ -273,8 +273,8 @@ def test_fairness_prefers_the_rig_scheduled_least(cli, rigs):
     ]
     # That call gave each rig one more: alpha 2, beta 1, so beta still leads.
     assert ids(next_json(cli, "--preview")) == ["be-1"]
-    from sluice.store.decisions import decision_counts
-    from sluice.store.town import Town
+    from sluice.store.database.decisions import decision_counts
+    from sluice.store.files.town import Town
 
     assert decision_counts(Town(cli.town)) == {"alpha": 2, "beta": 1}
 
@@ -283,8 +283,8 @@ def test_fairness_counts_dispatches_logged_by_the_dispatcher_too(cli, rigs):
     write_items(cli.town, "alpha", [item("al-1", minute=0)])
     write_items(cli.town, "beta", [item("be-1", minute=1)])
     hints = {"title": "x", "project": "alpha", "repository": "/r", "agent_id": None, "priority": 2}
-    from sluice.store.decisions import append_decisions
-    from sluice.store.town import Town
+    from sluice.store.database.decisions import append_decisions
+    from sluice.store.files.town import Town
 
     append_decisions(Town(cli.town), [{"decision_id": "d", "node_id": "al-0", "dispatch_hints": hints,
                                        "source": "dispatch"}])

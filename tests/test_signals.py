@@ -12,14 +12,14 @@ import pytest
 from helpers import git, make_repo
 from helpers.advisor import add_worktree, item, merge_request, write_items
 from sluice.errors import InvalidOperation, StoreCorrupt, UnknownItem
-from sluice.scheduler.signals import Graphs, Signals, is_warm_rig, parent_of_deps
-from sluice.store.decisions import (
+from sluice.scheduler.queue.signals import Graphs, Signals, is_warm_rig, parent_of_deps
+from sluice.store.database.decisions import (
     append_decisions,
     decision_counts,
     recent_decisions,
 )
-from sluice.store.rigstore import Stores
-from sluice.store.town import Rig, Town
+from sluice.store.files.town import Rig, Town
+from sluice.store.items.rigstore import Stores
 
 
 def signals(town: Town) -> Signals:

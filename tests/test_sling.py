@@ -139,9 +139,9 @@ def test_slings_of_different_items_into_one_rig_never_share_a_context_id(cli, it
     """Two slings picking a context id at the same moment must still get two ids (no context is lost)."""
     import threading
 
-    from sluice.scheduler.sling import sling
-    from sluice.store import contexts as context_module
-    from sluice.store.town import Town
+    from sluice.scheduler.launch.sling import sling
+    from sluice.store.database import contexts as context_module
+    from sluice.store.files.town import Town
 
     cli.run("item", "list")  # build the index first so the racers start together
     both_picking = threading.Barrier(2, timeout=2)
@@ -396,7 +396,7 @@ def test_many_items_in_chunks(cli, items_dir):
 
 def test_one_sling_command_reads_the_config_once(cli, items_dir, monkeypatch):
     """``ITEM... RIG`` is parsed in the sling's own session, as every command reads config.json once."""
-    from sluice.store.town import Town as TownFiles
+    from sluice.store.files.town import Town as TownFiles
 
     reads = []
     real_reload = TownFiles.reload_config

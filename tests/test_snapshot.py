@@ -10,9 +10,9 @@ import pytest
 from helpers.polecats import configure
 from helpers.scheduler import item, sleeper, stop_polecats, wait_for, without_etas, write_items
 from sluice.executors import get_executor
-from sluice.scheduler.snapshot import snapshot
-from sluice.store.events import emit_event, recent_events
-from sluice.store.town import Town
+from sluice.scheduler.views.snapshot import snapshot
+from sluice.store.database.events import emit_event, recent_events
+from sluice.store.files.town import Town
 
 
 @pytest.fixture

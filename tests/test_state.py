@@ -11,8 +11,8 @@ import pytest
 
 from sluice.core.records import SchedulerState
 from sluice.errors import ConfigError
-from sluice.store import state as state_store
-from sluice.store.state import (
+from sluice.store.database import state as state_store
+from sluice.store.database.state import (
     load_state,
     migrate_from_files,
     read_heartbeat,
@@ -97,7 +97,8 @@ def test_record_dispatch_writes_only_its_own_columns(town_files):
 def test_concurrent_writers_never_lose_the_pause(town_files, town_dir):
     """Many processes recording dispatches while another pauses: the pause is never overwritten."""
     code = (
-        "import sys; from sluice.store.town import Town; from sluice.store.state import record_dispatch\n"
+        "import sys; from sluice.store.files.town import Town;"
+        " from sluice.store.database.state import record_dispatch\n"
         "t = Town(sys.argv[1])\n"
         "for n in range(15): record_dispatch(t, n)\n"
     )

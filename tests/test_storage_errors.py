@@ -26,7 +26,7 @@ from helpers.scheduler import (
 from helpers.scheduler import fields as fields_of
 from helpers.storage import fill, small_disk
 from sluice.errors import StorageError
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 #: A read command opens the town database (the scheduler state); in WAL mode it cannot be opened on a
 #: full disk once its last connection removed its ``-shm`` file.  For the database's opening to settle.
@@ -241,9 +241,9 @@ def test_a_daemon_whose_log_refuses_keeps_dispatching(queue_cli):
 
 
 def test_a_daemon_whose_heartbeat_the_database_refuses_keeps_dispatching(queue_cli, monkeypatch):
-    from sluice.scheduler import daemon as daemon_module
-    from sluice.scheduler.daemon import Daemon
-    from sluice.store.town import Town
+    from sluice.scheduler.unattended import daemon as daemon_module
+    from sluice.scheduler.unattended.daemon import Daemon
+    from sluice.store.files.town import Town
 
     cli = queue_cli
     configure(cli.town, "executor.command", sleeper(0.1))

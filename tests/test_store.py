@@ -18,9 +18,9 @@ import pytest
 
 from helpers import Cli, make_repo
 from sluice.errors import StoreCorrupt
-from sluice.store.index import DurableIndex
-from sluice.store.rigstore import RigStore, Stores, read_jsonl
-from sluice.store.town import Town
+from sluice.store.files.town import Town
+from sluice.store.items.index import DurableIndex
+from sluice.store.items.rigstore import RigStore, Stores, read_jsonl
 
 WORKERS = 8
 
@@ -72,7 +72,7 @@ def test_concurrent_cli_creates_all_land(cli, rig, town_dir):
 
 
 def _create_many(town: str, worker: int, count: int) -> list[str]:
-    from sluice.store.tracker import NewItem, create_item
+    from sluice.store.items.tracker import NewItem, create_item
 
     the_town = Town(Path(town))
     return [create_item(the_town, "alpha", NewItem(title=f"w{worker}-{n}"))["id"] for n in range(count)]
@@ -526,11 +526,11 @@ def test_a_file_lock_waits_times_out_and_dies_with_its_holder(tmp_path):
     import time
 
     from sluice.errors import LockBusy
-    from sluice.store.fsutil import file_lock
+    from sluice.store.files.fsutil import file_lock
 
     path = tmp_path / "runtime" / "x.lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom sluice.store.fsutil import file_lock\n"
+        "import sys, time\nfrom sluice.store.files.fsutil import file_lock\n"
         f"with file_lock({str(path)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n")],
         stdout=subprocess.PIPE, text=True)
     try:

@@ -17,7 +17,7 @@ from sluice.errors import ExecutorError
 from sluice.executors import get_executor
 from sluice.executors.naming import launch_name, polecat_name
 from sluice.executors.tmux import TmuxExecutor
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 if shutil.which("tmux") is None:
     pytest.fail("tmux is not installed; the tmux executor tests need it (apt-get install tmux)")

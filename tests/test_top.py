@@ -14,7 +14,7 @@ import pytest
 
 from helpers.polecats import configure
 from helpers.scheduler import add_rig, item, sleeper, stop_polecats, wait_for, write_items
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 

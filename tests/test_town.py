@@ -285,7 +285,7 @@ def test_config_that_is_not_utf8_is_named(cli, town_dir):
 
 def test_a_config_nested_too_deeply_to_parse_is_a_config_error_naming_the_file(tmp_path):
     from sluice.errors import ConfigError
-    from sluice.store.town import Town, init_town
+    from sluice.store.files.town import Town, init_town
 
     town = init_town(tmp_path / "town")
     town.config_path.write_text('{"rigs": ' + "[" * 100_000 + "]" * 100_000 + "}")

@@ -11,10 +11,10 @@ import pytest
 
 from helpers.scheduler import events, item, open_contexts, write_items
 from sluice.errors import ConfigError
-from sluice.store import contexts as ctxs
-from sluice.store import db as dbmod
-from sluice.store import outbox
-from sluice.store.town import Town
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import db as dbmod
+from sluice.store.database import outbox
+from sluice.store.files.town import Town
 
 
 @pytest.fixture
@@ -77,8 +77,8 @@ def test_nested_changes_commit_together_or_not_at_all(queue_files):
 
 
 def test_a_sling_of_many_items_is_one_transaction(cli, queue_files, monkeypatch):
-    from sluice.scheduler.sling import sling
-    from sluice.store import events as event_log
+    from sluice.scheduler.launch.sling import sling
+    from sluice.store.database import events as event_log
 
     def refused(*_args, **_kwargs):
         raise OSError(28, "No space left on device")
@@ -237,7 +237,7 @@ def test_a_town_made_by_0_1_0_is_migrated_whole_on_first_open(old_dir):
         (b["item_id"], b["failures"], b["trips"]) for b in _expected("broken.json")]
     runs = [json.loads(line) for line in old.run("export", "--runs").stdout.splitlines()]
     assert sorted(r["run_id"] for r in runs) == sorted(r["run_id"] for r in _expected("runs.json"))
-    from sluice.store.town import Town as Files
+    from sluice.store.files.town import Town as Files
 
     budget = json.loads(before[Path("runtime/budget.json")])
     assert Files(old_dir).db.one("SELECT count(*) FROM budget_charges")[0] == len(budget["launches"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from helpers.polecats import configure
 from helpers.scheduler import item, write_items
-from sluice.store import runs as runlog
-from sluice.store.town import Town
+from sluice.store.database import runs as runlog
+from sluice.store.files.town import Town
 from sluice.surfaces.watching import Pace, Sources
 
 

@@ -25,7 +25,7 @@ from helpers.web import TOKEN, WebServer, asgi_call
 from sluice.api import open_town
 from sluice.errors import UsageError
 from sluice.executors import get_executor
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 from sluice.surfaces.web.serve import announce, is_loopback, make_web, resolve_token
 
 SCRIPT_TITLE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"

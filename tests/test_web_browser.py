@@ -13,7 +13,7 @@ import pytest
 from helpers.polecats import configure
 from helpers.scheduler import item, sleeper, stop_polecats, wait_for, write_items
 from helpers.web import TOKEN, WebServer
-from sluice.store.town import Town
+from sluice.store.files.town import Town
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

@@ -23,9 +23,9 @@ from helpers.scheduler import configure, contexts, events, fields, item, wait_fo
 from sluice.errors import ExecutorUnavailable
 from sluice.executors import workspace as git_workspace
 from sluice.executors.base import substitute
-from sluice.scheduler import gates
-from sluice.scheduler.launching import make_request
-from sluice.store.town import Town
+from sluice.scheduler.launch import gates
+from sluice.scheduler.launch.launching import make_request
+from sluice.store.files.town import Town
 
 pytestmark = pytest.mark.slow
 
@@ -254,8 +254,8 @@ def test_a_polecat_found_after_an_interrupted_launch_keeps_its_workspace_while_i
     from types import SimpleNamespace
 
     from sluice.executors.local import LocalExecutor
-    from sluice.scheduler import runs, workspaces
-    from sluice.store.rigstore import Stores
+    from sluice.scheduler.launch import runs, workspaces
+    from sluice.store.items.rigstore import Stores
 
     files = Town(clone_paths["town"])
     configure(clone_paths["town"], "executor.workspace_keep", "0")
@@ -275,7 +275,7 @@ def test_a_polecat_found_after_an_interrupted_launch_keeps_its_workspace_while_i
 
 
 def test_trimming_waits_while_a_launch_holds_the_workspace_lock(cli, clone_paths):
-    from sluice.scheduler import workspaces
+    from sluice.scheduler.launch import workspaces
 
     files = Town(clone_paths["town"])
     configure(clone_paths["town"], "executor.workspace_keep", "0")

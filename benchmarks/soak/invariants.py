@@ -91,16 +91,16 @@ def archived(path: Path, key: str = "id") -> list[dict]:
 def _stored_contexts(town: Path) -> list[tuple[str, dict]]:
     """Every sling context in the town database, open and closed, with its rig (as ``sluice export``
     prints them), read straight from the database file."""
-    from sluice.store.contexts import records
-    from sluice.store.town import Town
+    from sluice.store.database.contexts import records
+    from sluice.store.files.town import Town
 
     return [(record_rig, record) for record_rig, record in
             ((_rig_of(town, r), r) for r in records(Town(town)))]
 
 
 def _rig_of(town: Path, record: dict) -> str:
-    from sluice.store.contexts import rig_of
-    from sluice.store.town import Town
+    from sluice.store.database.contexts import rig_of
+    from sluice.store.files.town import Town
 
     return rig_of(Town(town), record["id"]) or ""
 

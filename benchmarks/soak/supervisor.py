@@ -62,7 +62,7 @@ def cycle_pids(town: Path) -> list[int]:
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            tick = b"sluice.scheduler.tick" in cmdline and str(town).encode() in cmdline
+            tick = b"sluice.scheduler.unattended.tick" in cmdline and str(town).encode() in cmdline
             if not tick and (b"scheduler" not in cmdline or b"run" not in cmdline):
                 continue
             environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
@@ -188,8 +188,8 @@ class Supervisor:
 
     def tear_a_log(self) -> None:
         """Leave a torn last line in one append-only log, under the lock its writers hold."""
-        from sluice.store import fsutil
-        from sluice.store.town import Town
+        from sluice.store.files import fsutil
+        from sluice.store.files.town import Town
 
         town = Town(self.layout.town)
         choices: list[tuple[Path, Path | None]] = [(self.chaos.path, None)]
@@ -324,7 +324,7 @@ class Supervisor:
             finally:
                 os.close(fd)
         elif name == "events-unwritable":
-            from sluice.store.town import Town
+            from sluice.store.files.town import Town
 
             events = Town(self.layout.town).events_path
             events.parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +335,7 @@ class Supervisor:
         if name == "disk-full":
             (self.layout.town / ".filler").unlink(missing_ok=True)
         elif name == "events-unwritable":
-            from sluice.store.town import Town
+            from sluice.store.files.town import Town
 
             subprocess.run(["chattr", "-i", str(Town(self.layout.town).events_path)], check=True)
         self.phases[-1]["seconds"] = round(time.time() - self.phases[-1]["began"], 1)

@@ -132,8 +132,8 @@ def tracker(w: Worker) -> None:
 def remove_dependency(w: Worker, rig: str, item: str) -> None:
     """There is no ``item dep remove`` command: drop one edge with the store's own locked rewrite."""
     from sluice.errors import SluiceError
-    from sluice.store.rigstore import RigStore
-    from sluice.store.town import find_town
+    from sluice.store.files.town import find_town
+    from sluice.store.items.rigstore import RigStore
 
     town = find_town()
     store = RigStore(town, town.rig(rig))

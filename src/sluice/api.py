@@ -27,7 +27,7 @@ reads as attributes.
 
 A town kept between calls answers :meth:`Town.next` and
 :meth:`Town.schedule_status` from its rig indexes kept open
-(:mod:`sluice.store.kept`): before each call it re-checks the config file and
+(:mod:`sluice.store.items.kept`): before each call it re-checks the config file and
 every rig's items and ephemeral log, so an answer is never older than the
 files, and a repeated call costs a few milliseconds, not a re-open.
 
@@ -81,12 +81,12 @@ from sluice.results import (
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.scheduler.launching import CycleReport
-    from sluice.scheduler.mergequeue import MergeQueue
+    from sluice.scheduler.launch.launching import CycleReport
+    from sluice.scheduler.launch.sling import SlingResult
     from sluice.scheduler.session import Session
-    from sluice.scheduler.sling import SlingResult
-    from sluice.store.kept import KeptReads
-    from sluice.store.town import Town as TownFiles
+    from sluice.scheduler.views.mergequeue import MergeQueue
+    from sluice.store.files.town import Town as TownFiles
+    from sluice.store.items.kept import KeptReads
 
 __all__ = ["CycleReport", "SlingResult", "Town", "init_town", "open_town"]
 __all__ += results.__all__
@@ -95,11 +95,11 @@ __all__ += results.__all__
 def __getattr__(name: str) -> Any:
     # The dispatcher's and sling's own result types, re-exported lazily (see the module docstring).
     if name == "CycleReport":
-        from sluice.scheduler.launching import CycleReport
+        from sluice.scheduler.launch.launching import CycleReport
 
         return CycleReport
     if name == "SlingResult":
-        from sluice.scheduler.sling import SlingResult
+        from sluice.scheduler.launch.sling import SlingResult
 
         return SlingResult
     raise AttributeError(f"module 'sluice.api' has no attribute {name!r}")
@@ -112,7 +112,7 @@ class Town:
     """One town, opened: every operation of the CLI as a method.  Make one with :func:`open_town`."""
 
     def __init__(self, files: TownFiles, executor: Executor | None = None):
-        self.files = files  # where everything lives (paths, config, rigs): sluice.store.town.Town
+        self.files = files  # where everything lives (paths, config, rigs): sluice.store.files.town.Town
         self.executor = executor  # None: the configured executor, looked up on each call
         self._kept: KeptReads | None = None  # next() and schedule_status(): stores kept open between calls
 
@@ -125,7 +125,7 @@ class Town:
 
     def _kept_reads(self) -> KeptReads:
         if self._kept is None:
-            from sluice.store.kept import KeptReads
+            from sluice.store.items.kept import KeptReads
 
             self._kept = KeptReads(self.files.root)
         return self._kept
@@ -159,7 +159,7 @@ class Town:
         says what to do.  ``remote`` is the URL a workspace on another machine
         clones the rig from (default: the repository's ``origin``, if any).
         """
-        from sluice.store.rigs import add_rig, rig_row
+        from sluice.store.items.rigs import add_rig, rig_row
 
         command = list(items_command) if items_command is not None and not isinstance(items_command, str) \
             else items_command
@@ -170,7 +170,7 @@ class Town:
 
     def refresh_rig(self, name: str) -> RigRefreshed:
         """Run rig ``name``'s items command now; a failure is a SourceFailed naming rig and command."""
-        from sluice.store.sources import refresh
+        from sluice.store.items.sources import refresh
 
         rig = self.files.rig(name)
         if rig.command is None:
@@ -183,12 +183,12 @@ class Town:
     def remove_rig(self, name: str, force: bool = False) -> RigRemoved:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
         ``rig-removed``).  The rig's store moves to ``.sluice/removed/`` (``store`` in the result)."""
-        from sluice.store.rigs import remove_rig
+        from sluice.store.items.rigs import remove_rig
 
         return RigRemoved.from_json(remove_rig(self.files, name, force))
 
     def rigs(self) -> list[RigInfo]:
-        from sluice.store.rigs import rig_rows
+        from sluice.store.items.rigs import rig_rows
 
         return [RigInfo.from_json(row) for row in rig_rows(self.files)]
 
@@ -224,7 +224,7 @@ class Town:
 
         ``touches`` are the path globs the work will edit (``metadata.touches``, the overlap gate).
         """
-        from sluice.store.tracker import NewItem, create_item
+        from sluice.store.items.tracker import NewItem, create_item
 
         spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(labels),
                        deps=tuple(deps), parent=parent, description=description, tokens=tokens,
@@ -232,13 +232,13 @@ class Town:
         return Item.from_json(create_item(self.files, rig, spec))
 
     def item(self, item_id: str) -> Item:
-        from sluice.store.tracker import show_item
+        from sluice.store.items.tracker import show_item
 
         return Item.from_json(show_item(self.files, item_id))
 
     def items(self, rig: str | None = None, status: str | None = None,
               labels: Iterable[str] = ()) -> Items:
-        from sluice.store.tracker import list_items
+        from sluice.store.items.tracker import list_items
 
         return Items.from_json(list_items(self.files, rig, status, tuple(labels)))
 
@@ -252,36 +252,36 @@ class Town:
         priority; ``sort="oldest"`` orders by creation time instead.
         """
         from sluice.core.items import ReadyFilter
-        from sluice.store.tracker import ready
+        from sluice.store.items.tracker import ready
 
         where = ReadyFilter(tuple(labels), tuple(labels_any), assignee, unassigned, issue_type, priority)
         return ItemRows(ready(self.files, rig, limit, where=where, sort=sort))
 
     def blocked(self, rig: str | None = None) -> ItemRows:
         """Blocked items, each with ``blocked_by`` (what blocks it) and ``blocked_by_count``."""
-        from sluice.store.tracker import blocked_json
+        from sluice.store.items.tracker import blocked_json
 
         return ItemRows(blocked_json(self.files, rig))
 
     def update_item(self, item_id: str, *, status: str | None = None, priority: int | None = None,
                     assignee: str | None = None, add_labels: Iterable[str] = ()) -> Item:
-        from sluice.store.tracker import update_item
+        from sluice.store.items.tracker import update_item
 
         return Item.from_json(update_item(self.files, item_id, status, priority, assignee, tuple(add_labels)))
 
     def close_item(self, item_id: str, reason: str = "Closed") -> Item:
-        from sluice.store.tracker import close_item
+        from sluice.store.items.tracker import close_item
 
         return Item.from_json(close_item(self.files, item_id, reason))
 
     def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> DependencyAdded:
         """``source`` depends on ``target`` (for ``blocks``: is blocked by it); cycles are refused."""
-        from sluice.store.tracker import add_dependency
+        from sluice.store.items.tracker import add_dependency
 
         return DependencyAdded.from_json(add_dependency(self.files, source, target, dep_type))
 
     def import_items(self, rig: str, path: str | Path) -> ImportResult:
-        from sluice.store.tracker import import_items
+        from sluice.store.items.tracker import import_items
 
         return ImportResult.from_json(import_items(self.files, rig, Path(path)))
 
@@ -299,7 +299,7 @@ class Town:
         With ``rig_last``, ``items`` is the command line's ``ITEM... [RIG]``:
         its last entry is the rig when it names one.
         """
-        from sluice.scheduler.sling import SlingOptions, parse_targets, sling_items
+        from sluice.scheduler.launch.sling import SlingOptions, parse_targets, sling_items
 
         if isinstance(items, str):
             items = [items]
@@ -322,7 +322,7 @@ class Town:
         allows; otherwise :class:`~sluice.errors.NotAdmitted` (exit 1)
         carries the reasons ``explain`` gives.
         """
-        from sluice.scheduler.dispatch import run_cycle
+        from sluice.scheduler.launch.dispatch import run_cycle
 
         return run_cycle(self._session(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff,
                          item=item)
@@ -333,81 +333,81 @@ class Town:
         Several promoted items go in the order they were promoted; caps and
         gates still apply. Recorded on the context, so it survives restarts.
         """
-        from sluice.scheduler.promote import promote
+        from sluice.scheduler.queue.promote import promote
 
         return Promotion.from_json(promote(self._session(), item, undo=undo))
 
     def status(self, limit: int = 50) -> QueueStatus:
         """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
-        from sluice.scheduler.queue import status
+        from sluice.scheduler.queue.views import status
 
         return QueueStatus.from_json(status(self._session(), limit=limit))
 
     def list(self, limit: int = 0, offset: int = 0) -> Queue:
         """The queue: ready items in dispatch order, then blocked ones; ``limit`` rows from ``offset``."""
-        from sluice.scheduler.forecast import list_queue
+        from sluice.scheduler.views.forecast import list_queue
 
         return Queue.from_json(list_queue(self._session(), limit=limit, offset=offset))
 
     def pause(self, actor: str | None = None) -> PauseState:
         """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
-        from sluice.scheduler.control import pause
+        from sluice.scheduler.queue.control import pause
 
         return PauseState.from_json(pause(self._session(), actor))
 
     def resume(self, actor: str | None = None) -> PauseState:
         """Let cycles launch again; ``actor`` is who resumed (the ``Resumed`` event's ``by``)."""
-        from sluice.scheduler.control import resume
+        from sluice.scheduler.queue.control import resume
 
         return PauseState.from_json(resume(self._session(), actor))
 
     def clear(self, item: str | None = None, actor: str | None = None) -> ClearResult:
         """Close every queued context, or only ``item``'s (in every rig); no item is touched."""
-        from sluice.scheduler.control import clear
+        from sluice.scheduler.queue.control import clear
 
         return ClearResult.from_json(clear(self._session(), item, actor))
 
     def patrol(self, rig: str, fix: bool = False) -> PatrolReport:
         """One rig's queue health; ``fix`` closes its stale and duplicate contexts only."""
-        from sluice.scheduler.patrol import patrol
+        from sluice.scheduler.unattended.patrol import patrol
 
         return PatrolReport.from_json(patrol(self._session(), rig, fix))
 
     def explain(self, item: str) -> Explanation:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
-        from sluice.scheduler.forecast import explain
+        from sluice.scheduler.views.forecast import explain
 
         return Explanation.from_json(explain(self._session(), item))
 
     def forecast(self, limit: int = 0) -> Forecast:
         """When each queued item is expected to start and finish, from the run history (0: every item)."""
-        from sluice.scheduler.forecast import forecast
+        from sluice.scheduler.views.forecast import forecast
 
         return Forecast.from_json(forecast(self._session(), limit=limit))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
                  clear: bool = False, actor: str | None = None) -> ThrottleState:
         """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
-        from sluice.scheduler.throttles import throttle
+        from sluice.scheduler.launch.throttles import throttle
 
         return ThrottleState.from_json(
             throttle(self._session(), until=until, rig=rig, reason=reason, clear=clear, actor=actor))
 
     def broken(self) -> BrokenItems:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
-        from sluice.scheduler.breaker import broken_rows
+        from sluice.scheduler.launch.breaker import broken_rows
 
         return BrokenItems.from_json(broken_rows(self._session()))
 
     def reset(self, item: str) -> ResetResult:
         """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
-        from sluice.scheduler.breaker import reset
+        from sluice.scheduler.launch.breaker import reset
 
         return ResetResult.from_json(reset(self._session(), item))
 
     def polecat_usage(self, ref: str, tokens: int) -> UsageReport:
         """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
-        from sluice.scheduler.usage import report_usage
+        from sluice.scheduler.launch.usage import report_usage
 
         return UsageReport.from_json(report_usage(self._session(), ref, tokens))
 
@@ -418,14 +418,14 @@ class Town:
         Closed sling contexts are rows of the town database and need no
         compaction; ``rig`` is only checked to name a rig.
         """
-        from sluice.scheduler.control import compact
+        from sluice.scheduler.queue.control import compact
 
         return CompactResult.from_json(compact(self._session(), rig))
 
     def hooks_report(self, rig: str | None = None, repo: str | Path | None = None,
                      hook: str = "") -> MergeQueue:
         """A rig's merge-queue depth (name ``rig`` or its ``repo``), logged as a ``MergeQueueDepth`` event."""
-        from sluice.scheduler.mergequeue import report
+        from sluice.scheduler.views.mergequeue import report
 
         return report(self.files, rig, Path(repo) if repo is not None else None, hook)
 
@@ -435,13 +435,13 @@ class Town:
 
         ``limit`` keeps the queue's first rows only (0: all); counts stay exact.
         """
-        from sluice.scheduler.snapshot import snapshot
+        from sluice.scheduler.views.snapshot import snapshot
 
         return Snapshot.from_json(snapshot(self._session(), limit=limit))
 
     def item_detail(self, item_id: str) -> ItemDetail:
         """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
-        from sluice.scheduler.snapshot import item_detail
+        from sluice.scheduler.views.snapshot import item_detail
 
         return ItemDetail.from_json(item_detail(self._session(), item_id))
 
@@ -452,7 +452,7 @@ class Town:
         seconds, except with an executor handed to :func:`open_town`: then
         cycles run in this process (the child could not see its polecats).
         """
-        from sluice.scheduler.daemon import run_daemon
+        from sluice.scheduler.unattended.daemon import run_daemon
 
         return run_daemon(self.files, interval=interval, once=once, timeout=timeout, executor=self.executor)
 
@@ -462,14 +462,14 @@ class Town:
 
         ``running`` keeps only the live ones.  Ended rows carry ``outcome`` and ``exit_code``.
         """
-        from sluice.scheduler.ends import polecat_listing
+        from sluice.scheduler.launch.ends import polecat_listing
 
         return Polecats.from_json(polecat_listing(self._session(), running_only=running))
 
     def export(self, rig: str | None = None, *, runs: bool = False, open_only: bool = False) -> Export:
         """The town's own records as beads tools read them (``sluice export``): a rig's (or every rig's)
         ephemeral records in the shape of beads JSONL, oldest first, or with ``runs`` the run records."""
-        from sluice.store.export import ephemeral_records, run_records
+        from sluice.store.database.export import ephemeral_records, run_records
 
         if runs:
             return Export.from_json(run_records(self.files))
@@ -478,7 +478,7 @@ class Town:
     def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
              since: str | None = None, limit: int = 100) -> Runs:
         """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
-        from sluice.scheduler.ends import runs_listing
+        from sluice.scheduler.launch.ends import runs_listing
 
         return Runs.from_json(runs_listing(self._session(), item=item, rig=rig, outcome=outcome,
                                            since=_duration(since, "since"), limit=limit))
@@ -486,26 +486,26 @@ class Town:
     def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,
              limit: int = 100) -> Feed:
         """The event log in words, oldest first (``sluice feed --json``): ``{at, type, text, event}`` rows."""
-        from sluice.scheduler.feed import feed
+        from sluice.scheduler.views.feed import feed
 
         rows = feed(self.files, rig=rig, kind=kind, since=_duration(since, "since"), limit=limit)
         return Feed.from_json(rows)
 
     def stop_polecat(self, ref: str, actor: str | None = None) -> Polecats:
         """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
-        from sluice.scheduler.ends import stop_polecats
+        from sluice.scheduler.launch.ends import stop_polecats
 
         return Polecats.from_json(stop_polecats(self._session(), ref, actor=actor))
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
-        from sluice.scheduler.ends import polecat_logs
+        from sluice.scheduler.launch.ends import polecat_logs
 
         return polecat_logs(self._session(), ref, follow=follow)
 
     # -- advisory scoring -------------------------------------------------------------------
     def next(self, limit: int = NEXT_LIMIT, graph_id: str | None = None, preview: bool = False) -> Decisions:
         """Score the ready items and say which should go next; ``preview`` records nothing."""
-        from sluice.scheduler.advisor import next_decisions
+        from sluice.scheduler.views.advisor import next_decisions
 
         kept = self._kept_reads()
         with kept.lock:
@@ -514,7 +514,7 @@ class Town:
         return Decisions.from_json(decisions)
 
     def schedule_status(self, recent: int = 10) -> ScheduleStatus:
-        from sluice.scheduler.advisor import status
+        from sluice.scheduler.views.advisor import status
 
         kept = self._kept_reads()
         with kept.lock:
@@ -522,19 +522,19 @@ class Town:
 
     def policy(self) -> PolicyInfo:
         """The scoring policy in force (the defaults when there is no policy file)."""
-        from sluice.scheduler.advisor import policy_show
+        from sluice.scheduler.views.advisor import policy_show
 
         return PolicyInfo.from_json(policy_show(self.files))
 
     def set_policy(self, **changes: Any) -> PolicyInfo:
         """Change policy fields (``priority``, ``merge_queue_threshold``, … ``graph_id``); None keeps one."""
-        from sluice.scheduler.advisor import policy_set
+        from sluice.scheduler.views.advisor import policy_set
 
         return PolicyInfo.from_json(policy_set(self.files, **changes))
 
     def unset_policy(self, graph_id: str) -> PolicyInfo:
         """Remove graph ``graph_id``'s weight overrides (its items use the base weights again)."""
-        from sluice.scheduler.advisor import policy_unset
+        from sluice.scheduler.views.advisor import policy_unset
 
         return PolicyInfo.from_json(policy_unset(self.files, graph_id))
 
@@ -558,8 +558,8 @@ def open_town(path: str | Path | None = None, executor: Executor | None = None) 
     ``executor`` replaces the configured executor for every call through
     the returned town (e.g. an in-memory one in tests).
     """
-    from sluice.store.migrate import ensure
-    from sluice.store.town import find_town
+    from sluice.store.database.migrate import ensure
+    from sluice.store.files.town import find_town
 
     files = find_town(path)
     ensure(files)
@@ -568,6 +568,6 @@ def open_town(path: str | Path | None = None, executor: Executor | None = None) 
 
 def init_town(path: str | Path, executor: Executor | None = None) -> Town:
     """Create a town at ``path`` (an existing one is left as it is) and open it."""
-    from sluice.store.town import init_town as create
+    from sluice.store.files.town import init_town as create
 
     return Town(create(Path(path)), executor)

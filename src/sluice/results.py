@@ -620,7 +620,7 @@ class Polecats(_Rows):
 
 @result
 class RunRecord(_Mapping, _Document):
-    """One run of ``sluice runs`` (the fields of :data:`sluice.store.runs.FIELDS` that it has)."""
+    """One run of ``sluice runs`` (the fields of :data:`sluice.store.database.runs.FIELDS` that it has)."""
 
     run_id: str
     polecat_id: str | None = None

@@ -31,16 +31,7 @@ def forecast_town(cli: Cli, tmp_path: Path) -> Cli:
 
 def forecast_at(town_dir: Path, now: float) -> dict:
     """``scheduler forecast`` of the town at ``now``, from whatever reading is kept or can be carried."""
-    from sluice.scheduler.forecast import forecast
-    from sluice.store.town import Town
+    from sluice.scheduler.views.forecast import forecast
+    from sluice.store.files.town import Town
 
     return forecast(Town(town_dir), now=now)
-
-
-def fresh_forecast_at(town_dir: Path, now: float) -> dict:
-    """The forecast a survey of the files as they are now gives (no kept reading to take or carry)."""
-    from sluice.scheduler import queuekeep
-    from sluice.store.town import Town
-
-    queuekeep.path(Town(town_dir), queuekeep.REPLAY_FILE).unlink(missing_ok=True)
-    return forecast_at(town_dir, now)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers import make_repo
-from sluice.store.town import Town, init_town
+from sluice.store.files.town import Town, init_town
 
 
 def quick_town(tmp_path: Path) -> Path:
@@ -19,7 +19,7 @@ def quick_town(tmp_path: Path) -> Path:
 
 def quick_rig(town_dir: Path, tmp_path: Path, name: str = "alpha", prefix: str = "al") -> str:
     """A rig over a real git repository with its own store (``alpha``/``al`` by default)."""
-    from sluice.store.rigs import add_rig
+    from sluice.store.items.rigs import add_rig
 
     add_rig(Town(town_dir), name, make_repo(tmp_path / "repos" / name), prefix)
     return name

@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 from sluice.core.models import apply_config_value, parse_config_value
 from sluice.executors.base import LaunchRequest
-from sluice.scheduler.launching import make_request
-from sluice.store.town import Town
+from sluice.scheduler.launch.launching import make_request
+from sluice.store.files.town import Town
 
 POLECAT = r'''
 import json, os, subprocess, sys, time

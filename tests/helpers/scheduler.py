@@ -17,8 +17,8 @@ STAMP = "2026-01-01T00:00:00Z"
 
 def add_rig(cli: Cli, tmp_path: Path, name: str, prefix: str) -> Path:
     """A real git repository registered as a rig (through the library: fixtures stay fast)."""
-    from sluice.store.rigs import add_rig as register
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
+    from sluice.store.items.rigs import add_rig as register
 
     repo = make_repo(tmp_path / "repos" / name)
     register(Town(cli.town), name, repo, prefix)
@@ -28,7 +28,7 @@ def add_rig(cli: Cli, tmp_path: Path, name: str, prefix: str) -> Path:
 def configure(town: Path, key: str, value: str) -> None:
     """What `sluice config set KEY VALUE` does, without a process per setting."""
     from sluice.core.models import apply_config_value, parse_config_value
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     parsed = parse_config_value(key, value)
     Town(town).update_config(lambda config: apply_config_value(config, key, parsed))
@@ -106,8 +106,8 @@ def records(path: Path) -> dict[str, dict]:
 
 def contexts(town: Path, rig: str) -> list[dict]:
     """A rig's sling contexts, open and closed, as ``sluice export RIG`` prints them (from the database)."""
-    from sluice.store.contexts import records as stored
-    from sluice.store.town import Town
+    from sluice.store.database.contexts import records as stored
+    from sluice.store.files.town import Town
 
     found = stored(Town(town), rig)
     return [r for r in found if "sluice:sling-context" in r.get("labels", [])]
@@ -195,7 +195,7 @@ def sluice_env() -> dict[str, str]:
 def stop_polecats(town: Path) -> None:
     """Stop every polecat the town's configured executor still runs (a fixture's teardown)."""
     from sluice.executors import get_executor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     executor = get_executor(Town(town))
     for polecat in executor.active():
@@ -216,7 +216,7 @@ def memory_alpha(base: Path, clock, records: list[dict]):
     Returns (town dir, the executor)."""
     from helpers.foundation import quick_rig, quick_town
     from sluice.executors.memory import MemoryExecutor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     town_dir = quick_town(base)
     quick_rig(town_dir, base)
@@ -230,8 +230,8 @@ def memory_alpha(base: Path, clock, records: list[dict]):
 def put_records(town: Path, rig: str, records: list[dict]) -> None:
     """Write ephemeral records into a rig's store as they are (a hand-made or damaged context; a second
     open context of an item is written as a migrated town's duplicate is, outside the constraint)."""
-    from sluice.store.contexts import insert
-    from sluice.store.town import Town
+    from sluice.store.database.contexts import insert
+    from sluice.store.files.town import Town
 
     db = Town(town).db
     with db.transaction() as conn:
@@ -245,7 +245,7 @@ def edit_fields(town: Path, rig: str, change) -> None:
     """Change the sling-context fields (a dict) of every open context of a rig, as a hand edit would
     (the queue's columns kept as every writer keeps them)."""
     from sluice.core.records import SlingContextFields
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
     db = Town(town).db
     with db.transaction() as conn:

@@ -6,7 +6,7 @@ too loaded (``host-load``), short of memory (``host-memory``) or of disk
 Town's polecats died five at a time at load 30 because nothing looked at the
 machine before launching; these gates are that look, decided here on plain
 readings so the rules are table-tested, and read by the scheduler
-(:mod:`sluice.scheduler.gates`).  Running polecats are never stopped by a
+(:mod:`sluice.scheduler.launch.gates`).  Running polecats are never stopped by a
 gate: it only decides whether a new one starts.
 
 :func:`binding` names the single limit that stops the next launch right now,

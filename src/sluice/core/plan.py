@@ -78,7 +78,7 @@ def is_circuit_broken(failures: int, max_failures: int) -> bool:
     """True once an item has failed as often as the breaker allows.
 
     The count never decays (R-H4): a broken context is closed.  Gas Town
-    stops there; sluice's breaker (``sluice.scheduler.breaker``) queues the
+    stops there; sluice's breaker (``sluice.scheduler.launch.breaker``) queues the
     item again once ``scheduler.breaker_cooldown`` has passed, one failure
     short of the threshold (half-open), and a re-sling starts a fresh count.
     """

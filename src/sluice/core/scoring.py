@@ -25,7 +25,7 @@ sixth decimal tie and fall through to the deterministic tie-break: fewer
 tokens, then the earlier timestamp, then the id.
 
 Pure: plain values in, plain values out.  The policy file lives in
-:mod:`sluice.store.policy`; this module only reads a policy-shaped object.
+:mod:`sluice.store.files.policy`; this module only reads a policy-shaped object.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class _OverrideLike(Protocol):
 
 
 class PolicyLike(Protocol):
-    """What scoring needs from a policy; :class:`sluice.store.policy.Policy` fits."""
+    """What scoring needs from a policy; :class:`sluice.store.files.policy.Policy` fits."""
 
     @property
     def weights(self) -> _WeightsLike: ...

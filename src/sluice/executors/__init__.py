@@ -13,7 +13,7 @@ from sluice.errors import ConfigError
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 def get_executor(town: Town, kind: str | None = None) -> Executor:

@@ -53,12 +53,12 @@ from sluice.executors.base import (
 )
 from sluice.executors.procs import start_time as proc_start_time
 from sluice.executors.watch import _CLOCK_TICKS
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
     import subprocess
 
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 DEMO_COMMAND = (sys.executable, "-m", "sluice.surfaces.demo_worker", "{item_id}")
 FINISHED_LOG = "finished.jsonl"

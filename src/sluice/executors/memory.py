@@ -46,7 +46,7 @@ from sluice.errors import ExecutorError, ExecutorUnavailable
 from sluice.executors.base import LaunchRequest, Polecat, check_launchable, polecat_env
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 RUNNING_STATES = ("running", "pending")
 

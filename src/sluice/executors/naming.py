@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from sluice.core.digest import sha256
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _LONGEST_PART = 60

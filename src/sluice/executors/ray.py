@@ -53,10 +53,10 @@ from sluice.executors.base import (
 )
 from sluice.executors.naming import launch_name, town_key
 from sluice.executors.ray_job import ENTRYPOINT, SPEC_VAR, reason_of
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 KIND = "ray"
 FINISHED_LOG = "ray-finished.jsonl"

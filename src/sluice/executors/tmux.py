@@ -52,10 +52,10 @@ from sluice.executors.base import (
 )
 from sluice.executors.local import pid_alive, proc_start_time
 from sluice.executors.naming import launch_name, town_key
-from sluice.store import fsutil
+from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 KIND = "tmux"
 FINISHED_LOG = "tmux-finished.jsonl"

@@ -31,7 +31,7 @@ from sluice.core.workspaces import CLONE, safe_component
 from sluice.errors import ExecutorError, ExecutorUnavailable
 
 if TYPE_CHECKING:
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 CLONE_TIMEOUT = 600.0  # seconds; a URL that hangs is a failed clone, not a stuck cycle
 GIT_TIMEOUT = 60.0

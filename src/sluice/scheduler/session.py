@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 from sluice.errors import ExecutorError
 from sluice.executors import get_executor
-from sluice.store.rigstore import Stores
+from sluice.store.items.rigstore import Stores
 
 if TYPE_CHECKING:
     from sluice.core.models import TownConfig
     from sluice.executors.base import Executor, Polecat
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 
 class Session:
@@ -43,7 +43,7 @@ class Session:
         self._resolved = executor is not None
         self.problem: str | None = None  # why the executor could not be had or asked
         self._refusal: ExecutorError | None = None  # the error that said so, for require_executor
-        # The queue's survey and admission, made once per call by sluice.scheduler.queue, so a view
+        # The queue's survey and admission, made once per call by sluice.scheduler.queue.views, so a view
         # that shows the queue and its forecast surveys it once.
         self.surveyed: tuple | None = None
 
@@ -55,7 +55,7 @@ class Session:
     @classmethod
     def kept(cls, files: Town, stores: Stores, executor: Executor | None = None,
              now: float | None = None) -> Session:
-        """A session over a town and stores kept open between calls (:mod:`sluice.store.kept`).
+        """A session over a town and stores kept open between calls (:mod:`sluice.store.items.kept`).
 
         The keeper has just re-checked both against the files, so the town's
         config is the file's as it is now and is not read again.

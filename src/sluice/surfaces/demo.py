@@ -108,9 +108,9 @@ def _git(*args: str, cwd: Path) -> None:
 def build_town(root: Path):
     """A fresh town under ``root`` with three rigs, their epics and tasks; returns (town, epic ids)."""
     from sluice.core.models import apply_config_value
-    from sluice.store.rigs import add_rig
-    from sluice.store.town import init_town
-    from sluice.store.tracker import NewItem, add_dependency, create_item
+    from sluice.store.files.town import init_town
+    from sluice.store.items.rigs import add_rig
+    from sluice.store.items.tracker import NewItem, add_dependency, create_item
 
     town = init_town(root / "town")
     epics = []
@@ -142,7 +142,7 @@ def build_town(root: Path):
 
 def _snapshot(town, full: dict) -> dict:
     """The demo's own counts (per-rig done and total, open work) beside the town's snapshot ``full``."""
-    from sluice.store.rigstore import Stores
+    from sluice.store.items.rigstore import Stores
 
     stores = Stores(town)
     state = full["scheduler"]
@@ -170,8 +170,8 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
     runs (0: any free port); its URL goes to ``say`` before the first tick.
     """
     from sluice.api import Town as Facade
-    from sluice.scheduler.daemon import Daemon
-    from sluice.scheduler.sling import sling
+    from sluice.scheduler.launch.sling import sling
+    from sluice.scheduler.unattended.daemon import Daemon
     from sluice.surfaces.demo_worker import work_span
 
     try:  # checked here: a bad value would only surface in every polecat, after the timeout
@@ -269,7 +269,7 @@ def _stop_all(root: Path) -> None:
     """Stop any polecat still running (only after a timeout or an interrupt)."""
     try:
         from sluice.executors import get_executor
-        from sluice.store.town import Town
+        from sluice.store.files.town import Town
 
         executor = get_executor(Town(root / "town"))
         for polecat in executor.active():

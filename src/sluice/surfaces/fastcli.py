@@ -6,7 +6,7 @@ more than the answer.  :func:`run` recognises the plain forms of these
 commands with a tiny parser and calls the very library functions and output
 helpers the typer commands call, so stdout is the same byte for byte.  The
 config and the policy come from their validated plain copies
-(:mod:`sluice.store.configcache`), so pydantic is not imported either while
+(:mod:`sluice.store.files.configcache`), so pydantic is not imported either while
 those files are unchanged.
 
 It answers only the success case: anything it does not recognise (``--help``,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sluice.core.recordclass import recordclass
 from sluice.errors import InvalidOperation
-from sluice.store.town import Rig, Town
+from sluice.store.files.town import Rig, Town
 
 HOOK_NAMES = ("post-commit", "post-merge", "pre-push")
 _SUPPORT = ("sluice-hook-report",)
@@ -52,7 +52,7 @@ def refresh_town_copies(town: Town) -> Path:
 
 def repo_hooks_dir(rig: Rig) -> Path:
     """Where git looks for this repository's hooks (``core.hooksPath`` honoured)."""
-    from sluice.store.gitview import open_repo
+    from sluice.store.git.gitview import open_repo
 
     repo = open_repo(rig.repo)
     try:

@@ -13,7 +13,7 @@ once the town exists.
 The server stays warm: ``sluice_schedule_next`` and ``sluice_schedule_status``
 answer through one :class:`sluice.api.Town` kept for as long as the lookup
 finds the same town, whose rig indexes stay open between calls and are
-re-checked against the files before each one (:mod:`sluice.store.kept`).
+re-checked against the files before each one (:mod:`sluice.store.items.kept`).
 Every other tool opens the town afresh, as the CLI does.
 """
 

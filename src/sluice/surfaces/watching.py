@@ -18,13 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.errors import SluiceError
-from sluice.store import admission_state, state
-from sluice.store.fsutil import file_signature
+from sluice.store.database import admission_state, state
+from sluice.store.files.fsutil import file_signature
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sluice.store.town import Town
+    from sluice.store.files.town import Town
 
 #: The versions of the town database a snapshot depends on (each advanced by its writers).
 VERSIONS = ("queue", "runs", state.VERSION, admission_state.VERSION)

@@ -62,8 +62,8 @@ def feed(
     as_json: JsonOption = False,
 ) -> None:
     """The event log as a readable stream, one line per event; --follow tails it live."""
-    from sluice.scheduler.feed import follow as follow_feed
-    from sluice.scheduler.feed import line, log_end
+    from sluice.scheduler.views.feed import follow as follow_feed
+    from sluice.scheduler.views.feed import line, log_end
 
     the_town = town()
     start = log_end(the_town.files) if follow else None  # before the last events are read: none lost
@@ -83,7 +83,7 @@ def feed(
 
 def _print(row: dict, as_json: bool) -> None:
     """One row at a time (JSON lines with --follow --json: the stream has no end to close an array)."""
-    from sluice.scheduler.feed import line
+    from sluice.scheduler.views.feed import line
 
     if as_json:
         sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -1,6 +1,6 @@
 """``sluice web``: the town's dashboard, served by Starlette over the one snapshot.
 
-* ``GET /api/state`` is :func:`sluice.scheduler.snapshot.snapshot` with the
+* ``GET /api/state`` is :func:`sluice.scheduler.views.snapshot.snapshot` with the
   queue's first :data:`QUEUE_ROWS` rows, exactly what ``sluice snapshot
   --json --limit 500`` prints (the counts are the whole queue's); ``GET
   /api/events`` streams it as

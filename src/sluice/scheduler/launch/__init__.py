@@ -1,0 +1,1 @@
+"""Launching queued work: admission, the dispatch cycle, sling, the launch path, polecats, runs, ends."""

@@ -1,0 +1,430 @@
+"""The head of a long queue and its exact counts, without surveying every context.
+
+:func:`~sluice.scheduler.queue.pending.survey` reads every open context and its
+item; at 100,000 queued that is seconds, although a view shows 50 rows and a
+cycle launches 20.  :func:`read_head` answers the same (the same rows in the
+same order, the same counts, the same admission of what is shown) from:
+
+* the counts of the *plain* contexts by group — target rig, ready / blocked /
+  stale, priority, tokens, labels, touches — one SQL join of the town
+  database with each rig's item index (:mod:`sluice.store.database.queue`);
+* a survey of the few contexts that are not plain (a failure, a launch
+  intent, a missing item, a force, a promotion) and of those whose item a
+  polecat is running;
+* one score per group, as ``schedule next`` ranks a whole ready set
+  (:mod:`sluice.scheduler.queue.ranking`): inside a group every context scores
+  alike and is ordered by (enqueued_at, item id), so rows are read only from
+  the groups that reach the head, in tiers of equal (score, tokens);
+* admission of the head with the rest counted by shape
+  (:func:`sluice.core.admission.admit_head`): once the plan is full nothing
+  later can change it, and the head grows until that is so.
+
+It answers None, and the caller surveys, whenever the grouping would not be
+exact or cheap: a policy that scores each context apart (aging, deadlines,
+graph weights), a rig that cannot be read or has no index on disk, rig
+prefixes that nest, more rigs than SQLite attaches at once, an item found in
+no rig's index or found as a context, or thousands of contexts that are not
+plain.  The tests check that both ways answer alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sluice.core import admission as rules
+from sluice.core.recordclass import field, recordclass
+from sluice.core.scoring import Candidate, Scored, deadline_enabled, rank_order, score_all
+from sluice.errors import StoreCorrupt
+from sluice.scheduler.launch.admission import Assessment, applicant, limits, needs_spend, running
+from sluice.scheduler.launch.polecats import retry_window
+from sluice.scheduler.queue.pending import Stale, Survey, survey
+from sluice.scheduler.queue.ranking import Work, has_graph_weights, load_town_policy
+from sluice.store.database import admission_state as kept
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import queue as sql
+from sluice.store.database.state import load_state
+
+if TYPE_CHECKING:
+    from sluice.scheduler.launch.gates import Gates
+    from sluice.scheduler.session import Session
+
+#: More open contexts than this that are not plain, and the survey reads the queue instead.
+UNUSUAL_MAX = 2000
+#: Ready works admitted at first; doubled while the rest's order could still change the plan.
+HEAD_MIN = 64
+
+
+@recordclass
+class Head:
+    """A survey cut to its head, with the whole queue's counts."""
+
+    view: Survey  # ready and blocked: the first of each, ranked; the other lists whole
+    ready_total: int  # ready works in the queue (not backing off)
+    blocked_total: int
+    stale_total: int
+    rigs: dict[str, list[int]] = field(default_factory=dict)  # target rig → [ready, blocked] (as QueueCounts)
+    registered: set[str] = field(default_factory=set)
+    surveyed: set[str] = field(default_factory=set)  # context ids of the works the survey read
+    assessment: Assessment | None = None
+    tally: rules.Tally | None = None  # the admission of the whole ready queue, told by counts
+    stale_plain: Callable[[], list[Stale]] | None = None  # the plain contexts the next cycle closes
+    order: Order | None = None  # the whole queue in order, when asked for (read_order)
+
+
+class _Entry:
+    """One scored group: plain contexts read from SQL, or one work of the survey of the others."""
+
+    def __init__(self, rig: str, priority: int, tokens: int, count: int,
+                 rows: Callable[[int], list[tuple[str, str]]], work: Work | None = None,
+                 group: sql.Group | None = None):
+        self.rig, self.priority, self.tokens, self.count = rig, priority, tokens, count
+        self.rows, self.work, self.group = rows, work, group
+
+
+def groupable(policy) -> bool:
+    """Whether every context of a group scores alike under ``policy``."""
+    return (float(getattr(policy, "aging", 0.0) or 0.0) <= 0 and not deadline_enabled(policy)
+            and not has_graph_weights(policy))
+
+
+def read_head(session: Session, rows: int, gates: Gates | None = None,
+              batch: int | None = None, order: bool = False) -> Head | None:
+    """The queue's first ``rows`` entries (ready, then blocked), its counts and its admission (a cycle of
+    ``batch``, default the town's); None: survey instead."""
+    town, stores, now, config = session.files, session.stores, session.now, session.config
+    policy = load_town_policy(town)
+    if not groupable(policy):
+        return None
+    rigs = town.rigs()
+    prefixes = sorted(rig.prefix for rig in rigs)
+    if len(rigs) > sql.MAX_ATTACHED or any(not p for p in prefixes) or _nested(prefixes):
+        return None
+    indexes = {}
+    for store in stores.all():
+        try:
+            store.index.conn()
+        except (StoreCorrupt, OSError):  # the survey holds the rig and says why
+            return None
+        if not store.index.on_disk:
+            return None
+        indexes[store.rig.name] = store.index.db_path
+    active = session.active or []
+    busy = sorted({p.item_id for p in active if p.item_id})
+    sched = config.scheduler
+    with sql.reading(town, indexes) as rd:
+        unusual = rd.unusual()
+        if len(unusual) > UNUSUAL_MAX:
+            return None
+        seen = {c.id for c in unusual}
+        busy_plain = [c for c in rd.contexts(busy).values() if c.id not in seen]
+        view = survey(town, stores, sched.max_dispatch_failures, active, session.find, now=now,
+                      backoff=retry_window(sched), contexts=unusual + busy_plain)
+        if view.unreadable:
+            return None
+        groups: list[tuple[str, str, sql.Group]] = []  # (item rig, its prefix, group)
+        for rig in rigs:
+            found = rd.groups(rig.name, rig.prefix, now, busy)
+            if any(g.context_items for g in found):
+                return None  # an item that is itself a context: the survey says what becomes of it
+            groups += [(rig.name, rig.prefix, g) for g in found]
+        if sum(g.count for _r, _p, g in groups) != rd.plain_total() - len(busy_plain):
+            # An item its rig's index lacks (missing, or under another rig's prefix): the survey decides.
+            return None
+        head = _counted(view, groups, {rig.name for rig in rigs})
+        read = _reader(session, rd, busy)
+        want_ready = max(rows, HEAD_MIN)
+        ready, blocked = view.ready, view.blocked
+        head.surveyed = {w.context_id for w in ready + blocked}
+        ready_tiers = _tiers(session, policy, read, groups, ready, sql.READY)
+        while True:
+            view.ready = _first(read, *ready_tiers, want_ready)
+            head.assessment, head.tally = _admitted(session, head, groups, gates, batch)
+            if head.tally is not None or len(view.ready) >= head.ready_total:
+                break
+            want_ready *= 4
+        need_blocked = rows - head.ready_total - len(view.backing_off)
+        blocked_tiers = _tiers(session, policy, read, groups, blocked, sql.BLOCKED)
+        view.blocked = _first(read, *blocked_tiers, need_blocked) if need_blocked > 0 else []
+        if order:
+            head.order = Order(head, _segments(*ready_tiers, len(view.ready)),
+                               _segments(*blocked_tiers, len(view.blocked)))
+        stale = [(rig, prefix) for rig, prefix, g in groups if g.klass == sql.STALE]
+        unknown = {g.target_rig for _r, _p, g in groups if g.target_rig not in head.registered}
+        head.stale_plain = _stale_reader(rd, stale, unknown, busy) if stale or unknown else None
+        if head.stale_plain is not None:
+            listed = head.stale_plain()  # read now, while the indexes are attached
+            head.stale_plain = lambda: listed
+    return head
+
+
+def _nested(prefixes: list[str]) -> bool:
+    """Whether one rig prefix routes ids another one also matches (``ab`` and ``ab-c``)."""
+    return any(b.startswith(f"{a}-") for a in prefixes for b in prefixes if a != b)
+
+
+def _counted(view: Survey, groups: list[tuple[str, str, sql.Group]], registered: set[str]) -> Head:
+    """The whole queue's counts: the plain groups' and the surveyed contexts'."""
+    head = Head(view, len(view.ready), len(view.blocked), len(view.stale), registered=registered)
+    counts: dict[str, list[int]] = {}
+    for work in view.ready + view.backing_off:
+        counts.setdefault(work.rig, [0, 0])[0] += 1
+    for work in view.blocked:
+        counts.setdefault(work.rig, [0, 0])[1] += 1
+    for held in view.held:
+        counts.setdefault(held.context.fields.target_rig, [0, 0])[1] += 1
+    for _rig, _prefix, g in groups:
+        if g.target_rig not in registered or g.klass == sql.STALE:
+            head.stale_total += g.count
+        elif g.klass == sql.READY:
+            head.ready_total += g.count
+            counts.setdefault(g.target_rig, [0, 0])[0] += g.count
+        else:
+            head.blocked_total += g.count
+            counts.setdefault(g.target_rig, [0, 0])[1] += g.count
+    head.rigs = counts
+    return head
+
+
+def _reader(session: Session, rd: sql.Reading, busy: list[str]):
+    """Works for item ids of plain contexts: their contexts and records, read for those ids only."""
+    stores, signals_of = session.stores, None
+
+    def works(rig: str, keyed: list[tuple[str, str, Scored]]) -> list[Work]:
+        nonlocal signals_of
+        ids = [item_id for _order, item_id, _s in keyed]
+        contexts = rd.contexts(ids)
+        records = stores.rig(rig).get_many(ids)
+        if signals_of is None:
+            from sluice.scheduler.queue.signals import Signals
+
+            signals_of = Signals(session.files, stores)
+        out = []
+        for order, item_id, s in keyed:
+            context, record = contexts[item_id], records[item_id]
+            work = Work(item=record, rig=context.fields.target_rig, order=order, context_id=context.id,
+                        payload=context, tokens=s.candidate.tokens, score=s.score, reasons=s.reasons,
+                        pressured=s.pressured)
+            work.graph_id = signals_of.graphs.of_record(record)
+            out.append(work)
+        return out
+
+    reader = works
+    reader.rd, reader.busy = rd, busy  # type: ignore[attr-defined]
+    return reader
+
+
+def _tiers(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
+           klass: int) -> tuple[list[tuple[Work, Scored]], list[list[Scored]]]:
+    """One class (ready or blocked) in rank order, as rank_work orders it: the promoted surveyed works
+    (oldest promotion first), then tiers of groups and surveyed works of equal (score, tokens), inside
+    which contexts interleave by (enqueued_at, item id)."""
+    from sluice.scheduler.queue.signals import Signals
+
+    rd, busy, now = read.rd, read.busy, session.now
+    entries = []
+    queued = sum(g.count for _r, _p, g in groups)
+    registered = {r.name for r in session.files.rigs()}
+    for rig, prefix, g in groups:
+        if g.klass != klass or g.target_rig not in registered:
+            continue
+
+        def rows(n: int, rig=rig, prefix=prefix, g=g) -> list[tuple[str, str]]:
+            small = g.count * 20 < queued
+            return rd.rows(rig, prefix, g, now, busy, n, by_item=small and klass == sql.READY)
+
+        entries.append((_Entry(g.target_rig, g.priority, g.tokens, g.count, rows, group=g), rig))
+    for work in surveyed:
+        order = work.order
+
+        def one(n: int, order=order, work=work) -> list[tuple[str, str]]:
+            return [(order, work.item["id"])][:n]
+
+        entries.append((_Entry(work.rig, _priority(work), work.tokens or 0, 1, one, work), None))
+    if not entries:
+        return [], []
+    signals = Signals(session.files, session.stores)
+    reps = [Candidate(str(n), e.priority, e.tokens, e.rig, "", None, (e, rig))
+            for n, (e, rig) in enumerate(entries)]
+    scored = score_all(reps, policy, **signals.scoring_inputs({e.rig for e, _rig in entries}))
+
+    def promoted_work(s: Scored) -> Work | None:
+        work = s.candidate.payload[0].work
+        return work if work is not None and work.promoted_at else None
+
+    promoted = sorted(((promoted_work(s), s) for s in scored if promoted_work(s) is not None),
+                      key=lambda ws: (ws[0].promoted_at, *rank_order(ws[1].score, ws[0].tokens or 0,
+                                                                      ws[0].order, ws[0].item["id"])))
+    rest = [s for s in scored if promoted_work(s) is None]
+    tiers: list[list[Scored]] = []
+    for s in rest:
+        if tiers and (tiers[-1][0].score, tiers[-1][0].candidate.tokens) == (s.score, s.candidate.tokens):
+            tiers[-1].append(s)
+        else:
+            tiers.append([s])
+    return promoted, tiers  # type: ignore[return-value]
+
+
+def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], want: int) -> list[Work]:
+    """The first ``want`` works of :func:`_tiers`' order, each built (its context and item read)."""
+    out = [_scored_work(work, s) for work, s in promoted[:want]]
+    for tier in tiers:
+        if len(out) >= want:
+            break
+        need = want - len(out)
+        rows = []
+        for s in tier:
+            entry, _rig = s.candidate.payload
+            rows += [(order, item_id, s) for order, item_id in entry.rows(min(need, entry.count))]
+        rows.sort(key=lambda row: (row[0], row[1]))
+        chosen = rows[:need]
+        by_rig: dict[str, list] = {}
+        for order, item_id, s in chosen:
+            entry, rig = s.candidate.payload
+            if entry.work is None:
+                by_rig.setdefault(rig, []).append((order, item_id, s))
+        built = {}
+        for rig, keyed in by_rig.items():
+            built.update({w.item["id"]: w for w in read(rig, keyed)})
+        for _order, item_id, s in chosen:
+            entry, _rig = s.candidate.payload
+            out.append(_scored_work(entry.work, s) if entry.work is not None else built[item_id])
+    return out
+
+
+def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
+            klass: int, want: int) -> list[Work]:
+    """The first ``want`` works of one class in rank order."""
+    promoted, tiers = _tiers(session, policy, read, groups, surveyed, klass)
+    return _first(read, promoted, tiers, want)
+
+
+def _segments(promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], skip: int) -> list[tuple]:
+    """:func:`_tiers`' order past its first ``skip`` works, as segments: ``(work, None, 1)`` for a
+    surveyed work, ``(None, group, n)`` for ``n`` plain contexts of one group in a row (their ids
+    unread).  A tier of one group is one stretch; a tier of several is read row by row (its contexts
+    interleave by age) and told as the stretches it makes."""
+    out: list[tuple] = [(_scored_work(work, s), None, 1) for work, s in promoted[skip:]]
+    position = len(promoted)
+    for tier in tiers:
+        size = sum(s.candidate.payload[0].count for s in tier)
+        taken = min(size, max(0, skip - position))
+        position += size
+        if taken == size:
+            continue
+        if len(tier) == 1:
+            entry = tier[0].candidate.payload[0]
+            if entry.work is not None:
+                out.append((_scored_work(entry.work, tier[0]), None, 1))
+            else:
+                out.append((None, entry.group, size - taken))
+            continue
+        rows = []
+        for s in tier:
+            entry = s.candidate.payload[0]
+            rows += [(order, item_id, entry, s) for order, item_id in entry.rows(entry.count)]
+        rows.sort(key=lambda row: (row[0], row[1]))
+        for _order, _item_id, entry, s in rows[taken:]:
+            if entry.work is not None:
+                out.append((_scored_work(entry.work, s), None, 1))
+            elif out and out[-1][0] is None and out[-1][1] is entry.group:
+                out[-1] = (None, entry.group, out[-1][2] + 1)
+            else:
+                out.append((None, entry.group, 1))
+    return out
+
+
+@recordclass
+class Order:
+    """The whole queue in order, its first works built and the rest as segments (:func:`read_order`)."""
+
+    head: Head
+    ready: list[tuple]  # segments of the ready works past head.view.ready
+    blocked: list[tuple]  # segments of the blocked works past head.view.blocked
+
+
+def read_order(session: Session, concrete: int) -> Order | None:
+    """The queue in order, as the forecast replays it: its first ``concrete`` works built, the rest told
+    as segments; None: survey instead."""
+    head = read_head(session, concrete, order=True)
+    return head.order if head is not None else None
+
+
+def _priority(work: Work) -> int:
+    from sluice.scheduler.queue.ranking import item_priority
+
+    return item_priority(work.item)
+
+
+def _scored_work(work: Work, s: Scored) -> Work:
+    work.score, work.reasons, work.pressured = s.score, s.reasons, s.pressured
+    return work
+
+
+def _admitted(session: Session, head: Head, groups, gates: Gates | None, batch: int | None
+              ) -> tuple[Assessment, rules.Tally | None]:
+    """Admission of the head's ready works, with the rest of the ready queue counted by shape."""
+    from sluice.scheduler.launch import gates as gate_view
+
+    town, config, stores, now = session.files, session.config, session.stores, session.now
+    view = head.view
+    active = session.active or []
+    gates = gate_view.current(town) if gates is None else gates
+    window = config.scheduler.seconds("budget_window")
+    spend = kept.spend(town, now, window) if needs_spend(config) else rules.Spend()
+    throttles = kept.throttles(town, now)
+    caps = limits(config, len(active), batch or config.scheduler.batch_size)
+    applicants = [applicant(w) for w in view.ready]
+    rest: dict[rules.Shape, int] = {}
+    for _rig, _prefix, g in groups:
+        if g.klass == sql.READY and g.target_rig in head.registered:
+            shape = (g.target_rig, g.label_set, g.tokens, g.touch_list)
+            rest[shape] = rest.get(shape, 0) + g.count
+    for a in applicants:
+        if a.key not in head.surveyed:  # a plain context: counted in its group
+            rest[rules.shape_of(a)] -= 1
+    tally = rules.admit_head(applicants, rest, running(stores, active), caps, spend=spend,
+                             throttles=throttles, gates=gates.reasons, now=now)
+    state = load_state(town)
+    plan = rules.Admission(tally.to_dispatch, tally.held, tally.reason) if tally is not None \
+        else rules.Admission((), {}, rules.REASON_NONE)
+    assessment = Assessment(view, plan, caps, spend, throttles, state.paused, config.scheduler.deferred, now,
+                            gates=gates, paused_by=state.paused_by, applicants=applicants)
+    assessment.planned_keys = {a.key for a in plan.to_dispatch}
+    if tally is not None and not _binding_shown(assessment, tally, head):
+        return assessment, None
+    return assessment, tally
+
+
+def _binding_shown(assessment: Assessment, tally: rules.Tally, head: Head) -> bool:
+    """Whether the limit the plan names holds an applicant of the head (whose reason is then told)."""
+    code = tally.reason
+    if code in (rules.REASON_NONE, "ready", "capacity", "batch") or len(head.view.ready) >= head.ready_total:
+        return True
+    return any(r.code == code for reasons in tally.held.values() for r in reasons)
+
+
+def _stale_reader(rd: sql.Reading, stale: list[tuple[str, str]], unknown: set[str], busy: list[str]):
+    def read() -> list[Stale]:
+        found: list[tuple[str, str, str]] = []
+        for rig, prefix in dict.fromkeys(stale):
+            found += [(cid, item, f"item is {status}") for cid, item, status in rd.stale(rig, prefix, busy)]
+        for cid, item in rd.of_rigs(unknown):
+            found.append((cid, item, None))
+        contexts = rd.contexts([item for _cid, item, _detail in found])
+        out = []
+        done = set()
+        for cid, item, detail in found:
+            if cid in done:
+                continue
+            done.add(cid)
+            context = contexts[item]
+            if detail is None:
+                out.append(Stale(context, ctxs.INVALID_CONTEXT,
+                                 f"target rig {context.fields.target_rig!r} is unknown"))
+            else:
+                out.append(Stale(context, ctxs.STALE_WORK_ITEM, detail))
+        return out
+
+    return read
+

@@ -1,0 +1,448 @@
+"""The queue as the next cycle sees it: ``scheduler status``, ``list`` and ``explain``.
+
+``list`` and ``status`` read the same survey the dispatch cycle acts on
+(:mod:`sluice.scheduler.queue.pending`) and the same admission
+(:mod:`sluice.scheduler.launch.admission`), so what they show as ready is exactly
+what the next cycle would consider, in the order it would launch it (R-L);
+``explain`` gives every reason one item would not be launched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.core import admission as rules
+from sluice.core.admission import Reason
+from sluice.core.clock import format_duration
+from sluice.core.items import priority_of
+from sluice.errors import StoreCorrupt, UsageError
+from sluice.scheduler.launch.admission import assess, binding_of, limits, needs_spend, reasons_of, why
+from sluice.scheduler.launch.polecats import retry_due_at, retry_window
+from sluice.scheduler.queue.pending import held_row, item_store, survey
+from sluice.scheduler.session import Session
+from sluice.store.database import admission_state as kept
+from sluice.store.database import contexts as ctxs
+from sluice.store.database import forecasts
+from sluice.store.database.state import load_state
+from sluice.store.items.sources import stale_rows
+
+if TYPE_CHECKING:
+    from sluice.executors.base import Executor, Polecat
+    from sluice.scheduler.launch.admission import Assessment
+    from sluice.scheduler.queue.pending import Survey
+    from sluice.scheduler.queue.ranking import Work
+    from sluice.store.files.town import Town
+
+
+def _row(work: Work, blocked: bool, retry: tuple[float, float]) -> dict:
+    context = work.payload
+    fields = context.fields
+    return {
+        "id": work.item["id"],
+        "title": work.item.get("title", ""),
+        "status": work.item.get("status", "open"),
+        "target_rig": work.rig,
+        "blocked": blocked,
+        "context_id": context.id,
+        "enqueued_at": fields.enqueued_at,
+        "dispatch_failures": fields.dispatch_failures,
+        "last_failure": fields.last_failure or None,
+        "retry_at": retry_due_at(fields, *retry),  # when the daemon tries a failed launch again
+        "priority": priority_of(work.item),
+        "score": work.score,
+        "promoted_at": fields.promoted_at or None,
+        "held": None,  # or why the context waits although its item may be ready (e.g. missing-item)
+    }
+
+
+def _held_row(held) -> dict:
+    """A held context in the shape of a queue row: the item is missing, so only its id is known."""
+    context = held.context
+    fields = context.fields
+    row = held_row(held)
+    return {
+        "id": context.work_id,
+        "title": None,
+        "status": None,
+        "target_rig": fields.target_rig,
+        "blocked": True,
+        "held": held.reason,
+        "missing_since": row["missing_since"],
+        "closes_at": row["closes_at"],
+        "context_id": context.id,
+        "enqueued_at": fields.enqueued_at,
+        "dispatch_failures": fields.dispatch_failures,
+        "last_failure": fields.last_failure or None,
+        "retry_at": None,
+        "priority": None,
+        "score": None,
+    }
+
+
+def queue_view(where: Town | Session, executor: Executor | None = None, now: float | None = None):
+    """One survey and its admission, exactly as the next cycle would see them.
+
+    Returns ``(config, survey, active polecats, assessment)``; an unreachable
+    executor counts as no polecats (``status`` reports the problem).
+    """
+    session = Session.of(where, executor, now)
+    view, assessment = _survey(session)
+    return session.config, view, session.active or [], assessment
+
+
+def _survey(session: Session) -> tuple[Survey, Assessment]:
+    """One survey and its admission in ``session`` (made once per session, then reused).
+
+    The config, polecats and problem are the session's; a view that shows
+    both the queue and its forecast pays for one survey.
+    """
+    if session.surveyed is not None:
+        return session.surveyed
+    town, config, stores, now = session.files, session.config, session.stores, session.now
+    active = session.active
+    retry = retry_window(config.scheduler)
+    view = survey(town, stores, config.scheduler.max_dispatch_failures, active or [], session.find,
+                  now=now, backoff=retry)
+    assessment = assess(town, stores, view, active or [], config.scheduler.batch_size, now=now)
+    session.surveyed = (view, assessment)
+    return view, assessment
+
+
+def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
+    """The queue rows from ``offset`` (``limit`` of them, 0: all), with exact counts.
+
+    Only the rows shown are built and given their reasons, so a view of the
+    first 50 of 100,000 queued items does not write out the other 99,950;
+    the counts (every row, ready rows, per rig) come from the survey itself.
+    """
+    for name, value in (("limit", limit), ("offset", offset)):
+        if value < 0:
+            raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
+    if limit and session.surveyed is None and offset + limit <= HEAD_ROWS_MAX:
+        from sluice.scheduler.queue.head import read_head
+
+        head = read_head(session, offset + limit)
+        if head is not None:
+            return _head_page(session, head, offset, offset + limit)
+    view, assessment = _survey(session)
+    return _page(session, view, assessment, offset, offset + limit if limit else None)
+
+
+#: A page that ends further down than this is cut from a whole survey, not read from the head.
+HEAD_ROWS_MAX = 2000
+
+
+def _head_page(session: Session, head, start: int, stop: int) -> Page:
+    """:func:`_page` of a queue read as its head and counts (:mod:`sluice.scheduler.queue.head`)."""
+    view, assessment = head.view, head.assessment
+    config = session.config
+    retry = retry_window(config.scheduler)
+    ready = head.ready_total
+    backing_off = len(view.backing_off)
+    entries = [(w, False) for w in view.ready] + [(w, False) for w in view.backing_off]
+    entries += [(w, True) for w in view.blocked]
+    positions = list(range(len(view.ready))) + [ready + k for k in range(backing_off)]
+    positions += [ready + backing_off + k for k in range(len(view.blocked))]
+    queued = ready + backing_off + head.blocked_total
+    total = queued + len(view.held)
+    rows = []
+    for (work, blocked), position in zip(entries, positions, strict=True):
+        if start <= position < stop:
+            row = _row(work, blocked, retry)
+            where = ("ready" if position < ready else "backoff" if position < ready + backing_off
+                     else "blocked")
+            row["why"] = why(assessment, work, where, config)
+            rows.append(row)
+    for held in view.held[max(0, start - queued):max(0, stop - queued)]:
+        row = _held_row(held)
+        row["why"] = [row["held"]]
+        rows.append(row)
+    counts = QueueCounts(total, ready + backing_off)
+    counts.rigs = head.rigs
+    gates = assessment.gates
+    return Page(rows, counts, head.stale_total, len(view.held), dict(view.unreadable),
+                assessment.admission.reason, _json_or_none(binding_of(assessment)),
+                gates.to_json() if gates is not None else None, assessment)
+
+
+def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
+    """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts."""
+    config = session.config
+    retry = retry_window(config.scheduler)
+    entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
+    total = len(entries) + len(view.held)
+    stop = total if stop is None else stop
+    rows = [_row(w, blocked, retry) for w, blocked in entries[start:stop]]
+    rows += [_held_row(h) for h in view.held[max(0, start - len(entries)):max(0, stop - len(entries))]]
+    ready, backing_off = len(view.ready), len(view.backing_off)
+    for position, row in enumerate(rows, start=start):
+        if row.get("held"):
+            row["why"] = [row["held"]]
+            continue
+        where = "ready" if position < ready else "backoff" if position < ready + backing_off else "blocked"
+        row["why"] = why(assessment, entries[position][0], where, config)
+    counts = QueueCounts(total, len(view.ready) + len(view.backing_off))
+    for work, blocked in entries:
+        counts.add(work.rig, blocked)
+    for held in view.held:
+        counts.add(held.context.fields.target_rig, True)
+    gates = assessment.gates
+    return Page(rows, counts, len(view.stale), len(view.held), dict(view.unreadable),
+                assessment.admission.reason, _json_or_none(binding_of(assessment)),
+                gates.to_json() if gates is not None else None, assessment)
+
+
+class Page:
+    """A page of the queue's rows, its exact counts, and what admission said of the whole queue.
+
+    ``assessment`` is the survey's admission when this call surveyed, None
+    when the page came from a kept head.
+    """
+
+    def __init__(self, rows: list[dict], counts: QueueCounts, stale: int, held: int, unreadable: dict,
+                 plan_reason: str | None, binding: dict | None, gates: dict | None,
+                 assessment: Assessment | None = None):
+        self.rows, self.counts = rows, counts
+        self.stale, self.held, self.unreadable = stale, held, unreadable
+        self.plan_reason, self.binding, self.gates = plan_reason, binding, gates
+        self.assessment = assessment
+
+    def head(self) -> dict:
+        counts = self.counts
+        return {"rows": self.rows, "total": counts.total, "ready": counts.ready, "rigs": counts.rigs,
+                "stale": self.stale, "held": self.held, "unreadable": self.unreadable,
+                "plan_reason": self.plan_reason, "binding": self.binding, "gates": self.gates}
+
+class QueueCounts:
+    """Exact counts of the whole queue, whatever slice of its rows a view shows."""
+
+    def __init__(self, total: int, ready: int):
+        self.total = total
+        self.ready = ready
+        self.rigs: dict[str, list[int]] = {}  # rig → [ready, blocked]
+
+    def add(self, rig: str, blocked: bool) -> None:
+        self.rigs.setdefault(rig, [0, 0])[blocked] += 1
+
+
+def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0, offset: int = 0
+               ) -> list[dict]:
+    """Queued items, one row per item: ready ones in dispatch order, then blocked ones, then held ones.
+
+    ``limit`` rows from ``offset`` (``limit`` 0: every row).  A held row
+    (``held: "missing-item"``) is a context whose item no rig has right now;
+    it is closed only once ``closes_at`` has passed.
+    """
+    return _queue(Session.of(where, executor), limit, offset).rows
+
+
+#: ``scheduler status`` lists this many queue rows unless asked for another number (0: all).
+STATUS_ROWS = 50
+
+
+def status(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS) -> dict:
+    """``scheduler status``."""
+    return status_with_counts(where, executor, limit)[0]
+
+
+def status_with_counts(where: Town | Session, executor: Executor | None = None, limit: int = STATUS_ROWS
+                       ) -> tuple[dict, QueueCounts]:
+    """``scheduler status`` with its first ``limit`` queue rows (``items_total``, ``truncated``),
+    and the whole queue's counts (the snapshot's per-rig figures)."""
+    session = Session.of(where, executor)
+    town = session.files
+    page = _queue(session, limit)
+    rows, counts = page.rows, page.counts
+    config, active, problem = session.config, session.active, session.problem
+    state = load_state(town)
+    sched = config.scheduler
+    count = len(active) if active is not None else None
+    out = {
+        "paused": state.paused,
+        "paused_by": state.paused_by,
+        "paused_at": state.paused_at,
+        "queued_total": counts.total,
+        "queued_ready": counts.ready,
+        "active_polecats": count,
+        # Unknown when the executor cannot say how many polecats run: never claim free slots.
+        "capacity": max(0, sched.max_polecats - count) if count is not None else None,
+        "max_polecats": sched.max_polecats,
+        "mode": "deferred" if sched.deferred else "direct",
+        "batch_size": sched.batch_size,
+        "last_dispatch_at": state.last_dispatch_at,
+        "last_dispatch_count": state.last_dispatch_count,
+        "stale": page.stale,
+        "held": page.held,
+        # Rigs with a file sluice cannot read (file and line): their work is held, the rest goes on.
+        "unreadable": page.unreadable,
+        # Read-only rigs whose items may be behind their beads store (docs/items.md "Item sources").
+        "source_stale": stale_rows(town),
+        "items": rows,
+        "items_total": counts.total,
+        "truncated": len(rows) < counts.total,
+        **_admission_status(session, page),
+        "forecast": kept_forecast(town),
+    }
+    if problem:
+        out["executor_error"] = problem
+    return out, counts
+
+
+def kept_forecast(town: Town) -> dict | None:
+    """When the queue drains by the last forecast kept, and when that was made (None: none kept).
+
+    ``scheduler status`` never replays the queue itself: a forecast costs a
+    survey and a replay, and status must stay cheap.  Its age is left to the
+    reader (the text says it), so two calls a second apart answer the same.
+    """
+    head = forecasts.last(town)
+    if head is None:
+        return None
+    return {"at": head["at"], "drain_at": head["drain_at"], "drain_p90_at": head["drain_p90_at"],
+            "items_total": head["items_total"]}
+
+
+def _admission_status(session: Session, page: Page) -> dict:
+    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``.
+
+    The caps and the spend are read now (a kept page carries only what
+    admission said of the queue: its reason, the binding limit, the gates).
+    """
+    town, config, now = session.files, session.config, session.now
+    window = format_duration(config.scheduler.seconds("budget_window"))
+    assessment = page.assessment
+    if assessment is not None:
+        caps, spend = assessment.limits, assessment.spend
+    else:
+        caps = limits(config, len(session.active or []), config.scheduler.batch_size)
+        spend = kept.spend(town, now, config.scheduler.seconds("budget_window")) if needs_spend(config) \
+            else rules.Spend()
+    budgets = []
+    if caps.town_budget:
+        budgets.append({"rig": None, "spent": spend.town, "budget": caps.town_budget, "window": window})
+    for name, budget in sorted(caps.rig_budgets.items()):
+        budgets.append({"rig": name, "spent": spend.rigs.get(name, 0), "budget": budget, "window": window})
+    return {"budgets": budgets, "throttles": kept.throttle_rows(town, now),
+            "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
+            "circuit_broken": kept.count_broken(town), "plan_reason": page.plan_reason,
+            "binding": page.binding, "host": page.gates}
+
+
+def _json_or_none(reason) -> dict | None:
+    return reason.to_json() if reason is not None else None
+
+
+# -- explain ------------------------------------------------------------------------------------
+
+
+def explain(where: Town | Session, item_id: str, executor: Executor | None = None,
+            now: float | None = None) -> dict:
+    """Would the next cycle launch ``item_id``, and every reason it would not (``scheduler explain``)."""
+    session = Session.of(where, executor, now)
+    town, stores, now = session.files, session.stores, session.now
+    view, assessment = _survey(session)
+    config, active = session.config, session.active or []
+    out: dict[str, Any] = {
+        "item_id": item_id,
+        "queued": False,
+        "context_id": None,
+        "would_dispatch": False,
+        "score": None,
+        "promoted_at": None,
+        "reasons": [],
+    }
+    reasons: list[Reason] = []
+    unreadable = None
+    try:
+        found = item_store(stores, item_id)
+    except (StoreCorrupt, OSError) as err:  # its rig cannot be read: held, as the cycle holds it
+        found, unreadable = None, str(err)
+    causes = _causes(found, item_id)  # read once: the blocked reason and the gates both name them
+    for where, works in (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked)):
+        for w in works:
+            if w.item["id"] != item_id:
+                continue
+            out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
+            blockers = _blockers(causes, item_id, active) if where == "blocked" else None
+            reasons = reasons_of(assessment, w, where, config, blockers)
+            out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
+            break
+        if out["queued"]:
+            break
+    if not out["queued"]:
+        for held in view.held:  # its item is missing now; the context closes after missing_grace
+            if held.context.work_id == item_id:
+                out.update(queued=True, context_id=held.context.id)
+                closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
+                if held.reason == rules.RIG_UNREADABLE:
+                    reasons.append(Reason(rules.RIG_UNREADABLE, held.detail or ""))
+                else:
+                    reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
+                break
+    if not out["queued"]:
+        for stale in view.stale:
+            if stale.context.work_id == item_id:
+                out.update(queued=True, context_id=stale.context.id)
+                code = {
+                    ctxs.CIRCUIT_BROKEN: rules.CIRCUIT_BROKEN,
+                    ctxs.INVALID_WORK_ITEM: rules.MISSING_ITEM,
+                }.get(stale.reason, rules.NOT_QUEUED)
+                reasons.append(
+                    Reason(code, f"the next cycle closes its context ({stale.reason}: {stale.detail})")
+                )
+                break
+    if not out["queued"]:
+        entry = kept.broken_entry(town, item_id)
+        if entry is not None:
+            nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
+            nxt += ")" if entry.get("next_attempt_at") is None else ""
+            reasons.append(
+                Reason(
+                    rules.CIRCUIT_BROKEN,
+                    f"{entry.get('failures')} failed launches, last: {entry.get('last_error')};"
+                    f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)",
+                )
+            )
+        elif unreadable is not None:
+            reasons.append(Reason(rules.RIG_UNREADABLE, unreadable))
+        elif found is None:
+            reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
+        else:
+            polecat = next((p for p in active if p.item_id == item_id), None)
+            detail = (
+                f"a polecat ({polecat.id}) is running it"
+                if polecat
+                else f"no open sling context (`sluice sling {item_id} RIG` queues it)"
+            )
+            reasons.append(Reason(rules.NOT_QUEUED, detail))
+    out["reasons"] = [r.to_json() for r in reasons]
+    out.update(_beads_hints(found, causes, now))
+    out["host"] = assessment.gates.to_json() if assessment.gates is not None else None
+    return out
+
+
+def _beads_hints(found, causes: list[str], now: float) -> dict:
+    """beads 1.x's runtime hint and deadline of the item, and the gates among what blocks it."""
+    from sluice.core.items import gate_of, item_hints
+
+    if found is None:
+        return {"estimated_minutes": None, "due_at": None, "due": None, "gates": []}
+    store, record = found
+    gates = [gate_of(r) for r in store.get_many(causes).values()]
+    own = gate_of(record)
+    return {**item_hints(record, now), "gates": ([own] if own else []) + [g for g in gates if g]}
+
+
+def _causes(found, item_id: str) -> list[str]:
+    """The ids that block ``item_id`` in its rig (none when it is not blocked or not found)."""
+    if found is None:
+        return []
+    return found[0].blocked_by(item_id) or []
+
+
+def _blockers(causes: list[str], item_id: str, active: list[Polecat]) -> list[str]:
+    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
+    polecat = next((p for p in active if p.item_id == item_id), None)
+    if polecat is not None:
+        return [f"its running polecat {polecat.id}"]
+    return causes

@@ -1,0 +1,1 @@
+"""The town database: schema, contexts, runs, state, the outbox and its logs, the migration, the export."""
