@@ -67,6 +67,25 @@ def test_a_bare_repository_with_a_worktree_is_warm(tmp_path):
     assert is_warm_rig(rig) is True
 
 
+def test_warmth_is_kept_in_the_database_until_the_worktrees_change(rigs, town_files, tmp_path, monkeypatch):
+    from sluice.store.git import gitview
+
+    asked = []
+    real = gitview.has_live_worktree
+    monkeypatch.setattr(gitview, "has_live_worktree", lambda repo: asked.append(repo) or real(repo))
+    repo = tmp_path / "repos" / "alpha"
+    worktree = add_worktree(repo, tmp_path / "wt-alpha")
+    rig = town_files.rig("alpha")
+    assert is_warm_rig(rig, town_files) is True
+    assert is_warm_rig(rig, town_files) is True
+    assert len(asked) == 1  # the second answer is the kept one
+    assert json.loads(town_files.db.kept("affinity:alpha"))[1] is True
+    assert not (town_files.runtime / "affinity-cache.json").exists()
+    shutil.rmtree(worktree)  # the stamp moves: pygit2 is asked again
+    assert is_warm_rig(rig, town_files) is False
+    assert len(asked) == 2
+
+
 def test_warmth_is_read_once_per_call(rigs, town_files, tmp_path):
     s = signals(town_files)
     assert s.warm_rigs(["alpha"]) == set()

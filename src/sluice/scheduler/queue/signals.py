@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import edges
 from sluice.core.readiness import id_prefix
+from sluice.errors import SluiceError
 from sluice.logs import log
 
 if TYPE_CHECKING:
@@ -38,9 +39,6 @@ PARENT_CHILD = "parent-child"
 MAX_PARENT_DEPTH = 64
 
 
-AFFINITY_CACHE = "affinity-cache.json"
-
-
 def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     """Affinity of one rig: True when its repository has a live linked worktree.
 
@@ -50,7 +48,7 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     (most rigs are cold, and pygit2 costs start-up time).  Everything else —
     bare repositories, ``.git`` files, worktrees that may be gone — is
     decided by pygit2 (:func:`sluice.store.git.gitview.has_live_worktree`), whose answer is kept in
-    ``runtime/affinity-cache.json`` under a stamp of the git metadata it read
+    the town database (a derived row ``affinity:<rig>``) under a stamp of the git metadata it read
     (:func:`sluice.store.git.gitview.warmth_stamp`), so the next call asks pygit2
     only after that metadata changed.
     """
@@ -60,17 +58,15 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     from sluice.store.git.gitview import warmth_stamp
 
     stamp = warmth_stamp(Path(rig.repo))
-    path = town.runtime / AFFINITY_CACHE if town is not None and stamp is not None else None
-    kept: dict = {}
-    if path is not None:
+    database = _database(town) if stamp is not None else None
+    name = f"affinity:{rig.name}"
+    if database is not None:
         try:
-            kept = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            kept = {}
-        if not isinstance(kept, dict):
-            kept = {}
-        if kept.get(rig.name) in ([stamp, True], [stamp, False]):
-            return kept[rig.name][1]
+            kept = json.loads(database.kept(name) or "null")
+        except (SluiceError, ValueError):
+            kept = None
+        if kept in ([stamp, True], [stamp, False]):
+            return kept[1]
     from sluice.errors import NotARepository
     from sluice.store.git.gitview import has_live_worktree
 
@@ -79,11 +75,18 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     except NotARepository as err:  # said on every call until mended, so never kept
         log.warning("affinity 0 for %s: %s", rig.repo, err)
         return False
-    if path is not None and warmth_stamp(Path(rig.repo)) == stamp:  # unchanged while pygit2 read it
-        from sluice.store.files import fsutil
-
-        fsutil.write_cache(path, json.dumps({**kept, rig.name: [stamp, warm]}).encode("utf-8"))
+    if database is not None and warmth_stamp(Path(rig.repo)) == stamp:  # unchanged while pygit2 read it
+        database.keep_if_free(name, json.dumps([stamp, warm]))
     return warm
+
+
+def _database(town: Town | None):
+    """The town database when it is there already (a kept answer is never worth making one)."""
+    if town is None:
+        return None
+    from sluice.store.database import db
+
+    return town.db if db.exists(town.dir) else None
 
 
 def is_parent_edge(child_id: str, target: str) -> bool:

@@ -517,6 +517,28 @@ class Database:
                          " ON CONFLICT (name) DO UPDATE SET inputs = excluded.inputs, value = excluded.value",
                          (name, kept_under, value))
 
+    def keep_if_free(self, name: str, value: str) -> bool:
+        """:meth:`keep` a result that is cheap to work out again (a validated copy of a file, a
+        repository's warmth): never inside a caller's change, never waiting for another writer, never
+        fsynced, so a read command that keeps one is not slowed; False when it was not kept (busy,
+        read-only, full, damaged — the next read works it out again)."""
+        try:
+            if self.kept(name) == value:
+                return True
+            conn = self.conn
+            if conn.in_transaction:
+                return False  # not inside a caller's change: the next read outside one keeps it
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                self.keep(name, value)
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+        except (StorageError, ConfigError, sqlite3.Error):
+            return False
+        return True
+
     def kept(self, name: str, *inputs: str) -> str | None:
         """The derived result ``name``; with ``inputs``, only while every one of those versions is as it
         was when it was kept (None otherwise, or when none was kept)."""

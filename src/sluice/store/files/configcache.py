@@ -76,27 +76,8 @@ def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = C
     database = _database(town)
     if database is None:
         return
-    import sqlite3
-
-    from sluice.store.database.db import BUSY_TIMEOUT_MS, SYNCHRONOUS
-
     body = json.dumps({"key": _key(kind, text), kind: dump}, ensure_ascii=False)
-    try:
-        if database.kept(NAMES[kind]) == body:
-            return
-        conn = database.conn
-        if conn.in_transaction:
-            return  # not inside a caller's change: the next read outside one keeps it
-        # A copy is worth neither a wait for another writer nor an fsync: one lost costs one validation.
-        conn.execute("PRAGMA busy_timeout = 0")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        try:
-            database.keep(NAMES[kind], body)
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
-    except (SluiceError, sqlite3.Error):
-        pass  # read-only, full, busy or damaged: no copy, and the next validation tries again
+    database.keep_if_free(NAMES[kind], body)  # a copy is worth neither a wait nor an fsync
 
 
 def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
