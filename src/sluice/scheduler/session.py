@@ -46,6 +46,10 @@ class Session:
         # The queue's survey and admission, made once per call by sluice.scheduler.queue.views, so a view
         # that shows the queue and its forecast surveys it once.
         self.surveyed: tuple | None = None
+        # The queue's head as sluice.scheduler.queue.head read it (the views and the forecast of one
+        # call share it), and how many rows a view of this call will want of it (the snapshot's forecast).
+        self.head: tuple | None = None
+        self.head_rows = 0
 
     @classmethod
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
@@ -70,7 +74,7 @@ class Session:
         """
         other = copy.copy(self)
         other.__dict__.pop("active", None)
-        other._executor, other._resolved, other.surveyed = executor, True, None
+        other._executor, other._resolved, other.surveyed, other.head = executor, True, None, None
         return other
 
     @property

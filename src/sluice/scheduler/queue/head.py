@@ -91,7 +91,24 @@ def groupable(policy) -> bool:
 def read_head(session: Session, rows: int, gates: Gates | None = None,
               batch: int | None = None, order: bool = False) -> Head | None:
     """The queue's first ``rows`` entries (ready, then blocked), its counts and its admission (a cycle of
-    ``batch``, default the town's); None: survey instead."""
+    ``batch``, default the town's), with the whole order when asked for; None: survey instead.
+
+    One call's views share one reading: a head read for at least as many
+    rows (and with the order, when that is asked for) is the answer again.
+    """
+    key = (gates is None, batch)
+    if session.head is not None:
+        kept_key, kept_rows, kept_order, kept_head = session.head
+        if kept_key == key and kept_rows >= rows and (kept_order or not order):
+            return kept_head
+    rows, order = max(rows, session.head_rows), order or session.head_rows > 0
+    head = _read_head(session, rows, gates, batch, order)
+    session.head = (key, rows, order, head)
+    return head
+
+
+def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | None, order: bool
+               ) -> Head | None:
     town, stores, now, config = session.files, session.stores, session.now, session.config
     policy = load_town_policy(town)
     if not groupable(policy):

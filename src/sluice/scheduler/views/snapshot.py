@@ -159,6 +159,7 @@ def snapshot(where: Town | Session, executor: Executor | None = None, *, decisio
         except (SluiceError, OSError) as err:
             problem = str(err)
     session = session.seeing(once)
+    session.head_rows = forecasting.HEAD_ROWS  # the queue's head read once, for the rows and the forecast
     problem = session.problem or problem
     # One survey for the rows, their counts and the forecast's replay.
     status, counts = queue_model.status_with_counts(session, limit=limit)
