@@ -309,13 +309,6 @@ def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]],
     return out
 
 
-def _ranked(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
-            klass: int, want: int) -> list[Work]:
-    """The first ``want`` works of one class in rank order."""
-    promoted, tiers = _tiers(session, policy, read, groups, surveyed, klass)
-    return _first(read, promoted, tiers, want)
-
-
 def _segments(promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], skip: int) -> list[tuple]:
     """:func:`_tiers`' order past its first ``skip`` works, as segments: ``(work, None, 1)`` for a
     surveyed work, ``(None, group, n)`` for ``n`` plain contexts of one group in a row (their ids

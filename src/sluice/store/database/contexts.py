@@ -23,7 +23,6 @@ from sluice.core.clock import UNDATED, iso, new_id, order_text
 from sluice.core.items import (
     CONTEXT_LABEL,
     DEFAULT_PRIORITY,
-    DONE_STATUSES,
     dependency,
     is_context,
     priority_of,
@@ -283,11 +282,6 @@ def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp:
         "created_at": stamp,
         "updated_at": stamp,
     }
-
-
-def is_open(record: dict) -> bool:
-    """Whether a record is an open sling context."""
-    return record.get("status", "open") not in DONE_STATUSES and is_context(record)
 
 
 _KNOWN_KEYS = frozenset({"id", "title", "description", "status", "priority", "issue_type", "ephemeral",
