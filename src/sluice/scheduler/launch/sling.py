@@ -29,7 +29,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso, now_utc
-from sluice.core.items import is_context, labels_of, parse_ts, tracked_ids
+from sluice.core.items import DONE_STATUSES, is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.recordclass import field, recordclass
 from sluice.core.records import SlingContextFields
@@ -356,7 +356,7 @@ def _refusal(town: Town, item: dict, target: str, force: bool, ran: _Ran | None 
                    f" but the target is rig {target!r} (override with force)")
         return _Refusal(message, f"belongs to rig {home.name!r}")
     status = item.get("status", "open")
-    if status in ctxs.DONE_STATUSES:
+    if status in DONE_STATUSES:
         return _Refusal(f"item {item_id} is {status} (work already completed)", status)
     if status in ctxs.PROTECTED_STATUSES and not force:
         who = f" to {item['assignee']}" if item.get("assignee") else ""

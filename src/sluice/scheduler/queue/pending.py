@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso_epoch
-from sluice.core.items import is_context, parse_ts
+from sluice.core.items import DONE_STATUSES, is_context, parse_ts
 from sluice.core.plan import is_circuit_broken, pick_oldest_per_item
 from sluice.core.recordclass import field, recordclass
 from sluice.errors import StoreCorrupt, UnknownItem
@@ -232,7 +232,7 @@ def survey(
             out.reappeared.append(context)
         store, item, is_ready, tokens = found
         status = item.get("status", "open")
-        if status in ctxs.DONE_STATUSES or (status == "hooked" and not fields.force):
+        if status in DONE_STATUSES or (status == "hooked" and not fields.force):
             out.stale.append(Stale(context, ctxs.STALE_WORK_ITEM, f"item is {status}"))
             continue
         if fields.launch_started_at:
