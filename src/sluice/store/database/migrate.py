@@ -90,38 +90,50 @@ def _rig(conn: sqlite3.Connection, rig_dir: Path, seen_open: set[str]) -> list[P
     rig = rig_dir.name
     log = rig_dir / "ephemeral.jsonl"
     archive = rig_dir / "ephemeral.archive.jsonl.gz"
-    latest: dict[str, dict] = {}
+    # The latest line of each id, kept as its text (a parsed record costs several times its line: a
+    # town of 100,000 contexts would hold them all), read again in chunks as they are written.
+    latest: dict[str, tuple[Path, int, bytes]] = {}
     if archive.exists():
         try:
             with gzip.open(archive, "rb") as fh:
-                for number, line in enumerate(fh, start=1):
-                    try:
-                        record = parse_line(archive, number, line)
-                    except TornLine:  # a gzip member cut short: never acknowledged
-                        break
-                    if record is not None:
-                        latest[record["id"]] = record
+                _latest_lines(archive, fh, latest, moved=False)
         except (OSError, EOFError) as err:
             raise ConfigError(f"{archive}: cannot read the archive to migrate it ({err})") from None
     if log.exists():
         with open(log, "rb") as fh:
-            for number, line in enumerate(fh, start=1):
-                try:
-                    record = parse_line(log, number, line)
-                except TornLine:
-                    break  # an interrupted last write: never acknowledged
-                if record is not None:
-                    latest.pop(record["id"], None)  # a later version takes the place of its last write
-                    latest[record["id"]] = record
+            _latest_lines(log, fh, latest)
     # A second open context of an item (0.1 could be left so by hand edits) stays open, outside the
     # one-open-per-item constraint, for the cycle to close as a duplicate.
-    contexts.insert(conn, rig, latest.values(), open_items=seen_open)
+    lines = list(latest.values())
+    latest.clear()
+    for start in range(0, len(lines), MIGRATE_CHUNK):
+        chunk = lines[start:start + MIGRATE_CHUNK]
+        records = [parse_line(path, number, line) for path, number, line in chunk]
+        contexts.insert(conn, rig, [r for r in records if r is not None], open_items=seen_open)
     ids = rig_dir / "ephemeral.archive.ids"
     if ids.exists():
         drawn = [(line.strip(),) for line in ids.read_text(encoding="utf-8", errors="replace").splitlines()
                  if line.strip() and not line.startswith("#")]
         conn.executemany("INSERT INTO drawn_ids (id) VALUES (?) ON CONFLICT (id) DO NOTHING", drawn)
     return [log, archive, ids, rig_dir / "ephemeral.compacted"]
+
+
+#: Records parsed and written at a time by a migration.
+MIGRATE_CHUNK = 5000
+
+
+def _latest_lines(path: Path, fh, latest: dict[str, tuple[Path, int, bytes]], moved: bool = True) -> None:
+    """Each record line of ``fh`` into ``latest`` by id, a later line taking the place of an earlier one
+    (``moved``: in the order of the later line, as a log's rewrite is; else in the earlier one's)."""
+    for number, line in enumerate(fh, start=1):
+        try:
+            record = parse_line(path, number, line)
+        except TornLine:
+            return  # an interrupted last write (a gzip member cut short): never acknowledged
+        if record is not None:
+            if moved:
+                latest.pop(record["id"], None)
+            latest[record["id"]] = (path, number, line)
 
 
 def move_aside(town: Town) -> Path | None:
