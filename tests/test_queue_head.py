@@ -187,9 +187,10 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
     Town(town_dir).db.close()
     path = town_dir / ".sluice" / "town.db"
     raw = sqlite3.connect(path)
-    for statement in ("DROP INDEX issues_queue", "DROP INDEX issues_order", "DROP INDEX issues_status",
-                      "ALTER TABLE issues DROP COLUMN plain", "ALTER TABLE issues DROP COLUMN enqueued_at",
-                      "ALTER TABLE issues DROP COLUMN target_rig",
+    columns = ("plain", "enqueued_at", "target_rig", "f_class", "f_priority", "f_tokens", "f_labels",
+               "f_touches", "f_kind", "f_minutes", "defer_ts", "facts_of")
+    for statement in ("DROP INDEX issues_facts", "DROP INDEX issues_facts_of", "DROP INDEX issues_status",
+                      *(f"ALTER TABLE issues DROP COLUMN {column}" for column in columns),
                       "CREATE INDEX issues_status ON issues (status, rig)",
                       "UPDATE meta SET value = '1' WHERE key = 'schema_version'"):
         raw.execute(statement)
@@ -235,3 +236,27 @@ def test_the_forecast_from_the_head_replays_as_the_survey(town_dir, rigs, capaci
     monkeypatch.setattr(views, "HEAD_ROWS_MAX", 0)
     slow = [replayed(3), replayed(40), listed()]
     assert fast == slow
+
+
+def test_the_facts_follow_a_rebuilt_index_and_a_busy_database_is_surveyed(town_dir, rig, capacity,
+                                                                         memory):
+    capacity(1)
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=2) for n in (1, 2, 3)])
+    sling(Town(town_dir), ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
+    assert [r["id"] for r in views.list_queue(Town(town_dir), limit=10)] == ["al-1", "al-2", "al-3"]
+    write_items(town_dir, "alpha", [item("al-3", priority=0)])  # the later line wins: al-3 is urgent now
+    town = Town(town_dir)
+    assert queuehead.read_head(Session(town), 10) is not None
+    assert [r["id"] for r in views.list_queue(town, limit=10)] == ["al-3", "al-1", "al-2"]
+    facts = dict(town.db.query("SELECT work_item, f_priority FROM issues"))
+    assert facts == {"al-1": 2, "al-2": 2, "al-3": 0}
+    write_items(town_dir, "alpha", [item("al-1", priority=1)])
+    other = sqlite3.connect(town_dir / ".sluice" / "town.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the database: the facts wait, the answer does not
+    try:
+        assert queuehead.read_head(Session(Town(town_dir)), 10) is None
+        assert [r["id"] for r in views.list_queue(Town(town_dir), limit=10)] == ["al-3", "al-1", "al-2"]
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert queuehead.read_head(Session(Town(town_dir)), 10) is not None

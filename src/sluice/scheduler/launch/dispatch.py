@@ -237,7 +237,7 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
     head = None
     if item is None and backoff is not None:
         # A long queue's head, read without surveying all of it (None: survey).
-        head = read_head(session, 0, gates=gates, batch=report.batch)
+        head = read_head(session, 0, gates=gates, batch=report.batch, fill=not report.dry_run)
     if head is not None:
         view, assessment = head.view, head.assessment
         if head.stale_plain is not None:

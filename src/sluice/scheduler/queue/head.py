@@ -89,12 +89,14 @@ def groupable(policy) -> bool:
 
 
 def read_head(session: Session, rows: int, gates: Gates | None = None,
-              batch: int | None = None, order: bool = False) -> Head | None:
+              batch: int | None = None, order: bool = False, fill: bool = True) -> Head | None:
     """The queue's first ``rows`` entries (ready, then blocked), its counts and its admission (a cycle of
     ``batch``, default the town's), with the whole order when asked for; None: survey instead.
 
     One call's views share one reading: a head read for at least as many
     rows (and with the order, when that is asked for) is the answer again.
+    ``fill`` False (a dry run, which writes nothing): contexts whose item
+    facts are not copied yet send the read to the survey instead.
     """
     key = (gates is None, batch)
     if session.head is not None:
@@ -102,22 +104,22 @@ def read_head(session: Session, rows: int, gates: Gates | None = None,
         if kept_key == key and kept_rows >= rows and (kept_order or not order):
             return kept_head
     rows, order = max(rows, session.head_rows), order or session.head_rows > 0
-    head = _read_head(session, rows, gates, batch, order)
+    head = _read_head(session, rows, gates, batch, order, fill)
     session.head = (key, rows, order, head)
     return head
 
 
-def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | None, order: bool
-               ) -> Head | None:
+def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | None, order: bool,
+               fill: bool) -> Head | None:
     town, stores, now, config = session.files, session.stores, session.now, session.config
     policy = load_town_policy(town)
     if not groupable(policy):
         return None
     rigs = town.rigs()
     prefixes = sorted(rig.prefix for rig in rigs)
-    if len(rigs) > sql.MAX_ATTACHED or any(not p for p in prefixes) or _nested(prefixes):
+    if any(not p for p in prefixes) or _nested(prefixes):
         return None
-    indexes = {}
+    tags = []
     for store in stores.all():
         try:
             store.index.conn()
@@ -125,11 +127,17 @@ def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | No
             return None
         if not store.index.on_disk:
             return None
-        indexes[store.rig.name] = store.index.db_path
+        # Each rig's plain contexts carry its items' facts as its index has them now.
+        version = store.index.facts_version
+        if not sql.refresh(town, store.rig.name, store.rig.prefix, store.index.db_path, version, fill):
+            return None
+        tags.append(sql.facts_tag(store.rig.name, version))
     active = session.active or []
     busy = sorted({p.item_id for p in active if p.item_id})
     sched = config.scheduler
-    with sql.reading(town, indexes) as rd:
+    with sql.reading(town) as rd:
+        if rd.unfilled(tags):
+            return None  # an item no rig's prefix routes (its rig removed, or never there): the survey
         unusual = rd.unusual()
         if len(unusual) > UNUSUAL_MAX:
             return None
@@ -139,15 +147,10 @@ def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | No
                       backoff=retry_window(sched), contexts=unusual + busy_plain)
         if view.unreadable:
             return None
-        groups: list[tuple[str, str, sql.Group]] = []  # (item rig, its prefix, group)
-        for rig in rigs:
-            found = rd.groups(rig.name, rig.prefix, now, busy)
-            if any(g.context_items for g in found):
-                return None  # an item that is itself a context: the survey says what becomes of it
-            groups += [(rig.name, rig.prefix, g) for g in found]
-        if sum(g.count for _r, _p, g in groups) != rd.plain_total() - len(busy_plain):
-            # An item its rig's index lacks (missing, or under another rig's prefix): the survey decides.
-            return None
+        found, odd = rd.groups(now, busy)
+        if odd:
+            return None  # an item missing from its rig's index, or itself a context: the survey decides
+        groups = [(g.target_rig, "", g) for g in found]
         head = _counted(view, groups, {rig.name for rig in rigs})
         read = _reader(session, rd, busy)
         want_ready = max(rows, HEAD_MIN)
@@ -166,11 +169,10 @@ def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | No
         if order:
             head.order = Order(head, _segments(*ready_tiers, len(view.ready)),
                                _segments(*blocked_tiers, len(view.blocked)))
-        stale = [(rig, prefix) for rig, prefix, g in groups if g.klass == sql.STALE]
+        stale = any(g.klass == sql.STALE for _r, _p, g in groups)
         unknown = {g.target_rig for _r, _p, g in groups if g.target_rig not in head.registered}
-        head.stale_plain = _stale_reader(rd, stale, unknown, busy) if stale or unknown else None
-        if head.stale_plain is not None:
-            listed = head.stale_plain()  # read now, while the indexes are attached
+        if stale or unknown:
+            listed = _stale_plain(session, rd, stale, unknown, busy)  # read now, in the same reading
             head.stale_plain = lambda: listed
     return head
 
@@ -207,11 +209,11 @@ def _reader(session: Session, rd: sql.Reading, busy: list[str]):
     """Works for item ids of plain contexts: their contexts and records, read for those ids only."""
     stores, signals_of = session.stores, None
 
-    def works(rig: str, keyed: list[tuple[str, str, Scored]]) -> list[Work]:
+    def works(keyed: list[tuple[str, str, Scored]]) -> list[Work]:
         nonlocal signals_of
         ids = [item_id for _order, item_id, _s in keyed]
         contexts = rd.contexts(ids)
-        records = stores.rig(rig).get_many(ids)
+        records = _records(stores, ids)
         if signals_of is None:
             from sluice.scheduler.queue.signals import Signals
 
@@ -240,15 +242,13 @@ def _tiers(session: Session, policy, read, groups: list[tuple[str, str, sql.Grou
 
     rd, busy, now = read.rd, read.busy, session.now
     entries = []
-    queued = sum(g.count for _r, _p, g in groups)
     registered = {r.name for r in session.files.rigs()}
-    for rig, prefix, g in groups:
+    for rig, _prefix, g in groups:
         if g.klass != klass or g.target_rig not in registered:
             continue
 
-        def rows(n: int, rig=rig, prefix=prefix, g=g) -> list[tuple[str, str]]:
-            small = g.count * 20 < queued
-            return rd.rows(rig, prefix, g, now, busy, n, by_item=small and klass == sql.READY)
+        def rows(n: int, g=g) -> list[tuple[str, str]]:
+            return rd.rows(g, now, busy, n)
 
         entries.append((_Entry(g.target_rig, g.priority, g.tokens, g.count, rows, group=g), rig))
     for work in surveyed:
@@ -295,14 +295,8 @@ def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]],
             rows += [(order, item_id, s) for order, item_id in entry.rows(min(need, entry.count))]
         rows.sort(key=lambda row: (row[0], row[1]))
         chosen = rows[:need]
-        by_rig: dict[str, list] = {}
-        for order, item_id, s in chosen:
-            entry, rig = s.candidate.payload
-            if entry.work is None:
-                by_rig.setdefault(rig, []).append((order, item_id, s))
-        built = {}
-        for rig, keyed in by_rig.items():
-            built.update({w.item["id"]: w for w in read(rig, keyed)})
+        plain = [(order, item_id, s) for order, item_id, s in chosen if s.candidate.payload[0].work is None]
+        built = {w.item["id"]: w for w in read(plain)} if plain else {}
         for _order, item_id, s in chosen:
             entry, _rig = s.candidate.payload
             out.append(_scored_work(entry.work, s) if entry.work is not None else built[item_id])
@@ -414,27 +408,36 @@ def _binding_shown(assessment: Assessment, tally: rules.Tally, head: Head) -> bo
     return any(r.code == code for reasons in tally.held.values() for r in reasons)
 
 
-def _stale_reader(rd: sql.Reading, stale: list[tuple[str, str]], unknown: set[str], busy: list[str]):
-    def read() -> list[Stale]:
-        found: list[tuple[str, str, str]] = []
-        for rig, prefix in dict.fromkeys(stale):
-            found += [(cid, item, f"item is {status}") for cid, item, status in rd.stale(rig, prefix, busy)]
-        for cid, item in rd.of_rigs(unknown):
-            found.append((cid, item, None))
-        contexts = rd.contexts([item for _cid, item, _detail in found])
-        out = []
-        done = set()
-        for cid, item, detail in found:
-            if cid in done:
-                continue
-            done.add(cid)
-            context = contexts[item]
-            if detail is None:
-                out.append(Stale(context, ctxs.INVALID_CONTEXT,
-                                 f"target rig {context.fields.target_rig!r} is unknown"))
-            else:
-                out.append(Stale(context, ctxs.STALE_WORK_ITEM, detail))
-        return out
+def _records(stores, ids: list[str]) -> dict[str, dict]:
+    """The records of plain contexts' items, each read from the rig its prefix routes to."""
+    by_rig: dict[str, list[str]] = {}
+    for item_id in ids:
+        by_rig.setdefault(stores.town.rig_for_id(item_id).name, []).append(item_id)
+    records: dict[str, dict] = {}
+    for rig, wanted in by_rig.items():
+        records.update(stores.rig(rig).get_many(wanted))
+    return records
 
-    return read
 
+def _stale_plain(session: Session, rd: sql.Reading, stale: bool, unknown: set[str], busy: list[str]
+                 ) -> list[Stale]:
+    """The plain contexts the next cycle closes, as the survey names them: aimed at a rig no longer
+    registered, or whose item ended (or is hooked)."""
+    found: dict[str, tuple[str, str | None]] = {}  # context id → (item, its status; None: unknown rig)
+    for cid, item in rd.of_rigs(unknown):
+        found[cid] = (item, None)
+    if stale:
+        ended = [(cid, item) for cid, item in rd.stale(busy) if cid not in found]
+        records = _records(session.stores, [item for _cid, item in ended])
+        for cid, item in ended:
+            found[cid] = (item, records[item].get("status", "open"))
+    contexts = rd.contexts([item for item, _status in found.values()])
+    out = []
+    for item, status in found.values():
+        context = contexts[item]
+        if status is None:
+            detail = f"target rig {context.fields.target_rig!r} is unknown"
+            out.append(Stale(context, ctxs.INVALID_CONTEXT, detail))
+        else:
+            out.append(Stale(context, ctxs.STALE_WORK_ITEM, f"item is {status}"))
+    return out

@@ -50,8 +50,12 @@ UPGRADE_FROM_1 = (
     "ALTER TABLE issues ADD COLUMN plain INTEGER NOT NULL DEFAULT 0",
     "DROP INDEX issues_status",
     "CREATE INDEX issues_status ON issues (status, plain, rig)",
-    "CREATE INDEX issues_queue ON issues (open_item, plain, target_rig, enqueued_at)",
-    "CREATE INDEX issues_order ON issues (plain, target_rig, enqueued_at, open_item)",
+    *(f"ALTER TABLE issues ADD COLUMN {column}" for column in (
+        "f_class INTEGER", "f_priority INTEGER", "f_tokens INTEGER", "f_labels TEXT", "f_touches TEXT",
+        "f_kind TEXT", "f_minutes INTEGER", "defer_ts DOUBLE PRECISION", "facts_of TEXT")),
+    "CREATE INDEX issues_facts ON issues (plain, target_rig, f_class, f_priority, f_tokens, f_labels,"
+    " f_touches, f_kind, f_minutes, enqueued_at, open_item, defer_ts)",
+    "CREATE INDEX issues_facts_of ON issues (plain, facts_of, open_item)",
 )
 
 #: Every table, in the order they are created.  One place, so the whole store is read at a glance.
@@ -69,7 +73,9 @@ CREATE TABLE meta (
 -- the description by the writer of every row (:meth:`SlingContextFields.queue_facts`): ``plain`` is
 -- 1 for a context whose place in the queue its item alone decides (no failure, launch intent,
 -- missing mark, force or promotion), so the queue's views count and order those with SQL
--- (:mod:`sluice.scheduler.queue.head`) and read only the few others whole.
+-- (:mod:`sluice.scheduler.queue.head`) and read only the few others whole.  ``f_*`` and
+-- ``defer_ts`` are its item's facts as its rig's index has them, ``facts_of`` which index and
+-- version they came from (:mod:`sluice.store.database.queue`: derived, filled by the reads).
 CREATE TABLE issues (
     seq          INTEGER PRIMARY KEY,
     id           TEXT NOT NULL UNIQUE,
@@ -88,13 +94,23 @@ CREATE TABLE issues (
     extra        TEXT,
     target_rig   TEXT,
     enqueued_at  TEXT,
-    plain        INTEGER NOT NULL DEFAULT 0
+    plain        INTEGER NOT NULL DEFAULT 0,
+    f_class      INTEGER,
+    f_priority   INTEGER,
+    f_tokens     INTEGER,
+    f_labels     TEXT,
+    f_touches    TEXT,
+    f_kind       TEXT,
+    f_minutes    INTEGER,
+    defer_ts     DOUBLE PRECISION,
+    facts_of     TEXT
 );
 CREATE INDEX issues_status ON issues (status, plain, rig);
 CREATE INDEX issues_work ON issues (work_item);
 CREATE INDEX issues_closed ON issues (closed_at);
-CREATE INDEX issues_queue ON issues (open_item, plain, target_rig, enqueued_at);
-CREATE INDEX issues_order ON issues (plain, target_rig, enqueued_at, open_item);
+CREATE INDEX issues_facts ON issues (plain, target_rig, f_class, f_priority, f_tokens, f_labels, f_touches,
+    f_kind, f_minutes, enqueued_at, open_item, defer_ts);
+CREATE INDEX issues_facts_of ON issues (plain, facts_of, open_item);
 
 CREATE TABLE labels (
     issue_id TEXT NOT NULL REFERENCES issues (id) ON DELETE CASCADE,
@@ -517,6 +533,19 @@ class Database:
                          " ON CONFLICT (name) DO UPDATE SET inputs = excluded.inputs, value = excluded.value",
                          (name, kept_under, value))
 
+    @contextlib.contextmanager
+    def without_waiting(self) -> Iterator[None]:
+        """Writes of derived results in this block neither wait for another writer nor fsync: one
+        lost costs its reader the work again (:meth:`keep_if_free`, the queue's item facts)."""
+        conn = self.conn
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            yield
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+
     def keep_if_free(self, name: str, value: str) -> bool:
         """:meth:`keep` a result that is cheap to work out again (a validated copy of a file, a
         repository's warmth): never inside a caller's change, never waiting for another writer, never
@@ -528,13 +557,8 @@ class Database:
             conn = self.conn
             if conn.in_transaction:
                 return False  # not inside a caller's change: the next read outside one keeps it
-            conn.execute("PRAGMA busy_timeout = 0")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            try:
+            with self.without_waiting():
                 self.keep(name, value)
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-                conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         except (StorageError, ConfigError, sqlite3.Error):
             return False
         return True

@@ -3,54 +3,74 @@
 Almost every open sling context is *plain* (the ``plain`` column, kept by
 each writer of ``issues``): no failure, launch intent, missing mark, force or
 promotion, so its place in the queue depends on its item alone — whether the
-item is ready, blocked or ended, its priority and token estimate.  Those
-facts are in the rig's item index (:mod:`sluice.store.items.index`), a SQLite file
-of its own: :func:`reading` attaches the indexes to the town database's
-connection for one read transaction, so counting 100,000 queued contexts by
-(target rig, class, priority, tokens, labels, touches) is one join inside
-SQLite, and a group's first rows in queue order another, instead of
-100,000 descriptions and item records parsed in Python.
+item is ready, blocked or ended, its priority, token estimate, labels,
+touches, type and estimated minutes.  Those facts are kept on the context's
+row (``f_*``, ``defer_ts``), copied from the item index of the rig the item's
+prefix routes to (:mod:`sluice.store.items.index`) and tagged with the
+version of that index's facts (``facts_of``).  :func:`refresh` copies them
+for the rows slung since, or read under other facts (a rebuilt index; a
+patched one keeps its version), in one ``UPDATE`` joined with the attached
+index.  Counting 100,000 queued contexts by group is then one walk of an
+index of the town database, in the grouping's order, and a group's first
+rows in queue order a range of it — no join, no description or item record
+parsed in Python.
 
-An item id is looked up only in the index of the rig its prefix names
-(``[prefix-, prefix.)`` as a range of ids); a caller compares the counts of
-:func:`groups` with the plain contexts routed there, and reads the queue the
-long way (:func:`sluice.scheduler.queue.pending.survey`) when they differ.
+A row whose item its rig's index lacks (missing, or under another rig's
+prefix) or whose item is itself a context keeps no facts: the caller reads
+the queue the long way (:func:`sluice.scheduler.queue.pending.survey`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from sluice.core.items import CONTEXT_LABEL, DONE_STATUSES
 from sluice.core.recordclass import frozen
 from sluice.core.records import SlingContextFields
+from sluice.errors import ConfigError, StorageError
 from sluice.store.database.contexts import Context
 
 if TYPE_CHECKING:
-    import sqlite3
     from pathlib import Path
 
     from sluice.store.files.town import Town
 
 #: How an item places its plain context: ready, blocked (not ready: blocked, deferred) or stale.
 READY, BLOCKED, STALE = 0, 1, 2
+#: The item facts kept on a context row (``f_class``): a ready candidate (unless deferred), not one, ended
+#: (or hooked), an item that is itself a sling context; NULL: no item in its rig's index.
+CANDIDATE, NOT_CANDIDATE, ENDED, A_CONTEXT = 0, 1, 2, 3
 #: Item statuses that make a plain (unforced) context stale: ended, or taken by someone (hooked).
 STALE_STATUSES = tuple(sorted(DONE_STATUSES | {"hooked"}))
-#: Indexes attached at once: SQLite's default limit is ten databases besides the main one.
-MAX_ATTACHED = 9
 
-_STALE = f"i.status IN ({', '.join(repr(s) for s in STALE_STATUSES)})"
-_READY_NOW = (f"NOT {_STALE} AND i.candidate = 1 AND (i.defer_ts IS NULL OR i.defer_ts <= :now)"
-              " AND (i.parent_defer_ts IS NULL OR i.parent_defer_ts <= :now)")
-_CONDITION = {READY: _READY_NOW, BLOCKED: f"NOT {_STALE} AND NOT ({_READY_NOW})", STALE: _STALE}
+_FACTS = ("f_class", "f_priority", "f_tokens", "f_labels", "f_touches", "f_kind", "f_minutes")
+_ENDED = f"i.status IN ({', '.join(repr(s) for s in STALE_STATUSES)})"
+# Each fact of a context's item as its rig's index has it (``i``: the item's row, NULL when it has none).
+_FILL = {
+    "f_class": (f"CASE WHEN i.id IS NULL THEN NULL WHEN i.ephemeral = 1 AND i.labels LIKE :label"
+                f" THEN {A_CONTEXT} WHEN {_ENDED} THEN {ENDED} WHEN i.candidate = 1 THEN {CANDIDATE}"
+                f" ELSE {NOT_CANDIDATE} END"),
+    "f_priority": "i.priority", "f_tokens": "i.tokens", "f_labels": "i.labels", "f_touches": "i.touches",
+    "f_kind": "i.issue_type", "f_minutes": "i.minutes",
+    "defer_ts": ("CASE WHEN i.defer_ts IS NULL THEN i.parent_defer_ts WHEN i.parent_defer_ts IS NULL"
+                 " THEN i.defer_ts WHEN i.defer_ts > i.parent_defer_ts THEN i.defer_ts"
+                 " ELSE i.parent_defer_ts END"),
+}
+_UNDEFERRED = "(defer_ts IS NULL OR defer_ts <= :now)"
+_CONDITION = {READY: f"f_class = {CANDIDATE} AND {_UNDEFERRED}",
+              BLOCKED: f"(f_class = {NOT_CANDIDATE} OR (f_class = {CANDIDATE} AND NOT {_UNDEFERRED}))",
+              STALE: f"f_class = {ENDED}"}
 
 
 @frozen
 class Group:
-    """Plain contexts of one target rig whose items share class, priority, tokens, labels and touches."""
+    """Plain contexts of one target rig whose items share class, priority, tokens, labels, touches, type
+    and estimated minutes."""
 
     target_rig: str
     klass: int
@@ -60,7 +80,6 @@ class Group:
     touches: str  # the index's JSON list, or ""
     issue_type: str
     minutes: int | None  # estimated minutes (the forecast reads them)
-    context_items: int  # how many of the items are themselves sling contexts (never work)
     count: int
 
     @property
@@ -77,15 +96,70 @@ def id_range(prefix: str) -> tuple[str, str]:
     return f"{prefix}-", f"{prefix}."
 
 
+def facts_tag(rig: str, version: str) -> str:
+    """What a context row's ``facts_of`` says: the rig whose index its item's facts came from, and
+    which version of that index's facts."""
+    return f"{rig}:{version}"
+
+
+def refresh(town: Town, rig: str, prefix: str, index: Path, version: str, write: bool = True) -> bool:
+    """Bring the item facts of the plain contexts ``prefix`` routes up to ``rig``'s index (``version``):
+    those slung since the last read, or read under other facts; False when they could not be written
+    (another writer holds the database, it is read-only, or ``write`` is False), and the caller reads
+    the queue otherwise.
+
+    The facts are derived: a write that would wait or fail is skipped, and
+    made by the next read, so a view never waits for a sling to commit.
+    """
+    conn = town.db.conn
+    lo, hi = id_range(prefix)
+    tag = facts_tag(rig, version)
+    where = "plain = 1 AND open_item >= :lo AND open_item < :hi AND (facts_of IS NULL OR facts_of != :tag)"
+    params = {"lo": lo, "hi": hi, "tag": tag}
+    if conn.execute(f"SELECT EXISTS (SELECT 1 FROM issues WHERE {where})", params).fetchone()[0] == 0:
+        return True
+    if conn.in_transaction or not write:
+        return False
+    filled = ", ".join(f"{column} = (SELECT {expr} FROM ix.items i WHERE i.id = issues.open_item)"
+                       for column, expr in _FILL.items())
+    try:
+        conn.execute("ATTACH DATABASE ? AS ix", (f"{index.as_uri()}?mode=ro",))
+    except sqlite3.Error:
+        return False
+    try:
+        with town.db.without_waiting(), town.db.transaction() as tx:
+            tx.execute(f"UPDATE issues SET {filled}, facts_of = :tag WHERE {where}",
+                       {**params, "label": f'%"{CONTEXT_LABEL}"%'})
+        return True
+    except (sqlite3.Error, StorageError, ConfigError):
+        return False
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("DETACH DATABASE ix")
+
+
 class Reading:
-    """The town database and a set of item indexes, attached, inside one read transaction."""
+    """The town database's open queue inside one read transaction."""
 
-    def __init__(self, conn: sqlite3.Connection, aliases: dict[str, str]):
+    def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
-        self.aliases = aliases  # rig → schema name
 
-    def plain_total(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM issues WHERE plain = 1").fetchone()[0]
+    def unfilled(self, tags: Iterable[str]) -> bool:
+        """Whether a plain context's facts are not those of ``tags`` (each rig's index as it is now): none
+        kept, or kept from a rig no longer there.  Asked as the ranges between the tags, each a short
+        walk of ``issues_facts_of``, not one walk of every plain context."""
+        bounds = sorted(tags)
+        ranges = ["facts_of IS NULL"]
+        ranges += ["facts_of < ?"] if bounds else ["facts_of IS NOT NULL"]
+        params: list[str] = bounds[:1]
+        for low, high in pairwise(bounds):
+            ranges.append("(facts_of > ? AND facts_of < ?)")
+            params += [low, high]
+        if bounds:
+            ranges.append("facts_of > ?")
+            params.append(bounds[-1])
+        found = " UNION ALL ".join(f"SELECT 1 FROM issues WHERE plain = 1 AND {r}" for r in ranges)
+        return bool(self.conn.execute(f"SELECT EXISTS ({found})", params).fetchone()[0])
 
     def unusual(self) -> list[Context]:
         """Every open context that is not plain (failed, launching, missing, forced, promoted, broken)."""
@@ -107,84 +181,53 @@ class Reading:
                 out[item] = Context(cid, rig, SlingContextFields.from_description(text))
         return out
 
-    def groups(self, rig: str, prefix: str, now: float, exclude: Sequence[str]) -> list[Group]:
-        """The plain contexts whose items are in ``rig``'s index, counted by group.
+    def groups(self, now: float, exclude: Sequence[str]) -> tuple[list[Group], bool]:
+        """The plain contexts counted by group, and whether some item is itself a context or has none.
 
-        Contexts aimed at the item's own rig (nearly all) are counted walking
-        the index in group order (``items_group``), so SQLite aggregates as it
-        goes instead of sorting 100,000 rows; the few aimed elsewhere are
-        counted from the contexts' side.
+        One walk of ``issues_facts``, whose order is the grouping's: SQLite
+        counts as it goes, without a sort.
         """
-        schema = self.aliases[rig]
-        lo, hi = id_range(prefix)
-        facts = ("i.candidate, i.priority, i.tokens, i.labels, i.touches, i.issue_type, i.minutes, i.status,"
-                 " sum((i.defer_ts IS NULL OR i.defer_ts <= :now)"
-                 " AND (i.parent_defer_ts IS NULL OR i.parent_defer_ts <= :now)),"
-                 " sum(i.ephemeral = 1 AND i.labels LIKE :label), count(*)")
-        params = {"now": now, "lo": lo, "hi": hi, "rig": rig, "label": f'%"{CONTEXT_LABEL}"%',
-                  **_named(exclude)}
-        own = (f"SELECT :rig, {facts} FROM {schema}.items i CROSS JOIN issues c"
-               " WHERE i.id >= :lo AND i.id < :hi AND c.open_item = i.id AND c.plain = 1"
-               f" AND c.target_rig = :rig{_not_in_named(exclude)} GROUP BY 2, 3, 4, 5, 6, 7, 8, 9")
-        other = (f"SELECT c.target_rig, {facts} FROM issues c CROSS JOIN {schema}.items i"
-                 " WHERE c.plain = 1 AND c.target_rig != :rig AND c.open_item >= :lo AND c.open_item < :hi"
-                 f" AND i.id = c.open_item{_not_in_named(exclude)} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
-        counts: dict[tuple, list[int]] = {}
-        for statement in (own, other):
-            for target, candidate, priority, tokens, labels, touches, kind, minutes, status, undeferred, \
-                    contexts, n in self.conn.execute(statement, params):
-                if status in STALE_STATUSES:
-                    split = [(STALE, n)]
-                elif candidate:
-                    split = [(READY, undeferred), (BLOCKED, n - undeferred)]
-                else:
-                    split = [(BLOCKED, n)]
-                for klass, count in split:
-                    if count:
-                        key = (target, klass, priority, tokens, labels, touches, kind, minutes)
-                        tally = counts.setdefault(key, [0, 0])
-                        tally[0] += contexts
-                        tally[1] += count
-        return [Group(*key, contexts, n) for key, (contexts, n) in counts.items()]
+        facts = ", ".join(_FACTS)
+        sql = (f"SELECT target_rig, {facts}, sum({_UNDEFERRED}), count(*) FROM issues WHERE plain = 1"
+               f"{_not_in_named(exclude)} GROUP BY target_rig, {facts}")
+        counts: dict[tuple, int] = {}
+        odd = False
+        for target, f_class, priority, tokens, labels, touches, kind, minutes, undeferred, n in \
+                self.conn.execute(sql, {"now": now, **_named(exclude)}):
+            if f_class is None or f_class == A_CONTEXT:
+                odd = True
+                continue
+            if f_class == ENDED:
+                split = [(STALE, n)]
+            elif f_class == CANDIDATE:
+                split = [(READY, undeferred), (BLOCKED, n - undeferred)]
+            else:
+                split = [(BLOCKED, n)]
+            for klass, count in split:
+                if count:
+                    key = (target, klass, priority, tokens, labels, touches, kind, minutes)
+                    counts[key] = counts.get(key, 0) + count
+        return [Group(*key, n) for key, n in counts.items()], odd
 
-    def rows(self, rig: str, prefix: str, group: Group, now: float, exclude: Sequence[str], limit: int,
-             by_item: bool = False) -> list[tuple[str, str]]:
+    def rows(self, group: Group, now: float, exclude: Sequence[str], limit: int) -> list[tuple[str, str]]:
         """``(enqueued_at, item id)`` of a group's first ``limit`` contexts in queue order (oldest first,
-        then by item id).
-
-        ``by_item``: walk the group's items in the index and look each one's
-        context up (cheap for a group that is a small part of the queue);
-        else walk the target rig's contexts in queue order and look each
-        one's item up, stopping at ``limit`` (cheap for a large group).
-        """
-        schema = self.aliases[rig]
-        lo, hi = id_range(prefix)
-        joined = (f"FROM {schema}.items i CROSS JOIN issues c" if by_item
-                  else f"FROM issues c CROSS JOIN {schema}.items i")
+        then by item id): a range of ``issues_facts``, already in that order."""
         sql = (
-            f"SELECT c.enqueued_at, c.open_item {joined}"
-            " WHERE c.plain = 1 AND c.target_rig = :rig AND c.open_item >= :lo AND c.open_item < :hi"
-            f" AND i.id = c.open_item AND {_CONDITION[group.klass]} AND i.priority = :priority"
-            " AND i.tokens = :tokens AND i.labels = :labels AND i.touches = :touches"
-            f" AND i.issue_type = :kind AND i.minutes IS :minutes{_not_in_named(exclude)}"
-            " ORDER BY c.enqueued_at, c.open_item LIMIT :limit"
+            "SELECT enqueued_at, open_item FROM issues WHERE plain = 1 AND target_rig = :rig"
+            f" AND {_CONDITION[group.klass]} AND f_priority = :priority AND f_tokens = :tokens"
+            " AND f_labels = :labels AND f_touches = :touches AND f_kind = :kind AND f_minutes IS :minutes"
+            f"{_not_in_named(exclude)} ORDER BY enqueued_at, open_item LIMIT :limit"
         )
-        params = {"now": now, "rig": group.target_rig, "lo": lo, "hi": hi, "priority": group.priority,
-                  "tokens": group.tokens, "labels": group.labels, "touches": group.touches, "limit": limit,
-                  "kind": group.issue_type, "minutes": group.minutes,
-                  **_named(exclude)}
+        params = {"now": now, "rig": group.target_rig, "priority": group.priority, "tokens": group.tokens,
+                  "labels": group.labels, "touches": group.touches, "kind": group.issue_type,
+                  "minutes": group.minutes, "limit": limit, **_named(exclude)}
         return self.conn.execute(sql, params).fetchall()
 
-    def stale(self, rig: str, prefix: str, exclude: Sequence[str]) -> list[tuple[str, str, str]]:
-        """``(context id, item id, item status)`` of the plain contexts whose item ended or is hooked."""
-        schema = self.aliases[rig]
-        lo, hi = id_range(prefix)
-        sql = (
-            f"SELECT c.id, c.open_item, i.status FROM issues c CROSS JOIN {schema}.items i"
-            " WHERE c.plain = 1 AND c.open_item >= :lo AND c.open_item < :hi AND i.id = c.open_item"
-            f" AND {_STALE}{_not_in_named(exclude)} ORDER BY c.enqueued_at, c.id"
-        )
-        return self.conn.execute(sql, {"lo": lo, "hi": hi, **_named(exclude)}).fetchall()
+    def stale(self, exclude: Sequence[str]) -> list[tuple[str, str]]:
+        """``(context id, item id)`` of the plain contexts whose item ended or is hooked, oldest first."""
+        sql = (f"SELECT id, open_item FROM issues WHERE plain = 1 AND f_class = {ENDED}"
+               f"{_not_in_named(exclude)} ORDER BY enqueued_at, id")
+        return self.conn.execute(sql, _named(exclude)).fetchall()
 
     def of_rigs(self, target_rigs: Iterable[str]) -> list[tuple[str, str]]:
         """``(context id, item id)`` of the plain contexts aimed at ``target_rigs``, oldest first."""
@@ -197,26 +240,14 @@ class Reading:
 
 
 @contextlib.contextmanager
-def reading(town: Town, indexes: dict[str, Path]) -> Iterator[Reading]:
-    """The town database with ``indexes`` (rig → index file) attached read-only, in one read transaction."""
-    if len(indexes) > MAX_ATTACHED:
-        raise ValueError(f"at most {MAX_ATTACHED} indexes at once (got {len(indexes)})")
+def reading(town: Town) -> Iterator[Reading]:
+    """The town database's queue in one read transaction."""
     conn = town.db.conn
-    aliases = {}
+    conn.execute("BEGIN")
     try:
-        for n, (rig, path) in enumerate(sorted(indexes.items())):
-            alias = f"ix{n}"
-            conn.execute(f"ATTACH DATABASE ? AS {alias}", (f"{path.as_uri()}?mode=ro",))
-            aliases[rig] = alias
-        conn.execute("BEGIN")
-        try:
-            yield Reading(conn, aliases)
-        finally:
-            conn.execute("COMMIT")
+        yield Reading(conn)
     finally:
-        for alias in aliases.values():
-            with contextlib.suppress(Exception):
-                conn.execute(f"DETACH DATABASE {alias}")
+        conn.execute("COMMIT")
 
 
 def _marks(values: Sequence) -> str:
@@ -230,4 +261,4 @@ def _named(exclude: Sequence[str]) -> dict[str, str]:
 def _not_in_named(exclude: Sequence[str]) -> str:
     if not exclude:
         return ""
-    return f" AND c.open_item NOT IN ({', '.join(f':x{n}' for n in range(len(exclude)))})"
+    return f" AND open_item NOT IN ({', '.join(f':x{n}' for n in range(len(exclude)))})"

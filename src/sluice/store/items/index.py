@@ -188,6 +188,14 @@ class DurableIndex:
         return conn
 
     @property
+    def facts_version(self) -> str:
+        """Which version of the items' facts the open index holds: the source it was built from (a
+        patch that changed only text keeps it), so the town database knows when its copies of them
+        (:mod:`sluice.store.database.queue`) are still those."""
+        row = self.conn().execute("SELECT value FROM meta WHERE key = 'facts'").fetchone()
+        return row[0] if row else ""
+
+    @property
     def on_disk(self) -> bool:
         """Whether the open index is the file at ``db_path`` (not one built in memory), so another
         connection may attach it."""
@@ -396,7 +404,7 @@ class DurableIndex:
         warnings = json.dumps(self._warnings_to_keep())
         conn.executemany(
             "INSERT INTO meta VALUES (?, ?)",
-            [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", warnings)],
+            [("signature", sig), ("schema", SCHEMA_VERSION), ("warnings", warnings), ("facts", sig)],
         )
         conn.commit()
 
