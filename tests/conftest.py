@@ -19,7 +19,9 @@ same name (tests/test_fixture_family.py keeps it so):
 * ``clock`` (``ManualClock``): the wall clock the test moves by hand, and
   ``memory`` (``MemoryExecutor``): the town's in-memory executor on it;
 * ``beads_data`` (``Path``), ``ray_cluster``: the public exports and one Ray
-  head for the session.
+  head for the session;
+* ``_town_databases_closed`` (used by every test): the town databases a test
+  opened in this process, closed after it.
 
 A module's own scenario (its items written, its executor configured) is a
 fixture built on these whose name says what it returns: ``*_dir`` a
@@ -81,6 +83,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     first lets the many short ones fill in around them.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def _town_databases_closed() -> Iterator[None]:
+    """Each test's town databases closed after it, as its process would at exit: a worker that runs
+    hundreds of tests would otherwise hold three descriptors open for every town it ever opened."""
+    yield
+    from sluice.store.database import db
+
+    for database in list(db._shared.values()):
+        database.close()
+    db._shared.clear()
 
 
 @pytest.fixture

@@ -349,7 +349,7 @@ def test_tmux_polecats_end_as_run_records_and_their_throttle_exit_is_acted_on(cl
 
 
 def test_feed_follow_prints_each_new_event_once_in_words(cli, sleeper_dir):
-    import select
+    import selectors
     import subprocess
 
     from helpers.scheduler import sluice_env
@@ -358,18 +358,20 @@ def test_feed_follow_prints_each_new_event_once_in_words(cli, sleeper_dir):
     env = {**sluice_env(), "SLUICE_TOWN": str(sleeper_dir)}
     argv = [sys.executable, "-m", "sluice", "feed", "--follow", "--kind", "PolecatExited"]
     follower = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiting = selectors.DefaultSelector()  # not select(): a worker late in a run may hold fds past 1024
+    waiting.register(follower.stdout, selectors.EVENT_READ)
     try:
         # another kind: not shown
         emit_event(Town(sleeper_dir), "Enqueued", {"item_id": "al-9", "rig": "alpha"})
         emit_event(Town(sleeper_dir), "PolecatExited", {"item_id": "al-9", "polecat_id": "pc-x",
                                                         "outcome": "failed", "exit_code": 3,
                                                         "runtime_seconds": 449.2})
-        ready, _, _ = select.select([follower.stdout], [], [], 60)
+        ready = waiting.select(60)
         assert ready, "feed --follow printed nothing"
         line = follower.stdout.readline()
         assert line.endswith("al-9 failed after 7m29s (exit 3) [pc-x]\n") and line[2] == ":"
         emit_event(Town(sleeper_dir), "PolecatExited", {"item_id": "al-10", "outcome": "ok", "exit_code": 0})
-        ready, _, _ = select.select([follower.stdout], [], [], 60)
+        ready = waiting.select(60)
         assert ready and "al-10 finished" in follower.stdout.readline()
     finally:
         follower.terminate()

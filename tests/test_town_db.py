@@ -147,6 +147,7 @@ def test_a_read_command_writes_nothing(cli, queue_files):
 
     cli.run("sling", "al-1", "alpha")
     cli.run("snapshot")  # the item index and what is kept beside it, made once
+    cli.run("scheduler", "status")  # and the item facts the queue's head copies onto the contexts, once
     before = tree_hash(queue_files.root)
     for argv in (("scheduler", "status"), ("scheduler", "list"), ("export", "alpha"), ("export", "--runs")):
         cli.run(*argv)
