@@ -416,7 +416,8 @@ def close_open(town: Town, reason: str, item_id: str | None = None) -> list[tupl
     parses a description.
     """
     stamp = iso()
-    where = f"status = 'open' AND {_LABELLED}"
+    # A plain row is an open context by construction; only the others need their label looked up.
+    where = f"status = 'open' AND (plain = 1 OR {_LABELLED})"
     params: list = [CONTEXT_LABEL]
     if item_id is not None:
         where += " AND work_item = ?"
