@@ -260,3 +260,26 @@ def test_the_facts_follow_a_rebuilt_index_and_a_busy_database_is_surveyed(town_d
         other.execute("ROLLBACK")
         other.close()
     assert queuehead.read_head(Session(Town(town_dir)), 10) is not None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_explain_from_the_head_says_what_the_survey_says(town_dir, rigs, capacity, memory, monkeypatch,
+                                                        seed):
+    from sluice.scheduler.views import forecast
+
+    rng = random.Random(300 + seed)
+    capacity(rng.choice([1, 3]), batch_size=rng.choice([1, 2]))
+    exports = build(town_dir, rng)
+    dispatch.run_cycle(Town(town_dir))
+    twist(town_dir, rng, exports)
+    now = 1_900_000_000.0
+    ids = [r["id"] for records in exports.values() for r in records] + ["al-999"]
+
+    def explained():
+        return {i: forecast.explain(Session(Town(town_dir), now=now), i) for i in ids}
+
+    fast = explained()
+    monkeypatch.setattr(queuehead, "read_order", lambda *a, **k: None)
+    monkeypatch.setattr(queuehead, "read_head", lambda *a, **k: None)
+    slow = explained()
+    assert fast == slow

@@ -340,7 +340,7 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     """Would the next cycle launch ``item_id``, and every reason it would not (``scheduler explain``)."""
     session = Session.of(where, executor, now)
     town, stores, now = session.files, session.stores, session.now
-    view, assessment = _survey(session)
+    view, assessment = _explained_view(session, item_id)
     config, active = session.config, session.active or []
     out: dict[str, Any] = {
         "item_id": item_id,
@@ -419,6 +419,30 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     out.update(_beads_hints(found, causes, now))
     out["host"] = assessment.gates.to_json() if assessment.gates is not None else None
     return out
+
+
+#: How far down the queue ``explain`` looks through its head before it surveys the whole queue.
+EXPLAIN_ROWS = 500
+
+
+def _explained_view(session: Session, item_id: str) -> tuple[Survey, Assessment]:
+    """The survey and admission ``explain`` reads: the queue's head when the item is in it, or is not
+    queued at all (its head holds every context that is not plain); else the whole survey."""
+    if session.surveyed is None:
+        from sluice.scheduler.queue.head import read_head
+
+        head = read_head(session, EXPLAIN_ROWS, order=True)  # its forecast row reads the same head
+        if head is not None:
+            from sluice.core.recordclass import replace
+
+            # The survey's stale list holds the plain contexts the next cycle closes too.
+            plain = head.stale_plain() if head.stale_plain is not None else []
+            view = replace(head.view, stale=head.view.stale + plain)
+            listed = [w.item["id"] for w in view.ready + view.backing_off + view.blocked]
+            listed += [c.context.work_id for c in view.held + view.stale]
+            if item_id in listed or not ctxs.find_open(session.files, item_id):
+                return view, head.assessment
+    return _survey(session)
 
 
 def _beads_hints(found, causes: list[str], now: float) -> dict:

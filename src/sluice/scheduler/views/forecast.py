@@ -493,11 +493,20 @@ def _row_of(session: Session, item_id: str) -> dict | None:
     slot, once given, never changes: :func:`~sluice.core.replay.simulate_head`); None when the queue the
     replay reads does not hold it.  Explaining the 10,000th of 100,000 queued items replays 10,000 of
     them, not all, and builds no row for the rest."""
-    reading, caps = _queue_reading(session)
+    reading, caps = _queue_reading(session, HEAD_ROWS)  # the head's rows, when the queue's head is read
     try:
         index = reading.ids.index(item_id)
     except ValueError:
-        return None
+        head = session.head[3] if session.head is not None else None
+        if session.surveyed is not None or head is None:
+            return None  # the whole queue was read: the item is not in it
+        if any(c.context.work_id == item_id for c in head.view.held + head.view.stale):
+            return None  # held or closing: no forecast row
+        reading, caps = _queue_reading(session)  # further down than the head's rows: the whole queue
+        try:
+            index = reading.ids.index(item_id)
+        except ValueError:
+            return None
     setting = _setting(session, caps)
     queue = setting.queue(reading)
     slots = model.simulate_head(session.now, _FirstRows(queue, index + 1), index + 1, setting.running,
