@@ -240,8 +240,6 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
         head = read_head(session, 0, gates=gates, batch=report.batch, fill=not report.dry_run)
     if head is not None:
         view, assessment = head.view, head.assessment
-        if head.stale_plain is not None:
-            view.stale += head.stale_plain()
     else:
         view = survey(town, stores, sched.max_dispatch_failures, active, find, now=now, backoff=backoff)
     if not report.dry_run:

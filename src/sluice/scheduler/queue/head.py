@@ -59,7 +59,7 @@ HEAD_MIN = 64
 class Head:
     """A survey cut to its head, with the whole queue's counts."""
 
-    view: Survey  # ready and blocked: the first of each, ranked; the other lists whole
+    view: Survey  # ready and blocked: the first of each, ranked; the other lists whole (stale: every one)
     ready_total: int  # ready works in the queue (not backing off)
     blocked_total: int
     stale_total: int
@@ -68,7 +68,6 @@ class Head:
     surveyed: set[str] = field(default_factory=set)  # context ids of the works the survey read
     assessment: Assessment | None = None
     tally: rules.Tally | None = None  # the admission of the whole ready queue, told by counts
-    stale_plain: Callable[[], list[Stale]] | None = None  # the plain contexts the next cycle closes
     order: Order | None = None  # the whole queue in order, when asked for (read_order)
 
 
@@ -171,9 +170,8 @@ def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | No
                                _segments(*blocked_tiers, len(view.blocked)))
         stale = any(g.klass == sql.STALE for _r, _p, g in groups)
         unknown = {g.target_rig for _r, _p, g in groups if g.target_rig not in head.registered}
-        if stale or unknown:
-            listed = _stale_plain(session, rd, stale, unknown, busy)  # read now, in the same reading
-            head.stale_plain = lambda: listed
+        if stale or unknown:  # the plain ones the next cycle closes join the survey's, as a survey has them
+            view.stale += _stale_plain(session, rd, stale, unknown, busy)
     return head
 
 

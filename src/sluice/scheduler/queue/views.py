@@ -433,11 +433,7 @@ def _explained_view(session: Session, item_id: str) -> tuple[Survey, Assessment]
 
         head = read_head(session, EXPLAIN_ROWS, order=True)  # its forecast row reads the same head
         if head is not None:
-            from sluice.core.recordclass import replace
-
-            # The survey's stale list holds the plain contexts the next cycle closes too.
-            plain = head.stale_plain() if head.stale_plain is not None else []
-            view = replace(head.view, stale=head.view.stale + plain)
+            view = head.view
             listed = [w.item["id"] for w in view.ready + view.backing_off + view.blocked]
             listed += [c.context.work_id for c in view.held + view.stale]
             if item_id in listed or not ctxs.find_open(session.files, item_id):
