@@ -48,6 +48,7 @@ from sluice.store.database.state import load_state
 if TYPE_CHECKING:
     from sluice.scheduler.launch.gates import Gates
     from sluice.scheduler.session import Session
+    from sluice.store.database.contexts import Context
 
 #: More open contexts than this that are not plain, and the survey reads the queue instead.
 UNUSUAL_MAX = 2000
@@ -141,7 +142,7 @@ def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | No
         if len(unusual) > UNUSUAL_MAX:
             return None
         seen = {c.id for c in unusual}
-        busy_plain = [c for c in rd.contexts(busy).values() if c.id not in seen]
+        busy_plain = [c for c in _open_contexts(town, busy).values() if c.id not in seen]
         view = survey(town, stores, sched.max_dispatch_failures, active, session.find, now=now,
                       backoff=retry_window(sched), contexts=unusual + busy_plain)
         if view.unreadable:
@@ -210,7 +211,7 @@ def _reader(session: Session, rd: sql.Reading, busy: list[str]):
     def works(keyed: list[tuple[str, str, Scored]]) -> list[Work]:
         nonlocal signals_of
         ids = [item_id for _order, item_id, _s in keyed]
-        contexts = rd.contexts(ids)
+        contexts = _open_contexts(session.files, ids)
         records = _records(stores, ids)
         if signals_of is None:
             from sluice.scheduler.queue.signals import Signals
@@ -406,6 +407,11 @@ def _binding_shown(assessment: Assessment, tally: rules.Tally, head: Head) -> bo
     return any(r.code == code for reasons in tally.held.values() for r in reasons)
 
 
+def _open_contexts(town, item_ids: list[str]) -> dict[str, Context]:
+    """The open context of each of ``item_ids`` that has one (one per item, the database's rule)."""
+    return {item: found[0] for item, found in ctxs.open_of_items(town, item_ids).items()}
+
+
 def _records(stores, ids: list[str]) -> dict[str, dict]:
     """The records of plain contexts' items, each read from the rig its prefix routes to."""
     by_rig: dict[str, list[str]] = {}
@@ -429,7 +435,7 @@ def _stale_plain(session: Session, rd: sql.Reading, stale: bool, unknown: set[st
         records = _records(session.stores, [item for _cid, item in ended])
         for cid, item in ended:
             found[cid] = (item, records[item].get("status", "open"))
-    contexts = rd.contexts([item for item, _status in found.values()])
+    contexts = _open_contexts(session.files, [item for item, _status in found.values()])
     out = []
     for item, status in found.values():
         context = contexts[item]

@@ -168,19 +168,6 @@ class Reading:
             " (SELECT 1 FROM labels l WHERE l.issue_id = issues.id AND l.label = ?)", (CONTEXT_LABEL,))
         return [Context(cid, rig, SlingContextFields.from_description(text)) for cid, rig, text in rows]
 
-    def contexts(self, item_ids: Iterable[str]) -> dict[str, Context]:
-        """The open context of each of ``item_ids`` that has one, by item."""
-        out = {}
-        ids = list(item_ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            rows = self.conn.execute(
-                f"SELECT id, rig, description, open_item FROM issues WHERE open_item IN ({_marks(chunk)})",
-                chunk)
-            for cid, rig, text, item in rows:
-                out[item] = Context(cid, rig, SlingContextFields.from_description(text))
-        return out
-
     def groups(self, now: float, exclude: Sequence[str]) -> tuple[list[Group], bool]:
         """The plain contexts counted by group, and whether some item is itself a context or has none.
 
