@@ -58,7 +58,7 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     from sluice.store.git.gitview import warmth_stamp
 
     stamp = warmth_stamp(Path(rig.repo))
-    database = _database(town) if stamp is not None else None
+    database = town.db_if_made if town is not None and stamp is not None else None
     name = f"affinity:{rig.name}"
     if database is not None:
         try:
@@ -78,15 +78,6 @@ def is_warm_rig(rig: Rig, town: Town | None = None) -> bool:
     if database is not None and warmth_stamp(Path(rig.repo)) == stamp:  # unchanged while pygit2 read it
         database.keep_if_free(name, json.dumps([stamp, warm]))
     return warm
-
-
-def _database(town: Town | None):
-    """The town database when it is there already (a kept answer is never worth making one)."""
-    if town is None:
-        return None
-    from sluice.store.database import db
-
-    return town.db if db.exists(town.dir) else None
 
 
 def is_parent_edge(child_id: str, target: str) -> bool:

@@ -39,7 +39,6 @@ from sluice.errors import SluiceError
 from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from sluice.store.database.db import Database
     from sluice.store.files.town import Town
 
 CONFIG, POLICY = "config", "policy"
@@ -64,16 +63,9 @@ def _key(kind: str, text: bytes | None) -> str:
     return digest + "/" + _validator_key(kind)
 
 
-def _database(town: Town) -> Database | None:
-    """The town database when it is there already: a copy is never worth making one."""
-    from sluice.store.database import db
-
-    return town.db if db.exists(town.dir) else None
-
-
 def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = CONFIG) -> None:
     """Keep ``dump`` (a validated document) for the file whose bytes are ``text`` (None: no file)."""
-    database = _database(town)
+    database = town.db_if_made
     if database is None:
         return
     body = json.dumps({"key": _key(kind, text), kind: dump}, ensure_ascii=False)
@@ -82,7 +74,7 @@ def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = C
 
 def _recall(town: Town, kind: str, source: Path) -> dict[str, Any] | None:
     """The validated document kept for ``source`` as it is now, or None."""
-    database = _database(town)
+    database = town.db_if_made
     if database is None:
         return None
     try:

@@ -93,7 +93,13 @@ class Town:
 
         return shared(database_path(self.dir), on_create=lambda _conn: _refuse_unmigrated(self))
 
+    @property
+    def db_if_made(self) -> Database | None:
+        """The town database when it is there already: a derived result kept in it (a validated copy
+        of a file, a rig's warmth) is never worth making one."""
+        from sluice.store.database.db import exists
 
+        return self.db if exists(self.dir) else None
 
     def lock_path(self, name: str) -> Path:
         return self.runtime / f"{name}.lock"
