@@ -39,7 +39,7 @@ from sluice.errors import StoreCorrupt
 from sluice.scheduler.launch.admission import Assessment, applicant, limits, needs_spend, running
 from sluice.scheduler.launch.polecats import retry_window
 from sluice.scheduler.queue.pending import Stale, Survey, survey
-from sluice.scheduler.queue.ranking import Work, has_graph_weights, load_town_policy
+from sluice.scheduler.queue.ranking import Work, has_graph_weights, item_priority, load_town_policy
 from sluice.store.database import admission_state as kept
 from sluice.store.database import contexts as ctxs
 from sluice.store.database import queue as sql
@@ -256,7 +256,7 @@ def _tiers(session: Session, policy, read, groups: list[tuple[str, str, sql.Grou
         def one(n: int, order=order, work=work) -> list[tuple[str, str]]:
             return [(order, work.item["id"])][:n]
 
-        entries.append((_Entry(work.rig, _priority(work), work.tokens or 0, 1, one, work), None))
+        entries.append((_Entry(work.rig, item_priority(work.item), work.tokens or 0, 1, one, work), None))
     if not entries:
         return [], []
     signals = Signals(session.files, session.stores)
@@ -351,12 +351,6 @@ def read_order(session: Session, concrete: int) -> Order | None:
     as segments; None: survey instead."""
     head = read_head(session, concrete, order=True)
     return head.order if head is not None else None
-
-
-def _priority(work: Work) -> int:
-    from sluice.scheduler.queue.ranking import item_priority
-
-    return item_priority(work.item)
 
 
 def _scored_work(work: Work, s: Scored) -> Work:

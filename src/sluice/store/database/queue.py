@@ -63,8 +63,7 @@ _FILL = {
 }
 _UNDEFERRED = "(defer_ts IS NULL OR defer_ts <= :now)"
 _CONDITION = {READY: f"f_class = {CANDIDATE} AND {_UNDEFERRED}",
-              BLOCKED: f"(f_class = {NOT_CANDIDATE} OR (f_class = {CANDIDATE} AND NOT {_UNDEFERRED}))",
-              STALE: f"f_class = {ENDED}"}
+              BLOCKED: f"(f_class = {NOT_CANDIDATE} OR (f_class = {CANDIDATE} AND NOT {_UNDEFERRED}))"}
 
 
 @frozen
