@@ -134,60 +134,48 @@ HEAD_ROWS_MAX = 2000
 
 def _head_page(session: Session, head, start: int, stop: int) -> Page:
     """:func:`_page` of a queue read as its head and counts (:mod:`sluice.scheduler.queue.head`)."""
-    view, assessment = head.view, head.assessment
+    counts = QueueCounts(0, head.ready_total + len(head.view.backing_off))
+    counts.rigs = head.rigs
+    return _page_of(session, head.view, head.assessment, head.ready_total, head.blocked_total,
+                    head.stale_total, counts, start, stop)
+
+
+def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
+    """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts."""
+    counts = QueueCounts(0, len(view.ready) + len(view.backing_off))
+    for work in view.ready + view.backing_off:
+        counts.add(work.rig, False)
+    for work in view.blocked:
+        counts.add(work.rig, True)
+    for held in view.held:
+        counts.add(held.context.fields.target_rig, True)
+    return _page_of(session, view, assessment, len(view.ready), len(view.blocked), len(view.stale), counts,
+                    start, stop)
+
+
+def _page_of(session: Session, view: Survey, assessment: Assessment, ready_total: int, blocked_total: int,
+             stale_total: int, counts: QueueCounts, start: int, stop: int | None) -> Page:
+    """The rows ``start`` to ``stop`` of a queue whose ready and blocked lists may be only its first
+    ones (a head): ready, backing off, blocked, then held, each row with the reasons it waits."""
     config = session.config
     retry = retry_window(config.scheduler)
-    ready = head.ready_total
-    backing_off = len(view.backing_off)
-    entries = [(w, False) for w in view.ready] + [(w, False) for w in view.backing_off]
-    entries += [(w, True) for w in view.blocked]
-    positions = list(range(len(view.ready))) + [ready + k for k in range(backing_off)]
-    positions += [ready + backing_off + k for k in range(len(view.blocked))]
-    queued = ready + backing_off + head.blocked_total
-    total = queued + len(view.held)
+    queued = ready_total + len(view.backing_off) + blocked_total
+    counts.total = queued + len(view.held)
+    stop = counts.total if stop is None else stop
     rows = []
-    for (work, blocked), position in zip(entries, positions, strict=True):
-        if start <= position < stop:
-            row = _row(work, blocked, retry)
-            where = ("ready" if position < ready else "backoff" if position < ready + backing_off
-                     else "blocked")
+    firsts = (0, ready_total, ready_total + len(view.backing_off))
+    for works, first, where in zip((view.ready, view.backing_off, view.blocked), firsts,
+                                   ("ready", "backoff", "blocked"), strict=True):
+        for work in works[max(0, start - first):max(0, stop - first)]:
+            row = _row(work, where == "blocked", retry)
             row["why"] = why(assessment, work, where, config)
             rows.append(row)
     for held in view.held[max(0, start - queued):max(0, stop - queued)]:
         row = _held_row(held)
         row["why"] = [row["held"]]
         rows.append(row)
-    counts = QueueCounts(total, ready + backing_off)
-    counts.rigs = head.rigs
     gates = assessment.gates
-    return Page(rows, counts, head.stale_total, len(view.held), dict(view.unreadable),
-                assessment.admission.reason, _json_or_none(binding_of(assessment)),
-                gates.to_json() if gates is not None else None, assessment)
-
-
-def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
-    """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts."""
-    config = session.config
-    retry = retry_window(config.scheduler)
-    entries = [(w, False) for w in view.ready + view.backing_off] + [(w, True) for w in view.blocked]
-    total = len(entries) + len(view.held)
-    stop = total if stop is None else stop
-    rows = [_row(w, blocked, retry) for w, blocked in entries[start:stop]]
-    rows += [_held_row(h) for h in view.held[max(0, start - len(entries)):max(0, stop - len(entries))]]
-    ready, backing_off = len(view.ready), len(view.backing_off)
-    for position, row in enumerate(rows, start=start):
-        if row.get("held"):
-            row["why"] = [row["held"]]
-            continue
-        where = "ready" if position < ready else "backoff" if position < ready + backing_off else "blocked"
-        row["why"] = why(assessment, entries[position][0], where, config)
-    counts = QueueCounts(total, len(view.ready) + len(view.backing_off))
-    for work, blocked in entries:
-        counts.add(work.rig, blocked)
-    for held in view.held:
-        counts.add(held.context.fields.target_rig, True)
-    gates = assessment.gates
-    return Page(rows, counts, len(view.stale), len(view.held), dict(view.unreadable),
+    return Page(rows, counts, stale_total, len(view.held), dict(view.unreadable),
                 assessment.admission.reason, _json_or_none(binding_of(assessment)),
                 gates.to_json() if gates is not None else None, assessment)
 
