@@ -10,14 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.core.clock import format_duration, iso, iso_epoch, parse_duration, random_id
+from sluice.core.clock import format_duration, iso, iso_epoch, parse_duration, random_id, random_ids
 
 
 def test_random_ids_are_version_4_uuids_and_differ():
-    ids = [random_id() for _ in range(200)]
+    ids = [random_id() for _ in range(200)] + random_ids(1000)
     assert len(set(ids)) == len(ids)
     for text in ids:
-        assert uuid.UUID(hex=text).version == 4 and uuid.UUID(hex=text).hex == text
+        found = uuid.UUID(hex=text)
+        assert found.version == 4 and found.variant == uuid.RFC_4122 and found.hex == text
 
 
 @given(st.floats(min_value=0.001, max_value=10**6).map(lambda s: round(s, 3)))

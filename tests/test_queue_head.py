@@ -125,6 +125,23 @@ def test_the_head_read_with_sql_is_the_survey(town_dir, rigs, capacity, memory, 
         assert fast == slow, (start, stop)
 
 
+def test_a_context_plain_again_after_the_index_changed_gets_the_new_facts(town_dir, rig, capacity, memory):
+    """Once a prefix's facts are all from one index, only new or changed rows are looked for: a context
+    that was unusual while the index changed must still be filled anew when it is plain again."""
+    capacity(1)
+    write_items(town_dir, "alpha", [item(f"al-{n}", priority=2) for n in (1, 2, 3)])
+    sling(Town(town_dir), ["al-1", "al-2", "al-3", "alpha"], SlingOptions())
+    assert [r["id"] for r in views.list_queue(Town(town_dir), limit=10)] == ["al-1", "al-2", "al-3"]
+    promote(Town(town_dir), "al-3")  # unusual: its row keeps the facts it had
+    write_items(town_dir, "alpha", [item("al-3", priority=4)])
+    assert [r["id"] for r in views.list_queue(Town(town_dir), limit=10)] == ["al-3", "al-1", "al-2"]
+    promote(Town(town_dir), "al-3", undo=True)  # plain again, under facts read before the edit
+    town = Town(town_dir)
+    assert queuehead.read_head(Session(town), 10) is not None
+    assert [r["id"] for r in views.list_queue(town, limit=10)] == ["al-1", "al-2", "al-3"]
+    assert dict(town.db.query("SELECT work_item, f_priority FROM issues"))["al-3"] == 4
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_cycle_from_the_head_plans_as_one_from_the_survey(town_dir, rigs, capacity, memory, monkeypatch,
                                                               seed):
@@ -203,7 +220,48 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
     town = Town(town_dir)
     assert [r["id"] for r in views.list_queue(town, limit=10)] == before == ["al-1", "al-2"]
     assert dict(town.db.query("SELECT work_item, plain FROM issues")) == {"al-1": 0, "al-2": 1}
-    assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("2",)]
+    assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+    assert _queue_indexes(town) == _queue_indexes(_fresh_town(town_dir.parent / "fresh"))
+
+
+def _queue_indexes(town) -> list:
+    return town.db.query("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'issues'"
+                         " ORDER BY name")
+
+
+def _fresh_town(path):
+    from sluice.store.files.town import init_town
+
+    return init_town(path)
+
+
+def test_a_schema_2_database_gets_the_queue_indexes_of_open_plain_contexts(town_dir, rig, capacity,
+                                                                          memory):
+    capacity(1)
+    write_items(town_dir, "alpha", [item("al-1", priority=3), item("al-2", priority=1)])
+    sling(Town(town_dir), ["al-1", "al-2", "alpha"], SlingOptions())
+    before = [r["id"] for r in views.list_queue(Town(town_dir), limit=10)]
+    Town(town_dir).db.close()
+    path = town_dir / ".sluice" / "town.db"
+    raw = sqlite3.connect(path)
+    for statement in ("DROP INDEX issues_facts", "DROP INDEX issues_facts_of",
+                      "CREATE INDEX issues_closed ON issues (closed_at)",
+                      "CREATE INDEX issues_facts ON issues (plain, target_rig, f_class, f_priority, f_tokens,"
+                      " f_labels, f_touches, f_kind, f_minutes, enqueued_at, open_item, defer_ts)",
+                      "CREATE INDEX issues_facts_of ON issues (plain, facts_of, open_item)",
+                      "UPDATE meta SET value = '2' WHERE key = 'schema_version'"):
+        raw.execute(statement)
+    raw.commit()
+    raw.close()
+    from sluice.store.database import db as dbmod
+
+    for key in [k for k in dbmod._shared if Path(k).resolve() == path.resolve()]:
+        del dbmod._shared[key]  # as a new process finds it
+    town = Town(town_dir)
+    assert [r["id"] for r in views.list_queue(town, limit=10)] == before == ["al-2", "al-1"]
+    assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+    assert _queue_indexes(town) == _queue_indexes(_fresh_town(town_dir.parent / "fresh"))
+    assert "issues_closed" not in [name for name, _sql in _queue_indexes(town)]
 
 
 @pytest.mark.parametrize("seed", range(6))

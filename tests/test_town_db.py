@@ -126,6 +126,29 @@ def test_the_event_log_gets_a_committed_event_once_even_when_a_flush_died_half_w
     assert outbox.pending(queue_files) == {}
 
 
+def test_a_change_written_in_part_by_a_flush_that_died_keeps_the_rest_once(queue_files, monkeypatch):
+    log = queue_files.events_path
+    outbox.put(queue_files, outbox.EVENTS, ['{"n":1}'])
+    with queue_files.db.transaction() as conn:  # one change of three lines, two of them appended
+        conn.execute("INSERT INTO outbox (log, line) VALUES (?, ?)",
+                     (outbox.EVENTS, '{"n":2}\n{"n":3}\n{"n":4}'))
+    with open(log, "a") as fh:
+        fh.write('{"n":2}\n{"n":3}\n{"n')
+    from sluice.store.files import fsutil
+
+    def refused(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fsutil, "append_bytes", refused)  # and the rest is refused
+    outbox.flush(queue_files)
+    assert log.read_text().splitlines() == ['{"n":1}', '{"n":2}', '{"n":3}']
+    assert outbox.waiting(queue_files, outbox.EVENTS) == (1, {})
+    monkeypatch.undo()
+    outbox.flush(queue_files)
+    assert log.read_text().splitlines() == ['{"n":1}', '{"n":2}', '{"n":3}', '{"n":4}']
+    assert outbox.pending(queue_files) == {}
+
+
 def test_events_a_log_refuses_wait_in_the_outbox_and_are_written_once_it_accepts_them(cli, queue_files):
     log = queue_files.events_path
     log.parent.mkdir(parents=True, exist_ok=True)

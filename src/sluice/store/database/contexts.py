@@ -467,8 +467,9 @@ def update_fields_many(store: RigStore | None, changes: dict[str, FieldsChange],
                     continue
                 updates.append((updated.to_description(), stamp, *updated.queue_facts(), cid))
                 written[cid] = Context(cid, rig, updated)
+            # facts_of NULL: a row plain again is filled anew by the next read (store.database.queue.refresh)
             conn.executemany("UPDATE issues SET description = ?, updated_at = ?, target_rig = ?,"
-                             " enqueued_at = ?, plain = ? WHERE id = ?", updates)
+                             " enqueued_at = ?, plain = ?, facts_of = NULL WHERE id = ?", updates)
         if written:
             db.advance("queue")
     return written

@@ -37,13 +37,13 @@ from pathlib import Path
 from sluice.errors import ConfigError, StorageError
 
 #: The schema this sluice writes.  A town whose database says more is refused, never guessed at.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILE_NAME = "town.db"
 #: ``FULL``: the write-ahead log is fsynced at every commit, so what was acknowledged survives a power cut.
 SYNCHRONOUS = "FULL"
 BUSY_TIMEOUT_MS = 60_000  # a sling of 100,000 items holds the write lock for a second or two
 
-#: What schema 2 added to schema 1 (the rows are filled by :meth:`Database._upgrade_from_1`).
+#: What schema 2 added to schema 1 (the rows are filled by :meth:`Database._upgrade`).
 UPGRADE_FROM_1 = (
     "ALTER TABLE issues ADD COLUMN target_rig TEXT",
     "ALTER TABLE issues ADD COLUMN enqueued_at TEXT",
@@ -53,10 +53,8 @@ UPGRADE_FROM_1 = (
     *(f"ALTER TABLE issues ADD COLUMN {column}" for column in (
         "f_class INTEGER", "f_priority INTEGER", "f_tokens INTEGER", "f_labels TEXT", "f_touches TEXT",
         "f_kind TEXT", "f_minutes INTEGER", "defer_ts DOUBLE PRECISION", "facts_of TEXT")),
-    "CREATE INDEX issues_facts ON issues (plain, target_rig, f_class, f_priority, f_tokens, f_labels,"
-    " f_touches, f_kind, f_minutes, enqueued_at, open_item, defer_ts)",
-    "CREATE INDEX issues_facts_of ON issues (plain, facts_of, open_item)",
 )
+
 
 #: Every table, in the order they are created.  One place, so the whole store is read at a glance.
 SCHEMA = """
@@ -107,10 +105,9 @@ CREATE TABLE issues (
 );
 CREATE INDEX issues_status ON issues (status, plain, rig);
 CREATE INDEX issues_work ON issues (work_item);
-CREATE INDEX issues_closed ON issues (closed_at);
-CREATE INDEX issues_facts ON issues (plain, target_rig, f_class, f_priority, f_tokens, f_labels, f_touches,
-    f_kind, f_minutes, enqueued_at, open_item, defer_ts);
-CREATE INDEX issues_facts_of ON issues (plain, facts_of, open_item);
+CREATE INDEX issues_facts ON issues (target_rig, f_class, f_priority, f_tokens, f_labels, f_touches, f_kind,
+    f_minutes, enqueued_at, open_item, defer_ts) WHERE plain = 1;
+CREATE INDEX issues_facts_of ON issues (facts_of, open_item) WHERE plain = 1;
 
 CREATE TABLE labels (
     issue_id TEXT NOT NULL REFERENCES issues (id) ON DELETE CASCADE,
@@ -297,6 +294,15 @@ CREATE TABLE archived_runs (
 );
 """
 
+#: Schema 3: the queue's indexes hold the plain open contexts alone (a close only deletes from them, and
+#: they grow with the queue, not with its history), and the unread index of close times is gone.  The
+#: queue's indexes are then made as :data:`SCHEMA` has them.
+UPGRADE_FROM_2 = (
+    "DROP INDEX IF EXISTS issues_closed",
+    "DROP INDEX IF EXISTS issues_facts",
+    "DROP INDEX IF EXISTS issues_facts_of",
+)
+
 
 def database_path(sluice_dir: Path) -> Path:
     return sluice_dir / FILE_NAME
@@ -401,8 +407,8 @@ class Database:
             raise ConfigError(
                 f"{self.path}: this town's database has schema version {version}, made by a newer sluice;"
                 f" this sluice knows version {SCHEMA_VERSION} at most (upgrade sluice to open it)")
-        if version == 1:
-            self._upgrade_from_1(conn)
+        if version in (1, 2):
+            self._upgrade(conn)
             return
         if version is not None:
             raise ConfigError(f"{self.path}: unknown schema version {version}")
@@ -421,24 +427,31 @@ class Database:
                 conn.execute("ROLLBACK")
             raise
 
-    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
-        """Schema 1 to 2: the queue's columns on ``issues``, filled from each open context's description."""
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """An older schema to this one, step by step in one transaction: schema 1's open contexts get
+        their queue columns from their descriptions, and every step ends with the queue's indexes."""
         from sluice.core.records import SlingContextFields
 
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if _schema_version(conn) == 1:  # another process may have upgraded it while we waited
+            version = _schema_version(conn)  # another process may have upgraded it while we waited
+            if version == 1:
                 for statement in UPGRADE_FROM_1:
                     conn.execute(statement)
                 rows = conn.execute("SELECT id, description FROM issues WHERE open_item IS NOT NULL")
-                rows = rows.fetchall()
                 facts = []
-                for issue_id, text in rows:
+                for issue_id, text in rows.fetchall():
                     fields = SlingContextFields.from_description(text)
                     if fields is not None:
                         facts.append((*fields.queue_facts(), issue_id))
                 conn.executemany("UPDATE issues SET target_rig = ?, enqueued_at = ?, plain = ? WHERE id = ?",
                                  facts)
+            if version in (1, 2):
+                for statement in UPGRADE_FROM_2:
+                    conn.execute(statement)
+                for statement in _statements(SCHEMA):
+                    if statement.startswith("CREATE INDEX issues_facts"):
+                        conn.execute(statement)
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             conn.execute("COMMIT")
         except BaseException:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.clock import iso, random_id
+from sluice.core.clock import iso, random_id, random_ids
 from sluice.errors import StoreCorrupt
 from sluice.store.database import outbox
 from sluice.store.files.jsonlog import tail_objects
@@ -62,10 +62,12 @@ MERGE_QUEUE_DEPTH = "MergeQueueDepth"
 _text = json.encoder.encode_basestring
 
 
-def make_event(event_type: str, payload: Mapping[str, Any] | None = None, at: str | None = None) -> dict:
+def make_event(event_type: str, payload: Mapping[str, Any] | None = None, at: str | None = None,
+               event_id: str | None = None) -> dict:
     if not event_type or not isinstance(event_type, str):
         raise ValueError("an event needs a type")
-    return {"event_id": random_id(), "type": event_type, "at": at or iso(), "payload": dict(payload or {})}
+    return {"event_id": event_id or random_id(), "type": event_type, "at": at or iso(),
+            "payload": dict(payload or {})}
 
 
 def emit_event(town: Town, event_type: str, payload: Mapping[str, Any] | None = None) -> dict:
@@ -79,7 +81,9 @@ def emit_events(town: Town, events: Iterable[tuple[str, Mapping[str, Any] | None
     The events of one call share its moment (``at``).
     """
     at = iso()
-    made = [make_event(event_type, payload, at) for event_type, payload in events]
+    events = list(events)
+    made = [make_event(event_type, payload, at, event_id)
+            for (event_type, payload), event_id in zip(events, random_ids(len(events)), strict=True)]
     if made:
         outbox.put(town, outbox.EVENTS, [event_line(e) for e in made])
     return made

@@ -2,17 +2,19 @@
 
 ``decisions.jsonl`` and ``scheduler.jsonl`` stay append-only JSON lines (the
 metagit contract, read by people, ``jq`` and other tools), but the facts they
-tell are committed in the town database.  A writer puts each line in the
-``outbox`` table in the same transaction as the change it tells, so the line
-exists exactly when the change does.  After the commit the outbox is flushed:
+tell are committed in the town database.  A writer puts its lines in the
+``outbox`` table in the same transaction as the change they tell (a row holds
+up to 4,096 of a change's lines, joined by newlines), so the lines exist
+exactly when the change does.  After the commit the outbox is flushed:
 
 1. under the flush lock, the pending lines of a log are read in order;
 2. the log's length is compared with the length recorded after the last
    flush.  Longer means a flush appended and died before it could record so:
    the complete lines past the recorded length are the first pending lines,
    already written — they are dropped from the outbox, not written again (a
-   torn last line is cut off first).  Shorter means a person cut or rotated
-   the file: the flush carries on from its present end;
+   torn last line is cut off first; a row written in part keeps the rest).
+   Shorter means a person cut or rotated the file: the flush carries on from
+   its present end;
 3. the rest are appended in one ``write()`` and fsynced, then the outbox rows
    are deleted and the new length recorded, in one transaction.
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 EVENTS = "events"
 DECISIONS = "decisions"
 FLUSH_LOCK_WAIT = 30.0
+ROW_LINES = 4096  # lines in one outbox row at most: a clear of 100,000 is a few rows, none of them huge
 
 
 def log_path(town: Town, name: str) -> Path:
@@ -52,7 +55,8 @@ def put(town: Town, name: str, lines: list[str]) -> None:
         return
     db = town.db
     with db.transaction() as conn:
-        conn.executemany("INSERT INTO outbox (log, line) VALUES (?, ?)", [(name, line) for line in lines])
+        conn.executemany("INSERT INTO outbox (log, line) VALUES (?, ?)",
+                         [(name, "\n".join(lines[k:k + ROW_LINES])) for k in range(0, len(lines), ROW_LINES)])
         db.after_commit(_flusher(town))
 
 
@@ -77,7 +81,7 @@ def _flusher(town: Town):
 
 
 def pending(town: Town) -> dict[str, int]:
-    """Lines waiting in the outbox, per log."""
+    """Changes whose lines wait in the outbox, per log."""
     return dict(town.db.query("SELECT log, count(*) FROM outbox GROUP BY log"))
 
 
@@ -116,27 +120,44 @@ def _flush_log(town: Town, name: str) -> bool:
         written = _lines_after(path, recorded)
     elif recorded is None and size:
         recorded = size  # a log older than the outbox: everything in it was written before
-    done = rows[:written]
-    rest = rows[written:]
+    total = sum(text.count("\n") + 1 for _seq, text in rows)
     length = _complete_length(path) if written else size
     try:
-        if rest:
-            data = "".join(line + "\n" for _seq, line in rest).encode("utf-8", "surrogatepass")
+        if written < total:
+            texts = [text for _seq, text in rows]
+            if written:
+                texts = "\n".join(texts).split("\n")[written:]
+            data = ("\n".join(texts) + "\n").encode("utf-8", "surrogatepass")
             fsutil.append_bytes(path, data, mode=0o600 if name == DECISIONS else 0o644)
             length += len(data)
+        written = total
     except OSError as err:
-        rest = []
         _note_refusal(town, name, err)
-        if not done:
+        if not written:
             return False
-    last = (done + rest)[-1][0]
     with db.transaction() as conn:
-        conn.execute("DELETE FROM outbox WHERE log = ? AND seq <= ?", (name, last))
+        last = _forget(conn, name, rows, written)
         conn.execute("INSERT INTO outbox_flushed (log, seq, length) VALUES (?, ?, ?)"
                      " ON CONFLICT (log) DO UPDATE SET seq = excluded.seq, length = excluded.length",
                      (name, last, length))
         conn.execute("DELETE FROM meta WHERE key = ?", (f"outbox_error:{name}",))
     return True
+
+
+def _forget(conn, name: str, rows: list[tuple[int, str]], written: int) -> int:
+    """Drop the outbox rows whose first ``written`` lines are in the log (a row written in part keeps the
+    rest); returns the last seq dropped whole."""
+    last = 0
+    for seq, text in rows:
+        count = text.count("\n") + 1
+        if written < count:
+            if written:
+                conn.execute("UPDATE outbox SET line = ? WHERE seq = ?", (text.split("\n", written)[-1], seq))
+            break
+        written -= count
+        last = seq
+    conn.execute("DELETE FROM outbox WHERE log = ? AND seq <= ?", (name, last))
+    return last or rows[0][0] - 1
 
 
 def _lines_after(path: Path, offset: int) -> int:
@@ -162,14 +183,15 @@ def waiting(town: Town, name: str) -> tuple[int, dict[str, int]]:
     """How many lines wait for log ``name``, and how many of each ``type`` (events) among them."""
     kinds: dict[str, int] = {}
     rows = town.db.query("SELECT line FROM outbox WHERE log = ? ORDER BY seq", (name,))
-    for (line,) in rows:
+    lines = [line for (text,) in rows for line in text.split("\n")]
+    for line in lines:
         try:
             kind = json.loads(line).get("type")
         except (ValueError, AttributeError):
             kind = None
         if isinstance(kind, str):
             kinds[kind] = kinds.get(kind, 0) + 1
-    return len(rows), kinds
+    return len(lines), kinds
 
 
 def _note_refusal(town: Town, name: str, err: OSError) -> None:

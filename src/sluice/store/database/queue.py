@@ -110,12 +110,20 @@ def refresh(town: Town, rig: str, prefix: str, index: Path, version: str, write:
     The facts are derived: a write that would wait or fail is skipped, and
     made by the next read, so a view never waits for a sling to commit.
     """
-    conn = town.db.conn
+    db = town.db
+    conn = db.conn
     lo, hi = id_range(prefix)
     tag = facts_tag(rig, version)
-    where = "plain = 1 AND open_item >= :lo AND open_item < :hi AND (facts_of IS NULL OR facts_of != :tag)"
+    # Once every plain row of this prefix holds the facts of ``tag``, a row can only lose them by being
+    # slung or changed, which leaves ``facts_of`` NULL: then a short range of the index answers.
+    mark = f"facts:{prefix}"
+    known = db.kept(mark) == tag
+    unfilled = "facts_of IS NULL" if known else "(facts_of IS NULL OR facts_of != :tag)"
+    where = f"plain = 1 AND {unfilled} AND open_item >= :lo AND open_item < :hi"
     params = {"lo": lo, "hi": hi, "tag": tag}
     if conn.execute(f"SELECT EXISTS (SELECT 1 FROM issues WHERE {where})", params).fetchone()[0] == 0:
+        if not known and write:
+            db.keep_if_free(mark, tag)
         return True
     if conn.in_transaction or not write:
         return False
@@ -126,9 +134,10 @@ def refresh(town: Town, rig: str, prefix: str, index: Path, version: str, write:
     except sqlite3.Error:
         return False
     try:
-        with town.db.without_waiting(), town.db.transaction() as tx:
+        with db.without_waiting(), db.transaction() as tx:
             tx.execute(f"UPDATE issues SET {filled}, facts_of = :tag WHERE {where}",
                        {**params, "label": f'%"{CONTEXT_LABEL}"%'})
+            db.keep(mark, tag)
         return True
     except (sqlite3.Error, StorageError, ConfigError):
         return False
