@@ -130,9 +130,12 @@ def open_of_items(town: Town, item_ids: Iterable[str], valid: bool = True) -> di
     the invalid ones that name one of them too.  One indexed lookup per few hundred items."""
     found: list[Context] = []
     for ids in _chunks(sorted(set(item_ids))):
-        rows = town.db.query(f"{_READ} WHERE work_item IN ({_marks(len(ids))}) AND status = 'open'"
-                             f" AND {_LABELLED}", (*ids, CONTEXT_LABEL))
-        found += [Context(cid, rig, SlingContextFields.from_description(text)) for cid, rig, text in rows]
+        # The status is tested here, not in SQL: there it would lead the planner to walk every open row
+        # rather than look the items up.
+        rows = town.db.query(f"SELECT id, rig, description, status FROM issues WHERE work_item IN"
+                             f" ({_marks(len(ids))}) AND {_LABELLED}", (*ids, CONTEXT_LABEL))
+        found += [Context(cid, rig, SlingContextFields.from_description(text))
+                  for cid, rig, text, status in rows if status == "open"]
     found = [c for c in found if c.valid or not valid]
     found.sort(key=_listing_key)
     out: dict[str, list[Context]] = {}
