@@ -129,27 +129,17 @@ class Sample:
     tokens: int | None = None
 
 
-def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | None = None) -> Sample | None:
-    """The sample a run record gives, or None when its outcome says nothing about runtime.
+def sample_of(record: Mapping) -> Sample | None:
+    """The sample a run record gives, or None when its outcome or runtime says nothing about runtime.
 
-    ``issue_type`` comes from the record when it carries one, else from the
-    caller (the item's type), else is unknown; ``timeout`` is the polecat timeout, the least a
-    ``timed-out`` run lasted even when its recorded runtime is shorter.
-    Tokens are the reported usage, else the launch estimate.
+    A record without an issue type gives a sample of unknown type.  A
+    ``timed-out`` run is censored at its recorded runtime; the model raises
+    it to the polecat timeout (:meth:`Model.of_kinds`).  Tokens are the
+    reported usage, else the launch estimate.
     """
     outcome = record.get("outcome")
-    if outcome not in COUNTED and outcome != CENSORED:
-        return None
     runtime = record.get("runtime_seconds")
-    censored = outcome == CENSORED
-    if not _number(runtime):
-        if not (censored and timeout):
-            return None
-        runtime = timeout
-    runtime = float(runtime)
-    if censored and timeout:
-        runtime = max(runtime, float(timeout))
-    if runtime < 0:
+    if (outcome not in COUNTED and outcome != CENSORED) or not _number(runtime) or runtime < 0:
         return None
     tokens = record.get("tokens_used")
     if not _number(tokens):
@@ -157,10 +147,10 @@ def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | N
     labels = record.get("labels") or ()
     return Sample(
         rig=str(record.get("rig") or ""),
-        issue_type=record.get("issue_type") or issue_type or None,
+        issue_type=record.get("issue_type") or None,
         labels=tuple(sorted({str(label) for label in labels if isinstance(label, str)})),
-        runtime=runtime,
-        censored=censored,
+        runtime=float(runtime),
+        censored=outcome == CENSORED,
         tokens=int(tokens) if _number(tokens) and tokens >= 0 else None,
     )
 

@@ -57,10 +57,6 @@ def minutes_of(record: Mapping) -> int | None:
     return minutes
 
 
-#: beads' gate kinds (``await_type``): what a gate item waits for before it closes.
-GATE_KINDS = ("gh:run", "gh:pr", "timer", "human", "mail", "decision")
-
-
 def gate_of(record: Mapping) -> dict | None:
     """A gate item's ``await_type`` / ``await_id`` / ``timeout`` (nanoseconds, shown as a duration).
 

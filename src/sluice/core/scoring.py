@@ -165,16 +165,10 @@ def resolve_weights(policy: PolicyLike, graph_id: str | None) -> Weights:
     return Weights(**{name: pick(name) for name in WEIGHT_NAMES})
 
 
-def _weighed_anywhere(policy: PolicyLike, name: str) -> bool:
-    """Whether the base weights or any graph's override give weight ``name`` a non-zero value."""
-    if getattr(policy.weights, name, 0.0):
-        return True
-    return any(getattr(o, name, None) for o in policy.graph_overrides.values())
-
-
 def deadline_enabled(policy: PolicyLike) -> bool:
     """Whether any graph scores deadlines, i.e. whether items' ``due_at`` must be read."""
-    return _weighed_anywhere(policy, "deadline")
+    return bool(getattr(policy.weights, "deadline", 0.0)) or any(
+        getattr(o, "deadline", None) for o in policy.graph_overrides.values())
 
 
 # --------------------------------------------------------------------------
