@@ -64,27 +64,9 @@ HOST_LOAD = "host-load"
 HOST_MEMORY = "host-memory"
 HOST_DISK = "host-disk"
 
-CODES = (
-    NOT_QUEUED,
-    BLOCKED,
-    PAUSED,
-    DIRECT_MODE,
-    CAPACITY,
-    RIG_CAP,
-    LABEL_CAP,
-    BUDGET,
-    THROTTLED,
-    BACKOFF,
-    OVERLAP,
-    CIRCUIT_BROKEN,
-    BATCH,
-    MISSING_ITEM,
-    RIG_UNREADABLE,
-    HOLD_FILE,
-    HOST_LOAD,
-    HOST_MEMORY,
-    HOST_DISK,
-)
+CODES = (NOT_QUEUED, BLOCKED, PAUSED, DIRECT_MODE, CAPACITY, RIG_CAP, LABEL_CAP, BUDGET, THROTTLED,
+         BACKOFF, OVERLAP, CIRCUIT_BROKEN, BATCH, MISSING_ITEM, RIG_UNREADABLE, HOLD_FILE, HOST_LOAD,
+         HOST_MEMORY, HOST_DISK)
 
 #: Characters that start a glob pattern; a touch is cut at the first one.
 WILDCARDS = frozenset("*?[{")

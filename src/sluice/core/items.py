@@ -257,21 +257,25 @@ def to_node(record: Mapping) -> Node:
     )
 
 
-def effective_tokens(record: Mapping) -> int:
-    """An item's token estimate by :func:`sluice.core.scoring.effective_tokens` (the one rule).
-
-    Older exports store ``metadata`` as a JSON string; it is decoded first.
-    Beyond 64 bits an estimate is simply the most expensive item there is.
-    """
-    from sluice.core.scoring import effective_tokens as tokens_from
-
+def _metadata(record: Mapping) -> Mapping | None:
+    """An item's ``metadata`` object, decoded first where older exports store it as a JSON string."""
     meta = record.get("metadata")
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
         except (ValueError, RecursionError):
-            meta = None
-    return min(tokens_from(meta if isinstance(meta, Mapping) else None), _INT64_MAX)
+            return None
+    return meta if isinstance(meta, Mapping) else None
+
+
+def effective_tokens(record: Mapping) -> int:
+    """An item's token estimate by :func:`sluice.core.scoring.effective_tokens` (the one rule).
+
+    Beyond 64 bits an estimate is simply the most expensive item there is.
+    """
+    from sluice.core.scoring import effective_tokens as tokens_from
+
+    return min(tokens_from(_metadata(record)), _INT64_MAX)
 
 
 def labels_of(record: Mapping) -> list[str]:
@@ -301,15 +305,7 @@ def dependency(source: str, target: str, dep_type: str = "blocks", created_at: s
 
 def touches_of(item: Mapping) -> tuple[str, ...]:
     """``metadata.touches`` of an item: the globs (relative to its rig) it says it will edit."""
-    meta = item.get("metadata")
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return ()
-    if not isinstance(meta, Mapping):
-        return ()
-    touches = meta.get("touches")
+    touches = (_metadata(item) or {}).get("touches")
     if isinstance(touches, str):
         touches = [touches]
     if not isinstance(touches, list):

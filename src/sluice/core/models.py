@@ -316,17 +316,7 @@ def apply_config_value(config: TownConfig, key: str, value: Any) -> TownConfig:
     """A copy of ``config`` with ``key`` set, validated as a whole."""
     pattern = _known(key)
     data = config.model_dump()
-    node = data
-    *parents, leaf = key.split(".")
-    for part in parents:
-        if part not in node:
-            if pattern.startswith("rigs."):
-                raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
-            node[part] = {}
-        node = node[part]
-        if not isinstance(node, dict):  # `rigs.NAME.items.…` of a rig reading an export file
-            raise UsageError(f"{key}: rig {parents[1]!r} does not read its items through a command")
-    node[leaf] = value
+    _parent(data, key, pattern)[key.rsplit(".", 1)[1]] = value
     try:
         return TownConfig.model_validate(data)
     except ValidationError as err:
@@ -342,21 +332,24 @@ def _problem_text(problem: dict) -> str:
     return problem["msg"]
 
 
-def get_config_value(config: TownConfig, key: str) -> Any:
-    pattern = _known(key)
-    node: Any = config
-    for part in key.split("."):
-        if isinstance(node, dict):
-            if part not in node:
-                if pattern.startswith("rigs."):
-                    raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
-                return None  # a label without a cap
-            node = node[part]
-        elif node is None or isinstance(node, str):  # `rigs.NAME.items.…` of a rig reading a file
-            raise UsageError(f"{key}: rig {key.split('.')[1]!r} does not read its items through a command")
-        else:
-            node = getattr(node, part)
+def _parent(data: dict, key: str, pattern: str) -> dict:
+    """The dict of ``data`` (a dumped config) that holds ``key``'s last part (a missing one made)."""
+    node = data
+    *parents, _ = key.split(".")
+    for part in parents:
+        if part not in node:
+            if pattern.startswith("rigs."):
+                raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):  # `rigs.NAME.items.…` of a rig reading an export file
+            raise UsageError(f"{key}: rig {parents[1]!r} does not read its items through a command")
     return node
+
+
+def get_config_value(config: TownConfig, key: str) -> Any:
+    """The value of ``key``: None for a label without a cap."""
+    return _parent(config.model_dump(), key, _known(key)).get(key.rsplit(".", 1)[1])
 
 
 def load_model(model: type[BaseModel], path, text: str) -> BaseModel:
