@@ -29,7 +29,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
-from sluice.core.recordclass import field, recordclass
+from sluice.core.recordclass import field, recordclass, replace
 from sluice.core.replay import (  # noqa: F401 - the replay's names, where forecasts are made
     WHY_BUDGET,
     WHY_NO_CAPACITY,
@@ -209,7 +209,7 @@ class Model:
         model = cls(window=window, min_samples=min_samples)
         for key, runs in kinds.items():
             if timeout:
-                runs = [_at_least(s, timeout) if s.censored else s for s in runs]
+                runs = [replace(s, runtime=max(s.runtime, float(timeout))) if s.censored else s for s in runs]
             model.kinds[key] = deque(runs, maxlen=window)
         return model
 
@@ -253,11 +253,10 @@ class Model:
                 found = self._cache[key] = _estimate(self.kinds[key], key)
             return found
         if estimated_minutes is not None and estimated_minutes >= 0:
-            seconds = float(estimated_minutes) * 60.0
-            return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, LEVEL_ESTIMATE, 0,
-                            runtime_mean=seconds)
-        return Estimate(default_runtime, default_runtime, tokens_estimated, tokens_estimated,
-                        LEVEL_DEFAULT, 0, runtime_mean=default_runtime)
+            seconds, level = float(estimated_minutes) * 60.0, LEVEL_ESTIMATE
+        else:
+            seconds, level = default_runtime, LEVEL_DEFAULT
+        return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, level, 0, runtime_mean=seconds)
 
 
     def left(self, rig: str, elapsed: float, issue_type: str | None = None, labels: Iterable[str] = (),
@@ -288,11 +287,6 @@ def kind_keys(sample: Sample) -> list[tuple]:
         keys.append((LEVEL_TYPE, sample.rig, sample.issue_type))
         keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
     return keys
-
-
-def _at_least(sample: Sample, timeout: float) -> Sample:
-    return Sample(sample.rig, sample.issue_type, sample.labels, max(sample.runtime, float(timeout)), True,
-                  sample.tokens)
 
 
 def _estimate(runs: Sequence[Sample], key: tuple) -> Estimate:

@@ -128,7 +128,6 @@ def normalise(record: dict) -> dict:
     """Beads import defaults (L3, L4) applied in place: status, type, priority, ephemeral."""
     if "wisp" in record and "ephemeral" not in record:
         record["ephemeral"] = bool(record.pop("wisp"))
-    record.setdefault("status", "open")
     if not record.get("status"):
         record["status"] = "open"
     if not record.get("issue_type"):
@@ -214,10 +213,8 @@ def dep_gate(dep: Mapping) -> str | None:
             meta = json.loads(meta)
         except (ValueError, RecursionError):
             return None
-    if isinstance(meta, dict):
-        gate = meta.get("gate")
-        return gate if isinstance(gate, str) else None
-    return None
+    gate = meta.get("gate") if isinstance(meta, dict) else None
+    return gate if isinstance(gate, str) else None
 
 
 def edges(record: Mapping) -> tuple[tuple[str, str, str | None], ...]:

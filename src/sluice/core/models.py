@@ -58,13 +58,16 @@ def _size_field(value: Any) -> str | None:
     return str(value).strip()
 
 
+#: A size such as ``2GiB``, or None (``off``, ``none``, empty) for no limit.
+Size = Annotated[str | None, BeforeValidator(_size_field)]
+
+
 class HostConfig(_Strict):
     """The host guard (docs/scheduler.md "Host guard"): off until a limit is set."""
 
     max_load: float | None = Field(None, gt=0, le=1_000_000)  # 1-minute load average per core
-    min_free_memory: Annotated[str | None, BeforeValidator(_size_field)] = None  # a size such as 2GiB
-    # on the town's filesystem and every rig's
-    min_free_disk: Annotated[str | None, BeforeValidator(_size_field)] = None
+    min_free_memory: Size = None
+    min_free_disk: Size = None  # on the town's filesystem and every rig's
 
 
 class SchedulerConfig(_Strict):

@@ -102,11 +102,9 @@ def _directly_blocked(node: Node, nodes: Mapping[str, Node], children: Mapping[s
             blocker = local_target(node.id, target, nodes)
             if blocker is not None and blocker.status not in INACTIVE:
                 return True
-        elif dep_type == "waits-for":
-            if local_target(node.id, target, nodes) is None:
-                continue
-            if _gate_holds(target, gate, nodes, children):
-                return True
+        elif (dep_type == "waits-for" and local_target(node.id, target, nodes) is not None
+              and _gate_holds(target, gate, nodes, children)):
+            return True
     return False
 
 
