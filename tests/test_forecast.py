@@ -47,9 +47,9 @@ def test_finished_runs_count(outcome):
 
 
 def test_a_timed_out_run_is_censored_at_no_less_than_its_timeout():
-    sample = sample_of(run(outcome="timed-out", runtime=590.0), timeout=600.0)
-    assert sample.censored and sample.runtime == 600.0
-    assert sample_of(run(outcome="timed-out", runtime=None), timeout=600.0).runtime == 600.0
+    sample = sample_of(run(outcome="timed-out", runtime=590.0))
+    assert sample.censored and sample.runtime == 590.0
+    assert Model.of_kinds({("town",): [sample]}, timeout=600.0).kinds[("town",)][0].runtime == 600.0
     assert sample_of(run(outcome="timed-out", runtime=None)) is None
 
 
@@ -59,9 +59,8 @@ def test_tokens_are_the_reported_usage_else_the_launch_estimate():
     assert sample_of(run()).tokens is None
 
 
-def test_the_type_comes_from_the_record_else_the_caller_else_it_is_unknown():
-    assert sample_of(run(issue_type="bug"), issue_type="feature").issue_type == "bug"
-    assert sample_of(run(), issue_type="feature").issue_type == "feature"
+def test_the_type_comes_from_the_record_else_it_is_unknown():
+    assert sample_of(run(issue_type="bug")).issue_type == "bug"
     assert sample_of(run()).issue_type is None
 
 

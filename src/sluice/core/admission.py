@@ -36,6 +36,7 @@ applies is reported, not only the first, so ``explain`` can list them all.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -64,27 +65,9 @@ HOST_LOAD = "host-load"
 HOST_MEMORY = "host-memory"
 HOST_DISK = "host-disk"
 
-CODES = (
-    NOT_QUEUED,
-    BLOCKED,
-    PAUSED,
-    DIRECT_MODE,
-    CAPACITY,
-    RIG_CAP,
-    LABEL_CAP,
-    BUDGET,
-    THROTTLED,
-    BACKOFF,
-    OVERLAP,
-    CIRCUIT_BROKEN,
-    BATCH,
-    MISSING_ITEM,
-    RIG_UNREADABLE,
-    HOLD_FILE,
-    HOST_LOAD,
-    HOST_MEMORY,
-    HOST_DISK,
-)
+CODES = (NOT_QUEUED, BLOCKED, PAUSED, DIRECT_MODE, CAPACITY, RIG_CAP, LABEL_CAP, BUDGET, THROTTLED,
+         BACKOFF, OVERLAP, CIRCUIT_BROKEN, BATCH, MISSING_ITEM, RIG_UNREADABLE, HOLD_FILE, HOST_LOAD,
+         HOST_MEMORY, HOST_DISK)
 
 #: Characters that start a glob pattern; a touch is cut at the first one.
 WILDCARDS = frozenset("*?[{")
@@ -225,14 +208,8 @@ def touches_overlap(a: Iterable[str], b: Iterable[str]) -> bool:
     never overlaps: items that declare nothing never conflict.
     """
     cut_b = [touch_prefix(g) for g in b]
-    if not cut_b:
-        return False
-    for glob in a:
-        pa, wa = touch_prefix(glob)
-        for pb, wb in cut_b:
-            if _covers(pa, wa, pb) or _covers(pb, wb, pa):
-                return True
-    return False
+    return any(_covers(pa, wa, pb) or _covers(pb, wb, pa)
+               for pa, wa in map(touch_prefix, a) for pb, wb in cut_b)
 
 
 # -- admission --------------------------------------------------------------------------------
@@ -381,10 +358,7 @@ def admit_head(
     """
     walk = _Walk(running, limits, spend, throttles, gates, now)
     walk.take(head)
-    why: dict[str, int] = {}
-    for reasons in walk.held.values():
-        for code in dict.fromkeys(r.code for r in reasons):
-            why[code] = why.get(code, 0) + 1
+    why = Counter(code for reasons in walk.held.values() for code in dict.fromkeys(r.code for r in reasons))
     waiting = sum(n for n in rest.values() if n > 0)
     full = len(walk.planned) >= walk.slots
     firsts: set[str] = set()
@@ -399,8 +373,7 @@ def admit_head(
         else:
             walk.admissible += n
         reasons = [*walk.gates, *known] + ([walk.full] if full and not walk.gates else [])
-        for code in dict.fromkeys(r.code for r in reasons):
-            why[code] = why.get(code, 0) + n
+        why.update(dict.fromkeys((r.code for r in reasons), n))
     if walk.first_rule is None and firsts:
         if len(firsts) > 1 and walk.reads_first_rule():
             return None

@@ -29,7 +29,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
-from sluice.core.recordclass import field, recordclass
+from sluice.core.recordclass import field, recordclass, replace
 from sluice.core.replay import (  # noqa: F401 - the replay's names, where forecasts are made
     WHY_BUDGET,
     WHY_NO_CAPACITY,
@@ -129,27 +129,17 @@ class Sample:
     tokens: int | None = None
 
 
-def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | None = None) -> Sample | None:
-    """The sample a run record gives, or None when its outcome says nothing about runtime.
+def sample_of(record: Mapping) -> Sample | None:
+    """The sample a run record gives, or None when its outcome or runtime says nothing about runtime.
 
-    ``issue_type`` comes from the record when it carries one, else from the
-    caller (the item's type), else is unknown; ``timeout`` is the polecat timeout, the least a
-    ``timed-out`` run lasted even when its recorded runtime is shorter.
-    Tokens are the reported usage, else the launch estimate.
+    A record without an issue type gives a sample of unknown type.  A
+    ``timed-out`` run is censored at its recorded runtime; the model raises
+    it to the polecat timeout (:meth:`Model.of_kinds`).  Tokens are the
+    reported usage, else the launch estimate.
     """
     outcome = record.get("outcome")
-    if outcome not in COUNTED and outcome != CENSORED:
-        return None
     runtime = record.get("runtime_seconds")
-    censored = outcome == CENSORED
-    if not _number(runtime):
-        if not (censored and timeout):
-            return None
-        runtime = timeout
-    runtime = float(runtime)
-    if censored and timeout:
-        runtime = max(runtime, float(timeout))
-    if runtime < 0:
+    if (outcome not in COUNTED and outcome != CENSORED) or not _number(runtime) or runtime < 0:
         return None
     tokens = record.get("tokens_used")
     if not _number(tokens):
@@ -157,10 +147,10 @@ def sample_of(record: Mapping, issue_type: str | None = None, timeout: float | N
     labels = record.get("labels") or ()
     return Sample(
         rig=str(record.get("rig") or ""),
-        issue_type=record.get("issue_type") or issue_type or None,
+        issue_type=record.get("issue_type") or None,
         labels=tuple(sorted({str(label) for label in labels if isinstance(label, str)})),
-        runtime=runtime,
-        censored=censored,
+        runtime=float(runtime),
+        censored=outcome == CENSORED,
         tokens=int(tokens) if _number(tokens) and tokens >= 0 else None,
     )
 
@@ -219,7 +209,7 @@ class Model:
         model = cls(window=window, min_samples=min_samples)
         for key, runs in kinds.items():
             if timeout:
-                runs = [_at_least(s, timeout) if s.censored else s for s in runs]
+                runs = [replace(s, runtime=max(s.runtime, float(timeout))) if s.censored else s for s in runs]
             model.kinds[key] = deque(runs, maxlen=window)
         return model
 
@@ -263,11 +253,10 @@ class Model:
                 found = self._cache[key] = _estimate(self.kinds[key], key)
             return found
         if estimated_minutes is not None and estimated_minutes >= 0:
-            seconds = float(estimated_minutes) * 60.0
-            return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, LEVEL_ESTIMATE, 0,
-                            runtime_mean=seconds)
-        return Estimate(default_runtime, default_runtime, tokens_estimated, tokens_estimated,
-                        LEVEL_DEFAULT, 0, runtime_mean=default_runtime)
+            seconds, level = float(estimated_minutes) * 60.0, LEVEL_ESTIMATE
+        else:
+            seconds, level = default_runtime, LEVEL_DEFAULT
+        return Estimate(seconds, seconds, tokens_estimated, tokens_estimated, level, 0, runtime_mean=seconds)
 
 
     def left(self, rig: str, elapsed: float, issue_type: str | None = None, labels: Iterable[str] = (),
@@ -298,11 +287,6 @@ def kind_keys(sample: Sample) -> list[tuple]:
         keys.append((LEVEL_TYPE, sample.rig, sample.issue_type))
         keys += [(LEVEL_LABEL, sample.rig, sample.issue_type, label) for label in sample.labels]
     return keys
-
-
-def _at_least(sample: Sample, timeout: float) -> Sample:
-    return Sample(sample.rig, sample.issue_type, sample.labels, max(sample.runtime, float(timeout)), True,
-                  sample.tokens)
 
 
 def _estimate(runs: Sequence[Sample], key: tuple) -> Estimate:

@@ -31,8 +31,6 @@ from sluice.core.admission import (
 )
 from sluice.core.recordclass import field, frozen
 
-GATE_CODES = (HOLD_FILE, HOST_LOAD, HOST_MEMORY, HOST_DISK)
-
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:I?B)?\s*$", re.IGNORECASE)
 #: Larger than any disk or memory, small enough that every comparison stays exact.

@@ -57,10 +57,6 @@ def minutes_of(record: Mapping) -> int | None:
     return minutes
 
 
-#: beads' gate kinds (``await_type``): what a gate item waits for before it closes.
-GATE_KINDS = ("gh:run", "gh:pr", "timer", "human", "mail", "decision")
-
-
 def gate_of(record: Mapping) -> dict | None:
     """A gate item's ``await_type`` / ``await_id`` / ``timeout`` (nanoseconds, shown as a duration).
 
@@ -132,7 +128,6 @@ def normalise(record: dict) -> dict:
     """Beads import defaults (L3, L4) applied in place: status, type, priority, ephemeral."""
     if "wisp" in record and "ephemeral" not in record:
         record["ephemeral"] = bool(record.pop("wisp"))
-    record.setdefault("status", "open")
     if not record.get("status"):
         record["status"] = "open"
     if not record.get("issue_type"):
@@ -218,10 +213,8 @@ def dep_gate(dep: Mapping) -> str | None:
             meta = json.loads(meta)
         except (ValueError, RecursionError):
             return None
-    if isinstance(meta, dict):
-        gate = meta.get("gate")
-        return gate if isinstance(gate, str) else None
-    return None
+    gate = meta.get("gate") if isinstance(meta, dict) else None
+    return gate if isinstance(gate, str) else None
 
 
 def edges(record: Mapping) -> tuple[tuple[str, str, str | None], ...]:
@@ -261,21 +254,25 @@ def to_node(record: Mapping) -> Node:
     )
 
 
-def effective_tokens(record: Mapping) -> int:
-    """An item's token estimate by :func:`sluice.core.scoring.effective_tokens` (the one rule).
-
-    Older exports store ``metadata`` as a JSON string; it is decoded first.
-    Beyond 64 bits an estimate is simply the most expensive item there is.
-    """
-    from sluice.core.scoring import effective_tokens as tokens_from
-
+def _metadata(record: Mapping) -> Mapping | None:
+    """An item's ``metadata`` object, decoded first where older exports store it as a JSON string."""
     meta = record.get("metadata")
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
         except (ValueError, RecursionError):
-            meta = None
-    return min(tokens_from(meta if isinstance(meta, Mapping) else None), _INT64_MAX)
+            return None
+    return meta if isinstance(meta, Mapping) else None
+
+
+def effective_tokens(record: Mapping) -> int:
+    """An item's token estimate by :func:`sluice.core.scoring.effective_tokens` (the one rule).
+
+    Beyond 64 bits an estimate is simply the most expensive item there is.
+    """
+    from sluice.core.scoring import effective_tokens as tokens_from
+
+    return min(tokens_from(_metadata(record)), _INT64_MAX)
 
 
 def labels_of(record: Mapping) -> list[str]:
@@ -305,15 +302,7 @@ def dependency(source: str, target: str, dep_type: str = "blocks", created_at: s
 
 def touches_of(item: Mapping) -> tuple[str, ...]:
     """``metadata.touches`` of an item: the globs (relative to its rig) it says it will edit."""
-    meta = item.get("metadata")
-    if isinstance(meta, str):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            return ()
-    if not isinstance(meta, Mapping):
-        return ()
-    touches = meta.get("touches")
+    touches = (_metadata(item) or {}).get("touches")
     if isinstance(touches, str):
         touches = [touches]
     if not isinstance(touches, list):

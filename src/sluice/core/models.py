@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from sluice.core.clock import check_duration, format_duration, parse_duration
 from sluice.core.records import json_object
@@ -24,12 +24,19 @@ from sluice.errors import ConfigError, UsageError
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    def seconds(self, key: str) -> float:
+        return parse_duration(getattr(self, key))
+
 
 def _duration_field(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return format_duration(check_duration(float(value), value))
     parse_duration(value)
     return str(value).strip()
+
+
+#: A duration such as ``1m30s`` (a number is seconds), kept as its text.
+Duration = Annotated[str, BeforeValidator(_duration_field)]
 
 
 #: The events ``scheduler.notify`` can be run on (``scheduler.notify_on``).
@@ -51,40 +58,39 @@ def _size_field(value: Any) -> str | None:
     return str(value).strip()
 
 
+#: A size such as ``2GiB``, or None (``off``, ``none``, empty) for no limit.
+Size = Annotated[str | None, BeforeValidator(_size_field)]
+
+
 class HostConfig(_Strict):
     """The host guard (docs/scheduler.md "Host guard"): off until a limit is set."""
 
     max_load: float | None = Field(None, gt=0, le=1_000_000)  # 1-minute load average per core
-    min_free_memory: str | None = None  # a size such as 2GiB
-    min_free_disk: str | None = None  # on the town's filesystem and every rig's
-
-    @field_validator("min_free_memory", "min_free_disk", mode="before")
-    @classmethod
-    def _check_sizes(cls, value: Any) -> str | None:
-        return _size_field(value)
+    min_free_memory: Size = None
+    min_free_disk: Size = None  # on the town's filesystem and every rig's
 
 
 class SchedulerConfig(_Strict):
     max_polecats: int = Field(-1, ge=-1)
     batch_size: int = Field(1, ge=1)
-    spawn_delay: str = "0s"
+    spawn_delay: Duration = "0s"
     max_dispatch_failures: int = Field(3, ge=1)
-    polecat_timeout: str = "0"
-    retry_base: str = "30s"
-    retry_max: str = "10m"
-    missing_grace: str = "10m"
+    polecat_timeout: Duration = "0"
+    retry_base: Duration = "30s"
+    retry_max: Duration = "10m"
+    missing_grace: Duration = "10m"
     notify: list[str] = Field(default_factory=list)  # argv template run on chosen events; [] = none
     notify_on: list[str] = Field(default_factory=lambda: list(DEFAULT_NOTIFY_ON))
-    notify_timeout: str = "10s"
+    notify_timeout: Duration = "10s"
     # Admission (docs/scheduler.md "Admission"): caps per label, token budgets, throttles, breaker.
     label_caps: dict[str, int] = Field(default_factory=dict)
     token_budget: int = Field(0, ge=0)
-    budget_window: str = "1h"
+    budget_window: Duration = "1h"
     throttle_exit_code: int = Field(75, ge=1, le=255)
-    throttle_for: str = "5m"
-    breaker_cooldown: str = "1h"
+    throttle_for: Duration = "5m"
+    breaker_cooldown: Duration = "1h"
     retry_failed_runs: int = Field(0, ge=0)  # requeue an item whose run failed, up to N times (0 = never)
-    compact_retention: str = "168h"  # closed contexts older than this leave the log at compaction
+    compact_retention: Duration = "168h"  # closed contexts older than this leave the log at compaction
     compact_at: int = Field(50_000, ge=0)  # the daemon compacts a log longer than this (0 = never)
     host: HostConfig = Field(default_factory=HostConfig)
     hold_file: str = ""  # while this file exists (relative: to the town root) nothing is launched
@@ -96,14 +102,6 @@ class SchedulerConfig(_Strict):
             if not label or cap < 1:
                 raise ValueError(f"label cap {label!r} must be an integer >= 1 (got {cap})")
         return value
-
-    @field_validator(
-        "spawn_delay", "polecat_timeout", "retry_base", "retry_max", "missing_grace", "notify_timeout",
-        "budget_window", "throttle_for", "breaker_cooldown", "compact_retention", mode="before",
-    )
-    @classmethod
-    def _check_durations(cls, value: Any) -> str:
-        return _duration_field(value)
 
     @field_validator("notify_on")
     @classmethod
@@ -117,9 +115,6 @@ class SchedulerConfig(_Strict):
     def deferred(self) -> bool:
         """Deferred mode ⇔ a positive cap; 0 and -1 both mean direct dispatch."""
         return self.max_polecats > 0
-
-    def seconds(self, key: str) -> float:
-        return parse_duration(getattr(self, key))
 
 
 class RayConfig(_Strict):
@@ -150,17 +145,9 @@ class ExecutorConfig(_Strict):
 class ItemsConfig(_Strict):
     """How rigs reading their items through a command (``rig add --items-command``) refresh them."""
 
-    command_timeout: str = "30s"  # a command still running then is killed; the last snapshot serves
-    refresh: str = "30s"  # run again at least this often, and at once when a watched path changes
-    read_wait: str = "2s"  # a read command waits this long for a refresh, then serves the last snapshot
-
-    @field_validator("command_timeout", "refresh", "read_wait", mode="before")
-    @classmethod
-    def _check_durations(cls, value: Any) -> str:
-        return _duration_field(value)
-
-    def seconds(self, key: str) -> float:
-        return parse_duration(getattr(self, key))
+    command_timeout: Duration = "30s"  # a command still running then is killed; the last snapshot serves
+    refresh: Duration = "30s"  # run again at least this often, and at once when a watched path changes
+    read_wait: Duration = "2s"  # a read command waits this long for a refresh, then serves the last snapshot
 
 
 class RigItems(_Strict):
@@ -168,8 +155,8 @@ class RigItems(_Strict):
 
     command: list[str] = Field(min_length=1)  # an argv, run in the repository, never through a shell
     watch: list[str] = Field(default_factory=list)  # paths whose change means run again ([]: REPO/.beads)
-    command_timeout: str | None = None  # None: items.command_timeout
-    refresh: str | None = None  # None: items.refresh
+    command_timeout: Duration | None = None  # None: items.command_timeout
+    refresh: Duration | None = None  # None: items.refresh
 
     @field_validator("command")
     @classmethod
@@ -177,11 +164,6 @@ class RigItems(_Strict):
         if not value[0].strip():
             raise ValueError("the command's first word names the program to run")
         return value
-
-    @field_validator("command_timeout", "refresh", mode="before")
-    @classmethod
-    def _check_durations(cls, value: Any) -> str | None:
-        return None if value is None else _duration_field(value)
 
 
 class RigConfig(_Strict):
@@ -337,17 +319,7 @@ def apply_config_value(config: TownConfig, key: str, value: Any) -> TownConfig:
     """A copy of ``config`` with ``key`` set, validated as a whole."""
     pattern = _known(key)
     data = config.model_dump()
-    node = data
-    *parents, leaf = key.split(".")
-    for part in parents:
-        if part not in node:
-            if pattern.startswith("rigs."):
-                raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
-            node[part] = {}
-        node = node[part]
-        if not isinstance(node, dict):  # `rigs.NAME.items.…` of a rig reading an export file
-            raise UsageError(f"{key}: rig {parents[1]!r} does not read its items through a command")
-    node[leaf] = value
+    _parent(data, key, pattern)[key.rsplit(".", 1)[1]] = value
     try:
         return TownConfig.model_validate(data)
     except ValidationError as err:
@@ -363,21 +335,24 @@ def _problem_text(problem: dict) -> str:
     return problem["msg"]
 
 
-def get_config_value(config: TownConfig, key: str) -> Any:
-    pattern = _known(key)
-    node: Any = config
-    for part in key.split("."):
-        if isinstance(node, dict):
-            if part not in node:
-                if pattern.startswith("rigs."):
-                    raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
-                return None  # a label without a cap
-            node = node[part]
-        elif node is None or isinstance(node, str):  # `rigs.NAME.items.…` of a rig reading a file
-            raise UsageError(f"{key}: rig {key.split('.')[1]!r} does not read its items through a command")
-        else:
-            node = getattr(node, part)
+def _parent(data: dict, key: str, pattern: str) -> dict:
+    """The dict of ``data`` (a dumped config) that holds ``key``'s last part (a missing one made)."""
+    node = data
+    *parents, _ = key.split(".")
+    for part in parents:
+        if part not in node:
+            if pattern.startswith("rigs."):
+                raise UsageError(f"unknown rig {part!r} in {key} (see `sluice rig list`)")
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):  # `rigs.NAME.items.…` of a rig reading an export file
+            raise UsageError(f"{key}: rig {parents[1]!r} does not read its items through a command")
     return node
+
+
+def get_config_value(config: TownConfig, key: str) -> Any:
+    """The value of ``key``: None for a label without a cap."""
+    return _parent(config.model_dump(), key, _known(key)).get(key.rsplit(".", 1)[1])
 
 
 def load_model(model: type[BaseModel], path, text: str) -> BaseModel:

@@ -102,11 +102,9 @@ def _directly_blocked(node: Node, nodes: Mapping[str, Node], children: Mapping[s
             blocker = local_target(node.id, target, nodes)
             if blocker is not None and blocker.status not in INACTIVE:
                 return True
-        elif dep_type == "waits-for":
-            if local_target(node.id, target, nodes) is None:
-                continue
-            if _gate_holds(target, gate, nodes, children):
-                return True
+        elif (dep_type == "waits-for" and local_target(node.id, target, nodes) is not None
+              and _gate_holds(target, gate, nodes, children)):
+            return True
     return False
 
 
@@ -150,15 +148,9 @@ def ready_order(node: Node) -> tuple:
     return (node.priority, -node.created_ts, node.id)
 
 
-def ready_nodes(
-    nodes: Mapping[str, Node],
-    now_ts: float,
-    blocked: Mapping[str, bool] | None = None,
-    limit: int = 0,
-) -> list[Node]:
+def ready_nodes(nodes: Mapping[str, Node], now_ts: float, limit: int = 0) -> list[Node]:
     """Ready rows in beads order; ``limit`` 0 means all (R11)."""
-    if blocked is None:
-        blocked = blocked_state(nodes)
+    blocked = blocked_state(nodes)
     hidden = deferred_parents(nodes, now_ts)
     out = [
         node
@@ -189,12 +181,9 @@ def blocked_by(node: Node, nodes: Mapping[str, Node]) -> list[str]:
     return parents[:1]
 
 
-def blocked_nodes(
-    nodes: Mapping[str, Node], blocked: Mapping[str, bool] | None = None
-) -> list[tuple[Node, list[str]]]:
+def blocked_nodes(nodes: Mapping[str, Node]) -> list[tuple[Node, list[str]]]:
     """K1–K5: every blocked row (wisps included) with what blocks it."""
-    if blocked is None:
-        blocked = blocked_state(nodes)
+    blocked = blocked_state(nodes)
     rows = []
     for node in nodes.values():
         if not blocked[node.id] or node.status in INACTIVE:

@@ -81,11 +81,9 @@ class _Record:
     def _validate(self) -> None:
         """Range checks beyond the types."""
 
-    def to_dict(self, exclude_none: bool = False) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         data.update(self.extra)
-        if exclude_none:
-            data = {k: v for k, v in data.items() if v is not None}
         return data
 
     def copy(self, **changes: Any):
@@ -137,13 +135,11 @@ class SlingContextFields(_Record):
             raise RecordError(f"run_failures: must be >= 0 (got {self.run_failures})")
 
     def to_description(self) -> str:
-        """The compact JSON written into the context's description."""
-        return json.dumps(self.to_compact(), separators=(",", ":"), ensure_ascii=False)
-
-    def to_compact(self) -> dict[str, Any]:
-        """The fields as a dict with defaults left out (``from_dict`` reads it back whole)."""
+        """The compact JSON written into the context's description: defaults left out (``from_dict``
+        reads it back whole)."""
         keep = {"version", "work_bead_id", "target_rig", "enqueued_at"}
-        return {k: v for k, v in self.to_dict().items() if k in keep or v not in ("", False, 0, None)}
+        compact = {k: v for k, v in self.to_dict().items() if k in keep or v not in ("", False, 0, None)}
+        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
 
     def queue_facts(self) -> tuple[str | None, str, int]:
         """``(target_rig, enqueued_at normalised, plain)``: the town database's queue columns.

@@ -228,15 +228,6 @@ class _Held:
                     return False
         return True
 
-    def next_change(self) -> float | None:
-        """When the next slot frees or the next charge leaves the window: a moment something may go."""
-        moments = []
-        if self.busy:
-            moments.append(self.busy[0][0])
-        if self.charges:
-            moments.append(self.charges[0].at + self.limits.budget_window)
-        return min(moments) if moments else None
-
 
 def _never(item: Queued, limits: Limits) -> str | None:
     """Why ``item`` can never start whatever else runs, or None."""
@@ -281,8 +272,7 @@ def simulate(now: float, queue: Sequence[Queued], running: Sequence[Running] = (
     touches and tokens: more room ahead lets an earlier item hold a path,
     or spend a window's tokens, that a later one then waits for.
     """
-    slots, drain, drain_p90 = _walk(now, queue, running, limits, charges, len(queue))
-    return QueueForecast(now, tuple(slots), drain, drain_p90)
+    return simulate_first(now, queue, len(queue), running, limits, charges)
 
 
 def simulate_head(now: float, queue: Sequence[Queued], rows: int, running: Sequence[Running] = (),
@@ -539,9 +529,10 @@ def _next_moment(held: _Held, holds_until: list[float], tick: float) -> float | 
     frees, a charge leaves the budget window, or a throttle or backoff (of those in ``holds_until``,
     sorted) ends; None when there is none."""
     moments = []
-    change = held.next_change()
-    if change is not None:
-        moments.append(change)
+    if held.busy:
+        moments.append(held.busy[0][0])
+    if held.charges:
+        moments.append(held.charges[0].at + held.limits.budget_window)
     later = bisect.bisect_right(holds_until, tick)
     if later < len(holds_until):
         moments.append(holds_until[later])

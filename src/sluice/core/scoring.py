@@ -119,28 +119,18 @@ class Selection:
 # Policy shape (duck-typed so this module never imports pydantic)
 
 
-class _WeightsLike(Protocol):
-    priority: float
-    affinity: float
-    cost: float
-    fairness: float
-
-
-class _OverrideLike(Protocol):
-    priority: float | None
-    affinity: float | None
-    cost: float | None
-    fairness: float | None
-
-
 class PolicyLike(Protocol):
-    """What scoring needs from a policy; :class:`sluice.store.files.policy.Policy` fits."""
+    """What scoring needs from a policy; :class:`sluice.store.files.policy.Policy` fits.
+
+    The weights and each graph's overrides are read by name (:data:`WEIGHT_NAMES`), a null override
+    falling back to the base weight.
+    """
 
     @property
-    def weights(self) -> _WeightsLike: ...
+    def weights(self) -> object: ...
 
     @property
-    def graph_overrides(self) -> Mapping[str, _OverrideLike]: ...
+    def graph_overrides(self) -> Mapping[str, object]: ...
 
     @property
     def merge_queue_threshold(self) -> int: ...
@@ -165,16 +155,10 @@ def resolve_weights(policy: PolicyLike, graph_id: str | None) -> Weights:
     return Weights(**{name: pick(name) for name in WEIGHT_NAMES})
 
 
-def _weighed_anywhere(policy: PolicyLike, name: str) -> bool:
-    """Whether the base weights or any graph's override give weight ``name`` a non-zero value."""
-    if getattr(policy.weights, name, 0.0):
-        return True
-    return any(getattr(o, name, None) for o in policy.graph_overrides.values())
-
-
 def deadline_enabled(policy: PolicyLike) -> bool:
     """Whether any graph scores deadlines, i.e. whether items' ``due_at`` must be read."""
-    return _weighed_anywhere(policy, "deadline")
+    return bool(getattr(policy.weights, "deadline", 0.0)) or any(
+        getattr(o, "deadline", None) for o in policy.graph_overrides.values())
 
 
 # --------------------------------------------------------------------------
@@ -236,11 +220,6 @@ def aging_bonus(age_hours: float, aging: float, aging_max: float) -> float:
     if aging <= 0 or age_hours <= 0:
         return 0.0
     return min(aging * age_hours, aging_max)
-
-
-def _aging_of(policy_like: object) -> tuple[float, float]:
-    aging = float(getattr(policy_like, "aging", 0.0) or 0.0)
-    return aging, float(getattr(policy_like, "aging_max", 0.0) or 0.0)
 
 
 def _score_value(
@@ -411,7 +390,8 @@ def score_all(
     threshold = policy_like.merge_queue_threshold
     penalty = policy_like.merge_pressure_penalty
     _check_pressure_settings(threshold, penalty)
-    aging = _aging_of(policy_like)
+    aging = (float(getattr(policy_like, "aging", 0.0) or 0.0),
+             float(getattr(policy_like, "aging_max", 0.0) or 0.0))
 
     def conditions(c: Candidate) -> tuple[Weights, bool, bool, int]:
         rig = c.rig

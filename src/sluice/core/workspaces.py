@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 
-REPO, CLONE = "repo", "clone"
-WORKSPACE_KINDS = (REPO, CLONE)
+CLONE = "clone"
 DEFAULT_BRANCH = "sluice/{item_id}"
 BRANCH_PLACEHOLDERS = ("item_id", "rig")
 _PLACEHOLDER = re.compile("{(" + "|".join(BRANCH_PLACEHOLDERS) + ")}")
