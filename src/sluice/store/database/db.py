@@ -401,50 +401,32 @@ class Database:
             raise ConfigError(
                 f"{self.path}: this town's database has schema version {version}, made by a newer sluice;"
                 f" this sluice knows version {SCHEMA_VERSION} at most (upgrade sluice to open it)")
-        if version == 1:
-            self._upgrade_from_1(conn)
-            return
-        if version is not None:
+        if version not in (None, 1):
             raise ConfigError(f"{self.path}: unknown schema version {version}")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if _schema_version(conn) is None:  # another process may have made it while we waited
-                for statement in _statements(SCHEMA):
-                    conn.execute(statement)
-                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
-                if self.on_create is not None:
-                    self.on_create(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
-                conn.execute("ROLLBACK")
-            raise
+        with _immediate(conn):
+            if _schema_version(conn) != version:  # another process made or upgraded it while we waited
+                return
+            if version == 1:
+                self._upgrade_from_1(conn)
+                return
+            for statement in _statements(SCHEMA):
+                conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            if self.on_create is not None:
+                self.on_create(conn)
 
-    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
+    @staticmethod
+    def _upgrade_from_1(conn: sqlite3.Connection) -> None:
         """Schema 1 to 2: the queue's columns on ``issues``, filled from each open context's description."""
         from sluice.core.records import SlingContextFields
 
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if _schema_version(conn) == 1:  # another process may have upgraded it while we waited
-                for statement in UPGRADE_FROM_1:
-                    conn.execute(statement)
-                rows = conn.execute("SELECT id, description FROM issues WHERE open_item IS NOT NULL")
-                rows = rows.fetchall()
-                facts = []
-                for issue_id, text in rows:
-                    fields = SlingContextFields.from_description(text)
-                    if fields is not None:
-                        facts.append((*fields.queue_facts(), issue_id))
-                conn.executemany("UPDATE issues SET target_rig = ?, enqueued_at = ?, plain = ? WHERE id = ?",
-                                 facts)
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+        for statement in UPGRADE_FROM_1:
+            conn.execute(statement)
+        rows = conn.execute("SELECT id, description FROM issues WHERE open_item IS NOT NULL").fetchall()
+        fields = [(SlingContextFields.from_description(text), issue_id) for issue_id, text in rows]
+        conn.executemany("UPDATE issues SET target_rig = ?, enqueued_at = ?, plain = ? WHERE id = ?",
+                         [(*f.queue_facts(), issue_id) for f, issue_id in fields if f is not None])
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         local = self._local
@@ -494,6 +476,17 @@ class Database:
         after, local.after = local.after, []
         for callback in after:
             callback()
+
+    @contextlib.contextmanager
+    def change(self, *versions: str) -> Iterator[sqlite3.Connection]:
+        """A :meth:`transaction` that advances ``versions`` when its block ends; an error of the database
+        in it is the store's error (a StorageError naming the file), as a refused file write was."""
+        try:
+            with self.transaction() as conn:
+                yield conn
+                self.advance(*versions)
+        except sqlite3.Error as err:
+            raise self._storage_error(err, "write") from None
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the current transaction commits (at once outside of one)."""
@@ -609,6 +602,19 @@ def _schema_version(conn: sqlite3.Connection) -> int | None:
         return None
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     return int(row[0]) if row is not None else None
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` on a connection of its own, committed when the block ends, else rolled back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def _statements(script: str) -> Iterator[str]:
