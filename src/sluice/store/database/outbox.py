@@ -107,18 +107,12 @@ def _flush_log(town: Town, name: str) -> bool:
     path = log_path(town, name)
     row = db.one("SELECT length FROM outbox_flushed WHERE log = ?", (name,))
     recorded = row[0] if row is not None else None
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        size = 0
-    written = 0
+    size = _size(path)
+    written = 0  # no length recorded: a log older than the outbox, everything in it written before
     if recorded is not None and size > recorded:
         written = _lines_after(path, recorded)
-    elif recorded is None and size:
-        recorded = size  # a log older than the outbox: everything in it was written before
-    done = rows[:written]
-    rest = rows[written:]
-    length = _complete_length(path) if written else size
+    done, rest = rows[:written], rows[written:]
+    length = _size(path) if written else size  # the torn tail cut off
     try:
         if rest:
             data = "".join(line + "\n" for _seq, line in rest).encode("utf-8", "surrogatepass")
@@ -151,7 +145,7 @@ def _lines_after(path: Path, offset: int) -> int:
     return data[:complete].count(b"\n")
 
 
-def _complete_length(path: Path) -> int:
+def _size(path: Path) -> int:
     try:
         return os.stat(path).st_size
     except FileNotFoundError:

@@ -2,7 +2,7 @@
 
 :func:`parse_line` holds the rules for one line of an items file (shared by
 every reader); :func:`tail_objects` reads only the end of a log (the newest
-events and decisions).
+events and decisions), :func:`all_objects` the whole of it.
 """
 
 from __future__ import annotations
@@ -88,6 +88,16 @@ def tail_objects(path: Path, count: int, kind: str) -> list[dict]:
             data = fh.read(step) + data
             lines = complete_lines(data, start)
     return [json_object_at(path, line, position, kind) for position, line in lines[-count:]]
+
+
+def all_objects(path: Path, kind: str) -> list[dict]:
+    """Every JSON object of a log, read whole; a torn last line is not there yet, as for
+    :func:`tail_objects`."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [json_object_at(path, line, position, kind) for position, line in complete_lines(data, 0)]
 
 
 def complete_lines(data: bytes, start: int) -> list[tuple[int, bytes]]:
