@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import CONTEXT_LABEL, DONE_STATUSES
 from sluice.core.recordclass import frozen
-from sluice.core.records import SlingContextFields
 from sluice.errors import ConfigError, StorageError
-from sluice.store.database.contexts import Context
+from sluice.store.database.contexts import Context, from_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -165,7 +164,7 @@ class Reading:
         rows = self.conn.execute(
             "SELECT id, rig, description FROM issues WHERE status = 'open' AND plain = 0 AND EXISTS"
             " (SELECT 1 FROM labels l WHERE l.issue_id = issues.id AND l.label = ?)", (CONTEXT_LABEL,))
-        return [Context(cid, rig, SlingContextFields.from_description(text)) for cid, rig, text in rows]
+        return from_rows(rows)
 
     def groups(self, now: float, exclude: Sequence[str]) -> tuple[list[Group], bool]:
         """The plain contexts counted by group, and whether some item is itself a context or has none.
