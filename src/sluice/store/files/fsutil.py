@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from sluice.errors import LockBusy, StorageError
+from sluice.errors import ConfigError, LockBusy, StorageError
 from sluice.logs import log
 
 
@@ -63,6 +63,23 @@ def read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
+def read_edited(path: Path, kind: str) -> bytes | None:
+    """The bytes of a file people edit (the town's ``config``, the ``policy``); None when there is none.
+
+    Whatever else keeps it from being read is a :class:`~sluice.errors.ConfigError` naming the file;
+    so is a symbolic link to nothing, a mistake to name rather than read as no file.
+    """
+    try:
+        return read_regular(path)  # a FIFO or /dev/zero is named, never waited on or read forever
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            return None
+        target = os.readlink(path)
+        raise ConfigError(f"{path}: is a symbolic link to {target}, which does not exist") from None
+    except NotRegularFile as err:
+        raise ConfigError(f"{path}: {err.strerror}; the {kind} must be a JSON file") from None
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` by a rename; ``durable``: fsync the data before it and the directory after."""
     path = Path(path)
@@ -80,10 +97,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, durable: bool
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as err:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         if isinstance(err, OSError):
             raise storage_error(path, err) from None
         raise
@@ -201,10 +216,7 @@ def append_json(path: Path, obj: Any, lock: Path | None = None) -> None:
     A torn last line is mended first, so the record cannot fuse with it and vanish.
     """
     data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-    if lock is None:
-        append_bytes(path, data)
-        return
-    with file_lock(lock):
+    with file_lock(lock) if lock is not None else contextlib.nullcontext():
         append_bytes(path, data)
 
 
