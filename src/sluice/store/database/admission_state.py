@@ -123,11 +123,7 @@ def report_usage(town: Town, polecat_id: str, tokens: int, item_id: str | None =
         if row is not None:
             conn.execute("UPDATE budget_charges SET tokens = ?, reported = 1 WHERE charge = ?",
                          (int(tokens), row[0]))
-    if row is None:
-        return None
-    entry = _charge_entry(row)
-    entry.update(tokens=int(tokens), reported=True)
-    return entry
+    return {**_charge_entry(row), "tokens": int(tokens), "reported": True} if row is not None else None
 
 
 def spend(town: Town, now: float, window: float) -> Spend:
