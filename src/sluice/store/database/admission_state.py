@@ -1,24 +1,11 @@
 """What admission remembers between cycles: token spend, throttles, circuit-broken items.
 
-Tables of the town database (docs/formats.md), each change one write
-transaction that advances the ``admission`` version (a caller's outer
-transaction makes it part of a bigger change: a launch's intent with its
-budget charge):
-
-* ``budget_charges`` — one row per launch charged (when, rig, item,
-  context, polecat, tokens); a polecat's reported usage replaces the
-  estimate of its row.  The window's sums read the index on the charge's
-  time, never every charge made; the charges a window old are deleted by
-  the next charge's transaction.
-* ``throttles`` — at most one for the whole town and one per rig, each
-  with its end, reason and who set it.  Ended ones are deleted by the next
-  throttle's transaction and ignored by every read.
-* ``breaker`` — every circuit-broken item: failures, last error, when it
-  broke, how often it has broken (each trip doubles the cooldown), when it
-  may be tried again and the sling parameters to queue it with.
-
-Times are epoch seconds (``*_ts``); the UTC text callers show is spelled
-from them.
+Tables of the town database (``budget_charges``, ``throttles``, ``breaker``;
+their schema in :mod:`sluice.store.database.db` says what a row holds and
+when it goes, docs/formats.md), each change one write transaction that
+advances the ``admission`` version (a caller's outer transaction makes it
+part of a bigger change: a launch's intent with its budget charge).  Times
+are epoch seconds (``*_ts``); the UTC text callers show is spelled from them.
 """
 
 from __future__ import annotations

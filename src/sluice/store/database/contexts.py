@@ -219,9 +219,10 @@ def rig_of(town: Town, record_id: str) -> str | None:
 # -- building ----------------------------------------------------------------
 
 
-class _Taken:
-    """Ids already used in a rig: every id ever drawn (archived ones too: a context id names one
-    context for good), durable items' ids, and the ones a batch is about to add.
+class _Ids:
+    """Fresh ``<prefix>-wisp-<base36>`` ids of a rig, none of those already used there: every id ever
+    drawn (archived ones too: a context id names one context for good), durable items' ids, and the ones
+    this batch drew.
 
     Looked up one by one for a small batch and read once, all of them, for a
     big one (a query per candidate would dominate a big sling).
@@ -231,48 +232,29 @@ class _Taken:
 
     def __init__(self, store: RigStore, batch: int = 1):
         self.store = store
-        self.ids: set[str] = set()
-        bulk = batch >= self.BULK
-        self.durable = store.index.ids() if bulk else None
+        self.bulk = batch >= self.BULK
         prefix = f"{store.rig.prefix}-wisp-"
-        self.drawn = ({row[0] for row in store.town.db.query(
+        self.taken = (store.index.ids() | {row[0] for row in store.town.db.query(
             "SELECT id FROM drawn_ids WHERE id >= ? AND id < ?", (prefix, prefix + "\U0010ffff"))}
-            if bulk else None)
+            if self.bulk else set())
 
     def __contains__(self, candidate: object) -> bool:
-        if candidate in self.ids:
-            return True
-        if self.drawn is not None:
-            if candidate in self.drawn:
-                return True
-        elif self.store.town.db.one("SELECT 1 FROM drawn_ids WHERE id = ?", (str(candidate),)) is not None:
-            return True
-        if self.durable is not None:
-            return candidate in self.durable
-        return self.store.index.get_raw(str(candidate)) is not None
+        if candidate in self.taken or self.bulk:
+            return candidate in self.taken
+        return (self.store.town.db.one("SELECT 1 FROM drawn_ids WHERE id = ?", (str(candidate),)) is not None
+                or self.store.index.get_raw(str(candidate)) is not None)
 
-
-def id_allocator(store: RigStore, batch: int = 1) -> Callable[[str], str]:
-    """A function giving fresh ``<prefix>-wisp-<base36>`` ids in ``store``; ``batch``: how many."""
-    taken = _Taken(store, batch)
-
-    def allocate(seed: str) -> str:
-        context_id = new_id(f"{store.rig.prefix}-wisp", seed, taken)
-        taken.ids.add(context_id)
+    def draw(self, seed: str) -> str:
+        context_id = new_id(f"{self.store.rig.prefix}-wisp", seed, self)
+        self.taken.add(context_id)
         return context_id
-
-    return allocate
-
-
-def context_title(item_title: str) -> str:
-    return (TITLE_PREFIX + (item_title or ""))[:TITLE_LIMIT]
 
 
 def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp: str) -> dict:
     """The beads record of a new, open context for ``item``."""
     return {
         "id": context_id,
-        "title": context_title(str(item.get("title") or "")),
+        "title": (TITLE_PREFIX + str(item.get("title") or ""))[:TITLE_LIMIT],
         "description": fields.to_description(),
         "status": "open",
         "priority": priority_of(item) if "priority" in item else DEFAULT_PRIORITY,
@@ -356,8 +338,8 @@ def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -
         return []
     db = store.town.db
     with db.transaction() as conn:
-        allocate = id_allocator(store, len(specs))
-        made = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
+        ids = _Ids(store, len(specs))
+        made = [build_record(ids.draw(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
         insert(conn, store.rig.name, made, given=[fields for _item, fields, _stamp in specs])
         db.advance("queue")
     return made

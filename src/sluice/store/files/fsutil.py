@@ -154,8 +154,7 @@ def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     atomic_write_bytes(path, data.encode("utf-8"), mode)
 
 
-def append_bytes(path: Path, data: bytes, mode: int = 0o644,
-                 mend: bool = True) -> tuple[int, os.stat_result]:
+def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) -> None:
     """Append ``data`` whole and durably, or not at all; the caller holds the owning lock.
 
     The bytes go in one ``write()``; the file is fsynced before this returns
@@ -164,9 +163,7 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644,
     fsync, cuts the file back to its length before the call and raises a
     :class:`~sluice.errors.StorageError` naming the file: a batch is never
     left half-written.  ``mend`` first cuts off a torn last line of a log
-    (see :func:`mend_torn_tail`); a binary file (the gzip archive) has none.
-    Returns where the bytes start and the file's status right after them, so
-    an appender can tell that the file grew by exactly its bytes.
+    (see :func:`mend_torn_tail`); a log of plain text lines has none to mend.
     """
     path = Path(path)
     try:
@@ -185,7 +182,6 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644,
                 fit = f"{os.strerror(errno.ENOSPC)} (only {written} of {len(data)} bytes fit)"
                 raise OSError(errno.ENOSPC, fit)
             os.fsync(fd)
-            after = os.fstat(fd)
         except OSError as err:
             _cut_back(fd, start)
             raise storage_error(path, err, "append to", "; nothing of this change was written") from None
@@ -193,7 +189,6 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644,
         os.close(fd)
     if created:
         fsync_dir(path.parent)
-    return start, after
 
 
 def _cut_back(fd: int, length: int) -> None:
