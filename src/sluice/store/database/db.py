@@ -69,13 +69,10 @@ CREATE TABLE meta (
 -- issue store of ``rig``; ``seq`` is the order records were made in (the queue's order of arrival).
 -- ``open_item`` is the tracked work item while the record is open and NULL once it is closed: its
 -- UNIQUE constraint is "at most one open context per item", held by the database itself.
--- ``target_rig``, ``enqueued_at`` (normalised: text order is time order) and ``plain`` are read off
--- the description by the writer of every row (:meth:`SlingContextFields.queue_facts`): ``plain`` is
--- 1 for a context whose place in the queue its item alone decides (no failure, launch intent,
--- missing mark, force or promotion), so the queue's views count and order those with SQL
--- (:mod:`sluice.scheduler.queue.head`) and read only the few others whole.  ``f_*`` and
--- ``defer_ts`` are its item's facts as its rig's index has them, ``facts_of`` which index and
--- version they came from (:mod:`sluice.store.database.queue`: derived, filled by the reads).
+-- ``target_rig``, ``enqueued_at`` (text order is time order) and ``plain`` are read off the
+-- description by the writer of every row (:meth:`SlingContextFields.queue_facts`); ``f_*``,
+-- ``defer_ts`` and ``facts_of`` are its item's facts, filled by the reads: the queue's columns
+-- (:mod:`sluice.store.database.queue`).
 CREATE TABLE issues (
     seq          INTEGER PRIMARY KEY,
     id           TEXT NOT NULL UNIQUE,

@@ -102,9 +102,9 @@ def missing(town: Town) -> dict | None:
     Events a log refused stay in the outbox and are written once it accepts
     them; ``patrol`` shows this so nobody mistakes a quiet log for a quiet town.
     """
-    if not outbox.pending(town).get(outbox.EVENTS):
-        return None
     count, kinds = outbox.waiting(town, outbox.EVENTS)
+    if not count:
+        return None
     return {"count": count, "types": kinds, "error": outbox.refusal(town, outbox.EVENTS)}
 
 

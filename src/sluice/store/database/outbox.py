@@ -76,11 +76,6 @@ def _flusher(town: Town):
     return found
 
 
-def pending(town: Town) -> dict[str, int]:
-    """Lines waiting in the outbox, per log."""
-    return dict(town.db.query("SELECT log, count(*) FROM outbox GROUP BY log"))
-
-
 def flush_if_pending(town: Town) -> None:
     """Flush when anything waits (one indexed probe otherwise): readers see every committed fact."""
     if town.db.one("SELECT 1 FROM outbox LIMIT 1") is not None:

@@ -89,11 +89,6 @@ class Group:
         return tuple(json.loads(self.touches)) if self.touches else ()
 
 
-def id_range(prefix: str) -> tuple[str, str]:
-    """The ids a rig prefix routes, as a half-open range: ``prefix-`` up to ``prefix.``."""
-    return f"{prefix}-", f"{prefix}."
-
-
 def facts_tag(rig: str, version: str) -> str:
     """What a context row's ``facts_of`` says: the rig whose index its item's facts came from, and
     which version of that index's facts."""
@@ -110,10 +105,9 @@ def refresh(town: Town, rig: str, prefix: str, index: Path, version: str, write:
     made by the next read, so a view never waits for a sling to commit.
     """
     conn = town.db.conn
-    lo, hi = id_range(prefix)
     tag = facts_tag(rig, version)
     where = "plain = 1 AND open_item >= :lo AND open_item < :hi AND (facts_of IS NULL OR facts_of != :tag)"
-    params = {"lo": lo, "hi": hi, "tag": tag}
+    params = {"lo": f"{prefix}-", "hi": f"{prefix}.", "tag": tag}  # the ids the prefix routes
     if conn.execute(f"SELECT EXISTS (SELECT 1 FROM issues WHERE {where})", params).fetchone()[0] == 0:
         return True
     if conn.in_transaction or not write:
@@ -219,7 +213,8 @@ class Reading:
         names = sorted(target_rigs)
         if not names:
             return []
-        sql = (f"SELECT id, open_item FROM issues WHERE plain = 1 AND target_rig IN ({_marks(names)})"
+        marks = ",".join("?" * len(names))
+        sql = (f"SELECT id, open_item FROM issues WHERE plain = 1 AND target_rig IN ({marks})"
                " ORDER BY enqueued_at, id")
         return self.conn.execute(sql, names).fetchall()
 
@@ -233,10 +228,6 @@ def reading(town: Town) -> Iterator[Reading]:
         yield Reading(conn)
     finally:
         conn.execute("COMMIT")
-
-
-def _marks(values: Sequence) -> str:
-    return ",".join("?" * len(values))
 
 
 def _named(exclude: Sequence[str]) -> dict[str, str]:

@@ -7,12 +7,10 @@ only a still-running row takes (:func:`end`), so an end's follow-ups (its
 event, a throttle, a retry) happen once however many commands look at once;
 a usage report or a Ray placement changes fields of the row (:func:`update`).
 
-What is queried has a column and an index (the running runs, newest first,
-each item's latest run, ended since); everything else a record holds stays in
-``extra``, a JSON object, so a record reads back whole whatever it carries.
-``run_kinds`` lists every ended run that is a forecast sample under each kind
-it counts for (town, rig, rig+type, rig+type+label), kept by the writer in
-the same transaction, so a kind's last runs are one indexed query
+What is queried has a column and an index; everything else a record holds
+stays in ``extra``, so a record reads back whole whatever it carries.  The
+``run_kinds`` rows of a run (the schema says what they are) are kept by its
+writer in the same transaction, so a kind's last runs are one indexed query
 (:func:`samples`).
 
 Every write is one transaction (joining the caller's, when there is one) and
