@@ -29,7 +29,6 @@ from __future__ import annotations
 import _thread  # threading.local's own implementation: hot read commands never import threading
 import contextlib
 import json
-import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -620,7 +619,3 @@ def _statements(script: str) -> Iterator[str]:
     for statement in "\n".join(lines).split(";"):
         if statement.strip():
             yield statement.strip()
-
-
-def exists(sluice_dir: Path) -> bool:
-    return os.path.exists(database_path(sluice_dir))

@@ -137,10 +137,9 @@ def write_cache(path: Path, data: bytes) -> None:
 def file_signature(path: Path) -> str | None:
     """A file's inode, size and modification time as one text; None when it does not exist.
 
-    What every copy derived from a file is keyed by (the index of an items
-    file, the digests of an ephemeral log, the affinity cache's view of a
-    repository): a rewrite by rename changes the inode, an append the size,
-    an edit in place the time.
+    What a copy derived from a file is keyed by (an items file's index, a
+    repository's warmth, a live view): a rewrite by rename changes the inode,
+    an append the size, an edit in place the time.
     """
     try:
         stat = os.stat(path)

@@ -40,7 +40,7 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
     except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
         if not chunk.endswith(b"\n"):
             raise TornLine from None
-        raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
+        raise StoreCorrupt(path, number, f"malformed record ({str(err).split(': line')[0]})") from None
     if skip_record(record):
         return None
     if not isinstance(record.get("id"), str) or not record["id"]:
@@ -52,10 +52,6 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
     if problem is not None:
         (warn or log.warning)(f"{path}:{number}: record {printable(record['id'])}: {problem}")
     return normalise(record)
-
-
-def _short(err: Exception) -> str:
-    return str(err).split(": line")[0]
 
 
 # -- the end of a log ---------------------------------------------------------------

@@ -93,9 +93,9 @@ class Town:
     def db_if_made(self) -> Database | None:
         """The town database when it is there already: a derived result kept in it (a validated copy
         of a file, a rig's warmth) is never worth making one."""
-        from sluice.store.database.db import exists
+        from sluice.store.database.db import database_path
 
-        return self.db if exists(self.dir) else None
+        return self.db if database_path(self.dir).exists() else None
 
     def lock_path(self, name: str) -> Path:
         return self.runtime / f"{name}.lock"
