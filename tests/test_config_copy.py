@@ -88,7 +88,7 @@ def test_a_town_without_a_database_validates_its_config_and_is_given_none(town_d
         path.unlink()
     config = Town(town_dir).config
     assert type(config).__name__ == "TownConfig"  # validated, not a plain copy
-    assert not dbmod.exists(sluice_dir)
+    assert not dbmod.database_path(sluice_dir).exists()
 
 
 @pytest.mark.parametrize("damage", ["garbage", "newer schema"])

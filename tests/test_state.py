@@ -17,9 +17,9 @@ from sluice.store.database.state import (
     migrate_from_files,
     read_heartbeat,
     record_dispatch,
-    save_state,
     set_paused,
     set_resumed,
+    update_state,
     write_heartbeat,
 )
 
@@ -40,7 +40,7 @@ def test_round_trip_keeps_every_field(town_files):
     state = SchedulerState(paused=True, paused_by="test-user", paused_at="2026-01-15T10:00:00Z",
                            last_dispatch_at="2026-01-15T09:30:00Z", last_dispatch_count=3,
                            extra={"note": "from an old file"})
-    save_state(town_files, state)
+    update_state(town_files, lambda _old: state)
     assert load_state(town_files) == state
 
 

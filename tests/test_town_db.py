@@ -68,7 +68,7 @@ def test_nested_changes_commit_together_or_not_at_all(queue_files):
             outbox.put(queue_files, outbox.EVENTS, ['{"event":"never"}'])
         raise RuntimeError("the outer change fails")
     assert db.versions("queue") == {"queue": 0}
-    assert outbox.pending(queue_files) == {}
+    assert queue_files.db.query("SELECT * FROM outbox") == []
     with db.transaction():
         db.advance("queue")
         with db.transaction():
@@ -123,7 +123,7 @@ def test_the_event_log_gets_a_committed_event_once_even_when_a_flush_died_half_w
         fh.write('{"n":2}\n{"n":')  # the first line whole, the second torn
     outbox.flush(queue_files)
     assert log.read_text().splitlines() == ['{"n":1}', '{"n":2}', '{"n":3}']
-    assert outbox.pending(queue_files) == {}
+    assert outbox.waiting(queue_files, outbox.EVENTS) == (0, {})
 
 
 def test_a_change_written_in_part_by_a_flush_that_died_keeps_the_rest_once(queue_files, monkeypatch):
@@ -146,7 +146,7 @@ def test_a_change_written_in_part_by_a_flush_that_died_keeps_the_rest_once(queue
     monkeypatch.undo()
     outbox.flush(queue_files)
     assert log.read_text().splitlines() == ['{"n":1}', '{"n":2}', '{"n":3}', '{"n":4}']
-    assert outbox.pending(queue_files) == {}
+    assert outbox.waiting(queue_files, outbox.EVENTS) == (0, {})
 
 
 def test_events_a_log_refuses_wait_in_the_outbox_and_are_written_once_it_accepts_them(cli, queue_files):

@@ -1,34 +1,19 @@
 """What admission remembers between cycles: token spend, throttles, circuit-broken items.
 
-Tables of the town database (docs/formats.md), each change one write
-transaction that advances the ``admission`` version (a caller's outer
-transaction makes it part of a bigger change: a launch's intent with its
-budget charge):
-
-* ``budget_charges`` — one row per launch charged (when, rig, item,
-  context, polecat, tokens); a polecat's reported usage replaces the
-  estimate of its row.  The window's sums read the index on the charge's
-  time, never every charge made; the charges a window old are deleted by
-  the next charge's transaction.
-* ``throttles`` — at most one for the whole town and one per rig, each
-  with its end, reason and who set it.  Ended ones are deleted by the next
-  throttle's transaction and ignored by every read.
-* ``breaker`` — every circuit-broken item: failures, last error, when it
-  broke, how often it has broken (each trip doubles the cooldown), when it
-  may be tried again and the sling parameters to queue it with.
-
-Times are epoch seconds (``*_ts``); the UTC text callers show is spelled
-from them.
+Tables of the town database (``budget_charges``, ``throttles``, ``breaker``;
+their schema in :mod:`sluice.store.database.db` says what a row holds and
+when it goes, docs/formats.md), each change one write transaction that
+advances the ``admission`` version (a caller's outer transaction makes it
+part of a bigger change: a launch's intent with its budget charge).  Times
+are epoch seconds (``*_ts``); the UTC text callers show is spelled from them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import sqlite3
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.admission import Spend, Throttle
@@ -49,19 +34,6 @@ MAX_COOLDOWN = 24 * 3600.0
 
 def utc(epoch: float) -> str:
     return iso_epoch(epoch)
-
-
-@contextlib.contextmanager
-def _change(town: Town) -> Iterator[sqlite3.Connection]:
-    """One write transaction (joining the caller's, if any) that advances the admission version; an error
-    of the database is the store's error (a StorageError naming the file), as a refused file write was."""
-    db = town.db
-    try:
-        with db.transaction() as conn:
-            yield conn
-            db.advance(VERSION)
-    except sqlite3.Error as err:
-        raise db._storage_error(err, "write") from None
 
 
 # -- token budget ---------------------------------------------------------------------------
@@ -97,7 +69,7 @@ def record_launch(
     window ending at ``now`` counts any more.
     """
     charge = os.urandom(6).hex()
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         conn.execute("DELETE FROM budget_charges WHERE at_ts <= ?", (now - window,))
         conn.execute(f"INSERT INTO budget_charges ({_CHARGE}) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                      (charge, now, rig, item_id, context_id, polecat_id, int(tokens)))
@@ -112,7 +84,7 @@ def name_charge(town: Town, charge: str, polecat_id: str, started: float) -> Non
     the moment before its launch: never earlier than a reader of the run's
     start would expect.
     """
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         conn.execute("UPDATE budget_charges SET polecat_id = ?,"
                      " at_ts = CASE WHEN at_ts < ? THEN ? ELSE at_ts END WHERE charge = ?",
                      (polecat_id, started, started, charge))
@@ -120,7 +92,7 @@ def name_charge(town: Town, charge: str, polecat_id: str, started: float) -> Non
 
 def withdraw_charge(town: Town, charge: str) -> None:
     """Take back the charge of a launch that did not happen."""
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         conn.execute("DELETE FROM budget_charges WHERE charge = ?", (charge,))
 
 
@@ -133,16 +105,12 @@ def report_usage(town: Town, polecat_id: str, tokens: int, item_id: str | None =
             (polecat_id, item_id))
     if town.db.one(*find) is None:  # no launch of the window: nothing to write
         return None
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         row = conn.execute(*find).fetchone()
         if row is not None:
             conn.execute("UPDATE budget_charges SET tokens = ?, reported = 1 WHERE charge = ?",
                          (int(tokens), row[0]))
-    if row is None:
-        return None
-    entry = _charge_entry(row)
-    entry.update(tokens=int(tokens), reported=True)
-    return entry
+    return {**_charge_entry(row), "tokens": int(tokens), "reported": True} if row is not None else None
 
 
 def spend(town: Town, now: float, window: float) -> Spend:
@@ -180,7 +148,7 @@ def note_exhausted(town: Town, held: bool) -> bool:
     """
     if exhausted(town) == held:
         return False
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         row = conn.execute("SELECT exhausted FROM budget_spell WHERE id = 1").fetchone()
         was = bool(row and row[0])
         conn.execute("INSERT INTO budget_spell (id, exhausted) VALUES (1, ?)"
@@ -206,7 +174,7 @@ def _throttle_entry(row: tuple) -> dict:
 
 def set_throttle(town: Town, until: float, rig: str | None, reason: str, by: str, now: float) -> dict:
     """Hold new launches (of ``rig``, or the whole town) until ``until``; a later end never shortens."""
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         conn.execute(f"DELETE FROM throttles WHERE NOT {_HOLDS}", {"now": now})
         row = conn.execute(f"SELECT {_THROTTLE} FROM throttles WHERE scope = ?", (rig or "",)).fetchone()
         if row is not None and row[1] >= until:
@@ -220,7 +188,7 @@ def set_throttle(town: Town, until: float, rig: str | None, reason: str, by: str
 
 def clear_throttle(town: Town, rig: str | None, now: float) -> bool:
     """Lift the throttle of ``rig`` (None: the town's); False when none held."""
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         conn.execute(f"DELETE FROM throttles WHERE NOT {_HOLDS}", {"now": now})
         return conn.execute("DELETE FROM throttles WHERE scope = ?", (rig or "",)).rowcount > 0
 
@@ -282,7 +250,7 @@ def trip(
     ``broken_by`` says whether its launches or its runs failed (``failures``
     counts failed launches, ``run_failures`` failed runs).
     """
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         row = conn.execute("SELECT trips FROM breaker WHERE item_id = ?", (item_id,)).fetchone()
         trips = (int(row[0]) if row is not None else 0) + 1
         cooldown = cooldown_for(trips, base)
@@ -317,7 +285,7 @@ def due(town: Town, now: float) -> list[dict]:
 
 
 def mark_half_open(town: Town, item_id: str) -> None:
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         conn.execute("UPDATE breaker SET half_open = 1 WHERE item_id = ?", (item_id,))
 
 
@@ -325,7 +293,7 @@ def heal(town: Town, item_id: str) -> dict | None:
     """Forget ``item_id``'s breaker record (it launched, or a person reset it)."""
     if broken_entry(town, item_id) is None:  # the common case costs no write
         return None
-    with _change(town) as conn:
+    with town.db.change(VERSION) as conn:
         row = conn.execute(f"SELECT {_BROKEN} FROM breaker WHERE item_id = ?", (item_id,)).fetchone()
         conn.execute("DELETE FROM breaker WHERE item_id = ?", (item_id,))
     return _broken_entry(row) if row is not None else None

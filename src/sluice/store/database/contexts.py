@@ -109,9 +109,13 @@ def _of_ids(ids: list[str], state: str, store: RigStore | None) -> tuple[str, li
 
 
 def _listing_key(context: Context) -> tuple[bool, str, str]:
-    """Valid contexts oldest first (ties by id), then the rest: ``(not valid, order, id)``."""
-    fields = context.fields
-    return (fields is None or not fields.work_bead_id or not fields.target_rig, context.order, context.id)
+    """Valid contexts oldest first (ties by id), then the rest."""
+    return (not context.valid, context.order, context.id)
+
+
+def from_rows(rows: Iterable[tuple[str, str, str]]) -> list[Context]:
+    """The contexts read from ``(id, rig, description)`` rows."""
+    return [Context(cid, rig, SlingContextFields.from_description(text)) for cid, rig, text in rows]
 
 
 def open_contexts(town: Town, rigs: Iterable[str] | None = None) -> list[Context]:
@@ -119,10 +123,7 @@ def open_contexts(town: Town, rigs: Iterable[str] | None = None) -> list[Context
     ones last."""
     rows = town.db.query(f"{_READ} WHERE status = 'open' AND {_LABELLED}", (CONTEXT_LABEL,))
     wanted = None if rigs is None else set(rigs)
-    found = [Context(cid, rig, SlingContextFields.from_description(text))
-             for cid, rig, text in rows if wanted is None or rig in wanted]
-    found.sort(key=_listing_key)
-    return found
+    return sorted(from_rows(row for row in rows if wanted is None or row[1] in wanted), key=_listing_key)
 
 
 def open_of_items(town: Town, item_ids: Iterable[str], valid: bool = True) -> dict[str, list[Context]]:
@@ -134,12 +135,11 @@ def open_of_items(town: Town, item_ids: Iterable[str], valid: bool = True) -> di
         # rather than look the items up.
         rows = town.db.query(f"SELECT id, rig, description, status FROM issues WHERE work_item IN"
                              f" ({_marks(len(ids))}) AND {_LABELLED}", (*ids, CONTEXT_LABEL))
-        found += [Context(cid, rig, SlingContextFields.from_description(text))
-                  for cid, rig, text, status in rows if status == "open"]
-    found = [c for c in found if c.valid or not valid]
-    found.sort(key=_listing_key)
+        found += from_rows(row[:3] for row in rows if row[3] == "open")
     out: dict[str, list[Context]] = {}
-    for context in found:
+    for context in sorted(found, key=_listing_key):
+        if valid and not context.valid:
+            continue
         out.setdefault(context.work_id or "", []).append(context)
     return out
 
@@ -221,9 +221,10 @@ def rig_of(town: Town, record_id: str) -> str | None:
 # -- building ----------------------------------------------------------------
 
 
-class _Taken:
-    """Ids already used in a rig: every id ever drawn (archived ones too: a context id names one
-    context for good), durable items' ids, and the ones a batch is about to add.
+class _Ids:
+    """Fresh ``<prefix>-wisp-<base36>`` ids of a rig, none of those already used there: every id ever
+    drawn (archived ones too: a context id names one context for good), durable items' ids, and the ones
+    this batch drew.
 
     Looked up one by one for a small batch and read once, all of them, for a
     big one (a query per candidate would dominate a big sling).
@@ -233,48 +234,29 @@ class _Taken:
 
     def __init__(self, store: RigStore, batch: int = 1):
         self.store = store
-        self.ids: set[str] = set()
-        bulk = batch >= self.BULK
-        self.durable = store.index.ids() if bulk else None
+        self.bulk = batch >= self.BULK
         prefix = f"{store.rig.prefix}-wisp-"
-        self.drawn = ({row[0] for row in store.town.db.query(
+        self.taken = (store.index.ids() | {row[0] for row in store.town.db.query(
             "SELECT id FROM drawn_ids WHERE id >= ? AND id < ?", (prefix, prefix + "\U0010ffff"))}
-            if bulk else None)
+            if self.bulk else set())
 
     def __contains__(self, candidate: object) -> bool:
-        if candidate in self.ids:
-            return True
-        if self.drawn is not None:
-            if candidate in self.drawn:
-                return True
-        elif self.store.town.db.one("SELECT 1 FROM drawn_ids WHERE id = ?", (str(candidate),)) is not None:
-            return True
-        if self.durable is not None:
-            return candidate in self.durable
-        return self.store.index.get_raw(str(candidate)) is not None
+        if candidate in self.taken or self.bulk:
+            return candidate in self.taken
+        return (self.store.town.db.one("SELECT 1 FROM drawn_ids WHERE id = ?", (str(candidate),)) is not None
+                or self.store.index.get_raw(str(candidate)) is not None)
 
-
-def id_allocator(store: RigStore, batch: int = 1) -> Callable[[str], str]:
-    """A function giving fresh ``<prefix>-wisp-<base36>`` ids in ``store``; ``batch``: how many."""
-    taken = _Taken(store, batch)
-
-    def allocate(seed: str) -> str:
-        context_id = new_id(f"{store.rig.prefix}-wisp", seed, taken)
-        taken.ids.add(context_id)
+    def draw(self, seed: str) -> str:
+        context_id = new_id(f"{self.store.rig.prefix}-wisp", seed, self)
+        self.taken.add(context_id)
         return context_id
-
-    return allocate
-
-
-def context_title(item_title: str) -> str:
-    return (TITLE_PREFIX + (item_title or ""))[:TITLE_LIMIT]
 
 
 def build_record(context_id: str, item: dict, fields: SlingContextFields, stamp: str) -> dict:
     """The beads record of a new, open context for ``item``."""
     return {
         "id": context_id,
-        "title": context_title(str(item.get("title") or "")),
+        "title": (TITLE_PREFIX + str(item.get("title") or ""))[:TITLE_LIMIT],
         "description": fields.to_description(),
         "status": "open",
         "priority": priority_of(item) if "priority" in item else DEFAULT_PRIORITY,
@@ -358,8 +340,8 @@ def create(store: RigStore, specs: list[tuple[dict, SlingContextFields, str]]) -
         return []
     db = store.town.db
     with db.transaction() as conn:
-        allocate = id_allocator(store, len(specs))
-        made = [build_record(allocate(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
+        ids = _Ids(store, len(specs))
+        made = [build_record(ids.draw(item["id"]), item, fields, stamp) for item, fields, stamp in specs]
         insert(conn, store.rig.name, made, given=[fields for _item, fields, _stamp in specs])
         db.advance("queue")
     return made
@@ -389,26 +371,31 @@ def close_many(town, store: RigStore | None, closes: Iterable[tuple[str, str, di
     if not reasons:
         return []
     stamp = iso()
-    db = town.db
-    closed: list[str] = []
-    batch = []
-    with db.transaction() as conn:
+    closed: list[tuple[str, str, str | None]] = []
+    with town.db.transaction() as conn:
         for ids in _chunks(list(reasons)):
             where, params = _of_ids(ids, "status NOT IN ('closed', 'tombstone')", store)
             rows = conn.execute(f"SELECT id, rig, work_item FROM issues WHERE {where}", params).fetchall()
-            conn.executemany(
-                "UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
-                " open_item = NULL, plain = 0 WHERE id = ?",
-                [(stamp, stamp, reasons[cid][0], cid) for cid, _rig, _work in rows])
-            for cid, rig, work in rows:
-                reason, extra = reasons[cid]
-                closed.append(cid)
-                batch.append((events.CONTEXT_CLOSED, {"context_id": cid, "item_id": work, "rig": rig,
-                                                      "reason": reason, **(extra or {})}))
-        if closed:
-            db.advance("queue")
-            events.emit_events(town, batch)
-    return closed
+            conn.executemany(_CLOSE + "id = ?", [(stamp, stamp, reasons[row[0]][0], row[0]) for row in rows])
+            closed += rows
+        _closed(town, closed, reasons)
+    return [row[0] for row in closed]
+
+
+_CLOSE = ("UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
+          " open_item = NULL, plain = 0 WHERE ")
+
+
+def _closed(town: Town, rows: list[tuple[str, str, str | None]],
+            reasons: dict[str, tuple[str, dict | None]]) -> None:
+    """The ``ContextClosed`` events of the contexts ``rows`` (id, rig, item) closed, and the queue's
+    version advanced, in the closing transaction; nothing when none closed."""
+    if rows:
+        town.db.advance("queue")
+        events.emit_events(town, [
+            (events.CONTEXT_CLOSED, {"context_id": cid, "item_id": work, "rig": rig,
+                                     "reason": reasons[cid][0], **(reasons[cid][1] or {})})
+            for cid, rig, work in rows])
 
 
 def close_open(town: Town, reason: str, item_id: str | None = None) -> list[tuple[str, str, str | None]]:
@@ -425,18 +412,12 @@ def close_open(town: Town, reason: str, item_id: str | None = None) -> list[tupl
     if item_id is not None:
         where += " AND work_item = ?"
         params.append(item_id)
-    db = town.db
-    with db.transaction() as conn:
+    with town.db.transaction() as conn:
         rows = conn.execute(f"SELECT id, rig, work_item FROM issues WHERE {where} ORDER BY seq",
                             params).fetchall()
-        if not rows:
-            return []
-        conn.execute("UPDATE issues SET status = 'closed', closed_at = ?, updated_at = ?, close_reason = ?,"
-                     f" open_item = NULL, plain = 0 WHERE {where}", [stamp, stamp, reason, *params])
-        db.advance("queue")
-        events.emit_events(town, [(events.CONTEXT_CLOSED, {"context_id": cid, "item_id": work, "rig": rig,
-                                                           "reason": reason})
-                                  for cid, rig, work in rows])
+        if rows:
+            conn.execute(_CLOSE + where, [stamp, stamp, reason, *params])
+            _closed(town, rows, dict.fromkeys([row[0] for row in rows], (reason, None)))
     return rows
 
 
@@ -478,26 +459,30 @@ def update_fields_many(store: RigStore | None, changes: dict[str, FieldsChange],
     return written
 
 
-def mark_launch(store: RigStore, context_id: str) -> Context | None:
-    """Record the launch intent before the executor is asked (crash safety)."""
+def _setting(**values: str) -> FieldsChange:
+    """A change that sets ``values`` on the fields."""
 
     def change(fields: SlingContextFields) -> SlingContextFields:
-        fields.launch_started_at = iso()
+        for name, value in values.items():
+            setattr(fields, name, value)
         return fields
 
-    return update_fields(store, context_id, change)
+    return change
+
+
+def _clearing(name: str) -> FieldsChange:
+    """A change that empties the field ``name``; none (no write) when it is empty already."""
+    return lambda fields: _setting(**{name: ""})(fields) if getattr(fields, name) else None
+
+
+def mark_launch(store: RigStore, context_id: str) -> Context | None:
+    """Record the launch intent before the executor is asked (crash safety)."""
+    return update_fields(store, context_id, _setting(launch_started_at=iso()))
 
 
 def clear_launch(store: RigStore, context_ids: Iterable[str]) -> dict[str, Context]:
     """Drop the launch intents of contexts whose launch never happened (one write for all)."""
-
-    def change(fields: SlingContextFields) -> SlingContextFields | None:
-        if not fields.launch_started_at:
-            return None
-        fields.launch_started_at = ""
-        return fields
-
-    return update_fields_many(store, dict.fromkeys(context_ids, change))
+    return update_fields_many(store, dict.fromkeys(context_ids, _clearing("launch_started_at")))
 
 
 def mark_missing(store: RigStore, context_ids: Iterable[str], stamp: str) -> dict[str, Context]:
@@ -514,24 +499,12 @@ def mark_missing(store: RigStore, context_ids: Iterable[str], stamp: str) -> dic
 
 def clear_missing(store: RigStore, context_ids: Iterable[str]) -> dict[str, Context]:
     """The items are back: forget when they went missing, so a later loss starts a fresh grace period."""
-
-    def change(fields: SlingContextFields) -> SlingContextFields | None:
-        if not fields.missing_since:
-            return None
-        fields.missing_since = ""
-        return fields
-
-    return update_fields_many(store, dict.fromkeys(context_ids, change))
+    return update_fields_many(store, dict.fromkeys(context_ids, _clearing("missing_since")))
 
 
 def set_promoted(store: RigStore, context_id: str, stamp: str) -> Context | None:
     """Record (``stamp``) or, with ``""``, withdraw a promotion; None when the context is not open."""
-
-    def change(fields: SlingContextFields) -> SlingContextFields:
-        fields.promoted_at = stamp
-        return fields
-
-    return update_fields(store, context_id, change)
+    return update_fields(store, context_id, _setting(promoted_at=stamp))
 
 
 def record_failure(store: RigStore, context_id: str, error: str) -> Context | None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import _thread  # threading.local's own implementation: hot read commands never import threading
 import contextlib
 import json
-import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,13 +66,10 @@ CREATE TABLE meta (
 -- issue store of ``rig``; ``seq`` is the order records were made in (the queue's order of arrival).
 -- ``open_item`` is the tracked work item while the record is open and NULL once it is closed: its
 -- UNIQUE constraint is "at most one open context per item", held by the database itself.
--- ``target_rig``, ``enqueued_at`` (normalised: text order is time order) and ``plain`` are read off
--- the description by the writer of every row (:meth:`SlingContextFields.queue_facts`): ``plain`` is
--- 1 for a context whose place in the queue its item alone decides (no failure, launch intent,
--- missing mark, force or promotion), so the queue's views count and order those with SQL
--- (:mod:`sluice.scheduler.queue.head`) and read only the few others whole.  ``f_*`` and
--- ``defer_ts`` are its item's facts as its rig's index has them, ``facts_of`` which index and
--- version they came from (:mod:`sluice.store.database.queue`: derived, filled by the reads).
+-- ``target_rig``, ``enqueued_at`` (text order is time order) and ``plain`` are read off the
+-- description by the writer of every row (:meth:`SlingContextFields.queue_facts`); ``f_*``,
+-- ``defer_ts`` and ``facts_of`` are its item's facts, filled by the reads: the queue's columns
+-- (:mod:`sluice.store.database.queue`).
 CREATE TABLE issues (
     seq          INTEGER PRIMARY KEY,
     id           TEXT NOT NULL UNIQUE,
@@ -407,57 +403,39 @@ class Database:
             raise ConfigError(
                 f"{self.path}: this town's database has schema version {version}, made by a newer sluice;"
                 f" this sluice knows version {SCHEMA_VERSION} at most (upgrade sluice to open it)")
-        if version in (1, 2):
-            self._upgrade(conn)
-            return
-        if version is not None:
+        if version not in (None, 1, 2):
             raise ConfigError(f"{self.path}: unknown schema version {version}")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if _schema_version(conn) is None:  # another process may have made it while we waited
-                for statement in _statements(SCHEMA):
-                    conn.execute(statement)
-                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
-                if self.on_create is not None:
-                    self.on_create(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
-                conn.execute("ROLLBACK")
-            raise
+        with _immediate(conn):
+            if _schema_version(conn) != version:  # another process made or upgraded it while we waited
+                return
+            if version is not None:
+                self._upgrade(conn, version)
+                return
+            for statement in _statements(SCHEMA):
+                conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            if self.on_create is not None:
+                self.on_create(conn)
 
-    def _upgrade(self, conn: sqlite3.Connection) -> None:
-        """An older schema to this one, step by step in one transaction: schema 1's open contexts get
-        their queue columns from their descriptions, and every step ends with the queue's indexes."""
+    @staticmethod
+    def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+        """An older schema to this one: schema 1's open contexts get their queue columns from their
+        descriptions, and every older schema gets the queue's indexes as :data:`SCHEMA` has them."""
         from sluice.core.records import SlingContextFields
 
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = _schema_version(conn)  # another process may have upgraded it while we waited
-            if version == 1:
-                for statement in UPGRADE_FROM_1:
-                    conn.execute(statement)
-                rows = conn.execute("SELECT id, description FROM issues WHERE open_item IS NOT NULL")
-                facts = []
-                for issue_id, text in rows.fetchall():
-                    fields = SlingContextFields.from_description(text)
-                    if fields is not None:
-                        facts.append((*fields.queue_facts(), issue_id))
-                conn.executemany("UPDATE issues SET target_rig = ?, enqueued_at = ?, plain = ? WHERE id = ?",
-                                 facts)
-            if version in (1, 2):
-                for statement in UPGRADE_FROM_2:
-                    conn.execute(statement)
-                for statement in _statements(SCHEMA):
-                    if statement.startswith("CREATE INDEX issues_facts"):
-                        conn.execute(statement)
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+        if version == 1:
+            for statement in UPGRADE_FROM_1:
+                conn.execute(statement)
+            rows = conn.execute("SELECT id, description FROM issues WHERE open_item IS NOT NULL").fetchall()
+            fields = [(SlingContextFields.from_description(text), issue_id) for issue_id, text in rows]
+            conn.executemany("UPDATE issues SET target_rig = ?, enqueued_at = ?, plain = ? WHERE id = ?",
+                             [(*f.queue_facts(), issue_id) for f, issue_id in fields if f is not None])
+        for statement in UPGRADE_FROM_2:
+            conn.execute(statement)
+        for statement in _statements(SCHEMA):
+            if statement.startswith("CREATE INDEX issues_facts"):
+                conn.execute(statement)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         local = self._local
@@ -507,6 +485,17 @@ class Database:
         after, local.after = local.after, []
         for callback in after:
             callback()
+
+    @contextlib.contextmanager
+    def change(self, *versions: str) -> Iterator[sqlite3.Connection]:
+        """A :meth:`transaction` that advances ``versions`` when its block ends; an error of the database
+        in it is the store's error (a StorageError naming the file), as a refused file write was."""
+        try:
+            with self.transaction() as conn:
+                yield conn
+                self.advance(*versions)
+        except sqlite3.Error as err:
+            raise self._storage_error(err, "write") from None
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the current transaction commits (at once outside of one)."""
@@ -624,13 +613,22 @@ def _schema_version(conn: sqlite3.Connection) -> int | None:
     return int(row[0]) if row is not None else None
 
 
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` on a connection of its own, committed when the block ends, else rolled back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # a failed write may have rolled it back already
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 def _statements(script: str) -> Iterator[str]:
     """The statements of ``script``, comments dropped (``executescript`` would commit the transaction)."""
     lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
     for statement in "\n".join(lines).split(";"):
         if statement.strip():
             yield statement.strip()
-
-
-def exists(sluice_dir: Path) -> bool:
-    return os.path.exists(database_path(sluice_dir))

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import random_id
 from sluice.store.database import outbox
-from sluice.store.files.jsonlog import json_object_at, tail_objects
+from sluice.store.files.jsonlog import all_objects, tail_objects
 
 if TYPE_CHECKING:
     from sluice.store.files.town import Rig, Town
@@ -66,17 +68,16 @@ def append_decisions(town: Town, decisions: list[dict]) -> None:
     """Record decisions: their lines for the log and the per-rig counts, in one transaction."""
     if not decisions:
         return
-    counts: dict[str, int] = {}
-    for decision in decisions:
-        rig = _rig_of(decision)
-        if rig is not None:
-            counts[rig] = counts.get(rig, 0) + 1
     lines = [json.dumps(d, ensure_ascii=False, separators=(",", ":")) for d in decisions]
     with town.db.transaction() as conn:
         outbox.put(town, outbox.DECISIONS, lines)
         conn.executemany("INSERT INTO decision_counts (rig, n) VALUES (?, ?)"
                          " ON CONFLICT (rig) DO UPDATE SET n = decision_counts.n + excluded.n",
-                         sorted(counts.items()))
+                         sorted(_per_rig(decisions).items()))
+
+
+def _per_rig(decisions: Iterable[dict]) -> dict[str, int]:
+    return dict(Counter(filter(None, map(_rig_of, decisions))))
 
 
 def _rig_of(decision: dict) -> str | None:
@@ -107,17 +108,4 @@ def decision_counts(town: Town) -> dict[str, int]:
 
 def count_log(path: Path) -> dict[str, int]:
     """Decisions per rig in a decision log file, read whole (a town's first open under this sluice)."""
-    counts: dict[str, int] = {}
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return counts
-    complete = data.rfind(b"\n") + 1
-    position = 0
-    for line in data[:complete].split(b"\n")[:-1]:
-        if line.strip():
-            rig = _rig_of(json_object_at(path, line, position, "decision"))
-            if rig is not None:
-                counts[rig] = counts.get(rig, 0) + 1
-        position += len(line) + 1
-    return counts
+    return _per_rig(all_objects(path, "decision"))

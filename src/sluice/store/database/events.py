@@ -17,9 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso, random_id, random_ids
-from sluice.errors import StoreCorrupt
 from sluice.store.database import outbox
-from sluice.store.files.jsonlog import tail_objects
+from sluice.store.files.jsonlog import all_objects, tail_objects
 
 if TYPE_CHECKING:
     from sluice.store.files.town import Town
@@ -107,9 +106,9 @@ def missing(town: Town) -> dict | None:
     Events a log refused stay in the outbox and are written once it accepts
     them; ``patrol`` shows this so nobody mistakes a quiet log for a quiet town.
     """
-    if not outbox.pending(town).get(outbox.EVENTS):
-        return None
     count, kinds = outbox.waiting(town, outbox.EVENTS)
+    if not count:
+        return None
     return {"count": count, "types": kinds, "error": outbox.refusal(town, outbox.EVENTS)}
 
 
@@ -117,26 +116,8 @@ def read_events(town: Town, types: Iterable[str] | None = None) -> list[dict]:
     """Every event in the log (optionally only some types); a torn last line is skipped."""
     wanted = set(types) if types is not None else None
     outbox.flush_if_pending(town)
-    try:
-        data = town.events_path.read_bytes()
-    except FileNotFoundError:
-        return []
-    lines = data.split(b"\n")
-    out = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-            if not isinstance(event, dict):
-                raise ValueError("not a JSON object")
-        except (ValueError, RecursionError) as err:
-            if number == len(lines):  # an interrupted last write: not there yet
-                break
-            raise StoreCorrupt(town.events_path, number, f"malformed event ({err})") from None
-        if wanted is None or event.get("type") in wanted:
-            out.append(event)
-    return out
+    return [event for event in all_objects(town.events_path, "event")
+            if wanted is None or event.get("type") in wanted]
 
 
 def recent_events(town: Town, count: int) -> list[dict]:

@@ -152,7 +152,6 @@ def move_aside(town: Town) -> Path | None:
         fsutil.fsync_dir(town.dir)
     with town.db.transaction() as conn:
         conn.execute("DELETE FROM meta WHERE key = ?", (PENDING_KEY,))
-    with contextlib.suppress(OSError):  # emptied folders of 0.1 go too (a rig's own items stay)
-        for rel in ("runs",):
-            (town.dir / rel).rmdir()
+    with contextlib.suppress(OSError):  # 0.1's emptied folder of runs goes too (a rig's own items stay)
+        (town.dir / "runs").rmdir()
     return target

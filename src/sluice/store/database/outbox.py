@@ -80,11 +80,6 @@ def _flusher(town: Town):
     return found
 
 
-def pending(town: Town) -> dict[str, int]:
-    """Changes whose lines wait in the outbox, per log."""
-    return dict(town.db.query("SELECT log, count(*) FROM outbox GROUP BY log"))
-
-
 def flush_if_pending(town: Town) -> None:
     """Flush when anything waits (one indexed probe otherwise): readers see every committed fact."""
     if town.db.one("SELECT 1 FROM outbox LIMIT 1") is not None:
@@ -111,17 +106,13 @@ def _flush_log(town: Town, name: str) -> bool:
     path = log_path(town, name)
     row = db.one("SELECT length FROM outbox_flushed WHERE log = ?", (name,))
     recorded = row[0] if row is not None else None
-    try:
-        size = os.stat(path).st_size
-    except FileNotFoundError:
-        size = 0
-    written = 0
+    size = _size(path)
+    written = 0  # no length recorded: a log older than the outbox, everything in it written before
     if recorded is not None and size > recorded:
         written = _lines_after(path, recorded)
-    elif recorded is None and size:
-        recorded = size  # a log older than the outbox: everything in it was written before
-    total = sum(text.count("\n") + 1 for _seq, text in rows)
-    length = _complete_length(path) if written else size
+    total = sum(text.count("
+") + 1 for _seq, text in rows)
+    length = _size(path) if written else size  # the torn tail cut off
     try:
         if written < total:
             texts = [text for _seq, text in rows]
@@ -172,7 +163,7 @@ def _lines_after(path: Path, offset: int) -> int:
     return data[:complete].count(b"\n")
 
 
-def _complete_length(path: Path) -> int:
+def _size(path: Path) -> int:
     try:
         return os.stat(path).st_size
     except FileNotFoundError:

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import CONTEXT_LABEL, DONE_STATUSES
 from sluice.core.recordclass import frozen
-from sluice.core.records import SlingContextFields
 from sluice.errors import ConfigError, StorageError
-from sluice.store.database.contexts import Context
+from sluice.store.database.contexts import Context, from_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -90,11 +89,6 @@ class Group:
         return tuple(json.loads(self.touches)) if self.touches else ()
 
 
-def id_range(prefix: str) -> tuple[str, str]:
-    """The ids a rig prefix routes, as a half-open range: ``prefix-`` up to ``prefix.``."""
-    return f"{prefix}-", f"{prefix}."
-
-
 def facts_tag(rig: str, version: str) -> str:
     """What a context row's ``facts_of`` says: the rig whose index its item's facts came from, and
     which version of that index's facts."""
@@ -112,7 +106,6 @@ def refresh(town: Town, rig: str, prefix: str, index: Path, version: str, write:
     """
     db = town.db
     conn = db.conn
-    lo, hi = id_range(prefix)
     tag = facts_tag(rig, version)
     # Once every plain row of this prefix holds the facts of ``tag``, a row can only lose them by being
     # slung or changed, which leaves ``facts_of`` NULL: then a short range of the index answers.
@@ -120,7 +113,7 @@ def refresh(town: Town, rig: str, prefix: str, index: Path, version: str, write:
     known = db.kept(mark) == tag
     unfilled = "facts_of IS NULL" if known else "(facts_of IS NULL OR facts_of != :tag)"
     where = f"plain = 1 AND {unfilled} AND open_item >= :lo AND open_item < :hi"
-    params = {"lo": lo, "hi": hi, "tag": tag}
+    params = {"lo": f"{prefix}-", "hi": f"{prefix}.", "tag": tag}  # the ids the prefix routes
     if conn.execute(f"SELECT EXISTS (SELECT 1 FROM issues WHERE {where})", params).fetchone()[0] == 0:
         if not known and write:
             db.keep_if_free(mark, tag)
@@ -174,7 +167,7 @@ class Reading:
         rows = self.conn.execute(
             "SELECT id, rig, description FROM issues WHERE status = 'open' AND plain = 0 AND EXISTS"
             " (SELECT 1 FROM labels l WHERE l.issue_id = issues.id AND l.label = ?)", (CONTEXT_LABEL,))
-        return [Context(cid, rig, SlingContextFields.from_description(text)) for cid, rig, text in rows]
+        return from_rows(rows)
 
     def groups(self, now: float, exclude: Sequence[str]) -> tuple[list[Group], bool]:
         """The plain contexts counted by group, and whether some item is itself a context or has none.
@@ -229,7 +222,8 @@ class Reading:
         names = sorted(target_rigs)
         if not names:
             return []
-        sql = (f"SELECT id, open_item FROM issues WHERE plain = 1 AND target_rig IN ({_marks(names)})"
+        marks = ",".join("?" * len(names))
+        sql = (f"SELECT id, open_item FROM issues WHERE plain = 1 AND target_rig IN ({marks})"
                " ORDER BY enqueued_at, id")
         return self.conn.execute(sql, names).fetchall()
 
@@ -243,10 +237,6 @@ def reading(town: Town) -> Iterator[Reading]:
         yield Reading(conn)
     finally:
         conn.execute("COMMIT")
-
-
-def _marks(values: Sequence) -> str:
-    return ",".join("?" * len(values))
 
 
 def _named(exclude: Sequence[str]) -> dict[str, str]:

@@ -7,12 +7,10 @@ only a still-running row takes (:func:`end`), so an end's follow-ups (its
 event, a throttle, a retry) happen once however many commands look at once;
 a usage report or a Ray placement changes fields of the row (:func:`update`).
 
-What is queried has a column and an index (the running runs, newest first,
-each item's latest run, ended since); everything else a record holds stays in
-``extra``, a JSON object, so a record reads back whole whatever it carries.
-``run_kinds`` lists every ended run that is a forecast sample under each kind
-it counts for (town, rig, rig+type, rig+type+label), kept by the writer in
-the same transaction, so a kind's last runs are one indexed query
+What is queried has a column and an index; everything else a record holds
+stays in ``extra``, so a record reads back whole whatever it carries.  The
+``run_kinds`` rows of a run (the schema says what they are) are kept by its
+writer in the same transaction, so a kind's last runs are one indexed query
 (:func:`samples`).
 
 Every write is one transaction (joining the caller's, when there is one) and
@@ -86,17 +84,10 @@ _NUMBERS = (int, float)
 def _row(record: Mapping) -> tuple:
     """The columns of ``record``, its other fields as ``extra``, and its times as epoch seconds."""
     values, extra = [], {}
-    for column in _TEXT:
-        value = record.get(column)
-        if value is None or type(value) is str:
-            values.append(value)
-        else:
-            values.append(None)
-            extra[column] = value
-    for column in _NUMBER:
+    for column in COLUMNS:
         value = record.get(column)
         kind = type(value)
-        if value is None or (kind in _NUMBERS and math.isfinite(value)
+        if value is None or (kind is str if column in _TEXT else kind in _NUMBERS and math.isfinite(value)
                              and (kind is int or column == "runtime_seconds")):
             values.append(value)
         else:
@@ -183,11 +174,8 @@ def end(town: Town, ends: dict[str, dict]) -> list[dict]:
     out = []
     with town.db.transaction() as conn:
         for run_id, changes in ends.items():
-            row = conn.execute(f"SELECT {_SELECT} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None:
-                continue
-            record = {**_record(row), **changes}
-            if _change(conn, record, running=True):  # the UPDATE takes only a run still running
+            record = _changed(conn, run_id, changes)
+            if record is not None and _change(conn, record, running=True):  # only a run still running
                 out.append(record)
         if out:
             town.db.advance(VERSION)
@@ -199,13 +187,17 @@ def update(town: Town, run_id: str, changes: dict) -> dict | None:
     if not made(town):
         return None
     with town.db.transaction() as conn:
-        row = conn.execute(f"SELECT {_SELECT} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        if row is None:
-            return None
-        record = {**_record(row), **changes}
-        _change(conn, record, running=False)
-        town.db.advance(VERSION)
+        record = _changed(conn, run_id, changes)
+        if record is not None:
+            _change(conn, record, running=False)
+            town.db.advance(VERSION)
     return record
+
+
+def _changed(conn: sqlite3.Connection, run_id: str, changes: dict) -> dict | None:
+    """The record of ``run_id`` with ``changes``; None when there is none."""
+    row = conn.execute(f"SELECT {_SELECT} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    return {**_record(row), **changes} if row is not None else None
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -240,11 +232,7 @@ def running(town: Town) -> dict[str, dict]:
 def recent(town: Town, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
            since: float | None = None, limit: int = 0) -> list[dict]:
     """Runs newest first (by start), filtered; ``since`` an epoch: running, or started or ended since."""
-    where, params = [], []
-    for column, value in (("item_id", item), ("rig", rig), ("outcome", outcome)):
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
+    where, params = _equal(item_id=item, rig=rig, outcome=outcome)
     if since is not None:  # each part through its own index, not a walk of every run by start
         where.append("seq IN (SELECT seq FROM runs WHERE outcome = ?"
                      " UNION SELECT seq FROM runs WHERE ended_ts >= ?"
@@ -255,17 +243,15 @@ def recent(town: Town, *, item: str | None = None, rig: str | None = None, outco
 
 def latest(town: Town, *, item: str | None = None, polecat: str | None = None) -> dict | None:
     """The latest run (by start) of an item or a polecat (of either, given both), None if it has none."""
-    where, params = [], []
-    if item is not None:
-        where.append("item_id = ?")
-        params.append(item)
-    if polecat is not None:
-        where.append("polecat_id = ?")
-        params.append(polecat)
-    if not where:
-        return None
-    found = _select(town, " OR ".join(where), tuple(params), "started_ts DESC, seq DESC", 1)
+    where, params = _equal(item_id=item, polecat_id=polecat)
+    found = _select(town, " OR ".join(where), tuple(params), "started_ts DESC, seq DESC", 1) if where else []
     return found[0] if found else None
+
+
+def _equal(**values: str | None) -> tuple[list[str], list]:
+    """A condition ``column = ?`` for each value given (not None), and the values."""
+    given = {column: value for column, value in values.items() if value is not None}
+    return [f"{column} = ?" for column in given], list(given.values())
 
 
 def known_polecats(town: Town, polecat_ids: Iterable[str]) -> set[str]:

@@ -20,12 +20,11 @@ tick that changes nothing else leaves what depends on the state standing.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso
@@ -46,22 +45,6 @@ _SELECT = ("SELECT paused, paused_by, paused_at, last_dispatch_at, last_dispatch
            " FROM scheduler_state WHERE id = 1")
 
 
-@contextlib.contextmanager
-def _change(town: Town, version: str = VERSION) -> Iterator[sqlite3.Connection]:
-    """One write transaction (joining the caller's, if any) that advances ``version``.
-
-    An error of the database is the store's error (a StorageError naming the
-    file, or a ConfigError for a damaged one), as a refused file write was.
-    """
-    db = town.db
-    try:
-        with db.transaction() as conn:
-            yield conn
-            db.advance(version)
-    except sqlite3.Error as err:
-        raise db._storage_error(err, "write") from None
-
-
 def load_state(town: Town) -> SchedulerState:
     return _state(town.db.one(_SELECT))
 
@@ -72,12 +55,6 @@ def _state(row: tuple | None) -> SchedulerState:
     paused, paused_by, paused_at, at, count, extra = row
     return SchedulerState(paused=bool(paused), paused_by=paused_by, paused_at=paused_at, last_dispatch_at=at,
                           last_dispatch_count=int(count), extra=json.loads(extra) if extra else {})
-
-
-def save_state(town: Town, state: SchedulerState) -> None:
-    """Write the whole state (callers changing it use :func:`update_state`)."""
-    with _change(town) as conn:
-        _save(conn, state)
 
 
 def _save(conn: sqlite3.Connection, state: SchedulerState) -> None:
@@ -91,24 +68,22 @@ def _save(conn: sqlite3.Connection, state: SchedulerState) -> None:
         " last_dispatch_count = excluded.last_dispatch_count, extra = excluded.extra", values)
 
 
-def update_state(town: Town, change: Callable[[SchedulerState], SchedulerState | None]) -> SchedulerState:
-    """Read the state inside a write transaction, apply ``change``, save; None from ``change``: no write.
+def update_state(town: Town, change: Callable[[SchedulerState], SchedulerState | None]
+                 ) -> tuple[SchedulerState, bool]:
+    """Read the state inside a write transaction, apply ``change`` and save; the state and whether it was
+    written (None from ``change``: no write).
 
     The read and the write are one transaction, so no other writer's change
     falls between them.
     """
-    db = town.db
-    try:
-        with db.transaction() as conn:
-            current = _state(conn.execute(_SELECT).fetchone())
-            updated = change(current.copy())
-            if updated is None:
-                return current
-            _save(conn, updated)
-            db.advance(VERSION)
-            return updated
-    except sqlite3.Error as err:
-        raise db._storage_error(err, "write") from None
+    with town.db.change() as conn:
+        current = _state(conn.execute(_SELECT).fetchone())
+        updated = change(current)
+        if updated is None:
+            return current, False
+        _save(conn, updated)
+        town.db.advance(VERSION)
+    return updated, True
 
 
 def detect_actor() -> str:
@@ -126,34 +101,19 @@ def detect_actor() -> str:
 
 def set_paused(town: Town, actor: str | None = None) -> tuple[SchedulerState, bool]:
     """Pause dispatch; returns the state and whether this call changed it."""
-    changed = []
 
     def change(state: SchedulerState) -> SchedulerState | None:
         if state.paused:
             return None
-        state.paused = True
-        state.paused_by = actor or detect_actor()
-        state.paused_at = iso()
-        changed.append(True)
-        return state
+        return state.copy(paused=True, paused_by=actor or detect_actor(), paused_at=iso())
 
-    return update_state(town, change), bool(changed)
+    return update_state(town, change)
 
 
 def set_resumed(town: Town) -> tuple[SchedulerState, bool]:
     """Resume dispatch; ``paused_by`` and ``paused_at`` are cleared."""
-    changed = []
-
-    def change(state: SchedulerState) -> SchedulerState | None:
-        if not state.paused:
-            return None
-        state.paused = False
-        state.paused_by = None
-        state.paused_at = None
-        changed.append(True)
-        return state
-
-    return update_state(town, change), bool(changed)
+    return update_state(town, lambda state: state.copy(paused=False, paused_by=None, paused_at=None)
+                        if state.paused else None)
 
 
 def record_dispatch(town: Town, count: int, at: str | None = None) -> SchedulerState:
@@ -163,17 +123,12 @@ def record_dispatch(town: Town, count: int, at: str | None = None) -> SchedulerS
     is after them, read in the same transaction: a pause issued while the
     cycle ran is in it, and stays.
     """
-    db = town.db
-    try:
-        with db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO scheduler_state (id, last_dispatch_at, last_dispatch_count) VALUES (1, ?, ?)"
-                " ON CONFLICT (id) DO UPDATE SET last_dispatch_at = excluded.last_dispatch_at,"
-                " last_dispatch_count = excluded.last_dispatch_count", (at or iso(), int(count)))
-            db.advance(VERSION)
-            return _state(conn.execute(_SELECT).fetchone())
-    except sqlite3.Error as err:
-        raise db._storage_error(err, "write") from None
+    with town.db.change(VERSION) as conn:
+        conn.execute(
+            "INSERT INTO scheduler_state (id, last_dispatch_at, last_dispatch_count) VALUES (1, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET last_dispatch_at = excluded.last_dispatch_at,"
+            " last_dispatch_count = excluded.last_dispatch_count", (at or iso(), int(count)))
+        return _state(conn.execute(_SELECT).fetchone())
 
 
 # -- the daemon's heartbeat ------------------------------------------------------------------------
@@ -197,7 +152,7 @@ def read_heartbeat(town: Town) -> dict | None:
 def write_heartbeat(town: Town, beat: dict) -> None:
     """Replace the heartbeat with ``beat`` (its keys as :func:`read_heartbeat` gives them)."""
     values = _beat_values(beat)
-    with _change(town, HEARTBEAT_VERSION) as conn:
+    with town.db.change(HEARTBEAT_VERSION) as conn:
         _insert_beat(conn, values)
 
 

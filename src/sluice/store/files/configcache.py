@@ -50,17 +50,14 @@ _VALIDATED_BY = {CONFIG: _HERE.parents[1] / "core" / "models.py", POLICY: _HERE 
 ABSENT = None  # the bytes of a file that does not exist (a missing policy means the defaults)
 
 
-def _validator_key(kind: str) -> str:
+def _key(kind: str, text: bytes | None) -> str:
+    """What a copy is kept under: the file's digest, and the size and time of the module that validated it."""
     try:
         stat = os.stat(_VALIDATED_BY[kind])
+        validator = f"{stat.st_size}:{stat.st_mtime_ns}"
     except OSError:
-        return "?"
-    return f"{stat.st_size}:{stat.st_mtime_ns}"
-
-
-def _key(kind: str, text: bytes | None) -> str:
-    digest = "absent" if text is None else sha256(text).hexdigest()
-    return digest + "/" + _validator_key(kind)
+        validator = "?"
+    return ("absent" if text is None else sha256(text).hexdigest()) + "/" + validator
 
 
 def remember(town: Town, text: bytes | None, dump: dict[str, Any], kind: str = CONFIG) -> None:

@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from sluice.errors import LockBusy, StorageError
+from sluice.errors import ConfigError, LockBusy, StorageError
 from sluice.logs import log
 
 
@@ -63,6 +63,23 @@ def read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
+def read_edited(path: Path, kind: str) -> bytes | None:
+    """The bytes of a file people edit (the town's ``config``, the ``policy``); None when there is none.
+
+    Whatever else keeps it from being read is a :class:`~sluice.errors.ConfigError` naming the file;
+    so is a symbolic link to nothing, a mistake to name rather than read as no file.
+    """
+    try:
+        return read_regular(path)  # a FIFO or /dev/zero is named, never waited on or read forever
+    except FileNotFoundError:
+        if not os.path.islink(path):
+            return None
+        target = os.readlink(path)
+        raise ConfigError(f"{path}: is a symbolic link to {target}, which does not exist") from None
+    except NotRegularFile as err:
+        raise ConfigError(f"{path}: {err.strerror}; the {kind} must be a JSON file") from None
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Replace ``path`` by a rename; ``durable``: fsync the data before it and the directory after."""
     path = Path(path)
@@ -80,10 +97,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644, durable: bool
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as err:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         if isinstance(err, OSError):
             raise storage_error(path, err) from None
         raise
@@ -122,10 +137,9 @@ def write_cache(path: Path, data: bytes) -> None:
 def file_signature(path: Path) -> str | None:
     """A file's inode, size and modification time as one text; None when it does not exist.
 
-    What every copy derived from a file is keyed by (the index of an items
-    file, the digests of an ephemeral log, the affinity cache's view of a
-    repository): a rewrite by rename changes the inode, an append the size,
-    an edit in place the time.
+    What a copy derived from a file is keyed by (an items file's index, a
+    repository's warmth, a live view): a rewrite by rename changes the inode,
+    an append the size, an edit in place the time.
     """
     try:
         stat = os.stat(path)
@@ -139,8 +153,7 @@ def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     atomic_write_bytes(path, data.encode("utf-8"), mode)
 
 
-def append_bytes(path: Path, data: bytes, mode: int = 0o644,
-                 mend: bool = True) -> tuple[int, os.stat_result]:
+def append_bytes(path: Path, data: bytes, mode: int = 0o644, mend: bool = True) -> None:
     """Append ``data`` whole and durably, or not at all; the caller holds the owning lock.
 
     The bytes go in one ``write()``; the file is fsynced before this returns
@@ -149,9 +162,7 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644,
     fsync, cuts the file back to its length before the call and raises a
     :class:`~sluice.errors.StorageError` naming the file: a batch is never
     left half-written.  ``mend`` first cuts off a torn last line of a log
-    (see :func:`mend_torn_tail`); a binary file (the gzip archive) has none.
-    Returns where the bytes start and the file's status right after them, so
-    an appender can tell that the file grew by exactly its bytes.
+    (see :func:`mend_torn_tail`); a log of plain text lines has none to mend.
     """
     path = Path(path)
     try:
@@ -170,7 +181,6 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644,
                 fit = f"{os.strerror(errno.ENOSPC)} (only {written} of {len(data)} bytes fit)"
                 raise OSError(errno.ENOSPC, fit)
             os.fsync(fd)
-            after = os.fstat(fd)
         except OSError as err:
             _cut_back(fd, start)
             raise storage_error(path, err, "append to", "; nothing of this change was written") from None
@@ -178,7 +188,6 @@ def append_bytes(path: Path, data: bytes, mode: int = 0o644,
         os.close(fd)
     if created:
         fsync_dir(path.parent)
-    return start, after
 
 
 def _cut_back(fd: int, length: int) -> None:
@@ -201,10 +210,7 @@ def append_json(path: Path, obj: Any, lock: Path | None = None) -> None:
     A torn last line is mended first, so the record cannot fuse with it and vanish.
     """
     data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-    if lock is None:
-        append_bytes(path, data)
-        return
-    with file_lock(lock):
+    with file_lock(lock) if lock is not None else contextlib.nullcontext():
         append_bytes(path, data)
 
 

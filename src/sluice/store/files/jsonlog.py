@@ -2,7 +2,7 @@
 
 :func:`parse_line` holds the rules for one line of an items file (shared by
 every reader); :func:`tail_objects` reads only the end of a log (the newest
-events and decisions).
+events and decisions), :func:`all_objects` the whole of it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
     except (ValueError, RecursionError) as err:  # RecursionError: nested too deeply to parse
         if not chunk.endswith(b"\n"):
             raise TornLine from None
-        raise StoreCorrupt(path, number, f"malformed record ({_short(err)})") from None
+        raise StoreCorrupt(path, number, f"malformed record ({str(err).split(': line')[0]})") from None
     if skip_record(record):
         return None
     if not isinstance(record.get("id"), str) or not record["id"]:
@@ -52,10 +52,6 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
     if problem is not None:
         (warn or log.warning)(f"{path}:{number}: record {printable(record['id'])}: {problem}")
     return normalise(record)
-
-
-def _short(err: Exception) -> str:
-    return str(err).split(": line")[0]
 
 
 # -- the end of a log ---------------------------------------------------------------
@@ -88,6 +84,16 @@ def tail_objects(path: Path, count: int, kind: str) -> list[dict]:
             data = fh.read(step) + data
             lines = complete_lines(data, start)
     return [json_object_at(path, line, position, kind) for position, line in lines[-count:]]
+
+
+def all_objects(path: Path, kind: str) -> list[dict]:
+    """Every JSON object of a log, read whole; a torn last line is not there yet, as for
+    :func:`tail_objects`."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [json_object_at(path, line, position, kind) for position, line in complete_lines(data, 0)]
 
 
 def complete_lines(data: bytes, start: int) -> list[tuple[int, bytes]]:

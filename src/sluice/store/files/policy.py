@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sluice.core import scoring
 from sluice.errors import ConfigError, InvalidOperation, UsageError
-from sluice.store.files.fsutil import NotRegularFile, atomic_write_json, file_lock, read_regular
+from sluice.store.files.fsutil import atomic_write_json, file_lock, read_edited
 
 WEIGHT_NAMES = scoring.WEIGHT_NAMES
 #: A weight (or penalty, or aging setting) as the file may hold it: finite, and small enough that no
@@ -102,19 +101,11 @@ def read_policy(path: Path) -> tuple[bytes | None, Policy]:
     """The policy and the exact bytes it was read from (None: no file, the defaults)."""
     path = Path(path)
     try:
-        raw = read_regular(path)  # a FIFO or /dev/zero is named, never waited on or read forever
-    except FileNotFoundError:
-        if path.is_symlink():  # a link to nothing is a mistake to name, not "no policy, the defaults"
-            target = os.readlink(path)
-            raise ConfigError(f"{path}: is a symbolic link to {target}, which does not exist") from None
-        return None, Policy()
-    except NotRegularFile as exc:
-        raise ConfigError(f"{path}: {exc.strerror}; the policy must be a JSON file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the policy file ({exc})") from None
-    try:
+        raw = read_edited(path, "policy")
+        if raw is None:
+            return None, Policy()
         text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the policy file ({exc})") from None
     return raw, _parse_policy(path, text)
 
@@ -227,13 +218,10 @@ def set_policy(
             else:
                 target = document["weights"]
             target.update(weight_updates)
-        if merge_queue_threshold is not None:
-            document["merge_queue_threshold"] = merge_queue_threshold
-        if merge_pressure_penalty is not None:
-            document["merge_pressure_penalty"] = merge_pressure_penalty
-        if skip_on_merge_pressure is not None:
-            document["skip_on_merge_pressure"] = skip_on_merge_pressure
-        document.update(ages)
+        settings = (("merge_queue_threshold", merge_queue_threshold),
+                    ("merge_pressure_penalty", merge_pressure_penalty),
+                    ("skip_on_merge_pressure", skip_on_merge_pressure), *ages.items())
+        document.update((name, value) for name, value in settings if value is not None)
         policy = Policy.model_validate(document)
         atomic_write_json(path, policy.model_dump(mode="json"), mode=0o600)
     return policy

@@ -75,16 +75,12 @@ class Town:
         return self.dir / "events" / "scheduler.jsonl"
 
     @property
-    def schedule_dir(self) -> Path:
-        return self.dir / "schedule"
-
-    @property
     def policy_path(self) -> Path:
-        return self.schedule_dir / "policy.json"
+        return self.dir / "schedule" / "policy.json"
 
     @property
     def decisions_path(self) -> Path:
-        return self.schedule_dir / "decisions.jsonl"
+        return self.dir / "schedule" / "decisions.jsonl"
 
     @cached_property
     def db(self) -> Database:
@@ -97,9 +93,9 @@ class Town:
     def db_if_made(self) -> Database | None:
         """The town database when it is there already: a derived result kept in it (a validated copy
         of a file, a rig's warmth) is never worth making one."""
-        from sluice.store.database.db import exists
+        from sluice.store.database.db import database_path
 
-        return self.db if exists(self.dir) else None
+        return self.db if database_path(self.dir).exists() else None
 
     def lock_path(self, name: str) -> Path:
         return self.runtime / f"{name}.lock"
@@ -115,8 +111,7 @@ class Town:
     @cached_property
     def config(self) -> TownConfig:
         """The config for this call: the plain copy of this exact file when it was validated before."""
-        plain = configcache.plain_config(self)
-        return plain if plain is not None else self.load_config()  # type: ignore[return-value]
+        return self.reload_config()
 
     def reload_config(self) -> TownConfig:
         """Read the config afresh and use it for the rest of this call (one consistent view).
@@ -132,16 +127,10 @@ class Town:
     def load_config(self) -> TownConfig:
         """The config file, fully validated (a bad file is a ConfigError naming it)."""
         try:
-            raw = fsutil.read_regular(self.config_path)  # the plain copy is keyed by these exact bytes
+            raw = fsutil.read_edited(self.config_path, "config")  # the plain copy is keyed by these bytes
+            if raw is None:
+                raise ConfigError(f"{self.config_path}: missing (run `sluice init`)")
             text = raw.decode("utf-8")
-        except FileNotFoundError:
-            if os.path.islink(self.config_path):
-                target = os.readlink(self.config_path)
-                raise ConfigError(f"{self.config_path}: is a symbolic link to {target},"
-                                  " which does not exist") from None
-            raise ConfigError(f"{self.config_path}: missing (run `sluice init`)") from None
-        except fsutil.NotRegularFile as err:
-            raise ConfigError(f"{self.config_path}: {err.strerror}; the config must be a JSON file") from None
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"{self.config_path}: cannot read ({err})") from None
         from sluice.core.models import TownConfig, load_model
@@ -222,25 +211,21 @@ class Town:
         return None
 
 
-def _has_config(path: Path) -> bool:
-    """Whether a town's config is there at all: whatever it is (a FIFO, a dangling link), the town is
-    found, and reading its config says what is wrong with it."""
-    return os.path.lexists(path)
-
-
 def find_town(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Town:
     """The town from ``--town``, else ``SLUICE_TOWN``, else the nearest parent of the cwd."""
+    # A town's config there at all, whatever it is (a FIFO, a dangling link), is a town found: reading its
+    # config says what is wrong with it.
     given = explicit or os.environ.get("SLUICE_TOWN")
     if given:
         town = Town(Path(given).expanduser())
-        if not _has_config(town.config_path):
+        if not os.path.lexists(town.config_path):
             raise TownNotFound(
                 f"{town.root} is not a sluice town (no .sluice/{CONFIG_NAME}; run `sluice init`)"
             )
         return town
     here = (cwd or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if _has_config(candidate / ".sluice" / CONFIG_NAME):
+        if os.path.lexists(candidate / ".sluice" / CONFIG_NAME):
             return Town(candidate)
     raise TownNotFound(
         f"no sluice town found from {here} (run `sluice init`, give the town's path, or set SLUICE_TOWN)"
