@@ -33,13 +33,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
+from sluice.core.items import priority_of
 from sluice.core.recordclass import field, recordclass
 from sluice.core.scoring import Candidate, Scored, deadline_enabled, rank_order, score_all
 from sluice.errors import StoreCorrupt
 from sluice.scheduler.launch.admission import Assessment, applicant, limits, needs_spend, running
 from sluice.scheduler.launch.polecats import retry_window
 from sluice.scheduler.queue.pending import Stale, Survey, survey
-from sluice.scheduler.queue.ranking import Work, has_graph_weights, item_priority, load_town_policy
+from sluice.scheduler.queue.ranking import Work, has_graph_weights, load_town_policy
 from sluice.store.database import admission_state as kept
 from sluice.store.database import contexts as ctxs
 from sluice.store.database import queue as sql
@@ -256,7 +257,7 @@ def _tiers(session: Session, policy, read, groups: list[tuple[str, str, sql.Grou
         def one(n: int, order=order, work=work) -> list[tuple[str, str]]:
             return [(order, work.item["id"])][:n]
 
-        entries.append((_Entry(work.rig, item_priority(work.item), work.tokens or 0, 1, one, work), None))
+        entries.append((_Entry(work.rig, priority_of(work.item), work.tokens or 0, 1, one, work), None))
     if not entries:
         return [], []
     signals = Signals(session.files, session.stores)

@@ -105,7 +105,7 @@ def event_payload(decision: dict) -> dict:
 def status(where: Town | Session, recent: int = 10, now: float | None = None) -> dict:
     """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
     _check_count("recent", recent, 0)
-    from sluice.scheduler.queue.ranking import load_town_policy, ready_count
+    from sluice.scheduler.queue.ranking import load_town_policy
     from sluice.scheduler.queue.signals import Signals
     from sluice.scheduler.session import Session
     from sluice.store.database.decisions import recent_decisions
@@ -117,7 +117,7 @@ def status(where: Town | Session, recent: int = 10, now: float | None = None) ->
     ready = 0
     pressure = {}
     for store in stores.all():
-        ready += ready_count(store, now)
+        ready += store.index.ready_count(now)
         depth = sum(signals.merge_queue(store.rig.name))
         if depth >= 1:
             pressure[store.rig.name] = depth
