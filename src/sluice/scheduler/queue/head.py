@@ -185,13 +185,7 @@ def _nested(prefixes: list[str]) -> bool:
 def _counted(view: Survey, groups: list[tuple[str, str, sql.Group]], registered: set[str]) -> Head:
     """The whole queue's counts: the plain groups' and the surveyed contexts'."""
     head = Head(view, len(view.ready), len(view.blocked), len(view.stale), registered=registered)
-    counts: dict[str, list[int]] = {}
-    for work in view.ready + view.backing_off:
-        counts.setdefault(work.rig, [0, 0])[0] += 1
-    for work in view.blocked:
-        counts.setdefault(work.rig, [0, 0])[1] += 1
-    for held in view.held:
-        counts.setdefault(held.context.fields.target_rig, [0, 0])[1] += 1
+    counts = view.rig_counts()
     for _rig, _prefix, g in groups:
         if g.target_rig not in registered or g.klass == sql.STALE:
             head.stale_total += g.count

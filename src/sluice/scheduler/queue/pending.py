@@ -100,6 +100,15 @@ class Survey:
     def queued(self) -> list[Work]:
         return self.ready + self.blocked
 
+    def rig_counts(self) -> dict[str, list[int]]:
+        """Target rig → [ready (backing off too), blocked (held too)] of the works and contexts surveyed."""
+        counts: dict[str, list[int]] = {}
+        for work in self.ready + self.backing_off:
+            counts.setdefault(work.rig, [0, 0])[0] += 1
+        for rig in [w.rig for w in self.blocked] + [h.context.fields.target_rig for h in self.held]:
+            counts.setdefault(rig, [0, 0])[1] += 1
+        return counts
+
 
 def item_store(stores: Stores, item_id: str) -> tuple[RigStore, dict] | None:
     """The store holding a work item and its record, or None when no rig has it."""

@@ -379,7 +379,7 @@ def _queue_reading(session: Session, whole: int | None = None) -> tuple[Reading,
         found = _head_reading(session, whole)
         if found is not None:
             return found
-    _, view, _, assessment = queue_model.queue_view(session)
+    view, assessment = queue_model.queue_view(session)
     retry = retry_window(session.config.scheduler)
     backing_off = {id(w) for w in view.backing_off}
     ready = assessment.applicants  # the ready works, first in the queue, as admission read them
