@@ -192,22 +192,20 @@ def survey(
     find: Callable[[str], Polecat | None],
     now: float | None = None,
     backoff: tuple[float, float] | None = None,
-    missing_grace: float | None = None,
     contexts: list[Context] | None = None,
 ) -> Survey:
     """Classify every open context; see the module docstring.
 
     With ``backoff`` (retry base and maximum, in seconds) a ready context
     whose last failed launch is too recent is set aside in ``backing_off``
-    instead of ``ready``.  ``missing_grace`` (seconds, default the town's
-    ``scheduler.missing_grace``) is how long an item may stay missing before
-    its context is stale; 0 makes it stale at once.  ``contexts``: survey these
+    instead of ``ready``.  The town's ``scheduler.missing_grace`` is how long
+    an item may stay missing before its context is stale; 0 makes it stale
+    at once.  ``contexts``: survey these
     open contexts instead of every one (:mod:`sluice.scheduler.queue.head` hands
     over the few that are not plain).
     """
     now = time.time() if now is None else now
-    if missing_grace is None:
-        missing_grace = town.config.scheduler.seconds("missing_grace")
+    missing_grace = town.config.scheduler.seconds("missing_grace")
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict, bool, int | None]] = []

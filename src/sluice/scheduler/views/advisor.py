@@ -47,7 +47,7 @@ def next_decisions(
     In skip mode a pressured item inside the top ``limit`` becomes a skipped
     decision and still takes its slot (metagit's skip rule).  ``preview`` writes
     nothing: no decision, no event.  A session over stores kept open between
-    calls (:meth:`Session.kept`) answers without re-opening them.
+    calls (``Session(files, stores=stores)``) answers without re-opening them.
     """
     _check_count("limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
