@@ -206,10 +206,10 @@ def _counted(view: Survey, groups: list[sql.Group], registered: set[str]) -> Hea
 def _built(session: Session, signals: Signals, keyed: list[tuple[str, str, Scored]]) -> list[Work]:
     """Works for item ids of plain contexts: their contexts and records, read for those ids only."""
     ids = [item_id for _order, item_id, _s in keyed]
-    contexts, records = _open_contexts(session.files, ids), _records(session.stores, ids)
+    contexts, found = _open_contexts(session.files, ids), session.stores.find_many(ids)
     out = []
     for order, item_id, s in keyed:
-        context, record = contexts[item_id], records[item_id]
+        context, record = contexts[item_id], found[item_id][1]
         out.append(Work(item=record, rig=context.fields.target_rig, order=order, context_id=context.id,
                         payload=context, tokens=s.candidate.tokens, score=s.score, reasons=s.reasons,
                         pressured=s.pressured, graph_id=signals.graphs.of_record(record)))
@@ -368,17 +368,6 @@ def _open_contexts(town, item_ids: list[str]) -> dict[str, Context]:
     return {item: found[0] for item, found in ctxs.open_of_items(town, item_ids).items()}
 
 
-def _records(stores, ids: list[str]) -> dict[str, dict]:
-    """The records of plain contexts' items, each read from the rig its prefix routes to."""
-    by_rig: dict[str, list[str]] = {}
-    for item_id in ids:
-        by_rig.setdefault(stores.town.rig_for_id(item_id).name, []).append(item_id)
-    records: dict[str, dict] = {}
-    for rig, wanted in by_rig.items():
-        records.update(stores.rig(rig).get_many(wanted))
-    return records
-
-
 def _stale_plain(session: Session, rd: sql.Reading, stale: bool, unknown: set[str], busy: list[str]
                  ) -> list[Stale]:
     """The plain contexts the next cycle closes, as the survey names them: aimed at a rig no longer
@@ -388,9 +377,9 @@ def _stale_plain(session: Session, rd: sql.Reading, stale: bool, unknown: set[st
         found[cid] = (item, None)
     if stale:
         ended = [(cid, item) for cid, item in rd.stale(busy) if cid not in found]
-        records = _records(session.stores, [item for _cid, item in ended])
+        records = session.stores.find_many(item for _cid, item in ended)
         for cid, item in ended:
-            found[cid] = (item, records[item].get("status", "open"))
+            found[cid] = (item, records[item][1].get("status", "open"))
     contexts = _open_contexts(session.files, [item for item, _status in found.values()])
     out = []
     for item, status in found.values():

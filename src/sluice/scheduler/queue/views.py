@@ -295,79 +295,53 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     town, stores, now = session.files, session.stores, session.now
     view, assessment = _explained_view(session, item_id)
     config, active = session.config, session.active or []
-    out: dict[str, Any] = {
-        "item_id": item_id,
-        "queued": False,
-        "context_id": None,
-        "would_dispatch": False,
-        "score": None,
-        "promoted_at": None,
-        "reasons": [],
-    }
+    out: dict[str, Any] = {"item_id": item_id, "queued": False, "context_id": None, "would_dispatch": False,
+                           "score": None, "promoted_at": None, "reasons": []}
     reasons: list[Reason] = []
     unreadable = None
     try:
         found = item_store(stores, item_id)
     except (StoreCorrupt, OSError) as err:  # its rig cannot be read: held, as the cycle holds it
         found, unreadable = None, str(err)
-    causes = _causes(found, item_id)  # read once: the blocked reason and the gates both name them
-    for where, works in (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked)):
-        for w in works:
-            if w.item["id"] != item_id:
-                continue
-            out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
-            blockers = _blockers(causes, item_id, active) if where == "blocked" else None
-            reasons = reasons_of(assessment, w, where, config, blockers)
-            out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
-            break
-        if out["queued"]:
-            break
-    if not out["queued"]:
-        for held in view.held:  # its item is missing now; the context closes after missing_grace
-            if held.context.work_id == item_id:
-                out.update(queued=True, context_id=held.context.id)
-                closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
-                if held.reason == rules.RIG_UNREADABLE:
-                    reasons.append(Reason(rules.RIG_UNREADABLE, held.detail or ""))
-                else:
-                    reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
-                break
-    if not out["queued"]:
-        for stale in view.stale:
-            if stale.context.work_id == item_id:
-                out.update(queued=True, context_id=stale.context.id)
-                code = {
-                    ctxs.CIRCUIT_BROKEN: rules.CIRCUIT_BROKEN,
-                    ctxs.INVALID_WORK_ITEM: rules.MISSING_ITEM,
-                }.get(stale.reason, rules.NOT_QUEUED)
-                reasons.append(
-                    Reason(code, f"the next cycle closes its context ({stale.reason}: {stale.detail})")
-                )
-                break
-    if not out["queued"]:
-        entry = kept.broken_entry(town, item_id)
-        if entry is not None:
-            nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
-            nxt += ")" if entry.get("next_attempt_at") is None else ""
-            reasons.append(
-                Reason(
-                    rules.CIRCUIT_BROKEN,
-                    f"{entry.get('failures')} failed launches, last: {entry.get('last_error')};"
-                    f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)",
-                )
-            )
-        elif unreadable is not None:
-            reasons.append(Reason(rules.RIG_UNREADABLE, unreadable))
-        elif found is None:
-            reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
+    # What blocks it in its rig, read once: the blocked reason and the gates both name them.
+    causes = (found[0].blocked_by(item_id) or []) if found is not None else []
+    lists = (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked))
+    queued = next(((where, w) for where, works in lists for w in works if w.item["id"] == item_id), None)
+    held = next((h for h in view.held if h.context.work_id == item_id), None)
+    stale = next((c for c in view.stale if c.context.work_id == item_id), None)
+    if queued is not None:
+        where, w = queued
+        out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
+        blockers = _blockers(causes, item_id, active) if where == "blocked" else None
+        reasons = reasons_of(assessment, w, where, config, blockers)
+        out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
+    elif held is not None:  # its item is missing now; the context closes after missing_grace
+        out.update(queued=True, context_id=held.context.id)
+        closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
+        if held.reason == rules.RIG_UNREADABLE:
+            reasons.append(Reason(rules.RIG_UNREADABLE, held.detail or ""))
         else:
-            polecat = next((p for p in active if p.item_id == item_id), None)
-            detail = (
-                f"a polecat ({polecat.id}) is running it"
-                if polecat
-                else f"no open sling context (`sluice sling {item_id} RIG` queues it)"
-            )
-            reasons.append(Reason(rules.NOT_QUEUED, detail))
+            reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
+    elif stale is not None:
+        out.update(queued=True, context_id=stale.context.id)
+        code = {ctxs.CIRCUIT_BROKEN: rules.CIRCUIT_BROKEN,
+                ctxs.INVALID_WORK_ITEM: rules.MISSING_ITEM}.get(stale.reason, rules.NOT_QUEUED)
+        reasons.append(Reason(code, f"the next cycle closes its context ({stale.reason}: {stale.detail})"))
+    elif (entry := kept.broken_entry(town, item_id)) is not None:
+        nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
+        nxt += ")" if entry.get("next_attempt_at") is None else ""
+        reasons.append(Reason(rules.CIRCUIT_BROKEN,
+                              f"{entry.get('failures')} failed launches, last: {entry.get('last_error')};"
+                              f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)"))
+    elif unreadable is not None:
+        reasons.append(Reason(rules.RIG_UNREADABLE, unreadable))
+    elif found is None:
+        reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
+    else:
+        polecat = next((p for p in active if p.item_id == item_id), None)
+        detail = (f"a polecat ({polecat.id}) is running it" if polecat
+                  else f"no open sling context (`sluice sling {item_id} RIG` queues it)")
+        reasons.append(Reason(rules.NOT_QUEUED, detail))
     out["reasons"] = [r.to_json() for r in reasons]
     out.update(_beads_hints(found, causes, now))
     out["host"] = assessment.gates.to_json() if assessment.gates is not None else None
@@ -404,13 +378,6 @@ def _beads_hints(found, causes: list[str], now: float) -> dict:
     gates = [gate_of(r) for r in store.get_many(causes).values()]
     own = gate_of(record)
     return {**item_hints(record, now), "gates": ([own] if own else []) + [g for g in gates if g]}
-
-
-def _causes(found, item_id: str) -> list[str]:
-    """The ids that block ``item_id`` in its rig (none when it is not blocked or not found)."""
-    if found is None:
-        return []
-    return found[0].blocked_by(item_id) or []
 
 
 def _blockers(causes: list[str], item_id: str, active: list[Polecat]) -> list[str]:
