@@ -72,8 +72,14 @@ def next_decisions(
     at = iso_epoch(now)
     decisions = [_decision(town, stores, selection, at) for selection in select(top, limit,
                                                                                  policy.skip_on_merge_pressure)]
-    if not preview:
-        record_decisions(town, decisions)
+    if not preview:  # the decisions in one write, then their events in another
+        from sluice.store.database.decisions import append_decisions
+        from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
+
+        append_decisions(town, decisions)
+        keys = ("decision_id", "graph_id", "node_id", "score", "skipped", "reasons")
+        emit_events(town, [(SCHEDULE_SKIPPED if d["skipped"] else SCHEDULE_DECISION, {k: d[k] for k in keys})
+                           for d in decisions])
     return decisions
 
 
@@ -85,21 +91,6 @@ def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict
     item = stores.rig(rig.name).get(candidate.item_id) or {"id": candidate.item_id}
     return make_decision(item, rig, graph_id=candidate.graph_id, score=selection.scored.score,
                          reasons=selection.reasons, at=at, skipped=selection.skipped)
-
-
-def record_decisions(town: Town, decisions: list[dict]) -> None:
-    """Append the decisions (one write) and then their events (one write)."""
-    from sluice.store.database.decisions import append_decisions
-    from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
-
-    append_decisions(town, decisions)
-    emit_events(town, [(SCHEDULE_SKIPPED if d["skipped"] else SCHEDULE_DECISION, event_payload(d))
-                       for d in decisions])
-
-
-def event_payload(decision: dict) -> dict:
-    keys = ("decision_id", "graph_id", "node_id", "score", "skipped", "reasons")
-    return {key: decision[key] for key in keys}
 
 
 def status(where: Town | Session, recent: int = 10, now: float | None = None) -> dict:
