@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
@@ -42,7 +41,7 @@ from sluice.errors import StoreCorrupt
 from sluice.scheduler.launch.admission import Assessment, applicant, limits, needs_spend, running
 from sluice.scheduler.launch.polecats import retry_window
 from sluice.scheduler.queue.pending import Stale, Survey, survey
-from sluice.scheduler.queue.ranking import Work, has_graph_weights, load_town_policy
+from sluice.scheduler.queue.ranking import Work, has_graph_weights, in_tiers, load_town_policy, tier_rows
 from sluice.scheduler.queue.signals import Signals
 from sluice.store.database import admission_state as kept
 from sluice.store.database import contexts as ctxs
@@ -238,23 +237,7 @@ def _tiers(session: Session, policy, signals: Signals, rd: sql.Reading, busy: li
     promoted = sorted(((promoted_work(s), s) for s in scored if promoted_work(s) is not None),
                       key=lambda ws: (ws[0].promoted_at, *rank_order(ws[1].score, ws[0].tokens or 0,
                                                                       ws[0].order, ws[0].item["id"])))
-    rest = [s for s in scored if promoted_work(s) is None]
-    tiers: list[list[Scored]] = []
-    for s in rest:
-        if tiers and (tiers[-1][0].score, tiers[-1][0].candidate.tokens) == (s.score, s.candidate.tokens):
-            tiers[-1].append(s)
-        else:
-            tiers.append([s])
-    return promoted, tiers  # type: ignore[return-value]
-
-
-def _tier_rows(tier: list[Scored], n: int) -> list[tuple[str, str, Scored]]:
-    """Up to ``n`` contexts of each entry of a tier as (enqueued_at, item id, the entry's score), in that
-    order: a tier's contexts interleave by age."""
-    rows = [(order, item_id, s) for s in tier
-            for order, item_id in s.candidate.payload.rows(min(n, s.candidate.payload.count))]
-    rows.sort(key=itemgetter(0, 1))
-    return rows
+    return promoted, in_tiers(s for s in scored if promoted_work(s) is None)  # type: ignore[return-value]
 
 
 def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], want: int) -> list[Work]:
@@ -263,7 +246,7 @@ def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]],
     for tier in tiers:
         if len(out) >= want:
             break
-        chosen = _tier_rows(tier, want - len(out))[:want - len(out)]
+        chosen = tier_rows(tier, want - len(out))[:want - len(out)]
         plain = [row for row in chosen if row[2].candidate.payload.work is None]
         built = {w.item["id"]: w for w in read(plain)} if plain else {}
         for _order, item_id, s in chosen:
@@ -288,7 +271,7 @@ def _segments(promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], sk
         if len(tier) == 1 and tier[0].candidate.payload.work is None:
             out.append((None, tier[0].candidate.payload.group, size - taken))
             continue
-        for _order, _item_id, s in _tier_rows(tier, size)[taken:]:
+        for _order, _item_id, s in tier_rows(tier, size)[taken:]:
             entry = s.candidate.payload
             if entry.work is not None:
                 out.append((_scored_work(entry.work, s), None, 1))

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -202,23 +203,28 @@ def best_of_groups(
             break
         top *= 4
     out: list[Scored] = []
-    start = 0
-    while start < len(ranked) and len(out) < limit:
-        key = (ranked[start].score, ranked[start].candidate.tokens)
-        end = start
-        while end < len(ranked) and (ranked[end].score, ranked[end].candidate.tokens) == key:
-            end += 1
+    for tier in in_tiers(ranked):
+        if len(out) >= limit:
+            break
         need = limit - len(out)
-        rows = []
-        for s in ranked[start:end]:
-            group: ReadyGroup = s.candidate.payload  # type: ignore[assignment]
-            rows.extend((order, item_id, s) for order, item_id in group.rows(min(need, group.count)))
-        rows.sort(key=lambda row: (row[0], row[1]))
-        for order, item_id, s in rows[:need]:
+        for order, item_id, s in tier_rows(tier, need)[:need]:
             candidate = replace(s.candidate, item_id=item_id, order=order, payload=None)
             out.append(replace(s, candidate=candidate))
-        start = end
     return out
+
+
+def in_tiers(ranked: Iterable[Scored]) -> list[list[Scored]]:
+    """Ranked groups in tiers of equal (score, tokens): every item of a tier ranks alike."""
+    return [list(tier) for _key, tier in groupby(ranked, key=lambda s: (s.score, s.candidate.tokens))]
+
+
+def tier_rows(tier: list[Scored], n: int) -> list[tuple[str, str, Scored]]:
+    """Up to ``n`` items of each group of a tier (its payload, which gives ``rows(n)`` and ``count``) as
+    (order, item id, the group's score), in that order: a tier's items interleave by age."""
+    rows = [(order, item_id, s) for s in tier
+            for order, item_id in s.candidate.payload.rows(min(n, s.candidate.payload.count))]
+    rows.sort(key=itemgetter(0, 1))
+    return rows
 
 
 def _prefix_suffices(ranked: list[Scored], limit: int) -> bool:
