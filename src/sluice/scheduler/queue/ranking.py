@@ -26,6 +26,7 @@ item ids only from the groups that reach the requested top, oldest first.
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -338,12 +339,5 @@ def _rig_groups(
 
 
 def _sorted_rows(members: list[tuple[bool, float, str]]) -> Callable[[int], list[tuple[str, str]]]:
-    done = []
-
-    def first(n: int) -> list[tuple[str, str]]:
-        if not done:
-            members.sort()
-            done.append(True)
-        return [(order_of_ts(ts), item_id) for _undated, ts, item_id in members[:n]]
-
-    return first
+    """The first ``n`` members as (order text, id): only the groups that reach the top are ever sorted."""
+    return lambda n: [(order_of_ts(ts), item_id) for _undated, ts, item_id in heapq.nsmallest(n, members)]

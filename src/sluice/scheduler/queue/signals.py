@@ -240,13 +240,10 @@ class Signals:
         self._counts: dict[str, int] | None = None
 
     def warm_rigs(self, rigs: Iterable[str]) -> set[str]:
-        out = set()
-        for name in rigs:
-            if name not in self._warm:
-                self._warm[name] = is_warm_rig(self.town.rig(name), self.town)
-            if self._warm[name]:
-                out.add(name)
-        return out
+        rigs = set(rigs)
+        for name in rigs - self._warm.keys():
+            self._warm[name] = is_warm_rig(self.town.rig(name), self.town)
+        return {name for name in rigs if self._warm[name]}
 
     def merge_queue(self, rig: str) -> tuple[int, int]:
         """(queued, running): the rig's ``merge-request`` items that are open and in progress."""

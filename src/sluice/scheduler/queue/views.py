@@ -28,7 +28,7 @@ from sluice.store.database.state import load_state
 from sluice.store.items.sources import stale_rows
 
 if TYPE_CHECKING:
-    from sluice.executors.base import Executor, Polecat
+    from sluice.executors.base import Executor
     from sluice.scheduler.launch.admission import Assessment
     from sluice.scheduler.queue.head import Head
     from sluice.scheduler.queue.pending import Survey
@@ -263,10 +263,8 @@ def kept_forecast(town: Town) -> dict | None:
     reader (the text says it), so two calls a second apart answer the same.
     """
     head = forecasts.last(town)
-    if head is None:
-        return None
-    return {"at": head["at"], "drain_at": head["drain_at"], "drain_p90_at": head["drain_p90_at"],
-            "items_total": head["items_total"]}
+    keys = ("at", "drain_at", "drain_p90_at", "items_total")
+    return {key: head[key] for key in keys} if head is not None else None
 
 
 def _admission_status(session: Session, page: Page) -> dict:
@@ -309,10 +307,13 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     queued = next(((where, w) for where, works in lists for w in works if w.item["id"] == item_id), None)
     held = next((h for h in view.held if h.context.work_id == item_id), None)
     stale = next((c for c in view.stale if c.context.work_id == item_id), None)
+    polecat = next((p for p in active if p.item_id == item_id), None)
     if queued is not None:
         where, w = queued
         out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
-        blockers = _blockers(causes, item_id, active) if where == "blocked" else None
+        blockers = None
+        if where == "blocked":  # its running polecat, else its rig's blocking causes
+            blockers = [f"its running polecat {polecat.id}"] if polecat else causes
         reasons = reasons_of(assessment, w, where, config, blockers)
         out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
     elif held is not None:  # its item is missing now; the context closes after missing_grace
@@ -338,7 +339,6 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     elif found is None:
         reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
     else:
-        polecat = next((p for p in active if p.item_id == item_id), None)
         detail = (f"a polecat ({polecat.id}) is running it" if polecat
                   else f"no open sling context (`sluice sling {item_id} RIG` queues it)")
         reasons.append(Reason(rules.NOT_QUEUED, detail))
@@ -378,11 +378,3 @@ def _beads_hints(found, causes: list[str], now: float) -> dict:
     gates = [gate_of(r) for r in store.get_many(causes).values()]
     own = gate_of(record)
     return {**item_hints(record, now), "gates": ([own] if own else []) + [g for g in gates if g]}
-
-
-def _blockers(causes: list[str], item_id: str, active: list[Polecat]) -> list[str]:
-    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
-    polecat = next((p for p in active if p.item_id == item_id), None)
-    if polecat is not None:
-        return [f"its running polecat {polecat.id}"]
-    return causes

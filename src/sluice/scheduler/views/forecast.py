@@ -237,22 +237,14 @@ class _Setting:
 def _setting(session: Session, caps: dict) -> _Setting:
     town, config, now = session.files, session.config, session.now
     sched = config.scheduler
-    timeout = sched.seconds("polecat_timeout") or None
-    learned = learn(town, timeout)
-    default = model.DEFAULT_RUNTIME
+    learned = learn(town, sched.seconds("polecat_timeout") or None)
     throttle_end: dict[str | None, float] = {}
     for throttle in kept.throttles(town, now):
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
-    running = []
-    for record in runlog.running(town).values():
-        started = parse_ts(record.get("started_at"))
-        elapsed = now - started if started is not None else 0.0
-        rig = record.get("rig") or ""
-        labels = record.get("labels") or ()
-        running.append(model.Running(rig, learned.left(rig, elapsed, record.get("issue_type"), labels,
-                                                       default_runtime=default),
-                                     labels=frozenset(labels), touches=tuple(record.get("touches") or ())))
-
+    running = [model.Running(record.get("rig") or "", _left(learned, record, now),
+                             labels=frozenset(record.get("labels") or ()),
+                             touches=tuple(record.get("touches") or ()))
+               for record in runlog.running(town).values()]
     interval, next_tick = _daemon(town, now)
     limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(caps["rig_caps"]),
                           batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
@@ -512,14 +504,20 @@ def _running_eta(session: Session, item_id: str) -> dict | None:
     if record is None:
         return None
     learned = learn(town, session.config.scheduler.seconds("polecat_timeout") or None)
-    rig, kind, labels = record.get("rig") or "", record.get("issue_type"), record.get("labels") or ()
-    started = parse_ts(record.get("started_at"))
-    elapsed = now - started if started is not None else 0.0
-    left = learned.left(rig, elapsed, kind, labels, default_runtime=model.DEFAULT_RUNTIME)
-    estimate = learned.estimate(rig, kind, labels)
-    return {"running": True, "start_at": record.get("started_at"), "done_at": _at(now + left),
+    estimate = learned.estimate(record.get("rig") or "", record.get("issue_type"), record.get("labels") or ())
+    done_at = _at(now + _left(learned, record, now))
+    return {"running": True, "start_at": record.get("started_at"), "done_at": done_at,
             "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
             "basis": {**estimate.basis, "kind": estimate.kind}}
+
+
+def _left(learned: model.Model, record: dict, now: float) -> float:
+    """What is left of a running run (its run record), by the learned runtimes."""
+    started = parse_ts(record.get("started_at"))
+    elapsed = now - started if started is not None else 0.0
+    labels = record.get("labels") or ()
+    return learned.left(record.get("rig") or "", elapsed, record.get("issue_type"), labels,
+                        default_runtime=model.DEFAULT_RUNTIME)
 
 
 def _charges(town: Town, limits: model.Limits, now: float) -> list[model.Charge]:
