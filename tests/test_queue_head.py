@@ -101,9 +101,9 @@ def both_ways(town_dir, start: int, stop: int, now: float):
     fast_session = Session(town, now=now)
     head = queuehead.read_head(fast_session, stop)
     assert head is not None, "the head should be read with SQL here"
-    fast = views._head_page(fast_session, head, start, stop).head()
+    fast = views._page(fast_session, head.view, head.assessment, start, stop, head).head()
     slow_session = Session(Town(town_dir), now=now)
-    view, assessment = views._survey(slow_session)
+    view, assessment = views.queue_view(slow_session)
     slow = views._page(slow_session, view, assessment, start, stop).head()
     return fast, slow
 

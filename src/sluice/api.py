@@ -141,7 +141,7 @@ class Town:
         from sluice.scheduler.session import Session
 
         files, stores = kept.fresh()
-        return Session.kept(files, stores, self.executor)
+        return Session(files, self.executor, stores=stores)
 
     # -- rigs and configuration --------------------------------------------------------------
     def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,

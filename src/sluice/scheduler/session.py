@@ -35,7 +35,7 @@ class Session:
                  stores: Stores | None = None):
         self.files = files
         # A corrupt file is an error, never a default.  Stores kept open by the caller come with the
-        # config they were checked against (see kept), which is the file as it is now.
+        # config they were checked against (sluice.store.items.kept), which is the file as it is now.
         self.config: TownConfig = files.reload_config() if stores is None else files.config
         self.now = time.time() if now is None else now
         self.stores = Stores(files) if stores is None else stores
@@ -55,16 +55,6 @@ class Session:
     def of(cls, where: Town | Session, executor: Executor | None = None, now: float | None = None) -> Session:
         """``where`` itself when it is a session, else a new one over those files."""
         return where if isinstance(where, Session) else cls(where, executor, now)
-
-    @classmethod
-    def kept(cls, files: Town, stores: Stores, executor: Executor | None = None,
-             now: float | None = None) -> Session:
-        """A session over a town and stores kept open between calls (:mod:`sluice.store.items.kept`).
-
-        The keeper has just re-checked both against the files, so the town's
-        config is the file's as it is now and is not read again.
-        """
-        return cls(files, executor, now, stores=stores)
 
     def seeing(self, executor: Executor | None) -> Session:
         """This session (files, config, stores, ``now``) asking ``executor`` instead, not yet asked.

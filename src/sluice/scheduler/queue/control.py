@@ -61,8 +61,6 @@ def clear(where: Town | Session, item_id: str | None = None, actor: str | None =
     return {"item_id": item_id, "cleared": len(closed), "contexts": closed, "errors": []}
 
 
-
-
 def compact(where: Town | Session, rig: str | None = None) -> dict:
     """Archive the run records ended before the retention.  Closed contexts stay in the town database
     (nothing is rewritten for them: they are rows, and the queue's queries never read them)."""
@@ -81,12 +79,8 @@ def compact_if_long(town: Town) -> list[dict]:
     """The daemon's housekeeping: archive old run records once the town keeps more than
     ``scheduler.compact_at`` of them."""
     sched = town.config.scheduler
-    if sched.compact_at <= 0:
+    if sched.compact_at <= 0 or runlog.count(town) <= sched.compact_at:
         return []
-    retention = sched.seconds("compact_retention")
-    rows = []
-    if runlog.count(town) > sched.compact_at:
-        runs = runlog.compact(town, retention)
-        if runs.archived:  # the run records are rows: only an archive is worth a line
-            rows.append({"rig": "(run records)", **runs.to_json()})
-    return rows
+    runs = runlog.compact(town, sched.seconds("compact_retention"))
+    # The run records are rows: only an archive is worth a line.
+    return [{"rig": "(run records)", **runs.to_json()}] if runs.archived else []

@@ -30,16 +30,19 @@ plain.  The tests check that both ways answer alike.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
+from sluice.core.items import priority_of
 from sluice.core.recordclass import field, recordclass
 from sluice.core.scoring import Candidate, Scored, deadline_enabled, rank_order, score_all
 from sluice.errors import StoreCorrupt
 from sluice.scheduler.launch.admission import Assessment, applicant, limits, needs_spend, running
 from sluice.scheduler.launch.polecats import retry_window
 from sluice.scheduler.queue.pending import Stale, Survey, survey
-from sluice.scheduler.queue.ranking import Work, has_graph_weights, item_priority, load_town_policy
+from sluice.scheduler.queue.ranking import Work, has_graph_weights, in_tiers, load_town_policy, tier_rows
+from sluice.scheduler.queue.signals import Signals
 from sluice.store.database import admission_state as kept
 from sluice.store.database import contexts as ctxs
 from sluice.store.database import queue as sql
@@ -147,30 +150,31 @@ def _read_head(session: Session, rows: int, gates: Gates | None, batch: int | No
                       backoff=retry_window(sched), contexts=unusual + busy_plain)
         if view.unreadable:
             return None
-        found, odd = rd.groups(now, busy)
+        groups, odd = rd.groups(now, busy)
         if odd:
             return None  # an item missing from its rig's index, or itself a context: the survey decides
-        groups = [(g.target_rig, "", g) for g in found]
         head = _counted(view, groups, {rig.name for rig in rigs})
-        read = _reader(session, rd, busy)
+        live = [g for g in groups if g.target_rig in head.registered]  # the others close next cycle
+        signals = Signals(town, stores)
+        read = partial(_built, session, signals)
         want_ready = max(rows, HEAD_MIN)
         ready, blocked = view.ready, view.blocked
         head.surveyed = {w.context_id for w in ready + blocked}
-        ready_tiers = _tiers(session, policy, read, groups, ready, sql.READY)
+        ready_tiers = _tiers(session, policy, signals, rd, busy, live, ready, sql.READY)
         while True:
             view.ready = _first(read, *ready_tiers, want_ready)
-            head.assessment, head.tally = _admitted(session, head, groups, gates, batch)
+            head.assessment, head.tally = _admitted(session, head, live, gates, batch)
             if head.tally is not None or len(view.ready) >= head.ready_total:
                 break
             want_ready *= 4
         need_blocked = rows - head.ready_total - len(view.backing_off)
-        blocked_tiers = _tiers(session, policy, read, groups, blocked, sql.BLOCKED)
+        blocked_tiers = _tiers(session, policy, signals, rd, busy, live, blocked, sql.BLOCKED)
         view.blocked = _first(read, *blocked_tiers, need_blocked) if need_blocked > 0 else []
         if order:
             head.order = Order(head, _segments(*ready_tiers, len(view.ready)),
                                _segments(*blocked_tiers, len(view.blocked)))
-        stale = any(g.klass == sql.STALE for _r, _p, g in groups)
-        unknown = {g.target_rig for _r, _p, g in groups if g.target_rig not in head.registered}
+        stale = any(g.klass == sql.STALE for g in groups)
+        unknown = {g.target_rig for g in groups if g.target_rig not in head.registered}
         if stale or unknown:  # the plain ones the next cycle closes join the survey's, as a survey has them
             view.stale += _stale_plain(session, rd, stale, unknown, busy)
     return head
@@ -181,17 +185,11 @@ def _nested(prefixes: list[str]) -> bool:
     return any(b.startswith(f"{a}-") for a in prefixes for b in prefixes if a != b)
 
 
-def _counted(view: Survey, groups: list[tuple[str, str, sql.Group]], registered: set[str]) -> Head:
+def _counted(view: Survey, groups: list[sql.Group], registered: set[str]) -> Head:
     """The whole queue's counts: the plain groups' and the surveyed contexts'."""
     head = Head(view, len(view.ready), len(view.blocked), len(view.stale), registered=registered)
-    counts: dict[str, list[int]] = {}
-    for work in view.ready + view.backing_off:
-        counts.setdefault(work.rig, [0, 0])[0] += 1
-    for work in view.blocked:
-        counts.setdefault(work.rig, [0, 0])[1] += 1
-    for held in view.held:
-        counts.setdefault(held.context.fields.target_rig, [0, 0])[1] += 1
-    for _rig, _prefix, g in groups:
+    counts = view.rig_counts()
+    for g in groups:
         if g.target_rig not in registered or g.klass == sql.STALE:
             head.stale_total += g.count
         elif g.klass == sql.READY:
@@ -204,81 +202,42 @@ def _counted(view: Survey, groups: list[tuple[str, str, sql.Group]], registered:
     return head
 
 
-def _reader(session: Session, rd: sql.Reading, busy: list[str]):
+def _built(session: Session, signals: Signals, keyed: list[tuple[str, str, Scored]]) -> list[Work]:
     """Works for item ids of plain contexts: their contexts and records, read for those ids only."""
-    stores, signals_of = session.stores, None
-
-    def works(keyed: list[tuple[str, str, Scored]]) -> list[Work]:
-        nonlocal signals_of
-        ids = [item_id for _order, item_id, _s in keyed]
-        contexts = _open_contexts(session.files, ids)
-        records = _records(stores, ids)
-        if signals_of is None:
-            from sluice.scheduler.queue.signals import Signals
-
-            signals_of = Signals(session.files, stores)
-        out = []
-        for order, item_id, s in keyed:
-            context, record = contexts[item_id], records[item_id]
-            work = Work(item=record, rig=context.fields.target_rig, order=order, context_id=context.id,
+    ids = [item_id for _order, item_id, _s in keyed]
+    contexts, found = _open_contexts(session.files, ids), session.stores.find_many(ids)
+    out = []
+    for order, item_id, s in keyed:
+        context, record = contexts[item_id], found[item_id][1]
+        out.append(Work(item=record, rig=context.fields.target_rig, order=order, context_id=context.id,
                         payload=context, tokens=s.candidate.tokens, score=s.score, reasons=s.reasons,
-                        pressured=s.pressured)
-            work.graph_id = signals_of.graphs.of_record(record)
-            out.append(work)
-        return out
-
-    reader = works
-    reader.rd, reader.busy = rd, busy  # type: ignore[attr-defined]
-    return reader
+                        pressured=s.pressured, graph_id=signals.graphs.of_record(record)))
+    return out
 
 
-def _tiers(session: Session, policy, read, groups: list[tuple[str, str, sql.Group]], surveyed: list[Work],
-           klass: int) -> tuple[list[tuple[Work, Scored]], list[list[Scored]]]:
+def _tiers(session: Session, policy, signals: Signals, rd: sql.Reading, busy: list[str],
+           groups: list[sql.Group], surveyed: list[Work], klass: int
+           ) -> tuple[list[tuple[Work, Scored]], list[list[Scored]]]:
     """One class (ready or blocked) in rank order, as rank_work orders it: the promoted surveyed works
     (oldest promotion first), then tiers of groups and surveyed works of equal (score, tokens), inside
     which contexts interleave by (enqueued_at, item id)."""
-    from sluice.scheduler.queue.signals import Signals
-
-    rd, busy, now = read.rd, read.busy, session.now
-    entries = []
-    registered = {r.name for r in session.files.rigs()}
-    for rig, _prefix, g in groups:
-        if g.klass != klass or g.target_rig not in registered:
-            continue
-
-        def rows(n: int, g=g) -> list[tuple[str, str]]:
-            return rd.rows(g, now, busy, n)
-
-        entries.append((_Entry(g.target_rig, g.priority, g.tokens, g.count, rows, group=g), rig))
-    for work in surveyed:
-        order = work.order
-
-        def one(n: int, order=order, work=work) -> list[tuple[str, str]]:
-            return [(order, work.item["id"])][:n]
-
-        entries.append((_Entry(work.rig, item_priority(work.item), work.tokens or 0, 1, one, work), None))
+    entries = [_Entry(g.target_rig, g.priority, g.tokens, g.count, partial(rd.rows, g, session.now, busy),
+                      group=g) for g in groups if g.klass == klass]
+    entries += [_Entry(w.rig, priority_of(w.item), w.tokens or 0, 1,
+                       lambda n, w=w: [(w.order, w.item["id"])][:n], w) for w in surveyed]
     if not entries:
         return [], []
-    signals = Signals(session.files, session.stores)
-    reps = [Candidate(str(n), e.priority, e.tokens, e.rig, "", None, (e, rig))
-            for n, (e, rig) in enumerate(entries)]
-    scored = score_all(reps, policy, **signals.scoring_inputs({e.rig for e, _rig in entries}))
+    reps = [Candidate(str(n), e.priority, e.tokens, e.rig, "", None, e) for n, e in enumerate(entries)]
+    scored = score_all(reps, policy, **signals.scoring_inputs({e.rig for e in entries}))
 
     def promoted_work(s: Scored) -> Work | None:
-        work = s.candidate.payload[0].work
+        work = s.candidate.payload.work
         return work if work is not None and work.promoted_at else None
 
     promoted = sorted(((promoted_work(s), s) for s in scored if promoted_work(s) is not None),
                       key=lambda ws: (ws[0].promoted_at, *rank_order(ws[1].score, ws[0].tokens or 0,
                                                                       ws[0].order, ws[0].item["id"])))
-    rest = [s for s in scored if promoted_work(s) is None]
-    tiers: list[list[Scored]] = []
-    for s in rest:
-        if tiers and (tiers[-1][0].score, tiers[-1][0].candidate.tokens) == (s.score, s.candidate.tokens):
-            tiers[-1].append(s)
-        else:
-            tiers.append([s])
-    return promoted, tiers  # type: ignore[return-value]
+    return promoted, in_tiers(s for s in scored if promoted_work(s) is None)  # type: ignore[return-value]
 
 
 def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], want: int) -> list[Work]:
@@ -287,18 +246,12 @@ def _first(read, promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]],
     for tier in tiers:
         if len(out) >= want:
             break
-        need = want - len(out)
-        rows = []
-        for s in tier:
-            entry, _rig = s.candidate.payload
-            rows += [(order, item_id, s) for order, item_id in entry.rows(min(need, entry.count))]
-        rows.sort(key=lambda row: (row[0], row[1]))
-        chosen = rows[:need]
-        plain = [(order, item_id, s) for order, item_id, s in chosen if s.candidate.payload[0].work is None]
+        chosen = tier_rows(tier, want - len(out))[:want - len(out)]
+        plain = [row for row in chosen if row[2].candidate.payload.work is None]
         built = {w.item["id"]: w for w in read(plain)} if plain else {}
         for _order, item_id, s in chosen:
-            entry, _rig = s.candidate.payload
-            out.append(_scored_work(entry.work, s) if entry.work is not None else built[item_id])
+            work = s.candidate.payload.work
+            out.append(_scored_work(work, s) if work is not None else built[item_id])
     return out
 
 
@@ -310,24 +263,16 @@ def _segments(promoted: list[tuple[Work, Scored]], tiers: list[list[Scored]], sk
     out: list[tuple] = [(_scored_work(work, s), None, 1) for work, s in promoted[skip:]]
     position = len(promoted)
     for tier in tiers:
-        size = sum(s.candidate.payload[0].count for s in tier)
+        size = sum(s.candidate.payload.count for s in tier)
         taken = min(size, max(0, skip - position))
         position += size
         if taken == size:
             continue
-        if len(tier) == 1:
-            entry = tier[0].candidate.payload[0]
-            if entry.work is not None:
-                out.append((_scored_work(entry.work, tier[0]), None, 1))
-            else:
-                out.append((None, entry.group, size - taken))
+        if len(tier) == 1 and tier[0].candidate.payload.work is None:
+            out.append((None, tier[0].candidate.payload.group, size - taken))
             continue
-        rows = []
-        for s in tier:
-            entry = s.candidate.payload[0]
-            rows += [(order, item_id, entry, s) for order, item_id in entry.rows(entry.count)]
-        rows.sort(key=lambda row: (row[0], row[1]))
-        for _order, _item_id, entry, s in rows[taken:]:
+        for _order, _item_id, s in tier_rows(tier, size)[taken:]:
+            entry = s.candidate.payload
             if entry.work is not None:
                 out.append((_scored_work(entry.work, s), None, 1))
             elif out and out[-1][0] is None and out[-1][1] is entry.group:
@@ -373,8 +318,8 @@ def _admitted(session: Session, head: Head, groups, gates: Gates | None, batch: 
     caps = limits(config, len(active), batch or config.scheduler.batch_size)
     applicants = [applicant(w) for w in view.ready]
     rest: dict[rules.Shape, int] = {}
-    for _rig, _prefix, g in groups:
-        if g.klass == sql.READY and g.target_rig in head.registered:
+    for g in groups:
+        if g.klass == sql.READY:
             shape = (g.target_rig, g.label_set, g.tokens, g.touch_list)
             rest[shape] = rest.get(shape, 0) + g.count
     for a in applicants:
@@ -406,17 +351,6 @@ def _open_contexts(town, item_ids: list[str]) -> dict[str, Context]:
     return {item: found[0] for item, found in ctxs.open_of_items(town, item_ids).items()}
 
 
-def _records(stores, ids: list[str]) -> dict[str, dict]:
-    """The records of plain contexts' items, each read from the rig its prefix routes to."""
-    by_rig: dict[str, list[str]] = {}
-    for item_id in ids:
-        by_rig.setdefault(stores.town.rig_for_id(item_id).name, []).append(item_id)
-    records: dict[str, dict] = {}
-    for rig, wanted in by_rig.items():
-        records.update(stores.rig(rig).get_many(wanted))
-    return records
-
-
 def _stale_plain(session: Session, rd: sql.Reading, stale: bool, unknown: set[str], busy: list[str]
                  ) -> list[Stale]:
     """The plain contexts the next cycle closes, as the survey names them: aimed at a rig no longer
@@ -426,9 +360,9 @@ def _stale_plain(session: Session, rd: sql.Reading, stale: bool, unknown: set[st
         found[cid] = (item, None)
     if stale:
         ended = [(cid, item) for cid, item in rd.stale(busy) if cid not in found]
-        records = _records(session.stores, [item for _cid, item in ended])
+        records = session.stores.find_many(item for _cid, item in ended)
         for cid, item in ended:
-            found[cid] = (item, records[item].get("status", "open"))
+            found[cid] = (item, records[item][1].get("status", "open"))
     contexts = _open_contexts(session.files, [item for item, _status in found.values()])
     out = []
     for item, status in found.values():

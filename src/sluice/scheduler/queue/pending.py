@@ -100,6 +100,15 @@ class Survey:
     def queued(self) -> list[Work]:
         return self.ready + self.blocked
 
+    def rig_counts(self) -> dict[str, list[int]]:
+        """Target rig → [ready (backing off too), blocked (held too)] of the works and contexts surveyed."""
+        counts: dict[str, list[int]] = {}
+        for work in self.ready + self.backing_off:
+            counts.setdefault(work.rig, [0, 0])[0] += 1
+        for rig in [w.rig for w in self.blocked] + [h.context.fields.target_rig for h in self.held]:
+            counts.setdefault(rig, [0, 0])[1] += 1
+        return counts
+
 
 def item_store(stores: Stores, item_id: str) -> tuple[RigStore, dict] | None:
     """The store holding a work item and its record, or None when no rig has it."""
@@ -183,22 +192,20 @@ def survey(
     find: Callable[[str], Polecat | None],
     now: float | None = None,
     backoff: tuple[float, float] | None = None,
-    missing_grace: float | None = None,
     contexts: list[Context] | None = None,
 ) -> Survey:
     """Classify every open context; see the module docstring.
 
     With ``backoff`` (retry base and maximum, in seconds) a ready context
     whose last failed launch is too recent is set aside in ``backing_off``
-    instead of ``ready``.  ``missing_grace`` (seconds, default the town's
-    ``scheduler.missing_grace``) is how long an item may stay missing before
-    its context is stale; 0 makes it stale at once.  ``contexts``: survey these
+    instead of ``ready``.  The town's ``scheduler.missing_grace`` is how long
+    an item may stay missing before its context is stale; 0 makes it stale
+    at once.  ``contexts``: survey these
     open contexts instead of every one (:mod:`sluice.scheduler.queue.head` hands
     over the few that are not plain).
     """
     now = time.time() if now is None else now
-    if missing_grace is None:
-        missing_grace = town.config.scheduler.seconds("missing_grace")
+    missing_grace = town.config.scheduler.seconds("missing_grace")
     out = Survey()
     registered = {rig.name for rig in town.rigs()}
     candidates: list[tuple[Context, RigStore, dict, bool, int | None]] = []

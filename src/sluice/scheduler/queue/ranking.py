@@ -26,14 +26,16 @@ item ids only from the groups that reach the requested top, oldest first.
 
 from __future__ import annotations
 
+import heapq
+import json
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from itertools import groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import order_of_ts, order_text
-from sluice.core.items import priority_of
+from sluice.core.items import due_in_hours, effective_tokens, normalise, parse_ts, priority_of
 from sluice.core.recordclass import field, frozen, recordclass, replace
 from sluice.core.scoring import (
     WEIGHT_NAMES,
@@ -69,11 +71,6 @@ class Work:
     promoted_at: str = ""  # a promoted context goes ahead of score order, oldest promotion first
 
 
-def item_priority(item: Mapping) -> int:
-    """Beads priority as scoring reads it (:func:`sluice.core.items.priority_of`)."""
-    return priority_of(item)
-
-
 def load_town_policy(town: Town):
     """The town's policy: the plain copy of this exact file when it was validated before."""
     from sluice.store.files import configcache
@@ -94,7 +91,6 @@ def rank_work(
     work: Sequence[Work],
     *,
     policy: PolicyLike | None = None,
-    signals: Signals | None = None,
     now: float | None = None,
 ) -> list[Work]:
     """``work`` in dispatch order, each with its score, reasons, graph and tokens filled in.
@@ -105,11 +101,10 @@ def rank_work(
     """
     if not work:
         return []
-    from sluice.core.items import due_in_hours, effective_tokens
     from sluice.scheduler.queue.signals import Signals, parent_of_record
 
     policy = policy if policy is not None else load_town_policy(town)
-    signals = signals if signals is not None else Signals(town, stores)
+    signals = Signals(town, stores)
     aging = float(getattr(policy, "aging", 0.0) or 0.0) > 0
     deadlines = deadline_enabled(policy)
     now = time.time() if now is None else now
@@ -125,7 +120,7 @@ def rank_work(
         w.graph_id = signals.graphs.of(w.item["id"], w.item.get("issue_type") or "task", parents[position])
         if w.tokens is None:  # the index keeps it for the items it holds
             w.tokens = effective_tokens(w.item)
-        priority, order = item_priority(w.item), order_text(w.order)
+        priority, order = priority_of(w.item), order_text(w.order)
         age = _age_hours(order, now) if aging and w.context_id else 0.0
         due = due_in_hours(w.item, now) if deadlines else None
         kind = (w.rig, w.graph_id, priority, w.tokens, age, due)
@@ -149,11 +144,8 @@ def rank_work(
 
 def _age_hours(order: str, now: float) -> float:
     """Hours from a normalised timestamp to ``now`` (0 for an unreadable or future one)."""
-    try:
-        stamp = datetime.fromisoformat(order.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-    return max(0.0, (now - stamp) / 3600.0)
+    stamp = parse_ts(order)
+    return max(0.0, (now - stamp) / 3600.0) if stamp is not None else 0.0
 
 
 # -- the best of a whole ready set ------------------------------------------------
@@ -196,8 +188,6 @@ def best_of_groups(
         Candidate(str(n), g.priority, g.tokens, g.rig, "", g.graph_id, g, due_in_hours=g.due_in_hours)
         for n, g in enumerate(groups)
     ]
-    if callable(decision_counts):  # read the log at most once, however many passes below
-        decision_counts = _once(decision_counts)
     top = max(limit, 256)
     while True:
         # Explaining every group costs more than ranking them; explain only a prefix of the
@@ -214,23 +204,28 @@ def best_of_groups(
             break
         top *= 4
     out: list[Scored] = []
-    start = 0
-    while start < len(ranked) and len(out) < limit:
-        key = (ranked[start].score, ranked[start].candidate.tokens)
-        end = start
-        while end < len(ranked) and (ranked[end].score, ranked[end].candidate.tokens) == key:
-            end += 1
+    for tier in in_tiers(ranked):
+        if len(out) >= limit:
+            break
         need = limit - len(out)
-        rows = []
-        for s in ranked[start:end]:
-            group: ReadyGroup = s.candidate.payload  # type: ignore[assignment]
-            rows.extend((order, item_id, s) for order, item_id in group.rows(min(need, group.count)))
-        rows.sort(key=lambda row: (row[0], row[1]))
-        for order, item_id, s in rows[:need]:
+        for order, item_id, s in tier_rows(tier, need)[:need]:
             candidate = replace(s.candidate, item_id=item_id, order=order, payload=None)
             out.append(replace(s, candidate=candidate))
-        start = end
     return out
+
+
+def in_tiers(ranked: Iterable[Scored]) -> list[list[Scored]]:
+    """Ranked groups in tiers of equal (score, tokens): every item of a tier ranks alike."""
+    return [list(tier) for _key, tier in groupby(ranked, key=lambda s: (s.score, s.candidate.tokens))]
+
+
+def tier_rows(tier: list[Scored], n: int) -> list[tuple[str, str, Scored]]:
+    """Up to ``n`` items of each group of a tier (its payload, which gives ``rows(n)`` and ``count``) as
+    (order, item id, the group's score), in that order: a tier's items interleave by age."""
+    rows = [(order, item_id, s) for s in tier
+            for order, item_id in s.candidate.payload.rows(min(n, s.candidate.payload.count))]
+    rows.sort(key=itemgetter(0, 1))
+    return rows
 
 
 def _prefix_suffices(ranked: list[Scored], limit: int) -> bool:
@@ -246,17 +241,6 @@ def _prefix_suffices(ranked: list[Scored], limit: int) -> bool:
             key = (s.score, s.candidate.tokens)
             return any((t.score, t.candidate.tokens) != key for t in ranked[position + 1 :])
     return False
-
-
-def _once(read: Callable[[], Mapping[str, int]]) -> Callable[[], Mapping[str, int]]:
-    kept: list[Mapping[str, int]] = []
-
-    def cached() -> Mapping[str, int]:
-        if not kept:
-            kept.append(read())
-        return kept[0]
-
-    return cached
 
 
 def has_graph_weights(policy) -> bool:
@@ -310,19 +294,12 @@ def rank_ready(
     return out
 
 
-def ready_count(store: RigStore, now: float) -> int:
-    """How many items of one rig are ready right now."""
-    return store.index.ready_count(now)
-
-
 def _rig_groups(
     store: RigStore, signals: Signals, now: float, by_graph: bool, graph_id: str | None,
     deadlines: bool = False,
 ) -> list[ReadyGroup]:
     rig = store.rig.name
-    if deadlines:  # the index does not keep due dates: group the ready records read whole
-        return _due_groups(store, signals, now, by_graph, graph_id)
-    if not by_graph:
+    if not by_graph and not deadlines:
         index = store.index
 
         def from_index(priority: int, tokens: int) -> Callable[[int], list[tuple[str, str]]]:
@@ -334,63 +311,33 @@ def _rig_groups(
 
         return [ReadyGroup(rig, None, p, t, n, from_index(p, t)) for p, t, n in index.ready_groups(now)]
 
-    rows = _exact_rows(store, now)
+    from sluice.scheduler.queue.signals import parent_of_deps, parent_of_record
+
+    # (id, issue_type, priority, created_ts, tokens, parent, due in hours) of every ready item
+    if deadlines:  # the index does not keep due dates: the ready records are read whole
+        records = [(item_id, priority, created_ts, normalise(json.loads(raw)))
+                   for priority, created_ts, item_id, raw in store.ready_raw(now, 0)]
+        rows = [(item_id, record.get("issue_type") or "task", priority, created_ts, effective_tokens(record),
+                 parent_of_record(record), due_in_hours(record, now))
+                for item_id, priority, created_ts, record in records]
+    else:
+        rows = [(item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps, item_id), None)
+                for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)]
     if by_graph:
         signals.graphs.prefetch({row[5] for row in rows if row[5] is not None})
     buckets: dict[tuple, list[tuple[bool, float, str]]] = {}
-    for item_id, issue_type, priority, created_ts, tokens, parent in rows:
+    for item_id, issue_type, priority, created_ts, tokens, parent, due in rows:
         graph = signals.graphs.of(item_id, issue_type, parent) if by_graph else None
         if graph_id is not None and graph != graph_id:
             continue
         # (undated, timestamp, id) orders exactly as (order text, id); the text is made for the chosen only.
-        buckets.setdefault((graph, priority, tokens), []).append((not created_ts, created_ts, item_id))
+        buckets.setdefault((graph, priority, tokens, due), []).append((not created_ts, created_ts, item_id))
     return [
-        ReadyGroup(rig, graph, priority, tokens, len(members), _sorted_rows(members))
-        for (graph, priority, tokens), members in buckets.items()
-    ]
-
-
-def _due_groups(store: RigStore, signals: Signals, now: float, by_graph: bool,
-                graph_id: str | None) -> list[ReadyGroup]:
-    """:func:`_rig_groups` with each item's deadline in its group: ready records are read whole."""
-    import json
-
-    from sluice.core.items import due_in_hours, effective_tokens, normalise
-    from sluice.scheduler.queue.signals import parent_of_record
-
-    buckets: dict[tuple, list[tuple[bool, float, str]]] = {}
-    for priority, created_ts, item_id, raw in store.ready_raw(now, 0):
-        record = normalise(json.loads(raw))
-        graph = None
-        if by_graph:
-            graph = signals.graphs.of(item_id, record.get("issue_type") or "task", parent_of_record(record))
-        if graph_id is not None and graph != graph_id:
-            continue
-        key = (graph, priority, effective_tokens(record), due_in_hours(record, now))
-        buckets.setdefault(key, []).append((not created_ts, created_ts, item_id))
-    return [
-        ReadyGroup(store.rig.name, graph, priority, tokens, len(members), _sorted_rows(members), due)
+        ReadyGroup(rig, graph, priority, tokens, len(members), _sorted_rows(members), due)
         for (graph, priority, tokens, due), members in buckets.items()
     ]
 
 
 def _sorted_rows(members: list[tuple[bool, float, str]]) -> Callable[[int], list[tuple[str, str]]]:
-    done = []
-
-    def first(n: int) -> list[tuple[str, str]]:
-        if not done:
-            members.sort()
-            done.append(True)
-        return [(order_of_ts(ts), item_id) for _undated, ts, item_id in members[:n]]
-
-    return first
-
-
-def _exact_rows(store: RigStore, now: float) -> list[tuple[str, str, int, float, int, str | None]]:
-    """(id, issue_type, priority, created_ts, tokens, parent) of every ready item of one rig."""
-    from sluice.scheduler.queue.signals import parent_of_deps
-
-    return [
-        (item_id, issue_type, priority, created_ts, tokens, parent_of_deps(deps, item_id))
-        for item_id, issue_type, priority, created_ts, tokens, deps in store.index.ready_facts(now)
-    ]
+    """The first ``n`` members as (order text, id): only the groups that reach the top are ever sorted."""
+    return lambda n: [(order_of_ts(ts), item_id) for _undated, ts, item_id in heapq.nsmallest(n, members)]

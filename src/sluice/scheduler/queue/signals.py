@@ -133,17 +133,13 @@ class Graphs:
         self._rigs: list[Rig] | None = None
 
     def _all_rigs(self) -> list[Rig]:
-        if self._rigs is None:  # longest prefix first, so the first match is the one Town.rig_for_id picks
+        if self._rigs is None:  # longest prefix first, as Town.rig_for_id routes
             self._rigs = sorted(self.town.rigs(), key=lambda rig: (-len(rig.prefix), rig.name))
         return self._rigs
 
-    def _home(self, item_id: str) -> Rig | None:
-        """The rig an id's prefix routes to."""
-        return next((rig for rig in self._all_rigs() if item_id.startswith(rig.prefix + "-")), None)
-
     def _search_order(self, item_id: str) -> list[Rig]:
         """The rig the id's prefix routes to, then every other rig."""
-        home = self._home(item_id)
+        home = self.town.rig_for_id(item_id)
         return [home, *(r for r in self._all_rigs() if r is not home)] if home else self._all_rigs()
 
     def facts(self, item_id: str) -> tuple[str, str | None] | None:
@@ -166,7 +162,7 @@ class Graphs:
         while wanted:
             by_rig: dict[str, list[str]] = {}
             for item_id in wanted:
-                home = self._home(item_id)
+                home = self.town.rig_for_id(item_id)
                 if home is not None:
                     by_rig.setdefault(home.name, []).append(item_id)
             found: dict[str, tuple[str, str]] = {}
@@ -244,13 +240,10 @@ class Signals:
         self._counts: dict[str, int] | None = None
 
     def warm_rigs(self, rigs: Iterable[str]) -> set[str]:
-        out = set()
-        for name in rigs:
-            if name not in self._warm:
-                self._warm[name] = is_warm_rig(self.town.rig(name), self.town)
-            if self._warm[name]:
-                out.add(name)
-        return out
+        rigs = set(rigs)
+        for name in rigs - self._warm.keys():
+            self._warm[name] = is_warm_rig(self.town.rig(name), self.town)
+        return {name for name in rigs if self._warm[name]}
 
     def merge_queue(self, rig: str) -> tuple[int, int]:
         """(queued, running): the rig's ``merge-request`` items that are open and in progress."""

@@ -15,8 +15,9 @@ from sluice.core import admission as rules
 from sluice.core.admission import Reason
 from sluice.core.clock import format_duration
 from sluice.core.items import priority_of
+from sluice.core.recordclass import recordclass
 from sluice.errors import StoreCorrupt, UsageError
-from sluice.scheduler.launch.admission import assess, binding_of, limits, needs_spend, reasons_of, why
+from sluice.scheduler.launch.admission import assess, binding_of, reasons_of, why
 from sluice.scheduler.launch.polecats import retry_due_at, retry_window
 from sluice.scheduler.queue.pending import held_row, item_store, survey
 from sluice.scheduler.session import Session
@@ -27,8 +28,9 @@ from sluice.store.database.state import load_state
 from sluice.store.items.sources import stale_rows
 
 if TYPE_CHECKING:
-    from sluice.executors.base import Executor, Polecat
+    from sluice.executors.base import Executor
     from sluice.scheduler.launch.admission import Assessment
+    from sluice.scheduler.queue.head import Head
     from sluice.scheduler.queue.pending import Survey
     from sluice.scheduler.queue.ranking import Work
     from sluice.store.files.town import Town
@@ -79,22 +81,12 @@ def _held_row(held) -> dict:
     }
 
 
-def queue_view(where: Town | Session, executor: Executor | None = None, now: float | None = None):
-    """One survey and its admission, exactly as the next cycle would see them.
+def queue_view(session: Session) -> tuple[Survey, Assessment]:
+    """One survey and its admission, exactly as the next cycle would see them, made once per session.
 
-    Returns ``(config, survey, active polecats, assessment)``; an unreachable
-    executor counts as no polecats (``status`` reports the problem).
-    """
-    session = Session.of(where, executor, now)
-    view, assessment = _survey(session)
-    return session.config, view, session.active or [], assessment
-
-
-def _survey(session: Session) -> tuple[Survey, Assessment]:
-    """One survey and its admission in ``session`` (made once per session, then reused).
-
-    The config, polecats and problem are the session's; a view that shows
-    both the queue and its forecast pays for one survey.
+    The config, polecats and problem are the session's (an unreachable
+    executor counts as no polecats); a view that shows both the queue and its
+    forecast pays for one survey.
     """
     if session.surveyed is not None:
         return session.surveyed
@@ -118,49 +110,39 @@ def _queue(session: Session, limit: int = 0, offset: int = 0) -> Page:
     for name, value in (("limit", limit), ("offset", offset)):
         if value < 0:
             raise UsageError(f"--{name} must be >= 0 (got {value})", parameters=(name,))
+    stop = offset + limit if limit else None
     if limit and session.surveyed is None and offset + limit <= HEAD_ROWS_MAX:
         from sluice.scheduler.queue.head import read_head
 
         head = read_head(session, offset + limit)
         if head is not None:
-            return _head_page(session, head, offset, offset + limit)
-    view, assessment = _survey(session)
-    return _page(session, view, assessment, offset, offset + limit if limit else None)
+            return _page(session, head.view, head.assessment, offset, stop, head)
+    view, assessment = queue_view(session)
+    return _page(session, view, assessment, offset, stop)
 
 
 #: A page that ends further down than this is cut from a whole survey, not read from the head.
 HEAD_ROWS_MAX = 2000
 
 
-def _head_page(session: Session, head, start: int, stop: int) -> Page:
-    """:func:`_page` of a queue read as its head and counts (:mod:`sluice.scheduler.queue.head`)."""
-    counts = QueueCounts(0, head.ready_total + len(head.view.backing_off))
-    counts.rigs = head.rigs
-    return _page_of(session, head.view, head.assessment, head.ready_total, head.blocked_total,
-                    head.stale_total, counts, start, stop)
+def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None,
+          head: Head | None = None) -> Page:
+    """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts:
+    ready, backing off, blocked, then held, each row with the reasons it waits.
 
-
-def _page(session: Session, view: Survey, assessment: Assessment, start: int, stop: int | None) -> Page:
-    """The rows ``start`` to ``stop`` (None: the end) of the survey's queue, with its exact counts."""
-    counts = QueueCounts(0, len(view.ready) + len(view.backing_off))
-    for work in view.ready + view.backing_off:
-        counts.add(work.rig, False)
-    for work in view.blocked:
-        counts.add(work.rig, True)
-    for held in view.held:
-        counts.add(held.context.fields.target_rig, True)
-    return _page_of(session, view, assessment, len(view.ready), len(view.blocked), len(view.stale), counts,
-                    start, stop)
-
-
-def _page_of(session: Session, view: Survey, assessment: Assessment, ready_total: int, blocked_total: int,
-             stale_total: int, counts: QueueCounts, start: int, stop: int | None) -> Page:
-    """The rows ``start`` to ``stop`` of a queue whose ready and blocked lists may be only its first
-    ones (a head): ready, backing off, blocked, then held, each row with the reasons it waits."""
+    With ``head`` the queue was read as its head (:mod:`sluice.scheduler.queue.head`): the
+    survey's ready and blocked lists are only its first ones, and the counts are the head's.
+    """
+    if head is None:
+        ready_total, blocked_total, stale_total = len(view.ready), len(view.blocked), len(view.stale)
+        rigs = view.rig_counts()
+    else:
+        ready_total, blocked_total, stale_total, rigs = (head.ready_total, head.blocked_total,
+                                                          head.stale_total, head.rigs)
     config = session.config
     retry = retry_window(config.scheduler)
     queued = ready_total + len(view.backing_off) + blocked_total
-    counts.total = queued + len(view.held)
+    counts = QueueCounts(queued + len(view.held), ready_total + len(view.backing_off), rigs)
     stop = counts.total if stop is None else stop
     rows = []
     firsts = (0, ready_total, ready_total + len(view.backing_off))
@@ -174,43 +156,40 @@ def _page_of(session: Session, view: Survey, assessment: Assessment, ready_total
         row = _held_row(held)
         row["why"] = [row["held"]]
         rows.append(row)
-    gates = assessment.gates
-    return Page(rows, counts, stale_total, len(view.held), dict(view.unreadable),
-                assessment.admission.reason, _json_or_none(binding_of(assessment)),
-                gates.to_json() if gates is not None else None, assessment)
+    return Page(rows, counts, stale_total, len(view.held), dict(view.unreadable), assessment)
 
 
+@recordclass
 class Page:
-    """A page of the queue's rows, its exact counts, and what admission said of the whole queue.
+    """A page of the queue's rows, its exact counts, and the admission of the whole queue."""
 
-    ``assessment`` is the survey's admission when this call surveyed, None
-    when the page came from a kept head.
-    """
+    rows: list[dict]
+    counts: QueueCounts
+    stale: int
+    held: int
+    unreadable: dict
+    assessment: Assessment
 
-    def __init__(self, rows: list[dict], counts: QueueCounts, stale: int, held: int, unreadable: dict,
-                 plan_reason: str | None, binding: dict | None, gates: dict | None,
-                 assessment: Assessment | None = None):
-        self.rows, self.counts = rows, counts
-        self.stale, self.held, self.unreadable = stale, held, unreadable
-        self.plan_reason, self.binding, self.gates = plan_reason, binding, gates
-        self.assessment = assessment
+    def admission(self) -> dict:
+        """What admission said of the whole queue: its reason, the binding limit, the host's gates."""
+        binding, gates = binding_of(self.assessment), self.assessment.gates
+        return {"plan_reason": self.assessment.admission.reason,
+                "binding": binding.to_json() if binding is not None else None,
+                "host": gates.to_json() if gates is not None else None}
 
     def head(self) -> dict:
         counts = self.counts
         return {"rows": self.rows, "total": counts.total, "ready": counts.ready, "rigs": counts.rigs,
-                "stale": self.stale, "held": self.held, "unreadable": self.unreadable,
-                "plan_reason": self.plan_reason, "binding": self.binding, "gates": self.gates}
+                "stale": self.stale, "held": self.held, "unreadable": self.unreadable, **self.admission()}
 
+
+@recordclass
 class QueueCounts:
     """Exact counts of the whole queue, whatever slice of its rows a view shows."""
 
-    def __init__(self, total: int, ready: int):
-        self.total = total
-        self.ready = ready
-        self.rigs: dict[str, list[int]] = {}  # rig → [ready, blocked]
-
-    def add(self, rig: str, blocked: bool) -> None:
-        self.rigs.setdefault(rig, [0, 0])[blocked] += 1
+    total: int
+    ready: int
+    rigs: dict[str, list[int]]  # rig → [ready, blocked]
 
 
 def list_queue(where: Town | Session, executor: Executor | None = None, limit: int = 0, offset: int = 0
@@ -284,27 +263,16 @@ def kept_forecast(town: Town) -> dict | None:
     reader (the text says it), so two calls a second apart answer the same.
     """
     head = forecasts.last(town)
-    if head is None:
-        return None
-    return {"at": head["at"], "drain_at": head["drain_at"], "drain_p90_at": head["drain_p90_at"],
-            "items_total": head["items_total"]}
+    keys = ("at", "drain_at", "drain_p90_at", "items_total")
+    return {key: head[key] for key in keys} if head is not None else None
 
 
 def _admission_status(session: Session, page: Page) -> dict:
-    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``.
-
-    The caps and the spend are read now (a kept page carries only what
-    admission said of the queue: its reason, the binding limit, the gates).
-    """
+    """Budgets (spent / budget / window), throttles and broken items for ``scheduler status``, and what
+    admission said of the queue."""
     town, config, now = session.files, session.config, session.now
     window = format_duration(config.scheduler.seconds("budget_window"))
-    assessment = page.assessment
-    if assessment is not None:
-        caps, spend = assessment.limits, assessment.spend
-    else:
-        caps = limits(config, len(session.active or []), config.scheduler.batch_size)
-        spend = kept.spend(town, now, config.scheduler.seconds("budget_window")) if needs_spend(config) \
-            else rules.Spend()
+    caps, spend = page.assessment.limits, page.assessment.spend
     budgets = []
     if caps.town_budget:
         budgets.append({"rig": None, "spent": spend.town, "budget": caps.town_budget, "window": window})
@@ -312,12 +280,7 @@ def _admission_status(session: Session, page: Page) -> dict:
         budgets.append({"rig": name, "spent": spend.rigs.get(name, 0), "budget": budget, "window": window})
     return {"budgets": budgets, "throttles": kept.throttle_rows(town, now),
             "rig_caps": dict(sorted(caps.rig_caps.items())), "label_caps": dict(caps.label_caps),
-            "circuit_broken": kept.count_broken(town), "plan_reason": page.plan_reason,
-            "binding": page.binding, "host": page.gates}
-
-
-def _json_or_none(reason) -> dict | None:
-    return reason.to_json() if reason is not None else None
+            "circuit_broken": kept.count_broken(town), **page.admission()}
 
 
 # -- explain ------------------------------------------------------------------------------------
@@ -330,79 +293,55 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
     town, stores, now = session.files, session.stores, session.now
     view, assessment = _explained_view(session, item_id)
     config, active = session.config, session.active or []
-    out: dict[str, Any] = {
-        "item_id": item_id,
-        "queued": False,
-        "context_id": None,
-        "would_dispatch": False,
-        "score": None,
-        "promoted_at": None,
-        "reasons": [],
-    }
+    out: dict[str, Any] = {"item_id": item_id, "queued": False, "context_id": None, "would_dispatch": False,
+                           "score": None, "promoted_at": None, "reasons": []}
     reasons: list[Reason] = []
     unreadable = None
     try:
         found = item_store(stores, item_id)
     except (StoreCorrupt, OSError) as err:  # its rig cannot be read: held, as the cycle holds it
         found, unreadable = None, str(err)
-    causes = _causes(found, item_id)  # read once: the blocked reason and the gates both name them
-    for where, works in (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked)):
-        for w in works:
-            if w.item["id"] != item_id:
-                continue
-            out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
-            blockers = _blockers(causes, item_id, active) if where == "blocked" else None
-            reasons = reasons_of(assessment, w, where, config, blockers)
-            out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
-            break
-        if out["queued"]:
-            break
-    if not out["queued"]:
-        for held in view.held:  # its item is missing now; the context closes after missing_grace
-            if held.context.work_id == item_id:
-                out.update(queued=True, context_id=held.context.id)
-                closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
-                if held.reason == rules.RIG_UNREADABLE:
-                    reasons.append(Reason(rules.RIG_UNREADABLE, held.detail or ""))
-                else:
-                    reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
-                break
-    if not out["queued"]:
-        for stale in view.stale:
-            if stale.context.work_id == item_id:
-                out.update(queued=True, context_id=stale.context.id)
-                code = {
-                    ctxs.CIRCUIT_BROKEN: rules.CIRCUIT_BROKEN,
-                    ctxs.INVALID_WORK_ITEM: rules.MISSING_ITEM,
-                }.get(stale.reason, rules.NOT_QUEUED)
-                reasons.append(
-                    Reason(code, f"the next cycle closes its context ({stale.reason}: {stale.detail})")
-                )
-                break
-    if not out["queued"]:
-        entry = kept.broken_entry(town, item_id)
-        if entry is not None:
-            nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
-            nxt += ")" if entry.get("next_attempt_at") is None else ""
-            reasons.append(
-                Reason(
-                    rules.CIRCUIT_BROKEN,
-                    f"{entry.get('failures')} failed launches, last: {entry.get('last_error')};"
-                    f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)",
-                )
-            )
-        elif unreadable is not None:
-            reasons.append(Reason(rules.RIG_UNREADABLE, unreadable))
-        elif found is None:
-            reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
+    # What blocks it in its rig, read once: the blocked reason and the gates both name them.
+    causes = (found[0].blocked_by(item_id) or []) if found is not None else []
+    lists = (("ready", view.ready), ("backoff", view.backing_off), ("blocked", view.blocked))
+    queued = next(((where, w) for where, works in lists for w in works if w.item["id"] == item_id), None)
+    held = next((h for h in view.held if h.context.work_id == item_id), None)
+    stale = next((c for c in view.stale if c.context.work_id == item_id), None)
+    polecat = next((p for p in active if p.item_id == item_id), None)
+    if queued is not None:
+        where, w = queued
+        out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
+        blockers = None
+        if where == "blocked":  # its running polecat, else its rig's blocking causes
+            blockers = [f"its running polecat {polecat.id}"] if polecat else causes
+        reasons = reasons_of(assessment, w, where, config, blockers)
+        out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
+    elif held is not None:  # its item is missing now; the context closes after missing_grace
+        out.update(queued=True, context_id=held.context.id)
+        closes = f", its context closes at {rules.stamp(held.closes_at)}" if held.closes_at else ""
+        if held.reason == rules.RIG_UNREADABLE:
+            reasons.append(Reason(rules.RIG_UNREADABLE, held.detail or ""))
         else:
-            polecat = next((p for p in active if p.item_id == item_id), None)
-            detail = (
-                f"a polecat ({polecat.id}) is running it"
-                if polecat
-                else f"no open sling context (`sluice sling {item_id} RIG` queues it)"
-            )
-            reasons.append(Reason(rules.NOT_QUEUED, detail))
+            reasons.append(Reason(rules.MISSING_ITEM, f"no rig has item {item_id} right now{closes}"))
+    elif stale is not None:
+        out.update(queued=True, context_id=stale.context.id)
+        code = {ctxs.CIRCUIT_BROKEN: rules.CIRCUIT_BROKEN,
+                ctxs.INVALID_WORK_ITEM: rules.MISSING_ITEM}.get(stale.reason, rules.NOT_QUEUED)
+        reasons.append(Reason(code, f"the next cycle closes its context ({stale.reason}: {stale.detail})"))
+    elif (entry := kept.broken_entry(town, item_id)) is not None:
+        nxt = entry.get("next_attempt_at") or "never (scheduler.breaker_cooldown is 0;"
+        nxt += ")" if entry.get("next_attempt_at") is None else ""
+        reasons.append(Reason(rules.CIRCUIT_BROKEN,
+                              f"{entry.get('failures')} failed launches, last: {entry.get('last_error')};"
+                              f" next attempt {nxt} (`sluice scheduler reset {item_id}` queues one now)"))
+    elif unreadable is not None:
+        reasons.append(Reason(rules.RIG_UNREADABLE, unreadable))
+    elif found is None:
+        reasons.append(Reason(rules.MISSING_ITEM, f"no rig has an item {item_id}"))
+    else:
+        detail = (f"a polecat ({polecat.id}) is running it" if polecat
+                  else f"no open sling context (`sluice sling {item_id} RIG` queues it)")
+        reasons.append(Reason(rules.NOT_QUEUED, detail))
     out["reasons"] = [r.to_json() for r in reasons]
     out.update(_beads_hints(found, causes, now))
     out["host"] = assessment.gates.to_json() if assessment.gates is not None else None
@@ -426,7 +365,7 @@ def _explained_view(session: Session, item_id: str) -> tuple[Survey, Assessment]
             listed += [c.context.work_id for c in view.held + view.stale]
             if item_id in listed or not ctxs.find_open(session.files, item_id):
                 return view, head.assessment
-    return _survey(session)
+    return queue_view(session)
 
 
 def _beads_hints(found, causes: list[str], now: float) -> dict:
@@ -439,18 +378,3 @@ def _beads_hints(found, causes: list[str], now: float) -> dict:
     gates = [gate_of(r) for r in store.get_many(causes).values()]
     own = gate_of(record)
     return {**item_hints(record, now), "gates": ([own] if own else []) + [g for g in gates if g]}
-
-
-def _causes(found, item_id: str) -> list[str]:
-    """The ids that block ``item_id`` in its rig (none when it is not blocked or not found)."""
-    if found is None:
-        return []
-    return found[0].blocked_by(item_id) or []
-
-
-def _blockers(causes: list[str], item_id: str, active: list[Polecat]) -> list[str]:
-    """What blocks a queued item: its running polecat, else its rig's blocking causes."""
-    polecat = next((p for p in active if p.item_id == item_id), None)
-    if polecat is not None:
-        return [f"its running polecat {polecat.id}"]
-    return causes

@@ -47,7 +47,7 @@ def next_decisions(
     In skip mode a pressured item inside the top ``limit`` becomes a skipped
     decision and still takes its slot (metagit's skip rule).  ``preview`` writes
     nothing: no decision, no event.  A session over stores kept open between
-    calls (:meth:`Session.kept`) answers without re-opening them.
+    calls (``Session(files, stores=stores)``) answers without re-opening them.
     """
     _check_count("limit", limit, 1)
     if graph_id is not None and (not isinstance(graph_id, str) or not graph_id.strip()):
@@ -72,8 +72,14 @@ def next_decisions(
     at = iso_epoch(now)
     decisions = [_decision(town, stores, selection, at) for selection in select(top, limit,
                                                                                  policy.skip_on_merge_pressure)]
-    if not preview:
-        record_decisions(town, decisions)
+    if not preview:  # the decisions in one write, then their events in another
+        from sluice.store.database.decisions import append_decisions
+        from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
+
+        append_decisions(town, decisions)
+        keys = ("decision_id", "graph_id", "node_id", "score", "skipped", "reasons")
+        emit_events(town, [(SCHEDULE_SKIPPED if d["skipped"] else SCHEDULE_DECISION, {k: d[k] for k in keys})
+                           for d in decisions])
     return decisions
 
 
@@ -87,25 +93,10 @@ def _decision(town: Town, stores: Stores, selection: Selection, at: str) -> dict
                          reasons=selection.reasons, at=at, skipped=selection.skipped)
 
 
-def record_decisions(town: Town, decisions: list[dict]) -> None:
-    """Append the decisions (one write) and then their events (one write)."""
-    from sluice.store.database.decisions import append_decisions
-    from sluice.store.database.events import SCHEDULE_DECISION, SCHEDULE_SKIPPED, emit_events
-
-    append_decisions(town, decisions)
-    emit_events(town, [(SCHEDULE_SKIPPED if d["skipped"] else SCHEDULE_DECISION, event_payload(d))
-                       for d in decisions])
-
-
-def event_payload(decision: dict) -> dict:
-    keys = ("decision_id", "graph_id", "node_id", "score", "skipped", "reasons")
-    return {key: decision[key] for key in keys}
-
-
 def status(where: Town | Session, recent: int = 10, now: float | None = None) -> dict:
     """The policy, how many items are ready, the newest decisions, and the rigs with a merge queue."""
     _check_count("recent", recent, 0)
-    from sluice.scheduler.queue.ranking import load_town_policy, ready_count
+    from sluice.scheduler.queue.ranking import load_town_policy
     from sluice.scheduler.queue.signals import Signals
     from sluice.scheduler.session import Session
     from sluice.store.database.decisions import recent_decisions
@@ -117,7 +108,7 @@ def status(where: Town | Session, recent: int = 10, now: float | None = None) ->
     ready = 0
     pressure = {}
     for store in stores.all():
-        ready += ready_count(store, now)
+        ready += store.index.ready_count(now)
         depth = sum(signals.merge_queue(store.rig.name))
         if depth >= 1:
             pressure[store.rig.name] = depth

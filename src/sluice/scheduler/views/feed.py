@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import format_duration
 from sluice.core.items import parse_ts
 from sluice.core.text import printable
+from sluice.errors import UsageError
 from sluice.store.database import events
 
 if TYPE_CHECKING:
@@ -94,12 +95,12 @@ def describe(event: dict) -> str:
     """One event in words (an unknown type shows its name and payload keys)."""
     payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
     words = _WORDS.get(event.get("type"))
-    if words is None:
-        return f"{_p(event.get('type'))} {_p(json.dumps(payload, sort_keys=True)[:200])}"
     try:
-        return words(payload)
+        if words is not None:
+            return words(payload)
     except (KeyError, TypeError, ValueError):  # a hand-edited payload: still a line
-        return f"{_p(event.get('type'))} {_p(json.dumps(payload, sort_keys=True)[:200])}"
+        pass
+    return f"{_p(event.get('type'))} {_p(json.dumps(payload, sort_keys=True)[:200])}"
 
 
 def row(event: dict) -> dict:
@@ -118,8 +119,6 @@ def _kind_key(text: str) -> str:
 
 
 def _matcher(rig: str | None, kind: str | None, since: float | None, now: float) -> Callable[[dict], bool]:
-    from sluice.errors import UsageError
-
     wanted = None
     if kind is not None:
         known = {_kind_key(name): name for name in _WORDS}
@@ -143,8 +142,6 @@ def _matcher(rig: str | None, kind: str | None, since: float | None, now: float)
 def feed(town: Town, *, rig: str | None = None, kind: str | None = None, since: float | None = None,
          limit: int = 100, now: float | None = None) -> list[dict]:
     """The last ``limit`` matching events (0 = all) as feed rows, oldest first."""
-    from sluice.errors import UsageError
-
     if limit < 0:
         raise UsageError(f"limit must be >= 0 (got {limit})", parameters=("limit",))
     keep = _matcher(rig, kind, since, time.time() if now is None else now)
@@ -158,7 +155,11 @@ def feed(town: Town, *, rig: str | None = None, kind: str | None = None, since: 
 
 def log_end(town: Town) -> tuple[int, int | None]:
     """Where the event log ends now (size, inode): :func:`follow` starts there."""
-    return _end_of(town.events_path)
+    try:
+        st = os.stat(town.events_path)
+    except FileNotFoundError:
+        return 0, None
+    return st.st_size, st.st_ino
 
 
 def follow(town: Town, *, rig: str | None = None, kind: str | None = None, poll: float = 0.5,
@@ -172,7 +173,7 @@ def follow(town: Town, *, rig: str | None = None, kind: str | None = None, poll:
     """
     keep = _matcher(rig, kind, None, time.time())
     path = town.events_path
-    offset, inode = start if start is not None else _end_of(path)
+    offset, inode = start if start is not None else log_end(town)
     seen = seen or set()
     while stop is None or not stop():
         try:
@@ -197,11 +198,3 @@ def follow(town: Town, *, rig: str | None = None, kind: str | None = None, poll:
                 continue  # the event log's own readers name a bad line; the feed goes on
             if isinstance(event, dict) and keep(event) and event.get("event_id") not in seen:
                 yield row(event)
-
-
-def _end_of(path) -> tuple[int, int | None]:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return 0, None
-    return st.st_size, st.st_ino

@@ -154,8 +154,7 @@ class _Queue(Sequence):
         found = self.built.get(index)
         if found is not None:
             return found
-        row = self.reading.row(index)
-        found = self.built[index] = self._made(row, _shape(row))
+        found = self.built[index] = self._made(self.reading.row(index))
         return found
 
     def alike(self, index: int) -> model.Queued:
@@ -165,13 +164,13 @@ class _Queue(Sequence):
         kind = self.reading.kind_of[index]
         found = self._alike.get(kind)
         if found is None:
-            row = self.reading.row(index)
-            found = self._alike[kind] = self._made(row, _shape(row))[0]
+            found = self._alike[kind] = self._made(self.reading.row(index))[0]
         return found
 
-    def _made(self, row: list, shape: tuple) -> tuple[model.Queued, model.Estimate, int | None]:
-        """The reading row ``row`` of :func:`_shape` ``shape`` as the replay reads it, its estimate and token
-        p90 (the shape's parts worked out once)."""
+    def _made(self, row: list) -> tuple[model.Queued, model.Estimate, int | None]:
+        """The reading row ``row`` as the replay reads it, its estimate and token p90 (the parts its
+        :func:`_shape` shares worked out once)."""
+        shape = _shape(row)
         parts = self._shapes.get(shape)
         if parts is None:
             parts = self._shapes[shape] = self._parts(shape)
@@ -238,22 +237,14 @@ class _Setting:
 def _setting(session: Session, caps: dict) -> _Setting:
     town, config, now = session.files, session.config, session.now
     sched = config.scheduler
-    timeout = sched.seconds("polecat_timeout") or None
-    learned = learn(town, timeout)
-    default = model.DEFAULT_RUNTIME
+    learned = learn(town, sched.seconds("polecat_timeout") or None)
     throttle_end: dict[str | None, float] = {}
     for throttle in kept.throttles(town, now):
         throttle_end[throttle.rig] = max(throttle_end.get(throttle.rig, 0.0), throttle.until)
-    running = []
-    for record in runlog.running(town).values():
-        started = parse_ts(record.get("started_at"))
-        elapsed = now - started if started is not None else 0.0
-        rig = record.get("rig") or ""
-        labels = record.get("labels") or ()
-        running.append(model.Running(rig, learned.left(rig, elapsed, record.get("issue_type"), labels,
-                                                       default_runtime=default),
-                                     labels=frozenset(labels), touches=tuple(record.get("touches") or ())))
-
+    running = [model.Running(record.get("rig") or "", _left(learned, record, now),
+                             labels=frozenset(record.get("labels") or ()),
+                             touches=tuple(record.get("touches") or ()))
+               for record in runlog.running(town).values()]
     interval, next_tick = _daemon(town, now)
     limits = model.Limits(town_cap=sched.max_polecats, rig_caps=dict(caps["rig_caps"]),
                           batch_size=sched.batch_size, spawn_delay=sched.seconds("spawn_delay"),
@@ -327,35 +318,31 @@ def _head_reading(session: Session, whole: int) -> tuple[Reading, dict] | None:
     order = read_order(session, whole)
     if order is None:
         return None
-    view, assessment = order.head.view, order.head.assessment
+    ready, backing_off, blocked = _whole_rows(session, order.head.view, order.head.assessment)
+
+    def segments(found: list[tuple], why: str | None) -> list[tuple[list, int, bool]]:
+        return [(reading_row(work, None, why, admission.applicant(work)), 1, True) if work is not None
+                else (_group_kind(group, why), n, False) for work, group, n in found]
+
+    items = [(row, 1, True) for row in ready] + segments(order.ready, None)  # (row or kind, count, whole)
+    items += [(row, 1, True) for row in backing_off + blocked] + segments(order.blocked, rules.BLOCKED)
+    split = next((at for at, (_row, _n, whole_row) in enumerate(items) if not whole_row), len(items))
+    stretches = [(row[1:] if whole_row else row, n) for row, n, whole_row in items[split:]]
+    reading = StretchReading([row for row, _n, _whole in items[:split]], stretches)
+    return reading, _caps_of(order.head.assessment.limits)
+
+
+def _whole_rows(session: Session, view, assessment) -> tuple[list[list], list[list], list[list]]:
+    """The reading rows of a survey's ready, backing-off and blocked works, each with the labels, touches
+    and tokens admission reads (the ready works' as admission read them)."""
     retry = retry_window(session.config.scheduler)
-    seen = assessment.applicants
-    items: list[tuple[list, int, bool]] = []  # (row or kind, count, whole)
-    for position, work in enumerate(view.ready):
-        known = position < len(seen) and seen[position].payload is work
-        items.append((reading_row(work, None, None, seen[position] if known else admission.applicant(work)),
-                      1, True))
-    for segments, why in ((order.ready, None), (None, None), (order.blocked, rules.BLOCKED)):
-        if segments is None:  # the backing-off works, then the blocked head
-            for work in view.backing_off:
-                retry_at = parse_ts(retry_due_at(work.payload.fields, *retry))
-                items.append((reading_row(work, retry_at, None, admission.applicant(work)), 1, True))
-            for work in view.blocked:
-                items.append((reading_row(work, None, rules.BLOCKED, admission.applicant(work)), 1, True))
-            continue
-        for work, group, n in segments:
-            if work is not None:
-                items.append((reading_row(work, None, why, admission.applicant(work)), 1, True))
-            else:
-                items.append((_group_kind(group, why), n, False))
-    rows: list[list] = []
-    stretches: list[tuple[list, int]] = []
-    for row, n, whole_row in items:
-        if whole_row and not stretches:
-            rows.append(row)
-        else:
-            stretches.append((row[1:] if whole_row else row, n))
-    return StretchReading(rows, stretches), _caps_of(assessment.limits)
+    seen = assessment.applicants  # the ready works, first in the queue, in order
+    ready = [reading_row(w, None, None, seen[p] if p < len(seen) and seen[p].payload is w
+                         else admission.applicant(w)) for p, w in enumerate(view.ready)]
+    backing_off = [reading_row(w, parse_ts(retry_due_at(w.payload.fields, *retry)), None,
+                               admission.applicant(w)) for w in view.backing_off]
+    blocked = [reading_row(w, None, rules.BLOCKED, admission.applicant(w)) for w in view.blocked]
+    return ready, backing_off, blocked
 
 
 def _group_kind(group, why: str | None) -> list:
@@ -379,19 +366,9 @@ def _queue_reading(session: Session, whole: int | None = None) -> tuple[Reading,
         found = _head_reading(session, whole)
         if found is not None:
             return found
-    _, view, _, assessment = queue_model.queue_view(session)
-    retry = retry_window(session.config.scheduler)
-    backing_off = {id(w) for w in view.backing_off}
-    ready = assessment.applicants  # the ready works, first in the queue, as admission read them
-    works = []
-    entries = [(w, None) for w in view.ready + view.backing_off] + [(w, rules.BLOCKED) for w in view.blocked]
-    for position, (work, why) in enumerate(entries):
-        retry_at = parse_ts(retry_due_at(work.payload.fields, *retry)) if id(work) in backing_off else None
-        # labels, touches and tokens as admission reads them
-        known = position < len(ready) and ready[position].payload is work
-        seen = ready[position] if known else admission.applicant(work)
-        works.append(reading_row(work, retry_at, why, seen))
-    return Reading.of(works), _caps_of(assessment.limits)
+    view, assessment = queue_model.queue_view(session)
+    ready, backing_off, blocked = _whole_rows(session, view, assessment)
+    return Reading.of(ready + backing_off + blocked), _caps_of(assessment.limits)
 
 
 def _budgets(limits: model.Limits, charges: list[model.Charge], now: float) -> Budgets | None:
@@ -527,24 +504,28 @@ def _running_eta(session: Session, item_id: str) -> dict | None:
     if record is None:
         return None
     learned = learn(town, session.config.scheduler.seconds("polecat_timeout") or None)
-    rig, kind, labels = record.get("rig") or "", record.get("issue_type"), record.get("labels") or ()
-    started = parse_ts(record.get("started_at"))
-    elapsed = now - started if started is not None else 0.0
-    left = learned.left(rig, elapsed, kind, labels, default_runtime=model.DEFAULT_RUNTIME)
-    estimate = learned.estimate(rig, kind, labels)
-    return {"running": True, "start_at": record.get("started_at"), "done_at": _at(now + left),
+    estimate = learned.estimate(record.get("rig") or "", record.get("issue_type"), record.get("labels") or ())
+    done_at = _at(now + _left(learned, record, now))
+    return {"running": True, "start_at": record.get("started_at"), "done_at": done_at,
             "runtime_p50": round(estimate.runtime_p50, 3), "runtime_p90": round(estimate.runtime_p90, 3),
             "basis": {**estimate.basis, "kind": estimate.kind}}
+
+
+def _left(learned: model.Model, record: dict, now: float) -> float:
+    """What is left of a running run (its run record), by the learned runtimes."""
+    started = parse_ts(record.get("started_at"))
+    elapsed = now - started if started is not None else 0.0
+    labels = record.get("labels") or ()
+    return learned.left(record.get("rig") or "", elapsed, record.get("issue_type"), labels,
+                        default_runtime=model.DEFAULT_RUNTIME)
 
 
 def _charges(town: Town, limits: model.Limits, now: float) -> list[model.Charge]:
     """The launches the budget ledger holds (only read when a budget is set)."""
     if not (limits.town_budget > 0 or any(v > 0 for v in limits.rig_budgets.values())):
         return []
-    out = []
-    for entry in kept.charges(town, now, limits.budget_window):
-        out.append(model.Charge(float(entry["at_ts"]), int(entry["tokens"]), entry["rig"]))
-    return out
+    return [model.Charge(float(entry["at_ts"]), int(entry["tokens"]), entry["rig"])
+            for entry in kept.charges(town, now, limits.budget_window)]
 
 
 #: The forecast row's keys ``scheduler explain`` carries.

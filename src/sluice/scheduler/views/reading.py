@@ -15,6 +15,7 @@ a stretch of one kind instead of walking it (``alike_until``,
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from itertools import compress, count
 from operator import ne
 
@@ -31,16 +32,7 @@ class Reading:
     @classmethod
     def of(cls, rows: list[list]) -> Reading:
         """The reading of ``rows``, each kind kept once."""
-        index: dict[str, int] = {}
-        kinds: list[list] = []
-        kind_of = []
-        for row in rows:
-            key = repr(row[1:])  # exact for what JSON holds: 1 is not 1.0, nor "ab" ["a", "b"]
-            found = index.get(key)
-            if found is None:
-                found = index[key] = len(kinds)
-                kinds.append(row[1:])
-            kind_of.append(found)
+        kinds, kind_of = _table([row[1:] for row in rows])
         return cls([row[0] for row in rows], kinds, kind_of)
 
     def __len__(self) -> int:
@@ -59,6 +51,19 @@ class Reading:
         if self._ends is None:
             self._ends = stretch_ends(self.kind_of)
         return self._ends[bisect.bisect_right(self._ends, index)]
+
+
+def _table(kinds: list[list]) -> tuple[list[list], list[int]]:
+    """Each distinct kind once, told apart by ``repr`` (exact for what JSON holds: 1 is not 1.0, nor
+    "ab" ["a", "b"]), and where each of ``kinds`` is among them."""
+    index: dict[str, int] = {}
+    table: list[list] = []
+    places = []
+    for kind in kinds:
+        places.append(index.setdefault(repr(kind), len(index)))
+        if len(index) > len(table):
+            table.append(kind)
+    return table, places
 
 
 def stretch_ends(values: list) -> list[int]:
@@ -82,21 +87,11 @@ class StretchReading(Reading):
     __slots__ = ("_starts",)
 
     def __init__(self, rows: list[list], stretches: list[tuple[list, int]]):
-        index: dict[str, int] = {}
-        kinds: list[list] = []
-
-        def kind_of(kind: list) -> int:
-            key = repr(kind)
-            found = index.get(key)
-            if found is None:
-                found = index[key] = len(kinds)
-                kinds.append(kind)
-            return found
-
-        runs: list[tuple[int, int]] = [(kind_of(row[1:]), 1) for row in rows]  # (kind, length)
-        runs += [(kind_of(kind), n) for kind, n in stretches if n > 0]
-        total = sum(n for _kind, n in runs)
-        starts, kinds_by_run = _runs(runs)
+        stretches = [(kind, n) for kind, n in stretches if n > 0]
+        kinds, places = _table([row[1:] for row in rows] + [kind for kind, _n in stretches])
+        lengths = [1] * len(rows) + [n for _kind, n in stretches]
+        total = sum(lengths)
+        starts, kinds_by_run = _runs(zip(places, lengths, strict=True))
         super().__init__(_Ids([row[0] for row in rows], total), kinds, _Kinds(starts, kinds_by_run, total))
         self._starts = starts
 
@@ -105,7 +100,7 @@ class StretchReading(Reading):
         return self._starts[run] if run < len(self._starts) else len(self)
 
 
-def _runs(runs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+def _runs(runs: Iterable[tuple[int, int]]) -> tuple[list[int], list[int]]:
     """The starts and kinds of ``runs`` (kind, length), neighbouring runs of one kind merged."""
     starts: list[int] = []
     kinds: list[int] = []

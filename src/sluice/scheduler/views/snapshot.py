@@ -40,7 +40,7 @@ from sluice.scheduler.launch import ends, runs
 from sluice.scheduler.launch.polecats import RUNNING_STATES, polecat_row, polecat_runtime
 from sluice.scheduler.queue import views as queue_model
 from sluice.scheduler.queue.pending import survey
-from sluice.scheduler.queue.ranking import Work, rank_work, ready_count
+from sluice.scheduler.queue.ranking import Work, rank_work
 from sluice.scheduler.session import Session
 from sluice.scheduler.views import forecast as forecasting
 from sluice.store.database.decisions import recent_decisions
@@ -104,7 +104,7 @@ def _rigs(stores: Stores, counts, polecats: list[dict], now: float, sources: lis
             out[name] = {"error": f"held (rig-unreadable): {unreadable[name]}"}
             continue
         try:
-            ready = ready_count(store, now)  # counted by the index: a large rig's rows are never built
+            ready = store.index.ready_count(now)  # counted by the index: a large rig's rows are never built
             blocked = len(store.blocked_raw())
             merge = store.merge_queue_counts()
         except (SluiceError, OSError) as err:  # one broken rig must not blank the whole view
