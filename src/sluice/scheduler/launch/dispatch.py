@@ -72,10 +72,6 @@ if TYPE_CHECKING:
 __all__ = ["CycleReport", "run_cycle"]
 
 
-def daemon_mode() -> bool:
-    return os.environ.get("SLUICE_DAEMON") == "1"
-
-
 def run_cycle(
     where: Town | Session,
     batch: int | None = None,
@@ -99,7 +95,7 @@ def run_cycle(
     """
     session = Session.of(where, executor)
     town, config = session.files, session.config
-    daemon = daemon_mode() if daemon is None else daemon
+    daemon = os.environ.get("SLUICE_DAEMON") == "1" if daemon is None else daemon
     if batch is not None and batch < 1:
         raise UsageError(f"batch must be >= 1 (got {batch})", parameters=("batch",))
     report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
@@ -226,7 +222,6 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     return report
 
 
-
 def _surveyed(session: Session, report: CycleReport, active, gates, now: float, ignore_backoff: bool,
               item: str | None):
     """The survey path of a cycle: survey, tidy, admit and report; returns (planned works, assessment)."""
@@ -260,7 +255,9 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
         summary.update(ready=head.ready_total, skipped=head.tally.skipped, reason=head.tally.reason,
                        why={**head.tally.why, **({rules.BACKOFF: len(view.backing_off)} if view.backing_off
                                                  else {})})
-    _report_plan(report, summary)
+    report.ready, report.backing_off = summary["ready"], summary["backing_off"]
+    report.skipped, report.reason = summary["skipped"], summary["reason"]
+    report.why.update(summary["why"])
     for held in view.held:
         code = rules.RIG_UNREADABLE if held.reason == RIG_UNREADABLE else rules.MISSING_ITEM
         report.why[code] = report.why.get(code, 0) + 1
@@ -269,14 +266,6 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
     planned = [a.payload for a in plan.to_dispatch]
     report.planned = [_planned_row(w) for w in planned]
     return planned, assessment
-
-
-def _report_plan(report: CycleReport, summary: dict) -> None:
-    """The survey's and the plan's figures (a :func:`~sluice.scheduler.launch.admission.cycle_summary`)."""
-    report.ready, report.backing_off = summary["ready"], summary["backing_off"]
-    report.skipped = summary["skipped"]
-    report.why.update(summary["why"])
-    report.reason = summary["reason"]
 
 
 #: Launches begun before the cycle waits for their answers: each holds a pipe and a starting watcher.

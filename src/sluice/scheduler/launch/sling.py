@@ -31,25 +31,21 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso, now_utc
 from sluice.core.items import DONE_STATUSES, is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
-from sluice.core.recordclass import field, recordclass
+from sluice.core.recordclass import asdict, field, recordclass
 from sluice.core.records import SlingContextFields
-from sluice.errors import (
-    SluiceError,
-    UnknownItem,
-    UsageError,
-)
+from sluice.errors import SluiceError, UnknownItem, UsageError
 from sluice.scheduler.launch import gates as gate_view
 from sluice.scheduler.launch.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.queue.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store.database import contexts as ctxs
 from sluice.store.database import events
+from sluice.store.database import runs as runlog
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.files.town import Town
     from sluice.store.items.rigstore import Stores
-
 
 
 @recordclass
@@ -89,15 +85,7 @@ class SlingResult:
         return bool(self.scheduled or self.already or self.dispatched) or not self.errors
 
     def to_json(self) -> dict:
-        return {
-            "scheduled": self.scheduled,
-            "already": self.already,
-            "dispatched": self.dispatched,
-            "errors": self.errors,
-            "skipped": self.skipped,
-            "mode": self.mode,
-            "dry_run": self.dry_run,
-        }
+        return asdict(self)
 
 
 def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
@@ -282,7 +270,7 @@ class _Refusal:
 
 
 class _Ran:
-    """Each item's latest run, read once per sling and only if an item gets that far.
+    """Each item's latest run, read only if an item gets that far.
 
     A run still recorded as running may have ended unseen: then its end is
     recorded first (once per sling), as any command that looks does.
@@ -290,25 +278,19 @@ class _Ran:
 
     def __init__(self, session: Session):
         self.session = session
-        self.town = session.files
-        self._latest: dict[str, dict] | None = None
         self._settled = False
 
     def latest(self, item_id: str) -> dict | None:
         from sluice.scheduler.launch.ends import settle
-        from sluice.scheduler.launch.runs import latest_by_item
 
-        if self._latest is None:
-            self._latest = latest_by_item(self.town)
-        run = self._latest.get(item_id)
+        run = runlog.latest(self.session.files, item=item_id)
         if run is not None and run.get("outcome") == "running" and not self._settled:
             self._settled = True
             try:
-                settle(self.town, self.session.require_executor())
+                settle(self.session.files, self.session.require_executor())
             except SluiceError:  # an executor that cannot be asked: the run counts as running
                 return run
-            self._latest = latest_by_item(self.town)
-            run = self._latest.get(item_id)
+            run = runlog.latest(self.session.files, item=item_id)
         return run
 
 

@@ -80,11 +80,6 @@ def prepare(town: Town, rig_name: str, item_id: str, attempt: int) -> Workspace:
                                fresh_names=names[1:])
 
 
-def discard(made: Workspace) -> None:
-    """A workspace whose launch failed: nothing ran in it, so it goes (unless, somehow, it holds work)."""
-    git_workspace.retire(made.path)
-
-
 def running_workspaces(town: Town) -> set[str]:
     return {str(r["workspace"]) for r in log.running(town).values() if r.get("workspace")}
 

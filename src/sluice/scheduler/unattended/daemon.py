@@ -59,6 +59,7 @@ from sluice.scheduler.session import Session
 from sluice.scheduler.unattended import notify
 from sluice.scheduler.views.forecast import forecast
 from sluice.store.database import forecasts
+from sluice.store.database import runs as runlog
 from sluice.store.database.events import QUEUE_DRAINED, emit_event
 from sluice.store.database.state import read_heartbeat, write_heartbeat
 from sluice.store.files import fsutil
@@ -166,7 +167,7 @@ class Daemon:
         self.ticks = 0
         self.last_result: dict | None = None
         try:  # runs that ended before the daemon started are history, not this tick's news
-            self._runs_seen = runs.totals(town)
+            self._runs_seen = runlog.totals(town)
         except SluiceError:
             self._runs_seen = {}
 
@@ -231,7 +232,7 @@ class Daemon:
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
         try:  # ended by anyone since the last tick: the cycle, this tick, a `polecat list` meanwhile
-            ended = runs.totals(self.town)
+            ended = runlog.totals(self.town)
             result["runs"] = runs.count_new(ended, self._runs_seen)
             self._runs_seen = ended
         except SluiceError as err:
