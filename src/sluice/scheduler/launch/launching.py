@@ -109,11 +109,8 @@ def make_request(
     title = str(item.get("title") or "")
     values = {"item_id": item["id"], "rig": rig.name, "title": title, "context_id": context_id,
               "repo": str(rig.repo)}
-    env: dict[str, str] = {}
-    for key in ("formula", "args", "vars", "agent"):
-        value = getattr(fields, key, "") if fields is not None else ""
-        if value:
-            env[f"SLUICE_{key.upper()}"] = value
+    env = {f"SLUICE_{key.upper()}": getattr(fields, key) for key in ("formula", "args", "vars", "agent")
+           if fields is not None and getattr(fields, key)}
     place = {}
     if workspace is not None:
         place = {"workspace": str(workspace.path), "branch": workspace.branch}

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso_epoch, random_id
 from sluice.core.items import effective_tokens, labels_of, parse_ts, touches_of
+from sluice.errors import UsageError
 from sluice.scheduler.launch.polecats import RUNNING_STATES
 from sluice.scheduler.queue.pending import item_store
 from sluice.store.database import runs as log
@@ -152,8 +153,6 @@ def history(town: Town, *, item: str | None = None, rig: str | None = None, outc
             since: float | None = None, limit: int = 100, now: float | None = None) -> list[dict]:
     """Run records newest first (by start), filtered; ``since`` in seconds (running, or started or ended
     that recently); ``limit`` 0 for all of them."""
-    from sluice.errors import UsageError
-
     if outcome is not None and outcome not in log.OUTCOMES:
         raise UsageError(f"outcome {outcome!r} is not one of {', '.join(log.OUTCOMES)}",
                          parameters=("outcome",))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,9 +33,8 @@ from sluice.store.database import runs as log
 from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from sluice.executors.workspace import Workspace
+    from sluice.store.files.fsutil import FileLock
     from sluice.store.files.town import Town
 
 LOCK = "workspaces"
@@ -44,11 +42,9 @@ uses_clone = git_workspace.uses_clone
 FRESH_NAMES = 20  # branch names tried past the attempt's own before a clone gives up
 
 
-@contextmanager
-def launching(town: Town) -> Iterator[None]:
-    """Hold the workspace lock from a clone until its run record is written (see the module text)."""
-    with fsutil.file_lock(town.lock_path(LOCK)):
-        yield
+def launching(town: Town) -> FileLock:
+    """The workspace lock, held from a clone until its run record is written (see the module text)."""
+    return fsutil.file_lock(town.lock_path(LOCK))
 
 
 def branch_names(town: Town, rig_name: str, item_id: str, attempt: int) -> list[str]:
@@ -80,10 +76,6 @@ def prepare(town: Town, rig_name: str, item_id: str, attempt: int) -> Workspace:
                                fresh_names=names[1:])
 
 
-def running_workspaces(town: Town) -> set[str]:
-    return {str(r["workspace"]) for r in log.running(town).values() if r.get("workspace")}
-
-
 def after_end(town: Town, record: dict) -> str | None:
     """Retire an ended run's workspace (only an ``ok`` run's, only without unsaved work), then trim its
     rig's kept ones; why the workspace was kept, or None when it is gone."""
@@ -111,7 +103,7 @@ def trim(town: Town, rig_name: str) -> list[Path]:
     keep = int(getattr(town.config.executor, "workspace_keep", 5))
     try:
         with fsutil.file_lock(town.lock_path(LOCK), timeout=0):
-            busy = running_workspaces(town)
+            busy = {str(r["workspace"]) for r in log.running(town).values() if r.get("workspace")}
             ended = [p for p in parent.iterdir() if p.is_dir() and str(p) not in busy]
             return git_workspace.prune(ended, keep)
     except LockBusy:
