@@ -156,12 +156,9 @@ def backoff_reason(work: Work, config: TownConfig) -> Reason:
 
 
 def _failures_text(fields) -> str:
-    parts = []
-    if fields.dispatch_failures:
-        parts.append(f"{fields.dispatch_failures} failed launch(es)")
-    if fields.run_failures:
-        parts.append(f"{fields.run_failures} failed run(s)")
-    return " and ".join(parts) or "a failure"
+    parts = [f"{fields.dispatch_failures} failed launch(es)" if fields.dispatch_failures else "",
+             f"{fields.run_failures} failed run(s)" if fields.run_failures else ""]
+    return " and ".join(part for part in parts if part) or "a failure"
 
 
 def reasons_of(

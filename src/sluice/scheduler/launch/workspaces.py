@@ -47,19 +47,11 @@ def launching(town: Town) -> FileLock:
     return fsutil.file_lock(town.lock_path(LOCK))
 
 
-def branch_names(town: Town, rig_name: str, item_id: str, attempt: int) -> list[str]:
-    """The branch of one attempt at ``item_id`` (``executor.workspace_branch``, ``-N`` from the second
-    attempt on), then the names to move on to when the source already has it."""
-    template = getattr(town.config.executor, "workspace_branch", "sluice/{item_id}")
-    first = max(attempt, 1)
-    return [branch_name(template, item_id, rig_name, n) for n in range(first, first + FRESH_NAMES + 1)]
-
-
 def prepare(town: Town, rig_name: str, item_id: str, attempt: int) -> Workspace:
     """Clone rig ``rig_name`` for one attempt at ``item_id``; ExecutorError (with git's words) if not.
 
     The directory is ``<root>/<rig>/<item_id>[-N]`` and the branch the
-    template's, ``-N`` from the second attempt on; a directory left by an
+    template's (``executor.workspace_branch``), ``-N`` from the second attempt on; a directory left by an
     earlier run, or a branch the rig already has, moves both to the next N.
     Nothing is made on a filesystem below the host guard's disk limit.
     """
@@ -71,7 +63,8 @@ def prepare(town: Town, rig_name: str, item_id: str, attempt: int) -> Workspace:
     number = max(attempt, 1)
     while (parent / workspace_dirname(item_id, number)).exists():
         number += 1
-    names = branch_names(town, rig_name, item_id, number)
+    template = getattr(town.config.executor, "workspace_branch", "sluice/{item_id}")
+    names = [branch_name(template, item_id, rig_name, n) for n in range(number, number + FRESH_NAMES + 1)]
     return git_workspace.clone(str(rig.repo), parent / workspace_dirname(item_id, number), names[0],
                                fresh_names=names[1:])
 

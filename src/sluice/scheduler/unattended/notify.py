@@ -198,11 +198,10 @@ def run_notifier(town: Town, template: list[str], event: dict, name: str, timeou
         kill_group(process)
         outcome.detail = f"still running after {timeout:g}s; killed"
         return outcome
-    if process.returncode != 0:
+    outcome.ok = process.returncode == 0
+    if not outcome.ok:
         lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
         outcome.detail = f"exit status {process.returncode}" + (f": {lines[-1][:200]}" if lines else "")
-        return outcome
-    outcome.ok = True
     return outcome
 
 
