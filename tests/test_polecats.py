@@ -19,6 +19,7 @@ from sluice.core.records import SlingContextFields
 from sluice.errors import UnknownPolecat
 from sluice.executors import get_executor
 from sluice.scheduler.launch import polecats
+from sluice.scheduler.launch.ends import stop_polecats
 from sluice.store.database.events import POLECAT_TIMED_OUT, read_events
 
 # -- stall timeout -------------------------------------------------------------------
@@ -91,9 +92,9 @@ def test_resolve_by_id_or_item_and_unknown_is_a_clear_error(town_files, real_pol
     assert [p.id for p in polecats.resolve(executor, "al-1")] == [polecat.id]
     with pytest.raises(UnknownPolecat, match="no polecat with id or item id 'al-404'"):
         polecats.resolve(executor, "al-404")
-    [row] = polecats.stop_polecats(town_files, "al-1")
+    [row] = stop_polecats(town_files, "al-1")
     assert (row["id"], row["stopped"], row["state"]) == (polecat.id, True, "stopped")
-    [again] = polecats.stop_polecats(town_files, "al-1")
+    [again] = stop_polecats(town_files, "al-1")
     assert again["stopped"] is False
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sluice.core import forecast as model
 from sluice.errors import StoreCorrupt
 from sluice.executors.base import Polecat
-from sluice.scheduler.launch.runs import history, latest_by_item, outcome_of
+from sluice.scheduler.launch.runs import history, outcome_of
 from sluice.scheduler.unattended import notify
 from sluice.scheduler.views import feed
 from sluice.scheduler.views.forecast import learn
@@ -119,9 +119,10 @@ def test_recent_runs_are_newest_first_filtered_and_since_counts_a_long_run_that_
 def test_an_items_latest_run_is_the_one_started_last(town_files):
     runlog.append(town_files, [record("a2", "failed", at(9), started_at=at(5), item_id="al-1"),
                                record("a1", "ok", at(4), started_at=at(1), item_id="al-1")])
-    latest = latest_by_item(town_files)
-    assert latest["al-1"] == {"run_id": "a2", "outcome": "failed", "started_at": at(5), "ended_at": at(9)}
-    assert latest.get("al-2") is None and "al-1" in latest and "al-2" not in latest
+    latest = runlog.latest(town_files, item="al-1")
+    assert {k: latest[k] for k in ("run_id", "outcome", "started_at", "ended_at")} == {
+        "run_id": "a2", "outcome": "failed", "started_at": at(5), "ended_at": at(9)}
+    assert runlog.latest(town_files, item="al-2") is None
 
 
 def test_compaction_archives_old_ended_runs_in_one_transaction_and_keeps_running_ones(town_files):

@@ -20,7 +20,6 @@ item edited under a running polecat cannot open a cap or the overlap gate.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sluice.core import admission as rules
@@ -73,14 +72,8 @@ def running(stores: Stores, active: list[Polecat]) -> list[Running]:
             continue
         found = item_store(stores, polecat.item_id) if polecat.item_id else None
         record = found[1] if found else {}
-        out.append(
-            Running(
-                item_id=polecat.item_id,
-                rig=polecat.rig,
-                labels=frozenset(labels_of(record)),
-                touches=touches_of(record),
-            )
-        )
+        out.append(Running(item_id=polecat.item_id, rig=polecat.rig, labels=frozenset(labels_of(record)),
+                           touches=touches_of(record)))
     return out
 
 
@@ -137,20 +130,12 @@ def assess(
     throttles = kept.throttles(town, now)
     caps = limits(config, len(active), batch)
     applicants = [applicant(w) for w in view.ready]
-    admission = rules.admit(
-        applicants,
-        running(stores, active),
-        caps,
-        spend=spend,
-        throttles=throttles,
-        gates=gates.reasons,
-        now=now,
-    )
+    admission = rules.admit(applicants, running(stores, active), caps, spend=spend, throttles=throttles,
+                            gates=gates.reasons, now=now)
     state = load_state(town)
-    out = Assessment(view, admission, caps, spend, throttles, state.paused, config.scheduler.deferred, now,
-                     gates=gates, paused_by=state.paused_by, applicants=applicants)
-    out.planned_keys = {a.key for a in admission.to_dispatch}
-    return out
+    return Assessment(view, admission, caps, spend, throttles, state.paused, config.scheduler.deferred, now,
+                      planned_keys={a.key for a in admission.to_dispatch}, gates=gates,
+                      paused_by=state.paused_by, applicants=applicants)
 
 
 def binding_of(assessment: Assessment) -> Reason | None:
@@ -164,23 +149,16 @@ def binding_of(assessment: Assessment) -> Reason | None:
 
 
 def backoff_reason(work: Work, config: TownConfig) -> Reason:
-    sched = config.scheduler
     fields = work.payload.fields
-    at = retry_due_at(fields, *retry_window(sched))
-    return Reason(
-        rules.BACKOFF,
-        f"{_failures_text(fields)}; next attempt at {at}"
-        " (`scheduler run --ignore-backoff` tries now)",
-    )
+    at = retry_due_at(fields, *retry_window(config.scheduler))
+    return Reason(rules.BACKOFF, f"{_failures_text(fields)}; next attempt at {at}"
+                                 " (`scheduler run --ignore-backoff` tries now)")
 
 
 def _failures_text(fields) -> str:
-    parts = []
-    if fields.dispatch_failures:
-        parts.append(f"{fields.dispatch_failures} failed launch(es)")
-    if fields.run_failures:
-        parts.append(f"{fields.run_failures} failed run(s)")
-    return " and ".join(parts) or "a failure"
+    parts = [f"{fields.dispatch_failures} failed launch(es)" if fields.dispatch_failures else "",
+             f"{fields.run_failures} failed run(s)" if fields.run_failures else ""]
+    return " and ".join(part for part in parts if part) or "a failure"
 
 
 def reasons_of(
@@ -191,17 +169,11 @@ def reasons_of(
     if assessment.paused:
         out.append(Reason(rules.PAUSED, "the scheduler is paused (`sluice scheduler resume`)"))
     if not assessment.deferred:
-        out.append(
-            Reason(
-                rules.DIRECT_MODE,
-                "scheduler.max_polecats <= 0: sling launches directly, queued contexts are not dispatched",
-            )
-        )
+        out.append(Reason(rules.DIRECT_MODE, "scheduler.max_polecats <= 0: sling launches directly,"
+                                             " queued contexts are not dispatched"))
     if where == "blocked":
-        detail = (
-            "blocked by " + ", ".join(blockers) if blockers else "not ready (blocked, deferred or running)"
-        )
-        out.append(Reason(rules.BLOCKED, detail))
+        out.append(Reason(rules.BLOCKED, "blocked by " + ", ".join(blockers) if blockers
+                          else "not ready (blocked, deferred or running)"))
     elif where == "backoff":
         out.append(backoff_reason(work, config))
     elif assessment.deferred:  # in direct mode no cycle admits anything: the caps say nothing
@@ -218,16 +190,10 @@ def why(assessment: Assessment, work: Work, where: str, config: TownConfig) -> l
     Asked per row shown, not per item queued: a page of 50 rows of 100,000
     pays for 50.
     """
-    if where == "ready" and assessment.deferred:
+    if where == "ready" and assessment.deferred:  # reasons_of's codes: ``paused`` first, then admission's
         held = assessment.admission.held.get(work.context_id or work.item["id"], ())
-        return ready_why(assessment.paused, held)
+        return list(dict.fromkeys([*([rules.PAUSED] if assessment.paused else []), *(r.code for r in held)]))
     return list(dict.fromkeys(r.code for r in reasons_of(assessment, work, where, config)))
-
-
-def ready_why(paused: bool, held: Iterable[Reason]) -> list[str]:
-    """The reason codes of a ready item in deferred mode (:func:`reasons_of`'s codes): ``paused`` first,
-    then the reasons admission held it for; a view taken from a cycle's chain spells them the same."""
-    return list(dict.fromkeys([*([rules.PAUSED] if paused else []), *(r.code for r in held)]))
 
 
 def note_budget(town: Town, assessment: Assessment) -> bool:

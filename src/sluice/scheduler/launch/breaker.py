@@ -36,17 +36,10 @@ def trip_breaker(town: Town, fields: SlingContextFields, error: str, now: float 
 
     ``run_failures`` given: its runs failed (not its launches), and ``scheduler broken`` says so.
     """
-    now = time.time() if now is None else now
-    base = town.config.scheduler.seconds("breaker_cooldown")
     return kept.trip(
-        town,
-        item_id=fields.work_bead_id,
-        rig=fields.target_rig,
-        failures=fields.dispatch_failures,
-        last_error=error or fields.last_failure,
-        sling=sling_params(fields),
-        base=base,
-        now=now,
+        town, item_id=fields.work_bead_id, rig=fields.target_rig, failures=fields.dispatch_failures,
+        last_error=error or fields.last_failure, sling=sling_params(fields),
+        base=town.config.scheduler.seconds("breaker_cooldown"), now=time.time() if now is None else now,
         run_failures=fields.run_failures if run_failures is None else run_failures,
         broken_by="launches" if run_failures is None else "runs",
     )
@@ -67,13 +60,8 @@ def requeue_due(town: Town, stores: Stores, now: float | None = None) -> list[di
                              **carried)
         kept.mark_half_open(town, entry["item_id"])
         if record is not None:
-            payload = {
-                "item_id": entry["item_id"],
-                "rig": entry["rig"],
-                "context_id": record["id"],
-                "why": "breaker-cooldown",
-                "trips": entry.get("trips"),
-            }
+            payload = {"item_id": entry["item_id"], "rig": entry["rig"], "context_id": record["id"],
+                       "why": "breaker-cooldown", "trips": entry.get("trips")}
             events.emit_event(town, events.REQUEUED, payload)
             out.append(payload)
     return out
@@ -93,31 +81,17 @@ def reset(where: Town | Session, item_id: str) -> dict:
     else:
         already = ctxs.find_open(stores.town, item_id)
         context_id = already[0].id if already else None
-    events.emit_event(
-        town, events.REQUEUED,
-        {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "why": "reset"},
-    )
+    events.emit_event(town, events.REQUEUED,
+                      {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "why": "reset"})
     return {"item_id": item_id, "rig": entry["rig"], "context_id": context_id, "reset": True}
 
 
 def broken_rows(where: Town | Session) -> list[dict]:
     """``scheduler broken``: every circuit-broken item, when it is tried next (None: never by itself)."""
-    town = Session.of(where).files
-    rows = []
-    for entry in sorted(kept.broken(town).values(), key=lambda e: (e.get("broken_at", ""), e["item_id"])):
-        rows.append(
-            {
-                "item_id": entry["item_id"],
-                "rig": entry.get("rig"),
-                "failures": entry.get("failures"),
-                "dispatch_failures": entry.get("failures"),
-                "run_failures": entry.get("run_failures", 0),
-                "broken_by": entry.get("broken_by", "launches"),
-                "last_error": entry.get("last_error"),
-                "broken_at": entry.get("broken_at"),
-                "trips": entry.get("trips"),
-                "next_attempt_at": entry.get("next_attempt_at"),
-                "half_open": bool(entry.get("half_open")),
-            }
-        )
-    return rows
+    entries = kept.broken(Session.of(where).files).values()
+    return [{"item_id": entry["item_id"], "rig": entry.get("rig"), "failures": entry.get("failures"),
+             "dispatch_failures": entry.get("failures"), "run_failures": entry.get("run_failures", 0),
+             "broken_by": entry.get("broken_by", "launches"), "last_error": entry.get("last_error"),
+             "broken_at": entry.get("broken_at"), "trips": entry.get("trips"),
+             "next_attempt_at": entry.get("next_attempt_at"), "half_open": bool(entry.get("half_open"))}
+            for entry in sorted(entries, key=lambda e: (e.get("broken_at", ""), e["item_id"]))]

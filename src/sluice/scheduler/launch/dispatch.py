@@ -42,8 +42,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from sluice.core import admission as rules
 from sluice.core.clock import iso
@@ -72,10 +72,6 @@ if TYPE_CHECKING:
 __all__ = ["CycleReport", "run_cycle"]
 
 
-def daemon_mode() -> bool:
-    return os.environ.get("SLUICE_DAEMON") == "1"
-
-
 def run_cycle(
     where: Town | Session,
     batch: int | None = None,
@@ -99,7 +95,7 @@ def run_cycle(
     """
     session = Session.of(where, executor)
     town, config = session.files, session.config
-    daemon = daemon_mode() if daemon is None else daemon
+    daemon = os.environ.get("SLUICE_DAEMON") == "1" if daemon is None else daemon
     if batch is not None and batch < 1:
         raise UsageError(f"batch must be >= 1 (got {batch})", parameters=("batch",))
     report = CycleReport(dry_run=dry_run, batch=batch or config.scheduler.batch_size)
@@ -226,7 +222,6 @@ def _cycle(session: Session, report: CycleReport, daemon: bool, sleep,
     return report
 
 
-
 def _surveyed(session: Session, report: CycleReport, active, gates, now: float, ignore_backoff: bool,
               item: str | None):
     """The survey path of a cycle: survey, tidy, admit and report; returns (planned works, assessment)."""
@@ -260,7 +255,9 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
         summary.update(ready=head.ready_total, skipped=head.tally.skipped, reason=head.tally.reason,
                        why={**head.tally.why, **({rules.BACKOFF: len(view.backing_off)} if view.backing_off
                                                  else {})})
-    _report_plan(report, summary)
+    report.ready, report.backing_off = summary["ready"], summary["backing_off"]
+    report.skipped, report.reason = summary["skipped"], summary["reason"]
+    report.why.update(summary["why"])
     for held in view.held:
         code = rules.RIG_UNREADABLE if held.reason == RIG_UNREADABLE else rules.MISSING_ITEM
         report.why[code] = report.why.get(code, 0) + 1
@@ -269,14 +266,6 @@ def _surveyed(session: Session, report: CycleReport, active, gates, now: float, 
     planned = [a.payload for a in plan.to_dispatch]
     report.planned = [_planned_row(w) for w in planned]
     return planned, assessment
-
-
-def _report_plan(report: CycleReport, summary: dict) -> None:
-    """The survey's and the plan's figures (a :func:`~sluice.scheduler.launch.admission.cycle_summary`)."""
-    report.ready, report.backing_off = summary["ready"], summary["backing_off"]
-    report.skipped = summary["skipped"]
-    report.why.update(summary["why"])
-    report.reason = summary["reason"]
 
 
 #: Launches begun before the cycle waits for their answers: each holds a pipe and a starting watcher.
@@ -341,10 +330,7 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
     Each kind of write is grouped by rig: one lock, one read and one append per rig.
     """
     stamp = iso()
-    unmarked: dict[str, list] = {}
-    for held in view.held:
-        if held.since is None and held.reason == MISSING_ITEM:
-            unmarked.setdefault(held.context.rig, []).append(held)
+    unmarked = _by_rig((h.context.rig, h) for h in view.held if h.since is None and h.reason == MISSING_ITEM)
     grace = town.config.scheduler.seconds("missing_grace")
     for rig_name, group in unmarked.items():
         marked = ctxs.mark_missing(stores.rig(rig_name), [h.context.id for h in group], stamp)
@@ -354,23 +340,16 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
                 held.since = updated.fields.missing_since
                 since = parse_ts(held.since)
                 held.closes_at = since + grace if since is not None else None
-    back: dict[str, list[str]] = {}
-    for context in view.reappeared:
-        back.setdefault(context.rig, []).append(context.id)
-    for rig_name, ids in back.items():
+    for rig_name, ids in _by_rig((c.rig, c.id) for c in view.reappeared).items():
         ctxs.clear_missing(stores.rig(rig_name), ids)
-    closes: dict[str, list[tuple[str, str, dict | None]]] = {}
-    rows: dict[str, dict] = {}
-    for stale in view.stale:
-        context = stale.context
-        closes.setdefault(context.rig, []).append((context.id, stale.reason, {"detail": stale.detail}))
-        rows[context.id] = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
-                            "reason": stale.reason}
+    closes = _by_rig((s.context.rig, (s.context.id, s.reason, {"detail": s.detail})) for s in view.stale)
     for context, polecat in view.launched:
         closes.setdefault(context.rig, []).append(
             (context.id, ctxs.DISPATCHED, {"polecat_id": polecat.id, "reconciled": True}))
-        rows[context.id] = {"context_id": context.id, "item_id": context.work_id, "rig": context.rig,
-                            "reason": ctxs.DISPATCHED, "polecat_id": polecat.id}
+    rows = {s.context.id: {"context_id": s.context.id, "item_id": s.context.work_id, "rig": s.context.rig,
+                           "reason": s.reason} for s in view.stale}
+    rows.update({c.id: {"context_id": c.id, "item_id": c.work_id, "rig": c.rig, "reason": ctxs.DISPATCHED,
+                        "polecat_id": p.id} for c, p in view.launched})
     runs.record_reconciled(town, stores, view.launched)  # before the close: a crash here repeats only this
     closed: set[str] = set()
     for rig_name, batch in closes.items():
@@ -386,8 +365,13 @@ def _clean(town: Town, stores: Stores, view, report: CycleReport) -> None:
         if "polecat_id" in row:
             report.messages.append(f"{row['item_id']}: an interrupted launch had started polecat"
                                    f" {row['polecat_id']}; context closed")
-    relaunch: dict[str, list[str]] = {}
-    for context in view.relaunch:
-        relaunch.setdefault(context.rig, []).append(context.id)
-    for rig_name, ids in relaunch.items():
+    for rig_name, ids in _by_rig((c.rig, c.id) for c in view.relaunch).items():
         ctxs.clear_launch(stores.rig(rig_name), ids)
+
+
+def _by_rig(pairs: Iterable[tuple[str, Any]]) -> dict[str, list]:
+    """(rig, value) pairs as each rig's values, in order: each kind of write is one per rig."""
+    out: dict[str, list] = {}
+    for rig_name, value in pairs:
+        out.setdefault(rig_name, []).append(value)
+    return out

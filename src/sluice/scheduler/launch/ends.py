@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from sluice.core.items import parse_ts
 from sluice.core.records import SlingContextFields
-from sluice.errors import ExecutorUnavailable, SluiceError, UnknownPolecat
+from sluice.errors import ExecutorError, ExecutorUnavailable, SluiceError, UnknownPolecat
 from sluice.scheduler.launch import polecats as control
 from sluice.scheduler.launch.breaker import trip_breaker
 from sluice.scheduler.launch.runs import history, outcome_of, running_records, stamp
@@ -246,26 +247,49 @@ def polecat_listing(where: Town | Session, executor: Executor | None = None, run
 
 def stop_polecats(where: Town | Session, ref: str, executor: Executor | None = None,
                   actor: str | None = None) -> list[dict]:
-    """``polecat stop``: stop polecat ``ref`` (or item ``ref``'s running ones); their runs end ``stopped``."""
+    """``polecat stop``: stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was
+    stopped.  Each stop ends its run ``stopped`` and is a ``PolecatStopped`` event naming who asked
+    (``actor``, default the user)."""
+    from sluice.store.database.state import detect_actor
+
     session = Session.of(where, executor)
-    town = session.files
-
-    def record(polecat: Polecat, row: dict) -> None:
-        ended = end_polecat(town, polecat, log.STOPPED)
-        row.update(outcome=log.STOPPED, run_id=ended[0]["run_id"] if ended else None)
-
-    return control.stop_polecats(session, ref, actor=actor, on_stop=record)
+    town, executor = session.files, session.require_executor()
+    found = control.resolve(executor, ref)
+    rows = []
+    for polecat in [p for p in found if p.state in control.RUNNING_STATES] or found[:1]:
+        row = control.polecat_row(polecat)
+        row["stopped"] = executor.stop(polecat.id)
+        if row["stopped"]:
+            ended = end_polecat(town, polecat, log.STOPPED)
+            row.update(state="stopped", outcome=log.STOPPED, run_id=ended[0]["run_id"] if ended else None)
+            events.emit_event(town, events.POLECAT_STOPPED, {
+                "polecat_id": polecat.id, "item_id": polecat.item_id, "rig": polecat.rig,
+                "by": actor or detect_actor()})
+        rows.append(row)
+    return rows
 
 
 def polecat_logs(where: Town | Session, ref: str, follow: bool = False,
                  executor: Executor | None = None) -> Iterator[str]:
-    """``polecat logs``: by polecat id, else the item's polecat, else the item's latest run."""
+    """``polecat logs``: by polecat id, else the item's polecat, else the item's latest run, line by line.
+
+    An id missing from the listing is still tried: a reaped polecat's log stays.
+    """
     session = Session.of(where, executor)
-    town, executor = session.files, session.require_executor()
+    executor = session.require_executor()
+    unknown: UnknownPolecat | None = None
     try:
-        control.resolve(executor, ref)
-    except UnknownPolecat:
-        latest = history(town, item=ref, limit=1)
-        if latest:  # an item whose polecat the executor forgot: its latest run's log
-            ref = latest[0]["polecat_id"]
-    return control.polecat_logs(session, ref, follow=follow)
+        polecat_id = control.resolve(executor, ref)[0].id
+    except UnknownPolecat as err:
+        latest = history(session.files, item=ref, limit=1)  # an item whose polecat the executor forgot
+        polecat_id, unknown = (latest[0]["polecat_id"] if latest else ref), err
+    try:  # an executor may be lazy: its "no such polecat" may come only with the first line
+        lines = iter(executor.logs(polecat_id, follow=follow))
+        first = next(lines)
+    except StopIteration:
+        return iter(())
+    except ExecutorError:
+        if unknown is not None:
+            raise unknown from None
+        raise
+    return chain([first], lines)

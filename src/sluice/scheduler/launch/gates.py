@@ -82,15 +82,11 @@ class Gates:
 
     def to_json(self) -> dict:
         """``scheduler status``'s ``host`` section."""
-        reading = self.reading
-        limits = self.limits
+        reading, limits = self.reading, self.limits
         return {
             "guard": limits.on,
-            "limits": {
-                "max_load": limits.max_load,
-                "min_free_memory": limits.min_free_memory,
-                "min_free_disk": limits.min_free_disk,
-            },
+            "limits": {"max_load": limits.max_load, "min_free_memory": limits.min_free_memory,
+                       "min_free_disk": limits.min_free_disk},
             "reading": reading.to_json() if reading is not None else None,
             "read_at": stamp(reading.at) if reading is not None else None,
             "fresh": self.fresh,

@@ -29,6 +29,7 @@ from sluice.core.clock import iso
 from sluice.core.items import effective_tokens
 from sluice.core.recordclass import asdict, field, recordclass
 from sluice.errors import ConfigError, ExecutorError, ExecutorUnavailable, LockBusy, SluiceError
+from sluice.executors import workspace as git_workspace
 from sluice.executors.base import LaunchRequest, substitute
 from sluice.scheduler.launch import runs, workspaces
 from sluice.scheduler.launch.admission import needs_spend
@@ -37,6 +38,7 @@ from sluice.scheduler.queue.signals import Graphs
 from sluice.store.database import admission_state as kept
 from sluice.store.database import contexts as ctxs
 from sluice.store.database import events
+from sluice.store.database import runs as runlog
 from sluice.store.database.decisions import append_decisions, make_decision
 
 if TYPE_CHECKING:
@@ -107,11 +109,8 @@ def make_request(
     title = str(item.get("title") or "")
     values = {"item_id": item["id"], "rig": rig.name, "title": title, "context_id": context_id,
               "repo": str(rig.repo)}
-    env: dict[str, str] = {}
-    for key in ("formula", "args", "vars", "agent"):
-        value = getattr(fields, key, "") if fields is not None else ""
-        if value:
-            env[f"SLUICE_{key.upper()}"] = value
+    env = {f"SLUICE_{key.upper()}": getattr(fields, key) for key in ("formula", "args", "vars", "agent")
+           if fields is not None and getattr(fields, key)}
     place = {}
     if workspace is not None:
         place = {"workspace": str(workspace.path), "branch": workspace.branch}
@@ -121,12 +120,12 @@ def make_request(
         item_id=item["id"], rig=rig.name, title=title, context_id=context_id, repo=str(rig.repo),
         town=str(town.root), argv=substitute(list(template), values), env=env, **place,
         template=tuple(template), values=values,
-        attempt=getattr(fields, "run_failures", 0) + 1,
+        attempt=_attempt(fields),
     )
 
 
 class Started:
-    """A launch between :meth:`Launcher.start` and :meth:`Launcher.finish`: what the second half books."""
+    """A launch between :meth:`Launcher.start` and :meth:`Launcher.finish_many`: what finishing books."""
 
     def __init__(self, work: Work, store, fields: SlingContextFields | None):
         self.work, self.store, self.fields = work, store, fields
@@ -180,14 +179,14 @@ class Launcher:
         which then takes its parameters from ``fields``.
         """
         started = self.start(work, fields)
-        return self.finish(started) if isinstance(started, Started) else False
+        return self.finish_many([started])[0] if started is not None else False
 
     def start(self, work: Work, fields: SlingContextFields | None = None) -> Started | None:
         """The first half of :meth:`launch`: the intent, the charge, the workspace and the executor's
         start; None when the context was cleared or closed since the survey.
 
         An executor with a ``start`` of its own (the local one) is only
-        asked to begin here, and :meth:`finish` waits for its answer, so a
+        asked to begin here, and :meth:`finish_many` waits for its answer, so a
         cycle can begin a batch's launches before it waits for the first.
         Any other executor launches here whole.
         """
@@ -215,8 +214,7 @@ class Launcher:
             if self._clones(work.rig):
                 held.enter_context(workspaces.launching(self.town))
                 launch.locked = True
-                attempt = (fields.run_failures if fields is not None else 0) + 1
-                launch.made = workspaces.prepare(self.town, work.rig, work.item["id"], attempt)
+                launch.made = workspaces.prepare(self.town, work.rig, work.item["id"], _attempt(fields))
             request = make_request(self.town, self.template, work.item, work.rig, launch.context_id or "",
                                    fields, launch.made)
             launch.started = time.time()  # the run starts with the polecat, not with its clone
@@ -235,15 +233,11 @@ class Launcher:
         launch.held = held
         return launch
 
-    def finish(self, launch: Started) -> bool:
-        """The second half of :meth:`launch`: the executor's answer, and the launch booked as made or as
-        failed; True when the polecat runs and its context is closed."""
-        return self.finish_many([launch])[0]
-
     def finish_many(self, launches: list[Started]) -> list[bool]:
-        """:meth:`finish` of launches begun together, each True when its polecat runs and its context is
-        closed: every answer is waited for in order, then the launches made are booked together, one
-        write per log (the run records, the events, the decisions, each rig's closes).
+        """The second half of :meth:`launch` for launches begun together: the executor's answers, and each
+        launch booked as made or as failed, True when its polecat runs and its context is closed.  Every
+        answer is waited for in order, then the launches made are booked together, one write per log (the
+        run records, the events, the decisions, each rig's closes).
 
         What stops one answer (the executor gone, a refused write) stops
         the cycle, but only once the others are waited for and booked: their
@@ -279,14 +273,14 @@ class Launcher:
                 raise launch.error
             return launch.wait()
         except (ExecutorUnavailable, LockBusy, OSError):  # nobody's item's fault: nothing is counted
-            self._discard(launch.made)
+            _discard(launch.made)
             self._withdraw(launch.charge)
             if context is not None:
                 with contextlib.suppress(OSError, SluiceError):  # else the next survey settles it
                     ctxs.clear_launch(store, [context.id])
             raise
         except ExecutorError as err:
-            self._discard(launch.made)
+            _discard(launch.made)
             self._withdraw(launch.charge)
             self._failed(work, store, f"launch failed: {err}")
             return None
@@ -297,14 +291,14 @@ class Launcher:
     def _record_runs(self, answered: list[tuple[Started, Any]]) -> list[dict | None]:
         """The run records of the launches made, in one append; Nones (and a warning each) if refused."""
         records = [runs.launch_record(launch.work.item, launch.work.rig, polecat, started=launch.started,
-                                      tokens=_tokens(launch.work), fields=launch.fields,
+                                      tokens=_tokens(launch.work), attempt=_attempt(launch.fields),
                                       workspace=launch.made)
                    for launch, polecat in answered]
         if not records:
             return []
         written = self._after_launch([launch.work for launch, _ in answered], "its run record",
-                                     lambda: runs.record_launches(self.town, records))
-        return written if written is not None else [None] * len(records)
+                                     lambda: runlog.append(self.town, records))
+        return records if written else [None] * len(records)
 
     def _book(self, answered: list[tuple[Started, Any]], records: list[dict | None]) -> set[int]:
         """The launches made, booked: their ``Dispatched`` events, decisions, budget charges, breakers and
@@ -355,21 +349,16 @@ class Launcher:
         return workspaces.uses_clone(self.town, rig_name) and not getattr(self.executor, "makes_workspaces",
                                                                           False)
 
-    @staticmethod
-    def _discard(made: Workspace | None) -> None:
-        if made is not None:
-            workspaces.discard(made)
-
-    def _after_launch(self, works: list[Work], what: str, write: Callable[[], Any]) -> Any:
+    def _after_launch(self, works: list[Work], what: str, write: Callable[[], Any]) -> bool:
         """Bookkeeping after launches: the polecats run whatever happens here, so the cycle reports them
         launched, and a record the disk refuses is a warning in the report, not a failure of the cycle."""
         try:
-            return write()
+            write()
+            return True
         except OSError as err:
-            for work in works:
-                item_id = work.item["id"]
-                self.report.messages.append(f"warning: {item_id} launched, but {what} was not written: {err}")
-            return None
+            self.report.messages += [f"warning: {work.item['id']} launched, but {what} was not written: {err}"
+                                     for work in works]
+            return False
 
     def _charge(self, work: Work, context_id: str | None) -> str | None:
         """Charge the launch to the token budgets before the executor is asked; None when none applies.
@@ -384,9 +373,8 @@ class Launcher:
         config = self.town.config
         if not needs_spend(config):
             return None
-        tokens = work.tokens if work.tokens is not None else effective_tokens(work.item)
         return kept.record_launch(self.town, rig=work.rig, item_id=work.item["id"],
-                                  context_id=context_id or "", polecat_id="", tokens=tokens,
+                                  context_id=context_id or "", polecat_id="", tokens=_tokens(work),
                                   now=time.time(), window=config.scheduler.seconds("budget_window"))
 
     def _withdraw(self, charge: str | None) -> None:
@@ -463,3 +451,14 @@ def decision_of(town: Town, work: Work, polecat_id: str, stores: Stores) -> dict
 
 def _tokens(work: Work) -> int:
     return work.tokens if work.tokens is not None else effective_tokens(work.item)
+
+
+def _discard(made: Workspace | None) -> None:
+    """A workspace whose launch failed: nothing ran in it, so it goes (unless, somehow, it holds work)."""
+    if made is not None:
+        git_workspace.retire(made.path)
+
+
+def _attempt(fields: SlingContextFields | None) -> int:
+    """1 for the first run after a sling, one more for each retry of a failed run."""
+    return (fields.run_failures if fields is not None else 0) + 1

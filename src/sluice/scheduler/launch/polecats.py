@@ -1,9 +1,10 @@
 """Polecat control, and the two clocks the dispatcher keeps on polecats.
 
-* **Control** (``sluice polecat list|stop|logs``): every call goes through
-  :func:`sluice.executors.get_executor`, so the same commands work for local
-  processes, tmux sessions and Ray jobs.  A polecat is named by its id or by
-  the item it works on.
+* **Control** (the rows and the lookup behind ``sluice polecat list|stop|logs``,
+  which :mod:`sluice.scheduler.launch.ends` runs with their run records): every
+  call goes through :func:`sluice.executors.get_executor`, so the same commands
+  work for local processes, tmux sessions and Ray jobs.  A polecat is named by
+  its id or by the item it works on.
 * **Stall timeout** (``scheduler.polecat_timeout``, ``0`` = none): a polecat
   that has held a slot longer than the timeout is stopped and a
   ``PolecatTimedOut`` event is logged.  Only the polecat is touched: the item
@@ -19,18 +20,16 @@ Times are epoch seconds (``time.time()``) or aware datetimes; both are accepted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
-from itertools import chain
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import boot_seconds, iso_epoch, runtime_seconds
 from sluice.core.items import parse_ts
 from sluice.core.plan import next_attempt_at
-from sluice.errors import ExecutorError, UnknownPolecat, UsageError
+from sluice.errors import UnknownPolecat, UsageError
 from sluice.executors.procs import seconds_from_boot
-from sluice.scheduler.session import Session
-from sluice.store.database.events import POLECAT_TIMED_OUT, emit_event
+from sluice.store.database import events
 
 if TYPE_CHECKING:
     from sluice.core.records import SlingContextFields
@@ -50,21 +49,13 @@ def _epoch(now: float | datetime) -> float:
 def polecat_row(polecat: Polecat, run: dict | None = None) -> dict:
     """The row of ``sluice polecat list --json`` (``outcome``/``run_id`` from its run record)."""
     return {
-        "id": polecat.id,
-        "item_id": polecat.item_id,
-        "rig": polecat.rig,
-        "context_id": polecat.context_id,
-        "executor": polecat.executor,
-        "started_at": polecat.started_at,
-        "state": polecat.state,
+        "id": polecat.id, "item_id": polecat.item_id, "rig": polecat.rig, "context_id": polecat.context_id,
+        "executor": polecat.executor, "started_at": polecat.started_at, "state": polecat.state,
         "pid": polecat.pid,
         "exit_code": polecat.detail.get("exit_code"),  # None while running, or when unknown
-        "log_path": polecat.log_path,
-        "attach": polecat.detail.get("attach"),
+        "log_path": polecat.log_path, "attach": polecat.detail.get("attach"),
         "outcome": run.get("outcome") if run else ("running" if polecat.state in RUNNING_STATES else None),
-        "run_id": run.get("run_id") if run else None,
-        "ended_at": run.get("ended_at") if run else None,
-        "runtime_seconds": run.get("runtime_seconds") if run else None,
+        **{key: run.get(key) if run else None for key in ("run_id", "ended_at", "runtime_seconds")},
     }
 
 
@@ -76,13 +67,11 @@ STATE_OF_OUTCOME = {"ok": "exited", "failed": "failed", "throttled": "failed", "
 def run_row(run: dict) -> dict:
     """An ended run as a ``polecat list`` row, in the same shape as a live polecat's."""
     return {
-        "id": run.get("polecat_id"), "item_id": run.get("item_id"), "rig": run.get("rig"),
-        "context_id": run.get("context_id"), "executor": run.get("executor"),
-        "started_at": run.get("started_at"),
+        "id": run.get("polecat_id"), **{k: run.get(k) for k in ("item_id", "rig", "context_id", "executor",
+                                                                 "started_at")},
         "state": STATE_OF_OUTCOME.get(run.get("outcome"), "exited"), "pid": None,
-        "exit_code": run.get("exit_code"), "log_path": None, "attach": None, "outcome": run.get("outcome"),
-        "run_id": run.get("run_id"), "ended_at": run.get("ended_at"),
-        "runtime_seconds": run.get("runtime_seconds"),
+        "exit_code": run.get("exit_code"), "log_path": None, "attach": None,
+        **{k: run.get(k) for k in ("outcome", "run_id", "ended_at", "runtime_seconds")},
     }
 
 
@@ -106,78 +95,18 @@ def resolve(executor: Executor, ref: str) -> list[Polecat]:
     return by_item
 
 
-def stop_polecats(where: Town | Session, ref: str, executor: Executor | None = None, actor: str | None = None,
-                  on_stop: Callable[[Polecat, dict], object] | None = None) -> list[dict]:
-    """Stop polecat ``ref``, or every running polecat of item ``ref``; rows say what was stopped.
-
-    Each stop is a ``PolecatStopped`` event naming who asked (``actor``, default the user).
-    ``on_stop(polecat, row)`` runs right after each stop (its run is recorded ``stopped`` there).
-    """
-    from sluice.store.database import events
-    from sluice.store.database.state import detect_actor
-
-    session = Session.of(where, executor)
-    town, executor = session.files, session.require_executor()
-    found = resolve(executor, ref)
-    running = [p for p in found if p.state in RUNNING_STATES] or found[:1]
-    rows = []
-    for polecat in running:
-        stopped = executor.stop(polecat.id)
-        row = polecat_row(polecat)
-        row["stopped"] = stopped
-        if stopped:
-            row["state"] = "stopped"
-            if on_stop is not None:
-                on_stop(polecat, row)
-            events.emit_event(town, events.POLECAT_STOPPED, {
-                "polecat_id": polecat.id, "item_id": polecat.item_id, "rig": polecat.rig,
-                "by": actor or detect_actor()})
-        rows.append(row)
-    return rows
-
-
-def polecat_logs(
-    where: Town | Session, ref: str, follow: bool = False, executor: Executor | None = None
-) -> Iterator[str]:
-    """The output of polecat ``ref`` (or of the newest polecat of item ``ref``), line by line.
-
-    An id missing from the listing is still tried: a reaped polecat's log stays.
-    """
-    executor = Session.of(where, executor).require_executor()
-    unknown: UnknownPolecat | None = None
-    try:
-        polecat_id = resolve(executor, ref)[0].id
-    except UnknownPolecat as err:
-        polecat_id, unknown = ref, err
-    try:  # an executor may be lazy: its "no such polecat" may come only with the first line
-        lines = iter(executor.logs(polecat_id, follow=follow))
-        first = next(lines)
-    except StopIteration:
-        return iter(())
-    except ExecutorError:
-        if unknown is not None:
-            raise unknown from None
-        raise
-    return chain([first], lines)
-
-
 # -- stall timeout ------------------------------------------------------------------
 
 
-def polecat_runtime(polecat: Polecat | dict, now: float | datetime,
-                    now_boot: float | None = None) -> float | None:
+def polecat_runtime(polecat: Polecat, now: float | datetime, now_boot: float | None = None) -> float | None:
     """How long ``polecat`` has run, in seconds: from its process start on the boot clock when the
     executor recorded one (a local polecat), else from ``started_at`` by the wall clock.
 
     ``now_boot`` is :func:`sluice.core.clock.boot_seconds` read with ``now``
     (None: no boot clock, measure by the wall clock).
     """
-    if isinstance(polecat, dict):
-        started_at, detail = polecat.get("started_at"), polecat.get("detail") or {}
-    else:
-        started_at, detail = polecat.started_at, polecat.detail
-    return runtime_seconds(parse_ts(started_at), _epoch(now), seconds_from_boot(detail.get("start_time")),
-                           now_boot)
+    return runtime_seconds(parse_ts(polecat.started_at), _epoch(now),
+                           seconds_from_boot(polecat.detail.get("start_time")), now_boot)
 
 
 def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | datetime,
@@ -192,12 +121,8 @@ def overdue_polecats(executor: Executor, timeout_seconds: float, now: float | da
     """
     if timeout_seconds <= 0:
         return []
-    out = []
-    for polecat in executor.active():
-        runtime = polecat_runtime(polecat, now, now_boot)
-        if runtime is not None and runtime >= timeout_seconds:
-            out.append(polecat)
-    return out
+    runtimes = [(polecat, polecat_runtime(polecat, now, now_boot)) for polecat in executor.active()]
+    return [polecat for polecat, runtime in runtimes if runtime is not None and runtime >= timeout_seconds]
 
 
 def stop_overdue(town: Town, executor: Executor, now: float | datetime,
@@ -215,19 +140,10 @@ def stop_overdue(town: Town, executor: Executor, now: float | datetime,
             continue  # it ended on its own meanwhile
         if on_stop is not None:
             on_stop(polecat)
-        emit_event(
-            town,
-            POLECAT_TIMED_OUT,
-            {
-                "polecat_id": polecat.id,
-                "item_id": polecat.item_id,
-                "rig": polecat.rig,
-                "context_id": polecat.context_id,
-                "executor": polecat.executor,
-                "started_at": polecat.started_at,
-                "timeout": scheduler.polecat_timeout,
-            },
-        )
+        events.emit_event(town, events.POLECAT_TIMED_OUT, {
+            "polecat_id": polecat.id, "item_id": polecat.item_id, "rig": polecat.rig,
+            "context_id": polecat.context_id, "executor": polecat.executor, "started_at": polecat.started_at,
+            "timeout": scheduler.polecat_timeout})
         polecat.state = "stopped"
         stopped.append(polecat)
     return stopped

@@ -10,7 +10,7 @@
   on, by :mod:`sluice.scheduler.launch.ends`.
 
 A launch that crash recovery settles as never started has no run record: only
-:func:`record_launches` writes them, after the executor said the polecats run,
+:func:`launch_record` makes them, after the executor said the polecats run,
 and reconciliation (:func:`record_reconciled`) writes one for a polecat that
 was found running.
 """
@@ -18,27 +18,23 @@ was found running.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import iso_epoch, random_id
 from sluice.core.items import effective_tokens, labels_of, parse_ts, touches_of
+from sluice.errors import UsageError
+from sluice.scheduler.launch.polecats import RUNNING_STATES
 from sluice.scheduler.queue.pending import item_store
 from sluice.store.database import runs as log
 
 if TYPE_CHECKING:
-    from sluice.core.records import SlingContextFields
     from sluice.executors.base import Polecat
     from sluice.executors.workspace import Workspace
     from sluice.store.files.town import Town
     from sluice.store.items.rigstore import Stores
 
-LIVE_STATES = ("running", "pending")
-
-
-def stamp(epoch: float) -> str:
-    return iso_epoch(epoch)
+stamp = iso_epoch
 
 
 def host_of(polecat: Polecat) -> str:
@@ -53,9 +49,14 @@ def host_of(polecat: Polecat) -> str:
 # -- writing records --------------------------------------------------------------
 
 
-def new_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens: int,
-               attempt: int = 1) -> dict:
-    return {
+def launch_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens: int, attempt: int,
+                  workspace: Workspace | None = None) -> dict:
+    """The run record of a launch that just succeeded, with outcome ``running``.
+
+    ``attempt`` is 1 for the first run after a sling and one more for each retry of a failed run.
+    A run in a workspace of its own names it (``workspace``, ``branch``).
+    """
+    record = {
         "run_id": random_id(),
         "polecat_id": polecat.id,
         "item_id": item.get("id") or polecat.item_id,
@@ -76,27 +77,9 @@ def new_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens
         "issue_type": item.get("issue_type") or None,  # the forecast's kind: rig, type, label
         "reason": None,  # why it ended, when the executor says more than the exit status
     }
-
-
-def launch_record(item: dict, rig: str, polecat: Polecat, *, started: float, tokens: int,
-                  fields: SlingContextFields | None = None, workspace: Workspace | None = None) -> dict:
-    """The run record of a launch that just succeeded, with outcome ``running``.
-
-    ``attempt`` is 1 for the first run after a sling and one more for each retry of a failed run.
-    A run in a workspace of its own names it (``workspace``, ``branch``).
-    """
-    attempt = (fields.run_failures if fields is not None else 0) + 1
-    record = new_record(item, rig, polecat, started=started, tokens=tokens, attempt=attempt)
     if workspace is not None:
         record.update(workspace=str(workspace.path), branch=workspace.branch)
     return record
-
-
-def record_launches(town: Town, records: list[dict]) -> list[dict]:
-    """Write the run records of launches just made (:func:`launch_record`), in one transaction; returns
-    them."""
-    log.append(town, records)
-    return records
 
 
 def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[dict]:
@@ -116,8 +99,8 @@ def record_reconciled(town: Town, stores: Stores, found: list[tuple]) -> list[di
         hit = item_store(stores, context.work_id)
         item = hit[1] if hit else {"id": context.work_id}
         started = parse_ts(polecat.started_at) or time.time()
-        record = new_record(item, context.rig, polecat, started=started, tokens=effective_tokens(item),
-                            attempt=(context.fields.run_failures if context.fields else 0) + 1)
+        record = launch_record(item, context.rig, polecat, started=started, tokens=effective_tokens(item),
+                               attempt=(context.fields.run_failures if context.fields else 0) + 1)
         out.append(record | _workspace_of(town, polecat))
     log.append(town, out)
     return out
@@ -144,7 +127,7 @@ def running_records(town: Town) -> dict[str, dict]:
 
 def outcome_of(polecat: Polecat, throttle_code: int) -> tuple[str, int | None] | None:
     """(outcome, exit code) of an ended polecat; None while it runs."""
-    if polecat.state in LIVE_STATES:
+    if polecat.state in RUNNING_STATES:
         return None
     code = polecat.detail.get("exit_code")
     if polecat.state == "stopped":
@@ -170,8 +153,6 @@ def history(town: Town, *, item: str | None = None, rig: str | None = None, outc
             since: float | None = None, limit: int = 100, now: float | None = None) -> list[dict]:
     """Run records newest first (by start), filtered; ``since`` in seconds (running, or started or ended
     that recently); ``limit`` 0 for all of them."""
-    from sluice.errors import UsageError
-
     if outcome is not None and outcome not in log.OUTCOMES:
         raise UsageError(f"outcome {outcome!r} is not one of {', '.join(log.OUTCOMES)}",
                          parameters=("outcome",))
@@ -182,37 +163,9 @@ def history(town: Town, *, item: str | None = None, rig: str | None = None, outc
                       since=now - since if since is not None else None, limit=limit)
 
 
-class _LatestRuns(Mapping):
-    """Each item's latest run, looked up one item at a time (an index seek each)."""
-
-    def __init__(self, town: Town):
-        self.town = town
-
-    def __getitem__(self, item_id: str) -> dict:
-        run = log.latest(self.town, item=item_id)
-        if run is None:
-            raise KeyError(item_id)
-        return {k: run.get(k) for k in ("run_id", "outcome", "started_at", "ended_at")}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter({r.get("item_id") for r in log.read_runs(self.town).values()})
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-def latest_by_item(town: Town) -> Mapping[str, dict]:
-    """Each item's latest run (``run_id``, ``outcome``, ``started_at``, ``ended_at``)."""
-    return _LatestRuns(town)
-
-
-def totals(town: Town) -> dict[str, int]:
-    """Ends recorded so far by outcome (the daemon's tick line counts the difference)."""
-    return log.totals(town)
-
-
 def count_new(now: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    """Ends by outcome recorded between two :func:`totals` (a compaction in between counts none)."""
+    """Ends by outcome recorded between two readings of the run log's totals (a compaction in between
+    counts none)."""
     return {o: n - before.get(o, 0) for o, n in now.items() if n > before.get(o, 0)}
 
 

@@ -24,6 +24,7 @@ item twice: the second waits for the first, then finds its polecat.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -31,25 +32,21 @@ from typing import TYPE_CHECKING
 from sluice.core.clock import iso, now_utc
 from sluice.core.items import DONE_STATUSES, is_context, labels_of, parse_ts, tracked_ids
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
-from sluice.core.recordclass import field, recordclass
+from sluice.core.recordclass import asdict, field, recordclass
 from sluice.core.records import SlingContextFields
-from sluice.errors import (
-    SluiceError,
-    UnknownItem,
-    UsageError,
-)
+from sluice.errors import SluiceError, UnknownItem, UsageError
 from sluice.scheduler.launch import gates as gate_view
 from sluice.scheduler.launch.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.queue.ranking import Work
 from sluice.scheduler.session import Session
 from sluice.store.database import contexts as ctxs
 from sluice.store.database import events
+from sluice.store.database import runs as runlog
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
     from sluice.store.files.town import Town
     from sluice.store.items.rigstore import Stores
-
 
 
 @recordclass
@@ -89,15 +86,7 @@ class SlingResult:
         return bool(self.scheduled or self.already or self.dispatched) or not self.errors
 
     def to_json(self) -> dict:
-        return {
-            "scheduled": self.scheduled,
-            "already": self.already,
-            "dispatched": self.dispatched,
-            "errors": self.errors,
-            "skipped": self.skipped,
-            "mode": self.mode,
-            "dry_run": self.dry_run,
-        }
+        return asdict(self)
 
 
 def split_args(town: Town, args: list[str]) -> tuple[list[str], str | None]:
@@ -210,14 +199,13 @@ def _expand(session: Session, item_ids: list[str], rig: str | None, options: Sli
     epics = [i for i in item_ids if rig is None and i in found and _kind(found[i][1]) == "epic"]
     children = _children(stores, epics)  # one scan per rig for every epic named
     for item_id in item_ids:
-        if item_id in found:
-            item = found[item_id][1]
-        else:
+        if item_id not in found:
             message = f"item {item_id} not found in any rig"
             if rig is None and len(item_ids) > 1 and item_id == item_ids[-1]:
                 message += f" (nor is {item_id!r} a registered rig)"
             result.errors.append({"item_id": item_id, "error": message})
             continue
+        item = found[item_id][1]
         kind = _kind(item)
         if kind == "task":
             try:
@@ -226,14 +214,11 @@ def _expand(session: Session, item_ids: list[str], rig: str | None, options: Sli
                 result.errors.append({"item_id": item_id, "error": str(err)})
                 continue
             refusal = _refusal(town, item, target, options.force, ran)
-            if refusal is not None:
-                row = {"item_id": item_id, "error": refusal.message}
-                if refusal.reason:
-                    row["reason"] = refusal.reason
-                    row["run_id"] = refusal.run_id
-                result.errors.append(row)
-                continue
-            add(item, target)
+            if refusal is None:
+                add(item, target)
+            else:
+                extra = {"reason": refusal.reason, "run_id": refusal.run_id} if refusal.reason else {}
+                result.errors.append({"item_id": item_id, "error": refusal.message, **extra})
             continue
         if rig is not None:
             result.errors.append({"item_id": item_id, "error": (
@@ -282,7 +267,7 @@ class _Refusal:
 
 
 class _Ran:
-    """Each item's latest run, read once per sling and only if an item gets that far.
+    """Each item's latest run, read only if an item gets that far.
 
     A run still recorded as running may have ended unseen: then its end is
     recorded first (once per sling), as any command that looks does.
@@ -290,25 +275,19 @@ class _Ran:
 
     def __init__(self, session: Session):
         self.session = session
-        self.town = session.files
-        self._latest: dict[str, dict] | None = None
         self._settled = False
 
     def latest(self, item_id: str) -> dict | None:
         from sluice.scheduler.launch.ends import settle
-        from sluice.scheduler.launch.runs import latest_by_item
 
-        if self._latest is None:
-            self._latest = latest_by_item(self.town)
-        run = self._latest.get(item_id)
+        run = runlog.latest(self.session.files, item=item_id)
         if run is not None and run.get("outcome") == "running" and not self._settled:
             self._settled = True
             try:
-                settle(self.town, self.session.require_executor())
+                settle(self.session.files, self.session.require_executor())
             except SluiceError:  # an executor that cannot be asked: the run counts as running
                 return run
-            self._latest = latest_by_item(self.town)
-            run = self._latest.get(item_id)
+            run = runlog.latest(self.session.files, item=item_id)
         return run
 
 
@@ -332,7 +311,7 @@ def _already_ran(item: dict, ran: _Ran) -> _Refusal | None:
                     "already-ran", run["run_id"])
 
 
-def _refusal(town: Town, item: dict, target: str, force: bool, ran: _Ran | None = None) -> _Refusal | None:
+def _refusal(town: Town, item: dict, target: str, force: bool, ran: _Ran) -> _Refusal | None:
     """The guards of the module docstring, written once; None when the item may go to ``target``.
 
     Idempotency, the fourth guard, is :func:`_already`: it needs the queue,
@@ -362,9 +341,7 @@ def _refusal(town: Town, item: dict, target: str, force: bool, ran: _Ran | None 
         who = f" to {item['assignee']}" if item.get("assignee") else ""
         return _Refusal(f"item {item_id} is already {status}{who} (override with force)",
                         f"{status} (override with force)")
-    if ran is not None and not force:
-        return _already_ran(item, ran)
-    return None
+    return None if force else _already_ran(item, ran)
 
 
 def _children(stores: Stores, epic_ids: list[str]) -> dict[str, list[dict]]:
@@ -438,27 +415,20 @@ def _schedule(session: Session, works: list[_Work], options: SlingOptions, resul
     town, stores = session.files, session.stores
     _stamp_in_order(works)
     running = _running_items(session)
-    if options.dry_run:
-        by_item = ctxs.open_of_items(town, [work.id for work in works])
-        for work in works:
-            row = _already(work, by_item, running)
-            if row is not None:
-                result.already.append(row)
-            else:
-                result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
-        return
     enqueued: list[tuple[str, dict]] = []
-    with town.db.transaction():
-        # In one write transaction: what is queued now, in every rig, decides, and no other writer
-        # comes between the check and the contexts made.
+    # In one write transaction (a dry run only reads): what is queued now, in every rig, decides, and
+    # no other writer comes between the check and the contexts made.
+    with contextlib.nullcontext() if options.dry_run else town.db.transaction():
         by_item = ctxs.open_of_items(town, [work.id for work in works])
         new: dict[str, list[_Work]] = {}
         for work in works:
             row = _already(work, by_item, running)
             if row is not None:
                 result.already.append(row)
-                continue
-            new.setdefault(work.rig, []).append(work)
+            elif options.dry_run:
+                result.scheduled.append({"item_id": work.id, "context_id": None, "rig": work.rig})
+            else:
+                new.setdefault(work.rig, []).append(work)
         for rig_name in sorted(new):
             works_here = new[rig_name]
             specs = [(work.item, _fields(work, options), work.stamp) for work in works_here]
@@ -529,13 +499,9 @@ def _launch_now(session: Session, works: list[_Work], options: SlingOptions, res
                 continue
             if booked.launched and delay > 0:
                 time.sleep(delay)
+            work.stamp = iso()
             order = str(work.item.get("created_at", ""))
-            launcher.launch(Work(item=work.item, rig=work.rig, order=order), _fields_now(work, options))
+            launcher.launch(Work(item=work.item, rig=work.rig, order=order), _fields(work, options))
     result.dispatched += [{"item_id": row["item_id"], "rig": row["rig"], "polecat_id": row["polecat_id"]}
                           for row in booked.launched]
     result.errors += [{"item_id": row["item_id"], "error": row["error"]} for row in booked.failures]
-
-
-def _fields_now(work: _Work, options: SlingOptions) -> SlingContextFields:
-    work.stamp = iso()
-    return _fields(work, options)

@@ -57,13 +57,7 @@ def throttle(
     entry = kept.set_throttle(town, end, rig, reason, actor or detect_actor(), now)
     payload = {"rig": rig, "until": entry["until"], "reason": entry["reason"], "by": entry["by"]}
     events.emit_event(town, events.THROTTLED, payload)
-    return {
-        "rig": rig,
-        "until": entry["until"],
-        "reason": entry["reason"],
-        "by": entry["by"],
-        "throttles": kept.throttle_rows(town, now),
-    }
+    return {**payload, "throttles": kept.throttle_rows(town, now)}
 
 
 def parse_until(text: str, now: float) -> float:
@@ -107,12 +101,7 @@ def throttle_exit(town: Town, stores: Stores, run: dict, params: dict, run_failu
     reason = f"polecat {run['polecat_id']} exited with {run['exit_code']}"
     kept.set_throttle(town, until, run["rig"], reason, "sluice", now)
     record = queue_again(town, stores, run["item_id"], run["rig"], params, 0, run_failures=run_failures)
-    payload = {
-        "item_id": run["item_id"],
-        "rig": run["rig"],
-        "polecat_id": run["polecat_id"],
-        "until": kept.utc(until),
-        "context_id": record["id"] if record else None,
-    }
+    payload = {"item_id": run["item_id"], "rig": run["rig"], "polecat_id": run["polecat_id"],
+               "until": kept.utc(until), "context_id": record["id"] if record else None}
     events.emit_event(town, events.THROTTLED, payload)
     return payload

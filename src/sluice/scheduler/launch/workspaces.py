@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,9 +33,8 @@ from sluice.store.database import runs as log
 from sluice.store.files import fsutil
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from sluice.executors.workspace import Workspace
+    from sluice.store.files.fsutil import FileLock
     from sluice.store.files.town import Town
 
 LOCK = "workspaces"
@@ -44,26 +42,16 @@ uses_clone = git_workspace.uses_clone
 FRESH_NAMES = 20  # branch names tried past the attempt's own before a clone gives up
 
 
-@contextmanager
-def launching(town: Town) -> Iterator[None]:
-    """Hold the workspace lock from a clone until its run record is written (see the module text)."""
-    with fsutil.file_lock(town.lock_path(LOCK)):
-        yield
-
-
-def branch_names(town: Town, rig_name: str, item_id: str, attempt: int) -> list[str]:
-    """The branch of one attempt at ``item_id`` (``executor.workspace_branch``, ``-N`` from the second
-    attempt on), then the names to move on to when the source already has it."""
-    template = getattr(town.config.executor, "workspace_branch", "sluice/{item_id}")
-    first = max(attempt, 1)
-    return [branch_name(template, item_id, rig_name, n) for n in range(first, first + FRESH_NAMES + 1)]
+def launching(town: Town) -> FileLock:
+    """The workspace lock, held from a clone until its run record is written (see the module text)."""
+    return fsutil.file_lock(town.lock_path(LOCK))
 
 
 def prepare(town: Town, rig_name: str, item_id: str, attempt: int) -> Workspace:
     """Clone rig ``rig_name`` for one attempt at ``item_id``; ExecutorError (with git's words) if not.
 
     The directory is ``<root>/<rig>/<item_id>[-N]`` and the branch the
-    template's, ``-N`` from the second attempt on; a directory left by an
+    template's (``executor.workspace_branch``), ``-N`` from the second attempt on; a directory left by an
     earlier run, or a branch the rig already has, moves both to the next N.
     Nothing is made on a filesystem below the host guard's disk limit.
     """
@@ -75,18 +63,10 @@ def prepare(town: Town, rig_name: str, item_id: str, attempt: int) -> Workspace:
     number = max(attempt, 1)
     while (parent / workspace_dirname(item_id, number)).exists():
         number += 1
-    names = branch_names(town, rig_name, item_id, number)
+    template = getattr(town.config.executor, "workspace_branch", "sluice/{item_id}")
+    names = [branch_name(template, item_id, rig_name, n) for n in range(number, number + FRESH_NAMES + 1)]
     return git_workspace.clone(str(rig.repo), parent / workspace_dirname(item_id, number), names[0],
                                fresh_names=names[1:])
-
-
-def discard(made: Workspace) -> None:
-    """A workspace whose launch failed: nothing ran in it, so it goes (unless, somehow, it holds work)."""
-    git_workspace.retire(made.path)
-
-
-def running_workspaces(town: Town) -> set[str]:
-    return {str(r["workspace"]) for r in log.running(town).values() if r.get("workspace")}
 
 
 def after_end(town: Town, record: dict) -> str | None:
@@ -116,7 +96,7 @@ def trim(town: Town, rig_name: str) -> list[Path]:
     keep = int(getattr(town.config.executor, "workspace_keep", 5))
     try:
         with fsutil.file_lock(town.lock_path(LOCK), timeout=0):
-            busy = running_workspaces(town)
+            busy = {str(r["workspace"]) for r in log.running(town).values() if r.get("workspace")}
             ended = [p for p in parent.iterdir() if p.is_dir() and str(p) not in busy]
             return git_workspace.prune(ended, keep)
     except LockBusy:

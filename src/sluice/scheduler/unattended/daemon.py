@@ -59,6 +59,7 @@ from sluice.scheduler.session import Session
 from sluice.scheduler.unattended import notify
 from sluice.scheduler.views.forecast import forecast
 from sluice.store.database import forecasts
+from sluice.store.database import runs as runlog
 from sluice.store.database.events import QUEUE_DRAINED, emit_event
 from sluice.store.database.state import read_heartbeat, write_heartbeat
 from sluice.store.files import fsutil
@@ -87,11 +88,11 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
     )
     try:
         out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_cycle(process)
+    except subprocess.TimeoutExpired:  # killed: safe at any point, launches are crash-safe
+        notify.kill_group(process)
         return {"error": f"dispatch cycle timed out after {timeout:g}s and was killed"}
     except BaseException:  # interrupted (Ctrl-C, a demo's SIGTERM): the cycle must not outlive its caller
-        _kill_cycle(process)
+        notify.kill_group(process)
         raise
     if process.returncode != 0:
         lines = [line for line in err.strip().splitlines() if line.strip()]
@@ -101,15 +102,6 @@ def run_cycle_subprocess(town: Town, timeout: float) -> dict:
         return json.loads(out)
     except ValueError:
         return {"error": f"dispatch cycle printed no JSON report: {out[:200]!r}"}
-
-
-def _kill_cycle(process: subprocess.Popen) -> None:
-    """Kill a cycle's process group and wait for it (safe at any point: launches are crash-safe)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.communicate()
 
 
 def describe(result: dict, reaped: int) -> str:
@@ -166,7 +158,7 @@ class Daemon:
         self.ticks = 0
         self.last_result: dict | None = None
         try:  # runs that ended before the daemon started are history, not this tick's news
-            self._runs_seen = runs.totals(town)
+            self._runs_seen = runlog.totals(town)
         except SluiceError:
             self._runs_seen = {}
 
@@ -231,7 +223,7 @@ class Daemon:
         except SluiceError as err:
             result.setdefault("reap_error", str(err))
         try:  # ended by anyone since the last tick: the cycle, this tick, a `polecat list` meanwhile
-            ended = runs.totals(self.town)
+            ended = runlog.totals(self.town)
             result["runs"] = runs.count_new(ended, self._runs_seen)
             self._runs_seen = ended
         except SluiceError as err:
@@ -245,15 +237,11 @@ class Daemon:
             result.setdefault("compact_error", str(err))
         session = self._session()
         self._after_cycle(result, session)
-        keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode")
-        summary = {k: result[k] for k in keys if k in result}
-        for key in ("error", "reap_error", "compact_error"):
-            if key in result:
-                summary[key] = result[key]
-        summary["held"] = len(result.get("held") or [])
-        summary["reaped"] = reaped
-        summary["runs"] = result.get("runs") or {}
-        self.last_result = summary
+        keys = ("dispatched", "failed", "skipped", "reason", "capacity", "ready", "paused", "mode", "error",
+                "reap_error", "compact_error")
+        held, ended = len(result.get("held") or []), result.get("runs") or {}
+        self.last_result = {**{k: result[k] for k in keys if k in result}, "held": held, "reaped": reaped,
+                            "runs": ended}
         self._beat(last_tick_at=at)
         self._keep_forecast(session, result)
         self._log(f"tick {self.ticks}: {describe(result, reaped)}")
@@ -324,7 +312,6 @@ class Daemon:
             return {"error": str(err)}
 
     def _stop_overdue(self) -> list:
-
         try:
             stopped = stop_overdue(self.town, self._executor(), time.time(),
                                    on_stop=lambda p: ends.end_polecat(self.town, p, "timed-out"))

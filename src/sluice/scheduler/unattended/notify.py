@@ -169,6 +169,13 @@ def _argv(template: list[str], values: dict[str, str]) -> list[str]:
     return out
 
 
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill a child's process group (a notifier's, a daemon's cycle) and wait for it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
 def run_notifier(town: Town, template: list[str], event: dict, name: str, timeout: float) -> Outcome:
     """Run the notifier once for ``event``; its outcome, never an exception."""
     payload = event.get("payload") or {}
@@ -188,18 +195,13 @@ def run_notifier(town: Town, template: list[str], event: dict, name: str, timeou
         data = json.dumps(document, ensure_ascii=False).encode("utf-8")
         _, err = process.communicate(data, timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.communicate()
+        kill_group(process)
         outcome.detail = f"still running after {timeout:g}s; killed"
         return outcome
-    if process.returncode != 0:
+    outcome.ok = process.returncode == 0
+    if not outcome.ok:
         lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
         outcome.detail = f"exit status {process.returncode}" + (f": {lines[-1][:200]}" if lines else "")
-        return outcome
-    outcome.ok = True
     return outcome
 
 

@@ -98,10 +98,6 @@ def patrol(where: Town | Session, rig_name: str, fix: bool = False, executor: Ex
     return report
 
 
-def _mine(context, rig_name: str) -> bool:
-    return context.rig == rig_name
-
-
 def _orphaned(stale: Stale, rigs: set[str]) -> bool:
     fields = stale.context.fields
     if stale.reason in ORPHAN_REASONS:
@@ -125,17 +121,14 @@ def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: 
                 "last_failure_at": context.fields.last_failure_at or None,
                 "retry_at": retry_due_at(context.fields, *retry),  # when the daemon tries it again
             })
-    mine = [s for s in view.stale if _mine(s.context, rig_name)]
+    mine = [s for s in view.stale if s.context.rig == rig_name]
     stale = [_stale_row(s) for s in mine if not _orphaned(s, rigs)]
     orphaned = [_stale_row(s) for s in mine if _orphaned(s, rigs)]
-    duplicates = [_context_row(c) for c in view.duplicates if _mine(c, rig_name)]
-    held = [{**_context_row(h.context), **held_row(h)} for h in view.held if _mine(h.context, rig_name)]
-    polecats = [
-        {"id": p.id, "item_id": p.item_id, "context_id": p.context_id, "executor": p.executor,
-         "started_at": p.started_at, "state": p.state, "pid": p.pid}
-        for p in active
-        if p.rig == rig_name
-    ]
+    duplicates = [_context_row(c) for c in view.duplicates if c.rig == rig_name]
+    held = [{**_context_row(h.context), **held_row(h)} for h in view.held if h.context.rig == rig_name]
+    polecats = [{"id": p.id, "item_id": p.item_id, "context_id": p.context_id, "executor": p.executor,
+                 "started_at": p.started_at, "state": p.state, "pid": p.pid}
+                for p in active if p.rig == rig_name]
     counts = stores.rig(rig_name).merge_queue_counts()
     return {
         "rig": rig_name,
@@ -155,11 +148,10 @@ def _report(rig_name: str, view: Survey, active, stores, rigs: set[str], retry: 
 def _fix(town: Town, stores, rig_name: str, view: Survey, rigs: set[str]) -> list[dict]:
     """Close this rig's stale contexts (with the cycle's reasons) and duplicates; nothing else."""
     store = stores.rig(rig_name)
-    wanted: list[tuple[str, str, dict | None]] = []
-    for stale in view.stale:
-        if _mine(stale.context, rig_name) and not _orphaned(stale, rigs):
-            wanted.append((stale.context.id, stale.reason, None))
-    wanted.extend((c.id, DUPLICATE, None) for c in view.duplicates if _mine(c, rig_name))
+    wanted: list[tuple[str, str, dict | None]] = [
+        (stale.context.id, stale.reason, None) for stale in view.stale
+        if stale.context.rig == rig_name and not _orphaned(stale, rigs)]
+    wanted += [(c.id, DUPLICATE, None) for c in view.duplicates if c.rig == rig_name]
     done = set(ctxs.close_many(town, store, wanted))  # one lock, one read, one append
     closed = []
     for cid, reason, _extra in wanted:
