@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from sluice.core.text import printable
+from sluice.core.text import printable as plain  # agents' text as one line, control characters escaped
 from sluice.errors import SluiceError
+from sluice.surfaces.output import FAILED_OUTCOMES, hhmm, host_line, score_text
 from sluice.surfaces.screen import Column, Section, frame, pack
 from sluice.surfaces.watching import BACKSTOP, Pace, Sources
 
@@ -50,11 +51,6 @@ if TYPE_CHECKING:
 
 #: Queue rows a snapshot of ``top`` carries: more than any terminal shows.
 SCREEN_ROWS = 500
-
-
-def plain(text) -> str:
-    """Agents' text as one line: control characters shown escaped (no fake rows, no terminal codes)."""
-    return printable(text)
 
 
 def runtime(seconds: float | None) -> str:
@@ -83,8 +79,6 @@ def why(row: dict) -> str:
 
 def limits(sched: dict) -> list[str]:
     """Admission control's state from ``scheduler status`` as short lines (none when it is not set)."""
-    from sluice.surfaces.output import host_line
-
     out = []
     binding = sched.get("binding")
     if isinstance(binding, dict):
@@ -110,11 +104,6 @@ def limits(sched: dict) -> list[str]:
     if sched.get("circuit_broken"):
         out.append(f"circuit-broken: {sched['circuit_broken']}")
     return out
-
-
-def score_text(score) -> str:
-    """A score as people read it: two decimals (``4.03``), ``-`` when there is none."""
-    return "-" if not isinstance(score, (int, float)) else f"{score:.2f}"
 
 
 def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
@@ -168,13 +157,8 @@ def drain_words(forecast: dict | None) -> str:
         return ""
     if not forecast.get("drain_at"):
         return "queue drained"
-    p90 = f" (p90 {eta(forecast.get('drain_p90_at'))})" if forecast.get("drain_p90_at") else ""
-    return f"drains ≈{eta(forecast['drain_at'])}{p90}"
-
-
-def eta(at) -> str:
-    """A forecast time as ``HH:MM`` (UTC), ``-`` when there is none (the item cannot start)."""
-    return str(at)[11:16] if at else "-"
+    p90 = f" (p90 {hhmm(forecast.get('drain_p90_at'))})" if forecast.get("drain_p90_at") else ""
+    return f"drains ≈{hhmm(forecast['drain_at'])}{p90}"
 
 
 def queue_section(snap: dict, rig_filter: str | None = None, limit: int | None = None) -> Section:
@@ -195,7 +179,7 @@ def queue_section(snap: dict, rig_filter: str | None = None, limit: int | None =
     return Section(
         f"queue ({total}) — dispatch order", columns,
         [(str(n), Text(plain(r.get("id"))), Text(plain(r.get("target_rig"))), score_text(r.get("score")),
-          eta(r.get("start_at")), eta(r.get("done_at")), Text(why(r)), Text(plain(r.get("title"))))
+          hhmm(r.get("start_at")), hhmm(r.get("done_at")), Text(why(r)), Text(plain(r.get("title"))))
          for n, r in enumerate(made, start=1)],
         min_rows=8, empty="nothing queued",
         row_styles=["dim" if r.get("blocked") else "" for r in made], total=total)
@@ -213,9 +197,6 @@ def polecat_section(snap: dict, rig_filter: str | None = None) -> Section:
           Text(plain(p.get("title"))), Text(plain(p.get("attach") or p.get("logs_command") or "")))
          for p in rows],
         min_rows=3, empty="no polecat running")
-
-
-FAILED_OUTCOMES = ("failed", "timed-out", "vanished")
 
 
 def runs_section(snap: dict, rig_filter: str | None = None) -> Section:
