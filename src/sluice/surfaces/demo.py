@@ -144,22 +144,14 @@ def _snapshot(town, full: dict) -> dict:
     """The demo's own counts (per-rig done and total, open work) beside the town's snapshot ``full``."""
     from sluice.store.items.rigstore import Stores
 
-    stores = Stores(town)
-    state = full["scheduler"]
     per_rig = {}
     open_work = 0
-    for store in stores.all():
+    for store in Stores(town).all():
         items = [r for r in store.durable() if r.get("issue_type") != "epic"]
         done = sum(1 for r in items if r.get("status") == "closed")
         open_work += len(items) - done
         per_rig[store.rig.name] = {"total": len(items), "done": done}
-    for row in full["queue"]:
-        bucket = per_rig.get(row["target_rig"])
-        if bucket is not None:
-            bucket["blocked" if row["blocked"] else "ready"] = bucket.get(
-                "blocked" if row["blocked"] else "ready", 0) + 1
-    return {"rigs": per_rig, "active": state["active_polecats"] or 0, "open": open_work,
-            "paused": state["paused"], "town": full}
+    return {"rigs": per_rig, "open": open_work, "town": full}
 
 
 def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.0, live: bool | None = None,

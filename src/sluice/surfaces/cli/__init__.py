@@ -42,7 +42,7 @@ def _root(
         typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version),
     ] = False,
 ) -> None:
-    common.set_town_arg(town)
+    common.town_arg = town
 
 
 def _register() -> None:

@@ -16,7 +16,6 @@ dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
 item_app.add_typer(dep_app, name="dep")
 
 
-
 @item_app.command("create")
 def create(
     rig: Annotated[str, typer.Argument(help="Rig to create the item in.")],
@@ -47,8 +46,6 @@ def create(
 def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: JsonOption = False) -> None:
     """Show one item (any rig; ids route by prefix)."""
     emit(town().item(item_id).to_json(), as_json, item_text)
-
-
 
 
 @item_app.command("list")

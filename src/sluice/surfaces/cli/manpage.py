@@ -162,4 +162,3 @@ def _text(text: str) -> str:
     """Roff-safe text: backslashes and minus signs escaped, no line read as a request."""
     escaped = text.replace("\\", "\\e").replace("-", "\\-")
     return "\\&" + escaped if escaped[:1] in (".", "'") else escaped
-

@@ -61,8 +61,6 @@ def hooks_report(
         emit(queue.to_json(), True)
 
 
-
-
 def patrol(
     rig: Annotated[str, typer.Argument(help="Rig to patrol.")],
     fix: Annotated[bool, typer.Option(help="Close stale and duplicate contexts (never an item).")] = False,
@@ -108,10 +106,10 @@ def _patrol_text(r: dict) -> str:
 
 def mcp() -> None:
     """Serve the sluice tools over MCP on stdio (for agent clients)."""
-    from sluice.surfaces.cli.common import town_arg
+    from sluice.surfaces.cli import common
     from sluice.surfaces.mcp_server import serve
 
-    serve(town_arg())
+    serve(common.town_arg)
 
 
 def register(app: typer.Typer) -> None:

@@ -296,4 +296,3 @@ def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float 
     app = Starlette(routes=routes, middleware=middleware)
     app.state.dashboard = board
     return app
-
