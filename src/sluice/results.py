@@ -20,7 +20,7 @@ written against the plain JSON reads them unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -490,34 +490,20 @@ class RigInfo(_Document):
 # -- records and lists of rows ----------------------------------------------------------------
 
 
-class _Mapping:
-    """A read-only mapping view of ``to_json()``, for code written against the plain document."""
+class _Mapping(Mapping):
+    """A read-only mapping view of ``to_json()``, for code written against the plain document
+    (``get``, ``in``, ``keys``, ``items`` and ``values`` come with :class:`~collections.abc.Mapping`)."""
 
     document: Any
 
     def __getitem__(self, key: str) -> Any:
         return self.document[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.document.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.document
-
     def __iter__(self) -> Iterator[str]:
         return iter(self.document)
 
     def __len__(self) -> int:
         return len(self.document)
-
-    def keys(self):
-        return self.document.keys()
-
-    def values(self):
-        return self.document.values()
-
-    def items(self):
-        return self.document.items()
 
 
 @result
