@@ -81,11 +81,8 @@ def install(town: Town, rig_name: str, force: bool = False) -> InstallResult:
     rig = town.rig(rig_name)
     hooks_dir = repo_hooks_dir(rig)
     copies = refresh_town_copies(town)
-    foreign = []
-    for name in HOOK_NAMES:
-        path = hooks_dir / name
-        if (path.exists() or path.is_symlink()) and not _is_ours(path, copies / name):
-            foreign.append(name)
+    foreign = [name for name in HOOK_NAMES if ((hooks_dir / name).exists() or (hooks_dir / name).is_symlink())
+               and not _is_ours(hooks_dir / name, copies / name)]
     if foreign and not force:
         raise InvalidOperation(
             f"{hooks_dir} already has hook(s) not installed by sluice: {', '.join(foreign)};"
