@@ -39,6 +39,7 @@ an executor): every CLI command starts here, and start-up time is measured.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,25 +92,23 @@ class Town:
     def root(self) -> Path:
         return self.files.root
 
-    def _kept_reads(self) -> KeptReads:
-        if self._kept is None:
-            from sluice.store.items.kept import KeptReads
-
-            self._kept = KeptReads(self.files.root)
-        return self._kept
-
     def _session(self) -> Session:
         """This call's context (sluice.scheduler.session): the config read once, one ``now``."""
         from sluice.scheduler.session import Session
 
         return Session(self.files, self.executor)
 
-    def _kept_session(self, kept: KeptReads) -> Session:
-        """A session over the kept town and stores, re-checked against the files first (hold kept.lock)."""
+    @contextmanager
+    def _kept_session(self) -> Iterator[Session]:
+        """A session over the kept town and stores, re-checked against the files first, under their lock."""
         from sluice.scheduler.session import Session
+        from sluice.store.items.kept import KeptReads
 
-        files, stores = kept.fresh()
-        return Session.kept(files, stores, self.executor)
+        if self._kept is None:
+            self._kept = KeptReads(self.files.root)
+        with self._kept.lock:
+            files, stores = self._kept.fresh()
+            yield Session.kept(files, stores, self.executor)
 
     # -- rigs and configuration --------------------------------------------------------------
     def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,
@@ -163,18 +162,12 @@ class Town:
 
     def config_get(self, key: str) -> Any:
         """One config value (``scheduler.max_polecats``, ``executor.command``, …)."""
-        from sluice.core.models import (
-            CONFIG_KEYS,
-            config_pattern,
-            format_duration,
-            get_config_value,
-            parse_duration,
-        )
+        from sluice.core import models
 
-        value = get_config_value(self.files.load_config(), key)
-        duration = "duration" in CONFIG_KEYS.get(config_pattern(key), "")
+        value = models.get_config_value(self.files.load_config(), key)
+        duration = "duration" in models.CONFIG_KEYS.get(models.config_pattern(key), "")
         if key.startswith("scheduler.") and isinstance(value, str) and duration:
-            value = format_duration(parse_duration(value))
+            value = models.format_duration(models.parse_duration(value))
         return value
 
     def config_set(self, key: str, value: Any) -> None:
@@ -480,18 +473,15 @@ class Town:
         """Score the ready items and say which should go next; ``preview`` records nothing."""
         from sluice.scheduler.views.advisor import next_decisions
 
-        kept = self._kept_reads()
-        with kept.lock:
-            decisions = next_decisions(self._kept_session(kept), graph_id=graph_id, limit=limit,
-                                       preview=preview)
+        with self._kept_session() as session:
+            decisions = next_decisions(session, graph_id=graph_id, limit=limit, preview=preview)
         return results.Decisions.from_json(decisions)
 
     def schedule_status(self, recent: int = 10) -> results.ScheduleStatus:
         from sluice.scheduler.views.advisor import status
 
-        kept = self._kept_reads()
-        with kept.lock:
-            return results.ScheduleStatus.from_json(status(self._kept_session(kept), recent=recent))
+        with self._kept_session() as session:
+            return results.ScheduleStatus.from_json(status(session, recent=recent))
 
     def policy(self) -> results.PolicyInfo:
         """The scoring policy in force (the defaults when there is no policy file)."""

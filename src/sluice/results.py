@@ -8,8 +8,9 @@ on one side is a ``KeyError`` when the result is made, never a silent None.
 Lists of rows are converted on first access only: a queue of 100,000
 contexts printed as JSON never pays for 100,000 objects.  Parts left as
 plain JSON (a dict, a list of dicts) are declared with :func:`part` (a key
-the document always has) or :func:`optional` (one it may leave out): they
-are read from the document on access, under the attribute's own name.
+the document always has) or :func:`optional` (one it may leave out), and
+lists of typed rows with :func:`rows_of`: they are read from the document on
+access, under the attribute's own name.
 
 Documents shaped like records (an item, the snapshot, a polecat row) are
 also read-only mappings of that document (``result["id"]``, ``get``,
@@ -89,8 +90,8 @@ def _scalars(cls, doc: dict) -> dict:
 class _Part:
     """A part of the document read by key on each access, so nothing is copied when the result is made."""
 
-    def __init__(self, doc: str | None, required: bool, empty: Any) -> None:
-        self.__doc__, self.required, self.empty, self.key = doc, required, empty, ""
+    def __init__(self, doc: str | None, required: bool, empty: Any, row: Any = None) -> None:
+        self.__doc__, self.required, self.empty, self.row, self.key = doc, required, empty, row, ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.key = name  # the attribute's name is the document's key: it cannot be misspelt in one
@@ -98,6 +99,10 @@ class _Part:
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
+        if self.row is not None:  # typed rows, made on the first access only
+            if self.key not in obj.__dict__:
+                obj.__dict__[self.key] = [self.row.from_json(row) for row in obj.document[self.key]]
+            return obj.__dict__[self.key]
         if self.required:
             return obj.document[self.key]
         value = obj.document.get(self.key)
@@ -115,6 +120,11 @@ def part(doc: str | None = None) -> Any:
 def optional(doc: str | None = None, *, empty: Any = None) -> Any:
     """A key the document may leave out: None when absent, or ``empty()`` when absent or empty."""
     return _Part(doc, False, empty)
+
+
+def rows_of(row: type) -> Any:
+    """A list the document always has, read on first access as rows of the result class ``row``."""
+    return _Part(None, True, None, row)
 
 
 @result
@@ -182,10 +192,6 @@ class QueueEntry(_Document):
     done_at: str | None = None
 
 
-def _entries(rows: list[dict]) -> list[QueueEntry]:
-    return [QueueEntry.from_json(row) for row in rows]
-
-
 @result
 class Queue(_Rows):
     """``scheduler list``: queued items, ready ones in dispatch order, then blocked ones."""
@@ -217,10 +223,7 @@ class QueueStatus(_Document):
         "The hold file and the host guard: limits, the last reading and its time, what holds.")
     forecast: dict | None = optional(
         'The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None.')
-
-    @cached_property
-    def items(self) -> list[QueueEntry]:
-        return _entries(self.document["items"])
+    items: list[QueueEntry] = rows_of(QueueEntry)
 
 
 @result
@@ -303,10 +306,7 @@ class ScheduleStatus(_Document):
 
     policy: dict = part()
     merge_pressure: dict[str, int] = part()
-
-    @cached_property
-    def recent_decisions(self) -> list[Decision]:
-        return [Decision.from_json(d) for d in self.document["recent_decisions"]]
+    recent_decisions: list[Decision] = rows_of(Decision)
 
 
 @result
@@ -400,9 +400,7 @@ class Forecast(_Document):
     drain_at: str | None
     drain_p90_at: str | None
 
-    @cached_property
-    def items(self) -> list[ItemForecast]:
-        return [ItemForecast.from_json(row) for row in self.document["items"]]
+    items: list[ItemForecast] = rows_of(ItemForecast)
 
 
 @result
@@ -678,14 +676,8 @@ class Snapshot(_Mapping, _Document):
     rigs: dict[str, dict] = part()
     decisions: list[dict] = part()
     events: list[dict] = part()
-
-    @cached_property
-    def queue(self) -> list[QueueEntry]:
-        return _entries(self.document["queue"])
-
-    @cached_property
-    def runs(self) -> list[RunRecord]:
-        return [RunRecord.from_json(row) for row in self.document["runs"]]
+    queue: list[QueueEntry] = rows_of(QueueEntry)
+    runs: list[RunRecord] = rows_of(RunRecord)
 
 
 @result
@@ -708,6 +700,7 @@ class ItemDetail(_Mapping, _Document):
     reasons: list[str] = part()
     polecats: list[dict] = part()
     decisions: list[dict] = part()
+    runs: list[RunRecord] = rows_of(RunRecord)
 
     @cached_property
     def item(self) -> Item:
@@ -717,7 +710,3 @@ class ItemDetail(_Mapping, _Document):
     def queue_row(self) -> QueueEntry | None:
         row = self.document["queue_row"]
         return QueueEntry.from_json(row) if row is not None else None
-
-    @cached_property
-    def runs(self) -> list[RunRecord]:
-        return [RunRecord.from_json(row) for row in self.document["runs"]]
