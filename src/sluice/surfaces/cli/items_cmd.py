@@ -23,10 +23,8 @@ def create(
     priority: Annotated[int, typer.Option(help="0 (most urgent) … 4.")] = 2,
     issue_type: Annotated[str, typer.Option("--type", help="task, bug, feature, epic, convoy, …")] = "task",
     label: Annotated[list[str] | None, typer.Option("--label", help="Label (repeatable).")] = None,
-    dep: Annotated[
-        list[str] | None,
-        typer.Option("--dep", help="ID: the new item is blocked by ID; TYPE:ID for another edge type."),
-    ] = None,
+    dep: Annotated[list[str] | None, typer.Option(
+        "--dep", help="ID: the new item is blocked by ID; TYPE:ID for another edge type.")] = None,
     parent: Annotated[str | None, typer.Option(help="Parent item (parent-child edge).")] = None,
     description: Annotated[str, typer.Option(help="Item description.")] = "",
     tokens: Annotated[int | None, typer.Option(help="Estimated tokens (metadata.estimated_tokens).")] = None,
@@ -52,9 +50,8 @@ def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: Json
 def list_(
     rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
     status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
-    label: Annotated[
-        list[str] | None, typer.Option("--label", help="Must carry this label (repeatable).")
-    ] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="Must carry this label (repeatable).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
@@ -99,9 +96,8 @@ def update(
     status: Annotated[str | None, typer.Option(help="New status.")] = None,
     priority: Annotated[int | None, typer.Option(help="New priority 0–4.")] = None,
     assignee: Annotated[str | None, typer.Option(help="New assignee.")] = None,
-    add_label: Annotated[
-        list[str] | None, typer.Option("--add-label", help="Add a label (repeatable).")
-    ] = None,
+    add_label: Annotated[list[str] | None, typer.Option(
+        "--add-label", help="Add a label (repeatable).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change an item's status, priority, assignee or labels."""
