@@ -21,8 +21,7 @@ def hooks_install(
     """Link post-commit, post-merge and pre-push into RIG's repository (its only write by sluice)."""
     from sluice.surfaces.githooks import install
 
-    result = install(town().files, rig, force)
-    emit(result.to_json(), as_json, lambda r: "\n".join(
+    emit(install(town().files, rig, force), as_json, lambda r: "\n".join(
         [f"hooks in {r['hooks_dir']}:"]
         + [f"  installed {n}" for n in r["installed"] if n not in r["replaced"]]
         + [f"  replaced {n} (the old hook is {n}.sluice-orig)" for n in r["replaced"]]
@@ -37,8 +36,7 @@ def hooks_uninstall(
     """Remove only the hooks `install` linked; put back hooks it moved aside; leave any other hook."""
     from sluice.surfaces.githooks import uninstall
 
-    result = uninstall(town().files, rig)
-    emit(result.to_json(), as_json, lambda r: "\n".join(
+    emit(uninstall(town().files, rig), as_json, lambda r: "\n".join(
         [f"hooks in {r['hooks_dir']}:"]
         + [f"  removed {n}" for n in r["removed"] if n not in r["restored"]]
         + [f"  removed {n}; the hook it replaced is back" for n in r["restored"] if n in r["removed"]]
