@@ -155,7 +155,7 @@ def _snapshot(town, full: dict) -> dict:
 
 
 def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.0, live: bool | None = None,
-        echo=print, web_port: int | None = None, say=None) -> DemoSummary:
+        web_port: int | None = None, say=print) -> DemoSummary:
     """Build the demo town, sling everything, tick until done; returns the summary.
 
     With ``web_port`` the dashboard serves the demo town on 127.0.0.1 while it
@@ -253,7 +253,7 @@ def _serve(town, port: int, say):
 
     web = make_web(Facade(town), port=port)
     web.start()
-    (say or print)(f"sluice demo: watch it at {web.url}#token={web.token}")
+    say(f"sluice demo: watch it at {web.url}#token={web.token}")
     return web
 
 

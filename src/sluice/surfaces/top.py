@@ -34,7 +34,6 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -64,11 +63,8 @@ def runtime(seconds: float | None) -> str:
 
 def why(row: dict) -> str:
     """The queue row's reason codes (``why``), or what the row itself says when there are none."""
-    codes = row.get("why")
-    if isinstance(codes, (list, tuple)) and codes:
-        return ", ".join(plain(c) for c in codes)
-    if isinstance(codes, str) and codes:
-        return plain(codes)
+    if row.get("why"):
+        return ", ".join(plain(c) for c in row["why"])
     parts = ["blocked" if row.get("blocked") else "ready"]
     if row.get("dispatch_failures"):
         parts.append(f"failed×{row['dispatch_failures']}")
@@ -121,12 +117,8 @@ def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
         title.append(" active ", style="bold black on green")
     chunks.append(title)
     active = sched.get("active_polecats")
-    cap = sched.get("max_polecats")
-    chunks.append(Text(f"mode {sched.get('mode')}"))
-    if sched.get("mode") == "deferred":
-        chunks.append(Text(f"polecats {'?' if active is None else active}/{cap}"))
-    else:
-        chunks.append(Text(f"polecats {'?' if active is None else active} (direct)"))
+    of = f"/{sched.get('max_polecats')}" if sched.get("mode") == "deferred" else " (direct)"
+    chunks += [Text(f"mode {sched.get('mode')}"), Text(f"polecats {'?' if active is None else active}{of}")]
     if snap.get("executor"):
         chunks.append(Text(f"executor {plain(snap['executor'])}"))
     chunks.append(Text(f"queued {sched.get('queued_total')} ({sched.get('queued_ready')} ready)"))
@@ -298,21 +290,17 @@ def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
     return frame(head, sections, width, height)
 
 
-def print_once(town: Town, console: Console | None = None, rig_filter: str | None = None) -> None:
+def print_once(town: Town, rig_filter: str | None = None) -> None:
     """Print one frame (``sluice top --once``) at the terminal's size, or 120×40 when not a terminal.
 
     On a terminal the frame is a line shorter than the screen, so the shell's
     next prompt does not scroll its first line away.
     """
-    height = None
-    if console is None:
-        tty = sys.stdout.isatty()
-        size = os.get_terminal_size(sys.stdout.fileno()) if tty else os.terminal_size((120, 40))
-        console = Console(width=size.columns, height=size.lines)
-        height = size.lines - 1 if tty else size.lines
-    height = height or console.height
-    snap = town.snapshot().to_json()
-    console.print(render(snap, rig_filter, height=height, width=console.width), height=height)
+    tty = sys.stdout.isatty()
+    size = os.get_terminal_size(sys.stdout.fileno()) if tty else os.terminal_size((120, 40))
+    height = size.lines - 1 if tty else size.lines
+    frame = render(town.snapshot().to_json(), rig_filter, height=height, width=size.columns)
+    Console(width=size.columns, height=size.lines).print(frame, height=height)
 
 
 class _Keys:
@@ -351,15 +339,14 @@ class _Keys:
 class Top:
     """The live loop: snapshot, draw, wait for a key, a change, a resize or the next second."""
 
-    def __init__(self, town: Town, interval: float = 1.0, console: Console | None = None,
-                 take: Callable[[Town], dict] | None = None):
+    def __init__(self, town: Town, interval: float = 1.0):
         self.town = town
         self.interval = interval
         # Sized from the terminal itself: an exported COLUMNS/LINES would pin the size and break resizing.
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        self.console = console or Console(_environ=environ)
+        self.console = Console(_environ=environ)
         # The queue's first rows only, unless a rig filter needs all of them to pick that rig's.
-        self.take = take or (lambda t: t.snapshot(limit=0 if self.rig_filter else SCREEN_ROWS).to_json())
+        self.take = lambda t: t.snapshot(limit=0 if self.rig_filter else SCREEN_ROWS).to_json()
         self.rig_filter: str | None = None
         self.prompt: str | None = None
         self.message: str | None = None
