@@ -21,7 +21,7 @@ written against the plain JSON reads them unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -29,43 +29,11 @@ from sluice.core.recordclass import MISSING, FrozenInstanceError, field, frozen
 
 # The results: sluice.api's __all__ takes this list, and a test keeps sluice's lazy names equal to it.
 __all__ = [
-    "BrokenItem",
-    "BrokenItems",
-    "ClearResult",
-    "CompactResult",
-    "Decision",
-    "Decisions",
-    "DependencyAdded",
-    "Explanation",
-    "Export",
-    "ExportedRecord",
-    "Feed",
-    "FeedEntry",
-    "Forecast",
-    "ImportResult",
-    "Item",
-    "ItemDetail",
-    "ItemForecast",
-    "ItemRows",
-    "Items",
-    "PatrolReport",
-    "PauseState",
-    "PolecatRow",
-    "Polecats",
-    "PolicyInfo",
-    "Promotion",
-    "Queue",
-    "QueueEntry",
-    "QueueStatus",
-    "ResetResult",
-    "RigInfo",
-    "RigRefreshed",
-    "RigRemoved",
-    "RunRecord",
-    "Runs",
-    "ScheduleStatus",
-    "Snapshot",
-    "ThrottleState",
+    "BrokenItem", "BrokenItems", "ClearResult", "CompactResult", "Decision", "Decisions", "DependencyAdded",
+    "Explanation", "Export", "ExportedRecord", "Feed", "FeedEntry", "Forecast", "ImportResult", "Item",
+    "ItemDetail", "ItemForecast", "ItemRows", "Items", "PatrolReport", "PauseState", "PolecatRow",
+    "Polecats", "PolicyInfo", "Promotion", "Queue", "QueueEntry", "QueueStatus", "ResetResult", "RigInfo",
+    "RigRefreshed", "RigRemoved", "RunRecord", "Runs", "ScheduleStatus", "Snapshot", "ThrottleState",
     "UsageReport",
 ]
 
@@ -141,7 +109,7 @@ class _Document:
 
 
 @result
-class _Rows(_Document):
+class _Rows(_Document, Sequence):
     """A list document: iterate it (or index it) for typed rows; ``to_json`` is the list itself."""
 
     row: ClassVar[Any]  # the class of one row
@@ -150,17 +118,11 @@ class _Rows(_Document):
     def rows(self) -> list:
         return [self.row.from_json(doc) for doc in self.document]
 
-    def __iter__(self) -> Iterator:
-        return iter(self.rows)
-
     def __len__(self) -> int:
         return len(self.document)
 
     def __getitem__(self, index: int):
         return self.rows[index]
-
-    def __bool__(self) -> bool:
-        return bool(self.document)
 
     @classmethod
     def from_json(cls, doc: list):  # type: ignore[override]
