@@ -78,8 +78,7 @@ class Dashboard:
         self.town = town
         self.token = token.encode("utf-8")
         self.interval = interval
-        sources = Sources(town.files)
-        self.feed = Feed(self._snapshot, sources.signature, interval, max_streams)
+        self.feed = Feed(self._snapshot, Sources(town.files).signature, interval, max_streams)
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:
@@ -132,12 +131,9 @@ class Dashboard:
 
     async def logs(self, request: Request) -> Response:
         ref = request.path_params["polecat"]
-
-        def tail() -> list[str]:
-            return list(deque(self.town.polecat_logs(ref), maxlen=LOG_TAIL))
-
         try:
-            return JSONResponse({"polecat": ref, "lines": await asyncio.to_thread(tail)})
+            lines = await asyncio.to_thread(lambda: list(deque(self.town.polecat_logs(ref), maxlen=LOG_TAIL)))
+            return JSONResponse({"polecat": ref, "lines": lines})
         except SluiceError as err:
             return _error(err, 404)
 
