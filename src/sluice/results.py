@@ -46,13 +46,8 @@ def _scalars(cls, doc: dict) -> dict:
 
     A key renamed on one side raises ``KeyError`` at once instead of reading as None.
     """
-    out = {}
-    for name, f in cls._spec.items():
-        if name == "document":
-            continue
-        if (f.default is MISSING and f.factory is MISSING) or name in doc:
-            out[name] = doc[name]
-    return out
+    return {name: doc[name] for name, f in cls._spec.items()
+            if name != "document" and ((f.default is MISSING and f.factory is MISSING) or name in doc)}
 
 
 class _Part:
@@ -104,7 +99,7 @@ class _Document:
         return self.document
 
     @classmethod
-    def from_json(cls, doc: dict):
+    def from_json(cls, doc: Any):  # a list document (``_Rows``) has no fields but itself
         return cls(**_scalars(cls, doc), document=doc)
 
 
@@ -123,10 +118,6 @@ class _Rows(_Document, Sequence):
 
     def __getitem__(self, index: int):
         return self.rows[index]
-
-    @classmethod
-    def from_json(cls, doc: list):  # type: ignore[override]
-        return cls(document=doc)
 
 
 def _rows_named(doc: str) -> property:
