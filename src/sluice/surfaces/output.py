@@ -106,15 +106,12 @@ def item_lines(items) -> str:
 
 
 def item_text(item: dict) -> str:
-    rows = [item_line(item)]
-    for key in ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason"):
-        if item.get(key):
-            rows.append(f"  {key}: {shown(item[key])}")
-    for dep in item.get("dependencies") or ():
-        rows.append(f"  depends on {shown(dep.get('depends_on_id'))} ({shown(dep.get('type'))})")
+    keys = ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason")
+    rows = [item_line(item), *(f"  {key}: {shown(item[key])}" for key in keys if item.get(key))]
+    rows += [f"  depends on {shown(dep.get('depends_on_id'))} ({shown(dep.get('type'))})"
+             for dep in item.get("dependencies") or ()]
     if item.get("description"):
-        rows.append("")
-        rows.append(description_text(item["description"]))
+        rows += ["", description_text(item["description"])]
     return "\n".join(rows)
 
 

@@ -86,17 +86,13 @@ def limits(sched: dict) -> list[str]:
     budgets = [f"{plain(b.get('rig') or 'town')} {b.get('spent')}/{b.get('budget')}"
                + (f" per {plain(b['window'])}" if b.get("window") else "")
                for b in sched.get("budgets") or [] if isinstance(b, dict)]
-    if budgets:
-        out.append("budgets: " + ", ".join(budgets))
     throttles = [f"{plain(t.get('rig') or 'town')} until {str(t.get('until') or '')[11:19]}"
                  + (f" ({plain(t['reason'])})" if t.get("reason") else "")
                  for t in sched.get("throttles") or [] if isinstance(t, dict)]
-    if throttles:
-        out.append("throttled: " + ", ".join(throttles))
     caps = [f"{plain(k)}={v}" for key in ("rig_caps", "label_caps")
             for k, v in (sched.get(key) or {}).items()]
-    if caps:
-        out.append("caps: " + ", ".join(caps))
+    out += [f"{name}: {', '.join(parts)}" for name, parts in
+            (("budgets", budgets), ("throttled", throttles), ("caps", caps)) if parts]
     if sched.get("circuit_broken"):
         out.append(f"circuit-broken: {sched['circuit_broken']}")
     return out
@@ -391,12 +387,10 @@ class Top:
         """Handle typed characters; False when the user asked to quit."""
         for char in data:
             if self.prompt is not None:
-                if char in ("\r", "\n"):
-                    self.rig_filter, self.prompt = (self.prompt.strip() or None), None
+                if char in ("\r", "\n", "\x1b"):  # Enter applies the rig typed, Esc clears the filter
+                    self.rig_filter = None if char == "\x1b" else self.prompt.strip() or None
+                    self.prompt = None
                     self.dirty = True  # a filtered view is taken from the whole queue, an unfiltered one not
-                elif char == "\x1b":
-                    self.rig_filter, self.prompt = None, None
-                    self.dirty = True
                 elif char in ("\x7f", "\b"):
                     self.prompt = self.prompt[:-1]
                 elif char.isprintable():
@@ -427,19 +421,17 @@ class Top:
                     now = time.monotonic()
                     due = self.dirty or now >= next_at  # a key pressed, or the backstop
                     watched = sources.signature() if due or pace.ready(now) else seen
-                    if due or watched != seen:
+                    changed = due or watched != seen
+                    if changed:
                         seen = watched
                         taken = time.monotonic()
                         self.refresh()
                         pace.took(taken, time.monotonic())
                         self.dirty = False
                         next_at = now + max(self.interval, BACKSTOP)
+                    # a new snapshot, or the clock moved on (the same one, runtimes ticked), or a resize
+                    if changed or now >= drawn_at or resized:
                         drawn_at = now + self.interval
-                        live.update(self.frame(), refresh=True)
-                    elif now >= drawn_at:  # the clock moved on: the same snapshot, runtimes ticked
-                        drawn_at = now + self.interval
-                        live.update(self.frame(), refresh=True)
-                    elif resized:
                         resized.clear()
                         live.update(self.frame(), refresh=True)
                     data = keys.read(0.25)

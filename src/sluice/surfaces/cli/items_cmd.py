@@ -103,8 +103,7 @@ def update(
     """Change an item's status, priority, assignee or labels."""
     updated = town().update_item(item_id, status=status, priority=priority, assignee=assignee,
                                  add_labels=add_label or ())
-    emit(updated.to_json(), as_json,
-         lambda i: f"updated {i['id']}")
+    emit(updated.to_json(), as_json, lambda i: f"updated {i['id']}")
 
 
 @item_app.command("close")

@@ -70,13 +70,10 @@ def patrol(
 
 def _patrol_text(r: dict) -> str:
     mq = r["merge_queue"]
-    lines = [
-        f"patrol {r['rig']}: {r['ready']} ready, {r['blocked']} blocked, {len(r['polecats'])} polecat(s),"
-        f" merge queue {mq['queued']} queued / {mq['running']} running",
-    ]
-    for row in r["queued"]:
-        mark = "⏸" if row["blocked"] else "○"
-        lines.append(f"  {mark} {shown(row['item_id'])}: {shown(row['title'])}")
+    lines = [f"patrol {r['rig']}: {r['ready']} ready, {r['blocked']} blocked, {len(r['polecats'])}"
+             f" polecat(s), merge queue {mq['queued']} queued / {mq['running']} running"]
+    lines += [f"  {'⏸' if row['blocked'] else '○'} {shown(row['item_id'])}: {shown(row['title'])}"
+              for row in r["queued"]]
     for row in r.get("held", ()):
         since = f" since {row['missing_since']}" if row.get("missing_since") else ""
         lines.append(f"  held: {row['context_id']} (item {shown(row['item_id'])}) {row['reason']}:"
@@ -85,8 +82,7 @@ def _patrol_text(r: dict) -> str:
         for row in r[key]:
             extra = shown(row.get("last_failure") or row.get("detail") or "")
             lines.append(f"  {key}: {row['context_id']} (item {shown(row['item_id'])}) {extra}".rstrip())
-    for row in r.get("fixed", []):
-        lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
+    lines += [f"  fixed: closed {row['context_id']} ({row['reason']})" for row in r.get("fixed", [])]
     if r.get("executor_error"):
         lines.append(f"  executor: {r['executor_error']}")
     for other in r.get("other_towns") or ():
