@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, town
-from sluice.surfaces.output import to_json, write_text
+from sluice.surfaces.output import write_text
 
 rig_app = typer.Typer(help="Register and list rigs (git repositories with work items).", no_args_is_help=True)
 config_app = typer.Typer(help="Read and change town configuration.", no_args_is_help=True)
@@ -134,10 +134,8 @@ def export(
 ) -> None:
     """Print the town's own records: each rig's sling contexts as beads JSONL (closed ones too), or the
     run records; one JSON object per line, for beads tools, jq and backups."""
-    import sys
-
     for record in town().export(rig, runs=runs, open_only=open_only).to_json():
-        sys.stdout.write(to_json(record) + "\n")
+        emit(record, True)  # one JSON document per line
 
 
 def register(app: typer.Typer) -> None:
