@@ -293,7 +293,7 @@ def test_the_daemon_ticks_in_process_with_an_executor_object(two_rig_api):
 
 def test_library_errors_name_parameters_and_the_cli_names_flags(two_rig_api):
     """The library says ``batch``; the command line says ``--batch``."""
-    from sluice.surfaces.cli.common import error_text
+    from sluice.surfaces.output import error_text
 
     with pytest.raises(UsageError) as caught:
         two_rig_api.run_cycle(batch=0)

@@ -45,13 +45,12 @@ __all__ = [
     "Decisions", "DependencyAdded", "DispatchBusy", "ExecutorError", "ExecutorUnavailable", "Explanation",
     "Export", "ExportedRecord", "Feed", "FeedEntry", "Forecast", "ImportResult", "InvalidOperation", "Item",
     "ItemDetail", "ItemForecast", "ItemRows", "Items", "LockBusy", "MemoryExecutor", "MissingFile",
-    "NotARepository",
-    "NotAdmitted", "PatrolReport", "PauseState", "PolecatRow", "Polecats", "PolicyInfo", "Promotion",
-    "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore", "ResetResult", "RigInfo", "RigRefreshed",
-    "RigRemoved", "RunRecord", "Runs", "ScheduleStatus", "SlingFailed", "SlingResult", "SluiceError",
-    "Snapshot", "SourceFailed", "StorageError", "StoreCorrupt", "ThrottleState", "Town", "TownNotFound",
-    "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "UsageReport", "__version__", "init_town",
-    "open_town",
+    "NotARepository", "NotAdmitted", "PatrolReport", "PauseState", "PolecatRow", "Polecats", "PolicyInfo",
+    "Promotion", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore", "ResetResult", "RigInfo",
+    "RigRefreshed", "RigRemoved", "RunRecord", "Runs", "ScheduleStatus", "SlingFailed", "SlingResult",
+    "SluiceError", "Snapshot", "SourceFailed", "StorageError", "StoreCorrupt", "ThrottleState", "Town",
+    "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "UsageReport", "__version__",
+    "init_town", "open_town",
 ]
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs milliseconds here

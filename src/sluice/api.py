@@ -39,6 +39,7 @@ an executor): every CLI command starts here, and start-up time is measured.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,38 +47,6 @@ from sluice import results
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
 from sluice.errors import UsageError
 from sluice.results import *  # noqa: F403 -- every result, re-exported (see __all__)
-from sluice.results import (
-    BrokenItems,
-    ClearResult,
-    CompactResult,
-    Decisions,
-    DependencyAdded,
-    Explanation,
-    Export,
-    Feed,
-    Forecast,
-    ImportResult,
-    Item,
-    ItemDetail,
-    ItemRows,
-    Items,
-    PatrolReport,
-    PauseState,
-    Polecats,
-    PolicyInfo,
-    Promotion,
-    Queue,
-    QueueStatus,
-    ResetResult,
-    RigInfo,
-    RigRefreshed,
-    RigRemoved,
-    Runs,
-    ScheduleStatus,
-    Snapshot,
-    ThrottleState,
-    UsageReport,
-)
 
 if TYPE_CHECKING:
     from sluice.executors.base import Executor
@@ -123,31 +92,29 @@ class Town:
     def root(self) -> Path:
         return self.files.root
 
-    def _kept_reads(self) -> KeptReads:
-        if self._kept is None:
-            from sluice.store.items.kept import KeptReads
-
-            self._kept = KeptReads(self.files.root)
-        return self._kept
-
     def _session(self) -> Session:
         """This call's context (sluice.scheduler.session): the config read once, one ``now``."""
         from sluice.scheduler.session import Session
 
         return Session(self.files, self.executor)
 
-    def _kept_session(self, kept: KeptReads) -> Session:
-        """A session over the kept town and stores, re-checked against the files first (hold kept.lock)."""
+    @contextmanager
+    def _kept_session(self) -> Iterator[Session]:
+        """A session over the kept town and stores, re-checked against the files first, under their lock."""
         from sluice.scheduler.session import Session
+        from sluice.store.items.kept import KeptReads
 
-        files, stores = kept.fresh()
-        return Session(files, self.executor, stores=stores)
+        if self._kept is None:
+            self._kept = KeptReads(self.files.root)
+        with self._kept.lock:
+            files, stores = self._kept.fresh()
+            yield Session(files, self.executor, stores=stores)
 
     # -- rigs and configuration --------------------------------------------------------------
     def add_rig(self, name: str, repo: str | Path, prefix: str | None = None,
                 items: str | Path | None = None, *, items_command: str | Sequence[str] | None = None,
                 watch: Iterable[str | Path] = (), own_store: bool = False,
-                remote: str | None = None) -> RigInfo:
+                remote: str | None = None) -> results.RigInfo:
         """Register git repository ``repo`` as rig ``name`` (ids ``<prefix>-…`` route to it).
 
         ``items`` names a beads export to read items from (read-only); a
@@ -166,9 +133,9 @@ class Town:
         rig = add_rig(self.files, name, Path(repo), prefix, Path(items) if items is not None else None,
                       items_command=command, watch=tuple(Path(w) for w in watch), own_store=own_store,
                       remote=remote)
-        return RigInfo.from_json(rig_row(self.files, rig))
+        return results.RigInfo.from_json(rig_row(self.files, rig))
 
-    def refresh_rig(self, name: str) -> RigRefreshed:
+    def refresh_rig(self, name: str) -> results.RigRefreshed:
         """Run rig ``name``'s items command now; a failure is a SourceFailed naming rig and command."""
         from sluice.store.items.sources import refresh
 
@@ -178,34 +145,29 @@ class Town:
 
             raise InvalidOperation(f"rig {name!r} does not read its items through a command")
         state = refresh(self.files, rig)
-        return RigRefreshed.from_json({"rig": name, "records": state["records"], "ok_at": state["ok_at"]})
+        row = {"rig": name, "records": state["records"], "ok_at": state["ok_at"]}
+        return results.RigRefreshed.from_json(row)
 
-    def remove_rig(self, name: str, force: bool = False) -> RigRemoved:
+    def remove_rig(self, name: str, force: bool = False) -> results.RigRemoved:
         """Unregister rig ``name``; queued contexts refuse it unless ``force`` (then they close as
         ``rig-removed``).  The rig's store moves to ``.sluice/removed/`` (``store`` in the result)."""
         from sluice.store.items.rigs import remove_rig
 
-        return RigRemoved.from_json(remove_rig(self.files, name, force))
+        return results.RigRemoved.from_json(remove_rig(self.files, name, force))
 
-    def rigs(self) -> list[RigInfo]:
+    def rigs(self) -> list[results.RigInfo]:
         from sluice.store.items.rigs import rig_rows
 
-        return [RigInfo.from_json(row) for row in rig_rows(self.files)]
+        return [results.RigInfo.from_json(row) for row in rig_rows(self.files)]
 
     def config_get(self, key: str) -> Any:
         """One config value (``scheduler.max_polecats``, ``executor.command``, …)."""
-        from sluice.core.models import (
-            CONFIG_KEYS,
-            config_pattern,
-            format_duration,
-            get_config_value,
-            parse_duration,
-        )
+        from sluice.core import models
 
-        value = get_config_value(self.files.load_config(), key)
-        duration = "duration" in CONFIG_KEYS.get(config_pattern(key), "")
+        value = models.get_config_value(self.files.load_config(), key)
+        duration = "duration" in models.CONFIG_KEYS.get(models.config_pattern(key), "")
         if key.startswith("scheduler.") and isinstance(value, str) and duration:
-            value = format_duration(parse_duration(value))
+            value = models.format_duration(models.parse_duration(value))
         return value
 
     def config_set(self, key: str, value: Any) -> None:
@@ -219,7 +181,7 @@ class Town:
     def create_item(self, rig: str, title: str, *, priority: int = 2, issue_type: str = "task",
                     labels: Iterable[str] = (), deps: Iterable[str] = (), parent: str | None = None,
                     description: str = "", tokens: int | None = None, assignee: str = "",
-                    touches: Iterable[str] = ()) -> Item:
+                    touches: Iterable[str] = ()) -> results.Item:
         """Create an item in ``rig``'s own store; ``deps`` are ``ID`` (blocks) or ``TYPE:ID``.
 
         ``touches`` are the path globs the work will edit (``metadata.touches``, the overlap gate).
@@ -229,22 +191,23 @@ class Town:
         spec = NewItem(title=title, priority=priority, issue_type=issue_type, labels=tuple(labels),
                        deps=tuple(deps), parent=parent, description=description, tokens=tokens,
                        assignee=assignee, touches=tuple(touches))
-        return Item.from_json(create_item(self.files, rig, spec))
+        return results.Item.from_json(create_item(self.files, rig, spec))
 
-    def item(self, item_id: str) -> Item:
+    def item(self, item_id: str) -> results.Item:
         from sluice.store.items.tracker import show_item
 
-        return Item.from_json(show_item(self.files, item_id))
+        return results.Item.from_json(show_item(self.files, item_id))
 
     def items(self, rig: str | None = None, status: str | None = None,
-              labels: Iterable[str] = ()) -> Items:
+              labels: Iterable[str] = ()) -> results.Items:
         from sluice.store.items.tracker import list_items
 
-        return Items.from_json(list_items(self.files, rig, status, tuple(labels)))
+        return results.Items.from_json(list_items(self.files, rig, status, tuple(labels)))
 
     def ready(self, rig: str | None = None, limit: int = READY_LIMIT, *, labels: Iterable[str] = (),
               labels_any: Iterable[str] = (), assignee: str | None = None, unassigned: bool = False,
-              issue_type: str | None = None, priority: int | None = None, sort: str = "priority") -> ItemRows:
+              issue_type: str | None = None, priority: int | None = None,
+              sort: str = "priority") -> results.ItemRows:
         """Ready items by beads' rules, most urgent first (``limit`` 0 = all).
 
         The filters are ``bd ready``'s: every label of ``labels``, at least one
@@ -255,35 +218,36 @@ class Town:
         from sluice.store.items.tracker import ready
 
         where = ReadyFilter(tuple(labels), tuple(labels_any), assignee, unassigned, issue_type, priority)
-        return ItemRows(ready(self.files, rig, limit, where=where, sort=sort))
+        return results.ItemRows(ready(self.files, rig, limit, where=where, sort=sort))
 
-    def blocked(self, rig: str | None = None) -> ItemRows:
+    def blocked(self, rig: str | None = None) -> results.ItemRows:
         """Blocked items, each with ``blocked_by`` (what blocks it) and ``blocked_by_count``."""
         from sluice.store.items.tracker import blocked_json
 
-        return ItemRows(blocked_json(self.files, rig))
+        return results.ItemRows(blocked_json(self.files, rig))
 
     def update_item(self, item_id: str, *, status: str | None = None, priority: int | None = None,
-                    assignee: str | None = None, add_labels: Iterable[str] = ()) -> Item:
+                    assignee: str | None = None, add_labels: Iterable[str] = ()) -> results.Item:
         from sluice.store.items.tracker import update_item
 
-        return Item.from_json(update_item(self.files, item_id, status, priority, assignee, tuple(add_labels)))
+        row = update_item(self.files, item_id, status, priority, assignee, tuple(add_labels))
+        return results.Item.from_json(row)
 
-    def close_item(self, item_id: str, reason: str = "Closed") -> Item:
+    def close_item(self, item_id: str, reason: str = "Closed") -> results.Item:
         from sluice.store.items.tracker import close_item
 
-        return Item.from_json(close_item(self.files, item_id, reason))
+        return results.Item.from_json(close_item(self.files, item_id, reason))
 
-    def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> DependencyAdded:
+    def add_dependency(self, source: str, target: str, dep_type: str = "blocks") -> results.DependencyAdded:
         """``source`` depends on ``target`` (for ``blocks``: is blocked by it); cycles are refused."""
         from sluice.store.items.tracker import add_dependency
 
-        return DependencyAdded.from_json(add_dependency(self.files, source, target, dep_type))
+        return results.DependencyAdded.from_json(add_dependency(self.files, source, target, dep_type))
 
-    def import_items(self, rig: str, path: str | Path) -> ImportResult:
+    def import_items(self, rig: str, path: str | Path) -> results.ImportResult:
         from sluice.store.items.tracker import import_items
 
-        return ImportResult.from_json(import_items(self.files, rig, Path(path)))
+        return results.ImportResult.from_json(import_items(self.files, rig, Path(path)))
 
     # -- the dispatcher ---------------------------------------------------------------------
     def sling(self, items: Sequence[str], rig: str | None = None, *, formula: str = "", args: str = "",
@@ -327,7 +291,7 @@ class Town:
         return run_cycle(self._session(), batch=batch, dry_run=dry_run, ignore_backoff=ignore_backoff,
                          item=item)
 
-    def promote(self, item: str, undo: bool = False) -> Promotion:
+    def promote(self, item: str, undo: bool = False) -> results.Promotion:
         """Move ``item``'s queued context to the head of the dispatch order; ``undo`` puts it back.
 
         Several promoted items go in the order they were promoted; caps and
@@ -335,83 +299,83 @@ class Town:
         """
         from sluice.scheduler.queue.promote import promote
 
-        return Promotion.from_json(promote(self._session(), item, undo=undo))
+        return results.Promotion.from_json(promote(self._session(), item, undo=undo))
 
-    def status(self, limit: int = 50) -> QueueStatus:
+    def status(self, limit: int = 50) -> results.QueueStatus:
         """Pause state, queue size, polecats and capacity, with the queue's first ``limit`` rows (0: all)."""
         from sluice.scheduler.queue.views import status
 
-        return QueueStatus.from_json(status(self._session(), limit=limit))
+        return results.QueueStatus.from_json(status(self._session(), limit=limit))
 
-    def list(self, limit: int = 0, offset: int = 0) -> Queue:
+    def list(self, limit: int = 0, offset: int = 0) -> results.Queue:
         """The queue: ready items in dispatch order, then blocked ones; ``limit`` rows from ``offset``."""
         from sluice.scheduler.views.forecast import list_queue
 
-        return Queue.from_json(list_queue(self._session(), limit=limit, offset=offset))
+        return results.Queue.from_json(list_queue(self._session(), limit=limit, offset=offset))
 
-    def pause(self, actor: str | None = None) -> PauseState:
+    def pause(self, actor: str | None = None) -> results.PauseState:
         """Stop dispatch cycles from launching (slinging still queues); ``actor`` is who paused."""
         from sluice.scheduler.queue.control import pause
 
-        return PauseState.from_json(pause(self._session(), actor))
+        return results.PauseState.from_json(pause(self._session(), actor))
 
-    def resume(self, actor: str | None = None) -> PauseState:
+    def resume(self, actor: str | None = None) -> results.PauseState:
         """Let cycles launch again; ``actor`` is who resumed (the ``Resumed`` event's ``by``)."""
         from sluice.scheduler.queue.control import resume
 
-        return PauseState.from_json(resume(self._session(), actor))
+        return results.PauseState.from_json(resume(self._session(), actor))
 
-    def clear(self, item: str | None = None, actor: str | None = None) -> ClearResult:
+    def clear(self, item: str | None = None, actor: str | None = None) -> results.ClearResult:
         """Close every queued context, or only ``item``'s (in every rig); no item is touched."""
         from sluice.scheduler.queue.control import clear
 
-        return ClearResult.from_json(clear(self._session(), item, actor))
+        return results.ClearResult.from_json(clear(self._session(), item, actor))
 
-    def patrol(self, rig: str, fix: bool = False) -> PatrolReport:
+    def patrol(self, rig: str, fix: bool = False) -> results.PatrolReport:
         """One rig's queue health; ``fix`` closes its stale and duplicate contexts only."""
         from sluice.scheduler.unattended.patrol import patrol
 
-        return PatrolReport.from_json(patrol(self._session(), rig, fix))
+        return results.PatrolReport.from_json(patrol(self._session(), rig, fix))
 
-    def explain(self, item: str) -> Explanation:
+    def explain(self, item: str) -> results.Explanation:
         """Would the next cycle launch ``item``, and every reason (code and detail) it would not."""
         from sluice.scheduler.views.forecast import explain
 
-        return Explanation.from_json(explain(self._session(), item))
+        return results.Explanation.from_json(explain(self._session(), item))
 
-    def forecast(self, limit: int = 0) -> Forecast:
+    def forecast(self, limit: int = 0) -> results.Forecast:
         """When each queued item is expected to start and finish, from the run history (0: every item)."""
         from sluice.scheduler.views.forecast import forecast
 
-        return Forecast.from_json(forecast(self._session(), limit=limit))
+        return results.Forecast.from_json(forecast(self._session(), limit=limit))
 
     def throttle(self, until: str | None = None, rig: str | None = None, reason: str = "",
-                 clear: bool = False, actor: str | None = None) -> ThrottleState:
+                 clear: bool = False, actor: str | None = None) -> results.ThrottleState:
         """Hold new launches of ``rig`` (or the town) until ``until`` (``10m`` or ISO); ``clear`` lifts it."""
         from sluice.scheduler.launch.throttles import throttle
 
-        return ThrottleState.from_json(
+        return results.ThrottleState.from_json(
             throttle(self._session(), until=until, rig=rig, reason=reason, clear=clear, actor=actor))
 
-    def broken(self) -> BrokenItems:
+    def broken(self) -> results.BrokenItems:
         """Circuit-broken items: failures, last error, next attempt (``scheduler broken``)."""
         from sluice.scheduler.launch.breaker import broken_rows
 
-        return BrokenItems.from_json(broken_rows(self._session()))
+        return results.BrokenItems.from_json(broken_rows(self._session()))
 
-    def reset(self, item: str) -> ResetResult:
+    def reset(self, item: str) -> results.ResetResult:
         """Queue a circuit-broken item again now with a fresh failure count (``scheduler reset``)."""
         from sluice.scheduler.launch.breaker import reset
 
-        return ResetResult.from_json(reset(self._session(), item))
+        return results.ResetResult.from_json(reset(self._session(), item))
 
-    def polecat_usage(self, ref: str, tokens: int) -> UsageReport:
+    def polecat_usage(self, ref: str, tokens: int) -> results.UsageReport:
         """Report what polecat (or item) ``ref`` really used; it replaces the estimate in the budget."""
         from sluice.scheduler.launch.usage import report_usage
 
-        return UsageReport.from_json(report_usage(self._session(), ref, tokens))
+        return results.UsageReport.from_json(report_usage(self._session(), ref, tokens))
 
-    def compact(self, rig: str | None = None) -> CompactResult:
+    def compact(self, rig: str | None = None) -> results.CompactResult:
         """Compact the run log: one line per run, runs ended before ``scheduler.compact_retention``
         archived.
 
@@ -420,7 +384,7 @@ class Town:
         """
         from sluice.scheduler.queue.control import compact
 
-        return CompactResult.from_json(compact(self._session(), rig))
+        return results.CompactResult.from_json(compact(self._session(), rig))
 
     def hooks_report(self, rig: str | None = None, repo: str | Path | None = None,
                      hook: str = "") -> MergeQueue:
@@ -430,20 +394,20 @@ class Town:
         return report(self.files, rig, Path(repo) if repo is not None else None, hook)
 
     # -- watching ---------------------------------------------------------------------------
-    def snapshot(self, limit: int = 0) -> Snapshot:
+    def snapshot(self, limit: int = 0) -> results.Snapshot:
         """The town's state as one document: what ``sluice snapshot --json``, ``top`` and ``web`` show.
 
         ``limit`` keeps the queue's first rows only (0: all); counts stay exact.
         """
         from sluice.scheduler.views.snapshot import snapshot
 
-        return Snapshot.from_json(snapshot(self._session(), limit=limit))
+        return results.Snapshot.from_json(snapshot(self._session(), limit=limit))
 
-    def item_detail(self, item_id: str) -> ItemDetail:
+    def item_detail(self, item_id: str) -> results.ItemDetail:
         """One item as the dashboard's item page shows it: record, queue row, score and reasons, blockers."""
         from sluice.scheduler.views.snapshot import item_detail
 
-        return ItemDetail.from_json(item_detail(self._session(), item_id))
+        return results.ItemDetail.from_json(item_detail(self._session(), item_id))
 
     def daemon(self, interval: float = 180.0, once: bool = False, timeout: float = 300.0) -> int:
         """Run dispatch cycles every ``interval`` seconds until signalled (or one, with ``once``).
@@ -457,45 +421,46 @@ class Town:
         return run_daemon(self.files, interval=interval, once=once, timeout=timeout, executor=self.executor)
 
     # -- polecats ---------------------------------------------------------------------------
-    def polecats(self, running: bool = False) -> Polecats:
+    def polecats(self, running: bool = False) -> results.Polecats:
         """The running polecats, then finished ones and the runs that ended in the last hour.
 
         ``running`` keeps only the live ones.  Ended rows carry ``outcome`` and ``exit_code``.
         """
         from sluice.scheduler.launch.ends import polecat_listing
 
-        return Polecats.from_json(polecat_listing(self._session(), running_only=running))
+        return results.Polecats.from_json(polecat_listing(self._session(), running_only=running))
 
-    def export(self, rig: str | None = None, *, runs: bool = False, open_only: bool = False) -> Export:
+    def export(self, rig: str | None = None, *, runs: bool = False,
+               open_only: bool = False) -> results.Export:
         """The town's own records as beads tools read them (``sluice export``): a rig's (or every rig's)
         ephemeral records in the shape of beads JSONL, oldest first, or with ``runs`` the run records."""
         from sluice.store.database.export import ephemeral_records, run_records
 
         if runs:
-            return Export.from_json(run_records(self.files))
-        return Export.from_json(ephemeral_records(self.files, rig, open_only=open_only))
+            return results.Export.from_json(run_records(self.files))
+        return results.Export.from_json(ephemeral_records(self.files, rig, open_only=open_only))
 
     def runs(self, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
-             since: str | None = None, limit: int = 100) -> Runs:
+             since: str | None = None, limit: int = 100) -> results.Runs:
         """Run records, newest first (``sluice runs``); ``since`` a duration such as ``1h``; limit 0 = all."""
         from sluice.scheduler.launch.ends import runs_listing
 
-        return Runs.from_json(runs_listing(self._session(), item=item, rig=rig, outcome=outcome,
+        return results.Runs.from_json(runs_listing(self._session(), item=item, rig=rig, outcome=outcome,
                                            since=_duration(since, "since"), limit=limit))
 
     def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,
-             limit: int = 100) -> Feed:
+             limit: int = 100) -> results.Feed:
         """The event log in words, oldest first (``sluice feed --json``): ``{at, type, text, event}`` rows."""
         from sluice.scheduler.views.feed import feed
 
         rows = feed(self.files, rig=rig, kind=kind, since=_duration(since, "since"), limit=limit)
-        return Feed.from_json(rows)
+        return results.Feed.from_json(rows)
 
-    def stop_polecat(self, ref: str, actor: str | None = None) -> Polecats:
+    def stop_polecat(self, ref: str, actor: str | None = None) -> results.Polecats:
         """Stop polecat ``ref``, or every running polecat of item ``ref``; ``actor`` is who asked."""
         from sluice.scheduler.launch.ends import stop_polecats
 
-        return Polecats.from_json(stop_polecats(self._session(), ref, actor=actor))
+        return results.Polecats.from_json(stop_polecats(self._session(), ref, actor=actor))
 
     def polecat_logs(self, ref: str, follow: bool = False) -> Iterator[str]:
         from sluice.scheduler.launch.ends import polecat_logs
@@ -503,40 +468,38 @@ class Town:
         return polecat_logs(self._session(), ref, follow=follow)
 
     # -- advisory scoring -------------------------------------------------------------------
-    def next(self, limit: int = NEXT_LIMIT, graph_id: str | None = None, preview: bool = False) -> Decisions:
+    def next(self, limit: int = NEXT_LIMIT, graph_id: str | None = None,
+             preview: bool = False) -> results.Decisions:
         """Score the ready items and say which should go next; ``preview`` records nothing."""
         from sluice.scheduler.views.advisor import next_decisions
 
-        kept = self._kept_reads()
-        with kept.lock:
-            decisions = next_decisions(self._kept_session(kept), graph_id=graph_id, limit=limit,
-                                       preview=preview)
-        return Decisions.from_json(decisions)
+        with self._kept_session() as session:
+            decisions = next_decisions(session, graph_id=graph_id, limit=limit, preview=preview)
+        return results.Decisions.from_json(decisions)
 
-    def schedule_status(self, recent: int = 10) -> ScheduleStatus:
+    def schedule_status(self, recent: int = 10) -> results.ScheduleStatus:
         from sluice.scheduler.views.advisor import status
 
-        kept = self._kept_reads()
-        with kept.lock:
-            return ScheduleStatus.from_json(status(self._kept_session(kept), recent=recent))
+        with self._kept_session() as session:
+            return results.ScheduleStatus.from_json(status(session, recent=recent))
 
-    def policy(self) -> PolicyInfo:
+    def policy(self) -> results.PolicyInfo:
         """The scoring policy in force (the defaults when there is no policy file)."""
         from sluice.scheduler.views.advisor import policy_show
 
-        return PolicyInfo.from_json(policy_show(self.files))
+        return results.PolicyInfo.from_json(policy_show(self.files))
 
-    def set_policy(self, **changes: Any) -> PolicyInfo:
+    def set_policy(self, **changes: Any) -> results.PolicyInfo:
         """Change policy fields (``priority``, ``merge_queue_threshold``, … ``graph_id``); None keeps one."""
         from sluice.scheduler.views.advisor import policy_set
 
-        return PolicyInfo.from_json(policy_set(self.files, **changes))
+        return results.PolicyInfo.from_json(policy_set(self.files, **changes))
 
-    def unset_policy(self, graph_id: str) -> PolicyInfo:
+    def unset_policy(self, graph_id: str) -> results.PolicyInfo:
         """Remove graph ``graph_id``'s weight overrides (its items use the base weights again)."""
         from sluice.scheduler.views.advisor import policy_unset
 
-        return PolicyInfo.from_json(policy_unset(self.files, graph_id))
+        return results.PolicyInfo.from_json(policy_unset(self.files, graph_id))
 
 
 def _duration(text: str | None, name: str) -> float | None:

@@ -8,8 +8,9 @@ on one side is a ``KeyError`` when the result is made, never a silent None.
 Lists of rows are converted on first access only: a queue of 100,000
 contexts printed as JSON never pays for 100,000 objects.  Parts left as
 plain JSON (a dict, a list of dicts) are declared with :func:`part` (a key
-the document always has) or :func:`optional` (one it may leave out): they
-are read from the document on access, under the attribute's own name.
+the document always has) or :func:`optional` (one it may leave out), and
+lists of typed rows with :func:`rows_of`: they are read from the document on
+access, under the attribute's own name.
 
 Documents shaped like records (an item, the snapshot, a polecat row) are
 also read-only mappings of that document (``result["id"]``, ``get``,
@@ -20,7 +21,7 @@ written against the plain JSON reads them unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -28,43 +29,11 @@ from sluice.core.recordclass import MISSING, FrozenInstanceError, field, frozen
 
 # The results: sluice.api's __all__ takes this list, and a test keeps sluice's lazy names equal to it.
 __all__ = [
-    "BrokenItem",
-    "BrokenItems",
-    "ClearResult",
-    "CompactResult",
-    "Decision",
-    "Decisions",
-    "DependencyAdded",
-    "Explanation",
-    "Export",
-    "ExportedRecord",
-    "Feed",
-    "FeedEntry",
-    "Forecast",
-    "ImportResult",
-    "Item",
-    "ItemDetail",
-    "ItemForecast",
-    "ItemRows",
-    "Items",
-    "PatrolReport",
-    "PauseState",
-    "PolecatRow",
-    "Polecats",
-    "PolicyInfo",
-    "Promotion",
-    "Queue",
-    "QueueEntry",
-    "QueueStatus",
-    "ResetResult",
-    "RigInfo",
-    "RigRefreshed",
-    "RigRemoved",
-    "RunRecord",
-    "Runs",
-    "ScheduleStatus",
-    "Snapshot",
-    "ThrottleState",
+    "BrokenItem", "BrokenItems", "ClearResult", "CompactResult", "Decision", "Decisions", "DependencyAdded",
+    "Explanation", "Export", "ExportedRecord", "Feed", "FeedEntry", "Forecast", "ImportResult", "Item",
+    "ItemDetail", "ItemForecast", "ItemRows", "Items", "PatrolReport", "PauseState", "PolecatRow",
+    "Polecats", "PolicyInfo", "Promotion", "Queue", "QueueEntry", "QueueStatus", "ResetResult", "RigInfo",
+    "RigRefreshed", "RigRemoved", "RunRecord", "Runs", "ScheduleStatus", "Snapshot", "ThrottleState",
     "UsageReport",
 ]
 
@@ -77,20 +46,15 @@ def _scalars(cls, doc: dict) -> dict:
 
     A key renamed on one side raises ``KeyError`` at once instead of reading as None.
     """
-    out = {}
-    for name, f in cls._spec.items():
-        if name == "document":
-            continue
-        if (f.default is MISSING and f.factory is MISSING) or name in doc:
-            out[name] = doc[name]
-    return out
+    return {name: doc[name] for name, f in cls._spec.items()
+            if name != "document" and ((f.default is MISSING and f.factory is MISSING) or name in doc)}
 
 
 class _Part:
     """A part of the document read by key on each access, so nothing is copied when the result is made."""
 
-    def __init__(self, doc: str | None, required: bool, empty: Any) -> None:
-        self.__doc__, self.required, self.empty, self.key = doc, required, empty, ""
+    def __init__(self, doc: str | None, required: bool, empty: Any, row: Any = None) -> None:
+        self.__doc__, self.required, self.empty, self.row, self.key = doc, required, empty, row, ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.key = name  # the attribute's name is the document's key: it cannot be misspelt in one
@@ -98,6 +62,10 @@ class _Part:
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
+        if self.row is not None:  # typed rows, made on the first access only
+            if self.key not in obj.__dict__:
+                obj.__dict__[self.key] = [self.row.from_json(row) for row in obj.document[self.key]]
+            return obj.__dict__[self.key]
         if self.required:
             return obj.document[self.key]
         value = obj.document.get(self.key)
@@ -117,6 +85,11 @@ def optional(doc: str | None = None, *, empty: Any = None) -> Any:
     return _Part(doc, False, empty)
 
 
+def rows_of(row: type) -> Any:
+    """A list the document always has, read on first access as rows of the result class ``row``."""
+    return _Part(None, True, None, row)
+
+
 @result
 class _Document:
     document: Any = field(repr=False, compare=False, kw_only=True)
@@ -126,12 +99,12 @@ class _Document:
         return self.document
 
     @classmethod
-    def from_json(cls, doc: dict):
+    def from_json(cls, doc: Any):  # a list document (``_Rows``) has no fields but itself
         return cls(**_scalars(cls, doc), document=doc)
 
 
 @result
-class _Rows(_Document):
+class _Rows(_Document, Sequence):
     """A list document: iterate it (or index it) for typed rows; ``to_json`` is the list itself."""
 
     row: ClassVar[Any]  # the class of one row
@@ -140,21 +113,11 @@ class _Rows(_Document):
     def rows(self) -> list:
         return [self.row.from_json(doc) for doc in self.document]
 
-    def __iter__(self) -> Iterator:
-        return iter(self.rows)
-
     def __len__(self) -> int:
         return len(self.document)
 
     def __getitem__(self, index: int):
         return self.rows[index]
-
-    def __bool__(self) -> bool:
-        return bool(self.document)
-
-    @classmethod
-    def from_json(cls, doc: list):  # type: ignore[override]
-        return cls(document=doc)
 
 
 def _rows_named(doc: str) -> property:
@@ -180,10 +143,6 @@ class QueueEntry(_Document):
     # When the item is expected to start and finish (``scheduler list``; None: it cannot start yet).
     start_at: str | None = None
     done_at: str | None = None
-
-
-def _entries(rows: list[dict]) -> list[QueueEntry]:
-    return [QueueEntry.from_json(row) for row in rows]
 
 
 @result
@@ -217,10 +176,7 @@ class QueueStatus(_Document):
         "The hold file and the host guard: limits, the last reading and its time, what holds.")
     forecast: dict | None = optional(
         'The last forecast kept: ``{"at", "drain_at", "drain_p90_at", "items_total"}``, or None.')
-
-    @cached_property
-    def items(self) -> list[QueueEntry]:
-        return _entries(self.document["items"])
+    items: list[QueueEntry] = rows_of(QueueEntry)
 
 
 @result
@@ -303,10 +259,7 @@ class ScheduleStatus(_Document):
 
     policy: dict = part()
     merge_pressure: dict[str, int] = part()
-
-    @cached_property
-    def recent_decisions(self) -> list[Decision]:
-        return [Decision.from_json(d) for d in self.document["recent_decisions"]]
+    recent_decisions: list[Decision] = rows_of(Decision)
 
 
 @result
@@ -400,9 +353,7 @@ class Forecast(_Document):
     drain_at: str | None
     drain_p90_at: str | None
 
-    @cached_property
-    def items(self) -> list[ItemForecast]:
-        return [ItemForecast.from_json(row) for row in self.document["items"]]
+    items: list[ItemForecast] = rows_of(ItemForecast)
 
 
 @result
@@ -490,34 +441,20 @@ class RigInfo(_Document):
 # -- records and lists of rows ----------------------------------------------------------------
 
 
-class _Mapping:
-    """A read-only mapping view of ``to_json()``, for code written against the plain document."""
+class _Mapping(Mapping):
+    """A read-only mapping view of ``to_json()``, for code written against the plain document
+    (``get``, ``in``, ``keys``, ``items`` and ``values`` come with :class:`~collections.abc.Mapping`)."""
 
     document: Any
 
     def __getitem__(self, key: str) -> Any:
         return self.document[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.document.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.document
-
     def __iter__(self) -> Iterator[str]:
         return iter(self.document)
 
     def __len__(self) -> int:
         return len(self.document)
-
-    def keys(self):
-        return self.document.keys()
-
-    def values(self):
-        return self.document.values()
-
-    def items(self):
-        return self.document.items()
 
 
 @result
@@ -692,14 +629,8 @@ class Snapshot(_Mapping, _Document):
     rigs: dict[str, dict] = part()
     decisions: list[dict] = part()
     events: list[dict] = part()
-
-    @cached_property
-    def queue(self) -> list[QueueEntry]:
-        return _entries(self.document["queue"])
-
-    @cached_property
-    def runs(self) -> list[RunRecord]:
-        return [RunRecord.from_json(row) for row in self.document["runs"]]
+    queue: list[QueueEntry] = rows_of(QueueEntry)
+    runs: list[RunRecord] = rows_of(RunRecord)
 
 
 @result
@@ -722,6 +653,7 @@ class ItemDetail(_Mapping, _Document):
     reasons: list[str] = part()
     polecats: list[dict] = part()
     decisions: list[dict] = part()
+    runs: list[RunRecord] = rows_of(RunRecord)
 
     @cached_property
     def item(self) -> Item:
@@ -731,7 +663,3 @@ class ItemDetail(_Mapping, _Document):
     def queue_row(self) -> QueueEntry | None:
         row = self.document["queue_row"]
         return QueueEntry.from_json(row) if row is not None else None
-
-    @cached_property
-    def runs(self) -> list[RunRecord]:
-        return [RunRecord.from_json(row) for row in self.document["runs"]]

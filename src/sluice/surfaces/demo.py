@@ -16,6 +16,7 @@ polecats seen at once — which must never exceed the cap.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -126,11 +127,8 @@ def build_town(root: Path):
         add_rig(town, name, repo, prefix)
         epic = create_item(town, name, NewItem(title=title, priority=1, issue_type="epic"))
         epics.append(epic["id"])
-        ids = []
-        for task, priority, tokens in TASKS[name]:
-            spec = NewItem(title=task, priority=priority, parent=epic["id"], tokens=tokens)
-            item = create_item(town, name, spec)
-            ids.append(item["id"])
+        specs = [NewItem(title=task, priority=p, parent=epic["id"], tokens=t) for task, p, t in TASKS[name]]
+        ids = [create_item(town, name, spec)["id"] for spec in specs]
         for rig, blocked, blocker in CHAINS:
             if rig == name:
                 add_dependency(town, ids[blocked], ids[blocker])
@@ -144,26 +142,18 @@ def _snapshot(town, full: dict) -> dict:
     """The demo's own counts (per-rig done and total, open work) beside the town's snapshot ``full``."""
     from sluice.store.items.rigstore import Stores
 
-    stores = Stores(town)
-    state = full["scheduler"]
     per_rig = {}
     open_work = 0
-    for store in stores.all():
+    for store in Stores(town).all():
         items = [r for r in store.durable() if r.get("issue_type") != "epic"]
         done = sum(1 for r in items if r.get("status") == "closed")
         open_work += len(items) - done
         per_rig[store.rig.name] = {"total": len(items), "done": done}
-    for row in full["queue"]:
-        bucket = per_rig.get(row["target_rig"])
-        if bucket is not None:
-            bucket["blocked" if row["blocked"] else "ready"] = bucket.get(
-                "blocked" if row["blocked"] else "ready", 0) + 1
-    return {"rigs": per_rig, "active": state["active_polecats"] or 0, "open": open_work,
-            "paused": state["paused"], "town": full}
+    return {"rigs": per_rig, "open": open_work, "town": full}
 
 
 def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.0, live: bool | None = None,
-        echo=print, web_port: int | None = None, say=None) -> DemoSummary:
+        web_port: int | None = None, say=print) -> DemoSummary:
     """Build the demo town, sling everything, tick until done; returns the summary.
 
     With ``web_port`` the dashboard serves the demo town on 127.0.0.1 while it
@@ -192,9 +182,14 @@ def run(work_seconds: str = "1.5-3.5", keep: bool = False, timeout: float = 150.
         total = sum(len(tasks) for tasks in TASKS.values())
         log: list[str] = [f"slung {len(slung.scheduled)} items from {len(epics)} epics into the queue"]
         daemon = Daemon(town, interval=1.0, echo=lambda line: log.append(line.split(" ", 1)[-1]))
-        web = _serve(town, web_port, say) if web_port is not None else None
-        view = _View(live, total, web.url if web is not None else None)
         facade = Facade(town)
+        if web_port is not None:  # in a thread, stopped (below) before the town is removed
+            from sluice.surfaces.web.serve import make_web
+
+            web = make_web(Facade(town), port=web_port)
+            web.start()
+            say(f"sluice demo: watch it at {web.url}#token={web.token}")
+        view = _View(live, total, web.url if web is not None else None)
         summary = DemoSummary(str(town.root), total, 0, 0.0, 0, 0, 0, 0, CAP, keep, log=log)
         started = time.monotonic()
         with view:
@@ -254,28 +249,15 @@ def _exit_on_sigterm():
         return None
 
 
-def _serve(town, port: int, say):
-    """The dashboard over the demo town, in a thread; stopped before the town is removed."""
-    from sluice.api import Town as Facade
-    from sluice.surfaces.web.serve import make_web
-
-    web = make_web(Facade(town), port=port)
-    web.start()
-    (say or print)(f"sluice demo: watch it at {web.url}#token={web.token}")
-    return web
-
-
 def _stop_all(root: Path) -> None:
     """Stop any polecat still running (only after a timeout or an interrupt)."""
-    try:
+    with contextlib.suppress(SluiceError, OSError):
         from sluice.executors import get_executor
         from sluice.store.files.town import Town
 
         executor = get_executor(Town(root / "town"))
         for polecat in executor.active():
             executor.stop(polecat.id)
-    except (SluiceError, OSError):
-        pass
 
 
 class _View:

@@ -276,25 +276,23 @@ def run(args: list[str]) -> int | None:
         held.remove()
         if collecting:
             gc.enable()
-    from sluice.surfaces import output
-
-    real_stdout = sys.stdout
+    import contextlib
     import io
 
-    sys.stdout = buffer = io.StringIO()
+    from sluice.surfaces import output
+
+    buffer = io.StringIO()
     try:
-        if human is not None or as_json:
-            output.emit(data, as_json, human)
+        with contextlib.redirect_stdout(buffer):
+            if human is not None or as_json:
+                output.emit(data, as_json, human)
     except Exception as err:
         if strict:
             raise
         if writes(command):  # its decisions or event are recorded: answering again would record twice
-            sys.stdout = real_stdout
             sys.stderr.write(printable_text(f"error: the answer could not be written: {err}") + "\n")
             return 1
         return None  # a formatting bug: typer answers again and reports it plainly
-    finally:
-        sys.stdout = real_stdout
     try:
         sys.stderr.write("".join(held.lines) + "".join(printable_text(line) + "\n" for line in say))
         sys.stdout.write(buffer.getvalue())

@@ -16,7 +16,6 @@ import os
 import sys
 from pathlib import Path
 
-from sluice.core.recordclass import recordclass
 from sluice.errors import InvalidOperation
 from sluice.store.files.town import Rig, Town
 
@@ -65,27 +64,13 @@ def repo_hooks_dir(rig: Rig) -> Path:
     return Path(repo.path) / "hooks"
 
 
-@recordclass(frozen=True)
-class InstallResult:
-    rig: str
-    hooks_dir: str
-    installed: list[str]
-    unchanged: list[str]
-    replaced: list[str]  # foreign hooks moved aside with --force
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
-
-
-def install(town: Town, rig_name: str, force: bool = False) -> InstallResult:
+def install(town: Town, rig_name: str, force: bool = False) -> dict:
+    """Link the hooks into the rig's repository; ``replaced`` lists foreign hooks moved aside (``force``)."""
     rig = town.rig(rig_name)
     hooks_dir = repo_hooks_dir(rig)
     copies = refresh_town_copies(town)
-    foreign = []
-    for name in HOOK_NAMES:
-        path = hooks_dir / name
-        if (path.exists() or path.is_symlink()) and not _is_ours(path, copies / name):
-            foreign.append(name)
+    foreign = [name for name in HOOK_NAMES if ((hooks_dir / name).exists() or (hooks_dir / name).is_symlink())
+               and not _is_ours(hooks_dir / name, copies / name)]
     if foreign and not force:
         raise InvalidOperation(
             f"{hooks_dir} already has hook(s) not installed by sluice: {', '.join(foreign)};"
@@ -103,26 +88,16 @@ def install(town: Town, rig_name: str, force: bool = False) -> InstallResult:
             continue
         path.symlink_to(copies / name)
         installed.append(name)
-    return InstallResult(rig.name, str(hooks_dir), installed, unchanged, replaced)
+    return {"rig": rig.name, "hooks_dir": str(hooks_dir), "installed": installed, "unchanged": unchanged,
+            "replaced": replaced}
 
 
-@recordclass(frozen=True)
-class UninstallResult:
-    rig: str
-    hooks_dir: str
-    removed: list[str]  # our links, gone
-    restored: list[str]  # foreign hooks that install --force had moved aside, back in place
-    kept: list[str]  # hooks that are not ours, left alone
-
-    def to_json(self) -> dict:
-        return dict(self.__dict__)
-
-
-def uninstall(town: Town, rig_name: str) -> UninstallResult:
-    """Undo :func:`install`: remove only our links, and put back what ``install --force`` moved aside.
+def uninstall(town: Town, rig_name: str) -> dict:
+    """Undo :func:`install`: remove only our links (``removed``), and put back what ``install --force``
+    moved aside (``restored``).
 
     A hook that is not a link to this town's copy (someone else's, or replaced
-    since) stays where it is, and so does its ``.sluice-orig`` twin if any.
+    since) stays where it is (``kept``), and so does its ``.sluice-orig`` twin if any.
     """
     rig = town.rig(rig_name)
     hooks_dir = repo_hooks_dir(rig)
@@ -140,7 +115,8 @@ def uninstall(town: Town, rig_name: str) -> UninstallResult:
         if backup.exists() or backup.is_symlink():
             os.replace(backup, path)
             restored.append(name)
-    return UninstallResult(rig.name, str(hooks_dir), removed, restored, kept)
+    return {"rig": rig.name, "hooks_dir": str(hooks_dir), "removed": removed, "restored": restored,
+            "kept": kept}
 
 
 def _is_ours(path: Path, copy: Path) -> bool:

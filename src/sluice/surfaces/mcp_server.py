@@ -30,15 +30,14 @@ from sluice.core.defaults import NEXT_LIMIT
 from sluice.errors import SlingFailed, SluiceError, UsageError, internal_error_text, os_error_text
 from sluice.surfaces.output import to_json
 
-Limit = Annotated[StrictInt, Field(ge=1, description="How many decisions, at least 1.")]
-# Optional strings are typed plain ``str`` with "" for "not given": the SDK turns the
-# text "null" into None for ``str | None`` arguments, and "null" must stay a (bad) id,
-# never mean "no filter" (for clear, that would close every context).
+Weight = Annotated[StrictFloat | None, Field(description="New weight; omit to keep the current one.")]
 
 
 def _given(text: str) -> str | None:
+    """Optional strings are typed plain ``str`` with "" for "not given": the SDK turns the text "null"
+    into None for ``str | None`` arguments, and "null" must stay a (bad) id, never mean "no filter"
+    (for clear, that would close every context)."""
     return text or None
-Weight = Annotated[StrictFloat | None, Field(description="New weight; omit to keep the current one.")]
 
 
 def _refuse_unknown_arguments(tool) -> None:
@@ -49,10 +48,8 @@ def _refuse_unknown_arguments(tool) -> None:
     from pydantic import ConfigDict
 
     base = tool.fn_metadata.arg_model
-    strict = type(base.__name__, (base,), {
-        "model_config": ConfigDict(**{**base.model_config, "extra": "forbid"}),
-        "__module__": base.__module__,
-    })
+    forbid = ConfigDict(**{**base.model_config, "extra": "forbid"})
+    strict = type(base.__name__, (base,), {"model_config": forbid, "__module__": base.__module__})
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
 
@@ -105,7 +102,7 @@ def build_server(town_arg: str | None = None):
     @tool
     def sluice_schedule_next(
         graph_id: Annotated[str, Field(description="Only items under this top-level epic.")] = "",
-        limit: Limit = NEXT_LIMIT,
+        limit: Annotated[StrictInt, Field(ge=1, description="How many decisions, at least 1.")] = NEXT_LIMIT,
         preview: Annotated[StrictBool, Field(description="Score without recording the decision.")] = False,
     ) -> list[dict]:
         """Score ready work and return the next decision(s), as `sluice schedule next --json`."""
@@ -133,12 +130,10 @@ def build_server(town_arg: str | None = None):
         graph_id: Annotated[str, Field(description="Set the weights for this graph only.")] = "",
     ) -> dict:
         """Show or change the scoring policy, as `sluice schedule policy show|set|unset --json`."""
-        fields = {
-            "priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
-            "deadline": deadline,
-            "merge_queue_threshold": merge_queue_threshold, "merge_pressure_penalty": merge_pressure_penalty,
-            "skip_on_merge_pressure": skip_on_merge_pressure, "graph_id": _given(graph_id),
-        }
+        fields = {"priority": priority, "affinity": affinity, "cost": cost, "fairness": fairness,
+                  "deadline": deadline, "merge_queue_threshold": merge_queue_threshold,
+                  "merge_pressure_penalty": merge_pressure_penalty,
+                  "skip_on_merge_pressure": skip_on_merge_pressure, "graph_id": _given(graph_id)}
         given = {k: v for k, v in fields.items() if v is not None}
         if action == "show":
             if given:  # `show` changes nothing: a caller passing values meant `set`

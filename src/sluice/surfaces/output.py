@@ -81,6 +81,10 @@ def table(header: list[str], rows: list[list[str]], right: tuple[int, ...] = (),
     return [line(header), *(line(r) for r in rows)]
 
 
+#: The outcomes of a run that went wrong: marked ``!`` wherever runs are listed.
+FAILED_OUTCOMES = ("failed", "timed-out", "vanished")
+
+
 def score_text(score) -> str:
     """A score as people read it, to two decimals (``4.03``); the JSON keeps every digit."""
     return "-" if not isinstance(score, (int, float)) or isinstance(score, bool) else f"{score:.2f}"
@@ -102,15 +106,12 @@ def item_lines(items) -> str:
 
 
 def item_text(item: dict) -> str:
-    rows = [item_line(item)]
-    for key in ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason"):
-        if item.get(key):
-            rows.append(f"  {key}: {shown(item[key])}")
-    for dep in item.get("dependencies") or ():
-        rows.append(f"  depends on {shown(dep.get('depends_on_id'))} ({shown(dep.get('type'))})")
+    keys = ("issue_type", "assignee", "labels", "created_at", "closed_at", "close_reason")
+    rows = [item_line(item), *(f"  {key}: {shown(item[key])}" for key in keys if item.get(key))]
+    rows += [f"  depends on {shown(dep.get('depends_on_id'))} ({shown(dep.get('type'))})"
+             for dep in item.get("dependencies") or ()]
     if item.get("description"):
-        rows.append("")
-        rows.append(description_text(item["description"]))
+        rows += ["", description_text(item["description"])]
     return "\n".join(rows)
 
 
@@ -343,6 +344,13 @@ def drain_text(forecast: dict) -> str:
     return f"≈{clock_text(forecast['drain_at'])}{p90}"
 
 
+def duration_text(seconds: float | None) -> str:
+    """A runtime in whole seconds as ``1h2m3s``, ``-`` when there is none."""
+    from sluice.core.clock import format_duration
+
+    return "-" if seconds is None else format_duration(round(seconds))
+
+
 def since(at: str) -> float:
     """Seconds from an ISO time (UTC) to now."""
     from datetime import datetime
@@ -362,13 +370,17 @@ def age_text(seconds: float) -> str:
     return f"{round(seconds / 86400)} days"
 
 
-def clock_text(at: str | None, today: str | None = None) -> str:
-    """An ISO time as ``HH:MM`` (UTC), with its date when it is not ``today`` (YYYY-MM-DD); ``-`` for None."""
+def clock_text(at: str | None) -> str:
+    """An ISO time as ``HH:MM`` (UTC), with its date when it is not today; ``-`` for None."""
     if not at:
         return "-"
-    if today is None:
-        today = time.strftime("%Y-%m-%d", time.gmtime())
+    today = time.strftime("%Y-%m-%d", time.gmtime())
     return at[11:16] if at[:10] == today else f"{at[:10]} {at[11:16]}"
+
+
+def hhmm(at) -> str:
+    """A forecast time as ``HH:MM`` (UTC), ``-`` when there is none (the item cannot start)."""
+    return str(at)[11:16] if at else "-"
 
 
 def basis_text(basis: dict | None) -> str:
@@ -387,9 +399,6 @@ def basis_text(basis: dict | None) -> str:
 
 def forecast_text(data: dict) -> str:
     """One line per queued item: expected start, finish (p90) and what the figure stands on."""
-    def hhmm(at: str | None) -> str:
-        return at[11:16] if at else "-"
-
     lines = [f"{'POS':>4}  {'ITEM':<14} {'RIG':<10} {'START':>5}  {'DONE':>5}  {'P90':>5}  BASIS"]
     for row in data["items"]:
         basis = row["basis"]

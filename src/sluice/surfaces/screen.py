@@ -74,13 +74,8 @@ def fit_columns(columns: list[Column], rows: list[tuple], width: int) -> tuple[l
         if room >= need or not droppable:
             break
         kept.remove(droppable.pop(0)[1])
-    widths = []
-    for i in kept:
-        if columns[i].flex:
-            widths.append(max(1, min(natural[i], room)) if room > 0 else 1)
-        else:
-            widths.append(natural[i])
-    return kept, widths
+    flex_width = {i: max(1, min(natural[i], room)) for i in flex}  # 1 when there is no room at all
+    return kept, [flex_width.get(i, natural[i]) for i in kept]
 
 
 def _line(cells: list[Text], widths: list[int], right: list[bool], width: int, style: str = "") -> Text:
@@ -168,9 +163,4 @@ def frame(head: list[Text], sections: list[Section], width: int, height: int) ->
     for section, rows in zip(sections, share_rows(sections, height - len(lines)), strict=True):
         if rows:
             lines += table_lines(section, width, rows)
-    out = Text(no_wrap=True, overflow="ellipsis")
-    for n, line in enumerate(lines[:height]):
-        if n:
-            out.append("\n")
-        out.append_text(line)
-    return out
+    return Text("\n", no_wrap=True, overflow="ellipsis").join(lines[:height])

@@ -34,14 +34,14 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
-from sluice.core.text import printable
+from sluice.core.text import printable as plain  # agents' text as one line, control characters escaped
 from sluice.errors import SluiceError
+from sluice.surfaces.output import FAILED_OUTCOMES, hhmm, host_line, score_text
 from sluice.surfaces.screen import Column, Section, frame, pack
 from sluice.surfaces.watching import BACKSTOP, Pace, Sources
 
@@ -50,11 +50,6 @@ if TYPE_CHECKING:
 
 #: Queue rows a snapshot of ``top`` carries: more than any terminal shows.
 SCREEN_ROWS = 500
-
-
-def plain(text) -> str:
-    """Agents' text as one line: control characters shown escaped (no fake rows, no terminal codes)."""
-    return printable(text)
 
 
 def runtime(seconds: float | None) -> str:
@@ -68,11 +63,8 @@ def runtime(seconds: float | None) -> str:
 
 def why(row: dict) -> str:
     """The queue row's reason codes (``why``), or what the row itself says when there are none."""
-    codes = row.get("why")
-    if isinstance(codes, (list, tuple)) and codes:
-        return ", ".join(plain(c) for c in codes)
-    if isinstance(codes, str) and codes:
-        return plain(codes)
+    if row.get("why"):
+        return ", ".join(plain(c) for c in row["why"])
     parts = ["blocked" if row.get("blocked") else "ready"]
     if row.get("dispatch_failures"):
         parts.append(f"failed×{row['dispatch_failures']}")
@@ -83,8 +75,6 @@ def why(row: dict) -> str:
 
 def limits(sched: dict) -> list[str]:
     """Admission control's state from ``scheduler status`` as short lines (none when it is not set)."""
-    from sluice.surfaces.output import host_line
-
     out = []
     binding = sched.get("binding")
     if isinstance(binding, dict):
@@ -96,25 +86,16 @@ def limits(sched: dict) -> list[str]:
     budgets = [f"{plain(b.get('rig') or 'town')} {b.get('spent')}/{b.get('budget')}"
                + (f" per {plain(b['window'])}" if b.get("window") else "")
                for b in sched.get("budgets") or [] if isinstance(b, dict)]
-    if budgets:
-        out.append("budgets: " + ", ".join(budgets))
     throttles = [f"{plain(t.get('rig') or 'town')} until {str(t.get('until') or '')[11:19]}"
                  + (f" ({plain(t['reason'])})" if t.get("reason") else "")
                  for t in sched.get("throttles") or [] if isinstance(t, dict)]
-    if throttles:
-        out.append("throttled: " + ", ".join(throttles))
     caps = [f"{plain(k)}={v}" for key in ("rig_caps", "label_caps")
             for k, v in (sched.get(key) or {}).items()]
-    if caps:
-        out.append("caps: " + ", ".join(caps))
+    out += [f"{name}: {', '.join(parts)}" for name, parts in
+            (("budgets", budgets), ("throttled", throttles), ("caps", caps)) if parts]
     if sched.get("circuit_broken"):
         out.append(f"circuit-broken: {sched['circuit_broken']}")
     return out
-
-
-def score_text(score) -> str:
-    """A score as people read it: two decimals (``4.03``), ``-`` when there is none."""
-    return "-" if not isinstance(score, (int, float)) else f"{score:.2f}"
 
 
 def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
@@ -132,12 +113,8 @@ def header(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
         title.append(" active ", style="bold black on green")
     chunks.append(title)
     active = sched.get("active_polecats")
-    cap = sched.get("max_polecats")
-    chunks.append(Text(f"mode {sched.get('mode')}"))
-    if sched.get("mode") == "deferred":
-        chunks.append(Text(f"polecats {'?' if active is None else active}/{cap}"))
-    else:
-        chunks.append(Text(f"polecats {'?' if active is None else active} (direct)"))
+    of = f"/{sched.get('max_polecats')}" if sched.get("mode") == "deferred" else " (direct)"
+    chunks += [Text(f"mode {sched.get('mode')}"), Text(f"polecats {'?' if active is None else active}{of}")]
     if snap.get("executor"):
         chunks.append(Text(f"executor {plain(snap['executor'])}"))
     chunks.append(Text(f"queued {sched.get('queued_total')} ({sched.get('queued_ready')} ready)"))
@@ -168,13 +145,8 @@ def drain_words(forecast: dict | None) -> str:
         return ""
     if not forecast.get("drain_at"):
         return "queue drained"
-    p90 = f" (p90 {eta(forecast.get('drain_p90_at'))})" if forecast.get("drain_p90_at") else ""
-    return f"drains ≈{eta(forecast['drain_at'])}{p90}"
-
-
-def eta(at) -> str:
-    """A forecast time as ``HH:MM`` (UTC), ``-`` when there is none (the item cannot start)."""
-    return str(at)[11:16] if at else "-"
+    p90 = f" (p90 {hhmm(forecast.get('drain_p90_at'))})" if forecast.get("drain_p90_at") else ""
+    return f"drains ≈{hhmm(forecast['drain_at'])}{p90}"
 
 
 def queue_section(snap: dict, rig_filter: str | None = None, limit: int | None = None) -> Section:
@@ -195,7 +167,7 @@ def queue_section(snap: dict, rig_filter: str | None = None, limit: int | None =
     return Section(
         f"queue ({total}) — dispatch order", columns,
         [(str(n), Text(plain(r.get("id"))), Text(plain(r.get("target_rig"))), score_text(r.get("score")),
-          eta(r.get("start_at")), eta(r.get("done_at")), Text(why(r)), Text(plain(r.get("title"))))
+          hhmm(r.get("start_at")), hhmm(r.get("done_at")), Text(why(r)), Text(plain(r.get("title"))))
          for n, r in enumerate(made, start=1)],
         min_rows=8, empty="nothing queued",
         row_styles=["dim" if r.get("blocked") else "" for r in made], total=total)
@@ -213,9 +185,6 @@ def polecat_section(snap: dict, rig_filter: str | None = None) -> Section:
           Text(plain(p.get("title"))), Text(plain(p.get("attach") or p.get("logs_command") or "")))
          for p in rows],
         min_rows=3, empty="no polecat running")
-
-
-FAILED_OUTCOMES = ("failed", "timed-out", "vanished")
 
 
 def runs_section(snap: dict, rig_filter: str | None = None) -> Section:
@@ -317,21 +286,17 @@ def render(snap: dict, rig_filter: str | None = None, prompt: str | None = None,
     return frame(head, sections, width, height)
 
 
-def print_once(town: Town, console: Console | None = None, rig_filter: str | None = None) -> None:
+def print_once(town: Town, rig_filter: str | None = None) -> None:
     """Print one frame (``sluice top --once``) at the terminal's size, or 120×40 when not a terminal.
 
     On a terminal the frame is a line shorter than the screen, so the shell's
     next prompt does not scroll its first line away.
     """
-    height = None
-    if console is None:
-        tty = sys.stdout.isatty()
-        size = os.get_terminal_size(sys.stdout.fileno()) if tty else os.terminal_size((120, 40))
-        console = Console(width=size.columns, height=size.lines)
-        height = size.lines - 1 if tty else size.lines
-    height = height or console.height
-    snap = town.snapshot().to_json()
-    console.print(render(snap, rig_filter, height=height, width=console.width), height=height)
+    tty = sys.stdout.isatty()
+    size = os.get_terminal_size(sys.stdout.fileno()) if tty else os.terminal_size((120, 40))
+    height = size.lines - 1 if tty else size.lines
+    frame = render(town.snapshot().to_json(), rig_filter, height=height, width=size.columns)
+    Console(width=size.columns, height=size.lines).print(frame, height=height)
 
 
 class _Keys:
@@ -370,15 +335,14 @@ class _Keys:
 class Top:
     """The live loop: snapshot, draw, wait for a key, a change, a resize or the next second."""
 
-    def __init__(self, town: Town, interval: float = 1.0, console: Console | None = None,
-                 take: Callable[[Town], dict] | None = None):
+    def __init__(self, town: Town, interval: float = 1.0):
         self.town = town
         self.interval = interval
         # Sized from the terminal itself: an exported COLUMNS/LINES would pin the size and break resizing.
         environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        self.console = console or Console(_environ=environ)
+        self.console = Console(_environ=environ)
         # The queue's first rows only, unless a rig filter needs all of them to pick that rig's.
-        self.take = take or (lambda t: t.snapshot(limit=0 if self.rig_filter else SCREEN_ROWS).to_json())
+        self.take = lambda t: t.snapshot(limit=0 if self.rig_filter else SCREEN_ROWS).to_json()
         self.rig_filter: str | None = None
         self.prompt: str | None = None
         self.message: str | None = None
@@ -423,12 +387,10 @@ class Top:
         """Handle typed characters; False when the user asked to quit."""
         for char in data:
             if self.prompt is not None:
-                if char in ("\r", "\n"):
-                    self.rig_filter, self.prompt = (self.prompt.strip() or None), None
+                if char in ("\r", "\n", "\x1b"):  # Enter applies the rig typed, Esc clears the filter
+                    self.rig_filter = None if char == "\x1b" else self.prompt.strip() or None
+                    self.prompt = None
                     self.dirty = True  # a filtered view is taken from the whole queue, an unfiltered one not
-                elif char == "\x1b":
-                    self.rig_filter, self.prompt = None, None
-                    self.dirty = True
                 elif char in ("\x7f", "\b"):
                     self.prompt = self.prompt[:-1]
                 elif char.isprintable():
@@ -459,19 +421,17 @@ class Top:
                     now = time.monotonic()
                     due = self.dirty or now >= next_at  # a key pressed, or the backstop
                     watched = sources.signature() if due or pace.ready(now) else seen
-                    if due or watched != seen:
+                    changed = due or watched != seen
+                    if changed:
                         seen = watched
                         taken = time.monotonic()
                         self.refresh()
                         pace.took(taken, time.monotonic())
                         self.dirty = False
                         next_at = now + max(self.interval, BACKSTOP)
+                    # a new snapshot, or the clock moved on (the same one, runtimes ticked), or a resize
+                    if changed or now >= drawn_at or resized:
                         drawn_at = now + self.interval
-                        live.update(self.frame(), refresh=True)
-                    elif now >= drawn_at:  # the clock moved on: the same snapshot, runtimes ticked
-                        drawn_at = now + self.interval
-                        live.update(self.frame(), refresh=True)
-                    elif resized:
                         resized.clear()
                         live.update(self.frame(), refresh=True)
                     data = keys.read(0.25)

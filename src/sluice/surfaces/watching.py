@@ -51,13 +51,12 @@ class Pace:
     few hundredths of a second) and a large one every few seconds.
     """
 
-    def __init__(self, rest: float = REST):
-        self.rest = rest
+    def __init__(self):
         self.calm_at = 0.0
 
     def took(self, started: float, ended: float) -> None:
         """Note a snapshot taken from ``started`` to ``ended`` (a monotonic clock)."""
-        self.calm_at = ended + min(MOST_REST, self.rest * max(0.0, ended - started))
+        self.calm_at = ended + min(MOST_REST, REST * max(0.0, ended - started))
 
     def ready(self, now: float) -> bool:
         """Whether a change seen at ``now`` may be shown now."""
@@ -78,10 +77,7 @@ class Sources:
         if config != self._config:  # the rigs, and where their items are, come from the config
             self._config = config
             try:
-                paths = []
-                for rig in town.rigs():
-                    paths.append(town.rig_items(rig))
-                self._rig_paths = tuple(paths)
+                self._rig_paths = tuple(town.rig_items(rig) for rig in town.rigs())
             except SluiceError:  # a broken config: the view shows the error and watches for the fix
                 self._rig_paths = ()
         # Files, not the runtime directory: read commands keep caches there, and a view that

@@ -33,16 +33,12 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    town: Annotated[
-        str | None,
-        typer.Option("--town", help="Town directory (default: SLUICE_TOWN, then the cwd upwards)."),
-    ] = None,
-    version: Annotated[
-        bool,
-        typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version),
-    ] = False,
+    town: Annotated[str | None, typer.Option(
+        "--town", help="Town directory (default: SLUICE_TOWN, then the cwd upwards).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print the version and exit.", is_eager=True, callback=_print_version)] = False,
 ) -> None:
-    common.set_town_arg(town)
+    common.town_arg = town
 
 
 def _register() -> None:

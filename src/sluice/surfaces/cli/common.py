@@ -14,39 +14,21 @@ from typing import Annotated
 import typer
 
 from sluice.core.text import printable_text
-from sluice.surfaces.output import (  # noqa: F401 - the commands import them from here
-    RawJSON,
-    emit,
-    error_text,
-    flag_of,
-    flag_words,
-    shown,
-)
+from sluice.surfaces.output import RawJSON, emit, flag_words, shown  # noqa: F401 - the commands' imports
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
-_town_arg: dict[str, str | None] = {"path": None}
-
-
-def set_town_arg(path: str | None) -> None:
-    _town_arg["path"] = path
-
-
-def town_arg() -> str | None:
-    return _town_arg["path"]
+#: The ``--town`` given to the command line, if any (set by its root callback).
+town_arg: str | None = None
 
 
 def town():
     """The town from --town, SLUICE_TOWN or the cwd, opened through the Python API (TownNotFound if none)."""
     from sluice.api import open_town
 
-    return open_town(_town_arg["path"])
+    return open_town(town_arg)
 
 
 def say(message: str) -> None:
     """A progress or status line for a person, on stderr so stdout stays data."""
     sys.stderr.write(printable_text(message) + "\n")
-
-
-
-

@@ -11,9 +11,8 @@ from sluice.surfaces.cli.common import JsonOption, emit, say
 
 def demo(
     keep: Annotated[bool, typer.Option(help="Keep the demo town afterwards (its path is printed).")] = False,
-    work_seconds: Annotated[
-        str, typer.Option(help="How long each demo polecat works: N or LOW-HIGH seconds.")
-    ] = "1.5-3.5",
+    work_seconds: Annotated[str, typer.Option(
+        help="How long each demo polecat works: N or LOW-HIGH seconds.")] = "1.5-3.5",
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 150.0,
     web: Annotated[bool, typer.Option("--web", help="Also serve the dashboard on 127.0.0.1 while it runs.")]
     = False,

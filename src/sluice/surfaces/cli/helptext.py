@@ -186,11 +186,8 @@ def _help_option_without_type(command) -> None:
 
 def _by_type(param) -> str:
     bare = param.bare_type() if hasattr(param, "bare_type") else ""
-    if bare in ("int", "list[int]"):
-        return "N"
-    if bare in ("float", "list[float]"):
-        return "NUMBER"
-    return param.name.upper()
+    words = {"int": "N", "list[int]": "N", "float": "NUMBER", "list[float]": "NUMBER"}
+    return words.get(bare, param.name.upper())
 
 
 def _with_config_keys(command) -> None:

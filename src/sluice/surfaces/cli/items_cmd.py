@@ -16,7 +16,6 @@ dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
 item_app.add_typer(dep_app, name="dep")
 
 
-
 @item_app.command("create")
 def create(
     rig: Annotated[str, typer.Argument(help="Rig to create the item in.")],
@@ -24,10 +23,8 @@ def create(
     priority: Annotated[int, typer.Option(help="0 (most urgent) … 4.")] = 2,
     issue_type: Annotated[str, typer.Option("--type", help="task, bug, feature, epic, convoy, …")] = "task",
     label: Annotated[list[str] | None, typer.Option("--label", help="Label (repeatable).")] = None,
-    dep: Annotated[
-        list[str] | None,
-        typer.Option("--dep", help="ID: the new item is blocked by ID; TYPE:ID for another edge type."),
-    ] = None,
+    dep: Annotated[list[str] | None, typer.Option(
+        "--dep", help="ID: the new item is blocked by ID; TYPE:ID for another edge type.")] = None,
     parent: Annotated[str | None, typer.Option(help="Parent item (parent-child edge).")] = None,
     description: Annotated[str, typer.Option(help="Item description.")] = "",
     tokens: Annotated[int | None, typer.Option(help="Estimated tokens (metadata.estimated_tokens).")] = None,
@@ -49,15 +46,12 @@ def show(item_id: Annotated[str, typer.Argument(help="Item id.")], as_json: Json
     emit(town().item(item_id).to_json(), as_json, item_text)
 
 
-
-
 @item_app.command("list")
 def list_(
     rig: Annotated[str | None, typer.Argument(help="Rig (default: all rigs).")] = None,
     status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
-    label: Annotated[
-        list[str] | None, typer.Option("--label", help="Must carry this label (repeatable).")
-    ] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="Must carry this label (repeatable).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List items (ephemeral sluice records are not items and are not listed)."""
@@ -102,16 +96,14 @@ def update(
     status: Annotated[str | None, typer.Option(help="New status.")] = None,
     priority: Annotated[int | None, typer.Option(help="New priority 0–4.")] = None,
     assignee: Annotated[str | None, typer.Option(help="New assignee.")] = None,
-    add_label: Annotated[
-        list[str] | None, typer.Option("--add-label", help="Add a label (repeatable).")
-    ] = None,
+    add_label: Annotated[list[str] | None, typer.Option(
+        "--add-label", help="Add a label (repeatable).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change an item's status, priority, assignee or labels."""
     updated = town().update_item(item_id, status=status, priority=priority, assignee=assignee,
                                  add_labels=add_label or ())
-    emit(updated.to_json(), as_json,
-         lambda i: f"updated {i['id']}")
+    emit(updated.to_json(), as_json, lambda i: f"updated {i['id']}")
 
 
 @item_app.command("close")

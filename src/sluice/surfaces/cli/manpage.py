@@ -63,12 +63,10 @@ def render(prog: str = "sluice") -> str:
         usage = " ".join([*path, *_usage(command)])
         out += [f'.SS "{_text(usage)}"', *_paragraphs(command.help or ""), *_options(command),
                 *_examples(path, prog)]
-    out.append(".SH ENVIRONMENT")
-    for name, text in _ENVIRONMENT:
-        out += [".TP", f".B {name}", _text(text)]
-    out.append(".SH EXIT STATUS")
-    for code, text in _EXIT_STATUS:
-        out += [".TP", f".B {code}", _text(text)]
+    for title, terms in (("ENVIRONMENT", _ENVIRONMENT), ("EXIT STATUS", _EXIT_STATUS)):
+        out.append(f".SH {title}")
+        for term, text in terms:
+            out += [".TP", f".B {term}", _text(text)]
     out += [".SH SEE ALSO", "\\fBgit\\fR(1); docs/cli.md in the sluice sources, for every command's JSON."]
     return "\n".join(out) + "\n"
 
@@ -162,4 +160,3 @@ def _text(text: str) -> str:
     """Roff-safe text: backslashes and minus signs escaped, no line read as a request."""
     escaped = text.replace("\\", "\\e").replace("-", "\\-")
     return "\\&" + escaped if escaped[:1] in (".", "'") else escaped
-

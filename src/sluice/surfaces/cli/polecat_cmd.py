@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, shown, town
+from sluice.surfaces.output import FAILED_OUTCOMES, duration_text
 
 polecat_app = typer.Typer(help="List, stop and read the polecats (worker agents) of the town.",
                           no_args_is_help=True)
@@ -43,18 +44,12 @@ def _list_text(rows: list[dict]) -> str:
                      f" {'EXIT':>5}  RUNTIME")
         for row in ended:
             code = str(row["exit_code"]) if row["exit_code"] is not None else "-"
-            mark = "!" if row.get("outcome") in ("failed", "timed-out", "vanished") else " "
+            mark = "!" if row.get("outcome") in FAILED_OUTCOMES else " "
             lines.append(f"{shown(row['id']):<28} {shown(row['item_id']) or '-':<14}"
                          f" {shown(row['rig']) or '-':<12} {row['state']:<8}"
                          f" {mark}{row.get('outcome') or '-':<9} {code:>5}"
-                         f"  {_runtime(row.get('runtime_seconds'))}")
+                         f"  {duration_text(row.get('runtime_seconds'))}")
     return "\n".join(lines)
-
-
-def _runtime(seconds: float | None) -> str:
-    from sluice.core.clock import format_duration
-
-    return "-" if seconds is None else format_duration(round(seconds))
 
 
 @polecat_app.command("stop")

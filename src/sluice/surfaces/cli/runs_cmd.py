@@ -9,11 +9,10 @@ from typing import Annotated
 import typer
 
 from sluice.surfaces.cli.common import JsonOption, emit, shown, town
-from sluice.surfaces.output import write_text
+from sluice.surfaces.output import FAILED_OUTCOMES, duration_text, write_text
 
 SinceOption = Annotated[str | None, typer.Option("--since", help="Only this recent: a duration (30m, 2h).")]
 RigOption = Annotated[str | None, typer.Option("--rig", help="Only this rig.")]
-FAILED = ("failed", "timed-out", "vanished")
 
 
 def runs(
@@ -31,16 +30,13 @@ def runs(
 
 
 def _runs_text(rows: list[dict]) -> str:
-    from sluice.core.clock import format_duration
-
     if not rows:
         return "No runs."
     lines = [f"  {'RUN':<14} {'ITEM':<14} {'RIG':<12} {'OUTCOME':<10} {'EXIT':>5} {'RUNTIME':>9}  STARTED"]
     for row in rows:
         code = str(row["exit_code"]) if row.get("exit_code") is not None else "-"
-        runtime = row.get("runtime_seconds")
-        took = format_duration(round(runtime)) if runtime is not None else "-"
-        mark = "! " if row.get("outcome") in FAILED else "  "
+        took = duration_text(row.get("runtime_seconds"))
+        mark = "! " if row.get("outcome") in FAILED_OUTCOMES else "  "
         lines.append(f"{mark}{shown(row['run_id']):<14} {shown(row.get('item_id')) or '-':<14}"
                      f" {shown(row.get('rig')) or '-':<12} {row.get('outcome'):<10} {code:>5} {took:>9}"
                      f"  {row.get('started_at') or '-'}")

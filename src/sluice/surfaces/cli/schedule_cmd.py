@@ -21,9 +21,8 @@ schedule_app.add_typer(policy_app, name="policy")
 
 @schedule_app.command("next")
 def next_(
-    graph_id: Annotated[
-        str | None, typer.Option("--graph-id", help="Only items under this top-level epic.")
-    ] = None,
+    graph_id: Annotated[str | None, typer.Option(
+        "--graph-id", help="Only items under this top-level epic.")] = None,
     limit: Annotated[int, typer.Option(help="How many decisions (skipped ones count).")] = NEXT_LIMIT,
     preview: Annotated[bool, typer.Option("--preview", help="Decide, but record nothing.")] = False,
     as_json: JsonOption = False,
@@ -56,23 +55,19 @@ def policy_set(
     deadline: Annotated[float | None, typer.Option(
         help="Weight of beads' due_at, 1/(1 + hours until due/24) (default 0: deadlines do not count).")
     ] = None,
-    merge_queue_threshold: Annotated[
-        int | None, typer.Option(help="Merge-queue depth (>= 1) at which a rig is pressured.")
-    ] = None,
-    merge_pressure_penalty: Annotated[
-        float | None, typer.Option(help="Points a pressured rig loses.")
-    ] = None,
+    merge_queue_threshold: Annotated[int | None, typer.Option(
+        help="Merge-queue depth (>= 1) at which a rig is pressured.")] = None,
+    merge_pressure_penalty: Annotated[float | None, typer.Option(
+        help="Points a pressured rig loses.")] = None,
     skip_on_merge_pressure: Annotated[
         bool | None,
         typer.Option("--skip-on-merge-pressure/--no-skip-on-merge-pressure",
                      help="Report pressured items as skipped instead of choosing them."),
     ] = None,
-    graph_id: Annotated[
-        str | None, typer.Option("--graph-id", help="Set the weights for this graph only (an override).")
-    ] = None,
-    aging: Annotated[
-        float | None, typer.Option(help="Points per hour a queued context has waited (0 = off).")
-    ] = None,
+    graph_id: Annotated[str | None, typer.Option(
+        "--graph-id", help="Set the weights for this graph only (an override).")] = None,
+    aging: Annotated[float | None, typer.Option(
+        help="Points per hour a queued context has waited (0 = off).")] = None,
     aging_max: Annotated[float | None, typer.Option(help="The most points aging can add.")] = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -40,23 +40,18 @@ def sling(
 
 def _sling_text(data: dict) -> str:
     verb = "Would schedule" if data["dry_run"] else "Scheduled"
-    lines = []
-    for row in data["scheduled"]:
-        where = f" (context {row['context_id']})" if row["context_id"] else ""
-        lines.append(f"{verb} {shown(row['item_id'])} → {row['rig']}{where}")
+    lines = [f"{verb} {shown(row['item_id'])} → {row['rig']}"
+             + (f" (context {row['context_id']})" if row["context_id"] else "") for row in data["scheduled"]]
     for row in data["already"]:
         how = f"context {row['context_id']}" if row.get("context_id") else f"polecat {row.get('polecat_id')}"
         lines.append(f"Already scheduled {shown(row['item_id'])} ({how}), nothing to do")
         if data["mode"] == "direct" and row.get("context_id"):
             lines.append("  (queued from deferred mode; `sluice scheduler clear --item"
                          f" {shown(row['item_id'])}` to launch it directly)")
-    for row in data["dispatched"]:
-        if row["polecat_id"]:
-            lines.append(f"Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})")
-        else:
-            lines.append(f"Would dispatch {shown(row['item_id'])} → {row['rig']}")
-    for row in data["skipped"]:
-        lines.append(f"Skipped {shown(row['item_id'])}: {flag_words(shown(row['reason']))}")
+    lines += [f"Dispatched {shown(row['item_id'])} → {row['rig']} (polecat {row['polecat_id']})"
+              if row["polecat_id"] else f"Would dispatch {shown(row['item_id'])} → {row['rig']}"
+              for row in data["dispatched"]]
+    lines += [f"Skipped {shown(r['item_id'])}: {flag_words(shown(r['reason']))}" for r in data["skipped"]]
     done = len(data["scheduled"]) + len(data["dispatched"])
     if done + len(data["already"]) > 1 or data["errors"]:
         verb = "would be handled" if data["dry_run"] else "handled"

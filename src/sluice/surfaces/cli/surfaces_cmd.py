@@ -21,8 +21,7 @@ def hooks_install(
     """Link post-commit, post-merge and pre-push into RIG's repository (its only write by sluice)."""
     from sluice.surfaces.githooks import install
 
-    result = install(town().files, rig, force)
-    emit(result.to_json(), as_json, lambda r: "\n".join(
+    emit(install(town().files, rig, force), as_json, lambda r: "\n".join(
         [f"hooks in {r['hooks_dir']}:"]
         + [f"  installed {n}" for n in r["installed"] if n not in r["replaced"]]
         + [f"  replaced {n} (the old hook is {n}.sluice-orig)" for n in r["replaced"]]
@@ -37,8 +36,7 @@ def hooks_uninstall(
     """Remove only the hooks `install` linked; put back hooks it moved aside; leave any other hook."""
     from sluice.surfaces.githooks import uninstall
 
-    result = uninstall(town().files, rig)
-    emit(result.to_json(), as_json, lambda r: "\n".join(
+    emit(uninstall(town().files, rig), as_json, lambda r: "\n".join(
         [f"hooks in {r['hooks_dir']}:"]
         + [f"  removed {n}" for n in r["removed"] if n not in r["restored"]]
         + [f"  removed {n}; the hook it replaced is back" for n in r["restored"] if n in r["removed"]]
@@ -61,8 +59,6 @@ def hooks_report(
         emit(queue.to_json(), True)
 
 
-
-
 def patrol(
     rig: Annotated[str, typer.Argument(help="Rig to patrol.")],
     fix: Annotated[bool, typer.Option(help="Close stale and duplicate contexts (never an item).")] = False,
@@ -74,13 +70,10 @@ def patrol(
 
 def _patrol_text(r: dict) -> str:
     mq = r["merge_queue"]
-    lines = [
-        f"patrol {r['rig']}: {r['ready']} ready, {r['blocked']} blocked, {len(r['polecats'])} polecat(s),"
-        f" merge queue {mq['queued']} queued / {mq['running']} running",
-    ]
-    for row in r["queued"]:
-        mark = "⏸" if row["blocked"] else "○"
-        lines.append(f"  {mark} {shown(row['item_id'])}: {shown(row['title'])}")
+    lines = [f"patrol {r['rig']}: {r['ready']} ready, {r['blocked']} blocked, {len(r['polecats'])}"
+             f" polecat(s), merge queue {mq['queued']} queued / {mq['running']} running"]
+    lines += [f"  {'⏸' if row['blocked'] else '○'} {shown(row['item_id'])}: {shown(row['title'])}"
+              for row in r["queued"]]
     for row in r.get("held", ()):
         since = f" since {row['missing_since']}" if row.get("missing_since") else ""
         lines.append(f"  held: {row['context_id']} (item {shown(row['item_id'])}) {row['reason']}:"
@@ -89,8 +82,7 @@ def _patrol_text(r: dict) -> str:
         for row in r[key]:
             extra = shown(row.get("last_failure") or row.get("detail") or "")
             lines.append(f"  {key}: {row['context_id']} (item {shown(row['item_id'])}) {extra}".rstrip())
-    for row in r.get("fixed", []):
-        lines.append(f"  fixed: closed {row['context_id']} ({row['reason']})")
+    lines += [f"  fixed: closed {row['context_id']} ({row['reason']})" for row in r.get("fixed", [])]
     if r.get("executor_error"):
         lines.append(f"  executor: {r['executor_error']}")
     for other in r.get("other_towns") or ():
@@ -108,10 +100,10 @@ def _patrol_text(r: dict) -> str:
 
 def mcp() -> None:
     """Serve the sluice tools over MCP on stdio (for agent clients)."""
-    from sluice.surfaces.cli.common import town_arg
+    from sluice.surfaces.cli import common
     from sluice.surfaces.mcp_server import serve
 
-    serve(town_arg())
+    serve(common.town_arg)
 
 
 def register(app: typer.Typer) -> None:

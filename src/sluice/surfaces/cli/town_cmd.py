@@ -30,9 +30,7 @@ def rig_add(
     name: Annotated[str, typer.Argument(help="Rig name.")],
     repo: Annotated[Path, typer.Argument(help="Path to the rig's git repository.")],
     prefix: Annotated[str | None, typer.Option(help="Id prefix routed to this rig (default: NAME).")] = None,
-    items: Annotated[
-        Path | None, typer.Option(help="Read items from this beads export (read-only).")
-    ] = None,
+    items: Annotated[Path | None, typer.Option(help="Read items from this beads export (read-only).")] = None,
     items_command: Annotated[str | None, typer.Option(
         help="Read items from what this command prints (beads JSONL or a JSON array), e.g. 'bd export';"
              " split like a shell would, never run by one, or a JSON array of argv strings.")] = None,
@@ -92,9 +90,8 @@ def rig_refresh(
 @rig_app.command("remove")
 def rig_remove(
     name: Annotated[str, typer.Argument(help="Rig name.")],
-    force: Annotated[
-        bool, typer.Option(help="Remove even with queued contexts; they are closed as rig-removed.")
-    ] = False,
+    force: Annotated[bool, typer.Option(
+        help="Remove even with queued contexts; they are closed as rig-removed.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Unregister rig NAME; its store moves to .sluice/removed/, its repository is not touched."""
@@ -137,13 +134,8 @@ def export(
 ) -> None:
     """Print the town's own records: each rig's sling contexts as beads JSONL (closed ones too), or the
     run records; one JSON object per line, for beads tools, jq and backups."""
-    import json
-    import sys
-
-    records = town().export(rig, runs=runs, open_only=open_only).to_json()
-    out = sys.stdout
-    for record in records:
-        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    for record in town().export(rig, runs=runs, open_only=open_only).to_json():
+        emit(record, True)  # one JSON document per line
 
 
 def register(app: typer.Typer) -> None:

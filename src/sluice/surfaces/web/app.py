@@ -57,6 +57,8 @@ KEEPALIVE = 5.0  # seconds: a stream with nothing new still sends a comment this
 ACTOR = "sluice web"  # who every action from the page is recorded as
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self';"
        " base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = ((b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+           (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"))
 
 
 def _error(err: Exception, status: int = 400) -> JSONResponse:
@@ -76,8 +78,7 @@ class Dashboard:
         self.town = town
         self.token = token.encode("utf-8")
         self.interval = interval
-        sources = Sources(town.files)
-        self.feed = Feed(self._snapshot, sources.signature, interval, max_streams)
+        self.feed = Feed(self._snapshot, Sources(town.files).signature, interval, max_streams)
 
     # -- reading -----------------------------------------------------------------
     def _snapshot(self) -> dict:
@@ -130,12 +131,9 @@ class Dashboard:
 
     async def logs(self, request: Request) -> Response:
         ref = request.path_params["polecat"]
-
-        def tail() -> list[str]:
-            return list(deque(self.town.polecat_logs(ref), maxlen=LOG_TAIL))
-
         try:
-            return JSONResponse({"polecat": ref, "lines": await asyncio.to_thread(tail)})
+            lines = await asyncio.to_thread(lambda: list(deque(self.town.polecat_logs(ref), maxlen=LOG_TAIL)))
+            return JSONResponse({"polecat": ref, "lines": lines})
         except SluiceError as err:
             return _error(err, 404)
 
@@ -194,37 +192,14 @@ class Dashboard:
 
     # -- the page ------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
-        return FileResponse(str(STATIC / "index.html"), media_type="text/html")
-
-    async def item_page(self, request: Request) -> Response:
-        return FileResponse(str(STATIC / "item.html"), media_type="text/html")
-
-
-class _Headers:
-    """Pure-ASGI middleware adding the security headers to every response (streams included)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message):
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [(b"content-security-policy", CSP.encode()),
-                            (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-                            (b"x-frame-options", b"DENY")]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+        """The town's page, or an item's (``/item/{item}``: the page reads its id from the address)."""
+        name = "item.html" if "item" in request.path_params else "index.html"
+        return FileResponse(str(STATIC / name), media_type="text/html")
 
 
 class _NoTracebacks:
-    """Pure-ASGI middleware: an exception nothing expected is a JSON 500 naming it, never a traceback.
+    """Pure-ASGI middleware: the security headers on every response (streams included), and an
+    exception nothing expected answered as a JSON 500 naming it, never a traceback.
 
     Starlette's own error middleware answers a bare 500 and has the server
     print the traceback; a caller deserves the reason, and the terminal only
@@ -240,20 +215,22 @@ class _NoTracebacks:
             return
         started = False
 
-        async def tracking_send(message):
+        async def send_with_headers(message):
             nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
             await send(message)
 
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, send_with_headers)
         except Exception as err:
             if os.environ.get("SLUICE_DEBUG"):
                 raise
             text = internal_error_text(err)
             print(f"sluice web: {scope.get('path', '')}: {printable(text)}", file=sys.stderr, flush=True)
             if not started:
-                await JSONResponse({"error": text}, status_code=500)(scope, receive, send)
+                await JSONResponse({"error": text}, status_code=500)(scope, receive, send_with_headers)
 
 
 def allowed_hosts(host: str, extra: tuple[str, ...] = (), machine: tuple[str, ...] = ()) -> list[str]:
@@ -279,7 +256,7 @@ def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float 
     action = ["POST"]
     routes = [
         Route("/", board.page, methods=["GET"]),
-        Route("/item/{item}", board.item_page, methods=["GET"]),
+        Route("/item/{item}", board.page, methods=["GET"]),
         Route("/api/state", board.state, methods=["GET"]),
         Route("/api/events", board.events, methods=["GET"]),
         Route("/api/explain/{item}", board.explain, methods=["GET"]),
@@ -291,9 +268,8 @@ def create_app(town: Town, token: str, host: str = "127.0.0.1", interval: float 
         Route("/api/throttle", board.act, methods=action),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
     ]
-    middleware = [Middleware(_Headers), Middleware(_NoTracebacks),
+    middleware = [Middleware(_NoTracebacks),
                   Middleware(TrustedHostMiddleware, allowed_hosts=hosts or allowed_hosts(host))]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.dashboard = board
     return app
-

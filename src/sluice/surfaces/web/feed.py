@@ -14,6 +14,7 @@ pile up connections: one past the bound is answered 503 at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 
@@ -36,7 +37,6 @@ class Feed:
         self.streams = 0
         self.version = 0
         self.message = ""
-        self.computed = 0  # snapshots computed so far, whatever the number of streams
         self.pace = Pace()
         # Set when a newer message is out, then replaced by a fresh one. An Event, not a Condition:
         # a stream's wait is cancelled by its timeout, and a Condition's wait cancelled that way can
@@ -62,10 +62,8 @@ class Feed:
         """The newest (version, message) once it is newer than ``version``, or the same after ``timeout``."""
         assert self._changed is not None
         if self.version == version:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
-            except TimeoutError:
-                pass
         return self.version, self.message
 
     async def _run(self) -> None:
@@ -83,7 +81,6 @@ class Feed:
                 except SluiceError as err:
                     data, kind = json.dumps({"error": str(err)}), "problem"
                 self.pace.took(started, loop.time())
-                self.computed += 1
                 if data != last:
                     last = data
                     self.version += 1

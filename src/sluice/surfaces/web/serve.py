@@ -13,6 +13,7 @@ a random one is made and printed.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import secrets
@@ -82,11 +83,9 @@ def machine_names() -> tuple[str, ...]:
     except OSError:
         return ()
     names = {name, name.split(".", 1)[0]}
-    try:
+    with contextlib.suppress(OSError, UnicodeError):  # unresolved: the names alone (--allow-host adds)
         for *_, address in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP):
             names.add(str(address[0]).split("%", 1)[0])
-    except (OSError, UnicodeError):
-        pass  # a name that does not resolve: the names alone, and --allow-host for the rest
     return tuple(sorted(n for n in names if n))
 
 
