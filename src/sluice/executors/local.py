@@ -133,35 +133,29 @@ class LocalExecutor:
         if watcher and not reused and not exit_path(self.dir, record["id"]).exists() \
                 and pid_alive(watcher, record.get("watcher_start")):
             return "running"  # ended a moment ago; its watcher is writing the exit code
-        return ended_state(self._exit_code(record))  # failed: a non-zero exit status
+        return ended_state(self._with_exit(record).get("exit_code"))  # failed: a non-zero exit status
 
     def _polecat(self, record: dict, state: str | None = None) -> Polecat:
         # The state first, then the exit record: a watcher may write it between the two looks, and
         # a polecat judged ended must carry the code that made it so (read the other way round it
         # looks ended with no code at all, which is a vanished run).
         state = state or self._state(record)
-        if record.get("exit_code") is None and record.get("watcher_pid"):
+        record = self._with_exit(record)
+        detail = {k: record[k] for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title",
+                                         "ended_ts", "ended_boot") if record.get(k) is not None}
+        return Polecat(id=record["id"], executor=self.kind, item_id=record.get("item_id", ""),
+                       rig=record.get("rig", ""), context_id=record.get("context_id", ""),
+                       started_at=record.get("started_at", ""), state=state, pid=record.get("pid"),
+                       log_path=record.get("log_path"), detail=detail)
+
+    def _with_exit(self, record: dict) -> dict:
+        """``record`` with the exit code and end its watcher wrote, once it has written them."""
+        if record.get("exit_code") is None:
             finished = read_exit(self.dir, record["id"])
             if finished is not None:
-                record = {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"],
-                          "ended_boot": finished["finished_boot"]}
-        return Polecat(
-            id=record["id"],
-            executor=self.kind,
-            item_id=record.get("item_id", ""),
-            rig=record.get("rig", ""),
-            context_id=record.get("context_id", ""),
-            started_at=record.get("started_at", ""),
-            state=state,
-            pid=record.get("pid"),
-            log_path=record.get("log_path"),
-            detail={
-                k: record[k]
-                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title", "ended_ts",
-                          "ended_boot")
-                if record.get(k) is not None
-            },
-        )
+                return {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"],
+                        "ended_boot": finished["finished_boot"]}
+        return record
 
     # -- protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
@@ -274,12 +268,6 @@ class LocalExecutor:
         return {**record, "state": "running", "pid": pid, "start_time": started.get("start_time"),
                 "watcher_pid": watcher, "watcher_start": started.get("watcher_start")}
 
-    def _exit_code(self, record: dict) -> int | None:
-        if record.get("exit_code") is not None:
-            return record["exit_code"]
-        finished = read_exit(self.dir, record["id"])
-        return finished["exit_code"] if finished is not None else None
-
     def _claim_id(self, request: LaunchRequest) -> tuple[str, Path]:
         """A polecat id no polecat of this town has had, claimed by creating its log file.
 
@@ -391,12 +379,7 @@ class LocalExecutor:
                 path = self._record_path(record["id"])
                 if not path.exists():
                     continue
-                if record.get("exit_code") is None:
-                    finished = read_exit(self.dir, record["id"])
-                    if finished is not None:
-                        record.update(exit_code=finished["exit_code"], ended_ts=finished["finished_ts"],
-                                      ended_boot=finished["finished_boot"])
-                record["state"] = state
+                record = {**self._with_exit(record), "state": state}
                 record.setdefault("finished_at", iso())
                 fsutil.append_json(self.dir / FINISHED_LOG, record)
                 path.unlink()
