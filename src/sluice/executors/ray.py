@@ -84,14 +84,10 @@ FRESH_BRANCHES = 9  # branch names a clone may try (``sluice/<id>``, ``-2`` …)
 
 def resource_options(resources: dict[str, float]) -> dict[str, Any]:
     """``executor.ray.resources`` as ``submit_job`` keywords (CPU, GPU and memory have their own)."""
-    rest = dict(resources)
-    options: dict[str, Any] = {}
-    if "CPU" in rest:
-        options["entrypoint_num_cpus"] = rest.pop("CPU")
-    if "GPU" in rest:
-        options["entrypoint_num_gpus"] = rest.pop("GPU")
-    if "memory" in rest:
-        options["entrypoint_memory"] = int(rest.pop("memory"))
+    own = {"CPU": "entrypoint_num_cpus", "GPU": "entrypoint_num_gpus", "memory": "entrypoint_memory"}
+    options: dict[str, Any] = {own[k]: int(v) if k == "memory" else v
+                               for k, v in resources.items() if k in own}
+    rest = {k: v for k, v in resources.items() if k not in own}
     if rest:
         options["entrypoint_resources"] = rest
     return options
@@ -192,13 +188,8 @@ class RayExecutor:
         check_launchable(request.argv, env)
         env[SPEC_VAR] = json.dumps(self._spec(request, rig, submission_id), ensure_ascii=False)
         check_launchable((), {SPEC_VAR: env[SPEC_VAR]})
-        metadata = {
-            "sluice_town": self.key,
-            "town": request.town,
-            "rig": request.rig,
-            "item_id": request.item_id,
-            "context_id": request.context_id,
-        }
+        metadata = {"sluice_town": self.key, "town": request.town, "rig": request.rig,
+                    "item_id": request.item_id, "context_id": request.context_id}
         client = self.client
         for wait in (*BUSY_RETRY_WAITS, None):
             try:

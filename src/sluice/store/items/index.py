@@ -377,10 +377,7 @@ class DurableIndex:
         except BaseException:
             if conn is not None:
                 conn.close()
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            Path(tmp).unlink(missing_ok=True)
             raise
 
     def _fill(self, conn: sqlite3.Connection, sig: str) -> None:

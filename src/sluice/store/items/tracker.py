@@ -37,14 +37,11 @@ class NewItem:
 
 
 def _parse_dep(spec: str) -> tuple[str, str]:
-    if ":" in spec and not spec.startswith("external:"):
-        dep_type, target = spec.split(":", 1)
-        if not dep_type or not target.strip():
-            raise UsageError(f"deps {spec!r}: expected ID or TYPE:ID", parameters=("deps",))
-        return dep_type, target
-    if not spec.strip():
+    typed = ":" in spec and not spec.startswith("external:")
+    dep_type, target = spec.split(":", 1) if typed else ("blocks", spec)
+    if not dep_type or not target.strip():
         raise UsageError(f"deps {spec!r}: expected ID or TYPE:ID", parameters=("deps",))
-    return "blocks", spec
+    return dep_type, target
 
 
 def validate_title(title: str) -> str:
@@ -110,11 +107,7 @@ def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
         if spec.touches:
             record.setdefault("metadata", {})["touches"] = list(spec.touches)
         if edges:
-            by_id = {r["id"]: r for r in records}
-            by_id[item_id] = record
-            record["dependencies"] = []
-            for dep_type, target in edges:
-                record["dependencies"].append(dependency(item_id, target, dep_type, stamp))
+            record["dependencies"] = [dependency(item_id, target, kind, stamp) for kind, target in edges]
         records.append(record)
         return record
 
@@ -130,13 +123,9 @@ def list_items(town: Town, rig: str | None, status: str | None, labels: tuple[st
     chosen = [stores.rig(rig)] if rig else stores.all()
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
-    out = []
-    for store in chosen:
-        where, params = ("status = ?", [status]) if status else ("", [])
-        for record in store.durable(where, params):
-            if all(label in labels_of(record) for label in labels):
-                out.append(record)
-    return out
+    where, params = ("status = ?", [status]) if status else ("", [])
+    return [record for store in chosen for record in store.durable(where, params)
+            if all(label in labels_of(record) for label in labels)]
 
 
 SORTS = ("priority", "oldest")
