@@ -180,22 +180,11 @@ class LocalExecutor:
                       **request.env}
         check_launchable(request.argv, sluice_env)
         polecat_id, log_path = self._claim_id(request)
-        record = {
-            "id": polecat_id,
-            "executor": self.kind,
-            "state": "pending",
-            "item_id": request.item_id,
-            "rig": request.rig,
-            "context_id": request.context_id,
-            "title": request.title,
-            "argv": list(request.argv),
-            "cwd": str(cwd),
-            "log_path": str(log_path),
-            "launcher_pid": os.getpid(),
-            "launcher_start": proc_start_time(os.getpid()),
-            "created_ts": time.time(),
-            "started_at": iso(),
-        }
+        record = {"id": polecat_id, "executor": self.kind, "state": "pending", "item_id": request.item_id,
+                  "rig": request.rig, "context_id": request.context_id, "title": request.title,
+                  "argv": list(request.argv), "cwd": str(cwd), "log_path": str(log_path),
+                  "launcher_pid": os.getpid(), "launcher_start": proc_start_time(os.getpid()),
+                  "created_ts": time.time(), "started_at": iso()}
         self._write(record)  # intent first: a crash from here on is found by find()
         env = {**os.environ, **sluice_env}
         try:
@@ -239,16 +228,22 @@ class LocalExecutor:
 
     def _started_times(self, polecat_id: str, pid: int, watcher: int) -> tuple:
         """(polecat start, watcher start) as the watcher's started file has them, else read now."""
-        try:
-            started = json.loads(self._started_path(polecat_id).read_text(encoding="utf-8"))
-            if started["pid"] == pid and started["watcher_pid"] == watcher:
-                return started.get("start_time"), started.get("watcher_start")
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        started = self._started(polecat_id)
+        if started is not None and (started["pid"], started["watcher_pid"]) == (pid, watcher):
+            return started["start_time"], started["watcher_start"]
         return proc_start_time(pid), proc_start_time(watcher)
 
     def _started_path(self, polecat_id: str) -> Path:
         return self.dir / f"{polecat_id}.started"
+
+    def _started(self, polecat_id: str) -> dict | None:
+        """The watcher's started file: ``pid``, ``watcher_pid`` and their start times; None without one."""
+        try:
+            started = json.loads(self._started_path(polecat_id).read_text(encoding="utf-8"))
+            return {"pid": int(started["pid"]), "watcher_pid": int(started["watcher_pid"]),
+                    "start_time": started.get("start_time"), "watcher_start": started.get("watcher_start")}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def _adopted(self, record: dict) -> dict:
         """A record whose launcher died before writing the pid, completed from the watcher's file.
@@ -260,13 +255,8 @@ class LocalExecutor:
         """
         if record.get("pid") is not None or not record.get("id"):
             return record
-        try:
-            started = json.loads(self._started_path(record["id"]).read_text(encoding="utf-8"))
-            pid, watcher = int(started["pid"]), int(started["watcher_pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return record
-        return {**record, "state": "running", "pid": pid, "start_time": started.get("start_time"),
-                "watcher_pid": watcher, "watcher_start": started.get("watcher_start")}
+        started = self._started(record["id"])
+        return record if started is None else {**record, "state": "running", **started}
 
     def _claim_id(self, request: LaunchRequest) -> tuple[str, Path]:
         """A polecat id no polecat of this town has had, claimed by creating its log file.
@@ -292,12 +282,8 @@ class LocalExecutor:
             return polecat_id, log_path
 
     def active(self) -> list[Polecat]:
-        out = []
-        for record in self._records():
-            state = self._state(record)
-            if state in ("running", "pending"):
-                out.append(self._polecat(record, state))
-        return out
+        states = ((record, self._state(record)) for record in self._records())
+        return [self._polecat(record, state) for record, state in states if state in ("running", "pending")]
 
     def find(self, context_id: str) -> Polecat | None:
         if not context_id:

@@ -57,9 +57,8 @@ def same_start(recorded: float | int, now: float) -> bool:
     integer; they are read as ticks, so polecats running across an upgrade
     are still recognised.
     """
-    if isinstance(recorded, int):
-        recorded = recorded / _ticks_per_second()
-    return abs(float(recorded) - now) < _SAME
+    seconds = seconds_from_boot(recorded)
+    return seconds is not None and abs(seconds - now) < _SAME
 
 
 def _process(pid: int, started: float | int | None):

@@ -192,22 +192,10 @@ class TmuxExecutor:
         env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
         check_launchable(request.argv, env)
         _check_runnable(request.argv[0], repo, env)
-        record = {
-            "id": name,
-            "executor": KIND,
-            "item_id": request.item_id,
-            "rig": request.rig,
-            "context_id": request.context_id,
-            "town": request.town,
-            "repo": str(repo),
-            "argv": list(request.argv),
-            "env": env,
-            "started_at": iso(),
-            "socket": self.socket,
-            "pid": None,
-            "launcher_pid": os.getpid(),
-            "launcher_start": proc_start_time(os.getpid()),
-        }
+        record = {"id": name, "executor": KIND, "item_id": request.item_id, "rig": request.rig,
+                  "context_id": request.context_id, "town": request.town, "repo": str(repo),
+                  "argv": list(request.argv), "env": env, "started_at": iso(), "socket": self.socket,
+                  "pid": None, "launcher_pid": os.getpid(), "launcher_start": proc_start_time(os.getpid())}
         record_path, log_path = self._record_path(name), self._log_path(name)
         fsutil.atomic_write_json(record_path, record)
         log_path.touch()

@@ -187,11 +187,7 @@ def prune(directories: Iterable[Path], keep: int) -> list[Path]:
         except OSError:
             continue
     existing.sort(reverse=True)
-    removed = []
-    for _mtime, _name, path in existing[keep:]:
-        if retire(path) is None:
-            removed.append(path)
-    return removed
+    return [path for _mtime, _name, path in existing[keep:] if retire(path) is None]
 
 
 def check_room(directory: Path, min_free: int | None) -> None:

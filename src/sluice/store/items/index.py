@@ -158,6 +158,13 @@ class DurableIndex:
             log.warning("%s", message)
             self._warnings.append(message)
 
+    def _say_once(self, want: str, messages: list[str]) -> None:
+        """Say the kept warnings of the source with signature ``want``, unless this object has already."""
+        if self._said != want:
+            self._said = want
+            for message in messages:
+                log.warning("%s", message)
+
     def _warnings_to_keep(self) -> list[str]:
         if not self._suppressed:
             return self._warnings
@@ -224,10 +231,7 @@ class DurableIndex:
                 conn.close()
             return None
         if meta.get("signature") == want and meta.get("schema") == SCHEMA_VERSION:
-            if self._said != want:
-                self._said = want
-                for message in json.loads(meta.get("warnings") or "[]"):
-                    log.warning("%s", message)
+            self._say_once(want, json.loads(meta.get("warnings") or "[]"))
             return conn
         conn.close()
         return None
@@ -317,8 +321,6 @@ class DurableIndex:
         conn = sqlite3.connect(":memory:", check_same_thread=False, factory=_Connection)
         conn.path = self.db_path
         conn.in_memory = True
-        self._warnings, self._suppressed = [], 0
-        self._said = want
         self._fill(conn, want)
         return conn
 
@@ -335,8 +337,6 @@ class DurableIndex:
         """
         for attempt in range(1, _REREADS + 1):
             try:
-                self._warnings, self._suppressed = [], 0
-                self._said = want  # the read says them as it meets them
                 self._rebuild(want)
             except StoreCorrupt:
                 now = signature(self.source)
@@ -382,6 +382,8 @@ class DurableIndex:
 
     def _fill(self, conn: sqlite3.Connection, sig: str) -> None:
         """Every table of the index, from one read of the source (on disk or in memory)."""
+        self._warnings, self._suppressed = [], 0
+        self._said = sig  # the read says its warnings as it meets them
         conn.executescript(_SCHEMA)
         nodes = self._insert_rows(conn)
         self._settle(conn, nodes)
@@ -423,14 +425,9 @@ class DurableIndex:
     def _settle(conn: sqlite3.Connection, nodes: dict[str, Node]) -> None:
         """Write blocked state, blocked_by (K2–K4) and parent deferral for the rows that have them."""
         blocked = readiness.blocked_state(nodes)
-        conn.executemany(
-            "UPDATE items SET blocked = 1, candidate = 0, blocked_by = ? WHERE id = ?",
-            (
-                (json.dumps(readiness.blocked_by(node, nodes), separators=(",", ":")), node.id)
-                for node in nodes.values()
-                if blocked[node.id]
-            ),
-        )
+        causes = ((json.dumps(readiness.blocked_by(node, nodes), separators=(",", ":")), node.id)
+                  for node in nodes.values() if blocked[node.id])
+        conn.executemany("UPDATE items SET blocked = 1, candidate = 0, blocked_by = ? WHERE id = ?", causes)
         deferred = []
         outside = set()
         for node in nodes.values():
@@ -651,10 +648,7 @@ class DurableIndex:
             return None
         if kept["signature"] != want:
             return None
-        if self._said != want:
-            self._said = want
-            for message in said:
-                log.warning("%s", message)
+        self._say_once(want, said)
         self._answers = (want, answers)
         return answers
 

@@ -205,14 +205,9 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
         town.update_config(unregister)
         kept = _move_store_aside(town, name)
         _drop_index(town, name)
-        result = {
-            "name": rig.name,
-            "prefix": rig.prefix,
-            "repo": str(rig.repo),
-            "items": str(rig.items) if rig.items else None,
-            "store": str(kept) if kept else None,
-            "closed": closed,
-        }
+        result = {"name": rig.name, "prefix": rig.prefix, "repo": str(rig.repo),
+                  "items": str(rig.items) if rig.items else None, "store": str(kept) if kept else None,
+                  "closed": closed}
         payload = {k: result[k] for k in ("name", "prefix", "repo", "store")} | {"closed": len(closed)}
         events.emit_event(town, events.RIG_REMOVED, payload)
     return result

@@ -170,10 +170,6 @@ class RigStore:
         """(priority, created_ts, id, raw, blocked_by) of blocked items in beads order."""
         return self.index.blocked_listing()
 
-    def blocked_lines(self) -> list[tuple[int, float, str, str]]:
-        """(priority, created_ts, id, JSON text) of the blocked items as ``item blocked`` lists them."""
-        return self.index.blocked_lines()
-
     def merge_queue_counts(self) -> dict[str, int]:
         """``merge-request`` items per status: open ones are queued, in_progress ones running."""
         return self.index.status_counts("merge-request")

@@ -149,9 +149,7 @@ def ready(town: Town, rig: str | None = None, limit: int = READY_LIMIT, now: flo
     chosen = [stores.rig(rig)] if rig else stores.all()
     now = time.time() if now is None else now
     narrowed = bool(where) or sort != "priority"  # every ready row is needed before the cut
-    rows = []
-    for store in chosen:
-        rows.extend(store.ready_raw(now, 0 if narrowed else limit))
+    rows = [row for store in chosen for row in store.ready_raw(now, 0 if narrowed else limit)]
     if where:
         rows = [row for row in rows if where.matches(json.loads(row[3]))]
     if sort == "oldest":
@@ -176,7 +174,7 @@ def blocked_json(town: Town, rig: str | None = None) -> list[str]:
     """
     stores = Stores(town)
     chosen = [stores.rig(rig)] if rig else stores.all()
-    rows = [row for store in chosen for row in store.blocked_lines()]
+    rows = [row for store in chosen for row in store.index.blocked_lines()]
     if len(chosen) > 1:
         rows.sort(key=lambda r: (r[0], -r[1], r[2]))
     return [row[3] for row in rows]
@@ -200,14 +198,8 @@ def _update_record(town: Town, item_id: str, apply) -> dict:
     return store.mutate_durable(change)
 
 
-def update_item(
-    town: Town,
-    item_id: str,
-    status: str | None = None,
-    priority: int | None = None,
-    assignee: str | None = None,
-    add_labels: tuple[str, ...] = (),
-) -> dict:
+def update_item(town: Town, item_id: str, status: str | None = None, priority: int | None = None,
+                assignee: str | None = None, add_labels: tuple[str, ...] = ()) -> dict:
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
     if priority is not None:
