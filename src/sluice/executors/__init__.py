@@ -19,14 +19,10 @@ if TYPE_CHECKING:
 def get_executor(town: Town, kind: str | None = None) -> Executor:
     """The executor named by ``executor.kind`` (imported lazily: Ray is heavy)."""
     kind = kind or town.config.executor.kind
-    if kind == "local":
+    if kind in ("local", "demo"):
         from sluice.executors.local import LocalExecutor
 
-        return LocalExecutor(town)
-    if kind == "demo":
-        from sluice.executors.local import LocalExecutor
-
-        return LocalExecutor(town, demo=True)
+        return LocalExecutor(town, demo=kind == "demo")
     if kind == "tmux":
         from sluice.executors.tmux import TmuxExecutor
 

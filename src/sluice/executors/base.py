@@ -144,12 +144,8 @@ def _check_text(what: str, text: str) -> None:
 
 
 def polecat_env(town: str, item_id: str, rig: str, context_id: str) -> dict[str, str]:
-    return {
-        "SLUICE_ITEM_ID": item_id,
-        "SLUICE_RIG": rig,
-        "SLUICE_CONTEXT_ID": context_id,
-        "SLUICE_TOWN": town,
-    }
+    return {"SLUICE_ITEM_ID": item_id, "SLUICE_RIG": rig, "SLUICE_CONTEXT_ID": context_id,
+            "SLUICE_TOWN": town}
 
 
 def read_finished(path: Path) -> list[dict]:

@@ -27,17 +27,6 @@ class HostProbe(Protocol):
         ...
 
 
-def free_memory() -> int:
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
-def load_per_core() -> tuple[float, int]:
-    cores = os.cpu_count() or 1
-    return os.getloadavg()[0] / cores, cores
-
-
 def free_disks(paths: Iterable[str]) -> dict[str, int]:
     """Free bytes on each distinct filesystem among ``paths`` (the first path names it)."""
     out: dict[str, int] = {}
@@ -60,8 +49,11 @@ class LocalHost:
     def read(self, limits: HostLimits, paths: Iterable[str]) -> HostReading:
         load = cores = memory = None
         if limits.max_load is not None:
-            load, cores = load_per_core()
+            cores = os.cpu_count() or 1
+            load = os.getloadavg()[0] / cores
         if limits.min_free_memory is not None:
-            memory = free_memory()
+            import psutil
+
+            memory = int(psutil.virtual_memory().available)
         disks = free_disks(paths) if limits.min_free_disk is not None else {}
         return HostReading(at=time.time(), load=load, cores=cores, free_memory=memory, disks=disks)

@@ -133,35 +133,29 @@ class LocalExecutor:
         if watcher and not reused and not exit_path(self.dir, record["id"]).exists() \
                 and pid_alive(watcher, record.get("watcher_start")):
             return "running"  # ended a moment ago; its watcher is writing the exit code
-        return ended_state(self._exit_code(record))  # failed: a non-zero exit status
+        return ended_state(self._with_exit(record).get("exit_code"))  # failed: a non-zero exit status
 
     def _polecat(self, record: dict, state: str | None = None) -> Polecat:
         # The state first, then the exit record: a watcher may write it between the two looks, and
         # a polecat judged ended must carry the code that made it so (read the other way round it
         # looks ended with no code at all, which is a vanished run).
         state = state or self._state(record)
-        if record.get("exit_code") is None and record.get("watcher_pid"):
+        record = self._with_exit(record)
+        detail = {k: record[k] for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title",
+                                         "ended_ts", "ended_boot") if record.get(k) is not None}
+        return Polecat(id=record["id"], executor=self.kind, item_id=record.get("item_id", ""),
+                       rig=record.get("rig", ""), context_id=record.get("context_id", ""),
+                       started_at=record.get("started_at", ""), state=state, pid=record.get("pid"),
+                       log_path=record.get("log_path"), detail=detail)
+
+    def _with_exit(self, record: dict) -> dict:
+        """``record`` with the exit code and end its watcher wrote, once it has written them."""
+        if record.get("exit_code") is None:
             finished = read_exit(self.dir, record["id"])
             if finished is not None:
-                record = {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"],
-                          "ended_boot": finished["finished_boot"]}
-        return Polecat(
-            id=record["id"],
-            executor=self.kind,
-            item_id=record.get("item_id", ""),
-            rig=record.get("rig", ""),
-            context_id=record.get("context_id", ""),
-            started_at=record.get("started_at", ""),
-            state=state,
-            pid=record.get("pid"),
-            log_path=record.get("log_path"),
-            detail={
-                k: record[k]
-                for k in ("argv", "cwd", "start_time", "exit_code", "finished_at", "title", "ended_ts",
-                          "ended_boot")
-                if record.get(k) is not None
-            },
-        )
+                return {**record, "exit_code": finished["exit_code"], "ended_ts": finished["finished_ts"],
+                        "ended_boot": finished["finished_boot"]}
+        return record
 
     # -- protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
@@ -186,22 +180,11 @@ class LocalExecutor:
                       **request.env}
         check_launchable(request.argv, sluice_env)
         polecat_id, log_path = self._claim_id(request)
-        record = {
-            "id": polecat_id,
-            "executor": self.kind,
-            "state": "pending",
-            "item_id": request.item_id,
-            "rig": request.rig,
-            "context_id": request.context_id,
-            "title": request.title,
-            "argv": list(request.argv),
-            "cwd": str(cwd),
-            "log_path": str(log_path),
-            "launcher_pid": os.getpid(),
-            "launcher_start": proc_start_time(os.getpid()),
-            "created_ts": time.time(),
-            "started_at": iso(),
-        }
+        record = {"id": polecat_id, "executor": self.kind, "state": "pending", "item_id": request.item_id,
+                  "rig": request.rig, "context_id": request.context_id, "title": request.title,
+                  "argv": list(request.argv), "cwd": str(cwd), "log_path": str(log_path),
+                  "launcher_pid": os.getpid(), "launcher_start": proc_start_time(os.getpid()),
+                  "created_ts": time.time(), "started_at": iso()}
         self._write(record)  # intent first: a crash from here on is found by find()
         env = {**os.environ, **sluice_env}
         try:
@@ -245,16 +228,22 @@ class LocalExecutor:
 
     def _started_times(self, polecat_id: str, pid: int, watcher: int) -> tuple:
         """(polecat start, watcher start) as the watcher's started file has them, else read now."""
-        try:
-            started = json.loads(self._started_path(polecat_id).read_text(encoding="utf-8"))
-            if started["pid"] == pid and started["watcher_pid"] == watcher:
-                return started.get("start_time"), started.get("watcher_start")
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        started = self._started(polecat_id)
+        if started is not None and (started["pid"], started["watcher_pid"]) == (pid, watcher):
+            return started["start_time"], started["watcher_start"]
         return proc_start_time(pid), proc_start_time(watcher)
 
     def _started_path(self, polecat_id: str) -> Path:
         return self.dir / f"{polecat_id}.started"
+
+    def _started(self, polecat_id: str) -> dict | None:
+        """The watcher's started file: ``pid``, ``watcher_pid`` and their start times; None without one."""
+        try:
+            started = json.loads(self._started_path(polecat_id).read_text(encoding="utf-8"))
+            return {"pid": int(started["pid"]), "watcher_pid": int(started["watcher_pid"]),
+                    "start_time": started.get("start_time"), "watcher_start": started.get("watcher_start")}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
 
     def _adopted(self, record: dict) -> dict:
         """A record whose launcher died before writing the pid, completed from the watcher's file.
@@ -266,19 +255,8 @@ class LocalExecutor:
         """
         if record.get("pid") is not None or not record.get("id"):
             return record
-        try:
-            started = json.loads(self._started_path(record["id"]).read_text(encoding="utf-8"))
-            pid, watcher = int(started["pid"]), int(started["watcher_pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return record
-        return {**record, "state": "running", "pid": pid, "start_time": started.get("start_time"),
-                "watcher_pid": watcher, "watcher_start": started.get("watcher_start")}
-
-    def _exit_code(self, record: dict) -> int | None:
-        if record.get("exit_code") is not None:
-            return record["exit_code"]
-        finished = read_exit(self.dir, record["id"])
-        return finished["exit_code"] if finished is not None else None
+        started = self._started(record["id"])
+        return record if started is None else {**record, "state": "running", **started}
 
     def _claim_id(self, request: LaunchRequest) -> tuple[str, Path]:
         """A polecat id no polecat of this town has had, claimed by creating its log file.
@@ -304,12 +282,8 @@ class LocalExecutor:
             return polecat_id, log_path
 
     def active(self) -> list[Polecat]:
-        out = []
-        for record in self._records():
-            state = self._state(record)
-            if state in ("running", "pending"):
-                out.append(self._polecat(record, state))
-        return out
+        states = ((record, self._state(record)) for record in self._records())
+        return [self._polecat(record, state) for record, state in states if state in ("running", "pending")]
 
     def find(self, context_id: str) -> Polecat | None:
         if not context_id:
@@ -391,12 +365,7 @@ class LocalExecutor:
                 path = self._record_path(record["id"])
                 if not path.exists():
                     continue
-                if record.get("exit_code") is None:
-                    finished = read_exit(self.dir, record["id"])
-                    if finished is not None:
-                        record.update(exit_code=finished["exit_code"], ended_ts=finished["finished_ts"],
-                                      ended_boot=finished["finished_boot"])
-                record["state"] = state
+                record = {**self._with_exit(record), "state": state}
                 record.setdefault("finished_at", iso())
                 fsutil.append_json(self.dir / FINISHED_LOG, record)
                 path.unlink()

@@ -129,9 +129,6 @@ class MemoryExecutor:
     def _time(self) -> float:
         return self.clock.time() if self.clock is not None else time.time()
 
-    def _stamp(self, ts: float) -> str:
-        return iso_epoch(ts)
-
     # -- arranging outcomes (tests) -------------------------------------------
     def fail_next(self, item_id: str, error: str = "launch refused", times: int = 1,
                   unavailable: bool = False) -> None:
@@ -150,7 +147,7 @@ class MemoryExecutor:
             ended = self._time()
             done = replace(polecat, state="exited",
                            detail={**polecat.detail, "exit_code": exit_code,
-                                   "finished_at": self._stamp(ended), "ended_ts": ended})
+                                   "finished_at": iso_epoch(ended), "ended_ts": ended})
             self._polecats[polecat.id] = done
             return done
 
@@ -181,7 +178,7 @@ class MemoryExecutor:
             started = self._time()
             polecat = Polecat(
                 id=polecat_id, executor=self.kind, item_id=request.item_id, rig=request.rig,
-                context_id=request.context_id, started_at=self._stamp(started), state="running",
+                context_id=request.context_id, started_at=iso_epoch(started), state="running",
                 detail={"argv": list(request.argv), "env": env, "title": request.title,
                         "started_ts": started},
             )

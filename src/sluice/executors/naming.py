@@ -31,10 +31,6 @@ def town_key(town: Town) -> str:
     return sha256(str(town.root).encode("utf-8")).hexdigest()
 
 
-def _digest(text: str) -> str:
-    return sha256(text.encode("utf-8")).hexdigest()[:6]
-
-
 def polecat_name(namespace: str, prefix: str, context_id: str) -> str:
     """``<namespace>-<prefix>-<context suffix>``, e.g. ``sluice-3f2a1c-al-wisp-k2x9``.
 
@@ -50,7 +46,8 @@ def polecat_name(namespace: str, prefix: str, context_id: str) -> str:
     safe = _UNSAFE.sub("_", base)
     altered = altered or safe != base or len(safe) > _LONGEST_PART
     if altered:
-        safe = f"{safe[:_LONGEST_PART]}-{_digest(prefix + chr(0) + context_id)}"
+        digest = sha256((prefix + chr(0) + context_id).encode("utf-8")).hexdigest()[:6]
+        safe = f"{safe[:_LONGEST_PART]}-{digest}"
     return f"{namespace}-{safe}"
 
 

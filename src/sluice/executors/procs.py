@@ -29,7 +29,8 @@ from collections.abc import Iterable
 
 from sluice.executors.watch import _CLOCK_TICKS, proc_stat, start_time
 
-__all__ = ["alive", "group_alive", "same_start", "seconds_from_boot", "start_time", "stop_tree"]
+__all__ = ["alive", "group_alive", "same_start", "seconds_from_boot", "signal_group", "start_time",
+           "stop_tree"]
 
 #: Start times are kept to 0.01 s (the clock tick of Linux); closer than this is the same moment.
 _SAME = 0.006
@@ -56,9 +57,8 @@ def same_start(recorded: float | int, now: float) -> bool:
     integer; they are read as ticks, so polecats running across an upgrade
     are still recognised.
     """
-    if isinstance(recorded, int):
-        recorded = recorded / _ticks_per_second()
-    return abs(float(recorded) - now) < _SAME
+    seconds = seconds_from_boot(recorded)
+    return seconds is not None and abs(seconds - now) < _SAME
 
 
 def _process(pid: int, started: float | int | None):
@@ -147,7 +147,7 @@ def _signal_all(procs: Iterable, sig: int) -> None:
             pass
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
@@ -164,7 +164,7 @@ def stop_tree(pid: int, started: float | int | None, grace: float,
     if not alive(pid, started):
         return False
     procs = tree(pid, started, watcher)
-    _signal_group(pid, signal.SIGTERM)  # the polecat's own session: what it started before the walk
+    signal_group(pid, signal.SIGTERM)  # the polecat's own session: what it started before the walk
     _signal_all(procs, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(_running(p) for p in procs):
@@ -173,7 +173,7 @@ def stop_tree(pid: int, started: float | int | None, grace: float,
     procs += [p for p in tree(pid, started, watcher) if all(p.pid != q.pid for q in procs)]
     left = [p for p in procs if _running(p)]
     if left:
-        _signal_group(pid, signal.SIGKILL)
+        signal_group(pid, signal.SIGKILL)
         _signal_all(left, signal.SIGKILL)
         while any(_running(p) for p in left) and time.monotonic() < deadline + 5:
             time.sleep(0.02)

@@ -84,14 +84,10 @@ FRESH_BRANCHES = 9  # branch names a clone may try (``sluice/<id>``, ``-2`` …)
 
 def resource_options(resources: dict[str, float]) -> dict[str, Any]:
     """``executor.ray.resources`` as ``submit_job`` keywords (CPU, GPU and memory have their own)."""
-    rest = dict(resources)
-    options: dict[str, Any] = {}
-    if "CPU" in rest:
-        options["entrypoint_num_cpus"] = rest.pop("CPU")
-    if "GPU" in rest:
-        options["entrypoint_num_gpus"] = rest.pop("GPU")
-    if "memory" in rest:
-        options["entrypoint_memory"] = int(rest.pop("memory"))
+    own = {"CPU": "entrypoint_num_cpus", "GPU": "entrypoint_num_gpus", "memory": "entrypoint_memory"}
+    options: dict[str, Any] = {own[k]: int(v) if k == "memory" else v
+                               for k, v in resources.items() if k in own}
+    rest = {k: v for k, v in resources.items() if k not in own}
     if rest:
         options["entrypoint_resources"] = rest
     return options
@@ -172,27 +168,16 @@ class RayExecutor:
         started = iso_epoch(job.start_time / 1000) if job.start_time else ""
         local_log = self._log_path(job.submission_id)
         reason = reason_of(job.message) if status == "FAILED" else None
-        return Polecat(
-            id=job.submission_id,
-            executor=KIND,
-            item_id=meta.get("item_id", ""),
-            rig=meta.get("rig", ""),
-            context_id=meta.get("context_id", ""),
-            started_at=started,
-            state=_STATES.get(status, "lost"),
-            pid=None,
-            log_path=str(local_log) if local_log.exists() else None,
-            detail={
-                "status": status,
-                "message": job.message,
-                "exit_code": getattr(job, "driver_exit_code", None),
-                "node_id": getattr(job, "driver_node_id", None),
-                "started_ts": job.start_time / 1000 if job.start_time else None,
-                "ended_ts": job.end_time / 1000 if getattr(job, "end_time", None) else None,
-                "address": self.address,
-                "reason": reason,
-            },
-        )
+        detail = {"status": status, "message": job.message,
+                  "exit_code": getattr(job, "driver_exit_code", None),
+                  "node_id": getattr(job, "driver_node_id", None),
+                  "started_ts": job.start_time / 1000 if job.start_time else None,
+                  "ended_ts": job.end_time / 1000 if getattr(job, "end_time", None) else None,
+                  "address": self.address, "reason": reason}
+        return Polecat(id=job.submission_id, executor=KIND, item_id=meta.get("item_id", ""),
+                       rig=meta.get("rig", ""), context_id=meta.get("context_id", ""), started_at=started,
+                       state=_STATES.get(status, "lost"), pid=None,
+                       log_path=str(local_log) if local_log.exists() else None, detail=detail)
 
     # -- the protocol ------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
@@ -203,13 +188,8 @@ class RayExecutor:
         check_launchable(request.argv, env)
         env[SPEC_VAR] = json.dumps(self._spec(request, rig, submission_id), ensure_ascii=False)
         check_launchable((), {SPEC_VAR: env[SPEC_VAR]})
-        metadata = {
-            "sluice_town": self.key,
-            "town": request.town,
-            "rig": request.rig,
-            "item_id": request.item_id,
-            "context_id": request.context_id,
-        }
+        metadata = {"sluice_town": self.key, "town": request.town, "rig": request.rig,
+                    "item_id": request.item_id, "context_id": request.context_id}
         client = self.client
         for wait in (*BUSY_RETRY_WAITS, None):
             try:
@@ -275,10 +255,7 @@ class RayExecutor:
         jobs = [job for job in self._town_jobs() if (job.metadata or {}).get("context_id") == context_id]
         if jobs:
             return self._polecat(max(jobs, key=lambda job: job.start_time or 0))
-        for record in reversed(self._finished()):
-            if record.get("context_id") == context_id:
-                return Polecat(**{k: record[k] for k in Polecat._spec if k in record})
-        return None
+        return next((p for p in reversed(self.finished()) if p.context_id == context_id), None)
 
     def stop(self, polecat_id: str) -> bool:
         """Ask Ray to stop the job and wait until it is STOPPED (its processes are gone by then)."""
@@ -350,13 +327,10 @@ class RayExecutor:
     def _log_path(self, polecat_id: str) -> Path:
         return self.town.workers_dir / f"{polecat_id}.log"
 
-    def _finished(self) -> list[dict]:
-        return read_finished(self.town.workers_dir / FINISHED_LOG)
-
     def finished(self) -> list[Polecat]:
         """Reaped jobs, oldest first, as recorded when they were deleted from Ray."""
-        return [Polecat(**{k: record[k] for k in Polecat._spec if k in record})
-                for record in self._finished()]
+        records = read_finished(self.town.workers_dir / FINISHED_LOG)
+        return [Polecat(**{k: record[k] for k in Polecat._spec if k in record}) for record in records]
 
 
 def _first_line(err: Exception) -> str:

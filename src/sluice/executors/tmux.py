@@ -94,19 +94,12 @@ class TmuxExecutor:
             )
         env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
         try:
-            return subprocess.run(
-                # -f /dev/null: the operator's ~/.tmux.conf must not change how polecats run.
-                [binary, "-f", os.devnull, "-L", self.socket, *args],
-                cwd=cwd,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=_TMUX_TIMEOUT,
-            )
+            # -f /dev/null: the operator's ~/.tmux.conf must not change how polecats run.
+            return subprocess.run([binary, "-f", os.devnull, "-L", self.socket, *args], cwd=cwd, env=env,
+                                  capture_output=True, text=True, timeout=_TMUX_TIMEOUT)
         except subprocess.TimeoutExpired:
-            raise ExecutorUnavailable(
-                f"tmux (socket {self.socket}) did not answer within {_TMUX_TIMEOUT:g}s"
-            ) from None
+            raise ExecutorUnavailable(f"tmux (socket {self.socket}) did not answer within {_TMUX_TIMEOUT:g}s"
+                                      ) from None
 
     def attach_command(self, session: str) -> str:
         return shlex.join(["tmux", "-L", self.socket, "attach", "-t", session])
@@ -169,44 +162,21 @@ class TmuxExecutor:
                       "ended_ts": ended["finished_ts"] if ended else record.get("ended_ts")}
         if state == "exited":
             state = ended_state(record.get("exit_code"))
-        return Polecat(
-            id=session,
-            executor=KIND,
-            item_id=record.get("item_id", ""),
-            rig=record.get("rig", ""),
-            context_id=record.get("context_id", ""),
-            started_at=record.get("started_at", ""),
-            state=state,
-            pid=pid,
-            log_path=str(self._log_path(session)),
-            detail={
-                "socket": self.socket,
-                "session": session,
-                "attach": self.attach_command(session) if state == "running" else None,
-                "exit_code": record.get("exit_code"),
-                "ended_ts": record.get("ended_ts"),
-                "start_time": record.get("start_time"),
-                "cwd": record.get("repo"),
-            },
-        )
+        detail = {"socket": self.socket, "session": session,
+                  "attach": self.attach_command(session) if state == "running" else None,
+                  "exit_code": record.get("exit_code"), "ended_ts": record.get("ended_ts"),
+                  "start_time": record.get("start_time"), "cwd": record.get("repo")}
+        return Polecat(id=session, executor=KIND, item_id=record.get("item_id", ""),
+                       rig=record.get("rig", ""), context_id=record.get("context_id", ""),
+                       started_at=record.get("started_at", ""), state=state, pid=pid,
+                       log_path=str(self._log_path(session)), detail=detail)
 
     def _unrecorded(self, live: dict[str, int], known: set[str]) -> list[Polecat]:
         """Live sessions of this town without a record still hold a slot; report them."""
-        return [
-            Polecat(
-                id=name,
-                executor=KIND,
-                item_id="",
-                rig="",
-                context_id="",
-                started_at="",
-                pid=pid,
-                log_path=str(self._log_path(name)),
-                detail={"socket": self.socket, "session": name, "attach": self.attach_command(name)},
-            )
-            for name, pid in sorted(live.items())
-            if name not in known
-        ]
+        return [Polecat(id=name, executor=KIND, item_id="", rig="", context_id="", started_at="", pid=pid,
+                        log_path=str(self._log_path(name)),
+                        detail={"socket": self.socket, "session": name, "attach": self.attach_command(name)})
+                for name, pid in sorted(live.items()) if name not in known]
 
     # -- the protocol ----------------------------------------------------------
     def launch(self, request: LaunchRequest) -> Polecat:
@@ -222,22 +192,10 @@ class TmuxExecutor:
         env = {**polecat_env(request.town, request.item_id, request.rig, request.context_id), **request.env}
         check_launchable(request.argv, env)
         _check_runnable(request.argv[0], repo, env)
-        record = {
-            "id": name,
-            "executor": KIND,
-            "item_id": request.item_id,
-            "rig": request.rig,
-            "context_id": request.context_id,
-            "town": request.town,
-            "repo": str(repo),
-            "argv": list(request.argv),
-            "env": env,
-            "started_at": iso(),
-            "socket": self.socket,
-            "pid": None,
-            "launcher_pid": os.getpid(),
-            "launcher_start": proc_start_time(os.getpid()),
-        }
+        record = {"id": name, "executor": KIND, "item_id": request.item_id, "rig": request.rig,
+                  "context_id": request.context_id, "town": request.town, "repo": str(repo),
+                  "argv": list(request.argv), "env": env, "started_at": iso(), "socket": self.socket,
+                  "pid": None, "launcher_pid": os.getpid(), "launcher_start": proc_start_time(os.getpid())}
         record_path, log_path = self._record_path(name), self._log_path(name)
         fsutil.atomic_write_json(record_path, record)
         log_path.touch()
@@ -270,13 +228,11 @@ class TmuxExecutor:
         return self._polecat(record, {name: record["pid"]})
 
     def active(self) -> list[Polecat]:
-        live = self.sessions()
-        records = [r for r in self._records() if r["id"] in live]
-        return [self._polecat(r, live) for r in records] + self._unrecorded(live, {r["id"] for r in records})
+        return self.listing(live_only=True)
 
-    def listing(self) -> list[Polecat]:
+    def listing(self, live_only: bool = False) -> list[Polecat]:
         live = self.sessions()
-        records = self._records()
+        records = [r for r in self._records() if r["id"] in live or not live_only]
         return [self._polecat(r, live) for r in records] + self._unrecorded(live, {r["id"] for r in records})
 
     def find(self, context_id: str) -> Polecat | None:
@@ -297,8 +253,8 @@ class TmuxExecutor:
         if pid is None:
             return False
         procs.stop_tree(pid, None, STOP_GRACE_SECONDS)
-        if _group_alive(pid):
-            _signal_group(pid, signal.SIGKILL)
+        if procs.group_alive(pid):
+            procs.signal_group(pid, signal.SIGKILL)
         self._tmux("kill-session", "-t", f"={polecat_id}")
         record = self._record(polecat_id)
         if record is not None:
@@ -359,18 +315,6 @@ def _check_runnable(program: str, repo: Path, env: dict[str, str]) -> None:
         found = shutil.which(program, path=env.get("PATH", os.environ.get("PATH"))) is not None
     if not found:
         raise ExecutorError(f"polecat command {program!r} not found or not executable (executor.command)")
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs; zombies (already dead) do not count."""
-    return procs.group_alive(pgid)
 
 
 def _read_lines(path: Path, still_running=None, poll: float = 0.2) -> Iterator[str]:

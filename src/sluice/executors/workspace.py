@@ -82,11 +82,11 @@ def git_env() -> dict[str, str]:
     return env
 
 
-def _git(args: Sequence[str], cwd: Path | None = None, timeout: float = GIT_TIMEOUT) -> str:
-    """Run git; its stdout, or ExecutorError carrying its stderr."""
+def _git(args: Sequence[str], cwd: Path | None = None, timeout: float = GIT_TIMEOUT, text: str = "") -> str:
+    """Run git with ``text`` on its stdin; its stdout, or ExecutorError carrying its stderr."""
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, env=git_env(), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, errors="replace", timeout=timeout)
+        done = subprocess.run(["git", *args], cwd=cwd, env=git_env(), input=text, capture_output=True,
+                              text=True, errors="replace", timeout=timeout)
     except FileNotFoundError:
         raise ExecutorUnavailable("executor.workspace is clone but git is not installed") from None
     except subprocess.TimeoutExpired:
@@ -143,10 +143,7 @@ def _keep_source_tags(directory: Path, tags: list[tuple[str, str]]) -> None:
     """Note the tags the clone brought, so a tag the source already had never counts as unsaved work."""
     commands = "".join(f"create {SOURCE_TAGS}{ref[len('refs/tags/'):]} {oid}\n" for oid, ref in tags)
     if commands:
-        done = subprocess.run(["git", "update-ref", "--stdin"], cwd=directory, env=git_env(), input=commands,
-                              capture_output=True, text=True, errors="replace", timeout=GIT_TIMEOUT)
-        if done.returncode != 0:
-            raise ExecutorError(f"git update-ref failed (exit {done.returncode}): {done.stderr.strip()}")
+        _git(["update-ref", "--stdin"], cwd=directory, text=commands)
 
 
 def unsaved_work(directory: Path) -> str | None:
@@ -190,11 +187,7 @@ def prune(directories: Iterable[Path], keep: int) -> list[Path]:
         except OSError:
             continue
     existing.sort(reverse=True)
-    removed = []
-    for _mtime, _name, path in existing[keep:]:
-        if retire(path) is None:
-            removed.append(path)
-    return removed
+    return [path for _mtime, _name, path in existing[keep:] if retire(path) is None]
 
 
 def check_room(directory: Path, min_free: int | None) -> None:

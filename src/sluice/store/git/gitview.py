@@ -62,18 +62,6 @@ def common_dir(path: Path) -> Path:
     return (git_dir / pointer).resolve() if pointer else git_dir.resolve()
 
 
-def _head_state(repo, path: Path) -> tuple[bool, bool]:
-    """(unborn, detached) of HEAD, or NotARepository when HEAD itself is unreadable."""
-    pygit2 = _pygit2()
-    try:
-        if repo.head_is_unborn:
-            return True, False
-        repo.head  # resolving HEAD is what fails on a corrupt ref  # noqa: B018
-        return False, repo.head_is_detached
-    except (pygit2.GitError, KeyError, ValueError) as err:
-        raise NotARepository(f"{path}: broken repository, cannot read HEAD ({err})") from None
-
-
 def origin_url(path: Path) -> str | None:
     """The URL of the repository's ``origin`` remote, None when it has none (read from its config)."""
     pygit2 = _pygit2()
@@ -131,7 +119,12 @@ def is_warm(path: Path) -> bool:
 
 def has_live_worktree(path: Path) -> bool:
     """Whether the repository at ``path`` has a live linked worktree; NotARepository when broken."""
-    _head_state(open_repo(path), path)
+    repo = open_repo(path)
+    try:
+        if not repo.head_is_unborn:
+            repo.head  # resolving HEAD is what fails on a corrupt ref  # noqa: B018
+    except (_pygit2().GitError, KeyError, ValueError) as err:
+        raise NotARepository(f"{path}: broken repository, cannot read HEAD ({err})") from None
     return bool(linked_worktrees(path))
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sluice.core.clock import iso_epoch
+
 #: The parts of ``.beads/`` that are the store itself, newest beads first.
 STORE_PARTS = ("embeddeddolt", "dolt", "metadata.json", "beads.db")
 EXPORT_NAME = "issues.jsonl"
@@ -24,13 +26,6 @@ EXPORT_NAME = "issues.jsonl"
 EXPORT_SLACK = 120.0
 #: A watched tree is looked at this many entries deep at most, so a huge store costs a bounded stat walk.
 WALK_LIMIT = 5000
-
-
-def _iso(seconds: float) -> str:
-
-    from sluice.core.clock import iso_epoch
-
-    return iso_epoch(seconds)
 
 
 def beads_dir(repo: Path) -> Path:
@@ -127,6 +122,6 @@ def export_lag(repo: Path, export: Path) -> dict | None:
         "kind": "export-behind",
         "detail": f"the beads store in {beads_dir(repo)} changed after {export} was last written;"
                   " is `bd config get export.auto` still true?",
-        "source_at": _iso(exported),
-        "store_at": _iso(changed),
+        "source_at": iso_epoch(exported),
+        "store_at": iso_epoch(changed),
     }

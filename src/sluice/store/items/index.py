@@ -52,17 +52,16 @@ from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
 from sluice.store.files.fsutil import file_signature
 
-SCHEMA_VERSION = "15"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "16"  # raised whenever a rebuild would store, or refuse, something different
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE items (
     id TEXT PRIMARY KEY,
     line INTEGER,
-    status TEXT, issue_type TEXT, priority INTEGER, created_ts REAL,
-    ephemeral INTEGER, pinned INTEGER, defer_ts REAL, parent_defer_ts REAL,
-    blocked INTEGER, candidate INTEGER, assignee TEXT, labels TEXT, tokens INTEGER,
-    deps TEXT, blocked_by TEXT, raw TEXT, touches TEXT, minutes INTEGER
+    status TEXT, issue_type TEXT, priority INTEGER, created_ts REAL, ephemeral INTEGER, pinned INTEGER,
+    defer_ts REAL, assignee TEXT, labels TEXT, tokens INTEGER, deps TEXT, touches TEXT, minutes INTEGER,
+    parent_defer_ts REAL, blocked INTEGER, candidate INTEGER, blocked_by TEXT, raw TEXT
 );
 CREATE TABLE outside (id TEXT PRIMARY KEY);
 CREATE TABLE lines (n INTEGER PRIMARY KEY, crc INTEGER, id TEXT);
@@ -102,6 +101,9 @@ CREATE INDEX items_rank ON items (
 );
 """
 _COLUMNS = 20
+# The items columns a record's facts fill (see _facts), in their order.
+_FACTS = ("status, issue_type, priority, created_ts, ephemeral, pinned, defer_ts, assignee, labels, tokens,"
+          " deps, touches, minutes")
 # The ready filter of ready_rows, for the scoring queries (two parameters: now, now).
 _READY = (
     "candidate = 1 AND (defer_ts IS NULL OR defer_ts <= ?)"
@@ -155,6 +157,13 @@ class DurableIndex:
         if len(self._warnings) < _WARNINGS_KEPT:
             log.warning("%s", message)
             self._warnings.append(message)
+
+    def _say_once(self, want: str, messages: list[str]) -> None:
+        """Say the kept warnings of the source with signature ``want``, unless this object has already."""
+        if self._said != want:
+            self._said = want
+            for message in messages:
+                log.warning("%s", message)
 
     def _warnings_to_keep(self) -> list[str]:
         if not self._suppressed:
@@ -222,10 +231,7 @@ class DurableIndex:
                 conn.close()
             return None
         if meta.get("signature") == want and meta.get("schema") == SCHEMA_VERSION:
-            if self._said != want:
-                self._said = want
-                for message in json.loads(meta.get("warnings") or "[]"):
-                    log.warning("%s", message)
+            self._say_once(want, json.loads(meta.get("warnings") or "[]"))
             return conn
         conn.close()
         return None
@@ -301,19 +307,8 @@ class DurableIndex:
             return None
         if conn.execute("SELECT count(*) FROM lines WHERE id = ?", (item_id,)).fetchone()[0] != 1:
             return None  # the id is on another line too: which one wins is the rebuild's question
-        stored = conn.execute(
-            "SELECT status, issue_type, priority, created_ts, ephemeral, pinned, defer_ts, assignee, labels,"
-            " tokens, deps, touches, minutes, blocked_by FROM items WHERE id = ?", (item_id,)).fetchone()
-        if stored is None:
-            return None
-        node = to_node(record)
-        touches = touches_of(record)
-        facts = (node.status, node.issue_type, node.priority, node.created_ts, int(node.ephemeral),
-                 int(node.pinned), node.defer_ts, record.get("assignee") or "", json.dumps(labels_of(record)),
-                 effective_tokens(record),
-                 json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
-                 json.dumps(touches) if touches else "", minutes_of(record))
-        if facts != tuple(stored[:-1]):
+        stored = conn.execute(f"SELECT {_FACTS}, blocked_by FROM items WHERE id = ?", (item_id,)).fetchone()
+        if stored is None or _facts(record, to_node(record)) != tuple(stored[:-1]):
             return None
         causes = json.loads(stored[-1]) if stored[-1] else []
         return item_id, text.decode("utf-8"), causes
@@ -326,8 +321,6 @@ class DurableIndex:
         conn = sqlite3.connect(":memory:", check_same_thread=False, factory=_Connection)
         conn.path = self.db_path
         conn.in_memory = True
-        self._warnings, self._suppressed = [], 0
-        self._said = want
         self._fill(conn, want)
         return conn
 
@@ -344,8 +337,6 @@ class DurableIndex:
         """
         for attempt in range(1, _REREADS + 1):
             try:
-                self._warnings, self._suppressed = [], 0
-                self._said = want  # the read says them as it meets them
                 self._rebuild(want)
             except StoreCorrupt:
                 now = signature(self.source)
@@ -386,14 +377,13 @@ class DurableIndex:
         except BaseException:
             if conn is not None:
                 conn.close()
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            Path(tmp).unlink(missing_ok=True)
             raise
 
     def _fill(self, conn: sqlite3.Connection, sig: str) -> None:
         """Every table of the index, from one read of the source (on disk or in memory)."""
+        self._warnings, self._suppressed = [], 0
+        self._said = sig  # the read says its warnings as it meets them
         conn.executescript(_SCHEMA)
         nodes = self._insert_rows(conn)
         self._settle(conn, nodes)
@@ -421,30 +411,9 @@ class DurableIndex:
                 nodes[node.id] = node
             else:
                 nodes.pop(node.id, None)  # beads drops tombstones on import (L2)
-            batch.append(
-                (
-                    node.id,
-                    line,
-                    node.status,
-                    node.issue_type,
-                    node.priority,
-                    node.created_ts,
-                    int(node.ephemeral),
-                    int(node.pinned),
-                    node.defer_ts,
-                    None,  # parent_defer_ts, settled below
-                    0,  # blocked, settled below
-                    int(live and readiness.is_ready_candidate(node, False)),
-                    record.get("assignee") or "",
-                    json.dumps(labels_of(record)),
-                    effective_tokens(record),
-                    json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
-                    "",
-                    raw,
-                    json.dumps(touches) if (touches := touches_of(record)) else "",
-                    minutes_of(record),
-                )
-            )
+            candidate = int(live and readiness.is_ready_candidate(node, False))
+            # parent_defer_ts, blocked and blocked_by are settled below
+            batch.append((node.id, line, *_facts(record, node), None, 0, candidate, "", raw))
             if len(batch) >= _BATCH:
                 conn.executemany(insert, batch)
                 batch.clear()
@@ -456,14 +425,9 @@ class DurableIndex:
     def _settle(conn: sqlite3.Connection, nodes: dict[str, Node]) -> None:
         """Write blocked state, blocked_by (K2–K4) and parent deferral for the rows that have them."""
         blocked = readiness.blocked_state(nodes)
-        conn.executemany(
-            "UPDATE items SET blocked = 1, candidate = 0, blocked_by = ? WHERE id = ?",
-            (
-                (json.dumps(readiness.blocked_by(node, nodes), separators=(",", ":")), node.id)
-                for node in nodes.values()
-                if blocked[node.id]
-            ),
-        )
+        causes = ((json.dumps(readiness.blocked_by(node, nodes), separators=(",", ":")), node.id)
+                  for node in nodes.values() if blocked[node.id])
+        conn.executemany("UPDATE items SET blocked = 1, candidate = 0, blocked_by = ? WHERE id = ?", causes)
         deferred = []
         outside = set()
         for node in nodes.values():
@@ -504,11 +468,7 @@ class DurableIndex:
 
     def get_raw_many(self, ids: Iterable[str]) -> dict[str, str]:
         """``get_raw`` for many ids in a few queries (ids not in the index are absent)."""
-        return self._column_by_id("raw", ids)
-
-    def _column_by_id(self, column: str, ids: Iterable[str]) -> dict[str, Any]:
-        """id → ``column`` of the rows with these ids."""
-        return dict(self._by_ids(f"SELECT id, {column} FROM items WHERE id IN ({{ids}})", ids))
+        return dict(self._by_ids("SELECT id, raw FROM items WHERE id IN ({ids})", ids))
 
     def _by_ids(self, sql: str, ids: Iterable[str], before: tuple = (), after: tuple = ()) -> Iterator[tuple]:
         """The rows of ``sql`` for these ids, a few hundred per query (SQLite caps a query's parameters).
@@ -524,9 +484,6 @@ class DurableIndex:
 
     def ids(self) -> set[str]:
         return {row[0] for row in self.conn().execute("SELECT id FROM items")}
-
-    def statuses(self, ids: Iterable[str]) -> dict[str, str]:
-        return self._column_by_id("status", ids)
 
     def ready_rows(self, now_ts: float, limit: int = 0) -> list[tuple]:
         """(priority, created_ts, id, raw) of ready rows in beads order."""
@@ -603,19 +560,6 @@ class DurableIndex:
         ]
         raws = self.get_raw_many(ids)
         return [(row_id, raws[row_id]) for row_id in ids]
-
-    def nodes(self) -> dict[str, Node]:
-        """Every live row as a readiness node (the slow, exact path)."""
-        out = {}
-        for row in self.conn().execute(
-            "SELECT id, status, issue_type, priority, created_ts, pinned, ephemeral, defer_ts, deps"
-            " FROM items WHERE status != 'tombstone'"
-        ):
-            deps = tuple(tuple(d) for d in json.loads(row[8])) if row[8] else ()
-            out[row[0]] = Node(
-                row[0], row[1], row[2], row[3], row[4], bool(row[5]), bool(row[6]), row[7], deps
-            )
-        return out
 
     def status_counts(self, issue_type: str) -> dict[str, int]:
         """How many live rows of one type are in each status (e.g. a rig's merge queue)."""
@@ -704,10 +648,7 @@ class DurableIndex:
             return None
         if kept["signature"] != want:
             return None
-        if self._said != want:
-            self._said = want
-            for message in said:
-                log.warning("%s", message)
+        self._say_once(want, said)
         self._answers = (want, answers)
         return answers
 
@@ -772,6 +713,16 @@ class DurableIndex:
         self._kept = {}
 
 
+def _facts(record: dict, node: Node) -> tuple:
+    """What the index derives from one record, for the columns :data:`_FACTS` names: a patch that
+    leaves them all unchanged changes only the record's text."""
+    touches = touches_of(record)
+    return (node.status, node.issue_type, node.priority, node.created_ts, int(node.ephemeral),
+            int(node.pinned), node.defer_ts, record.get("assignee") or "", json.dumps(labels_of(record)),
+            effective_tokens(record), json.dumps(node.deps, separators=(",", ":")) if node.deps else "",
+            json.dumps(touches) if touches else "", minutes_of(record))
+
+
 def blocked_line(raw: str, causes: list[str]) -> str:
     """A durable row as ``item blocked --json`` lists it: its line with ``blocked_by_count`` and
     ``blocked_by`` added.
@@ -785,13 +736,8 @@ def blocked_line(raw: str, causes: list[str]) -> str:
     if '"blocked_by' not in raw and body.endswith("}"):
         inner = body[:-1].rstrip()
         return f"{inner},{extra}}}" if not inner.endswith("{") else f"{{{extra}}}"
-    return with_causes(normalise(json.loads(raw)), causes)
-
-
-def with_causes(record: dict, causes: list[str]) -> str:
-    """``record`` with ``blocked_by_count`` and ``blocked_by`` (in place of any of its own), as one line."""
-    return json.dumps({**record, "blocked_by_count": len(causes), "blocked_by": causes},
-                      ensure_ascii=False, separators=(",", ":"))
+    record = {**normalise(json.loads(raw)), "blocked_by_count": len(causes), "blocked_by": causes}
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 class _Connection(sqlite3.Connection):

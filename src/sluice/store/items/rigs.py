@@ -176,10 +176,6 @@ def other_towns(town: Town, rig: Rig) -> list[str]:
     return shared.get(str(Path(rig.repo).resolve()), [])
 
 
-def removed_dir(town: Town) -> Path:
-    return town.dir / REMOVED_DIR
-
-
 def remove_rig(town: Town, name: str, force: bool = False) -> dict:
     """Unregister rig ``name``: its store moves to ``.sluice/removed/``; queued work refuses unless forced."""
     town.reload_config()
@@ -209,14 +205,9 @@ def remove_rig(town: Town, name: str, force: bool = False) -> dict:
         town.update_config(unregister)
         kept = _move_store_aside(town, name)
         _drop_index(town, name)
-        result = {
-            "name": rig.name,
-            "prefix": rig.prefix,
-            "repo": str(rig.repo),
-            "items": str(rig.items) if rig.items else None,
-            "store": str(kept) if kept else None,
-            "closed": closed,
-        }
+        result = {"name": rig.name, "prefix": rig.prefix, "repo": str(rig.repo),
+                  "items": str(rig.items) if rig.items else None, "store": str(kept) if kept else None,
+                  "closed": closed}
         payload = {k: result[k] for k in ("name", "prefix", "repo", "store")} | {"closed": len(closed)}
         events.emit_event(town, events.RIG_REMOVED, payload)
     return result
@@ -227,7 +218,7 @@ def _move_store_aside(town: Town, name: str) -> Path | None:
     own = town.rig_dir(name)
     if not own.exists():
         return None
-    parent = removed_dir(town)
+    parent = town.dir / REMOVED_DIR
     parent.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = parent / f"{name}-{stamp}"
@@ -248,7 +239,4 @@ def _drop_index(town: Town, name: str) -> None:
     snapshot = town.snapshot_path(name)
     for path in (base, base.with_name(base.name + "-wal"), base.with_name(base.name + "-shm"), snapshot,
                  sources.state_path(town, name)):
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)

@@ -154,10 +154,6 @@ class RigStore:
         """(priority, created_ts, id, raw) of ready items in beads order."""
         return self.index.ready_rows(now_ts, limit)
 
-    def next_release(self, now_ts: float) -> float:
-        """When the clock alone next makes an item of this rig ready (a deferral ends; infinity: never)."""
-        return self.index.next_release(now_ts)
-
     def ready_among(self, now_ts: float, ids: Iterable[str]) -> set[str]:
         """Which of ``ids`` are ready: the ids of :meth:`ready_raw` among them, without reading the rest."""
         return self.index.ready_among(now_ts, set(ids))
@@ -173,13 +169,6 @@ class RigStore:
     def blocked_raw(self) -> list[tuple]:
         """(priority, created_ts, id, raw, blocked_by) of blocked items in beads order."""
         return self.index.blocked_listing()
-
-    def blocked_lines(self) -> list[tuple[int, float, str, str]]:
-        """(priority, created_ts, id, JSON text) of the blocked items as ``item blocked`` lists them."""
-        return self.index.blocked_lines()
-
-    def statuses(self, ids) -> dict[str, str]:
-        return self.index.statuses(set(ids))
 
     def merge_queue_counts(self) -> dict[str, int]:
         """``merge-request`` items per status: open ones are queued, in_progress ones running."""

@@ -288,12 +288,8 @@ def source_stale(town: Town, rig: Rig) -> dict | None:
 
 def stale_rows(town: Town) -> list[dict]:
     """``source_stale`` of every rig that has one, as ``scheduler status`` lists them."""
-    rows = []
-    for rig in town.rigs():
-        stale = source_stale(town, rig) if rig.read_only else None
-        if stale is not None:
-            rows.append({"rig": rig.name, **stale})
-    return rows
+    stale = ((rig, source_stale(town, rig)) for rig in town.rigs())
+    return [{"rig": rig.name, **why} for rig, why in stale if why is not None]
 
 
 def main(argv: list[str]) -> int:

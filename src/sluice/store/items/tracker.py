@@ -37,14 +37,11 @@ class NewItem:
 
 
 def _parse_dep(spec: str) -> tuple[str, str]:
-    if ":" in spec and not spec.startswith("external:"):
-        dep_type, target = spec.split(":", 1)
-        if not dep_type or not target.strip():
-            raise UsageError(f"deps {spec!r}: expected ID or TYPE:ID", parameters=("deps",))
-        return dep_type, target
-    if not spec.strip():
+    typed = ":" in spec and not spec.startswith("external:")
+    dep_type, target = spec.split(":", 1) if typed else ("blocks", spec)
+    if not dep_type or not target.strip():
         raise UsageError(f"deps {spec!r}: expected ID or TYPE:ID", parameters=("deps",))
-    return "blocks", spec
+    return dep_type, target
 
 
 def validate_title(title: str) -> str:
@@ -110,11 +107,7 @@ def create_item(town: Town, rig_name: str, spec: NewItem) -> dict:
         if spec.touches:
             record.setdefault("metadata", {})["touches"] = list(spec.touches)
         if edges:
-            by_id = {r["id"]: r for r in records}
-            by_id[item_id] = record
-            record["dependencies"] = []
-            for dep_type, target in edges:
-                record["dependencies"].append(dependency(item_id, target, dep_type, stamp))
+            record["dependencies"] = [dependency(item_id, target, kind, stamp) for kind, target in edges]
         records.append(record)
         return record
 
@@ -130,13 +123,9 @@ def list_items(town: Town, rig: str | None, status: str | None, labels: tuple[st
     chosen = [stores.rig(rig)] if rig else stores.all()
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
-    out = []
-    for store in chosen:
-        where, params = ("status = ?", [status]) if status else ("", [])
-        for record in store.durable(where, params):
-            if all(label in labels_of(record) for label in labels):
-                out.append(record)
-    return out
+    where, params = ("status = ?", [status]) if status else ("", [])
+    return [record for store in chosen for record in store.durable(where, params)
+            if all(label in labels_of(record) for label in labels)]
 
 
 SORTS = ("priority", "oldest")
@@ -160,9 +149,7 @@ def ready(town: Town, rig: str | None = None, limit: int = READY_LIMIT, now: flo
     chosen = [stores.rig(rig)] if rig else stores.all()
     now = time.time() if now is None else now
     narrowed = bool(where) or sort != "priority"  # every ready row is needed before the cut
-    rows = []
-    for store in chosen:
-        rows.extend(store.ready_raw(now, 0 if narrowed else limit))
+    rows = [row for store in chosen for row in store.ready_raw(now, 0 if narrowed else limit)]
     if where:
         rows = [row for row in rows if where.matches(json.loads(row[3]))]
     if sort == "oldest":
@@ -187,7 +174,7 @@ def blocked_json(town: Town, rig: str | None = None) -> list[str]:
     """
     stores = Stores(town)
     chosen = [stores.rig(rig)] if rig else stores.all()
-    rows = [row for store in chosen for row in store.blocked_lines()]
+    rows = [row for store in chosen for row in store.index.blocked_lines()]
     if len(chosen) > 1:
         rows.sort(key=lambda r: (r[0], -r[1], r[2]))
     return [row[3] for row in rows]
@@ -211,14 +198,8 @@ def _update_record(town: Town, item_id: str, apply) -> dict:
     return store.mutate_durable(change)
 
 
-def update_item(
-    town: Town,
-    item_id: str,
-    status: str | None = None,
-    priority: int | None = None,
-    assignee: str | None = None,
-    add_labels: tuple[str, ...] = (),
-) -> dict:
+def update_item(town: Town, item_id: str, status: str | None = None, priority: int | None = None,
+                assignee: str | None = None, add_labels: tuple[str, ...] = ()) -> dict:
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of {', '.join(STATUSES)})")
     if priority is not None:
