@@ -110,8 +110,7 @@ def _flush_log(town: Town, name: str) -> bool:
     written = 0  # no length recorded: a log older than the outbox, everything in it written before
     if recorded is not None and size > recorded:
         written = _lines_after(path, recorded)
-    total = sum(text.count("
-") + 1 for _seq, text in rows)
+    total = sum(text.count("\n") + 1 for _seq, text in rows)
     length = _size(path) if written else size  # the torn tail cut off
     try:
         if written < total:
