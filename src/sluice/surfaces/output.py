@@ -370,11 +370,11 @@ def age_text(seconds: float) -> str:
     return f"{round(seconds / 86400)} days"
 
 
-def clock_text(at: str | None) -> str:
-    """An ISO time as ``HH:MM`` (UTC), with its date when it is not today; ``-`` for None."""
+def clock_text(at: str | None, today: str | None = None) -> str:
+    """An ISO time as ``HH:MM`` (UTC), with its date when it is not ``today`` (YYYY-MM-DD); ``-`` for None."""
     if not at:
         return "-"
-    today = time.strftime("%Y-%m-%d", time.gmtime())
+    today = today or time.strftime("%Y-%m-%d", time.gmtime())
     return at[11:16] if at[:10] == today else f"{at[:10]} {at[11:16]}"
 
 
