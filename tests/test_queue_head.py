@@ -201,27 +201,33 @@ def test_a_schema_1_database_gains_the_queue_columns(town_dir, rig, capacity, me
     sling(Town(town_dir), ["al-1", "al-2", "alpha"], SlingOptions())
     promote(Town(town_dir), "al-1")
     before = [r["id"] for r in views.list_queue(Town(town_dir), limit=10)]
-    Town(town_dir).db.close()
-    path = town_dir / ".sluice" / "town.db"
-    raw = sqlite3.connect(path)
     columns = ("plain", "enqueued_at", "target_rig", "f_class", "f_priority", "f_tokens", "f_labels",
                "f_touches", "f_kind", "f_minutes", "defer_ts", "facts_of")
-    for statement in ("DROP INDEX issues_facts", "DROP INDEX issues_facts_of", "DROP INDEX issues_status",
-                      *(f"ALTER TABLE issues DROP COLUMN {column}" for column in columns),
+    town = _rewritten(town_dir, "DROP INDEX issues_facts", "DROP INDEX issues_facts_of",
+                      "DROP INDEX issues_status", *(f"ALTER TABLE issues DROP COLUMN {c}" for c in columns),
                       "CREATE INDEX issues_status ON issues (status, rig)",
-                      "UPDATE meta SET value = '1' WHERE key = 'schema_version'"):
-        raw.execute(statement)
-    raw.commit()
-    raw.close()
-    from sluice.store.database import db as dbmod
-
-    for key in [k for k in dbmod._shared if Path(k).resolve() == path.resolve()]:
-        del dbmod._shared[key]  # as a new process finds it
-    town = Town(town_dir)
+                      "UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     assert [r["id"] for r in views.list_queue(town, limit=10)] == before == ["al-1", "al-2"]
     assert dict(town.db.query("SELECT work_item, plain FROM issues")) == {"al-1": 0, "al-2": 1}
     assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
     assert _queue_indexes(town) == _queue_indexes(_fresh_town(town_dir.parent / "fresh"))
+
+
+def _rewritten(town_dir: Path, *statements: str) -> Town:
+    """The town after ``statements`` ran on its database behind sluice's back, opened as a new process
+    opens it."""
+    from sluice.store.database import db as dbmod
+
+    Town(town_dir).db.close()
+    path = town_dir / ".sluice" / "town.db"
+    raw = sqlite3.connect(path)
+    for statement in statements:
+        raw.execute(statement)
+    raw.commit()
+    raw.close()
+    for key in [k for k in dbmod._shared if Path(k).resolve() == path.resolve()]:
+        del dbmod._shared[key]
+    return Town(town_dir)
 
 
 def _queue_indexes(town) -> list:
@@ -241,23 +247,12 @@ def test_a_schema_2_database_gets_the_queue_indexes_of_open_plain_contexts(town_
     write_items(town_dir, "alpha", [item("al-1", priority=3), item("al-2", priority=1)])
     sling(Town(town_dir), ["al-1", "al-2", "alpha"], SlingOptions())
     before = [r["id"] for r in views.list_queue(Town(town_dir), limit=10)]
-    Town(town_dir).db.close()
-    path = town_dir / ".sluice" / "town.db"
-    raw = sqlite3.connect(path)
-    for statement in ("DROP INDEX issues_facts", "DROP INDEX issues_facts_of",
+    town = _rewritten(town_dir, "DROP INDEX issues_facts", "DROP INDEX issues_facts_of",
                       "CREATE INDEX issues_closed ON issues (closed_at)",
                       "CREATE INDEX issues_facts ON issues (plain, target_rig, f_class, f_priority, f_tokens,"
                       " f_labels, f_touches, f_kind, f_minutes, enqueued_at, open_item, defer_ts)",
                       "CREATE INDEX issues_facts_of ON issues (plain, facts_of, open_item)",
-                      "UPDATE meta SET value = '2' WHERE key = 'schema_version'"):
-        raw.execute(statement)
-    raw.commit()
-    raw.close()
-    from sluice.store.database import db as dbmod
-
-    for key in [k for k in dbmod._shared if Path(k).resolve() == path.resolve()]:
-        del dbmod._shared[key]  # as a new process finds it
-    town = Town(town_dir)
+                      "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     assert [r["id"] for r in views.list_queue(town, limit=10)] == before == ["al-2", "al-1"]
     assert town.db.query("SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
     assert _queue_indexes(town) == _queue_indexes(_fresh_town(town_dir.parent / "fresh"))
