@@ -439,6 +439,8 @@ def list_queue(where: Town | Session, executor: Executor | None = None, limit: i
     A page (``limit``) replays the queue only until its rows have started.
     """
     session = Session.of(where, executor)
+    if limit:  # the queue's head read once, for the rows and for their times
+        session.head_rows = max(offset + limit, HEAD_ROWS)
     rows = queue_model.list_queue(session, limit=limit, offset=offset)
     return with_etas(session, rows, upto=offset + limit if limit else None)
 
