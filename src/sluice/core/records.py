@@ -25,6 +25,7 @@ class RecordError(ValueError):
 
 def json_object(path, text: str) -> dict[str, Any]:
     """The JSON object in ``text`` read from ``path``, or a ConfigError naming the file."""
+    from sluice.core.text import unencodable_problem
     from sluice.errors import ConfigError
 
     try:
@@ -33,6 +34,9 @@ def json_object(path, text: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
+    problem = unencodable_problem(data)
+    if problem is not None:
+        raise ConfigError(f"{path}: {problem}")
     return data
 
 

@@ -45,16 +45,18 @@ CONFIG, POLICY = "config", "policy"
 #: The ``derived`` row of the town database holding each kind's plain copy.
 NAMES = {CONFIG: "config-cache", POLICY: "policy-cache"}
 _HERE = Path(__file__).resolve().parent
-#: The module whose models validated each kind of file: a new sluice must not trust an old copy.
-_VALIDATED_BY = {CONFIG: _HERE.parents[1] / "core" / "models.py", POLICY: _HERE / "policy.py"}
+_CORE = _HERE.parents[1] / "core"
+#: The modules whose rules validated each kind of file: a new sluice must not trust an old copy.
+_VALIDATED_BY = {CONFIG: (_CORE / "models.py", _CORE / "records.py", _CORE / "text.py"),
+                 POLICY: (_HERE / "policy.py", _CORE / "text.py")}
 ABSENT = None  # the bytes of a file that does not exist (a missing policy means the defaults)
 
 
 def _key(kind: str, text: bytes | None) -> str:
     """What a copy is kept under: the file's digest, and the size and time of the module that validated it."""
     try:
-        stat = os.stat(_VALIDATED_BY[kind])
-        validator = f"{stat.st_size}:{stat.st_mtime_ns}"
+        validator = ",".join(f"{stat.st_size}:{stat.st_mtime_ns}"
+                             for stat in map(os.stat, _VALIDATED_BY[kind]))
     except OSError:
         validator = "?"
     return ("absent" if text is None else sha256(text).hexdigest()) + "/" + validator

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sluice.core.items import normalise, priority_problem, shape_problem, skip_record
-from sluice.core.text import printable
+from sluice.core.text import may_hold_unencodable, printable, unencodable_problem
 from sluice.errors import StoreCorrupt
 from sluice.logs import log
 
@@ -28,7 +28,8 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
 
     Raises :class:`TornLine` for an unparseable line without its newline (only
     the last line of a file can be one) and :class:`StoreCorrupt` naming file
-    and line for any other bad line.  A priority that is not an integer 0–4 is
+    and line for any other bad line, one holding text that cannot be encoded
+    included (:func:`~sluice.core.text.unencodable`).  A priority that is not an integer 0–4 is
     read as the default and warned about (to ``warn``, default the logger).
     """
     if not chunk.strip():
@@ -46,8 +47,10 @@ def parse_line(path: Path, number: int, chunk: bytes, warn: Callable[[str], None
     if not isinstance(record.get("id"), str) or not record["id"]:
         raise StoreCorrupt(path, number, "record has no string 'id'")
     problem = shape_problem(record)
+    if problem is None and may_hold_unencodable(chunk):
+        problem = unencodable_problem(record)
     if problem is not None:
-        raise StoreCorrupt(path, number, f"record {record['id']!r}: {problem}")
+        raise StoreCorrupt(path, number, f"record {printable(record['id'])!r}: {problem}")
     problem = priority_problem(record.get("priority"))
     if problem is not None:
         (warn or log.warning)(f"{path}:{number}: record {printable(record['id'])}: {problem}")

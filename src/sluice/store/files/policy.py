@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sluice.core import scoring
+from sluice.core.text import unencodable_problem
 from sluice.errors import ConfigError, InvalidOperation, UsageError
 from sluice.store.files.fsutil import atomic_write_json, file_lock, read_edited
 
@@ -121,6 +122,9 @@ def _parse_policy(path: Path, text: str) -> Policy:
     if not isinstance(document, dict):
         kind = type(document).__name__ if document is not None else "null"
         raise ConfigError(f"{path}: invalid schedule policy document (expected a JSON object, got {kind})")
+    problem = unencodable_problem(document)
+    if problem is not None:
+        raise ConfigError(f"{path}: {problem}")
     try:
         return Policy.model_validate(document)
     except ValidationError as exc:

@@ -52,7 +52,7 @@ from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
 from sluice.store.files.fsutil import file_signature
 
-SCHEMA_VERSION = "16"  # raised whenever a rebuild would store, or refuse, something different
+SCHEMA_VERSION = "17"  # raised whenever a rebuild would store, or refuse, something different
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
