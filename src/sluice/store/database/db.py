@@ -450,6 +450,10 @@ class Database:
 
         Commits when the outermost block ends without an exception, rolls back
         otherwise; callbacks given to :meth:`after_commit` run after a commit.
+        A write the database refuses (full, read-only, damaged) rolls the whole
+        transaction back and is a :class:`~sluice.errors.StorageError` naming the
+        file and saying nothing was changed: no caller can take a refused write
+        for an empty answer.
         """
         conn = self.conn
         local = self._local
@@ -468,11 +472,13 @@ class Database:
         local.after = []
         try:
             yield conn
-        except BaseException:
+        except BaseException as err:
             local.depth = 0
             local.after = []
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
+            if _refused(err):  # the store refused a write inside: its error, and nothing kept
+                raise self._storage_error(err, "write") from None
             raise
         local.depth = 0
         try:
@@ -488,14 +494,10 @@ class Database:
 
     @contextlib.contextmanager
     def change(self, *versions: str) -> Iterator[sqlite3.Connection]:
-        """A :meth:`transaction` that advances ``versions`` when its block ends; an error of the database
-        in it is the store's error (a StorageError naming the file), as a refused file write was."""
-        try:
-            with self.transaction() as conn:
-                yield conn
-                self.advance(*versions)
-        except sqlite3.Error as err:
-            raise self._storage_error(err, "write") from None
+        """A :meth:`transaction` that advances ``versions`` when its block ends."""
+        with self.transaction() as conn:
+            yield conn
+            self.advance(*versions)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the current transaction commits (at once outside of one)."""
@@ -591,9 +593,10 @@ class Database:
                                    " restore it from a backup or `sluice export` output")
         if isinstance(err, OSError):
             return StorageError(self.path, f"cannot {doing} it: {err.strerror or err}", err.errno)
+        kept = "; nothing was changed" if doing == "write" else ""
         if getattr(err, "sqlite_errorname", "") == "SQLITE_FULL":
-            return StorageError(self.path, f"cannot {doing} it: No space left on device ({text})", 28)
-        return StorageError(self.path, f"cannot {doing} it: {text}")
+            return StorageError(self.path, f"cannot {doing} it: No space left on device ({text}){kept}", 28)
+        return StorageError(self.path, f"cannot {doing} it: {text}{kept}")
 
 
 class _ThreadState:
@@ -603,6 +606,12 @@ class _ThreadState:
         self.conn: sqlite3.Connection | None = None
         self.depth = 0
         self.after: list[Callable[[], None]] = []
+
+
+def _refused(err: BaseException) -> bool:
+    """Whether ``err`` is the database refusing a write (full, read-only, I/O, damaged), not a broken
+    rule of the schema (a constraint) or of its use, which callers handle or which is a bug."""
+    return isinstance(err, sqlite3.OperationalError) or type(err) is sqlite3.DatabaseError
 
 
 def _schema_version(conn: sqlite3.Connection) -> int | None:
