@@ -9,6 +9,10 @@ features this sluice accepts), a tracker, a controller (pause/resume,
 patrols with --fix, compaction, manual cycles), an exporter (rewriting the
 read-only export under running work) and a chaos that SIGKILLs a
 random one of them every few seconds and tears a log once a minute.
+Hostile input comes too: the slingers now and then pass an argument no
+encoding holds or no cap allows, and the exporter now and then puts a line
+of such text, a FIFO, a symlink to ``/dev/zero`` or a symlink loop where
+the export was.
 Afterwards it checks every promise (see docs/reliability.md), prints one
 table, and exits 1 naming each violation with the seed that replays it.
 """

@@ -69,9 +69,10 @@ class Worker:
                 data = json.loads(out)
             except ValueError:
                 data = None
+        shown = [a[:200] for a in args[:8]]  # a hostile argument may be 100,000 characters
         if crashed(code, err):
-            self.hist.write("crash", call=op, args=args[:8], code=code, stderr=err[-2000:])
-        self.hist.write(op, args=args[:8], code=code, result=data, error=err.strip()[-300:] or None, **extra)
+            self.hist.write("crash", call=op, args=shown, code=code, stderr=err[-2000:])
+        self.hist.write(op, args=shown, code=code, result=data, error=err.strip()[-300:] or None, **extra)
         return code, data
 
     def pause(self, low: float, high: float) -> None:
@@ -103,8 +104,26 @@ def slinger(w: Worker) -> None:
                 w.call("sling", ["sling", item, "--json"])
         elif roll < 0.95:
             w.call("sling", ["sling", w.rng.choice(mine), "--json"])  # already queued, most likely
-        else:
+        elif roll < 0.97:
             w.call("status", ["scheduler", "status", "--json"])
+        else:
+            hostile_call(w)
+
+
+#: Arguments no surface may take: text no encoding holds (an argument of bad bytes, as Python decodes
+#: it) and text past every cap.  Each must be refused as a usage error (exit 2), never crash or hang.
+HOSTILE_ARGUMENTS = (
+    ["sling", "ba-\udcff", "--json"],
+    ["sling", "ba-" + "x" * 5000, "--json"],
+    ["scheduler", "clear", "--item", "\ud800", "--json"],
+    ["scheduler", "explain", "ba-" + "y" * 5000, "--json"],
+    ["scheduler", "throttle", "--until", "1s", "--reason", "r" * 100_000, "--json"],
+)
+
+
+def hostile_call(w: Worker) -> None:
+    args = w.rng.choice(HOSTILE_ARGUMENTS)
+    w.call("hostile", args)
 
 
 def tracker(w: Worker) -> None:
@@ -301,6 +320,14 @@ def exporter(w: Worker) -> None:
     prefix = w.ids["read_only"] + "-"
     while True:
         w.pause(0.3, 1.0)
+        if w.rng.random() < 0.2:  # the export made hostile for a moment: only its rig may be held
+            how = w.rng.choice(HOSTILE_EXPORTS)
+            w.hist.write("export-edit", how=how, items=[])
+            hostile_export(export, original, temp, how)
+            w.pause(0.5, 2.0)
+            put_back(export, original, temp)
+            w.hist.write("export-restore")
+            continue
         _code, rows = w.call("running", ["polecat", "list", "--running", "--json"])
         running = {r["item_id"] for r in rows or [] if str(r.get("item_id", "")).startswith(prefix)}
         if not running:
@@ -315,6 +342,26 @@ def exporter(w: Worker) -> None:
         w.pause(0.5, 2.0)
         put_back(export, original, temp)
         w.hist.write("export-restore")
+
+
+#: What the exporter may put where the export was: a line of text no encoding holds, a FIFO, a symlink
+#: to an endless device, a symlink loop.
+HOSTILE_EXPORTS = ("unencodable-line", "fifo", "endless-device", "symlink-loop")
+
+
+def hostile_export(export: Path, original: bytes, temp: Path, how: str) -> None:
+    temp.unlink(missing_ok=True)
+    if how == "unencodable-line":
+        record = {"id": "hostile-1", "title": "odd \ud800", "status": "open",
+                  "labels": ["\udfff"]}
+        temp.write_bytes(original + (json.dumps(record) + "\n").encode())
+    elif how == "fifo":
+        os.mkfifo(temp)
+    elif how == "endless-device":
+        temp.symlink_to("/dev/zero")
+    else:
+        temp.symlink_to(export.name)  # once renamed into place it names itself
+    os.replace(temp, export)
 
 
 def stripped(data: bytes, items: set[str]) -> bytes:
