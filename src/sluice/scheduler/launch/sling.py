@@ -82,8 +82,9 @@ class SlingResult:
 
     @property
     def ok(self) -> bool:
-        """False when nothing succeeded and something failed (the command then exits 1)."""
-        return bool(self.scheduled or self.already or self.dispatched) or not self.errors
+        """False when any item failed, even with others queued (the command then exits 1): a sling done
+        in part is not acknowledged as done; the result says which items went and which did not."""
+        return not self.errors
 
     def to_json(self) -> dict:
         return asdict(self)
