@@ -192,3 +192,95 @@ def test_a_hostile_policy_is_named_never_a_crash(fuzz_dir, body, commands):
             assert "policy.json" in err, f"{args}: {err}"
     assert policy.read_bytes() == body
     assert snapshot(root, skip=".sluice") == outside
+
+
+# -- text no encoding can hold, wherever a file can put it ------------------------------------------
+
+LONE = st.sampled_from(["\ud800", "\udfff", "a\udcffb", "\udbff" * 3])
+
+
+@st.composite
+def unencodable_somewhere(draw, document: dict) -> tuple[bytes, str]:
+    """``document`` with a lone surrogate put at one place (a value, a list entry, a key), written as a
+    JSON escape or as the bytes ``json`` also decodes to one; and where it is, as a refusal names it."""
+    doc = json.loads(json.dumps(document))
+    path, target = [], doc
+    while True:
+        keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+        if not keys or draw(st.booleans()):
+            break
+        key = draw(st.sampled_from(keys))
+        if not isinstance(target[key], (dict, list)):
+            break
+        path.append(key)
+        target = target[key]
+    lone = draw(LONE)
+    if isinstance(target, dict) and (not target or draw(st.booleans())):
+        key = "k" + lone
+        target[key] = 1
+        where = "a key" + (" of " + _dotted(path) if path else "")
+    elif isinstance(target, dict):
+        key = draw(st.sampled_from(sorted(target)))
+        target[key] = lone
+        where = _dotted([*path, key])
+    else:
+        target.append(lone)
+        where = _dotted(path) + f"[{len(target) - 1}]"
+    escaped = draw(st.booleans())
+    raw = json.dumps(doc, ensure_ascii=escaped).encode("utf-8", "surrogatepass")
+    return raw, where
+
+
+def _dotted(path: list) -> str:
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+    return out
+
+
+RICH = {"id": "fz-3", "title": "three", "status": "open", "priority": 1, "issue_type": "task",
+        "assignee": "someone", "labels": ["a", "b"], "description": "text",
+        "dependencies": [{"issue_id": "fz-3", "depends_on_id": "fz-1", "type": "blocks"}],
+        "metadata": {"touches": ["src/a.py"], "estimated_tokens": 10}}
+
+
+@FUZZ
+@given(hostile=unencodable_somewhere(RICH), commands=some((*READERS, *SCHEDULING)))
+def test_unencodable_text_anywhere_in_a_record_is_named_with_file_line_and_field(fuzz_dir, hostile, commands):
+    raw, where = hostile
+    root = reset(fuzz_dir)
+    store = fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl"
+    body = store.read_bytes() + raw + b"\n"
+    store.write_bytes(body)
+    outside = snapshot(root, skip=".sluice")
+    for args in commands:
+        code, out, err = run_cli(fuzz_dir, *args)
+        assert_clean_exit(code, err, args, out)
+        check_named(code, err, "issues.jsonl", args)
+    code, _out, err = run_cli(fuzz_dir, "item", "list", "fz", "--json")
+    assert code == 1 and "issues.jsonl:3" in err and where in err and "cannot be encoded" in err, err
+    assert store.read_bytes() == body, "a read changed the work items"
+    assert snapshot(root, skip=".sluice") == outside
+
+
+@FUZZ
+@given(hostile=st.one_of(unencodable_somewhere({"version": 1, "scheduler": {"max_polecats": 2}}),
+                         unencodable_somewhere({"weights": {"priority": 1.0}})))
+def test_unencodable_text_in_the_config_or_policy_is_named_by_key(fuzz_dir, hostile):
+    raw, where = hostile
+    reset(fuzz_dir)
+    name = "policy.json" if b"weights" in raw else "config.json"
+    path = fuzz_dir / ".sluice" / ("schedule/" if name == "policy.json" else "") / name
+    if name == "config.json":  # the fixture's own config, with the hostile text merged in
+        config = json.loads(path.read_text())
+        config.update(json.loads(raw.decode("utf-8", "surrogatepass")))
+        raw = json.dumps(config, ensure_ascii=b"\\u" in raw).encode("utf-8", "surrogatepass")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw)
+    code, _out, err = run_cli(fuzz_dir, "schedule", "next", "--preview", "--json")
+    assert_clean_exit(code, err, "schedule next")
+    assert code == 1 and name in err, err
+    if b"\\u" in raw:  # as an escape the JSON is valid: the refusal names the key
+        assert where in err and "cannot be encoded" in err, err
+    else:  # as raw bytes the file is not UTF-8 at all
+        assert "can't decode" in err, err
