@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import example, given, settings
@@ -423,3 +424,102 @@ def test_alike_items_going_together_are_each_charged_their_tokens():
     forecast = simulate(0.0, queue, limits=Limits(batch_size=4, interval=60.0, town_budget=900,
                                                   budget_window=900.0))
     assert starts(forecast) == [0.0, 0.0, 0.0, 900.0]
+
+
+# --------------------------------------------------------------------------
+# Ticks that can only launch a batch of one stretch each are taken together
+
+#: What the items of a stretch may be: mostly what lets whole ticks be taken together (no touches, no
+#: hold, no budget), sometimes what does not.
+stretch_kinds = st.tuples(st.sampled_from(RIGS), st.sampled_from([30.0, 100.0, 900.0]),
+                          st.sampled_from([0.0, 300.0]), st.one_of(st.none(), st.sampled_from([80.0, 600.0])),
+                          st.frozensets(st.sampled_from(LABELS), max_size=1),
+                          st.sampled_from([(), (), (), ("src/**",)]), st.sampled_from([0, 200]),
+                          st.sampled_from([0.0, 0.0, 90.0, 2000.0]),
+                          st.sampled_from([None, None, None, None, "blocked"]))
+
+
+def stretched_queue(kinds_, runs, rows_):
+    """The first ``rows_`` items each their own object, and past them one object for each run."""
+    out = []
+    for kind, length in runs:
+        rig, p50, spread, mean, labels, touches, tokens, not_before, why = kinds_[kind % len(kinds_)]
+        shared = Queued(f"run-{len(out)}", rig, p50, p50 + spread, not_before, why, mean, labels, touches,
+                        tokens)
+        out.extend(Queued(f"it-{len(out) + n}", rig, p50, p50 + spread, not_before, why, mean, labels,
+                          touches, tokens) if len(out) + n < rows_ else shared for n in range(length))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(stretch_kinds, min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 2), st.one_of(st.integers(1, 40), st.integers(100, 1500))),
+                min_size=1, max_size=4),
+       st.lists(st.tuples(st.sampled_from(RIGS), st.integers(0, 2000)), max_size=3),
+       st.one_of(st.none(), st.integers(1, 40), st.integers(100, 2000)),
+       st.dictionaries(st.sampled_from(RIGS), st.one_of(st.integers(0, 30), st.integers(200, 1500))),
+       st.dictionaries(st.sampled_from(LABELS), st.one_of(st.integers(1, 30), st.integers(200, 1500))),
+       st.integers(1, 30), st.sampled_from([0.0, 0.0, 7.0]), st.sampled_from([15.0, 60.0]),
+       st.sampled_from([None, 0.0, 45.0]), st.sampled_from([0, 5000]), st.sampled_from([0, 0, 1, 7, 40]))
+@example([("a", 100.0, 0.0, None, frozenset(), (), 0, 90.0, None)], [(0, 500)], [], None, {}, {}, 5, 0.0,
+         60.0, None, 0, 0)  # a stretch held back at the tick the walk reaches it: it waits
+@example([("a", 30.0, 0.0, None, frozenset(), (), 200, 0.0, None)], [(0, 500)], [], None, {}, {}, 5, 0.0,
+         60.0, None, 5000, 0)  # runs that end within a tick still spend the budget's window
+def test_a_long_stretch_taken_a_run_of_ticks_at_once_gives_the_slots_and_drain_of_every_tick(
+        kinds_, runs, held_, cap, rig_caps, label_caps, batch, spawn, interval, first_tick, budget, first):
+    from helpers.replay_reference import simulate_one_by_one
+
+    queue = stretched_queue(kinds_, runs, first)
+    running = [Running(rig, float(left)) for rig, left in held_]
+    limits = Limits(town_cap=cap, rig_caps=rig_caps, label_caps=label_caps, batch_size=batch,
+                    spawn_delay=spawn, interval=interval, first_tick=first_tick, town_budget=budget,
+                    budget_window=900.0)
+    charges = [Charge(-300.0, 1000, "a")]
+    # A plain list says nothing of its stretches: its replay walks every tick.
+    every_tick = simulate_first(0.0, queue, first, running, limits, charges)
+    assert simulate_first(0.0, Stretches(queue, first), first, running, limits, charges) == every_tick
+    if len(queue) <= 300:
+        whole = simulate_one_by_one(0.0, queue, running, limits, charges)
+        assert every_tick.slots == whole.slots[:first] and (every_tick.drain_at, every_tick.drain_p90_at) == (
+            whole.drain_at, whole.drain_p90_at)
+
+
+class OneKind(Sequence):
+    """``size`` items that are all one object past the first ``rows``; it counts the items asked for."""
+
+    def __init__(self, size, rows_, **kind):
+        self.size, self.asked = size, 0
+        self.shown = [Queued(f"it-{n}", "api", **kind) for n in range(rows_)]
+        self.rest = Queued("rest", "api", **kind)
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        self.asked += 1
+        return self.shown[index] if index < len(self.shown) else self.rest
+
+    def alike_until(self, index):
+        return self.size
+
+
+@pytest.mark.parametrize("spawn", [0.0, 2.0], ids=["no-delay", "spawn-delay"])
+def test_a_stretch_no_cap_binds_is_launched_a_run_of_ticks_at_a_time(spawn):
+    # 100,000 items of 15 minutes, 20 a minute under a town cap of 1,000 that never binds: 5,000 ticks.
+    limits = Limits(town_cap=1000, batch_size=20, interval=60.0, spawn_delay=spawn)
+    stretch = OneKind(100_000, 50, runtime_p50=900.0, runtime_p90=1200.0)
+    forecast = simulate_first(0.0, stretch, 50, limits=limits)
+    assert forecast == simulate_first(0.0, list(OneKind(100_000, 50, runtime_p50=900.0, runtime_p90=1200.0)),
+                                      50, limits=limits)
+    assert forecast.drain_at == 4999 * 60.0 + 19 * spawn + 900.0 and forecast.drain_p90_at == (
+        forecast.drain_at + 300.0)
+    assert stretch.asked < 500  # a few reads a run of ticks, not a few a tick
+
+
+def test_a_stretch_that_can_never_start_is_passed_over_whole():
+    stretch = OneKind(100_000, 50, runtime_p50=900.0, runtime_p90=1200.0, why="blocked")
+    forecast = simulate_first(0.0, stretch, 50, [Running("api", 30.0)], Limits(batch_size=20))
+    assert [slot.why for slot in forecast.slots] == ["blocked"] * 50 and forecast.drain_at == 30.0
+    assert stretch.asked < 100

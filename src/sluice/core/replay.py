@@ -298,8 +298,12 @@ def simulate_first(now: float, queue: Sequence[Queued], rows: int, running: Sequ
     say where such a stretch ends: ``queue.alike_until(position)``, the
     position after the last of the items from ``position`` on that it gives
     as the very same object.  Then the items of a stretch that go together
-    at a tick are counted, not reached one by one, and a queue of 100,000
-    items of a few kinds costs its ticks and stretches, not its items.
+    at a tick are counted, not reached one by one, a stretch that can never
+    start is passed over whole, and a run of ticks at which only a batch of
+    one stretch can go, and nothing waits, is taken at once
+    (:func:`_batches_of_a_stretch`): a queue of 100,000 items of a few kinds
+    costs its ticks and stretches, not its items, and a tick that only
+    launches a batch costs a few sums.
     """
     slots, drain, drain_p90 = _walk(now, queue, running, limits, charges, min(rows, len(queue)), to_end=True)
     return QueueForecast(now, tuple(slots), drain, drain_p90)
@@ -405,6 +409,20 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
     while (left or to_end) and (waiting or cursor < size):
         tick = first + tick_number * limits.interval
         held.release(tick)
+        if stretch is not None and not waiting and rows <= cursor < size and not held.full():
+            # Nothing waits: the tick's walk starts at ``cursor``.  Ticks that can only launch a batch
+            # of its stretch each are taken together (:func:`_batches_of_a_stretch`).
+            if peeked is None or peeked[0] != cursor:
+                reached = queue[cursor]
+                peeked = (cursor, reached, group_of(reached))
+            if peeked[2].never is None:
+                alike = min(stretch(cursor), size) - cursor
+                ticks, drain, drain_p90 = _batches_of_a_stretch(held, peeked[1], alike, first, tick_number,
+                                                                drain, drain_p90)
+                if ticks:
+                    cursor += ticks * batch
+                    tick_number += ticks
+                    continue
         launched = 0
         refused: set[tuple] = set()
         at = 0
@@ -426,6 +444,8 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
                     reached = queue[position] if position >= rows else shown[position]
                     group = group_of(reached)
                 if group.never is not None:
+                    if position >= rows and stretch is not None:  # so is the rest of its stretch
+                        cursor = max(cursor, min(stretch(position), size))
                     continue
                 if group.passed == tick_number:  # passed over at this tick: it waits with its group
                     group.waiting.append((position, reached))
@@ -522,6 +542,48 @@ def _walk(now: float, queue: Sequence[Queued], running: Sequence[Running], limit
             break
         tick_number = max(tick_number + 1, math.ceil((moment - first) / limits.interval))
     return [s for s in slots if s is not None], drain, drain_p90
+
+
+def _batches_of_a_stretch(held: _Held, item: Queued, alike: int, first: float, tick_number: int,
+                          drain: float | None,
+                          drain_p90: float | None) -> tuple[int, float | None, float | None]:
+    """Launch together the ticks from ``tick_number`` on at which the walk could only launch a whole batch
+    of the stretch of ``alike`` items, all ``item`` itself, that it reaches first; return how many ticks
+    that was (0: none is sure to) and the drain after them.
+
+    It is exact.  The caller sees that nothing waits, so at each of these
+    ticks the walk starts at the stretch, and every item of it may go: its
+    ``not_before`` has passed, it touches no path and no budget is set, and
+    every cap it counts under (town, rig, labels) has room for a batch at
+    each tick even if nothing were freed meanwhile (a slot freed only adds
+    room).  So each tick launches ``batch_size`` of them, ``spawn_delay``
+    apart, and its walk ends on the batch before reading past it.  A run
+    that ends by the tick after these would be freed at that tick's start,
+    before anything reads the holds again, so it is not held at all; and
+    the last run to start is the last to end (a float sum only grows with
+    what it adds to), so it alone can move the drain.
+    """
+    limits = held.limits
+    batch, spawn_delay = limits.batch_size, limits.spawn_delay
+    tick = first + tick_number * limits.interval
+    if held.budgeted or item.touches or item.not_before > tick or not held.goes(item):
+        return 0, drain, drain_p90
+    ticks = held.room(item, alike) // batch  # goes(): every cap has room for one, so this is their room
+    if not ticks:
+        return 0, drain, drain_p90
+    p50, p90, mean = _runtimes(item)
+    slot_for = mean if mean is not None else p50
+    after = first + (tick_number + ticks) * limits.interval  # the next tick, which frees what ends by then
+    for number in range(tick_number, tick_number + ticks):
+        tick = first + number * limits.interval
+        for launched in range(batch) if spawn_delay else (0,):  # with no delay a batch goes as one
+            start = tick + launched * spawn_delay
+            if not start + slot_for <= after:  # as release() reads it: what ends by ``after`` is freed
+                held.launch(item, start, start + slot_for, 1 if spawn_delay else batch)
+    done_p90, frees = start + max(p50, p90), start + slot_for
+    drain = frees if drain is None else max(drain, frees)
+    drain_p90 = max(done_p90, frees) if drain_p90 is None else max(drain_p90, done_p90, frees)
+    return ticks, drain, drain_p90
 
 
 def _next_moment(held: _Held, holds_until: list[float], tick: float) -> float | None:
