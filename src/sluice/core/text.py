@@ -68,7 +68,6 @@ def printable_text(text: str) -> str:
 
 # -- text that cannot be encoded ------------------------------------------------------------
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: What in the bytes of a JSON document can decode to a lone surrogate: a ``\\uD800``–``\\uDFFF``
 #: escape, or the bytes UTF-8 would give one (``json`` decodes bytes with ``surrogatepass``).
 _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
@@ -88,11 +87,11 @@ def unencodable(value: Any, where: str = "") -> str | None:
     bare string, ``where`` itself.
     """
     if isinstance(value, str):
-        return (where or "the text") if _SURROGATE.search(value) else None
+        return None if _encodes(value) else (where or "the text")
     if isinstance(value, dict):
         for key, inner in value.items():
             inside = f"{where}.{key}" if where else str(key)
-            if isinstance(key, str) and _SURROGATE.search(key):
+            if isinstance(key, str) and not _encodes(key):
                 return f"a key of {where}" if where else "a key"
             found = unencodable(inner, inside)
             if found is not None:
@@ -103,6 +102,16 @@ def unencodable(value: Any, where: str = "") -> str | None:
             if found is not None:
                 return found
     return None
+
+
+def _encodes(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def unencodable_problem(value: Any, where: str = "") -> str | None:
