@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sluice.core.text import clipped, printable_text, unencodable
 from sluice.core.text import printable as shown
-from sluice.core.text import printable_text
 
 
 class RawJSON(list):
@@ -531,3 +531,24 @@ def failure_text(err: BaseException) -> str:
     if isinstance(err, OSError):
         return f"error: {printable_text(os_error_text(err))}\n"
     return f"error: {printable_text(internal_error_text(err))}\n"
+
+
+def unencodable_argument(args: list[str]) -> str | None:
+    """Why the command line ``args`` is refused when one of its arguments holds text no encoding can
+    hold (bytes that are not UTF-8 arrive as lone surrogates), naming that argument; else None.
+
+    The argument is named by its place, the option it follows and its text shown escaped and clipped.
+    """
+    for index, arg in enumerate(args):
+        if unencodable(arg) is None:
+            continue
+        option, eq, _value = arg.partition("=")
+        if arg.startswith("--") and eq and unencodable(option) is None:
+            where = f"the value of {option}"
+        elif index and args[index - 1].startswith("-") and unencodable(args[index - 1]) is None:
+            where = f"argument {index + 1} (after {args[index - 1]})"
+        else:
+            where = f"argument {index + 1}"
+        return (f"{where}, '{clipped(arg)}', holds text that cannot be encoded (bytes that are not UTF-8);"
+                " give it in UTF-8")
+    return None

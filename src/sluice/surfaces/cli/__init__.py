@@ -117,8 +117,13 @@ def main() -> None:
     logger.propagate = False
 
     from sluice.errors import SluiceError
-    from sluice.surfaces.output import failure_text
+    from sluice.surfaces.output import failure_text, unencodable_argument
 
+    refused = unencodable_argument(sys.argv[1:])
+    if refused is not None:  # nothing could print, store or pass it on: refused before parsing
+        sys.stderr.write(f"error: {refused}\n")
+        _try_help(_command_path(sys.argv[1:]))
+        sys.exit(2)
     try:
         # Not standalone: typer's own usage errors reach us here instead of printing a boxed panel.
         code = command()(prog_name="sluice", standalone_mode=False)
