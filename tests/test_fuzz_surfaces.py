@@ -84,6 +84,8 @@ def test_any_arguments_end_in_an_answer_or_a_clear_error(fuzz_dir, command, rest
     args = [*command, *rest]
     code, out, err = run_cli(fuzz_dir, *args)
     assert_clean_exit(code, err, args, out)
+    if code:  # an error never repeats a long argument whole
+        assert len(err) < 5_000, (args[:2], err[:500])
     if command[0] != "item":  # only the item commands may change items
         assert (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, args
     assert snapshot(root, skip=".sluice") == outside, args

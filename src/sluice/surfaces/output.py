@@ -521,16 +521,28 @@ def error_text(err: Exception) -> str:
     return printable_text(flag_words(str(err), getattr(err, "parameters", ())))
 
 
+#: The longest error message the command line prints whole: one that quotes a long input is cut.
+ERROR_MOST = 2_000
+
+
+def bounded(message: str, most: int = ERROR_MOST) -> str:
+    """``message`` (already printable) cut to ``most`` characters with its length said, so an error
+    quoting a long argument never repeats all of it."""
+    if len(message) <= most:
+        return message
+    return f"{message[:most]}… ({len(message):,} characters)"
+
+
 def failure_text(err: BaseException) -> str:
     """The line the command line ends with when ``err`` stops a command: a library error in its own
     words, the machine's refusal as ``path: reason``, anything else as the bug it is."""
     from sluice.errors import SluiceError, internal_error_text, os_error_text
 
     if isinstance(err, SluiceError):
-        return f"error: {error_text(err)}\n"
+        return f"error: {bounded(error_text(err))}\n"
     if isinstance(err, OSError):
-        return f"error: {printable_text(os_error_text(err))}\n"
-    return f"error: {printable_text(internal_error_text(err))}\n"
+        return f"error: {bounded(printable_text(os_error_text(err)))}\n"
+    return f"error: {bounded(printable_text(internal_error_text(err)))}\n"
 
 
 def unencodable_argument(args: list[str]) -> str | None:

@@ -86,7 +86,9 @@ def _usage_error(err: typer.TyperException) -> None:
     if type(err).__name__ == "NoArgsIsHelpError":  # a group named without a command: its help is the answer
         sys.stderr.write(printable_text(err.format_message().rstrip("\n")) + "\n")
         sys.exit(2)
-    sys.stderr.write(f"error: {printable_text(err.format_message())}\n")
+    from sluice.surfaces.output import bounded
+
+    sys.stderr.write(f"error: {bounded(printable_text(err.format_message()))}\n")
     if ctx is not None:
         _try_help(ctx.command_path)
     sys.exit(getattr(err, "exit_code", 2))
