@@ -165,6 +165,21 @@ class RawMcp:
         self.process.stdout.close()
 
 
+def test_a_line_the_sdk_could_not_parse_is_made_one_it_answers():
+    from sluice.surfaces.mcp_server import REFUSED, readable_line
+
+    plain = ('{"jsonrpc":"2.0","id":1,"method":"tools/call",'
+             '"params":{"name":"t","arguments":{"a":"\\ud83d\\ude00"}}}\n')
+    assert readable_line(plain) is plain  # a paired escape is text like any other
+    call = json.loads(readable_line(plain.replace("\\ud83d\\ude00", "x\\ud800")))
+    assert call["id"] == 1 and call["params"]["arguments"] == {
+        REFUSED: "a holds text that cannot be encoded (a lone surrogate such as \\ud800)"}
+    other = readable_line('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"\\udc80"}}')
+    other = json.loads(other)
+    assert other["params"]["name"] == "\ufffd"
+    assert readable_line("not json \\ud800\n") == "not json \\ud800\n"
+
+
 @pytest.fixture
 def mcp(cli: Cli, rig: str) -> Iterator[RawMcp]:
     server = RawMcp(cli.town)

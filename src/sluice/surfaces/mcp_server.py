@@ -4,7 +4,13 @@ Each tool calls the same method of the Python API (:mod:`sluice.api`) as its
 CLI command and returns the same JSON document as that command's ``--json``.  Inputs are typed strictly
 (a string ``"false"`` is not a boolean, ``"3"`` is not an integer), and every
 failure — bad arguments, no town, a refused operation — comes back as a tool
-error with a readable message while the server keeps serving.
+error with a readable message while the server keeps serving.  That holds for
+arguments no encoding can hold too: JSON may spell a lone surrogate
+(``"\\ud800"``), which the SDK's parser would drop unanswered, so each line
+the client sends passes :func:`readable_line` first and such a call is
+answered with a tool error naming the argument.  Text longer than the API
+takes is refused by the API (:mod:`sluice.api`), and no error repeats a long
+input whole.
 
 The town is looked up on every call (``--town``, ``SLUICE_TOWN``, then the
 server's working directory), so a server started before ``sluice init`` works
@@ -376,7 +382,11 @@ def serve(town_arg: str | None = None) -> None:
     server = build_server(town_arg)
     # The SDK's own stdin, claimed as it claims it: the server reads a private copy of fd 0 and fd 0
     # itself reads the null device, so a child (a polecat) cannot take the client's messages.
-    private = os.dup(0)
+    try:
+        private = os.dup(0)
+    except OSError:  # no stdin at all: the SDK's own transport says what it makes of that
+        server.run("stdio")
+        return
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
