@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from os import PathLike, fspath
 from pathlib import Path
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
@@ -543,8 +544,6 @@ _FLAGGED = frozenset(("title", "description", "reason", "actor", "graph_id", "un
 def _check_text(method: str, name: str, value: Any) -> None:
     """Refuse ``value`` (argument ``name`` of ``method``) if it holds text no encoding can hold or is
     longer than its cap; lists, tuples and sets are checked entry by entry, paths as their text."""
-    from os import PathLike, fspath
-
     if value is None or isinstance(value, (bool, int, float)):
         return
     most = _MOST_IN.get((method, name)) or _MOST.get(name, TEXT_MOST)
@@ -567,8 +566,6 @@ def _check_text(method: str, name: str, value: Any) -> None:
 
 
 def _check_one(where: str, value: Any, most: int, parameters: tuple[str, ...]) -> None:
-    from os import PathLike, fspath
-
     if isinstance(value, PathLike):
         value = fspath(value)
     if not isinstance(value, str):
