@@ -40,6 +40,14 @@ odd_text = st.one_of(
                      "fz-1", "fz", "-", "--", "\n", "ü" * 40]),
 )
 nasty_text = st.one_of(odd_text, st.sampled_from(["x" * 200_000, "é" * 70_000 + "\x00"]))  # huge ones too
+#: What only a surface is handed: lone surrogates (JSON's ``"\\ud800"``, or an argument of bytes that
+#: are not UTF-8 as Python decodes it) and text far past any cap the API sets.
+lone_surrogates = st.one_of(
+    st.sampled_from(["\ud800", "\udcff", "fz-1\udcff", "\udfff\ud800", "a\ud83d", "\udc80--json"]),
+    st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3),
+)
+long_text = st.sampled_from(["x" * 201, "r" * 1_001, "t" * 5_000, "d" * 70_000, "fz-" + "1" * 200_000])
+surface_text = st.one_of(odd_text, lone_surrogates, long_text)
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
                     st.floats(allow_nan=True, allow_infinity=True), odd_text)
 json_any = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
@@ -115,6 +123,7 @@ def run_cli(town: Path, *args: str) -> tuple[int, str, str]:
 
 def assert_clean_exit(code: int, err: str, args, out: str = "") -> None:
     assert code in (0, 1, 2), f"sluice {args!r} exited {code}: {err[-800:]}"
+    err.encode("utf-8"), out.encode("utf-8")  # what it said can be written: nothing unencodable echoed
     for marker in CRASH_MARKERS:
         assert marker not in err, f"sluice {args!r} crashed: {err[-1500:]}"
 def assert_said_why(code: int, out: str, err: str, args) -> None:

@@ -1,7 +1,8 @@
 """Fuzzed arguments: the command line and the MCP tools.
 
 Any argv a person (or an agent) might type, and any JSON an MCP client might
-send, must end in an answer or a clear error naming the argument — exit 0, 1
+send — lone surrogates and text far past every cap included — must end in an
+answer or a clear error naming the argument — exit 0, 1
 or 2, a ``ToolError`` over MCP — never a traceback; a scheduling command
 never changes a work item, and nothing is written outside ``.sluice/``.
 A few cases go through the real ``sluice`` process for the entry point.
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_helpers import FUZZ, assert_clean_exit, json_any, odd_text, run_cli, snapshot
+from fuzz_helpers import FUZZ, assert_clean_exit, json_any, run_cli, snapshot, surface_text
 from helpers import make_repo
 from sluice.store.files.town import init_town
 from sluice.store.items.rigs import add_rig
@@ -49,7 +50,7 @@ TOKENS = ("--json", "--limit", "-1", "0", "1", "99999999999999999999999", "--sta
           "--priority", "nan", "inf", "-0", "1e308", "--merge-queue-threshold", "--until", "10m", "--rig",
           "--clear", "--tokens", "scheduler.max_polecats",
           "scheduler.batch_size", "scheduler.spawn_delay", "500ms", "1m30s", "-5s", "--reason", "=", "--")
-token = st.one_of(st.sampled_from(TOKENS), odd_text.filter(lambda t: "\x00" not in t))
+token = st.one_of(st.sampled_from(TOKENS), surface_text.filter(lambda t: "\x00" not in t))
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,8 @@ def test_any_arguments_end_in_an_answer_or_a_clear_error(fuzz_dir, command, rest
     args = [*command, *rest]
     code, out, err = run_cli(fuzz_dir, *args)
     assert_clean_exit(code, err, args, out)
+    if code:  # an error never repeats a long argument whole
+        assert len(err) < 5_000, (args[:2], err[:500])
     if command[0] != "item":  # only the item commands may change items
         assert (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, args
     assert snapshot(root, skip=".sluice") == outside, args
@@ -96,11 +99,13 @@ TOOLS = ("sluice_schedule_next", "sluice_schedule_status", "sluice_schedule_poli
 PARAMS = ("graph_id", "limit", "preview", "recent", "action", "priority", "affinity", "cost", "fairness",
           "merge_queue_threshold", "merge_pressure_penalty", "skip_on_merge_pressure", "item_ids", "rig",
           "formula", "args", "vars", "agent", "force", "dry_run", "batch", "item_id", "fix", "bogus")
-mcp_value = st.one_of(json_any, st.sampled_from(["fz-1", "fz", "show", "set", ["fz-1"], ["fz-3", "fz"], 1]))
+mcp_value = st.one_of(json_any, st.sampled_from(["fz-1", "fz", "show", "set", ["fz-1"], ["fz-3", "fz"], 1]),
+                      surface_text, st.lists(surface_text, max_size=3))
+mcp_key = st.one_of(st.sampled_from(PARAMS), st.sampled_from(["\ud800", "rig\udcff", "k" * 5_000]))
 
 
 @FUZZ
-@given(tool=st.sampled_from(TOOLS), arguments=st.dictionaries(st.sampled_from(PARAMS), mcp_value, max_size=4))
+@given(tool=st.sampled_from(TOOLS), arguments=st.dictionaries(mcp_key, mcp_value, max_size=4))
 def test_any_tool_arguments_end_in_a_result_or_a_tool_error(fuzz_dir, tool, arguments):
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -111,10 +116,13 @@ def test_any_tool_arguments_end_in_a_result_or_a_tool_error(fuzz_dir, tool, argu
     outside = snapshot(root, skip=".sluice")
     server = build_server(str(fuzz_dir))
     try:
-        asyncio.run(server.call_tool(tool, arguments))
+        result = asyncio.run(server.call_tool(tool, arguments))
+        json.dumps(result, default=str, ensure_ascii=False).encode("utf-8")  # a reply that can be sent
     except ToolError as err:
         assert str(err).strip(), (tool, arguments)
         assert "Traceback" not in str(err) and "internal error" not in str(err), str(err)
+        str(err).encode("utf-8")  # the refusal can be sent: nothing unencodable echoed
+        assert len(str(err)) < 5_000, (tool, str(err)[:500])  # nor a long input whole
     assert (fuzz_dir / ".sluice" / "rigs" / "fz" / "issues.jsonl").read_bytes() == items, (tool, arguments)
     assert snapshot(root, skip=".sluice") == outside, (tool, arguments)
 

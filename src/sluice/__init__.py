@@ -31,6 +31,7 @@ from sluice.errors import (
     SourceFailed,
     StorageError,
     StoreCorrupt,
+    TextRefused,
     TownNotFound,
     UnknownItem,
     UnknownPolecat,
@@ -48,7 +49,8 @@ __all__ = [
     "NotARepository", "NotAdmitted", "PatrolReport", "PauseState", "PolecatRow", "Polecats", "PolicyInfo",
     "Promotion", "Queue", "QueueEntry", "QueueStatus", "ReadOnlyStore", "ResetResult", "RigInfo",
     "RigRefreshed", "RigRemoved", "RunRecord", "Runs", "ScheduleStatus", "SlingFailed", "SlingResult",
-    "SluiceError", "Snapshot", "SourceFailed", "StorageError", "StoreCorrupt", "ThrottleState", "Town",
+    "SluiceError", "Snapshot", "SourceFailed", "StorageError", "StoreCorrupt", "TextRefused", "ThrottleState",
+    "Town",
     "TownNotFound", "UnknownItem", "UnknownPolecat", "UnknownRig", "UsageError", "UsageReport", "__version__",
     "init_town", "open_town",
 ]

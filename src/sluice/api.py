@@ -38,14 +38,18 @@ an executor): every CLI command starts here, and start-up time is measured.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from os import PathLike, fspath
 from pathlib import Path
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from sluice import results
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
-from sluice.errors import UsageError
+from sluice.core.text import printable, unencodable_problem
+from sluice.errors import TextRefused, UsageError
 from sluice.results import *  # noqa: F403 -- every result, re-exported (see __all__)
 
 if TYPE_CHECKING:
@@ -502,6 +506,101 @@ class Town:
         return results.PolicyInfo.from_json(policy_unset(self.files, graph_id))
 
 
+# -- the text every method takes ---------------------------------------------------------------
+#
+# Every public method of Town (and open_town, init_town) passes its text arguments through
+# _check_text first: text no encoding can hold (a lone surrogate, as JSON's "\ud800" or a command
+# line argument of bad bytes decodes) is refused, and so is text longer than its cap, before anything
+# is read or written.  The refusal is a TextRefused (a usage error) naming the argument; it never
+# repeats the text.  Every surface calls these methods, so this is the one place the rule lives.
+
+ID_MOST = 200  #: an item, polecat or graph id, a rig name or prefix, a label, a status, an actor
+REASON_MOST = 1_000  #: a throttle's or a close's reason
+PATH_MOST = 4_096  #: a path (PATH_MAX), a URL, a watched path or glob
+TITLE_MOST = 500  #: an item's title (beads allows 500)
+DESCRIPTION_MOST = 64 * 1024  #: an item's description, a sling's args, a config value
+TEXT_MOST = 4_096  #: any other text argument
+ENTRIES_MOST = 10_000  #: the entries of a list argument (items to sling, labels, deps)
+
+_MOST = {
+    **dict.fromkeys(("name", "prefix", "rig", "item", "item_id", "items", "ref", "graph_id", "parent",
+                     "source", "target", "dep_type", "deps", "labels", "labels_any", "add_labels",
+                     "status", "assignee", "issue_type", "actor", "sort", "outcome", "kind", "since",
+                     "until", "hook", "key", "formula", "agent"), ID_MOST),
+    "reason": REASON_MOST,
+    **dict.fromkeys(("repo", "path", "watch", "touches", "remote"), PATH_MOST),
+    "title": TITLE_MOST,
+    **dict.fromkeys(("description", "args", "value", "items_command"), DESCRIPTION_MOST),
+}
+#: Where one method's argument is not what the name means elsewhere (``add_rig``'s items is a path).
+_MOST_IN = {("add_rig", "items"): PATH_MOST}
+#: Arguments the command line always takes as an option of the same name (``--title``): a refusal
+#: names them as parameters, so the command line says the flag.
+_FLAGGED = frozenset(("title", "description", "reason", "actor", "graph_id", "until", "since", "kind",
+                      "outcome", "assignee", "labels", "labels_any", "add_labels", "touches", "formula",
+                      "args", "agent", "vars", "deps", "parent", "hook", "remote", "prefix"))
+
+
+def _check_text(method: str, name: str, value: Any) -> None:
+    """Refuse ``value`` (argument ``name`` of ``method``) if it holds text no encoding can hold or is
+    longer than its cap; lists, tuples and sets are checked entry by entry, paths as their text."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return
+    most = _MOST_IN.get((method, name)) or _MOST.get(name, TEXT_MOST)
+    parameters = (name,) if name in _FLAGGED else ()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if len(value) > ENTRIES_MOST:
+            raise TextRefused(f"{name} has {len(value):,} entries; at most {ENTRIES_MOST:,} are taken",
+                              parameters=parameters)
+        for index, entry in enumerate(value):
+            _check_one(f"{name}[{index}]", entry, most, parameters)
+        return
+    if isinstance(value, dict):  # a config value given as JSON
+        problem = unencodable_problem(value, name)
+        if problem is not None:
+            raise TextRefused(problem, parameters=parameters)
+        return
+    if isinstance(value, PathLike):
+        value = fspath(value)
+    _check_one(name, value, most, parameters)
+
+
+def _check_one(where: str, value: Any, most: int, parameters: tuple[str, ...]) -> None:
+    if isinstance(value, PathLike):
+        value = fspath(value)
+    if not isinstance(value, str):
+        return
+    if len(value) > most:
+        raise TextRefused(f"{printable(where)} is {len(value):,} characters long; at most {most:,} are taken",
+                          parameters=parameters)
+    problem = unencodable_problem(value, where)
+    if problem is not None:
+        raise TextRefused(problem, parameters=parameters)
+
+
+def _checked(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with its text arguments checked (:func:`_check_text`) before it runs."""
+    code = function.__code__
+    names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    method = function.__name__
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name, value in zip(names, args, strict=False):
+            _check_text(method, name, value)
+        for name, value in kwargs.items():
+            _check_text(method, name, value)
+        return function(*args, **kwargs)
+
+    return checked
+
+
+for _name, _function in [*vars(Town).items()]:
+    if not _name.startswith("_") and isinstance(_function, FunctionType):
+        setattr(Town, _name, _checked(_function))
+del _name, _function
+
+
 def _duration(text: str | None, name: str) -> float | None:
     """A duration argument (``1h``, ``30m``) in seconds; a bad one is a usage error naming it."""
     if text is None:
@@ -515,6 +614,7 @@ def _duration(text: str | None, name: str) -> float | None:
                          parameters=(name,)) from None
 
 
+@_checked
 def open_town(path: str | Path | None = None, executor: Executor | None = None) -> Town:
     """The town at ``path`` (or from ``SLUICE_TOWN``, or the cwd upwards); TownNotFound if none.
 
@@ -529,6 +629,7 @@ def open_town(path: str | Path | None = None, executor: Executor | None = None) 
     return Town(files, executor)
 
 
+@_checked
 def init_town(path: str | Path, executor: Executor | None = None) -> Town:
     """Create a town at ``path`` (an existing one is left as it is) and open it."""
     from sluice.store.files.town import init_town as create

@@ -30,6 +30,12 @@ class UsageError(SluiceError):
     exit_code = 2
 
 
+class TextRefused(UsageError):
+    """A text argument the API will not take: it cannot be encoded (a lone surrogate), or it is longer
+    than its cap.  The message names the argument and never repeats it whole; a web surface answers
+    400, the command line exits 2, an MCP tool returns an error."""
+
+
 class ConfigError(SluiceError):
     """A config, policy or state file is missing, corrupt or holds a bad value."""
 

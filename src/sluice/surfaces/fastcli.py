@@ -35,7 +35,7 @@ import sys
 from sluice import logs
 from sluice.core.defaults import NEXT_LIMIT, READY_LIMIT
 from sluice.core.recordclass import field, frozen, recordclass
-from sluice.core.text import printable_text
+from sluice.core.text import printable_text, unencodable
 from sluice.errors import SluiceError
 
 #: Set (to 1) in tests: a fast answer that fails for any reason but a refusal (a SluiceError, which
@@ -238,6 +238,8 @@ def _answer(command: Command):
 
 def run(args: list[str]) -> int | None:
     """Answer a hot command and return its exit code, or None to let typer handle it."""
+    if unencodable(args) is not None:
+        return None  # an argument of bytes that are not UTF-8: typer's command line refuses it
     command = parse(args)
     if command is None:
         return None

@@ -4,7 +4,13 @@ Each tool calls the same method of the Python API (:mod:`sluice.api`) as its
 CLI command and returns the same JSON document as that command's ``--json``.  Inputs are typed strictly
 (a string ``"false"`` is not a boolean, ``"3"`` is not an integer), and every
 failure — bad arguments, no town, a refused operation — comes back as a tool
-error with a readable message while the server keeps serving.
+error with a readable message while the server keeps serving.  That holds for
+arguments no encoding can hold too: JSON may spell a lone surrogate
+(``"\\ud800"``), which the SDK's parser would drop unanswered, so each line
+the client sends passes :func:`readable_line` first and such a call is
+answered with a tool error naming the argument.  Text longer than the API
+takes is refused by the API (:mod:`sluice.api`), and no error repeats a long
+input whole.
 
 The town is looked up on every call (``--town``, ``SLUICE_TOWN``, then the
 server's working directory), so a server started before ``sluice init`` works
@@ -20,13 +26,17 @@ Every other tool opens the town afresh, as the CLI does.
 from __future__ import annotations
 
 import functools
+import io
+import json
 import os
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from sluice.core.defaults import NEXT_LIMIT
+from sluice.core.text import clipped, may_hold_unencodable, printable_text, unencodable, unencodable_problem
 from sluice.errors import SlingFailed, SluiceError, UsageError, internal_error_text, os_error_text
 from sluice.surfaces.output import to_json
 
@@ -40,16 +50,33 @@ def _given(text: str) -> str | None:
     return text or None
 
 
+def _encodable(cls, arguments: Any) -> Any:
+    """Arguments holding text no encoding can hold (JSON's ``"\\ud800"``) are refused before they are
+    validated, naming the argument: a reply that quoted them could not be sent at all.  Over stdio
+    they arrive already replaced by the refusal (:func:`readable_line`), raised here."""
+    if isinstance(arguments, dict) and isinstance(arguments.get(REFUSED), str):
+        raise ValueError(arguments[REFUSED])
+    problem = unencodable_problem(arguments)
+    if problem is not None:
+        raise ValueError(problem)
+    if isinstance(arguments, dict):  # pydantic names an unknown argument whole: a long one is clipped here
+        for key in arguments:
+            if isinstance(key, str) and len(key) > NAME_MOST:
+                raise ValueError(f"unknown argument {clipped(key)}")
+    return arguments
+
+
 def _refuse_unknown_arguments(tool) -> None:
     """Make a tool refuse arguments it does not declare (the SDK ignores them by default).
 
     A misspelt ``preveiw`` must be an error, not a call that records decisions.
     """
-    from pydantic import ConfigDict
+    from pydantic import ConfigDict, model_validator
 
     base = tool.fn_metadata.arg_model
     forbid = ConfigDict(**{**base.model_config, "extra": "forbid"})
-    strict = type(base.__name__, (base,), {"model_config": forbid, "__module__": base.__module__})
+    strict = type(base.__name__, (base,), {"model_config": forbid, "__module__": base.__module__,
+                                           "refuse_unencodable": model_validator(mode="before")(_encodable)})
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
 
@@ -81,14 +108,16 @@ def build_server(town_arg: str | None = None):
         def wrapper(*args: Any, **kwargs: Any) -> str:
             try:
                 result = fn(*args, **kwargs)
-            except SluiceError as err:
+            except SlingFailed as err:  # its message is the sling's JSON document, sent as it is
                 raise ToolError(str(err)) from None
+            except SluiceError as err:  # a message may quote what was asked for: shown escaped
+                raise ToolError(printable_text(str(err))) from None
             except OSError as err:  # a directory where a file belongs, no permission, a full disk
-                raise ToolError(os_error_text(err)) from None
+                raise ToolError(printable_text(os_error_text(err))) from None
             except Exception as err:  # a bug: the caller gets the reason, stderr no traceback (as the CLI)
                 if os.environ.get("SLUICE_DEBUG"):
                     raise
-                raise ToolError(internal_error_text(err)) from None
+                raise ToolError(clipped(internal_error_text(err), 1000)) from None
             # The very text `--json` prints: one JSON document, lists included.
             return to_json(result)
 
@@ -284,5 +313,88 @@ def build_server(town_arg: str | None = None):
     )
 
 
+#: The longest argument name an error repeats whole (every real one is far shorter).
+NAME_MOST = 64
+#: The argument a tool call's arguments are replaced by when they hold text no encoding can hold:
+#: its value is the refusal, which the arguments' own validation raises (:func:`_encodable`).
+REFUSED = "sluice-refused-arguments"
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """``value`` (JSON) with every lone surrogate replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(inner) for inner in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(key): _without_surrogates(inner) for key, inner in value.items()}
+    return value
+
+
+def readable_line(line: str) -> str:
+    """One JSON-RPC line from the client, made one the SDK can read.
+
+    JSON may spell a lone surrogate (``"\\ud800"``), which the SDK's parser
+    refuses: the message would be dropped and the client never answered.  A
+    tool call holding one gets, in place of its arguments, the refusal naming
+    the argument, so the SDK answers it as a tool error (``isError``) to its
+    id; anything else has its lone surrogates replaced by U+FFFD, so it is
+    answered as it would be otherwise (an unknown tool, a bad request).
+    """
+    if not may_hold_unencodable(line.encode("utf-8", "surrogatepass")):
+        return line
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line  # not JSON: the SDK says so
+    if unencodable(message) is None:
+        return line  # paired escapes only
+    if isinstance(message, dict) and message.get("method") == "tools/call" \
+            and isinstance(message.get("params"), dict):
+        problem = unencodable_problem(message["params"].get("arguments"))
+        if problem is not None:
+            message["params"]["arguments"] = {REFUSED: problem}
+    return json.dumps(_without_surrogates(message), ensure_ascii=False) + "\n"
+
+
+class _Readable:
+    """The server's stdin as the SDK reads it, every line through :func:`readable_line`."""
+
+    def __init__(self, stream: io.TextIOBase):
+        self.stream = stream
+
+    def readline(self, *args: Any) -> str:
+        line = self.stream.readline(*args)
+        return readable_line(line) if line else line
+
+    def __iter__(self):
+        return iter(self.readline, "")
+
+    def close(self) -> None:
+        self.stream.close()
+
+
 def serve(town_arg: str | None = None) -> None:
-    build_server(town_arg).run("stdio")
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(town_arg)
+    # The SDK's own stdin, claimed as it claims it: the server reads a private copy of fd 0 and fd 0
+    # itself reads the null device, so a child (a polecat) cannot take the client's messages.
+    try:
+        private = os.dup(0)
+    except OSError:  # no stdin at all: the SDK's own transport says what it makes of that
+        server.run("stdio")
+        return
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    stdin = io.TextIOWrapper(os.fdopen(private, "rb", closefd=False), encoding="utf-8", errors="replace")
+
+    async def run() -> None:
+        async with stdio_server(stdin=anyio.wrap_file(_Readable(stdin))) as (read_stream, write_stream):
+            lowlevel = server._lowlevel_server
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+    anyio.run(run)

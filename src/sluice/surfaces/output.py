@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sluice.core.text import clipped, printable_text, unencodable
 from sluice.core.text import printable as shown
-from sluice.core.text import printable_text
 
 
 class RawJSON(list):
@@ -521,13 +521,46 @@ def error_text(err: Exception) -> str:
     return printable_text(flag_words(str(err), getattr(err, "parameters", ())))
 
 
+#: The longest error message the command line prints whole: one that quotes a long input is cut.
+ERROR_MOST = 2_000
+
+
+def bounded(message: str, most: int = ERROR_MOST) -> str:
+    """``message`` (already printable) cut to ``most`` characters with its length said, so an error
+    quoting a long argument never repeats all of it."""
+    if len(message) <= most:
+        return message
+    return f"{message[:most]}… ({len(message):,} characters)"
+
+
 def failure_text(err: BaseException) -> str:
     """The line the command line ends with when ``err`` stops a command: a library error in its own
     words, the machine's refusal as ``path: reason``, anything else as the bug it is."""
     from sluice.errors import SluiceError, internal_error_text, os_error_text
 
     if isinstance(err, SluiceError):
-        return f"error: {error_text(err)}\n"
+        return f"error: {bounded(error_text(err))}\n"
     if isinstance(err, OSError):
-        return f"error: {printable_text(os_error_text(err))}\n"
-    return f"error: {printable_text(internal_error_text(err))}\n"
+        return f"error: {bounded(printable_text(os_error_text(err)))}\n"
+    return f"error: {bounded(printable_text(internal_error_text(err)))}\n"
+
+
+def unencodable_argument(args: list[str]) -> str | None:
+    """Why the command line ``args`` is refused when one of its arguments holds text no encoding can
+    hold (bytes that are not UTF-8 arrive as lone surrogates), naming that argument; else None.
+
+    The argument is named by its place, the option it follows and its text shown escaped and clipped.
+    """
+    for index, arg in enumerate(args):
+        if unencodable(arg) is None:
+            continue
+        option, eq, _value = arg.partition("=")
+        if arg.startswith("--") and eq and unencodable(option) is None:
+            where = f"the value of {option}"
+        elif index and args[index - 1].startswith("-") and unencodable(args[index - 1]) is None:
+            where = f"argument {index + 1} (after {args[index - 1]})"
+        else:
+            where = f"argument {index + 1}"
+        return (f"{where}, '{clipped(arg)}', holds text that cannot be encoded (bytes that are not UTF-8);"
+                " give it in UTF-8")
+    return None

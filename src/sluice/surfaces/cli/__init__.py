@@ -86,7 +86,9 @@ def _usage_error(err: typer.TyperException) -> None:
     if type(err).__name__ == "NoArgsIsHelpError":  # a group named without a command: its help is the answer
         sys.stderr.write(printable_text(err.format_message().rstrip("\n")) + "\n")
         sys.exit(2)
-    sys.stderr.write(f"error: {printable_text(err.format_message())}\n")
+    from sluice.surfaces.output import bounded
+
+    sys.stderr.write(f"error: {bounded(printable_text(err.format_message()))}\n")
     if ctx is not None:
         _try_help(ctx.command_path)
     sys.exit(getattr(err, "exit_code", 2))
@@ -117,8 +119,13 @@ def main() -> None:
     logger.propagate = False
 
     from sluice.errors import SluiceError
-    from sluice.surfaces.output import failure_text
+    from sluice.surfaces.output import failure_text, unencodable_argument
 
+    refused = unencodable_argument(sys.argv[1:])
+    if refused is not None:  # nothing could print, store or pass it on: refused before parsing
+        sys.stderr.write(f"error: {refused}\n")
+        _try_help(_command_path(sys.argv[1:]))
+        sys.exit(2)
     try:
         # Not standalone: typer's own usage errors reach us here instead of printing a boxed panel.
         code = command()(prog_name="sluice", standalone_mode=False)

@@ -16,6 +16,11 @@
   answered 403 before anything is read or changed.  A browser cannot send
   that header to another origin without a CORS preflight, which this server
   never grants, so a foreign page cannot drive the town.
+* Requests are bounded before routing: a request target over
+  :data:`TARGET_MOST` bytes is answered 414, a body over :data:`BODY_MOST`
+  bytes 413.  Text the API refuses (a lone surrogate such as JSON's
+  ``"\\ud800"``, or longer than its cap: :mod:`sluice.api`) is a 400, and no
+  error reply repeats more than a clipped, escaped piece of what was sent.
 * Every other method on a known path is refused with 405; the ``Host``
   header must name this server, whatever address it is bound to (DNS
   rebinding: see :func:`allowed_hosts`); responses carry a strict
@@ -43,7 +48,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sluice.core.text import printable
+from sluice.core.text import clipped, printable
 from sluice.errors import SluiceError, UnknownItem, UnknownPolecat, UsageError, internal_error_text
 from sluice.surfaces.watching import Sources
 from sluice.surfaces.web.feed import DEFAULT_MAX_STREAMS, Feed
@@ -62,7 +67,16 @@ HEADERS = ((b"content-security-policy", CSP.encode()), (b"x-content-type-options
 
 
 def _error(err: Exception, status: int = 400) -> JSONResponse:
-    return JSONResponse({"error": str(err)}, status_code=status)
+    # A message may quote what was asked for: shown escaped (nothing unencodable) and clipped.
+    return JSONResponse({"error": clipped(str(err), ERROR_MOST)}, status_code=status)
+
+
+#: The longest error message a reply carries; what an error quotes is clipped far shorter.
+ERROR_MOST = 2_000
+#: The longest request target (path and query, as sent) and request body the server reads: anything
+#: the API takes fits in far less (an id is at most 200 characters, a throttle's reason 1,000).
+TARGET_MOST = 8_192
+BODY_MOST = 64 * 1024
 
 
 #: Queue rows a snapshot carries to the page: its first ones, as ``top`` takes (the counts stay exact).
@@ -134,6 +148,8 @@ class Dashboard:
         try:
             lines = await asyncio.to_thread(lambda: list(deque(self.town.polecat_logs(ref), maxlen=LOG_TAIL)))
             return JSONResponse({"polecat": ref, "lines": lines})
+        except UsageError as err:
+            return _error(err)
         except SluiceError as err:
             return _error(err, 404)
 
@@ -182,7 +198,8 @@ class Dashboard:
         """``scheduler throttle``: ``{"until": "10m" or ISO, "rig": name or null}``; ``clear`` lifts it."""
         unknown = set(body) - {"until", "rig", "reason", "clear"}
         if unknown:
-            raise UsageError(f"unknown throttle field(s): {', '.join(sorted(unknown))} (use until, rig)")
+            named = clipped(", ".join(sorted(unknown)), 200)
+            raise UsageError(f"unknown throttle field(s): {named} (use until, rig, reason, clear)")
         for key in ("until", "rig", "reason"):
             if body.get(key) is not None and not isinstance(body[key], str):
                 raise UsageError(f"throttle {key} must be a string")
@@ -197,9 +214,18 @@ class Dashboard:
         return FileResponse(str(STATIC / name), media_type="text/html")
 
 
+class _TooLarge(Exception):
+    """A request body went past :data:`BODY_MOST` while it was read."""
+
+
 class _NoTracebacks:
     """Pure-ASGI middleware: the security headers on every response (streams included), and an
     exception nothing expected answered as a JSON 500 naming it, never a traceback.
+
+    It bounds each request before routing: a request target longer than
+    :data:`TARGET_MOST` is answered 414, a body longer than :data:`BODY_MOST`
+    413 (by its ``Content-Length``, or once that much of it was read); neither
+    reply repeats what was sent.
 
     Starlette's own error middleware answers a bare 500 and has the server
     print the traceback; a caller deserves the reason, and the terminal only
@@ -214,6 +240,7 @@ class _NoTracebacks:
             await self.app(scope, receive, send)
             return
         started = False
+        read = 0
 
         async def send_with_headers(message):
             nonlocal started
@@ -222,15 +249,44 @@ class _NoTracebacks:
                 message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
             await send(message)
 
+        async def bounded_receive():
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > BODY_MOST:
+                    raise _TooLarge
+            return message
+
+        path = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "surrogateescape")
+        target = len(path) + len(scope.get("query_string", b""))
+        if target > TARGET_MOST:
+            said = f"the request target is {target:,} bytes long; at most {TARGET_MOST:,} are read"
+            await JSONResponse({"error": said}, status_code=414)(scope, receive, send_with_headers)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > BODY_MOST:
+            await self._too_large(scope, receive, send_with_headers)
+            return
         try:
-            await self.app(scope, receive, send_with_headers)
+            await self.app(scope, bounded_receive, send_with_headers)
+        except _TooLarge:
+            if not started:
+                await self._too_large(scope, receive, send_with_headers)
         except Exception as err:
             if os.environ.get("SLUICE_DEBUG"):
                 raise
-            text = internal_error_text(err)
-            print(f"sluice web: {scope.get('path', '')}: {printable(text)}", file=sys.stderr, flush=True)
+            text = clipped(internal_error_text(err), ERROR_MOST)
+            path = clipped(scope.get("path", ""), 200)
+            print(f"sluice web: {path}: {printable(text)}", file=sys.stderr, flush=True)
             if not started:
                 await JSONResponse({"error": text}, status_code=500)(scope, receive, send_with_headers)
+
+    @staticmethod
+    async def _too_large(scope, receive, send):
+        said = f"the request body is longer than {BODY_MOST:,} bytes"
+        reply = JSONResponse({"error": said}, status_code=413, headers={"Connection": "close"})
+        await reply(scope, receive, send)
 
 
 def allowed_hosts(host: str, extra: tuple[str, ...] = (), machine: tuple[str, ...] = ()) -> list[str]:
