@@ -263,7 +263,7 @@ class Town:
         and convoys sling their open items.  ``force`` overrides the
         cross-rig and status guards (never a closed item).  An item already
         queued or running is reported under ``already``; per-item refusals
-        are in ``errors`` (``result.ok`` is False when nothing succeeded).
+        are in ``errors`` (``result.ok`` is False when any item was refused).
         With ``rig_last``, ``items`` is the command line's ``ITEM... [RIG]``:
         its last entry is the rig when it names one.
         """
@@ -520,7 +520,7 @@ PATH_MOST = 4_096  #: a path (PATH_MAX), a URL, a watched path or glob
 TITLE_MOST = 500  #: an item's title (beads allows 500)
 DESCRIPTION_MOST = 64 * 1024  #: an item's description, a sling's args, a config value
 TEXT_MOST = 4_096  #: any other text argument
-ENTRIES_MOST = 10_000  #: the entries of a list argument (items to sling, labels, deps)
+ENTRIES_MOST = 100_000  #: the entries of a list argument (items to sling, labels, deps)
 
 _MOST = {
     **dict.fromkeys(("name", "prefix", "rig", "item", "item_id", "items", "ref", "graph_id", "parent",
