@@ -170,7 +170,8 @@ def test_the_daemon_answers_sigterm_while_an_export_is_a_fifo(cli, hostile_dir, 
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=10)
         assert time.monotonic() - started < 5
-        assert "rig-unreadable" in log.read_text() or "held" in log.read_text()
+        assert daemon.returncode == 0
+        assert "held 1 (rig-unreadable: ga-1)" in log.read_text()
     finally:
         if daemon.poll() is None:
             daemon.kill()
@@ -231,3 +232,66 @@ def test_a_fifo_in_a_rigs_git_directory_makes_it_cold_not_stuck(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(repo)], capture_output=True, text=True, timeout=20)
     assert done.stdout.split() == ["False", "True"], done.stderr
     assert f"{head}: is a FIFO (named pipe), not a regular file" in done.stderr
+
+
+def test_a_command_rigs_snapshot_that_is_a_fifo_holds_the_rig(cli, rigs, capacity, tmp_path):
+    capacity(4, batch_size=4)
+    configure(cli.town, "executor.command", sleeper(0.1))
+    write_items(cli.town, "beta", [item("be-1")])
+    repo = make_repo(tmp_path / "repos" / "delta")
+    command = json.dumps([sys.executable, "-c", f"print({json.dumps(json.dumps(item('de-1')))})"])
+    cli.run("rig", "add", "delta", str(repo), "--prefix", "de", "--items-command", command)
+    cli.run("sling", "be-1", "beta")
+    cli.run("sling", "de-1", "delta")
+    snapshot = cli.town / ".sluice" / "runtime" / "sources" / "delta.jsonl"
+    make_hostile(snapshot, "fifo", tmp_path)  # the state says it ran just now: not due, read as it is
+    try:
+        report = json.loads(cli.run("scheduler", "run", "--json", timeout=20).stdout)
+        assert [row["item_id"] for row in report["launched"]] == ["be-1"]
+        [held] = report["held"]
+        assert held["item_id"] == "de-1" and held["reason"] == "rig-unreadable"
+        assert f"{snapshot}: {SAID['fifo']}" in held["detail"]
+    finally:
+        with contextlib.suppress(OSError):  # a reader still waiting on it (a failing run) gets its end
+            os.close(os.open(snapshot, os.O_WRONLY | os.O_NONBLOCK))
+
+
+STUCK_TICK = """
+import sqlite3, sys
+from pathlib import Path
+from sluice.store.files.town import Town
+from sluice.scheduler.unattended.daemon import Daemon
+
+town, database, started = sys.argv[1:]
+holder = sqlite3.connect(database, isolation_level=None)
+holder.execute("BEGIN EXCLUSIVE")
+waiter = sqlite3.connect(database, timeout=120, isolation_level=None)
+daemon = Daemon(Town(Path(town)), interval=60)
+
+def stuck():
+    open(started, "w").close()
+    waiter.execute("BEGIN EXCLUSIVE")  # SQLite's busy wait, in C: no Python signal handler runs there
+    return True
+
+daemon.tick = stuck
+sys.exit(daemon.run())
+"""
+
+
+def test_a_tick_stuck_where_no_handler_runs_still_ends_the_daemon(cli, tmp_path):
+    started = tmp_path / "started"
+    env = {**os.environ, "SLUICE_TOWN": str(cli.town)}
+    argv = [sys.executable, "-c", STUCK_TICK, str(cli.town), str(tmp_path / "busy.db"), str(started)]
+    daemon = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(started.exists, timeout=30)
+        time.sleep(0.2)  # into SQLite's wait
+        sent = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        _out, err = daemon.communicate(timeout=20)
+        assert time.monotonic() - sent < 5, err
+        assert daemon.returncode == 128 + signal.SIGTERM and "did not let go" in err, err
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()

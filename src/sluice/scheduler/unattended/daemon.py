@@ -158,12 +158,19 @@ def _runs(result: dict) -> str:
 
 
 def _held(result: dict) -> str:
-    """Held contexts, so a shrinking export shows on the tick line long before anything is closed."""
+    """Held contexts, so a shrinking export (or a rig that cannot be read) shows on the tick line
+    long before anything is closed: ``held 4 (missing-item: al-1, …; rig-unreadable: ga-1)``."""
     held = result.get("held") or []
     if not held:
         return ""
-    ids = ", ".join(printable(row.get("item_id")) for row in held[:5]) + (", …" if len(held) > 5 else "")
-    return f"; held {len(held)} (missing-item: {ids})"
+    by_reason: dict[str, list] = {}
+    for row in held:
+        by_reason.setdefault(str(row.get("reason") or "missing-item"), []).append(row.get("item_id"))
+    parts = []
+    for reason, ids in by_reason.items():
+        shown = ", ".join(printable(item_id) for item_id in ids[:5]) + (", …" if len(ids) > 5 else "")
+        parts.append(f"{printable(reason)}: {shown}")
+    return f"; held {len(held)} ({'; '.join(parts)})"
 
 
 def _reaping(result: dict, reaped: int) -> str:
@@ -458,6 +465,9 @@ class _Watcher:
 
     def _watch(self, read: int) -> None:
         daemon = self._daemon
+        # The signals go to the main thread (whose blocking calls they interrupt); this one learns of
+        # them from the bytes their C handler writes.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         try:
             while True:
                 got = os.read(read, 64)
