@@ -64,8 +64,14 @@ def size_text(size: int) -> str:
     return f"{size} bytes"
 
 
-def _refusal(path: Path | str, mode: int, size: int, limit: int) -> NotRegularFile | None:
-    """Why a file of this mode and size is not read (None: it may be), naming a link's target."""
+def _refusal(path: Path | str, mode: int, size: int, limit: int, os_words: bool) -> OSError | None:
+    """Why a file of this mode and size is not read (None: it may be), naming a link's target.
+
+    ``os_words``: a directory is what opening it would have said (``Is a directory``), as the
+    readers of items files have always said it.
+    """
+    if os_words and stat.S_ISDIR(mode):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     if stat.S_ISREG(mode):
         if size <= limit:
             return None
@@ -86,9 +92,10 @@ def _loop(path: Path | str, err: OSError) -> OSError:
     return err
 
 
-def check_regular(path: Path | str, limit: int | None = None) -> os.stat_result | None:
+def check_regular(path: Path | str, limit: int | None = None, os_words: bool = True) -> os.stat_result | None:
     """``path``'s stat when it is a regular file of at most ``limit`` bytes (default
-    :data:`MAX_SOURCE_BYTES`); None when there is none; else :class:`NotRegularFile` naming it.
+    :data:`MAX_SOURCE_BYTES`); None when there is none; else :class:`NotRegularFile` naming it
+    (a directory: ``IsADirectoryError``, unless not ``os_words``).
 
     Nothing is opened, so a FIFO or a device costs a ``stat``, never a wait.
     """
@@ -99,7 +106,7 @@ def check_regular(path: Path | str, limit: int | None = None) -> os.stat_result 
         return None
     except OSError as err:
         raise _loop(path, err) from None
-    refusal = _refusal(path, found.st_mode, found.st_size, limit)
+    refusal = _refusal(path, found.st_mode, found.st_size, limit, os_words)
     if refusal is not None:
         raise refusal
     return found
@@ -132,24 +139,43 @@ class _Bounded(io.RawIOBase):
         super().close()
 
 
-def open_source(path: Path | str, limit: int | None = None) -> io.BufferedReader:
-    """``path`` opened for reading when it is a regular file of at most ``limit`` bytes (default
-    :data:`MAX_SOURCE_BYTES`); else :class:`NotRegularFile` naming it (FileNotFoundError: none there).
+def _open_checked(path: Path | str, limit: int, os_words: bool) -> int:
+    """A descriptor of ``path`` open for reading, once it is known to be a regular file of at most
+    ``limit`` bytes; :class:`NotRegularFile` (or the OSError of the open) when it is not.
 
-    Opened without blocking (a FIFO would wait for a writer for ever) and checked on the open
-    descriptor, so a rename in between cannot slip another kind of file in; the reader raises
-    :class:`NotRegularFile` when the file grows past the limit while it is read.
+    Looked at before it is opened (opening a device can do things: rewind a tape, arm a
+    watchdog), opened without blocking (a FIFO put there in between would otherwise wait for a
+    writer for ever) and looked at again on the open descriptor, so no rename in between slips
+    another kind of file in.
     """
-    limit = MAX_SOURCE_BYTES if limit is None else limit
+    if check_regular(path, limit, os_words) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
         raise _loop(path, err) from None
     try:
         found = os.fstat(fd)
-        refusal = _refusal(path, found.st_mode, found.st_size, limit)
+        refusal = _refusal(path, found.st_mode, found.st_size, limit, os_words)
         if refusal is not None:
             raise refusal
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_source(path: Path | str, limit: int | None = None) -> io.BufferedReader:
+    """``path`` opened for reading when it is a regular file of at most ``limit`` bytes (default
+    :data:`MAX_SOURCE_BYTES`); else :class:`NotRegularFile` naming it (FileNotFoundError: none there).
+
+    A FIFO, a device or a socket is named, never opened or waited on
+    (:func:`_open_checked`); the reader raises :class:`NotRegularFile` when the
+    file grows past the limit while it is read.
+    """
+    limit = MAX_SOURCE_BYTES if limit is None else limit
+    fd = _open_checked(path, limit, os_words=True)
+    try:
         return io.BufferedReader(_Bounded(fd, path, limit), 1 << 16)
     except BaseException:
         os.close(fd)
@@ -161,11 +187,22 @@ def read_regular(path: Path | str, limit: int | None = None) -> bytes:
     (default :data:`MAX_EDITED_BYTES`); else :class:`NotRegularFile` (see :func:`open_source`).
 
     A FIFO would block a plain read forever and ``/dev/zero`` would fill the
-    memory, so the file is opened without blocking and its kind checked on
-    the open descriptor (no race with a rename) before anything is read.
+    memory, so the file's kind is checked before it is opened and again on the
+    open descriptor, and no more than ``limit`` bytes are ever read.
     """
-    with open_source(path, MAX_EDITED_BYTES if limit is None else limit) as fh:
-        return fh.read()
+    limit = MAX_EDITED_BYTES if limit is None else limit
+    fd = _open_checked(path, limit, os_words=False)
+    try:
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(1 << 20, left))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:
+        raise NotRegularFile(errno.EFBIG, f"grew past {size_text(limit)} while it was read,"
+                             " more than sluice reads of it", str(path))
+    return b"".join(chunks)
 
 
 def read_edited(path: Path, kind: str) -> bytes | None:
