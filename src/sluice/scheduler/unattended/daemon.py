@@ -461,13 +461,17 @@ class _Watcher:
             os.close(write)
             return
         self._write = write
-        threading.Thread(target=self._watch, args=(read,), name="sluice-daemon-stop", daemon=True).start()
+        # Started with the two signals blocked, which it keeps: they go to the main thread (whose
+        # blocking calls they interrupt); this one learns of them from the bytes their C handler writes.
+        stopping = {signal.SIGTERM, signal.SIGINT}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+        try:
+            threading.Thread(target=self._watch, args=(read,), name="sluice-daemon-stop", daemon=True).start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _watch(self, read: int) -> None:
         daemon = self._daemon
-        # The signals go to the main thread (whose blocking calls they interrupt); this one learns of
-        # them from the bytes their C handler writes.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         try:
             while True:
                 got = os.read(read, 64)
