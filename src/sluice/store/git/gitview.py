@@ -40,22 +40,28 @@ def _small_text(path: Path) -> str:
     return fsutil.read_regular(path, fsutil.MAX_SMALL_BYTES).decode("utf-8").strip()
 
 
-#: The files of a git directory that opening a repository reads, checked first (a FIFO there
-#: would block pygit2 for ever, where no signal reaches it).
-_OPENED = ("HEAD", "config", "commondir", "packed-refs")
+#: The files of a git directory that opening a repository (or a worktree) reads, checked first:
+#: a FIFO there would block pygit2 for ever, where no signal reaches it.
+_OPENED = ("HEAD", "config", "commondir", "packed-refs", "gitdir")
 
 
-def _check_git_files(path: Path) -> None:
-    """NotARepository naming the first of :data:`_OPENED` that is there and not a regular file."""
-    dot_git = path / ".git"
-    for git_dir in (dot_git, path) if dot_git.is_dir() else (path,):
-        for name in _OPENED:
-            try:
-                fsutil.check_regular(git_dir / name, fsutil.MAX_SOURCE_BYTES)
-            except fsutil.NotRegularFile as err:
-                raise NotARepository(f"{err}; git cannot read it") from None
-            except OSError:
-                continue  # pygit2 says what is wrong
+def _check_git_files(git_dir: Path) -> None:
+    """NotARepository naming the first of :data:`_OPENED` in ``git_dir`` that is there and is not a
+    regular file (anything else wrong with them pygit2 says)."""
+    for name in _OPENED:
+        try:
+            fsutil.check_regular(git_dir / name, fsutil.MAX_SOURCE_BYTES)
+        except fsutil.NotRegularFile as err:
+            raise NotARepository(f"{err}; git cannot read it") from None
+        except OSError:
+            continue
+
+
+def _git_dir_of(path: Path) -> Path | None:
+    """The git directory of a plain work tree or a bare repository; None for any other layout."""
+    if (path / ".git").is_dir():
+        return path / ".git"
+    return path if (path / "objects").is_dir() else None
 
 
 def open_repo(path: Path):
@@ -64,7 +70,9 @@ def open_repo(path: Path):
     path = Path(path)
     if not path.exists():
         raise NotARepository(f"{path}: no such directory")
-    _check_git_files(path)
+    git_dir = _git_dir_of(path)
+    if git_dir is not None:
+        _check_git_files(git_dir)
     try:
         repo = pygit2.Repository(str(path))
     except (pygit2.GitError, KeyError, ValueError) as err:
@@ -112,6 +120,7 @@ def linked_worktrees(path: Path) -> list[Worktree]:
     out = []
     for name in names:
         try:
+            _check_git_files(Path(repo.path) / "worktrees" / name)  # libgit2 reads them next
             wt = repo.lookup_worktree(name)
             if wt.is_prunable or not Path(wt.path).exists():
                 continue
