@@ -33,7 +33,7 @@ SAID = {
 }
 
 
-def make_hostile(path: Path, kind: str, tmp_path: Path) -> object:
+def make_hostile(path: Path, kind: str) -> socket.socket | None:
     """Put a ``kind`` where ``path`` was; what must stay open for it to last (a bound socket)."""
     path.unlink()
     if kind == "fifo":
@@ -44,8 +44,7 @@ def make_hostile(path: Path, kind: str, tmp_path: Path) -> object:
         path.symlink_to(path.name + ".other")
         path.with_name(path.name + ".other").symlink_to(path.name)
     elif kind == "socket":
-        # AF_UNIX paths are short: bind in a short directory and link the export to it? No: a socket
-        # must be the file itself, so bind it at the export's own (short enough) path.
+        # bound at the path itself, which must be short (an AF_UNIX path fits in 108 bytes)
         held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         held.bind(str(path))
         return held
@@ -87,9 +86,9 @@ def assert_held(report: dict, item_id: str, path: Path, said: str) -> None:
 
 
 @pytest.mark.parametrize("kind", list(SAID))
-def test_a_hostile_export_holds_its_rig_and_every_read_answers(cli, hostile_dir, tmp_path, kind):
+def test_a_hostile_export_holds_its_rig_and_every_read_answers(cli, hostile_dir, kind):
     export = hostile_dir
-    keep = make_hostile(export, kind, tmp_path)
+    keep = make_hostile(export, kind)
     try:
         report = json.loads(cli.run("scheduler", "run", "--json", timeout=20).stdout)
         assert_held(report, "ga-1", export, SAID[kind])
@@ -109,11 +108,11 @@ def test_a_hostile_export_holds_its_rig_and_every_read_answers(cli, hostile_dir,
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "loop"])
-def test_a_hostile_own_store_holds_its_rig(cli, hostile_dir, tmp_path, kind):
+def test_a_hostile_own_store_holds_its_rig(cli, hostile_dir, kind):
     store = issues_path(cli.town, "alpha")
     write_items(cli.town, "alpha", [item("al-1")])
     cli.run("sling", "al-1", "alpha")
-    make_hostile(store, kind, tmp_path)
+    make_hostile(store, kind)
     report = json.loads(cli.run("scheduler", "run", "--json", timeout=20).stdout)
     assert sorted(row["item_id"] for row in report["launched"]) == ["be-1", "ga-1"]
     held = {row["item_id"]: row for row in report["held"]}
@@ -161,8 +160,8 @@ def test_an_items_command_printing_without_end_is_cut_off(cli, tmp_path, monkeyp
     assert time.monotonic() - started < 20  # cut off at the limit, not at the command's timeout (30 s)
 
 
-def test_the_daemon_answers_sigterm_while_an_export_is_a_fifo(cli, hostile_dir, tmp_path):
-    make_hostile(hostile_dir, "fifo", tmp_path)
+def test_the_daemon_answers_sigterm_while_an_export_is_a_fifo(cli, hostile_dir):
+    make_hostile(hostile_dir, "fifo")
     env = {**os.environ, "SLUICE_TOWN": str(cli.town)}
     daemon = subprocess.Popen([sys.executable, "-m", "sluice", "daemon", "--interval", "0.2"], cwd=cli.town,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -171,9 +170,9 @@ def test_the_daemon_answers_sigterm_while_an_export_is_a_fifo(cli, hostile_dir, 
         wait_for(lambda: log.exists() and "tick 2:" in log.read_text(), timeout=30)
         started = time.monotonic()
         daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=10)
-        assert time.monotonic() - started < 5
-        assert daemon.returncode == 0
+        _out, err = daemon.communicate(timeout=10)
+        assert time.monotonic() - started < 5, err
+        assert daemon.returncode == 0 and "daemon stopped" in err
         assert "held 1 (rig-unreadable: ga-1)" in log.read_text()
     finally:
         if daemon.poll() is None:
@@ -220,7 +219,7 @@ def test_rig_add_names_an_export_that_is_not_a_regular_file(cli, tmp_path, kind)
     repo = make_repo(tmp_path / "repos" / "delta")
     export = tmp_path / "export.jsonl"
     export.write_text(json.dumps(item("de-1")) + "\n")
-    make_hostile(export, kind, tmp_path)
+    make_hostile(export, kind)
     done = cli.run("rig", "add", "delta", str(repo), "--items", str(export), check=False, timeout=20)
     assert done.returncode != 0 and str(export) in done.stderr and SAID[kind] in done.stderr, done.stderr
 
