@@ -28,8 +28,13 @@
 * One line per tick goes to ``runtime/daemon.log`` and stderr; a heartbeat
   (the town database's ``heartbeat`` row, :mod:`sluice.store.database.state`) holds
   pid, started_at, interval, ticks, last_tick_at, last_result.
-* SIGTERM / SIGINT stop the daemon cleanly: a tick in progress finishes, no
-  new one starts.
+* SIGTERM / SIGINT stop the daemon within a second, whatever it is doing: a
+  tick in progress is cut short where it stands (its cycle child killed, as
+  a timed-out one is; everything a tick writes is crash-safe), the heartbeat
+  says ``stopped_at`` and the log ``daemon stopped``, and no new tick starts.
+  Should the tick be stuck where Python cannot interrupt it (inside a C
+  library), a watcher thread, woken by the signal itself, kills the cycle's
+  process group and ends the process after :data:`STOP_GRACE` seconds.
 """
 
 from __future__ import annotations
@@ -72,20 +77,46 @@ DEFAULT_INTERVAL = DAEMON_INTERVAL
 DEFAULT_TIMEOUT = 300.0
 #: Seconds a kept forecast stands at ticks that launch nothing and see no run end.
 FORECAST_EVERY = 300.0
+#: Seconds after SIGTERM / SIGINT within which the tick must have let go, else the process is ended.
+STOP_GRACE = 0.8
+#: Seconds more for the last heartbeat and log line once it has let go.
+FINISH_GRACE = 5.0
+
+
+class Stopped(BaseException):
+    """Raised by the signal handler into a tick in progress: the daemon is asked to stop now.
+
+    A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` on the way takes it
+    for a failure of the tick and goes on.
+    """
 
 
 def log_path(town: Town):
     return town.runtime / "daemon.log"
 
 
-def run_cycle_subprocess(town: Town, timeout: float) -> dict:
-    """One dispatch cycle in a child process; its JSON report, or ``{"error": …}``."""
+def run_cycle_subprocess(town: Town, timeout: float,
+                         started: Callable[[subprocess.Popen | None], None] | None = None) -> dict:
+    """One dispatch cycle in a child process; its JSON report, or ``{"error": …}``.
+
+    ``started`` is told of the child when it starts and again (None) when it is gone.
+    """
     env = {**os.environ, "SLUICE_DAEMON": "1", "SLUICE_TOWN": str(town.root)}
     process = subprocess.Popen(
         [sys.executable, "-m", "sluice.scheduler.unattended.tick", str(town.root)],
         cwd=town.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )
+    if started is not None:
+        started(process)
+    try:
+        return _cycle_report(process, timeout)
+    finally:
+        if started is not None:
+            started(None)
+
+
+def _cycle_report(process: subprocess.Popen, timeout: float) -> dict:
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:  # killed: safe at any point, launches are crash-safe
@@ -127,12 +158,19 @@ def _runs(result: dict) -> str:
 
 
 def _held(result: dict) -> str:
-    """Held contexts, so a shrinking export shows on the tick line long before anything is closed."""
+    """Held contexts, so a shrinking export (or a rig that cannot be read) shows on the tick line
+    long before anything is closed: ``held 4 (missing-item: al-1, …; rig-unreadable: ga-1)``."""
     held = result.get("held") or []
     if not held:
         return ""
-    ids = ", ".join(printable(row.get("item_id")) for row in held[:5]) + (", …" if len(held) > 5 else "")
-    return f"; held {len(held)} (missing-item: {ids})"
+    by_reason: dict[str, list] = {}
+    for row in held:
+        by_reason.setdefault(str(row.get("reason") or "missing-item"), []).append(row.get("item_id"))
+    parts = []
+    for reason, ids in by_reason.items():
+        shown = ", ".join(printable(item_id) for item_id in ids[:5]) + (", …" if len(ids) > 5 else "")
+        parts.append(f"{printable(reason)}: {shown}")
+    return f"; held {len(held)} ({'; '.join(parts)})"
 
 
 def _reaping(result: dict, reaped: int) -> str:
@@ -154,6 +192,10 @@ class Daemon:
         self.timeout = timeout
         self.echo = echo or (lambda line: sys.stderr.write(line + "\n"))
         self.stop_requested = threading.Event()
+        self._interruptible = False  # a tick run by run(): the signal handler may cut it short
+        self._cycle_process: subprocess.Popen | None = None  # the cycle child running now, if any
+        self._let_go = threading.Event()  # after a stop signal: the tick has been left
+        self._finished = threading.Event()  # run() is done
         self.started_at = iso()
         self.ticks = 0
         self.last_result: dict | None = None
@@ -305,7 +347,7 @@ class Daemon:
 
     def _cycle(self) -> dict:
         if self.executor is None:
-            return run_cycle_subprocess(self.town, self.timeout)
+            return run_cycle_subprocess(self.town, self.timeout, started=self._cycle_started)
         try:  # an executor object lives in this process: so must the cycle (no timeout can apply)
             return run_cycle(self.town, executor=self.executor, daemon=True).to_json()
         except SluiceError as err:
@@ -322,6 +364,9 @@ class Daemon:
             self._log(f"stopped polecat {polecat.id} ({polecat.item_id}): over scheduler.polecat_timeout")
         return stopped
 
+    def _cycle_started(self, process: subprocess.Popen | None) -> None:
+        self._cycle_process = process
+
     def run(self, once: bool = False) -> int:
         lock = fsutil.file_lock(self.town.lock_path("daemon"), timeout=0)
         try:
@@ -334,27 +379,121 @@ class Daemon:
             who = f" (pid {other})" if other else ""
             raise InvalidOperation(f"a sluice daemon is already running for this town{who}") from None
         previous = {}
+        watcher = None
         try:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, self._on_signal)
+            watcher = _Watcher(self)
             self._beat()
             self._log(f"daemon started (pid {os.getpid()}, interval {self.interval:g}s)")
-            ok = True
+            ok, cut = True, False
             while not self.stop_requested.is_set():
-                ok = self.tick()
+                try:
+                    ok = self._interrupted_tick()
+                except Stopped:
+                    cut = True
+                    break
                 if once:
                     break
                 self.stop_requested.wait(self.interval)
+            self._let_go.set()
             self._beat(stopped_at=iso())
-            self._log("daemon stopped" if not once else "daemon finished one tick")
-            return 0 if ok or not once else 1
+            if once and not cut:
+                self._log("daemon finished one tick")
+            else:
+                self._log(f"daemon stopped (tick {self.ticks} cut short)" if cut else "daemon stopped")
+            return 0 if ok or not once or cut else 1
         finally:
+            self._let_go.set()
+            self._finished.set()
+            if watcher is not None:
+                watcher.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             lock.release()
 
+    def _interrupted_tick(self) -> bool:
+        """:meth:`tick`, which a stop signal cuts short (:class:`Stopped`) wherever it stands."""
+        self._interruptible = True
+        try:
+            if self.stop_requested.is_set():  # signalled between the loop's check and here
+                raise Stopped
+            return self.tick()
+        finally:
+            self._interruptible = False
+
     def _on_signal(self, signum, _frame) -> None:
         self.stop_requested.set()
+        if self._interruptible:
+            self._interruptible = False  # once: the unwinding itself is not interrupted again
+            raise Stopped
+
+    def _force_stop(self, signum: int) -> None:
+        """The watcher's last resort: the tick did not let go within :data:`STOP_GRACE`."""
+        process = self._cycle_process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            self.echo(f"{iso()} daemon stopped (tick {self.ticks} did not let go within {STOP_GRACE:g}s"
+                      f" of signal {signum}; process ended)")
+        os._exit(128 + signum)
+
+
+class _Watcher:
+    """A thread woken by SIGTERM / SIGINT themselves (``signal.set_wakeup_fd``), so that a main
+    thread stuck where no Python signal handler runs still stops within :data:`STOP_GRACE`.
+
+    Only in the main thread (the only one that can take signals); elsewhere it does nothing.
+    """
+
+    def __init__(self, daemon: Daemon):
+        self._daemon = daemon
+        self._write = self._previous = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        try:
+            self._previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            os.close(read)
+            os.close(write)
+            return
+        self._write = write
+        # Started with the two signals blocked, which it keeps: they go to the main thread (whose
+        # blocking calls they interrupt); this one learns of them from the bytes their C handler writes.
+        stopping = {signal.SIGTERM, signal.SIGINT}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+        try:
+            threading.Thread(target=self._watch, args=(read,), name="sluice-daemon-stop", daemon=True).start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    def _watch(self, read: int) -> None:
+        daemon = self._daemon
+        try:
+            while True:
+                got = os.read(read, 64)
+                if not got:
+                    return  # closed: the daemon has finished
+                asked = [n for n in got if n in (signal.SIGTERM, signal.SIGINT)]
+                if asked:
+                    break
+            if daemon._let_go.wait(STOP_GRACE) and daemon._finished.wait(FINISH_GRACE):
+                return
+            if not daemon._finished.is_set():
+                daemon._force_stop(asked[0])
+        finally:
+            os.close(read)
+
+    def close(self) -> None:
+        if self._write is None:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(self._previous if self._previous is not None else -1)
+        os.close(self._write)
+        self._write = None
 
 
 def run_daemon(town: Town, interval: float = DEFAULT_INTERVAL, once: bool = False,

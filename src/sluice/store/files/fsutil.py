@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import stat
@@ -32,35 +33,176 @@ def storage_error(path: Path, err: OSError, doing: str = "write", after: str = "
     return StorageError(path, f"cannot {doing} it: {reason}{after}", err.errno)
 
 
+#: The most bytes sluice reads of an item source (a beads export, a command's output or its snapshot,
+#: a rig's own store): 1 GiB, ten times the largest export seen.  A larger file, or one that grows
+#: past it while it is read (``/dev/zero``, a writer that never stops), is named, never read on.
+MAX_SOURCE_BYTES = 1 << 30
+#: The most bytes read of a file people edit (the town's config, the policy, the town registry).
+MAX_EDITED_BYTES = 64 << 20
+#: The most bytes read of a small file that points somewhere (git's ``HEAD``, ``commondir``, a
+#: worktree's ``gitdir``) or of a source's state.
+MAX_SMALL_BYTES = 1 << 20
+
+
 class NotRegularFile(OSError):
-    """A path that should be a file and is a FIFO, a device, a socket or a directory."""
+    """A path that should be a file and is a FIFO, a device, a socket, a directory, a symbolic link
+    loop, or a file too large to read; ``str()`` names the path and what is wrong with it."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}" if self.filename else str(self.strerror)
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of ``path`` when it is a regular file (or a link to one); else :class:`NotRegularFile`.
+def size_text(size: int) -> str:
+    """``1 GiB``, ``64 KiB`` or ``100 bytes``: a limit as a person reads it."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
+
+
+def _refusal(path: Path | str, mode: int, size: int, limit: int, os_words: bool) -> OSError | None:
+    """Why a file of this mode and size is not read (None: it may be), naming a link's target.
+
+    ``os_words``: a directory is what opening it would have said (``Is a directory``), as the
+    readers of items files have always said it.
+    """
+    if os_words and stat.S_ISDIR(mode):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if stat.S_ISREG(mode):
+        if size <= limit:
+            return None
+        text = f"is larger than {size_text(limit)} ({size} bytes), more than sluice reads of it"
+        return NotRegularFile(errno.EFBIG, text, str(path))
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    with contextlib.suppress(OSError):
+        if os.path.islink(path):
+            kind += f" (a symbolic link to {os.readlink(path)})"
+    return NotRegularFile(errno.EINVAL, f"is {kind}, not a regular file", str(path))
+
+
+def _loop(path: Path | str, err: OSError) -> OSError:
+    """A symbolic link loop as a :class:`NotRegularFile` naming it; any other refusal as it is."""
+    if err.errno == errno.ELOOP:
+        return NotRegularFile(errno.ELOOP, "is a symbolic link loop (or a chain of links too long"
+                              " to follow)", str(path))
+    return err
+
+
+def check_regular(path: Path | str, limit: int | None = None, os_words: bool = True) -> os.stat_result | None:
+    """``path``'s stat when it is a regular file of at most ``limit`` bytes (default
+    :data:`MAX_SOURCE_BYTES`); None when there is none; else :class:`NotRegularFile` naming it
+    (a directory: ``IsADirectoryError``, unless not ``os_words``).
+
+    Nothing is opened, so a FIFO or a device costs a ``stat``, never a wait.
+    """
+    limit = MAX_SOURCE_BYTES if limit is None else limit
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise _loop(path, err) from None
+    refusal = _refusal(path, found.st_mode, found.st_size, limit, os_words)
+    if refusal is not None:
+        raise refusal
+    return found
+
+
+class _Bounded(io.RawIOBase):
+    """A file read through an open descriptor that refuses to give more than ``limit`` bytes."""
+
+    def __init__(self, fd: int, path: Path | str, limit: int):
+        self._file = io.FileIO(fd, "rb", closefd=True)
+        self._path, self._limit, self._left = str(path), limit, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def readinto(self, buffer) -> int | None:
+        got = self._file.readinto(buffer)
+        if got:
+            self._left -= got
+            if self._left < 0:
+                raise NotRegularFile(errno.EFBIG, f"grew past {size_text(self._limit)} while it was read,"
+                                     " more than sluice reads of it", self._path)
+        return got
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def _open_checked(path: Path | str, limit: int, os_words: bool) -> int:
+    """A descriptor of ``path`` open for reading, once it is known to be a regular file of at most
+    ``limit`` bytes; :class:`NotRegularFile` (or the OSError of the open) when it is not.
+
+    Looked at before it is opened (opening a device can do things: rewind a tape, arm a
+    watchdog), opened without blocking (a FIFO put there in between would otherwise wait for a
+    writer for ever) and looked at again on the open descriptor, so no rename in between slips
+    another kind of file in.
+    """
+    if check_regular(path, limit, os_words) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise _loop(path, err) from None
+    try:
+        found = os.fstat(fd)
+        refusal = _refusal(path, found.st_mode, found.st_size, limit, os_words)
+        if refusal is not None:
+            raise refusal
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_source(path: Path | str, limit: int | None = None) -> io.BufferedReader:
+    """``path`` opened for reading when it is a regular file of at most ``limit`` bytes (default
+    :data:`MAX_SOURCE_BYTES`); else :class:`NotRegularFile` naming it (FileNotFoundError: none there).
+
+    A FIFO, a device or a socket is named, never opened or waited on
+    (:func:`_open_checked`); the reader raises :class:`NotRegularFile` when the
+    file grows past the limit while it is read.
+    """
+    limit = MAX_SOURCE_BYTES if limit is None else limit
+    fd = _open_checked(path, limit, os_words=True)
+    try:
+        return io.BufferedReader(_Bounded(fd, path, limit), 1 << 16)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path | str, limit: int | None = None) -> bytes:
+    """The bytes of ``path`` when it is a regular file (or a link to one) of at most ``limit`` bytes
+    (default :data:`MAX_EDITED_BYTES`); else :class:`NotRegularFile` (see :func:`open_source`).
 
     A FIFO would block a plain read forever and ``/dev/zero`` would fill the
-    memory, so the file is opened without blocking and its kind checked on
-    the open descriptor (no race with a rename) before anything is read.
+    memory, so the file's kind is checked before it is opened and again on the
+    open descriptor, and no more than ``limit`` bytes are ever read.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    limit = MAX_EDITED_BYTES if limit is None else limit
+    fd = _open_checked(path, limit, os_words=False)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            if os.path.islink(path):
-                kind += f" (a symbolic link to {os.readlink(path)})"
-            raise NotRegularFile(errno.EINVAL, f"is {kind}, not a regular file", str(path))
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(1 << 20, left))):
             chunks.append(chunk)
-        return b"".join(chunks)
+            left -= len(chunk)
     finally:
         os.close(fd)
+    if left <= 0:
+        raise NotRegularFile(errno.EFBIG, f"grew past {size_text(limit)} while it was read,"
+                             " more than sluice reads of it", str(path))
+    return b"".join(chunks)
 
 
 def read_edited(path: Path, kind: str) -> bytes | None:
@@ -137,15 +279,20 @@ def write_cache(path: Path, data: bytes) -> None:
 def file_signature(path: Path) -> str | None:
     """A file's inode, size and modification time as one text; None when it does not exist.
 
+    A path that cannot even be looked at (a symbolic link loop) has a text of
+    its own, never an error: whoever reads the file says what is wrong with it.
+
     What a copy derived from a file is keyed by (an items file's index, a
     repository's warmth, a live view): a rewrite by rename changes the inode,
     an append the size, an edit in place the time.
     """
     try:
-        stat = os.stat(path)
+        found = os.stat(path)
     except FileNotFoundError:
         return None
-    return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}"
+    except OSError as err:  # a symbolic link loop, a path through a file: a text no file has
+        return f"unreadable:{err.errno}"
+    return f"{found.st_ino}:{found.st_size}:{found.st_mtime_ns}"
 
 
 def atomic_write_json(path: Path, obj: Any, mode: int = 0o644) -> None:

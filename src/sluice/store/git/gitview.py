@@ -14,6 +14,7 @@ from sluice.core.digest import sha256
 from sluice.core.recordclass import frozen
 from sluice.errors import NotARepository
 from sluice.logs import log
+from sluice.store.files import fsutil
 from sluice.store.files.fsutil import file_signature
 
 
@@ -30,12 +31,48 @@ def _pygit2():
     return pygit2
 
 
+def _small_text(path: Path) -> str:
+    """A pointer file of git's (``HEAD``, ``commondir``, a worktree's ``gitdir``), stripped.
+
+    Read bounded and never waited on: a FIFO or a link to a device there is an OSError, as a
+    missing file is.
+    """
+    return fsutil.read_regular(path, fsutil.MAX_SMALL_BYTES).decode("utf-8").strip()
+
+
+#: The files of a git directory that opening a repository (or a worktree) reads, checked first:
+#: a FIFO there would block pygit2 for ever, where no signal reaches it.
+_OPENED = ("HEAD", "config", "commondir", "packed-refs", "gitdir")
+
+
+def _check_git_files(git_dir: Path) -> None:
+    """NotARepository naming the first of :data:`_OPENED` in ``git_dir`` that is there and is not a
+    regular file (anything else wrong with them pygit2 says)."""
+    for name in _OPENED:
+        try:
+            fsutil.check_regular(git_dir / name, fsutil.MAX_SOURCE_BYTES)
+        except fsutil.NotRegularFile as err:
+            raise NotARepository(f"{err}; git cannot read it") from None
+        except OSError:
+            continue
+
+
+def _git_dir_of(path: Path) -> Path | None:
+    """The git directory of a plain work tree or a bare repository; None for any other layout."""
+    if (path / ".git").is_dir():
+        return path / ".git"
+    return path if (path / "objects").is_dir() else None
+
+
 def open_repo(path: Path):
     """The repository at ``path`` (a work tree or a bare repo), or NotARepository."""
     pygit2 = _pygit2()
     path = Path(path)
     if not path.exists():
         raise NotARepository(f"{path}: no such directory")
+    git_dir = _git_dir_of(path)
+    if git_dir is not None:
+        _check_git_files(git_dir)
     try:
         repo = pygit2.Repository(str(path))
     except (pygit2.GitError, KeyError, ValueError) as err:
@@ -56,7 +93,7 @@ def common_dir(path: Path) -> Path:
     """
     git_dir = Path(open_repo(path).path)
     try:
-        pointer = (git_dir / "commondir").read_text(encoding="utf-8").strip()
+        pointer = _small_text(git_dir / "commondir")
     except (OSError, UnicodeDecodeError):
         pointer = ""
     return (git_dir / pointer).resolve() if pointer else git_dir.resolve()
@@ -83,6 +120,7 @@ def linked_worktrees(path: Path) -> list[Worktree]:
     out = []
     for name in names:
         try:
+            _check_git_files(Path(repo.path) / "worktrees" / name)  # libgit2 reads them next
             wt = repo.lookup_worktree(name)
             if wt.is_prunable or not Path(wt.path).exists():
                 continue
@@ -153,7 +191,7 @@ def warmth_stamp(path: Path) -> str | None:
         return None
     parts = [str(git_dir.resolve()), _stat(git_dir / "HEAD"), _stat(git_dir / "packed-refs")]
     try:
-        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+        head = _small_text(git_dir / "HEAD")
     except (OSError, UnicodeDecodeError):
         head = ""
     if head.startswith("ref: "):
@@ -167,7 +205,7 @@ def warmth_stamp(path: Path) -> str | None:
     for name in names:
         pointer = admin / name / "gitdir"
         try:
-            work_tree = Path(pointer.read_text(encoding="utf-8").strip()).parent
+            work_tree = Path(_small_text(pointer)).parent
         except (OSError, UnicodeDecodeError, ValueError):
             work_tree = None
         alive = work_tree is not None and work_tree.exists()

@@ -50,6 +50,7 @@ from sluice.core.items import effective_tokens, labels_of, minutes_of, normalise
 from sluice.core.readiness import Node
 from sluice.errors import StorageError, StoreCorrupt
 from sluice.logs import log
+from sluice.store.files import fsutil
 from sluice.store.files.fsutil import file_signature
 
 SCHEMA_VERSION = "17"  # raised whenever a rebuild would store, or refuse, something different
@@ -129,6 +130,8 @@ _SQL_INT_MAX = 2**63 - 1
 
 
 def signature(path: Path) -> str:
+    """What the index of ``path`` is keyed by; a text, never an error, even for a path that cannot
+    be looked at (the open that reads it names what is wrong)."""
     return file_signature(path) or "missing"
 
 
@@ -176,6 +179,9 @@ class DurableIndex:
     def conn(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
+        # A FIFO, a device, a link loop or a file past the size limit is named now (a NotRegularFile,
+        # an OSError naming the source): never waited on, never read, whatever index there is.
+        fsutil.check_regular(self.source)
         want = signature(self.source)
         conn = self._open_existing(want)
         if conn is None and self._patched(want):
@@ -250,7 +256,8 @@ class DurableIndex:
         if not self.db_path.exists():
             return False
         try:
-            data = self.source.read_bytes()
+            # bounded, never waited on: a FIFO or a device is an OSError here, as a missing file is
+            data = fsutil.read_regular(self.source, fsutil.MAX_SOURCE_BYTES)
         except OSError:
             return False
         if data and not data.endswith(b"\n"):

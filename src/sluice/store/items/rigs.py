@@ -87,9 +87,16 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
         elif parts := beads_repo.store_parts(repo):
             raise InvalidOperation(beads_repo.refusal(name, repo, parts))
     if items is not None:
-        items = Path(items).expanduser().resolve()
-        if not items.is_file():
-            raise MissingFile(f"items {items}: no such file", parameters=("items",))
+        given = Path(items).expanduser()
+        try:  # a FIFO, a device or a link loop is named, never waited on or read
+            found = fsutil.check_regular(given)
+        except fsutil.NotRegularFile as err:
+            raise MissingFile(f"items {err}", parameters=("items",)) from None
+        except OSError:
+            found = None
+        if found is None:
+            raise MissingFile(f"items {given.absolute()}: no such file", parameters=("items",))
+        items = given.resolve()
         for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
             pass
     return register_rig(town, name, repo, prefix or name, items, remote=remote)

@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sluice.core.items import normalise
-from sluice.errors import ConfigError, InvalidOperation, ReadOnlyStore, StoreCorrupt, UnknownItem
+from sluice.errors import (
+    ConfigError,
+    InvalidOperation,
+    ReadOnlyStore,
+    SluiceError,
+    StoreCorrupt,
+    UnknownItem,
+    os_error_text,
+)
 from sluice.logs import log
 from sluice.store.files import fsutil
 from sluice.store.files.jsonlog import TornLine, parse_line
@@ -35,11 +43,15 @@ def read_jsonl(path: Path, warn: Callable[[str], None] | None = None) -> Iterato
     the final line can lack its newline; if it is also unparseable it is a torn
     write and is skipped with a warning.  A priority that is not an integer 0–4
     is read as the default and warned about, naming file and line.  Warnings
-    go to ``warn`` (default: the ``sluice`` logger).
+    go to ``warn`` (default: the ``sluice`` logger).  A path that is not a regular file, or one
+    larger than :data:`~sluice.store.files.fsutil.MAX_SOURCE_BYTES`, is a
+    :class:`~sluice.store.files.fsutil.NotRegularFile` naming it, raised before anything is read.
     """
     warn = warn or log.warning
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, the generator may pause
+        # Not a plain open: a FIFO would block it for ever and /dev/zero fill the memory.  Anything but
+        # a regular file of at most fsutil.MAX_SOURCE_BYTES is a NotRegularFile naming the path.
+        fh = fsutil.open_source(path)
     except FileNotFoundError:
         return
     try:
@@ -213,7 +225,9 @@ class Stores:
         self.unreadable: dict[str, str] = {}
 
     def hold_unreadable(self, name: str, err: Exception) -> None:
-        self.unreadable.setdefault(name, str(err))
+        plain = isinstance(err, OSError) and not isinstance(err, SluiceError)
+        text = os_error_text(err) if plain else str(err)  # an OS refusal: the path first, no errno
+        self.unreadable.setdefault(name, text)
 
     def rig(self, name: str) -> RigStore:
         if name not in self._open:

@@ -7,7 +7,8 @@ output is kept as the rig's *snapshot* under ``runtime/sources/``, and from
 there on it is read exactly like an export: same index, same readiness.
 
 * The command runs in the repository, in its own process group, never
-  through a shell; it is killed after ``command_timeout``.
+  through a shell; it is killed after ``command_timeout``, or as soon as it
+  has printed more than :data:`~sluice.store.files.fsutil.MAX_SOURCE_BYTES`.
 * It runs again when anything under a watched path changes (default
   ``REPO/.beads``) and at least every ``refresh``.  A read command starts the
   refresh in a child process and waits ``items.read_wait`` for it; past
@@ -87,7 +88,7 @@ def _lock_path(town: Town, rig_name: str) -> Path:
 
 def read_state(town: Town, rig_name: str) -> dict:
     try:
-        state = json.loads(state_path(town, rig_name).read_bytes())
+        state = json.loads(fsutil.read_regular(state_path(town, rig_name), fsutil.MAX_SMALL_BYTES))
     except (OSError, ValueError):
         return {}
     return state if isinstance(state, dict) else {}
@@ -110,20 +111,48 @@ def run_command(rig: Rig) -> bytes:
                                     stderr=err, start_new_session=True)
         except OSError as error:
             raise _fail(rig, f"cannot start in {rig.repo}: {os_error_text(error)}") from None
+        limit = fsutil.MAX_SOURCE_BYTES
         try:
-            code = proc.wait(timeout=command.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
+            code = _wait_bounded(proc, (out, err), command.timeout, limit)
         finally:
             _kill_group(proc)  # a timed-out command, and anything a finished one left running
+        if code == _TOO_MUCH:
+            raise _fail(rig, f"printed more than {fsutil.size_text(limit)} and was killed")
         if code is None:
             raise _fail(rig, f"did not finish within {format_duration(command.timeout)} and was killed")
         if code != 0:
-            err.seek(0)
-            said = err.read()[-400:].decode("utf-8", "replace").strip().replace("\n", " | ")
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 400))
+            said = err.read(400).decode("utf-8", "replace").strip().replace("\n", " | ")
             raise _fail(rig, f"exited with status {code}" + (f": {said}" if said else ""))
         out.seek(0)
-        return out.read()
+        data = out.read(limit + 1)  # what it left running may have printed more before it was killed
+        if len(data) > limit:
+            raise _fail(rig, f"printed more than {fsutil.size_text(limit)}")
+        return data
+
+
+#: What :func:`_wait_bounded` says of a command that printed more than the limit.
+_TOO_MUCH = -(1 << 16)
+
+
+def _wait_bounded(proc: subprocess.Popen, files, timeout: float, limit: int) -> int | None:
+    """The command's exit status; None when it outlived ``timeout``, :data:`_TOO_MUCH` when one of
+    the ``files`` it prints to passed ``limit`` bytes (a command printing without end must fill
+    neither the disk nor, read back, the memory)."""
+    import subprocess
+
+    deadline = time.monotonic() + timeout
+    step = 0.01
+    while True:
+        try:
+            code = proc.wait(timeout=max(0.0, min(step, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            code = None
+        if any(os.fstat(file.fileno()).st_size > limit for file in files):
+            return _TOO_MUCH
+        if code is not None or time.monotonic() >= deadline:
+            return code
+        step = min(step * 2, 0.25)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -200,8 +229,8 @@ def refresh(town: Town, rig: Rig, lock_timeout: float | None = None, only_if_due
             fsutil.atomic_write_json(state_path(town, rig.name), state)
             raise
         snapshot = town.snapshot_path(rig.name)
-        try:
-            same = snapshot.read_bytes() == data
+        try:  # what is there may be anything (a FIFO, a link to /dev/zero): read bounded, never waited on
+            same = fsutil.read_regular(snapshot, fsutil.MAX_SOURCE_BYTES) == data
         except OSError:
             same = False
         if not same:  # an unchanged export keeps the file, and with it the index built from it
