@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from soak import invariants as inv
 from soak.build import BUDGET, Config, build, fingerprint
 from soak.supervisor import Supervisor
+from soak.workers import HOSTILE_EXPORTS
 
 BUDGET_SECONDS = 30.0  # soak.build.BUDGET_WINDOW
 POLECAT = Path(__file__).resolve().parent / "soak" / "polecat.py"
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     gate_findings, gate_intervals = inv.gates_held(ev)
     agree_findings, agreements = inv.views_agree(ev)
     agree_findings += quiet_findings
+    hostile_findings, hostile_tried = inv.hostile_refused(ev)
     agreements += quiet_rounds
     checks = [
         ("no item runs in two polecats at once", inv.no_overlap(ev)),
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         ("work items changed only by the tracker", inv.items_only_changed_by_tracker(ev, own_items)),
         ("scheduler status agrees with a recount", inv.status_agrees(layout, config.cap, 3)),
         ("no traceback, no internal error", inv.no_crash(ev, layout)),
+        (f"every hostile argument refused as a usage error ({hostile_tried} tried)", hostile_findings),
         (f"no launch while a gate holds ({gate_intervals} holds)", gate_findings),
         (f"status, explain and the next cycle agree ({agreements} unchanged reads)", agree_findings),
     ]
@@ -173,13 +176,18 @@ def statistics(ev: inv.Evidence, sup: Supervisor, args, elapsed: float, torn_lef
         "restarts": sum(sup.restarts.values()), "torn_writes": len(sup.tears), "torn_tails_left": torn_left,
         "sling_calls": calls["sling"], "slings_acknowledged": scheduled, "clears": calls["clear"],
         "tracker_changes": calls["close"] + calls["reopen"] + calls["dep-add"] + calls["dep-remove"],
-        "export_edits": len(ev.ops("export-edit")),
+        "export_edits": sum(not _hostile(r) for r in ev.ops("export-edit")),
+        "hostile_exports": dict(Counter(r["how"] for r in ev.ops("export-edit") if _hostile(r))),
         "pauses": calls["pause"], "patrols": calls["patrol"], "compactions": calls["compact"],
         "launches": len(ev.launches), "polecats_started": sum(starts.values()), "by_kind": dict(starts),
         "exit_codes": {str(k): v for k, v in ends.items()}, "contexts_closed": dict(reasons),
         "samples": sup.samples.count, "max_alive": sup.samples.max_alive, "cap": config.cap,
         "max_by_rig": dict(sup.samples.max_by_rig), "max_by_label": dict(sup.samples.max_by_label),
     }
+
+
+def _hostile(edit: dict) -> bool:
+    return edit.get("how") in HOSTILE_EXPORTS
 
 
 def print_table(stats: dict, checks, args) -> None:
@@ -192,6 +200,7 @@ def print_table(stats: dict, checks, args) -> None:
         ("sling calls / acknowledged", f"{stats['sling_calls']} / {stats['slings_acknowledged']} contexts"),
         ("clears / tracker changes", f"{stats['clears']} / {stats['tracker_changes']}"),
         ("export edits under running work", str(stats["export_edits"])),
+        ("hostile exports", _counts(stats["hostile_exports"]) if stats["hostile_exports"] else "none"),
         ("pauses / patrols / compactions",
          f"{stats['pauses']} / {stats['patrols']} / {stats['compactions']}"),
         ("launches / polecats started", f"{stats['launches']} / {stats['polecats_started']} "

@@ -449,6 +449,16 @@ def no_crash(ev: Evidence, layout: Layout) -> list[str]:
     return out
 
 
+def hostile_refused(ev: Evidence) -> tuple[list[str], int]:
+    """Every hostile argument (text no encoding holds, text past every cap) refused as a usage error,
+    and how many were tried."""
+    tried = ev.ops("hostile")
+    out = [f"{r['role']}: {' '.join(a[:40] for a in r['args'])} -> {r['code']}: "
+           f"{(r.get('error') or '')[-200:]}"
+           for r in tried if r["code"] != 2]
+    return out, len(tried)
+
+
 def budget_held(ev: Evidence, tokens: dict[str, int], budget: int, window: float) -> list[str]:
     """Token budget: the estimates of the launches in any window never add up past the budget.
 
