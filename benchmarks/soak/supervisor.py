@@ -342,7 +342,8 @@ class Supervisor:
         self.chaos.write("phase", name=name, state="end")
 
     def stop(self) -> None:
-        """Workers killed, daemon stopped cleanly, in-flight cycles finished, polecats ended."""
+        """Workers killed, the daemon stopped (SIGTERM cuts its tick short), other cycles finished, polecats
+        ended."""
         for name in ROLES:
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is None:
