@@ -59,3 +59,44 @@ def test_a_long_input_is_clipped_with_its_length_said():
     assert clipped("short") == "short"
     long = clipped("x" * 60_000)
     assert len(long) < 100 and "60,000 characters" in long
+
+
+# -- the records that must be kept whatever their text: kept, escaped ------------------------------
+
+
+def test_a_run_record_holding_unencodable_text_is_kept_escaped_and_reads_back_as_it_was(town_files):
+    from sluice.store.database import runs
+
+    record = {"run_id": "r1", "polecat_id": "pc-1", "item_id": "al-\ud800", "rig": "alpha", "outcome": "ok",
+              "started_at": "2026-12-08T00:00:00Z", "ended_at": "2026-12-08T00:01:00Z", "labels": ["x\udfff"]}
+    runs.append(town_files, [record])
+    back = runs.read_runs(town_files)["r1"]
+    assert back["item_id"] == "al-\ud800" and back["labels"] == ["x\udfff"] and back["outcome"] == "ok"
+
+
+def test_an_event_or_decision_holding_unencodable_text_reaches_its_log_as_an_escape(town_files):
+    from sluice.store.database import decisions, events, outbox
+
+    events.emit_event(town_files, "Odd", {"label": "\ud800", "count": 1})
+    events.emit_event(town_files, "Odd", {"label": "b\udfff"})
+    decisions.append_decisions(town_files, [{"item_id": "al-\udcff", "score": 1.0}])
+    outbox.flush(town_files)
+    for log in (town_files.events_path, town_files.decisions_path):
+        text = log.read_bytes().decode("utf-8")  # valid UTF-8: the escape, never the raw surrogate
+        assert "\\ud800" in text or "\\udcff" in text
+    read = events.read_events(town_files, ["Odd"])
+    assert [e["payload"]["label"] for e in read] == ["\ud800", "b\udfff"]
+
+
+def test_text_no_encoding_holds_that_reaches_a_transaction_is_a_named_refusal_that_changes_nothing(
+        town_files):
+    import pytest
+
+    from sluice.errors import StorageError
+
+    db = town_files.db
+    with pytest.raises(StorageError, match="cannot write text no encoding can hold.*nothing was changed"), \
+            db.transaction() as conn:
+        conn.execute("INSERT INTO versions (name, value) VALUES ('first', 1)")
+        conn.execute("INSERT INTO versions (name, value) VALUES (?, 1)", ("x\ud800",))
+    assert db.versions("first") == {"first": 0}

@@ -87,11 +87,11 @@ def unencodable(value: Any, where: str = "") -> str | None:
     bare string, ``where`` itself.
     """
     if isinstance(value, str):
-        return None if _encodes(value) else (where or "the text")
+        return None if encodes(value) else (where or "the text")
     if isinstance(value, dict):
         for key, inner in value.items():
             inside = f"{where}.{key}" if where else str(key)
-            if isinstance(key, str) and not _encodes(key):
+            if isinstance(key, str) and not encodes(key):
                 return f"a key of {where}" if where else "a key"
             found = unencodable(inner, inside)
             if found is not None:
@@ -104,7 +104,8 @@ def unencodable(value: Any, where: str = "") -> str | None:
     return None
 
 
-def _encodes(text: str) -> bool:
+def encodes(text: str) -> bool:
+    """Whether UTF-8 can encode ``text`` (ASCII, the usual case, is answered without encoding it)."""
     if text.isascii():
         return True
     try:
@@ -112,6 +113,18 @@ def _encodes(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON, other scripts kept as they are; text no encoding can hold is written as
+    JSON's own escape (``\\ud800``), which reads back as it was.
+
+    For the records that must be kept whatever an agent or a file put in
+    them (a run's record, an event): the rule refuses such text where it
+    comes in, and this keeps it, escaped, if it ever gets past.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if encodes(text) else json.dumps(value, separators=(",", ":"))
 
 
 def unencodable_problem(value: Any, where: str = "") -> str | None:

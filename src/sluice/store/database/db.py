@@ -479,6 +479,9 @@ class Database:
                 conn.execute("ROLLBACK")
             if _refused(err):  # the store refused a write inside: its error, and nothing kept
                 raise self._storage_error(err, "write") from None
+            if isinstance(err, UnicodeEncodeError):  # text no encoding holds got past its reader
+                raise StorageError(self.path, "cannot write text no encoding can hold (a lone surrogate);"
+                                              " nothing was changed") from None
             raise
         local.depth = 0
         try:

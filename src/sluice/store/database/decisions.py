@@ -11,7 +11,6 @@ the last lines.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections import Counter
 from collections.abc import Iterable
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.clock import random_id
+from sluice.core.text import json_text
 from sluice.store.database import outbox
 from sluice.store.files.jsonlog import all_objects, tail_objects
 
@@ -68,7 +68,7 @@ def append_decisions(town: Town, decisions: list[dict]) -> None:
     """Record decisions: their lines for the log and the per-rig counts, in one transaction."""
     if not decisions:
         return
-    lines = [json.dumps(d, ensure_ascii=False, separators=(",", ":")) for d in decisions]
+    lines = [json_text(d) for d in decisions]
     with town.db.transaction() as conn:
         outbox.put(town, outbox.DECISIONS, lines)
         conn.executemany("INSERT INTO decision_counts (rig, n) VALUES (?, ?)"

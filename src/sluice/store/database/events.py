@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.clock import iso, random_id, random_ids
+from sluice.core.text import encodes, json_text
 from sluice.store.database import outbox
 from sluice.store.files.jsonlog import all_objects, tail_objects
 
@@ -94,10 +95,11 @@ def event_line(event: dict) -> str:
     try:
         fields = ",".join([f"{_text(k)}:{'null' if v is None else _text(v)}"
                            for k, v in event["payload"].items()])
-        return (f'{{"event_id":{_text(event["event_id"])},"type":{_text(event["type"])},'
+        line = (f'{{"event_id":{_text(event["event_id"])},"type":{_text(event["type"])},'
                 f'"at":{_text(event["at"])},"payload":{{{fields}}}}}')
     except TypeError:  # a key or value that is not a string (a count, a list): the encoder's own way
-        return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+        return json_text(event)
+    return line if encodes(line) else json_text(event)  # text no encoding holds: escaped, kept
 
 
 def missing(town: Town) -> dict | None:

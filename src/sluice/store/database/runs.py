@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from sluice.core.items import parse_ts
 from sluice.core.recordclass import recordclass
+from sluice.core.text import encodes, json_text
 from sluice.errors import StoreCorrupt
 
 if TYPE_CHECKING:
@@ -82,12 +83,17 @@ _NUMBERS = (int, float)
 
 
 def _row(record: Mapping) -> tuple:
-    """The columns of ``record``, its other fields as ``extra``, and its times as epoch seconds."""
+    """The columns of ``record``, its other fields as ``extra``, and its times as epoch seconds.
+
+    A launched polecat's record is kept whatever its text holds: a column
+    value no encoding can hold goes to ``extra`` with the rest, escaped
+    (:func:`~sluice.core.text.json_text`), and reads back as it was."""
     values, extra = [], {}
     for column in COLUMNS:
         value = record.get(column)
         kind = type(value)
-        if value is None or (kind is str if column in _TEXT else kind in _NUMBERS and math.isfinite(value)
+        if value is None or (kind is str and encodes(value) if column in _TEXT
+                             else kind in _NUMBERS and math.isfinite(value)
                              and (kind is int or column == "runtime_seconds")):
             values.append(value)
         else:
@@ -97,7 +103,7 @@ def _row(record: Mapping) -> tuple:
         if key not in _COLUMN_SET:
             extra[key] = value
     started, ended = parse_ts(record.get("started_at")), parse_ts(record.get("ended_at"))
-    return (*values, json.dumps(extra, ensure_ascii=False, separators=(",", ":")), started or 0.0, ended)
+    return (*values, json_text(extra), started or 0.0, ended)
 
 
 def _record(row: tuple) -> dict:
