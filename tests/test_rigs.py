@@ -101,3 +101,57 @@ def test_removed_twice_keeps_both_stores(cli, repos, tmp_path):
 def test_unknown_rig_is_a_domain_error(cli, repos):
     done = cli.run("rig", "remove", "nope", check=False)
     assert done.returncode == 1 and done.stderr.startswith("error: unknown rig 'nope'")
+
+
+# -- a rig added with a wrong prefix, or twice ------------------------------------------------------
+
+
+def beads_repo_with(tmp_path: Path, ids: list[str]) -> Path:
+    """A repository whose beads export holds ``ids``."""
+    from helpers import make_repo
+
+    repo = make_repo(tmp_path / "repos" / "be")
+    (repo / ".beads").mkdir()
+    (repo / ".beads" / "issues.jsonl").write_text("".join(json.dumps(item(i)) + "\n" for i in ids))
+    return repo
+
+
+def test_a_prefix_none_of_the_exports_ids_carries_is_refused_naming_the_right_one(cli, capacity, tmp_path):
+    capacity(2)
+    repo = beads_repo_with(tmp_path, ["be-1", "be-2", "be-3"])
+    before = (cli.town / ".sluice" / "config.json").read_bytes()
+    done = cli.run("rig", "add", "beta", str(repo), check=False)
+    assert done.returncode == 2, done.stderr
+    assert "no item id starts 'beta-' and 3 of its 3 start 'be-': give --prefix 'be'" in done.stderr
+    assert (cli.town / ".sluice" / "config.json").read_bytes() == before  # nothing registered
+    assert cli.json("rig", "add", "beta", str(repo), "--prefix", "be")["prefix"] == "be"
+    assert cli.json("sling", "be-1")["scheduled"][0]["rig"] == "beta"
+
+
+def test_an_items_command_printing_other_prefixes_registers_nothing(cli, tmp_path):
+    repo = beads_repo_with(tmp_path, [])
+    listing = tmp_path / "listing.jsonl"
+    listing.write_text(json.dumps(item("zz-1")) + "\n")
+    done = cli.run("rig", "add", "cmd", str(repo), "--items-command", f"cat {listing}", check=False)
+    assert done.returncode == 2 and "start 'zz-': give --prefix 'zz'" in done.stderr
+    assert "cmd" not in [row["name"] for row in cli.json("rig", "list")]
+    assert cli.json("rig", "add", "cmd", str(repo), "--items-command", f"cat {listing}", "--prefix", "zz")
+
+
+def test_a_repository_added_twice_is_registered_with_a_warning(cli, tmp_path):
+    repo = beads_repo_with(tmp_path, ["be-1"])
+    cli.run("rig", "add", "beta", str(repo), "--prefix", "be")
+    done = cli.run("rig", "add", "again", str(repo), "--prefix", "be2", "--own-store")
+    assert f"warning: repository {repo} is also rig 'beta'" in done.stderr
+
+
+def test_a_sling_refused_by_prefix_names_the_right_rig_or_prefix(cli, repos, tmp_path):
+    done = cli.run("sling", "al-1", "beta", check=False)
+    assert "sling it to 'alpha' (`sluice sling al-1 alpha`)" in done.stderr
+    export = tmp_path / "odd.jsonl"
+    export.write_text(json.dumps(item("zz-1", "odd prefix")) + "\n")
+    cli.run("item", "import", "alpha", str(export))
+    done = cli.run("sling", "zz-1", "alpha", check=False)
+    assert "rig 'alpha' takes ids starting 'al-'" in done.stderr and "`--prefix zz`" in done.stderr
+    done = cli.run("sling", "zz-1", check=False)
+    assert "`sluice sling zz-1 RIG`" in done.stderr and "`--prefix zz`" in done.stderr

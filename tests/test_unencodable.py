@@ -95,7 +95,7 @@ def test_text_no_encoding_holds_that_reaches_a_transaction_is_a_named_refusal_th
     from sluice.errors import StorageError
 
     db = town_files.db
-    with pytest.raises(StorageError, match="cannot write text no encoding can hold.*nothing was changed"), \
+    with pytest.raises(StorageError, match=r"cannot write text no encoding can hold.*nothing was changed"), \
             db.transaction() as conn:
         conn.execute("INSERT INTO versions (name, value) VALUES ('first', 1)")
         conn.execute("INSERT INTO versions (name, value) VALUES (?, 1)", ("x\ud800",))

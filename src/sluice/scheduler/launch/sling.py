@@ -252,9 +252,10 @@ def _add_member(town: Town, member: dict, options: SlingOptions, result: SlingRe
 def _routed_rig(town: Town, item_id: str) -> str:
     home = town.rig_for_id(item_id)
     if home is None:
+        prefix = id_prefix(item_id).rstrip("-")
         raise UsageError(
-            f"item {item_id}: its prefix {id_prefix(item_id).rstrip('-')!r} routes to no rig;"
-            " name the target rig (and override with force)"
+            f"item {item_id}: its prefix {prefix!r} routes to no rig: name the rig that holds it"
+            f" (`sluice sling {item_id} RIG`), or register that rig with `--prefix {prefix}`"
         )
     return home.name
 
@@ -327,13 +328,16 @@ def _refusal(town: Town, item: dict, target: str, force: bool, ran: _Ran) -> _Re
                         f"a {issue_type}, never dispatched")
     home = town.rig_for_id(item_id)
     prefix = id_prefix(item_id).rstrip("-")
-    if not force and home is None:
-        message = (f"item {item_id} (prefix {prefix!r}) routes to no registered rig, so sluice cannot check"
-                   f" that it belongs in rig {target!r} (override with force)")
+    if not force and home is None:  # most often a rig added with the wrong prefix: say which
+        takes = town.rig(target).prefix + "-"
+        message = (f"item {item_id} (prefix {prefix!r}) routes to no registered rig; rig {target!r} takes"
+                   f" ids starting {takes!r}. If the rig that holds it should take {prefix + '-'!r}, add it"
+                   f" again with `--prefix {prefix}`; to run it in {target!r} as it is, override with force")
         return _Refusal(message, f"prefix {prefix!r} routes to no rig")
     if not force and home is not None and home.name != target:
         message = (f"cross-rig mismatch: item {item_id} (prefix {prefix!r}) belongs to rig {home.name!r},"
-                   f" but the target is rig {target!r} (override with force)")
+                   f" but the target is rig {target!r}: sling it to {home.name!r} (`sluice sling {item_id}"
+                   f" {home.name}`), or override with force to run it in rig {target!r}")
         return _Refusal(message, f"belongs to rig {home.name!r}")
     status = item.get("status", "open")
     if status in DONE_STATUSES:

@@ -28,9 +28,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core.items import is_context
+from sluice.core.readiness import id_prefix
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
 from sluice.logs import log
 from sluice.store.database import contexts as ctxs
@@ -97,9 +101,29 @@ def add_rig(town: Town, name: str, repo: Path, prefix: str | None = None, items:
         if found is None:
             raise MissingFile(f"items {given.absolute()}: no such file", parameters=("items",))
         items = given.resolve()
-        for _ in read_jsonl(items):  # a corrupt export is refused now, naming file and line
-            pass
+        # A corrupt export is refused now, naming file and line; so is a prefix none of its ids has.
+        check_prefix(prefix or name, (record for _n, record, _raw in read_jsonl(items)), items)
     return register_rig(town, name, repo, prefix or name, items, remote=remote)
+
+
+def check_prefix(prefix: str, records: Iterable[dict], source: Path | str) -> None:
+    """Refuse ``prefix`` when ``source`` has work items and not one of their ids carries it.
+
+    Ids route to a rig by its prefix, so such a rig could never be slung to
+    without ``force``; the refusal names the prefix its ids do carry.
+    """
+    counts: Counter[str] = Counter()
+    for record in records:
+        if record.get("ephemeral") or is_context(record):
+            continue
+        if record["id"].startswith(prefix + "-"):
+            return
+        counts[id_prefix(record["id"]).rstrip("-") or record["id"]] += 1
+    if counts:
+        common, found = counts.most_common(1)[0]
+        raise UsageError(f"{source}: no item id starts {prefix + '-'!r} and {found:,} of its"
+                         f" {counts.total():,} start {common + '-'!r}: give prefix {common!r} (an id"
+                         " goes to the rig its prefix names)", parameters=("prefix",))
 
 
 def _add_command_rig(town: Town, name: str, repo: Path, prefix: str, argv: list[str],
@@ -117,12 +141,21 @@ def _add_command_rig(town: Town, name: str, repo: Path, prefix: str, argv: list[
     trial = Rig(name=name, repo=repo, prefix=prefix, items=town.snapshot_path(name), command=command)
     try:
         sources.refresh(town, trial)
+        check_prefix(prefix, (record for _n, record, _raw in read_jsonl(town.snapshot_path(name))),
+                     f"the output of {sources.shown(argv)}")
     except SourceFailed as err:
-        for path in (town.snapshot_path(name), sources.state_path(town, name)):
-            path.unlink(missing_ok=True)
+        _forget_snapshot(town, name)
         said = str(err).replace("; the last snapshot keeps serving", "; nothing was registered")
         raise SourceFailed(said) from None
+    except UsageError:
+        _forget_snapshot(town, name)
+        raise
     return register_rig(town, name, repo, prefix, None, command=spec, remote=remote)
+
+
+def _forget_snapshot(town: Town, name: str) -> None:
+    for path in (town.snapshot_path(name), sources.state_path(town, name)):
+        path.unlink(missing_ok=True)
 
 
 def rig_row(town: Town, rig: Rig) -> dict:
@@ -171,6 +204,9 @@ def register_rig(town: Town, name: str, repo: Path, prefix: str, items: Path | N
     town.update_config(change)
     town.rig_dir(name).mkdir(parents=True, exist_ok=True)
     rig = town.rig(name)
+    for other in town.rigs():
+        if other.name != name and Path(other.repo).resolve() == Path(rig.repo).resolve():
+            log.warning(f"repository {rig.repo} is also rig {other.name!r}: polecats of both work on it")
     others = other_towns(town, rig)
     if others:
         log.warning(registry.sharing_warning(str(rig.repo), others))
