@@ -56,7 +56,7 @@ def test_help_shows_placeholders_not_python_types(words):
 
 def test_sling_help_says_items_and_a_rig():
     text = help_of("sling")
-    assert "Usage: sluice sling [OPTIONS] ITEM... [RIG]" in text
+    assert "Usage: sluice sling [OPTIONS] [ITEM... [RIG]]" in text
     assert re.search(r"--var\s+KEY=VALUE", text)
 
 

@@ -281,6 +281,20 @@ class Town:
             items, rig = parse_targets(session, list(items))
         return sling_items(session, list(items), rig, options)
 
+    def sling_ready(self, rig: str | None = None, labels: Iterable[str] = (), *, formula: str = "",
+                    args: str = "", vars: Iterable[str] = (), agent: str = "", force: bool = False,
+                    dry_run: bool = False) -> SlingResult:
+        """Queue (or launch) every ready item of ``rig`` (None: of every rig) carrying every label of
+        ``labels``.  The guards skip what they refuse (``skipped``, with the reason) instead of
+        failing the sling: nobody named those items."""
+        from sluice.scheduler.launch.sling import SlingOptions, sling_ready
+
+        if rig is not None:
+            self.files.rig(rig)  # an unknown rig is an error before anything is read
+        options = SlingOptions(formula=formula, args=args, vars=tuple(vars), agent=agent, force=force,
+                               dry_run=dry_run)
+        return sling_ready(self._session(), rig, tuple(labels), options)
+
     def run_cycle(self, *, dry_run: bool = False, batch: int | None = None,
                   ignore_backoff: bool = False, item: str | None = None) -> CycleReport:
         """One dispatch cycle now (``dry_run``: what it would do, changing nothing).
@@ -451,6 +465,15 @@ class Town:
 
         return results.Runs.from_json(runs_listing(self._session(), item=item, rig=rig, outcome=outcome,
                                            since=_duration(since, "since"), limit=limit))
+
+    def run_item_ids(self, *, rig: str | None = None, outcome: str | None = None, since: str | None = None,
+                     limit: int = 100) -> list[str]:
+        """The items whose latest run is among those :meth:`runs` lists (``sluice runs --ids``), newest
+        first: ``outcome="failed"`` gives the items still failed, ready to sling again."""
+        from sluice.scheduler.launch.ends import run_item_ids
+
+        return run_item_ids(self._session(), rig=rig, outcome=outcome, since=_duration(since, "since"),
+                            limit=limit)
 
     def feed(self, *, rig: str | None = None, kind: str | None = None, since: str | None = None,
              limit: int = 100) -> results.Feed:

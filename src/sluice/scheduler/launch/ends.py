@@ -220,6 +220,26 @@ def runs_listing(where: Town | Session, executor: Executor | None = None, *, ite
                    now=session.now)
 
 
+def run_item_ids(where: Town | Session, executor: Executor | None = None, *, rig: str | None = None,
+                 outcome: str | None = None, since: float | None = None, limit: int = 100) -> list[str]:
+    """The items whose latest run is among those :func:`runs_listing` lists, newest first, once each.
+
+    So ``--outcome failed`` gives the items still failed: one that ran again
+    since (and succeeded, or is running) is left out, and a pipe into ``sluice
+    sling -`` queues only work that needs it.
+    """
+    rows = runs_listing(where, executor, rig=rig, outcome=outcome, since=since, limit=limit)
+    town = Session.of(where, executor).files
+    ids: list[str] = []
+    for row in rows:
+        item_id = row.get("item_id")
+        if isinstance(item_id, str) and item_id not in ids:
+            latest = log.latest(town, item=item_id)
+            if latest is not None and latest.get("run_id") == row.get("run_id"):
+                ids.append(item_id)
+    return ids
+
+
 def polecat_listing(where: Town | Session, executor: Executor | None = None, running_only: bool = False,
                     now: float | None = None) -> list[dict]:
     """``polecat list``: the running polecats (oldest first), finished ones the executor still keeps,

@@ -25,6 +25,7 @@ item twice: the second waits for the first, then finds its polecat.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -161,7 +162,49 @@ def sling_items(where: Town | Session, item_ids: list[str], rig: str | None = No
     if rig is not None:
         town.rig(rig)  # an unknown rig is an error before anything is looked up
     result = SlingResult(mode="deferred" if config.scheduler.deferred else "direct", dry_run=options.dry_run)
-    works = _expand(session, item_ids, rig, options, result)
+    return _go(session, _expand(session, item_ids, rig, options, result), options, result)
+
+
+def sling_ready(where: Town | Session, rig: str | None = None, labels: tuple[str, ...] = (),
+                options: SlingOptions | None = None) -> SlingResult:
+    """Queue (or launch) every ready item of ``rig`` (None: of every rig) that carries every label of
+    ``labels``, each to its own rig.
+
+    Nobody named these items one by one, so the guards treat them as an
+    epic's members: an item they refuse (one that already ran, is hooked,
+    routes to no rig) is skipped with its reason, not an error, and what is
+    already queued is reported as such.  An epic or convoy that is ready is
+    skipped: its own ready items are among those slung.
+    """
+    from sluice.core.items import ReadyFilter, normalise
+    from sluice.store.items.tracker import ready
+
+    options = options or SlingOptions()
+    session = Session.of(where)
+    town = session.files
+    check_vars(options.vars)
+    raws = ready(town, rig, 0, where=ReadyFilter(labels=tuple(labels)) if labels else None)
+    result = SlingResult(mode="deferred" if session.config.scheduler.deferred else "direct",
+                         dry_run=options.dry_run)
+    works: list[_Work] = []
+    ran = _Ran(session)
+
+    def add(item: dict, target: str) -> None:
+        works.append(_Work(item, target))
+
+    for raw in raws:
+        item = normalise(json.loads(raw))
+        kind = _kind(item)
+        if kind != "task":
+            result.skipped.append({"item_id": item["id"], "reason": f"a ready {kind}: its items are slung"
+                                                                    " themselves"})
+            continue
+        _add_member(town, item, options, result, add, ran)
+    return _go(session, works, options, result)
+
+
+def _go(session: Session, works: list[_Work], options: SlingOptions, result: SlingResult) -> SlingResult:
+    """Queue ``works`` (deferred mode) or launch them (direct mode), into ``result``."""
     if not works:
         return result
     if result.mode == "direct":

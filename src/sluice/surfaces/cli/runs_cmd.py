@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.errors import UsageError
 from sluice.surfaces.cli.common import JsonOption, emit, shown, town
 from sluice.surfaces.output import FAILED_OUTCOMES, duration_text, write_text
 
@@ -22,9 +23,17 @@ def runs(
         "Only this outcome: running, ok, failed, throttled, timed-out, stopped, vanished."))] = None,
     since: SinceOption = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many (0 = all).")] = 100,
+    ids: Annotated[bool, typer.Option("--ids", help=(
+        "Print only the items whose latest run is listed, one per line (for `sluice sling -`)."))] = False,
     as_json: JsonOption = False,
 ) -> None:
     """The run history, newest first: one record per launch, with its outcome and exit status."""
+    if ids:
+        if item is not None:
+            raise UsageError("give --item or --ids, not both")
+        found = town().run_item_ids(rig=rig, outcome=outcome, since=since, limit=limit)
+        emit(found, as_json, lambda rows: "\n".join(shown(i) for i in rows))
+        return
     emit(town().runs(item=item, rig=rig, outcome=outcome, since=since, limit=limit).to_json(), as_json,
          _runs_text)
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from sluice.errors import UsageError
 from sluice.surfaces.cli.common import JsonOption, emit, flag_words, say, shown, town
 from sluice.surfaces.output import cycle_text, explain_text, forecast_text, queue_status_text, queue_text
 
@@ -18,7 +19,13 @@ scheduler_app = typer.Typer(
 
 
 def sling(
-    targets: Annotated[list[str], typer.Argument(help="ITEM... [RIG]: items, epics, convoys; rig last.")],
+    targets: Annotated[list[str] | None, typer.Argument(
+        metavar="ITEM... [RIG]", help="Items, epics, convoys; rig last; - reads ids from stdin.")] = None,
+    ready: Annotated[str | None, typer.Option(
+        "--ready", metavar="RIG", help="Every ready item of RIG.")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        "--label", help="Only ready items with this label (repeatable; every rig's unless --ready).")] = None,
+    all_rigs: Annotated[bool, typer.Option("--all", help="Every ready item of every rig.")] = False,
     formula: Annotated[str, typer.Option(help="Formula the polecat should apply.")] = "",
     args: Annotated[str, typer.Option("--args", help="Instructions passed to the polecat.")] = "",
     var: Annotated[list[str] | None, typer.Option("--var", help="KEY=VALUE (repeatable).")] = None,
@@ -28,14 +35,38 @@ def sling(
     as_json: JsonOption = False,
 ) -> None:
     """Queue items for dispatch (deferred mode) or launch them now (direct mode)."""
-    result = town().sling(targets, formula=formula, args=args, vars=var or (), agent=agent, force=force,
-                          dry_run=dry_run, rig_last=True)
+    options = {"formula": formula, "args": args, "vars": var or (), "agent": agent, "force": force,
+               "dry_run": dry_run}
+    if ready is not None or label or all_rigs:
+        if targets:
+            raise UsageError("give items, or --ready, --label and --all, not both")
+        if ready is not None and all_rigs:
+            raise UsageError("give --ready RIG or --all, not both")
+        result = town().sling_ready(ready, label or (), **options)
+    else:
+        if not targets:
+            raise UsageError("sling needs items (ITEM... [RIG], or - to read them from stdin),"
+                             " or --ready RIG, --label L or --all")
+        result = town().sling(_with_stdin(targets), rig_last=True, **options)
     if not as_json:
         for row in result.errors:
             say(f"error: {shown(flag_words(row['error']))}")  # one line, whatever the id holds
     emit(result.to_json(), as_json, _sling_text)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _with_stdin(targets: list[str]) -> list[str]:
+    """``targets`` with a ``-`` replaced by the ids read from stdin (whitespace apart, as ``xargs`` reads)."""
+    if "-" not in targets:
+        return targets
+    if targets.count("-") > 1:
+        raise UsageError("stdin can be read once: give - once")
+    read = sys.stdin.read().split()
+    if not read:
+        raise UsageError("- read no item id from stdin")
+    at = targets.index("-")
+    return [*targets[:at], *read, *targets[at + 1:]]
 
 
 def _sling_text(data: dict) -> str:
@@ -53,9 +84,10 @@ def _sling_text(data: dict) -> str:
               for row in data["dispatched"]]
     lines += [f"Skipped {shown(r['item_id'])}: {flag_words(shown(r['reason']))}" for r in data["skipped"]]
     done = len(data["scheduled"]) + len(data["dispatched"])
-    if done + len(data["already"]) > 1 or data["errors"]:
+    if done + len(data["already"]) > 1 or data["errors"] or data["skipped"]:
         verb = "would be handled" if data["dry_run"] else "handled"
-        lines.append(f"{done + len(data['already'])} item(s) {verb}, {len(data['errors'])} error(s)"
+        skipped = f", {len(data['skipped'])} skipped" if data["skipped"] else ""
+        lines.append(f"{done + len(data['already'])} item(s) {verb}, {len(data['errors'])} error(s){skipped}"
                      f" ({data['mode']} mode)")
     return "\n".join(lines)
 
