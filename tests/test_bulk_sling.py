@@ -64,23 +64,30 @@ def sling_stdin(town: Path, text: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_runs_ids_piped_into_sling_queues_again_only_the_work_still_failed(cli, bulk_dir, tmp_path):
+def failing_agent(cli, town: Path, tmp_path: Path) -> Path:
+    """A polecat that fails for the items listed in the returned file; al-1 and al-2 run and fail, al-3
+    runs and succeeds."""
     failing = tmp_path / "failing"
     failing.write_text("al-1 al-2")
-    configure(bulk_dir, "executor.command", python_command(
+    configure(town, "executor.command", python_command(
         "import sys; sys.exit(1 if sys.argv[1] in open(sys.argv[2]).read().split() else 0)",
         "{item_id}", str(failing)))
     cli.run("sling", "al-1", "al-2", "al-3")
+    wait_for(lambda: ended(cli, 3))
+    return failing
 
-    def ended(count: int):
-        cli.run("scheduler", "run")
-        runs = [r for r in cli.json("runs") if r["outcome"] != "running"]
-        return runs if len(runs) >= count else None
 
-    wait_for(lambda: ended(3))
+def ended(cli, count: int):
+    cli.run("scheduler", "run")
+    runs = [r for r in cli.json("runs") if r["outcome"] != "running"]
+    return runs if len(runs) >= count else None
+
+
+def test_runs_ids_piped_into_sling_queues_again_only_the_work_still_failed(cli, bulk_dir, tmp_path):
+    failing = failing_agent(cli, bulk_dir, tmp_path)
     failing.write_text("al-1")  # al-2 fails no more: slung again, it succeeds
     cli.run("sling", "al-2")
-    wait_for(lambda: ended(4))
+    wait_for(lambda: ended(cli, 4))
     assert cli.run("runs", "--outcome", "failed", "--ids").stdout.split() == ["al-1"]
     assert cli.json("runs", "--outcome", "failed", "--ids") == ["al-1"]
     done = sling_stdin(bulk_dir, cli.run("runs", "--outcome", "failed", "--ids").stdout)
@@ -88,3 +95,20 @@ def test_runs_ids_piped_into_sling_queues_again_only_the_work_still_failed(cli, 
     assert queued(cli) == ["al-1"]
     empty = sling_stdin(bulk_dir, "")
     assert empty.returncode == 2 and "read no item id" in empty.stderr
+
+
+def test_retry_queues_again_what_failed_and_refuses_what_did_not(cli, bulk_dir, tmp_path):
+    failing_agent(cli, bulk_dir, tmp_path)
+    ok = cli.run("retry", "al-3", check=False)
+    assert ok.returncode == 1 and "item al-3 last ran ok, so there is nothing to retry" in ok.stderr
+    never = cli.run("retry", "al-4", check=False)
+    assert never.returncode == 1 and "item al-4 has no run" in never.stderr
+    both = cli.run("retry", "al-1", "--failed", check=False)
+    assert both.returncode == 2
+    dry = cli.json("retry", "--failed", "--dry-run")
+    assert sorted(r["item_id"] for r in dry["scheduled"]) == ["al-1", "al-2"] and queued(cli) == []
+    assert sorted(r["item_id"] for r in cli.json("retry", "--failed", "--since", "1h")["scheduled"]) == [
+        "al-1", "al-2"]
+    assert queued(cli) == ["al-1", "al-2"]
+    again = cli.json("retry", "al-1")
+    assert [r["item_id"] for r in again["already"]] == ["al-1"]

@@ -295,6 +295,19 @@ class Town:
                                dry_run=dry_run)
         return sling_ready(self._session(), rig, tuple(labels), options)
 
+    def retry(self, items: Sequence[str] = (), *, since: str | None = None, formula: str = "", args: str = "",
+              vars: Iterable[str] = (), agent: str = "", dry_run: bool = False) -> SlingResult:
+        """Sling again the items whose latest run failed, timed out or vanished: ``items``, or with none
+        every such item (``since``: whose latest run started that recently, e.g. ``1d``).  A named item
+        whose latest run did not fail is an InvalidOperation saying how it ended."""
+        from sluice.scheduler.launch.sling import SlingOptions, retry
+
+        if items and since is not None:
+            raise UsageError("since goes with retrying every failed item, not named ones",
+                             parameters=("since",))
+        options = SlingOptions(formula=formula, args=args, vars=tuple(vars), agent=agent, dry_run=dry_run)
+        return retry(self._session(), list(items), _duration(since, "since"), options)
+
     def run_cycle(self, *, dry_run: bool = False, batch: int | None = None,
                   ignore_backoff: bool = False, item: str | None = None) -> CycleReport:
         """One dispatch cycle now (``dry_run``: what it would do, changing nothing).

@@ -35,7 +35,7 @@ from sluice.core.items import DONE_STATUSES, is_context, labels_of, parse_ts, tr
 from sluice.core.readiness import NOT_WORK_TYPES, id_prefix
 from sluice.core.recordclass import asdict, field, recordclass
 from sluice.core.records import SlingContextFields
-from sluice.errors import SluiceError, UnknownItem, UsageError
+from sluice.errors import InvalidOperation, SluiceError, UnknownItem, UsageError
 from sluice.scheduler.launch import gates as gate_view
 from sluice.scheduler.launch.launching import CycleReport, Launcher, command_template
 from sluice.scheduler.queue.ranking import Work
@@ -179,11 +179,54 @@ def sling_ready(where: Town | Session, rig: str | None = None, labels: tuple[str
     from sluice.core.items import ReadyFilter, normalise
     from sluice.store.items.tracker import ready
 
+    session = Session.of(where)
+    raws = ready(session.files, rig, 0, where=ReadyFilter(labels=tuple(labels)) if labels else None)
+    return _sling_selected(session, [normalise(json.loads(raw)) for raw in raws], options or SlingOptions())
+
+
+#: The run outcomes ``sluice retry`` takes for failures (a throttled or stopped run is not one).
+RETRIED = ("failed", "timed-out", "vanished")
+
+
+def retry(where: Town | Session, item_ids: list[str], since: float | None = None,
+          options: SlingOptions | None = None) -> SlingResult:
+    """Sling again the items whose latest run failed, timed out or vanished: those of ``item_ids``, or
+    with none named every such item (whose latest run started in the last ``since`` seconds).
+
+    A named item whose latest run did not fail is an error saying how it
+    ended; of every failed item, one the guards now refuse (closed since,
+    say) is skipped with its reason, as in a bulk sling.
+    """
     options = options or SlingOptions()
     session = Session.of(where)
     town = session.files
+    if item_ids:
+        from sluice.scheduler.launch.ends import settle
+
+        settle(town, session.require_executor(), session.stores, now=session.now)  # how each last run ended
+        for item_id in item_ids:
+            latest = runlog.latest(town, item=item_id)
+            if latest is None or latest.get("outcome") not in RETRIED:
+                how = "has no run" if latest is None else f"last ran {latest.get('outcome')}"
+                raise InvalidOperation(f"item {item_id} {how}, so there is nothing to retry (`sluice sling"
+                                       f" {item_id}` queues it{'' if latest is None else ', with force'})")
+        return sling_items(session, item_ids, None, options)
+    from sluice.scheduler.launch.ends import runs_listing
+
+    latest_of: dict[str, dict] = {}
+    for run in runs_listing(session, since=since, limit=0):  # ends recorded first; newest first
+        latest_of.setdefault(run.get("item_id"), run)
+    failed = [i for i, run in latest_of.items() if isinstance(i, str) and run.get("outcome") in RETRIED]
+    found = session.stores.find_many(failed)
+    result = _sling_selected(session, [found[i][1] for i in failed if i in found], options)
+    result.skipped += [{"item_id": i, "reason": "not found in any rig"} for i in failed if i not in found]
+    return result
+
+
+def _sling_selected(session: Session, items: list[dict], options: SlingOptions) -> SlingResult:
+    """Sling ``items`` that nobody named one by one: what the guards refuse is skipped (an epic's
+    members' rule), an epic or convoy among them too (its own items are there)."""
     check_vars(options.vars)
-    raws = ready(town, rig, 0, where=ReadyFilter(labels=tuple(labels)) if labels else None)
     result = SlingResult(mode="deferred" if session.config.scheduler.deferred else "direct",
                          dry_run=options.dry_run)
     works: list[_Work] = []
@@ -192,14 +235,13 @@ def sling_ready(where: Town | Session, rig: str | None = None, labels: tuple[str
     def add(item: dict, target: str) -> None:
         works.append(_Work(item, target))
 
-    for raw in raws:
-        item = normalise(json.loads(raw))
+    for item in items:
         kind = _kind(item)
         if kind != "task":
             result.skipped.append({"item_id": item["id"], "reason": f"a ready {kind}: its items are slung"
                                                                     " themselves"})
             continue
-        _add_member(town, item, options, result, add, ran)
+        _add_member(session.files, item, options, result, add, ran)
     return _go(session, works, options, result)
 
 

@@ -56,6 +56,28 @@ def sling(
         raise typer.Exit(1)
 
 
+def retry(
+    items: Annotated[list[str] | None, typer.Argument(metavar="[ITEM]...", help="Items to retry.")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Every item whose latest run failed.")] = False,
+    since: Annotated[str | None, typer.Option(
+        "--since", help="With --failed: only runs started this recently (1d, 2h).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would happen.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Queue again the items whose latest run failed, timed out or vanished, named or (--failed) all."""
+    if bool(items) == failed:
+        raise UsageError("give the items to retry, or --failed for every failed item")
+    if since is not None and not failed:
+        raise UsageError("--since goes with --failed")
+    result = town().retry(items or (), since=since, dry_run=dry_run)
+    if not as_json:
+        for row in result.errors:
+            say(f"error: {shown(flag_words(row['error']))}")
+    emit(result.to_json(), as_json, _sling_text)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
 def _with_stdin(targets: list[str]) -> list[str]:
     """``targets`` with a ``-`` replaced by the ids read from stdin (whitespace apart, as ``xargs`` reads)."""
     if "-" not in targets:
@@ -282,6 +304,7 @@ def daemon(
 
 def register(app: typer.Typer) -> None:
     app.command("sling")(sling)
+    app.command("retry")(retry)
     app.add_typer(scheduler_app, name="scheduler")
     app.command("daemon")(daemon)
     app.command("compact")(compact)
