@@ -112,3 +112,15 @@ def test_retry_queues_again_what_failed_and_refuses_what_did_not(cli, bulk_dir, 
     assert queued(cli) == ["al-1", "al-2"]
     again = cli.json("retry", "al-1")
     assert [r["item_id"] for r in again["already"]] == ["al-1"]
+
+
+def test_explain_names_a_failed_blocker_with_its_last_run_and_how_to_retry_it(cli, bulk_dir, tmp_path):
+    failing_agent(cli, bulk_dir, tmp_path)
+    cli.run("sling", "al-4")  # blocked by al-1, whose run failed
+    [reason] = [r for r in cli.json("scheduler", "explain", "al-4")["reasons"] if r["code"] == "blocked"]
+    assert "blocked by al-1 (its last run failed, exit 1, at 20" in reason["detail"]
+    assert "nothing queues it again: `sluice retry al-1`" in reason["detail"]
+    cli.run("retry", "al-1")
+    [reason] = [r for r in cli.json("scheduler", "explain", "al-4")["reasons"] if r["code"] == "blocked"]
+    assert "its last run failed" in reason["detail"] and "queued again" in reason["detail"]
+    assert "blocked by al-1 (its last run failed" in cli.run("scheduler", "explain", "al-4").stdout

@@ -286,6 +286,32 @@ def _admission_status(session: Session, page: Page) -> dict:
 # -- explain ------------------------------------------------------------------------------------
 
 
+#: The run outcomes that leave a blocker failed (as ``sluice retry`` reads them).
+_FAILED = ("failed", "timed-out", "vanished")
+
+
+def _with_failures(town: Town, causes: list[str]) -> list[str]:
+    """``causes`` (blocker ids), each whose latest run failed said so with that run: how it ended, its
+    exit status, when, and whether anything queues it again; a failed blocker is why work waits for
+    good, and the bare id would not say so."""
+    from sluice.store.database import runs as runlog
+
+    if not causes:
+        return causes
+    queued = ctxs.open_of_items(town, causes)
+    out = []
+    for cause in causes:
+        run = runlog.latest(town, item=cause)
+        if run is None or run.get("outcome") not in _FAILED:
+            out.append(cause)
+            continue
+        code = run.get("exit_code")
+        again = "queued again" if queued.get(cause) else f"nothing queues it again: `sluice retry {cause}`"
+        out.append(f"{cause} (its last run {run['outcome']}"
+                   f"{'' if code is None else f', exit {code}'}, at {run.get('ended_at') or '?'}; {again})")
+    return out
+
+
 def explain(where: Town | Session, item_id: str, executor: Executor | None = None,
             now: float | None = None) -> dict:
     """Would the next cycle launch ``item_id``, and every reason it would not (``scheduler explain``)."""
@@ -313,7 +339,7 @@ def explain(where: Town | Session, item_id: str, executor: Executor | None = Non
         out.update(queued=True, context_id=w.context_id, score=w.score, promoted_at=w.promoted_at or None)
         blockers = None
         if where == "blocked":  # its running polecat, else its rig's blocking causes
-            blockers = [f"its running polecat {polecat.id}"] if polecat else causes
+            blockers = [f"its running polecat {polecat.id}"] if polecat else _with_failures(town, causes)
         reasons = reasons_of(assessment, w, where, config, blockers)
         out["would_dispatch"] = not reasons and w.context_id in assessment.planned_keys
     elif held is not None:  # its item is missing now; the context closes after missing_grace
