@@ -99,7 +99,7 @@ def test_real_beads_exports_rank_as_scoring_every_ready_item(cli, tmp_path, bead
     for name, prefix, export in (
         ("beads", "bd", "steveyegge__beads@2026-01-14.issues.jsonl"),
         ("gastown", "gt", "steveyegge__gastown@2026-01-07.issues.jsonl"),
-        ("keeper", "ak", "artifact-keeper__artifact-keeper.issues.jsonl"),
+        ("keeper", "artifact-keeper", "artifact-keeper__artifact-keeper.issues.jsonl"),
     ):
         repo = make_repo(tmp_path / "repos" / name)
         cli.run("rig", "add", name, str(repo), "--prefix", prefix, "--items", str(beads_data / export))

@@ -155,3 +155,17 @@ def test_a_sling_refused_by_prefix_names_the_right_rig_or_prefix(cli, repos, tmp
     assert "rig 'alpha' takes ids starting 'al-'" in done.stderr and "`--prefix zz`" in done.stderr
     done = cli.run("sling", "zz-1", check=False)
     assert "`sluice sling zz-1 RIG`" in done.stderr and "`--prefix zz`" in done.stderr
+
+
+def test_a_prefix_that_fits_still_reads_the_whole_export(cli, tmp_path):
+    repo = beads_repo_with(tmp_path, ["be-1"])
+    with open(repo / ".beads" / "issues.jsonl", "a") as fh:
+        fh.write('{"id": oops}\n')
+    done = cli.run("rig", "add", "beta", str(repo), "--prefix", "be", check=False)
+    assert done.returncode == 1 and "issues.jsonl:2:" in done.stderr
+
+
+def test_the_prefix_suggested_keeps_a_hyphen_of_its_own(cli, tmp_path):
+    repo = beads_repo_with(tmp_path, ["artifact-keeper-01d", "artifact-keeper-7x2"])
+    done = cli.run("rig", "add", "keeper", str(repo), check=False)
+    assert done.returncode == 2 and "give --prefix 'artifact-keeper'" in done.stderr

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.core.items import is_context
-from sluice.core.readiness import id_prefix
 from sluice.errors import InvalidOperation, MissingFile, NotARepository, SourceFailed, UsageError
 from sluice.logs import log
 from sluice.store.database import contexts as ctxs
@@ -113,13 +112,15 @@ def check_prefix(prefix: str, records: Iterable[dict], source: Path | str) -> No
     without ``force``; the refusal names the prefix its ids do carry.
     """
     counts: Counter[str] = Counter()
-    for record in records:
-        if record.get("ephemeral") or is_context(record):
+    fits = False
+    for record in records:  # every one read: a corrupt line further on is refused too
+        if fits or record.get("ephemeral") or is_context(record):
             continue
         if record["id"].startswith(prefix + "-"):
-            return
-        counts[id_prefix(record["id"]).rstrip("-") or record["id"]] += 1
-    if counts:
+            fits = True
+        else:  # beads' ids are PREFIX-HASH, and a prefix may hold a hyphen itself
+            counts[record["id"].rsplit("-", 1)[0]] += 1
+    if counts and not fits:
         common, found = counts.most_common(1)[0]
         raise UsageError(f"{source}: no item id starts {prefix + '-'!r} and {found:,} of its"
                          f" {counts.total():,} start {common + '-'!r}: give prefix {common!r} (an id"
