@@ -29,7 +29,7 @@ from sluice.core.records import SlingContextFields
 from sluice.errors import ExecutorError, ExecutorUnavailable, SluiceError, UnknownPolecat
 from sluice.scheduler.launch import polecats as control
 from sluice.scheduler.launch.breaker import trip_breaker
-from sluice.scheduler.launch.runs import history, outcome_of, running_records, stamp
+from sluice.scheduler.launch.runs import check_listing, history, outcome_of, running_records, stamp
 from sluice.scheduler.launch.throttles import throttle_exit
 from sluice.scheduler.queue.requeue import queue_again, sling_params
 from sluice.scheduler.session import Session
@@ -220,24 +220,29 @@ def runs_listing(where: Town | Session, executor: Executor | None = None, *, ite
                    now=session.now)
 
 
+def latest_runs(where: Town | Session, executor: Executor | None = None, *, rig: str | None = None,
+                since: float | None = None) -> dict[str, dict]:
+    """Each item's latest run (of those :func:`runs_listing` lists), newest first: one listing, read
+    once, since the first run of an item in it is its latest."""
+    latest: dict[str, dict] = {}
+    for run in runs_listing(where, executor, rig=rig, since=since, limit=0):
+        if isinstance(run.get("item_id"), str):
+            latest.setdefault(run["item_id"], run)
+    return latest
+
+
 def run_item_ids(where: Town | Session, executor: Executor | None = None, *, rig: str | None = None,
                  outcome: str | None = None, since: float | None = None, limit: int = 100) -> list[str]:
-    """The items whose latest run is among those :func:`runs_listing` lists, newest first, once each.
+    """The items whose latest run ended ``outcome`` (any, when None), newest first, at most ``limit``.
 
     So ``--outcome failed`` gives the items still failed: one that ran again
     since (and succeeded, or is running) is left out, and a pipe into ``sluice
     sling -`` queues only work that needs it.
     """
-    rows = runs_listing(where, executor, rig=rig, outcome=outcome, since=since, limit=limit)
-    town = Session.of(where, executor).files
-    ids: list[str] = []
-    for row in rows:
-        item_id = row.get("item_id")
-        if isinstance(item_id, str) and item_id not in ids:
-            latest = log.latest(town, item=item_id)
-            if latest is not None and latest.get("run_id") == row.get("run_id"):
-                ids.append(item_id)
-    return ids
+    check_listing(outcome, limit)
+    ids = [item_id for item_id, run in latest_runs(where, executor, rig=rig, since=since).items()
+           if outcome is None or run.get("outcome") == outcome]
+    return ids[:limit] if limit else ids
 
 
 def polecat_listing(where: Town | Session, executor: Executor | None = None, running_only: bool = False,

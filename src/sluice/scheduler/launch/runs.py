@@ -149,15 +149,20 @@ def outcome_of(polecat: Polecat, throttle_code: int) -> tuple[str, int | None] |
 # -- reading --------------------------------------------------------------------------
 
 
-def history(town: Town, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
-            since: float | None = None, limit: int = 100, now: float | None = None) -> list[dict]:
-    """Run records newest first (by start), filtered; ``since`` in seconds (running, or started or ended
-    that recently); ``limit`` 0 for all of them."""
+def check_listing(outcome: str | None, limit: int) -> None:
+    """Refuse an outcome no run can have, or a negative limit, as usage errors naming them."""
     if outcome is not None and outcome not in log.OUTCOMES:
         raise UsageError(f"outcome {outcome!r} is not one of {', '.join(log.OUTCOMES)}",
                          parameters=("outcome",))
     if limit < 0:
         raise UsageError(f"limit must be >= 0 (got {limit})", parameters=("limit",))
+
+
+def history(town: Town, *, item: str | None = None, rig: str | None = None, outcome: str | None = None,
+            since: float | None = None, limit: int = 100, now: float | None = None) -> list[dict]:
+    """Run records newest first (by start), filtered; ``since`` in seconds (running, or started or ended
+    that recently); ``limit`` 0 for all of them."""
+    check_listing(outcome, limit)
     now = time.time() if now is None else now
     return log.recent(town, item=item, rig=rig, outcome=outcome,
                       since=now - since if since is not None else None, limit=limit)

@@ -184,10 +184,6 @@ def sling_ready(where: Town | Session, rig: str | None = None, labels: tuple[str
     return _sling_selected(session, [normalise(json.loads(raw)) for raw in raws], options or SlingOptions())
 
 
-#: The run outcomes ``sluice retry`` takes for failures (a throttled or stopped run is not one).
-RETRIED = ("failed", "timed-out", "vanished")
-
-
 def retry(where: Town | Session, item_ids: list[str], since: float | None = None,
           options: SlingOptions | None = None) -> SlingResult:
     """Sling again the items whose latest run failed, timed out or vanished: those of ``item_ids``, or
@@ -206,17 +202,15 @@ def retry(where: Town | Session, item_ids: list[str], since: float | None = None
         settle(town, session.require_executor(), session.stores, now=session.now)  # how each last run ended
         for item_id in item_ids:
             latest = runlog.latest(town, item=item_id)
-            if latest is None or latest.get("outcome") not in RETRIED:
+            if latest is None or latest.get("outcome") not in runlog.FAILURES:
                 how = "has no run" if latest is None else f"last ran {latest.get('outcome')}"
                 raise InvalidOperation(f"item {item_id} {how}, so there is nothing to retry (`sluice sling"
                                        f" {item_id}` queues it{'' if latest is None else ', with force'})")
         return sling_items(session, item_ids, None, options)
-    from sluice.scheduler.launch.ends import runs_listing
+    from sluice.scheduler.launch.ends import latest_runs
 
-    latest_of: dict[str, dict] = {}
-    for run in runs_listing(session, since=since, limit=0):  # ends recorded first; newest first
-        latest_of.setdefault(run.get("item_id"), run)
-    failed = [i for i, run in latest_of.items() if isinstance(i, str) and run.get("outcome") in RETRIED]
+    latest = latest_runs(session, since=since)
+    failed = [item_id for item_id, run in latest.items() if run.get("outcome") in runlog.FAILURES]
     found = session.stores.find_many(failed)
     result = _sling_selected(session, [found[i][1] for i in failed if i in found], options)
     result.skipped += [{"item_id": i, "reason": "not found in any rig"} for i in failed if i not in found]

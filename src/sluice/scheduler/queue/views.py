@@ -286,10 +286,6 @@ def _admission_status(session: Session, page: Page) -> dict:
 # -- explain ------------------------------------------------------------------------------------
 
 
-#: The run outcomes that leave a blocker failed (as ``sluice retry`` reads them).
-_FAILED = ("failed", "timed-out", "vanished")
-
-
 def _with_failures(town: Town, causes: list[str]) -> list[str]:
     """``causes`` (blocker ids), each whose latest run failed said so with that run: how it ended, its
     exit status, when, and whether anything queues it again; a failed blocker is why work waits for
@@ -302,7 +298,7 @@ def _with_failures(town: Town, causes: list[str]) -> list[str]:
     out = []
     for cause in causes:
         run = runlog.latest(town, item=cause)
-        if run is None or run.get("outcome") not in _FAILED:
+        if run is None or run.get("outcome") not in runlog.FAILURES:
             out.append(cause)
             continue
         code = run.get("exit_code")

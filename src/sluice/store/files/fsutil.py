@@ -292,6 +292,11 @@ def file_signature(path: Path) -> str | None:
         return None
     except OSError as err:  # a symbolic link loop, a path through a file: a text no file has
         return f"unreadable:{err.errno}"
+    return stat_signature(found)
+
+
+def stat_signature(found: os.stat_result) -> str:
+    """:func:`file_signature` of a file already looked at."""
     return f"{found.st_ino}:{found.st_size}:{found.st_mtime_ns}"
 
 

@@ -181,8 +181,8 @@ class DurableIndex:
             return self._conn
         # A FIFO, a device, a link loop or a file past the size limit is named now (a NotRegularFile,
         # an OSError naming the source): never waited on, never read, whatever index there is.
-        fsutil.check_regular(self.source)
-        want = signature(self.source)
+        found = fsutil.check_regular(self.source)
+        want = fsutil.stat_signature(found) if found is not None else "missing"  # signature(), one stat
         conn = self._open_existing(want)
         if conn is None and self._patched(want):
             conn = self._open_existing(want)
