@@ -481,8 +481,9 @@ class Town:
 
     def run_item_ids(self, *, rig: str | None = None, outcome: str | None = None, since: str | None = None,
                      limit: int = 100) -> list[str]:
-        """The items whose latest run is among those :meth:`runs` lists (``sluice runs --ids``), newest
-        first: ``outcome="failed"`` gives the items still failed, ready to sling again."""
+        """The items whose latest run ended ``outcome`` (any: None), newest first, at most ``limit`` of
+        them (``sluice runs --ids``): ``outcome="failed"`` gives the items still failed, ready to sling
+        again."""
         from sluice.scheduler.launch.ends import run_item_ids
 
         return run_item_ids(self._session(), rig=rig, outcome=outcome, since=_duration(since, "since"),

@@ -24,7 +24,7 @@ def runs(
     since: SinceOption = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many (0 = all).")] = 100,
     ids: Annotated[bool, typer.Option("--ids", help=(
-        "Print only the items whose latest run is listed, one per line (for `sluice sling -`)."))] = False,
+        "Print only the items whose latest run matches, one per line (for `sluice sling -`)."))] = False,
     as_json: JsonOption = False,
 ) -> None:
     """The run history, newest first: one record per launch, with its outcome and exit status."""
