@@ -76,9 +76,9 @@ _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 def may_hold_unencodable(raw: bytes) -> bool:
     """Whether JSON ``raw`` could decode to text :func:`unencodable` refuses: a quick look at the
     bytes, so a reader walks the decoded value only when it must (a paired escape also matches)."""
-    if b"\\u" not in raw and b"\xed" not in raw:  # nearly every line: two byte scans, no pattern
-        return False
-    return _MAYBE_SURROGATE.search(raw) is not None
+    # Nearly every line holds none of the three marks: three byte scans, and the pattern only after one.
+    return ((b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw)
+            and _MAYBE_SURROGATE.search(raw) is not None)
 
 
 def unencodable(value: Any, where: str = "") -> str | None:
