@@ -273,3 +273,12 @@ def test_a_read_only_index_directory_costs_speed_not_the_answer(queue_cli):
     assert sorted(row["id"] for row in json.loads(listed.stdout)) == ["al-1", "al-2"]
     assert "cannot write the index" in listed.stderr and "Read-only file system" in listed.stderr
     assert status.returncode == 0, status.stderr
+
+
+def test_a_storage_error_crosses_a_process_boundary_whole():
+    """A pool's worker that meets one hands it back with its message, not a result it cannot unpickle."""
+    import pickle
+
+    again = pickle.loads(pickle.dumps(StorageError("/t/town.db", "cannot write it: locked", errno.EIO)))
+    assert (str(again), again.path, again.reason, again.errno) == (
+        "/t/town.db: cannot write it: locked", "/t/town.db", "cannot write it: locked", errno.EIO)

@@ -77,6 +77,9 @@ class StorageError(SluiceError, OSError):
         self.errno = errno
         self.parameters = ()
 
+    def __reduce__(self):  # so it crosses a process boundary whole (a pool's worker, a job's result)
+        return type(self), (self.path, self.reason, self.errno)
+
 
 class MissingFile(SluiceError):
     """A file the request names (an export to import, a rig's item source) does not exist: exit 1, as a
